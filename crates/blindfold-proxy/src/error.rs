@@ -1,0 +1,49 @@
+use blindfold_crypto::CryptoError;
+use blindfold_oram::OramError;
+use blindfold_store::StoreError;
+
+/// Errors of the drivers.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// A cell failed authentication: the store modified, swapped or rolled back data. The
+    /// access did not complete and no data was returned.
+    #[error("integrity violation at cell {cell}: stored data was modified, swapped or rolled back")]
+    Integrity {
+        /// The cell that failed.
+        cell: u64,
+        /// The cause.
+        #[source]
+        source: CryptoError,
+    },
+    /// The storage backend failed; see [`ProxyError::is_retryable`].
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The scheme refused the request or detected a broken invariant.
+    #[error(transparent)]
+    Oram(#[from] OramError),
+    /// Sealing failed (for example, no randomness).
+    #[error(transparent)]
+    Crypto(CryptoError),
+    /// The store's shape does not fit the scheme.
+    #[error("store geometry {found} does not fit the scheme, which needs {needed}")]
+    Geometry {
+        /// What the store has.
+        found: String,
+        /// What the scheme needs.
+        needed: String,
+    },
+    /// A previous access failed half-way: the trusted state may no longer match the store.
+    #[error("a previous access failed half-way; reload the trusted state before continuing")]
+    Poisoned,
+    /// Saved trusted state that cannot be used.
+    #[error("invalid trusted state: {0}")]
+    State(String),
+}
+
+impl ProxyError {
+    /// Whether the same request may succeed if tried again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ProxyError::Store(e) if e.is_retryable())
+    }
+}

@@ -1,0 +1,43 @@
+//! Drivers that run blindfold's ORAM schemes against sealed, untrusted stores.
+//!
+//! A scheme (from `blindfold-oram`) says which cells to read and write, in plaintext. A driver
+//! here carries that plan out: it reads the cells from a [`blindfold_store::Store`], opens them
+//! with a [`blindfold_crypto::CellSealer`] against the trusted version of each cell, feeds the
+//! plaintext to the scheme, seals what the scheme wants written under the next version, and
+//! writes it. Rollback, swapping and tampering of cells all surface as
+//! [`ProxyError::Integrity`], never as wrong data.
+//!
+//! * [`VersionTable`] — the trusted per-cell write counters that make replays detectable.
+//! * [`SealedPathOram`] — Path ORAM over any store, one access at a time.
+//! * [`SealedDirect`] — the baseline: the same blocks sealed and stored at fixed places with
+//!   no ORAM, for measuring what obliviousness costs.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use blindfold_crypto::{CellSealer, MasterKey, StoreId};
+//! use blindfold_oram::{BlockId, PathOramConfig};
+//! use blindfold_proxy::SealedPathOram;
+//! use blindfold_store::MemoryStore;
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let config = PathOramConfig::builder(1000, 64).build().unwrap();
+//! let store = Arc::new(MemoryStore::new(SealedPathOram::geometry(&config).unwrap()));
+//! let sealer = CellSealer::new(&MasterKey::generate(), StoreId::random(), 0);
+//! let mut oram = SealedPathOram::new(config, store, sealer).unwrap();
+//! oram.write(BlockId(42), vec![7; 64]).await.unwrap();
+//! assert_eq!(oram.read(BlockId(42)).await.unwrap(), vec![7; 64]);
+//! # });
+//! ```
+
+mod direct;
+mod error;
+mod path;
+mod versions;
+
+pub use direct::SealedDirect;
+pub use error::ProxyError;
+pub use path::{SealedPathOram, SealedPathState};
+pub use versions::VersionTable;
+
+/// Result type of this crate.
+pub type Result<T, E = ProxyError> = std::result::Result<T, E>;
