@@ -1,0 +1,207 @@
+//! [`CountingStore`]: counts requests, cells, bytes and round trips, the cost measures every
+//! ORAM paper reports (bandwidth blow-up, round trips per access).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::{ByteRange, CellId, Geometry, Result, Store};
+
+/// Totals seen by a [`CountingStore`] since it was made or last [reset](CountingStore::reset).
+///
+/// Request, cell and round-trip counts are taken when a call is issued, whether or not it
+/// succeeds; bytes are the payload bytes that actually crossed the link: written bytes when a
+/// write is issued, read bytes only when a read returns them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Calls to [`Store::read`].
+    pub read_requests: u64,
+    /// Cells asked for by [`Store::read`], duplicates included.
+    pub cells_read: u64,
+    /// Bytes returned by [`Store::read`].
+    pub bytes_read: u64,
+    /// Calls to [`Store::read_ranges`].
+    pub range_requests: u64,
+    /// Ranges asked for by [`Store::read_ranges`].
+    pub ranges_read: u64,
+    /// Bytes returned by [`Store::read_ranges`].
+    pub range_bytes_read: u64,
+    /// Calls to [`Store::write`].
+    pub write_requests: u64,
+    /// Cells sent by [`Store::write`], duplicates included.
+    pub cells_written: u64,
+    /// Bytes sent by [`Store::write`].
+    pub bytes_written: u64,
+    /// Calls to [`Store::flush`].
+    pub flushes: u64,
+    /// Calls of any kind: each one is a round trip to the store.
+    pub round_trips: u64,
+}
+
+impl Counts {
+    /// Bytes from the store to the caller (whole-cell and ranged reads).
+    pub fn bytes_down(&self) -> u64 {
+        self.bytes_read + self.range_bytes_read
+    }
+
+    /// Bytes from the caller to the store (written cells).
+    pub fn bytes_up(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// What happened between `earlier` and `self` (field by field, saturating at zero).
+    pub fn since(&self, earlier: &Counts) -> Counts {
+        Counts {
+            read_requests: self.read_requests.saturating_sub(earlier.read_requests),
+            cells_read: self.cells_read.saturating_sub(earlier.cells_read),
+            bytes_read: self.bytes_read.saturating_sub(earlier.bytes_read),
+            range_requests: self.range_requests.saturating_sub(earlier.range_requests),
+            ranges_read: self.ranges_read.saturating_sub(earlier.ranges_read),
+            range_bytes_read: self
+                .range_bytes_read
+                .saturating_sub(earlier.range_bytes_read),
+            write_requests: self.write_requests.saturating_sub(earlier.write_requests),
+            cells_written: self.cells_written.saturating_sub(earlier.cells_written),
+            bytes_written: self.bytes_written.saturating_sub(earlier.bytes_written),
+            flushes: self.flushes.saturating_sub(earlier.flushes),
+            round_trips: self.round_trips.saturating_sub(earlier.round_trips),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    read_requests: AtomicU64,
+    cells_read: AtomicU64,
+    bytes_read: AtomicU64,
+    range_requests: AtomicU64,
+    ranges_read: AtomicU64,
+    range_bytes_read: AtomicU64,
+    write_requests: AtomicU64,
+    cells_written: AtomicU64,
+    bytes_written: AtomicU64,
+    flushes: AtomicU64,
+    round_trips: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+fn payload_bytes(buffers: &[Vec<u8>]) -> u64 {
+    buffers.iter().map(|b| b.len() as u64).sum()
+}
+
+/// A store that counts the requests passing through it to `S` and changes nothing else.
+///
+/// Counting uses relaxed atomics, so it is cheap enough to leave on in benchmarks; a
+/// [`counts`](Self::counts) taken while calls are in flight may mix fields from before and
+/// after one of them.
+#[derive(Debug)]
+pub struct CountingStore<S> {
+    inner: S,
+    counters: Counters,
+}
+
+impl<S: Store> CountingStore<S> {
+    /// Wraps `inner` with all counts at zero.
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            counters: Counters::default(),
+        }
+    }
+
+    /// The totals so far.
+    pub fn counts(&self) -> Counts {
+        let c = &self.counters;
+        Counts {
+            read_requests: get(&c.read_requests),
+            cells_read: get(&c.cells_read),
+            bytes_read: get(&c.bytes_read),
+            range_requests: get(&c.range_requests),
+            ranges_read: get(&c.ranges_read),
+            range_bytes_read: get(&c.range_bytes_read),
+            write_requests: get(&c.write_requests),
+            cells_written: get(&c.cells_written),
+            bytes_written: get(&c.bytes_written),
+            flushes: get(&c.flushes),
+            round_trips: get(&c.round_trips),
+        }
+    }
+
+    /// Sets every count back to zero.
+    pub fn reset(&self) {
+        let c = &self.counters;
+        for counter in [
+            &c.read_requests,
+            &c.cells_read,
+            &c.bytes_read,
+            &c.range_requests,
+            &c.ranges_read,
+            &c.range_bytes_read,
+            &c.write_requests,
+            &c.cells_written,
+            &c.bytes_written,
+            &c.flushes,
+            &c.round_trips,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl<S: Store> Store for CountingStore<S> {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+
+    async fn read(&self, cells: &[CellId]) -> Result<Vec<Vec<u8>>> {
+        let c = &self.counters;
+        add(&c.round_trips, 1);
+        add(&c.read_requests, 1);
+        add(&c.cells_read, cells.len() as u64);
+        let out = self.inner.read(cells).await?;
+        add(&c.bytes_read, payload_bytes(&out));
+        Ok(out)
+    }
+
+    async fn read_ranges(&self, ranges: &[ByteRange]) -> Result<Vec<Vec<u8>>> {
+        let c = &self.counters;
+        add(&c.round_trips, 1);
+        add(&c.range_requests, 1);
+        add(&c.ranges_read, ranges.len() as u64);
+        let out = self.inner.read_ranges(ranges).await?;
+        add(&c.range_bytes_read, payload_bytes(&out));
+        Ok(out)
+    }
+
+    async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
+        let c = &self.counters;
+        add(&c.round_trips, 1);
+        add(&c.write_requests, 1);
+        add(&c.cells_written, cells.len() as u64);
+        add(
+            &c.bytes_written,
+            cells.iter().map(|(_, b)| b.len() as u64).sum(),
+        );
+        self.inner.write(cells).await
+    }
+
+    async fn flush(&self) -> Result<()> {
+        add(&self.counters.round_trips, 1);
+        add(&self.counters.flushes, 1);
+        self.inner.flush().await
+    }
+}

@@ -1,0 +1,152 @@
+use std::path::PathBuf;
+
+use crate::CellId;
+
+/// Errors from untrusted storage. [`StoreError::is_retryable`] says whether trying the same
+/// request again may help.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The geometry asked for is not allowed.
+    #[error("invalid store geometry: {0}")]
+    InvalidGeometry(String),
+
+    /// A stored array exists with another shape than the one asked for.
+    #[error(
+        "store at {path} holds {found_cells} cells of {found_size} bytes, \
+         but {wanted_cells} cells of {wanted_size} bytes were asked for; \
+         use the parameters it was created with, or another path"
+    )]
+    GeometryMismatch {
+        /// Where the store lives.
+        path: PathBuf,
+        /// Cells found on disk.
+        found_cells: u64,
+        /// Cell size found on disk.
+        found_size: u32,
+        /// Cells asked for.
+        wanted_cells: u64,
+        /// Cell size asked for.
+        wanted_size: u32,
+    },
+
+    /// A file exists at the path but is not a blindfold cell file (or is damaged).
+    #[error("{path} is not a blindfold cell file: {reason}")]
+    NotAStore {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+
+    /// A cell address past the end of the array.
+    #[error("{cell:?} is out of range (the store has {cell_count} cells)")]
+    OutOfRange {
+        /// The address.
+        cell: CellId,
+        /// Number of cells.
+        cell_count: u64,
+    },
+
+    /// A byte range that does not fit inside its cell.
+    #[error("range {offset}+{len} does not fit in {cell:?} of {cell_size} bytes")]
+    RangeOutOfCell {
+        /// The cell.
+        cell: CellId,
+        /// Start of the range.
+        offset: u32,
+        /// Length of the range.
+        len: u32,
+        /// Size of a cell.
+        cell_size: u32,
+    },
+
+    /// A write whose buffer is not exactly one cell long.
+    #[error("write to {cell:?} has {got} bytes, cells are {expected} bytes")]
+    WrongCellSize {
+        /// The cell.
+        cell: CellId,
+        /// Bytes given.
+        got: usize,
+        /// Cell size.
+        expected: u32,
+    },
+
+    /// An I/O error from the operating system or the network.
+    #[error("storage I/O error ({context}): {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+        /// Whether the same request may succeed if tried again.
+        retryable: bool,
+    },
+
+    /// The backend did not answer in time.
+    #[error("storage request timed out ({0})")]
+    Timeout(String),
+
+    /// A fault injected on purpose by [`crate::FaultStore`].
+    #[error("injected storage fault ({0})")]
+    Injected(String),
+
+    /// A configuration value (of a wrapper such as [`crate::LatencyStore`] or
+    /// [`crate::FaultStore`]) that cannot be used.
+    #[error("invalid store configuration: {0}")]
+    InvalidConfig(String),
+
+    /// A store name (one array inside a store URL) that is not allowed.
+    #[error("invalid store name {name:?}: {reason}")]
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The store file is open in another process (or another handle in this one).
+    #[error(
+        "{path} is in use by another blindfold process (or is already open in this one); \
+         two writers would corrupt it"
+    )]
+    InUse {
+        /// The file.
+        path: PathBuf,
+    },
+
+    /// A store URL that cannot be understood.
+    #[error("invalid store URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl StoreError {
+    /// Whether the same request may succeed if it is tried again.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Io { retryable, .. } => *retryable,
+            StoreError::Timeout(_) | StoreError::Injected(_) => true,
+            _ => false,
+        }
+    }
+
+    /// An I/O error, classified by its kind.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        use std::io::ErrorKind::*;
+        let retryable = matches!(
+            source.kind(),
+            Interrupted | WouldBlock | TimedOut | ConnectionReset | ConnectionAborted
+        );
+        StoreError::Io {
+            context: context.into(),
+            source,
+            retryable,
+        }
+    }
+}

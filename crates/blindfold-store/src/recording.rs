@@ -1,0 +1,159 @@
+//! [`RecordingStore`]: records the adversary's view of the store, request by request, so
+//! obliviousness can be tested on real traces.
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::{ByteRange, CellId, Geometry, Result, Store};
+
+/// The kind of a storage request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TraceOp {
+    /// [`Store::read`].
+    Read,
+    /// [`Store::read_ranges`].
+    ReadRanges,
+    /// [`Store::write`].
+    Write,
+    /// [`Store::flush`].
+    Flush,
+}
+
+/// One request as the store (the adversary) sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TraceEvent {
+    /// What kind of request.
+    pub op: TraceOp,
+    /// The cells addressed, in request order (one per range for [`TraceOp::ReadRanges`],
+    /// empty for [`TraceOp::Flush`]).
+    pub cells: Vec<CellId>,
+    /// `(offset, len)` inside each cell of `cells`; only for [`TraceOp::ReadRanges`], else empty.
+    pub ranges: Vec<(u32, u32)>,
+    /// Payload bytes the request moves: cell bytes requested by a read, range bytes requested
+    /// by a ranged read, buffer bytes sent by a write, zero for a flush.
+    pub bytes: u64,
+    /// The buffers of a write, in order; only when recording
+    /// [with payloads](RecordingStore::with_payloads), else empty.
+    pub payloads: Vec<Vec<u8>>,
+}
+
+impl TraceEvent {
+    /// The event without addresses or contents: kind, number of cells (or ranges), bytes.
+    pub fn shape(&self) -> (TraceOp, usize, u64) {
+        (self.op, self.cells.len(), self.bytes)
+    }
+}
+
+/// A store that appends a [`TraceEvent`] for every request passing through it to `S`.
+///
+/// Every request is recorded as issued, before it is forwarded, even if the inner store then
+/// rejects it: the request itself is what the adversary sees. Concurrent requests are recorded
+/// in the order they reach this wrapper.
+#[derive(Debug)]
+pub struct RecordingStore<S> {
+    inner: S,
+    payloads: bool,
+    trace: Mutex<Vec<TraceEvent>>,
+}
+
+impl<S: Store> RecordingStore<S> {
+    /// Wraps `inner`, recording operations, addresses and sizes but not the bytes written.
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            payloads: false,
+            trace: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Wraps `inner`, also recording the bytes of every write (the stored ciphertexts).
+    pub fn with_payloads(inner: S) -> Self {
+        Self {
+            inner,
+            payloads: true,
+            trace: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A copy of the trace so far.
+    pub fn trace(&self) -> Vec<TraceEvent> {
+        self.trace.lock().clone()
+    }
+
+    /// The trace so far, leaving an empty one behind.
+    pub fn take_trace(&self) -> Vec<TraceEvent> {
+        std::mem::take(&mut *self.trace.lock())
+    }
+
+    /// Forgets the trace so far.
+    pub fn clear(&self) {
+        self.trace.lock().clear();
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn record(&self, event: TraceEvent) {
+        self.trace.lock().push(event);
+    }
+}
+
+#[async_trait]
+impl<S: Store> Store for RecordingStore<S> {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+
+    async fn read(&self, cells: &[CellId]) -> Result<Vec<Vec<u8>>> {
+        let cell_size = u64::from(self.inner.geometry().cell_size());
+        self.record(TraceEvent {
+            op: TraceOp::Read,
+            cells: cells.to_vec(),
+            ranges: Vec::new(),
+            bytes: cells.len() as u64 * cell_size,
+            payloads: Vec::new(),
+        });
+        self.inner.read(cells).await
+    }
+
+    async fn read_ranges(&self, ranges: &[ByteRange]) -> Result<Vec<Vec<u8>>> {
+        self.record(TraceEvent {
+            op: TraceOp::ReadRanges,
+            cells: ranges.iter().map(|r| r.cell).collect(),
+            ranges: ranges.iter().map(|r| (r.offset, r.len)).collect(),
+            bytes: ranges.iter().map(|r| u64::from(r.len)).sum(),
+            payloads: Vec::new(),
+        });
+        self.inner.read_ranges(ranges).await
+    }
+
+    async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
+        let payloads = if self.payloads {
+            cells.iter().map(|(_, b)| b.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        self.record(TraceEvent {
+            op: TraceOp::Write,
+            cells: cells.iter().map(|(c, _)| *c).collect(),
+            ranges: Vec::new(),
+            bytes: cells.iter().map(|(_, b)| b.len() as u64).sum(),
+            payloads,
+        });
+        self.inner.write(cells).await
+    }
+
+    async fn flush(&self) -> Result<()> {
+        self.record(TraceEvent {
+            op: TraceOp::Flush,
+            cells: Vec::new(),
+            ranges: Vec::new(),
+            bytes: 0,
+            payloads: Vec::new(),
+        });
+        self.inner.flush().await
+    }
+}
