@@ -13,11 +13,7 @@ fn sealer() -> CellSealer {
     CellSealer::new(&MasterKey::from_bytes([7; 32]), StoreId([9; 16]), 1)
 }
 
-const AD: CellAd = CellAd {
-    cell: 12345,
-    version: 678,
-    segment: 0,
-};
+const AD: CellAd = CellAd { cell: 12345, version: 678, segment: 0 };
 
 fn seal_into(c: &mut Criterion) {
     let sealer = sealer();
@@ -28,9 +24,7 @@ fn seal_into(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(size as u64));
         group.bench_function(format!("{}KiB", size / 1024), |b| {
             b.iter(|| {
-                sealer
-                    .seal_into(black_box(&AD), black_box(&plaintext), &mut out)
-                    .unwrap();
+                sealer.seal_into(black_box(&AD), black_box(&plaintext), &mut out).unwrap();
             });
         });
     }

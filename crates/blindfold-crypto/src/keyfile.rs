@@ -55,11 +55,7 @@ impl KdfParams {
     /// A passphrase protected with these can be brute-forced cheaply. Never use them for a
     /// real key file.
     pub const fn insecure_for_tests() -> Self {
-        Self {
-            m_cost_kib: 64,
-            t_cost: 1,
-            p_cost: 1,
-        }
+        Self { m_cost_kib: 64, t_cost: 1, p_cost: 1 }
     }
 
     /// Checks the parameters are valid for Argon2id and within this crate's limits.
@@ -91,11 +87,7 @@ impl KdfParams {
 
 impl Default for KdfParams {
     fn default() -> Self {
-        Self {
-            m_cost_kib: 64 * 1024,
-            t_cost: 3,
-            p_cost: 1,
-        }
+        Self { m_cost_kib: 64 * 1024, t_cost: 3, p_cost: 1 }
     }
 }
 
@@ -137,10 +129,7 @@ pub fn create_key_file_with(
     passphrase: Option<&Passphrase>,
     kdf: KdfParams,
 ) -> Result<MasterKey, CryptoError> {
-    let key_file_error = |reason: String| CryptoError::KeyFile {
-        path: path.to_owned(),
-        reason,
-    };
+    let key_file_error = |reason: String| CryptoError::KeyFile { path: path.to_owned(), reason };
     if fs::symlink_metadata(path).is_ok() {
         return Err(key_file_error(already_exists()));
     }
@@ -155,8 +144,7 @@ pub fn create_key_file_with(
             if passphrase.is_empty() {
                 return Err(key_file_error("the passphrase is empty".to_owned()));
             }
-            kdf.validate()
-                .map_err(|e| key_file_error(format!("bad KDF parameters: {e}")))?;
+            kdf.validate().map_err(|e| key_file_error(format!("bad KDF parameters: {e}")))?;
             let mut salt = [0u8; SALT_LEN];
             fill_random(&mut salt)?;
             let mut nonce = [0u8; WRAP_NONCE_LEN];
@@ -200,10 +188,7 @@ pub fn load_key_file(
     path: &Path,
     passphrase: Option<&Passphrase>,
 ) -> Result<MasterKey, CryptoError> {
-    let key_file_error = |reason: String| CryptoError::KeyFile {
-        path: path.to_owned(),
-        reason,
-    };
+    let key_file_error = |reason: String| CryptoError::KeyFile { path: path.to_owned(), reason };
     let contents = read_small_file(path)?;
     // serde_json's messages can quote input, which may be key material: report the position.
     let doc: KeyFileDoc = serde_json::from_slice(&contents).map_err(|e| {
@@ -240,8 +225,7 @@ pub fn load_key_file(
                 t_cost: doc.t_cost.ok_or_else(|| missing("t_cost"))?,
                 p_cost: doc.p_cost.ok_or_else(|| missing("p_cost"))?,
             };
-            kdf.validate()
-                .map_err(|e| key_file_error(format!("bad KDF parameters: {e}")))?;
+            kdf.validate().map_err(|e| key_file_error(format!("bad KDF parameters: {e}")))?;
             let mut salt = [0u8; SALT_LEN];
             hex::decode_to_slice(doc.salt.as_ref().ok_or_else(|| missing("salt"))?, &mut salt)
                 .map_err(|_| {
@@ -256,17 +240,13 @@ pub fn load_key_file(
                     wrapped.len()
                 )));
             }
-            let passphrase = passphrase.ok_or_else(|| CryptoError::PassphraseRequired {
-                path: path.to_owned(),
-            })?;
+            let passphrase = passphrase
+                .ok_or_else(|| CryptoError::PassphraseRequired { path: path.to_owned() })?;
             let kek = derive_wrapping_key(passphrase, &salt, kdf)
                 .map_err(|e| key_file_error(format!("key derivation failed: {e}")))?;
             let mut key = Zeroizing::new([0u8; MasterKey::LEN]);
-            open_raw(&kek, KEYWRAP_AD, &wrapped, &mut key[..]).map_err(|()| {
-                CryptoError::WrongPassphrase {
-                    path: path.to_owned(),
-                }
-            })?;
+            open_raw(&kek, KEYWRAP_AD, &wrapped, &mut key[..])
+                .map_err(|()| CryptoError::WrongPassphrase { path: path.to_owned() })?;
             Ok(MasterKey::from_bytes(*key))
         }
         other => Err(key_file_error(format!(
@@ -373,10 +353,7 @@ impl<'de> Deserialize<'de> for SecretHex {
 }
 
 fn io_error(path: &Path, source: io::Error) -> CryptoError {
-    CryptoError::Io {
-        path: path.to_owned(),
-        source,
-    }
+    CryptoError::Io { path: path.to_owned(), source }
 }
 
 fn already_exists() -> String {
@@ -414,11 +391,7 @@ fn write_new_file(path: &Path, contents: &[u8]) -> Result<(), CryptoError> {
     };
     let mut suffix = [0u8; 8];
     fill_random(&mut suffix)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        file_name.to_string_lossy(),
-        hex::encode(suffix)
-    ));
+    let tmp = dir.join(format!(".{}.tmp-{}", file_name.to_string_lossy(), hex::encode(suffix)));
     let result = write_temp_then_link(&tmp, path, contents);
     // Best effort: after success `tmp` is an extra link (or already renamed away).
     let _ = fs::remove_file(&tmp);
@@ -443,15 +416,13 @@ fn write_temp_then_link(tmp: &Path, path: &Path, contents: &[u8]) -> Result<(), 
     // clobbered; `rename` would silently replace it.
     match fs::hard_link(tmp, path) {
         Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(CryptoError::KeyFile {
-            path: path.to_owned(),
-            reason: already_exists(),
-        }),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            Err(CryptoError::KeyFile { path: path.to_owned(), reason: already_exists() })
+        }
         // Some file systems have no hard links: fall back to a rename after checking again.
-        Err(_) if fs::symlink_metadata(path).is_ok() => Err(CryptoError::KeyFile {
-            path: path.to_owned(),
-            reason: already_exists(),
-        }),
+        Err(_) if fs::symlink_metadata(path).is_ok() => {
+            Err(CryptoError::KeyFile { path: path.to_owned(), reason: already_exists() })
+        }
         Err(_) => fs::rename(tmp, path).map_err(|source| io_error(path, source)),
     }
 }
@@ -460,9 +431,7 @@ fn write_temp_then_link(tmp: &Path, path: &Path, contents: &[u8]) -> Result<(), 
 fn sync_dir(dir: &Path) -> Result<(), CryptoError> {
     #[cfg(unix)]
     {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|source| io_error(dir, source))
+        File::open(dir).and_then(|d| d.sync_all()).map_err(|source| io_error(dir, source))
     }
     #[cfg(not(unix))]
     {

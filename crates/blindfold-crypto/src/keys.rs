@@ -203,10 +203,7 @@ mod tests {
         let id = StoreId(*b"0123456789abcdef");
         assert_eq!(id.to_hex(), "30313233343536373839616263646566");
         assert_eq!(StoreId::from_hex(&id.to_hex()).unwrap(), id);
-        assert_eq!(
-            StoreId::from_hex("30313233343536373839616263646566").unwrap(),
-            id
-        );
+        assert_eq!(StoreId::from_hex("30313233343536373839616263646566").unwrap(), id);
         assert_eq!(id.to_string(), id.to_hex());
         assert_eq!(id.to_hex().parse::<StoreId>().unwrap(), id);
     }

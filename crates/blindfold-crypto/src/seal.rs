@@ -7,7 +7,6 @@ use std::sync::{PoisonError, RwLock};
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use ring::hkdf;
-use ring::rand::{SecureRandom, SystemRandom};
 use zeroize::Zeroizing;
 
 use crate::{CryptoError, MasterKey, StoreId};
@@ -126,7 +125,6 @@ pub struct CellSealer {
     /// Seals reserved so far; seal number `n` uses epoch `base_epoch + n / seals_per_epoch`.
     seals: AtomicU64,
     keys: RwLock<BTreeMap<u32, LessSafeKey>>,
-    rng: SystemRandom,
 }
 
 impl CellSealer {
@@ -150,7 +148,6 @@ impl CellSealer {
             seals_per_epoch: DEFAULT_SEALS_PER_EPOCH,
             seals: AtomicU64::new(0),
             keys: RwLock::new(BTreeMap::from([(epoch, first_key)])),
-            rng: SystemRandom::new(),
         }
     }
 
@@ -173,8 +170,7 @@ impl CellSealer {
     ///
     /// Segments claiming a later epoch are refused by [`open`](Self::open).
     pub fn current_epoch(&self) -> u32 {
-        self.epoch_of_seal(self.seals.load(Ordering::Relaxed))
-            .unwrap_or(u32::MAX)
+        self.epoch_of_seal(self.seals.load(Ordering::Relaxed)).unwrap_or(u32::MAX)
     }
 
     /// Seals `plaintext` for `ad` into `out`, writing `epoch | nonce | ciphertext | tag`.
@@ -183,7 +179,7 @@ impl CellSealer {
     ///
     /// - [`CryptoError::Malformed`] unless `out.len() == plaintext.len() + OVERHEAD`, or if the
     ///   plaintext is longer than AES-GCM allows (about 64 GiB).
-    /// - [`CryptoError::Rng`] if the system random number generator fails.
+    /// - [`CryptoError::Rng`] if the random number generator fails.
     /// - [`CryptoError::EpochsExhausted`] after the last epoch's seals are used up.
     pub fn seal_into(
         &self,
@@ -201,11 +197,13 @@ impl CellSealer {
             )));
         }
         let seal_number = self.seals.fetch_add(1, Ordering::Relaxed);
-        let epoch = self
-            .epoch_of_seal(seal_number)
-            .ok_or(CryptoError::EpochsExhausted)?;
+        let epoch = self.epoch_of_seal(seal_number).ok_or(CryptoError::EpochsExhausted)?;
+        // Nonces come from rand's thread-local CSPRNG (ChaCha, seeded from the operating system
+        // and reseeded periodically): as unpredictable as a system call per nonce, without the
+        // system call on every seal.
         let mut nonce = [0u8; NONCE_LEN];
-        self.rng.fill(&mut nonce).map_err(|_| CryptoError::Rng)?;
+        rand::RngCore::try_fill_bytes(&mut rand::thread_rng(), &mut nonce)
+            .map_err(|_| CryptoError::Rng)?;
         self.seal_with_nonce(epoch, nonce, ad, plaintext, out)
     }
 
@@ -304,10 +302,7 @@ impl CellSealer {
         header: &[u8; HEADER_LEN],
         body: &'a mut [u8],
     ) -> Result<&'a mut [u8], CryptoError> {
-        let integrity = CryptoError::Integrity {
-            cell: ad.cell,
-            segment: ad.segment,
-        };
+        let integrity = CryptoError::Integrity { cell: ad.cell, segment: ad.segment };
         let (epoch, nonce) = header.split_at(EPOCH_LEN);
         let epoch = u32::from_le_bytes(epoch.try_into().expect("4-byte epoch"));
         // A store must not make us derive and use keys of epochs we have not reached: a
@@ -318,10 +313,8 @@ impl CellSealer {
         let nonce = Nonce::try_assume_unique_for_key(nonce).expect("12-byte nonce");
         let aad = cell_ad_bytes(&self.store, ad);
         // On failure ring zeroes the decrypted region before returning.
-        self.with_key(epoch, |key| {
-            key.open_in_place(nonce, Aad::from(&aad[..]), body)
-        })
-        .map_err(|_| integrity)
+        self.with_key(epoch, |key| key.open_in_place(nonce, Aad::from(&aad[..]), body))
+            .map_err(|_| integrity)
     }
 
     /// Runs `f` with the key of `epoch`, deriving and caching it if needed.
@@ -418,9 +411,7 @@ pub(crate) fn open_raw(
     let (nonce, ct_tag) = sealed.split_at(NONCE_LEN);
     let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| ())?;
     let mut buf = Zeroizing::new(ct_tag.to_vec());
-    let plaintext = key
-        .open_in_place(nonce, Aad::from(aad), &mut buf[..])
-        .map_err(|_| ())?;
+    let plaintext = key.open_in_place(nonce, Aad::from(aad), &mut buf[..]).map_err(|_| ())?;
     out.copy_from_slice(plaintext);
     Ok(())
 }
@@ -459,11 +450,7 @@ mod tests {
 
     #[test]
     fn cell_ad_known_answer() {
-        let ad = CellAd {
-            cell: 0x0102_0304_0506_0708,
-            version: 42,
-            segment: 3,
-        };
+        let ad = CellAd { cell: 0x0102_0304_0506_0708, version: 42, segment: 3 };
         assert_eq!(
             hex::encode(cell_ad_bytes(&store(), &ad)),
             concat!(
@@ -485,17 +472,11 @@ mod tests {
     #[test]
     fn sealed_segment_known_answer() {
         let sealer = CellSealer::new(&master(), store(), 7);
-        let ad = CellAd {
-            cell: 0x0102_0304_0506_0708,
-            version: 42,
-            segment: 3,
-        };
+        let ad = CellAd { cell: 0x0102_0304_0506_0708, version: 42, segment: 3 };
         let plaintext = b"blindfold known-answer test";
         let mut out = vec![0u8; plaintext.len() + CellSealer::OVERHEAD];
         let nonce = core::array::from_fn(|i| 0x10 + i as u8);
-        sealer
-            .seal_with_nonce(7, nonce, &ad, plaintext, &mut out)
-            .unwrap();
+        sealer.seal_with_nonce(7, nonce, &ad, plaintext, &mut out).unwrap();
         assert_eq!(
             hex::encode(&out),
             concat!(
@@ -511,11 +492,7 @@ mod tests {
     #[test]
     fn key_cache_is_bounded_and_keeps_newest() {
         let sealer = CellSealer::new(&master(), store(), 100);
-        let ad = CellAd {
-            cell: 1,
-            version: 1,
-            segment: 0,
-        };
+        let ad = CellAd { cell: 1, version: 1, segment: 0 };
         let mut sealed = sealer.seal(&ad, b"x").unwrap();
         // Opening segments that claim many old epochs (as a hostile store could make us do)
         // must neither grow the cache past its bound nor evict the current epoch's key.

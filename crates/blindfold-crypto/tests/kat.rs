@@ -28,23 +28,14 @@ fn aes_256_gcm_mcgrew_viega_test_case_16() {
     let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &key).unwrap());
     let mut buf = plaintext.clone();
     let got_tag = key
-        .seal_in_place_separate_tag(
-            Nonce::assume_unique_for_key(iv),
-            Aad::from(&aad[..]),
-            &mut buf,
-        )
+        .seal_in_place_separate_tag(Nonce::assume_unique_for_key(iv), Aad::from(&aad[..]), &mut buf)
         .unwrap();
     assert_eq!(hex::encode(&buf), ciphertext);
     assert_eq!(hex::encode(got_tag.as_ref()), tag);
 
     buf.extend_from_slice(got_tag.as_ref());
-    let opened = key
-        .open_in_place(
-            Nonce::assume_unique_for_key(iv),
-            Aad::from(&aad[..]),
-            &mut buf,
-        )
-        .unwrap();
+    let opened =
+        key.open_in_place(Nonce::assume_unique_for_key(iv), Aad::from(&aad[..]), &mut buf).unwrap();
     assert_eq!(opened, &plaintext[..]);
 }
 
@@ -69,18 +60,12 @@ fn hkdf_sha256_rfc5869_test_case_1() {
 
     let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &salt).extract(&ikm);
     let mut okm = [0u8; 42];
-    prk.expand(&[&info[..]], Len(42))
-        .unwrap()
-        .fill(&mut okm)
-        .unwrap();
+    prk.expand(&[&info[..]], Len(42)).unwrap().fill(&mut okm).unwrap();
     assert_eq!(hex::encode(okm), okm_expected);
 
     // `info` given in pieces (as our key schedule does) is concatenated.
     let mut okm2 = [0u8; 42];
-    prk.expand(&[&info[..3], &info[3..]], Len(42))
-        .unwrap()
-        .fill(&mut okm2)
-        .unwrap();
+    prk.expand(&[&info[..3], &info[3..]], Len(42)).unwrap().fill(&mut okm2).unwrap();
     assert_eq!(okm2, okm);
 }
 
@@ -100,9 +85,7 @@ fn argon2id_rfc9106_section_5_3() {
     let argon2 =
         Argon2::new_with_secret(&secret, Algorithm::Argon2id, Version::V0x13, params).unwrap();
     let mut tag = [0u8; 32];
-    argon2
-        .hash_password_into(&[0x01; 32], &[0x02; 16], &mut tag)
-        .unwrap();
+    argon2.hash_password_into(&[0x01; 32], &[0x02; 16], &mut tag).unwrap();
     assert_eq!(
         hex::encode(tag),
         "0d640df58d78766c08c037a34a8b53c9d01ef0452d75b65eb52520e96b01e659"
@@ -127,11 +110,7 @@ const FOREIGN_SEGMENT: &str = "07000000101112131415161718191a1b\
 fn foreign_setup() -> (MasterKey, StoreId, CellAd) {
     let master = MasterKey::from_bytes(core::array::from_fn(|i| i as u8));
     let store = StoreId::from_hex("a0a1a2a3a4a5a6a7a8a9aaabacadaeaf").unwrap();
-    let ad = CellAd {
-        cell: 0x0102_0304_0506_0708,
-        version: 42,
-        segment: 3,
-    };
+    let ad = CellAd { cell: 0x0102_0304_0506_0708, version: 42, segment: 3 };
     (master, store, ad)
 }
 
@@ -142,22 +121,13 @@ fn opens_segment_sealed_by_independent_implementation() {
     // Any sealer that has reached epoch 7 can read it: epoch 7 itself, and a later one.
     for epoch in [7, 9] {
         let sealer = CellSealer::new(&master, store, epoch);
-        assert_eq!(
-            sealer.open(&ad, &sealed).unwrap(),
-            b"blindfold known-answer test"
-        );
+        assert_eq!(sealer.open(&ad, &sealed).unwrap(), b"blindfold known-answer test");
         let mut buf = sealed.clone();
-        assert_eq!(
-            sealer.open_in_place(&ad, &mut buf).unwrap(),
-            b"blindfold known-answer test"
-        );
+        assert_eq!(sealer.open_in_place(&ad, &mut buf).unwrap(), b"blindfold known-answer test");
     }
     // A sealer still at epoch 6 must refuse the epoch-7 segment.
     let early = CellSealer::new(&master, store, 6);
-    assert!(matches!(
-        early.open(&ad, &sealed),
-        Err(CryptoError::Integrity { .. })
-    ));
+    assert!(matches!(early.open(&ad, &sealed), Err(CryptoError::Integrity { .. })));
 }
 
 #[test]
@@ -168,22 +138,15 @@ fn our_segments_have_the_documented_layout() {
     let sealed = sealer.seal(&ad, plaintext).unwrap();
     assert_eq!(sealed.len(), plaintext.len() + CellSealer::OVERHEAD);
     assert_eq!(CellSealer::OVERHEAD, 4 + 12 + 16);
-    assert_eq!(
-        &sealed[..4],
-        &[0x0d, 0x0c, 0x0b, 0x0a],
-        "epoch u32 LE first"
-    );
+    assert_eq!(&sealed[..4], &[0x0d, 0x0c, 0x0b, 0x0a], "epoch u32 LE first");
 
     // Decrypt with ring directly, from the documented key schedule and AD alone.
     let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &store.0).extract(master.expose_bytes());
     let mut key = [0u8; 32];
-    prk.expand(
-        &[b"blindfold/seal/v1", &0x0a0b_0c0du32.to_le_bytes()],
-        Len(32),
-    )
-    .unwrap()
-    .fill(&mut key)
-    .unwrap();
+    prk.expand(&[b"blindfold/seal/v1", &0x0a0b_0c0du32.to_le_bytes()], Len(32))
+        .unwrap()
+        .fill(&mut key)
+        .unwrap();
     let mut aad = b"blindfold-cell-v1".to_vec();
     aad.extend_from_slice(&store.0);
     aad.extend_from_slice(&ad.cell.to_le_bytes());
@@ -192,8 +155,6 @@ fn our_segments_have_the_documented_layout() {
     let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &key).unwrap());
     let nonce = Nonce::try_assume_unique_for_key(&sealed[4..16]).unwrap();
     let mut body = sealed[16..].to_vec();
-    let opened = key
-        .open_in_place(nonce, Aad::from(&aad[..]), &mut body)
-        .unwrap();
+    let opened = key.open_in_place(nonce, Aad::from(&aad[..]), &mut body).unwrap();
     assert_eq!(opened, plaintext);
 }

@@ -16,9 +16,7 @@ fn pass(s: &str) -> Passphrase {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
 }
 
 const FIXTURE_MASTER: &str = "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f";
@@ -36,10 +34,7 @@ fn raw_key_file_round_trip() {
     let loaded = load_key_file(&path, None).unwrap();
     assert_eq!(created, loaded);
     // A passphrase handed to a raw file is ignored.
-    assert_eq!(
-        load_key_file(&path, Some(&pass("unused"))).unwrap(),
-        created
-    );
+    assert_eq!(load_key_file(&path, Some(&pass("unused"))).unwrap(), created);
 
     let json: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
     assert_eq!(json["format"], "blindfold-key");
@@ -63,10 +58,7 @@ fn key_file_is_created_private_and_temp_files_are_gone() {
     create_key_file(&path, None).unwrap();
     assert_eq!(mode(&path), 0o600);
     assert!(key_file_permissions_ok(&path).unwrap());
-    let names: Vec<_> = fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["master.key"], "leftover files: {names:?}");
 }
 
@@ -102,27 +94,17 @@ fn refuses_to_overwrite() {
         }
         other => panic!("expected KeyFile, got {other:?}"),
     }
-    assert_eq!(
-        fs::read(&path).unwrap(),
-        before,
-        "existing file was changed"
-    );
+    assert_eq!(fs::read(&path).unwrap(), before, "existing file was changed");
     assert_eq!(load_key_file(&path, None).unwrap(), first);
 
     // Not even an unrelated file (or a dangling symlink) is replaced.
     let other = dir.path().join("notes.txt");
     fs::write(&other, b"keep me").unwrap();
-    assert!(matches!(
-        create_key_file(&other, None),
-        Err(CryptoError::KeyFile { .. })
-    ));
+    assert!(matches!(create_key_file(&other, None), Err(CryptoError::KeyFile { .. })));
     assert_eq!(fs::read(&other).unwrap(), b"keep me");
     let link = dir.path().join("dangling.key");
     std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
-    assert!(matches!(
-        create_key_file(&link, None),
-        Err(CryptoError::KeyFile { .. })
-    ));
+    assert!(matches!(create_key_file(&link, None), Err(CryptoError::KeyFile { .. })));
     assert!(!dir.path().join("nowhere").exists());
 }
 
@@ -130,14 +112,8 @@ fn refuses_to_overwrite() {
 fn missing_directory_is_an_io_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("no/such/dir/master.key");
-    assert!(matches!(
-        create_key_file(&path, None),
-        Err(CryptoError::Io { .. })
-    ));
-    assert!(matches!(
-        load_key_file(&path, None),
-        Err(CryptoError::Io { .. })
-    ));
+    assert!(matches!(create_key_file(&path, None), Err(CryptoError::Io { .. })));
+    assert!(matches!(load_key_file(&path, None), Err(CryptoError::Io { .. })));
 }
 
 #[test]
@@ -149,10 +125,7 @@ fn passphrase_key_file_right_wrong_missing() {
     assert_eq!(mode(&path), 0o600);
 
     let text = fs::read_to_string(&path).unwrap();
-    assert!(
-        !text.contains(&hex::encode(created.expose_bytes())),
-        "master key stored in the clear"
-    );
+    assert!(!text.contains(&hex::encode(created.expose_bytes())), "master key stored in the clear");
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(json["kind"], "argon2id");
     assert_eq!(json["m_cost_kib"], kdf.m_cost_kib);
@@ -162,10 +135,7 @@ fn passphrase_key_file_right_wrong_missing() {
     assert_eq!(json["wrapped"].as_str().unwrap().len(), 2 * (12 + 32 + 16));
     assert!(json.get("key").is_none());
 
-    assert_eq!(
-        load_key_file(&path, Some(&pass("open sesame"))).unwrap(),
-        created
-    );
+    assert_eq!(load_key_file(&path, Some(&pass("open sesame"))).unwrap(), created);
     assert!(matches!(
         load_key_file(&path, Some(&pass("open sesame!"))),
         Err(CryptoError::WrongPassphrase { path: p }) if p == path
@@ -198,27 +168,12 @@ fn tampered_wrapped_key_is_refused() {
 fn empty_passphrase_and_bad_kdf_params_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("master.key");
-    assert!(matches!(
-        create_key_file(&path, Some(&pass(""))),
-        Err(CryptoError::KeyFile { .. })
-    ));
+    assert!(matches!(create_key_file(&path, Some(&pass(""))), Err(CryptoError::KeyFile { .. })));
     let bad = [
-        KdfParams {
-            m_cost_kib: 4,
-            ..KdfParams::insecure_for_tests()
-        },
-        KdfParams {
-            t_cost: 0,
-            ..KdfParams::insecure_for_tests()
-        },
-        KdfParams {
-            p_cost: 0,
-            ..KdfParams::insecure_for_tests()
-        },
-        KdfParams {
-            m_cost_kib: KdfParams::MAX_M_COST_KIB + 1,
-            ..KdfParams::default()
-        },
+        KdfParams { m_cost_kib: 4, ..KdfParams::insecure_for_tests() },
+        KdfParams { t_cost: 0, ..KdfParams::insecure_for_tests() },
+        KdfParams { p_cost: 0, ..KdfParams::insecure_for_tests() },
+        KdfParams { m_cost_kib: KdfParams::MAX_M_COST_KIB + 1, ..KdfParams::default() },
     ];
     for kdf in bad {
         assert!(kdf.validate().is_err(), "{kdf:?}");
@@ -256,10 +211,7 @@ fn loads_fixture_files_from_independent_implementation() {
         load_key_file(&argon, Some(&pass("correct horse battery stapler"))),
         Err(CryptoError::WrongPassphrase { .. })
     ));
-    assert!(matches!(
-        load_key_file(&argon, None),
-        Err(CryptoError::PassphraseRequired { .. })
-    ));
+    assert!(matches!(load_key_file(&argon, None), Err(CryptoError::PassphraseRequired { .. })));
 }
 
 #[test]
@@ -314,10 +266,7 @@ fn malformed_key_files_are_refused_without_echoing_secrets() {
         fs::write(&path, contents).unwrap();
         let err = load_key_file(&path, Some(&pass("pw"))).unwrap_err();
         let msg = err.to_string();
-        assert!(
-            matches!(err, CryptoError::KeyFile { .. }),
-            "case {i}: {err:?}"
-        );
+        assert!(matches!(err, CryptoError::KeyFile { .. }), "case {i}: {err:?}");
         assert!(msg.contains(expected), "case {i}: {msg}");
         assert!(!msg.contains("deadbeef"), "case {i} echoes the key: {msg}");
     }

@@ -16,11 +16,7 @@ fn store() -> StoreId {
 }
 
 fn ad() -> CellAd {
-    CellAd {
-        cell: 1234,
-        version: 5,
-        segment: 2,
-    }
+    CellAd { cell: 1234, version: 5, segment: 2 }
 }
 
 fn assert_integrity(result: Result<Vec<u8>, CryptoError>, ad: &CellAd, what: &str) {
@@ -103,12 +99,8 @@ fn every_flipped_byte_is_detected() {
     let sealer = CellSealer::new(&master(), store(), 5);
     let sealed = sealer.seal(&ad(), PLAINTEXT).unwrap();
     let n = sealed.len();
-    let classes = [
-        ("epoch", 0..4),
-        ("nonce", 4..16),
-        ("ciphertext", 16..n - 16),
-        ("tag", n - 16..n),
-    ];
+    let classes =
+        [("epoch", 0..4), ("nonce", 4..16), ("ciphertext", 16..n - 16), ("tag", n - 16..n)];
     for (class, range) in classes {
         for pos in range {
             for bit in [0x01u8, 0x80] {
@@ -116,10 +108,7 @@ fn every_flipped_byte_is_detected() {
                 bad[pos] ^= bit;
                 let what = format!("{class} byte {pos} bit {bit:#x}");
                 assert_integrity(sealer.open(&ad(), &bad), &ad(), &what);
-                assert!(
-                    sealer.open_in_place(&ad(), &mut bad).is_err(),
-                    "{what} (in place)"
-                );
+                assert!(sealer.open_in_place(&ad(), &mut bad).is_err(), "{what} (in place)");
             }
         }
     }
@@ -145,10 +134,7 @@ fn failed_open_in_place_leaves_no_plaintext() {
 fn swapped_cell_is_detected() {
     let sealer = CellSealer::new(&master(), store(), 0);
     let sealed = sealer.seal(&ad(), PLAINTEXT).unwrap();
-    let other = CellAd {
-        cell: ad().cell + 1,
-        ..ad()
-    };
+    let other = CellAd { cell: ad().cell + 1, ..ad() };
     assert_integrity(sealer.open(&other, &sealed), &other, "other cell");
 }
 
@@ -156,10 +142,7 @@ fn swapped_cell_is_detected() {
 fn rolled_back_version_is_detected() {
     let sealer = CellSealer::new(&master(), store(), 0);
     let old = sealer.seal(&ad(), b"old contents").unwrap();
-    let newer = CellAd {
-        version: ad().version + 1,
-        ..ad()
-    };
+    let newer = CellAd { version: ad().version + 1, ..ad() };
     let new = sealer.seal(&newer, b"new contents").unwrap();
     assert_eq!(sealer.open(&newer, &new).unwrap(), b"new contents");
     // The store answers the read of version 6 with the stored version-5 segment.
@@ -170,10 +153,7 @@ fn rolled_back_version_is_detected() {
 fn swapped_segment_is_detected() {
     let sealer = CellSealer::new(&master(), store(), 0);
     let sealed = sealer.seal(&ad(), PLAINTEXT).unwrap();
-    let other = CellAd {
-        segment: ad().segment + 1,
-        ..ad()
-    };
+    let other = CellAd { segment: ad().segment + 1, ..ad() };
     assert_integrity(sealer.open(&other, &sealed), &other, "other segment");
 }
 
@@ -198,10 +178,7 @@ fn truncated_input_is_malformed() {
             "{len} bytes"
         );
         assert!(
-            matches!(
-                sealer.open_in_place(&ad(), &mut short),
-                Err(CryptoError::Malformed(_))
-            ),
+            matches!(sealer.open_in_place(&ad(), &mut short), Err(CryptoError::Malformed(_))),
             "{len} bytes in place"
         );
     }
@@ -252,10 +229,7 @@ fn last_epoch_runs_out_cleanly() {
     let sealer = CellSealer::new(&master(), store(), u32::MAX).with_rotation_limit(2);
     let a = sealer.seal(&ad(), PLAINTEXT).unwrap();
     sealer.seal(&ad(), PLAINTEXT).unwrap();
-    assert!(matches!(
-        sealer.seal(&ad(), PLAINTEXT),
-        Err(CryptoError::EpochsExhausted)
-    ));
+    assert!(matches!(sealer.seal(&ad(), PLAINTEXT), Err(CryptoError::EpochsExhausted)));
     assert_eq!(sealer.current_epoch(), u32::MAX);
     assert_eq!(sealer.open(&ad(), &a).unwrap(), PLAINTEXT);
 }
@@ -272,10 +246,7 @@ fn concurrent_seals_use_each_epoch_exactly_limit_times() {
             std::thread::spawn(move || {
                 (0..PER_THREAD)
                     .map(|i| {
-                        let ad = CellAd {
-                            cell: t * PER_THREAD + i,
-                            ..ad()
-                        };
+                        let ad = CellAd { cell: t * PER_THREAD + i, ..ad() };
                         let sealed = sealer.seal(&ad, PLAINTEXT).unwrap();
                         assert_eq!(sealer.open(&ad, &sealed).unwrap(), PLAINTEXT);
                         epoch_of(&sealed)
@@ -300,10 +271,7 @@ fn concurrent_seals_use_each_epoch_exactly_limit_times() {
 
 #[test]
 fn integrity_error_message_explains() {
-    let err = CryptoError::Integrity {
-        cell: 77,
-        segment: 1,
-    };
+    let err = CryptoError::Integrity { cell: 77, segment: 1 };
     let msg = err.to_string();
     assert!(msg.contains("integrity check failed for cell 77"), "{msg}");
     assert!(msg.contains("modified, swapped or rolled back"), "{msg}");

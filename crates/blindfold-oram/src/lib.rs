@@ -59,7 +59,8 @@ use serde::{Deserialize, Serialize};
 
 pub use error::OramError;
 pub use path::{
-    PathOram, PathOramConfig, PathOramConfigBuilder, PathOramState, PathOramStats, PosMapMode,
+    BulkLoad, PathOram, PathOramConfig, PathOramConfigBuilder, PathOramState, PathOramStats,
+    PosMapMode,
 };
 pub use tree::TreeShape;
 

@@ -14,6 +14,20 @@
 //! The top `cache_levels` levels of every tree can be kept in trusted memory; their buckets
 //! are then never read from or written to the store.
 //!
+//! # Bulk loading
+//!
+//! A *fresh* ORAM can be filled with initial contents without one full access per block:
+//! [`PathOram::bulk_load`] starts a [`BulkLoad`], and [`PathOram::bulk_load_step`] hands out the
+//! plaintext of every bucket of every tree, a batch at a time, for the driver to write. Each
+//! block gets a uniformly random leaf and is placed greedily as deep as possible on its path
+//! (the buckets are filled in post-order, each taking up to `Z` of the blocks below it that did
+//! not fit deeper; what does not fit in the root goes to the stash). With a recursive position
+//! map, each position-map tree is then loaded the same way with the leaves of the tree below as
+//! its contents, and the in-memory map receives the leaves of the last tree. Afterwards the ORAM
+//! reads and behaves exactly as if every block had been written through it: each block lies on
+//! the path to its own uniformly random leaf, or in the stash. Trusted memory during the load is
+//! about 12 bytes per block (leaf and sorted id) plus one batch; buckets are built on demand.
+//!
 //! # Bucket format (plaintext; the driver seals it into one cell)
 //!
 //! `Z` slots of `12 + block_size` bytes: `id + 1` as u64 LE (0 marks an empty slot), the
@@ -26,17 +40,23 @@
 //! every path chosen by a leaf drawn uniformly at random when the block was last remapped and
 //! never used since. The store learns the number and timing of accesses, nothing else. Blocks
 //! that were never written are fetched along a fresh random path, exactly like others.
+//!
+//! A bulk load writes every stored bucket of every tree exactly once, in a fixed order (the data
+//! tree, then each position-map tree; within a tree, buckets in post-order), and reads nothing.
+//! That order and the batch sizes depend only on the public parameters, never on the contents
+//! or the leaves, so the store learns only that a load of this size took place (and its timing).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use blindfold_store::CellId;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::{BlockId, BucketId, Leaf, OramError, Op, Progress, Result, TreeShape};
+use crate::{BlockId, BucketId, Leaf, Op, OramError, Progress, Result, TreeShape};
 
 /// Bytes of per-slot header in a bucket: block id + 1 (u64) and leaf (u32).
 pub const SLOT_HEADER: usize = 12;
@@ -152,7 +172,10 @@ impl PathOramConfig {
     }
     /// Cells read (and written) by one logical access.
     pub fn cells_per_access(&self) -> u64 {
-        self.trees.iter().map(|t| u64::from(t.shape.levels().saturating_sub(self.cache_levels))).sum()
+        self.trees
+            .iter()
+            .map(|t| u64::from(t.shape.levels().saturating_sub(self.cache_levels)))
+            .sum()
     }
 }
 
@@ -348,6 +371,8 @@ pub struct PathOram {
     rng: ChaCha20Rng,
     cur: Option<Cursor>,
     stats: PathOramStats,
+    /// Identifier of the bulk load in progress, if any.
+    loading: Option<u64>,
 }
 
 impl std::fmt::Debug for PathOram {
@@ -374,7 +399,7 @@ impl PathOram {
         let trees =
             config.trees.iter().map(|&l| Tree::new(l, config.cache_levels, bucket)).collect();
         let top = vec![0u32; config.in_memory_entries() as usize];
-        Self { config, trees, top, rng, cur: None, stats: PathOramStats::default() }
+        Self { config, trees, top, rng, cur: None, stats: PathOramStats::default(), loading: None }
     }
 
     /// Continues from exported trusted state, with a fresh generator.
@@ -404,11 +429,17 @@ impl PathOram {
     /// Exports the trusted state. Only between accesses.
     pub fn export_state(&self) -> Result<PathOramState> {
         if self.cur.is_some() {
-            return Err(OramError::Protocol("cannot export state in the middle of an access".into()));
+            return Err(OramError::Protocol(
+                "cannot export state in the middle of an access".into(),
+            ));
+        }
+        if self.loading.is_some() {
+            return Err(OramError::Protocol("cannot export state during a bulk load".into()));
         }
         let mut stashes = Vec::new();
         for t in &self.trees {
-            let mut s: Vec<_> = t.stash.iter().map(|(&id, e)| (id, e.leaf, e.data.clone())).collect();
+            let mut s: Vec<_> =
+                t.stash.iter().map(|(&id, e)| (id, e.leaf, e.data.clone())).collect();
             s.sort_unstable_by_key(|e| e.0);
             stashes.push(s);
         }
@@ -440,7 +471,8 @@ impl PathOram {
     pub fn trusted_bytes(&self) -> u64 {
         let entry = (self.config.block_size as usize + 48) as u64; // data + map overhead
         let stash: u64 = self.trees.iter().map(|t| t.stash.len() as u64 * entry).sum();
-        let cache: u64 = self.trees.iter().map(|t| (t.cache.len() * self.config.bucket_bytes()) as u64).sum();
+        let cache: u64 =
+            self.trees.iter().map(|t| (t.cache.len() * self.config.bucket_bytes()) as u64).sum();
         self.top.len() as u64 * 4 + stash + cache
     }
 
@@ -463,10 +495,11 @@ impl PathOram {
         self.cur.is_some()
     }
 
-    /// Abandons an access in progress. The trusted state may then disagree with the store;
-    /// use only before discarding this instance.
+    /// Abandons an access or a bulk load in progress. The trusted state may then disagree with
+    /// the store; use only before discarding this instance.
     pub fn abort(&mut self) {
         self.cur = None;
+        self.loading = None;
     }
 
     fn random_leaf(&mut self, tree: usize) -> Leaf {
@@ -477,6 +510,9 @@ impl PathOram {
     pub fn start(&mut self, block: BlockId, op: Op) -> Result<Vec<CellId>> {
         if self.cur.is_some() {
             return Err(OramError::Protocol("an access is already in progress".into()));
+        }
+        if self.loading.is_some() {
+            return Err(OramError::Protocol("a bulk load is in progress".into()));
         }
         if block.0 >= self.config.blocks {
             return Err(OramError::BlockOutOfRange { block: block.0, blocks: self.config.blocks });
@@ -504,7 +540,8 @@ impl PathOram {
         let new_leaf = self.random_leaf(top_tree);
         self.top[slot] = new_leaf.0 as u32 + 1;
         let read = self.trees[top_tree].path_cells(leaf);
-        self.cur = Some(Cursor { op: Some(op), ids, tree: top_tree, leaf, new_leaf, expect: read.len() });
+        self.cur =
+            Some(Cursor { op: Some(op), ids, tree: top_tree, leaf, new_leaf, expect: read.len() });
         Ok(read)
     }
 
@@ -516,7 +553,11 @@ impl PathOram {
             .take()
             .ok_or_else(|| OramError::Protocol("feed called with no access in progress".into()))?;
         if fetched.len() != cur.expect {
-            let e = OramError::Protocol(format!("fed {} cells, expected {}", fetched.len(), cur.expect));
+            let e = OramError::Protocol(format!(
+                "fed {} cells, expected {}",
+                fetched.len(),
+                cur.expect
+            ));
             self.cur = Some(cur);
             return Err(e);
         }
@@ -675,5 +716,337 @@ impl PathOram {
         }
         writes.reverse();
         writes
+    }
+}
+
+/// Source of unique identifiers tying a [`BulkLoad`] to the [`PathOram`] that started it.
+static NEXT_LOAD: AtomicU64 = AtomicU64::new(1);
+
+/// A bulk load of a fresh [`PathOram`] in progress: start it with [`PathOram::bulk_load`] and
+/// drive it with [`PathOram::bulk_load_step`] until that returns `None`.
+///
+/// It owns everything the load needs between steps — the leaf of every block of the tree being
+/// loaded (and of the tree below it), the blocks sorted by leaf, and the blocks carried up the
+/// tree that did not fit deeper — about 12 bytes per block. It can be kept for as long as the
+/// driver likes between steps, but belongs to the ORAM that started it.
+pub struct BulkLoad {
+    /// Identifier shared with the ORAM that started the load.
+    id: u64,
+    /// Tree being loaded: 0 is the data tree, then the position-map trees; equal to the number
+    /// of trees once everything is loaded.
+    tree: usize,
+    /// Leaf of every block of the tree being loaded.
+    leaves: Vec<u32>,
+    /// Leaf of every block of the tree below; a position-map tree's blocks hold these entries.
+    below: Vec<u32>,
+    /// Block ids of the tree being loaded, sorted by leaf (then id).
+    order: Vec<u64>,
+    /// Blocks in `order` before this index are placed already (or carried up the tree).
+    cursor: usize,
+    /// Next bucket of the tree to fill, in post-order; `None` once the tree is complete.
+    next: Option<u64>,
+    /// Blocks left over by a completed left child at each level, waiting for its sibling.
+    pending: Vec<Vec<u64>>,
+    /// Blocks left over by the bucket filled last.
+    carry: Vec<u64>,
+    /// Cells handed to the driver so far.
+    cells_done: u64,
+    /// Cells the whole load hands to the driver.
+    total_cells: u64,
+    /// An error interrupted the load; it cannot continue.
+    failed: bool,
+}
+
+impl std::fmt::Debug for BulkLoad {
+    // Leaves are secrets: print only the progress, which is public.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BulkLoad")
+            .field("tree", &self.tree)
+            .field("cells_done", &self.cells_done)
+            .field("total_cells", &self.total_cells)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BulkLoad {
+    /// Cells handed out so far.
+    pub fn cells_done(&self) -> u64 {
+        self.cells_done
+    }
+
+    /// Cells the whole load hands out: every bucket of every tree except the cached ones.
+    pub fn total_cells(&self) -> u64 {
+        self.total_cells
+    }
+
+    /// Whether every cell has been handed out and the trusted state is complete.
+    pub fn is_finished(&self) -> bool {
+        self.next.is_none() && !self.failed
+    }
+}
+
+/// The bucket after `b` in a post-order walk of `shape` (left subtree, right subtree, node).
+fn post_order_next(shape: TreeShape, b: u64) -> Option<u64> {
+    if b == 0 {
+        return None;
+    }
+    if b & 1 == 0 {
+        // A right child: its parent comes next.
+        return Some((b - 1) / 2);
+    }
+    // A left child: next is the leftmost leaf below its right sibling.
+    let mut s = b + 1;
+    for _ in shape.level_of(BucketId(s))..shape.height() {
+        s = 2 * s + 1;
+    }
+    Some(s)
+}
+
+impl PathOram {
+    /// Starts a bulk load of this ORAM; see the module docs and [`PathOram::bulk_load_step`].
+    ///
+    /// Only a fresh ORAM can be bulk loaded: one that has never completed or begun an access,
+    /// whose stashes and cached buckets are empty and whose position map is unassigned.
+    /// Anything else is refused with [`OramError::Protocol`]. Until the load finishes, accesses
+    /// and [`PathOram::export_state`] are refused.
+    ///
+    /// # Security
+    ///
+    /// The leaves are drawn here from this ORAM's generator, as the accesses would draw them.
+    /// What the store sees is the list of cells [`PathOram::bulk_load_step`] returns, which
+    /// depends on the public parameters only.
+    pub fn bulk_load(&mut self) -> Result<BulkLoad> {
+        if self.cur.is_some() {
+            return Err(OramError::Protocol("cannot bulk load during an access".into()));
+        }
+        if self.loading.is_some() {
+            return Err(OramError::Protocol("a bulk load is already in progress".into()));
+        }
+        let fresh = self.stats.accesses == 0
+            && self.top.iter().all(|&e| e == 0)
+            && self
+                .trees
+                .iter()
+                .all(|t| t.stash.is_empty() && t.cache.iter().all(|b| b.iter().all(|&x| x == 0)));
+        if !fresh {
+            return Err(OramError::Protocol(
+                "only a fresh ORAM (no access ever made) can be bulk loaded".into(),
+            ));
+        }
+        let total_cells =
+            self.trees.iter().map(|t| t.layout.shape.buckets() - t.cache.len() as u64).sum();
+        let id = NEXT_LOAD.fetch_add(1, Ordering::Relaxed);
+        let mut load = BulkLoad {
+            id,
+            tree: 0,
+            leaves: Vec::new(),
+            below: Vec::new(),
+            order: Vec::new(),
+            cursor: 0,
+            next: None,
+            pending: Vec::new(),
+            carry: Vec::new(),
+            cells_done: 0,
+            total_cells,
+            failed: false,
+        };
+        self.bulk_start_tree(&mut load);
+        self.loading = Some(id);
+        Ok(load)
+    }
+
+    /// Continues a bulk load: returns the next batch of at most `max_cells` (at least one)
+    /// plaintext cells for the driver to write, or `None` once the load is complete and this
+    /// ORAM is ready for accesses. Batches may be written in any order, but all of them must be
+    /// written before the first access.
+    ///
+    /// `data` gives the initial contents of each data block and is called once per block, in
+    /// an order that depends on the leaves; every result must be exactly `block_size` bytes,
+    /// or the load fails with [`OramError::WrongBlockSize`]. Any error ends the load for good:
+    /// the instance must then be discarded (see [`PathOram::abort`]).
+    ///
+    /// Blocks that do not fit in the tree end up in the stash; as after an access,
+    /// [`PathOram::check_stash`] reports whether that exceeds the bound.
+    ///
+    /// # Security
+    ///
+    /// Every stored bucket of every tree is returned exactly once, trees in order (data tree
+    /// first), the buckets of each tree in post-order, cached levels left out (they go to trusted
+    /// memory), cut into batches of exactly `max_cells` cells except the last. The sequence is a
+    /// function of the configuration and of `max_cells` alone.
+    // The plain type says exactly what a driver gets; an alias would only hide it.
+    #[allow(clippy::type_complexity)]
+    pub fn bulk_load_step(
+        &mut self,
+        load: &mut BulkLoad,
+        data: &mut dyn FnMut(BlockId) -> Vec<u8>,
+        max_cells: usize,
+    ) -> Result<Option<Vec<(CellId, Vec<u8>)>>> {
+        if load.failed {
+            return Err(OramError::Protocol("this bulk load failed earlier".into()));
+        }
+        if load.tree == self.trees.len() {
+            return Ok(None);
+        }
+        if self.loading != Some(load.id) {
+            return Err(OramError::Protocol("this bulk load belongs to another ORAM".into()));
+        }
+        let max_cells = max_cells.max(1);
+        let left = usize::try_from(load.total_cells - load.cells_done).unwrap_or(usize::MAX);
+        let mut batch = Vec::with_capacity(max_cells.min(left));
+        while batch.len() < max_cells && load.tree < self.trees.len() {
+            match self.bulk_fill(load, data) {
+                Ok(Some(cell)) => batch.push(cell),
+                Ok(None) => {}
+                Err(e) => {
+                    load.failed = true;
+                    return Err(e);
+                }
+            }
+        }
+        if load.tree == self.trees.len() {
+            self.loading = None;
+            if batch.is_empty() {
+                return Ok(None);
+            }
+        }
+        Ok(Some(batch))
+    }
+
+    /// Draws the leaves of tree `load.tree` and prepares the walk over its buckets.
+    fn bulk_start_tree(&mut self, load: &mut BulkLoad) {
+        let k = load.tree;
+        let layout = self.trees[k].layout;
+        let leaves: Vec<u32> = (0..layout.blocks).map(|_| self.random_leaf(k).0 as u32).collect();
+        let mut order = std::mem::take(&mut load.order);
+        order.clear();
+        order.extend(0..layout.blocks);
+        order.sort_unstable_by_key(|&id| (leaves[id as usize], id));
+        load.leaves = leaves;
+        load.order = order;
+        load.cursor = 0;
+        load.pending = vec![Vec::new(); layout.shape.levels() as usize];
+        load.carry = Vec::new();
+        // The walk starts at the leftmost leaf.
+        load.next = Some(layout.shape.leaves() - 1);
+    }
+
+    /// Fills the next bucket of the walk. Returns it as a cell to write, or `None` if it is
+    /// cached in trusted memory.
+    fn bulk_fill(
+        &mut self,
+        load: &mut BulkLoad,
+        data: &mut dyn FnMut(BlockId) -> Vec<u8>,
+    ) -> Result<Option<(CellId, Vec<u8>)>> {
+        let k = load.tree;
+        let z = self.config.z as usize;
+        let block_size = self.config.block_size as usize;
+        let slot = SLOT_HEADER + block_size;
+        let per_block = self.config.entries_per_block() as usize;
+        let shape = self.trees[k].layout.shape;
+        let b = load.next.expect("a tree being loaded has a next bucket");
+        let level = shape.level_of(BucketId(b)) as usize;
+
+        // The blocks that may go here: those of this leaf, or those left over by both children.
+        let mut here = match shape.leaf_of(BucketId(b)) {
+            Some(leaf) => {
+                let start = load.cursor;
+                while load.cursor < load.order.len()
+                    && u64::from(load.leaves[load.order[load.cursor] as usize]) == leaf.0
+                {
+                    load.cursor += 1;
+                }
+                load.order[start..load.cursor].to_vec()
+            }
+            None => {
+                let mut v = std::mem::take(&mut load.pending[level + 1]);
+                v.append(&mut load.carry);
+                v
+            }
+        };
+        let rest = here.split_off(here.len().min(z));
+
+        let contents = |load: &BulkLoad, data: &mut dyn FnMut(BlockId) -> Vec<u8>, id: u64| {
+            if k == 0 {
+                let d = data(BlockId(id));
+                if d.len() != block_size {
+                    return Err(OramError::WrongBlockSize {
+                        got: d.len(),
+                        expected: block_size as u32,
+                    });
+                }
+                Ok(d)
+            } else {
+                // A position-map block: the entries (leaf + 1) of its blocks in the tree below.
+                let mut d = vec![0u8; block_size];
+                let first = id as usize * per_block;
+                let last = (first + per_block).min(load.below.len());
+                for (i, &leaf) in load.below[first..last].iter().enumerate() {
+                    d[i * 4..i * 4 + 4].copy_from_slice(&(leaf + 1).to_le_bytes());
+                }
+                Ok(d)
+            }
+        };
+
+        let bucket_bytes = self.config.bucket_bytes();
+        let mut bucket = vec![0u8; bucket_bytes];
+        for (s, &id) in here.iter().enumerate() {
+            let d = contents(load, data, id)?;
+            let raw = &mut bucket[s * slot..(s + 1) * slot];
+            raw[..8].copy_from_slice(&(id + 1).to_le_bytes());
+            raw[8..12].copy_from_slice(&load.leaves[id as usize].to_le_bytes());
+            raw[SLOT_HEADER..].copy_from_slice(&d);
+        }
+        if b == 0 {
+            // What does not fit in the root stays in the stash.
+            for id in rest {
+                let d = contents(load, data, id)?;
+                let leaf = load.leaves[id as usize];
+                self.trees[k].stash.insert(id, Entry { leaf, data: d });
+            }
+        } else if b & 1 == 1 {
+            load.pending[level] = rest;
+        } else {
+            load.carry = rest;
+        }
+
+        load.next = post_order_next(shape, b);
+        let tree = &mut self.trees[k];
+        let out = if (level as u32) < tree.cache_levels {
+            tree.cache[b as usize] = bucket;
+            None
+        } else {
+            load.cells_done += 1;
+            Some((CellId(tree.layout.base + b), bucket))
+        };
+        if load.next.is_none() {
+            self.bulk_finish_tree(load);
+        }
+        Ok(out)
+    }
+
+    /// Completes tree `load.tree` and moves on to the next one, or finishes the load.
+    fn bulk_finish_tree(&mut self, load: &mut BulkLoad) {
+        let k = load.tree;
+        let stash = self.trees[k].stash.len();
+        self.trees[k].max_stash = self.trees[k].max_stash.max(stash);
+        if k == 0 {
+            self.stats.max_stash = self.stats.max_stash.max(stash);
+        }
+        load.below = std::mem::take(&mut load.leaves);
+        load.tree += 1;
+        if load.tree < self.trees.len() {
+            self.bulk_start_tree(load);
+        } else {
+            // The in-memory map receives the leaves of the last tree.
+            for (entry, &leaf) in self.top.iter_mut().zip(&load.below) {
+                *entry = leaf + 1;
+            }
+            load.below = Vec::new();
+            load.order = Vec::new();
+            load.pending = Vec::new();
+            load.carry = Vec::new();
+        }
     }
 }

@@ -8,7 +8,9 @@ use blindfold_store::StoreError;
 pub enum ProxyError {
     /// A cell failed authentication: the store modified, swapped or rolled back data. The
     /// access did not complete and no data was returned.
-    #[error("integrity violation at cell {cell}: stored data was modified, swapped or rolled back")]
+    #[error(
+        "integrity violation at cell {cell}: stored data was modified, swapped or rolled back"
+    )]
     Integrity {
         /// The cell that failed.
         cell: u64,

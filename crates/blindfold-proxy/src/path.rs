@@ -2,6 +2,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blindfold_crypto::{CellAd, CellSealer, CryptoError};
+use blindfold_oram::path::BulkLoad;
 use blindfold_oram::{BlockId, Op, PathOram, PathOramConfig, PathOramState, Progress};
 use blindfold_store::{CellId, Geometry, Store, StoreError};
 use rand_chacha::ChaCha20Rng;
@@ -12,6 +13,9 @@ use crate::{ProxyError, Result, VersionTable};
 /// Bytes in front of the ciphertext in a sealed cell (key epoch and nonce); the rest of
 /// [`CellSealer::OVERHEAD`] is the tag at the end.
 const SEAL_HEADER: usize = CellSealer::OVERHEAD - 16;
+
+/// Cells sealed and written per batch by [`SealedPathOram::bulk_load`].
+const BULK_BATCH: usize = 256;
 
 /// How often a retryable storage error is retried before the access fails.
 #[derive(Clone, Copy, Debug)]
@@ -62,10 +66,8 @@ pub(crate) fn open_cells(
             continue;
         }
         let ad = CellAd { cell: cell.0, version, segment: 0 };
-        let len = sealer
-            .open_in_place(&ad, &mut buf)
-            .map_err(|source| integrity(cell.0, source))?
-            .len();
+        let len =
+            sealer.open_in_place(&ad, &mut buf).map_err(|source| integrity(cell.0, source))?.len();
         buf.truncate(SEAL_HEADER + len);
         buf.drain(..SEAL_HEADER);
         out.push(Some(buf));
@@ -116,6 +118,9 @@ pub struct SealedPathState {
 /// back, overlapping with the next round's read. Retryable storage errors are retried with
 /// backoff; any other failure part-way through an access *poisons* the instance, because the
 /// trusted state may no longer match the store — reload exported state to continue.
+///
+/// A fresh instance can be filled with initial contents by [`SealedPathOram::bulk_load`], which
+/// writes every cell once instead of running one access per block.
 pub struct SealedPathOram {
     oram: PathOram,
     store: Arc<dyn Store>,
@@ -255,6 +260,67 @@ impl SealedPathOram {
                 tracing::warn!(error = %e, "ORAM access failed part-way; instance poisoned");
                 Err(e)
             }
+        }
+    }
+
+    /// Fills a fresh ORAM so that every block `i` holds `data(BlockId(i))` (exactly
+    /// `block_size` bytes each), as if each had been written, but with every cell of the store
+    /// written once instead of one access per block. Cells are sealed and written in batches;
+    /// `progress(cells_done, total_cells)` is called before the first batch and after each.
+    ///
+    /// Refused (without poisoning) unless no access was ever made. Any failure part-way —
+    /// storage, sealing, a block of the wrong size — poisons the instance, as for an access.
+    /// Blocks that do not fit in the tree stay in the stash; if that exceeds the stash bound,
+    /// the load completes and [`blindfold_oram::OramError::StashOverflow`] is returned.
+    ///
+    /// # Security
+    ///
+    /// The store sees every cell written exactly once (under version 1 for a fresh store), in
+    /// an order and in batches fixed by the configuration alone; nothing is read.
+    pub async fn bulk_load<F: FnMut(BlockId) -> Vec<u8>>(
+        &mut self,
+        mut data: F,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<()> {
+        if self.poisoned {
+            return Err(ProxyError::Poisoned);
+        }
+        let mut load = self.oram.bulk_load()?;
+        let total = load.total_cells();
+        progress(0, total);
+        match self.run_bulk_load(&mut load, &mut data, &mut progress).await {
+            Ok(()) => {
+                tracing::debug!(cells = total, "bulk load complete");
+                self.oram.check_stash()?;
+                Ok(())
+            }
+            Err(e) => {
+                self.oram.abort();
+                self.poisoned = true;
+                tracing::warn!(error = %e, "bulk load failed part-way; instance poisoned");
+                Err(e)
+            }
+        }
+    }
+
+    // Generic rather than `dyn` so that the future is `Send` whenever the closures are.
+    async fn run_bulk_load<F, P>(
+        &mut self,
+        load: &mut BulkLoad,
+        data: &mut F,
+        progress: &mut P,
+    ) -> Result<()>
+    where
+        F: FnMut(BlockId) -> Vec<u8>,
+        P: FnMut(u64, u64),
+    {
+        let store = Arc::clone(&self.store);
+        loop {
+            let step = self.oram.bulk_load_step(load, data, BULK_BATCH)?;
+            let Some(batch) = step else { return Ok(()) };
+            let sealed = seal_cells(&self.sealer, &mut self.versions, batch)?;
+            write_sealed(&*store, self.retry, sealed).await?;
+            progress(load.cells_done(), load.total_cells());
         }
     }
 

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use blindfold_crypto::{CellSealer, MasterKey, StoreId};
 use blindfold_oram::{BlockId, Op, PathOram, PathOramConfig, PosMapMode};
 use blindfold_proxy::{ProxyError, SealedDirect, SealedPathOram, SealedPathState};
-use blindfold_store::{
-    CellId, FaultConfig, FaultStore, FileStore, MemoryStore, Store, SyncMode,
-};
+use blindfold_store::{CellId, FaultConfig, FaultStore, FileStore, MemoryStore, Store, SyncMode};
 use rand::{Rng, SeedableRng};
 use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
 
@@ -122,7 +120,7 @@ async fn state_survives_restart_on_file_store() {
         assert_eq!(&oram.read(BlockId(*b)).await.unwrap(), data);
     }
     drop(oram); // releases the file's lock
-    // Same store, wrong key: nothing decrypts.
+                // Same store, wrong key: nothing decrypts.
     let state: SealedPathState = serde_json::from_slice(&saved).unwrap();
     let store = Arc::new(FileStore::create_or_open(&path, g, SyncMode::OnFlush).unwrap());
     let mut wrong = SealedPathOram::from_state(
@@ -158,7 +156,11 @@ async fn expect_integrity_error(oram: &mut SealedPathOram, model: &HashMap<u64, 
     // The root bucket (cell 0) is on every path, so the very next access must fail.
     match oram.read(BlockId(3)).await {
         Err(ProxyError::Integrity { cell: 0, .. }) => {}
-        Ok(d) => panic!("tampering not detected; read returned {} bytes (correct: {})", d.len(), d == model[&3]),
+        Ok(d) => panic!(
+            "tampering not detected; read returned {} bytes (correct: {})",
+            d.len(),
+            d == model[&3]
+        ),
         Err(e) => panic!("expected an integrity error, got {e}"),
     }
     // The instance refuses to continue rather than risk inconsistent state.

@@ -58,9 +58,7 @@ impl Counts {
             bytes_read: self.bytes_read.saturating_sub(earlier.bytes_read),
             range_requests: self.range_requests.saturating_sub(earlier.range_requests),
             ranges_read: self.ranges_read.saturating_sub(earlier.ranges_read),
-            range_bytes_read: self
-                .range_bytes_read
-                .saturating_sub(earlier.range_bytes_read),
+            range_bytes_read: self.range_bytes_read.saturating_sub(earlier.range_bytes_read),
             write_requests: self.write_requests.saturating_sub(earlier.write_requests),
             cells_written: self.cells_written.saturating_sub(earlier.cells_written),
             bytes_written: self.bytes_written.saturating_sub(earlier.bytes_written),
@@ -111,10 +109,7 @@ pub struct CountingStore<S> {
 impl<S: Store> CountingStore<S> {
     /// Wraps `inner` with all counts at zero.
     pub fn new(inner: S) -> Self {
-        Self {
-            inner,
-            counters: Counters::default(),
-        }
+        Self { inner, counters: Counters::default() }
     }
 
     /// The totals so far.
@@ -192,10 +187,7 @@ impl<S: Store> Store for CountingStore<S> {
         add(&c.round_trips, 1);
         add(&c.write_requests, 1);
         add(&c.cells_written, cells.len() as u64);
-        add(
-            &c.bytes_written,
-            cells.iter().map(|(_, b)| b.len() as u64).sum(),
-        );
+        add(&c.bytes_written, cells.iter().map(|(_, b)| b.len() as u64).sum());
         self.inner.write(cells).await
     }
 

@@ -143,10 +143,6 @@ impl StoreError {
             source.kind(),
             Interrupted | WouldBlock | TimedOut | ConnectionReset | ConnectionAborted
         );
-        StoreError::Io {
-            context: context.into(),
-            source,
-            retryable,
-        }
+        StoreError::Io { context: context.into(), source, retryable }
     }
 }

@@ -173,11 +173,9 @@ impl FileStore {
                 .create_new(true)
                 .open(&tmp)
                 .map_err(|e| io("creating a temporary file for", e))?;
-            let len = (HEADER_LEN as u64)
-                .checked_add(geometry.total_bytes())
-                .ok_or_else(|| {
-                    StoreError::InvalidGeometry(format!("{geometry:?} is too large for one file"))
-                })?;
+            let len = (HEADER_LEN as u64).checked_add(geometry.total_bytes()).ok_or_else(|| {
+                StoreError::InvalidGeometry(format!("{geometry:?} is too large for one file"))
+            })?;
             preallocate(&file, len).map_err(|e| io("preallocating", e))?;
             file.write_all_at(&encode_header(geometry, file_id), 0)
                 .map_err(|e| io("writing the header of", e))?;
@@ -221,20 +219,12 @@ impl FileStore {
             .map_err(|e| io("syncing the directory of", e))?;
         lock(&file, path)?;
         tracing::debug!(path = %path.display(), ?geometry, "created store file");
-        Ok(Self {
-            path: path.to_path_buf(),
-            geometry,
-            sync,
-            file_id,
-            file: Arc::new(file),
-        })
+        Ok(Self { path: path.to_path_buf(), geometry, sync, file_id, file: Arc::new(file) })
     }
 
     fn check(file: File, path: &Path, wanted: Option<Geometry>, sync: SyncMode) -> Result<Self> {
-        let not_a_store = |reason: String| StoreError::NotAStore {
-            path: path.to_path_buf(),
-            reason,
-        };
+        let not_a_store =
+            |reason: String| StoreError::NotAStore { path: path.to_path_buf(), reason };
         lock(&file, path)?;
         let len = file
             .metadata()
@@ -269,13 +259,7 @@ impl FileStore {
                 found.cell_size()
             )));
         }
-        Ok(Self {
-            path: path.to_path_buf(),
-            geometry: found,
-            sync,
-            file_id,
-            file: Arc::new(file),
-        })
+        Ok(Self { path: path.to_path_buf(), geometry: found, sync, file_id, file: Arc::new(file) })
     }
 
     fn offset(&self, cell: CellId) -> u64 {
@@ -309,18 +293,13 @@ fn lock(file: &File, path: &Path) -> Result<()> {
             Ok(()) => return Ok(()),
             Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
                 if start.elapsed() >= LOCK_WAIT {
-                    return Err(StoreError::InUse {
-                        path: path.to_path_buf(),
-                    });
+                    return Err(StoreError::InUse { path: path.to_path_buf() });
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
             Err(e) if e == rustix::io::Errno::INTR => {}
             Err(e) => {
-                return Err(StoreError::io(
-                    format!("locking {}", path.display()),
-                    e.into(),
-                ));
+                return Err(StoreError::io(format!("locking {}", path.display()), e.into()));
             }
         }
     }
@@ -441,13 +420,7 @@ impl Store for FileStore {
                     })
                     .collect()
             },
-            || {
-                format!(
-                    "reading {} ranges from {}",
-                    ranges.len(),
-                    self.path.display()
-                )
-            },
+            || format!("reading {} ranges from {}", ranges.len(), self.path.display()),
         )
         .await
     }
@@ -460,10 +433,8 @@ impl Store for FileStore {
             return Ok(());
         }
         let count = cells.len();
-        let jobs: Vec<(u64, Vec<u8>)> = cells
-            .into_iter()
-            .map(|(c, data)| (self.offset(c), data))
-            .collect();
+        let jobs: Vec<(u64, Vec<u8>)> =
+            cells.into_iter().map(|(c, data)| (self.offset(c), data)).collect();
         let sync = self.sync == SyncMode::Always;
         self.blocking(
             move |file| {
@@ -485,10 +456,6 @@ impl Store for FileStore {
         if self.sync == SyncMode::None {
             return Ok(());
         }
-        self.blocking(
-            |file| file.sync_data(),
-            || format!("syncing {}", self.path.display()),
-        )
-        .await
+        self.blocking(|file| file.sync_data(), || format!("syncing {}", self.path.display())).await
     }
 }

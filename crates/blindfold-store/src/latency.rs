@@ -61,11 +61,7 @@ impl LinkConfig {
         up_bits_per_sec: Option<u64>,
         down_bits_per_sec: Option<u64>,
     ) -> Result<Self> {
-        let link = Self {
-            rtt,
-            up_bits_per_sec,
-            down_bits_per_sec,
-        };
+        let link = Self { rtt, up_bits_per_sec, down_bits_per_sec };
         link.validate()?;
         Ok(link)
     }
@@ -73,29 +69,18 @@ impl LinkConfig {
     /// A symmetric link of `rtt_ms` milliseconds round trip and `mbit_per_sec` megabits
     /// (10^6 bits) per second each way; `mbit_per_sec` must be non-zero.
     pub fn wan(rtt_ms: u64, mbit_per_sec: u64) -> Self {
-        Self::symmetric(
-            Duration::from_millis(rtt_ms),
-            mbit_per_sec.saturating_mul(1_000_000),
-        )
+        Self::symmetric(Duration::from_millis(rtt_ms), mbit_per_sec.saturating_mul(1_000_000))
     }
 
     /// A symmetric link with the given round-trip time and `bits_per_sec` each way (for speeds
     /// such as 512 kbit/s); `bits_per_sec` must be non-zero.
     pub fn symmetric(rtt: Duration, bits_per_sec: u64) -> Self {
-        Self {
-            rtt,
-            up_bits_per_sec: Some(bits_per_sec),
-            down_bits_per_sec: Some(bits_per_sec),
-        }
+        Self { rtt, up_bits_per_sec: Some(bits_per_sec), down_bits_per_sec: Some(bits_per_sec) }
     }
 
     /// A link with the given round-trip time and no bandwidth limit.
     pub fn unlimited(rtt: Duration) -> Self {
-        Self {
-            rtt,
-            up_bits_per_sec: None,
-            down_bits_per_sec: None,
-        }
+        Self { rtt, up_bits_per_sec: None, down_bits_per_sec: None }
     }
 
     /// Checks that no bandwidth is zero.
@@ -182,11 +167,7 @@ impl<S: Store> LatencyStore<S> {
         if let Err(e) = link.validate() {
             panic!("LatencyStore::new: {e}");
         }
-        Self {
-            inner,
-            link,
-            timetable: Mutex::new(Timetable::default()),
-        }
+        Self { inner, link, timetable: Mutex::new(Timetable::default()) }
     }
 
     /// The emulated link.
@@ -260,21 +241,16 @@ impl<S: Store> Store for LatencyStore<S> {
 
     async fn read(&self, cells: &[CellId]) -> Result<Vec<Vec<u8>>> {
         let up = cells.len() as u64 * LinkConfig::ADDRESS_BYTES;
-        self.across(up, self.inner.read(cells), response_bytes)
-            .await
+        self.across(up, self.inner.read(cells), response_bytes).await
     }
 
     async fn read_ranges(&self, ranges: &[ByteRange]) -> Result<Vec<Vec<u8>>> {
         let up = ranges.len() as u64 * LinkConfig::ADDRESS_BYTES;
-        self.across(up, self.inner.read_ranges(ranges), response_bytes)
-            .await
+        self.across(up, self.inner.read_ranges(ranges), response_bytes).await
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
-        let up = cells
-            .iter()
-            .map(|(_, b)| LinkConfig::ADDRESS_BYTES + b.len() as u64)
-            .sum();
+        let up = cells.iter().map(|(_, b)| LinkConfig::ADDRESS_BYTES + b.len() as u64).sum();
         self.across(up, self.inner.write(cells), |_| 0).await
     }
 

@@ -115,17 +115,10 @@ impl Geometry {
                 Self::MAX_CELL_SIZE
             )));
         }
-        cell_count
-            .checked_mul(u64::from(cell_size))
-            .ok_or_else(|| {
-                StoreError::InvalidGeometry(format!(
-                    "{cell_count} cells of {cell_size} bytes overflow"
-                ))
-            })?;
-        Ok(Self {
-            cell_count,
-            cell_size,
-        })
+        cell_count.checked_mul(u64::from(cell_size)).ok_or_else(|| {
+            StoreError::InvalidGeometry(format!("{cell_count} cells of {cell_size} bytes overflow"))
+        })?;
+        Ok(Self { cell_count, cell_size })
     }
 
     /// Number of cells.
@@ -146,10 +139,7 @@ impl Geometry {
     /// Checks that `cell` is inside the array.
     pub fn check_cell(&self, cell: CellId) -> Result<()> {
         if cell.0 >= self.cell_count {
-            return Err(StoreError::OutOfRange {
-                cell,
-                cell_count: self.cell_count,
-            });
+            return Err(StoreError::OutOfRange { cell, cell_count: self.cell_count });
         }
         Ok(())
     }

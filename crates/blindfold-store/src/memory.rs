@@ -18,9 +18,7 @@ pub struct MemoryStore {
 
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryStore")
-            .field("geometry", &self.geometry)
-            .finish()
+        f.debug_struct("MemoryStore").field("geometry", &self.geometry).finish()
     }
 }
 

@@ -60,20 +60,12 @@ pub struct RecordingStore<S> {
 impl<S: Store> RecordingStore<S> {
     /// Wraps `inner`, recording operations, addresses and sizes but not the bytes written.
     pub fn new(inner: S) -> Self {
-        Self {
-            inner,
-            payloads: false,
-            trace: Mutex::new(Vec::new()),
-        }
+        Self { inner, payloads: false, trace: Mutex::new(Vec::new()) }
     }
 
     /// Wraps `inner`, also recording the bytes of every write (the stored ciphertexts).
     pub fn with_payloads(inner: S) -> Self {
-        Self {
-            inner,
-            payloads: true,
-            trace: Mutex::new(Vec::new()),
-        }
+        Self { inner, payloads: true, trace: Mutex::new(Vec::new()) }
     }
 
     /// A copy of the trace so far.
@@ -131,11 +123,8 @@ impl<S: Store> Store for RecordingStore<S> {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
-        let payloads = if self.payloads {
-            cells.iter().map(|(_, b)| b.clone()).collect()
-        } else {
-            Vec::new()
-        };
+        let payloads =
+            if self.payloads { cells.iter().map(|(_, b)| b.clone()).collect() } else { Vec::new() };
         self.record(TraceEvent {
             op: TraceOp::Write,
             cells: cells.iter().map(|(c, _)| *c).collect(),

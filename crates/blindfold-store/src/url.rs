@@ -45,10 +45,7 @@ impl StoreUrl {
     /// `file:/absolute/dir` or `file:relative/dir`, the file forms with an optional
     /// `?sync=none|flush|always`; percent-escapes in paths are decoded.
     pub fn parse(url: &str) -> Result<Self> {
-        let bad = |reason: String| StoreError::InvalidUrl {
-            url: url.to_string(),
-            reason,
-        };
+        let bad = |reason: String| StoreError::InvalidUrl { url: url.to_string(), reason };
         let Some((scheme, rest)) = url.split_once(':').filter(|(s, _)| !s.is_empty()) else {
             return Err(bad(format!(
                 "it has no scheme (for a directory, write `file:{url}`); {ACCEPTED}"
@@ -60,9 +57,7 @@ impl StoreUrl {
                 if rest.is_empty() || rest == "//" {
                     Ok(StoreUrl::Memory)
                 } else {
-                    Err(bad(format!(
-                        "`memory:` takes no path or options; {ACCEPTED}"
-                    )))
+                    Err(bad(format!("`memory:` takes no path or options; {ACCEPTED}")))
                 }
             }
             "file" => parse_file(rest).map_err(bad),
@@ -94,7 +89,7 @@ fn parse_file(rest: &str) -> std::result::Result<StoreUrl, String> {
         }
         if path.is_empty() {
             return Err(
-                "`file://` needs an absolute path, as in `file:///var/lib/blindfold`".into(),
+                "`file://` needs an absolute path, as in `file:///var/lib/blindfold`".into()
             );
         }
         path
@@ -103,7 +98,7 @@ fn parse_file(rest: &str) -> std::result::Result<StoreUrl, String> {
     };
     if raw_path.is_empty() {
         return Err(
-            "`file:` needs a directory, as in `file:cells` or `file:///var/lib/blindfold`".into(),
+            "`file:` needs a directory, as in `file:cells` or `file:///var/lib/blindfold`".into()
         );
     }
     let dir = PathBuf::from(OsString::from_vec(percent_decode_str(raw_path).collect()));
@@ -123,10 +118,7 @@ fn parse_file(rest: &str) -> std::result::Result<StoreUrl, String> {
                 format!("sync={value:?} is not one of `none`, `flush`, `always`")
             })?);
     }
-    Ok(StoreUrl::File {
-        dir,
-        sync: sync.unwrap_or_default(),
-    })
+    Ok(StoreUrl::File { dir, sync: sync.unwrap_or_default() })
 }
 
 impl FromStr for StoreUrl {
@@ -142,11 +134,7 @@ impl fmt::Display for StoreUrl {
         match self {
             StoreUrl::Memory => f.write_str("memory:"),
             StoreUrl::File { dir, sync } => {
-                f.write_str(if dir.is_absolute() {
-                    "file://"
-                } else {
-                    "file:"
-                })?;
+                f.write_str(if dir.is_absolute() { "file://" } else { "file:" })?;
                 let bytes = dir.as_os_str().as_bytes();
                 for piece in percent_encoding::percent_encode(bytes, PATH_ESCAPES) {
                     f.write_str(piece)?;
@@ -162,10 +150,8 @@ impl fmt::Display for StoreUrl {
 
 /// Checks a store name: 1 to 128 ASCII letters, digits, `.`, `_` or `-`, not starting with `.`.
 fn check_name(name: &str) -> Result<()> {
-    let bad = |reason: &str| StoreError::InvalidName {
-        name: name.to_string(),
-        reason: reason.into(),
-    };
+    let bad =
+        |reason: &str| StoreError::InvalidName { name: name.to_string(), reason: reason.into() };
     if name.is_empty() {
         return Err(bad("it is empty"));
     }
@@ -175,13 +161,8 @@ fn check_name(name: &str) -> Result<()> {
     if name.starts_with('.') {
         return Err(bad("it starts with `.`"));
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-    {
-        return Err(bad(
-            "only ASCII letters, digits, `.`, `_` and `-` are allowed",
-        ));
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+        return Err(bad("only ASCII letters, digits, `.`, `_` and `-` are allowed"));
     }
     Ok(())
 }

@@ -18,11 +18,7 @@ fn create(path: &Path) -> FileStore {
 }
 
 fn flip_byte(path: &Path, at: u64) {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
     let mut b = [0u8];
     file.read_exact_at(&mut b, at).unwrap();
     file.write_all_at(&[b[0] ^ 0x40], at).unwrap();
@@ -46,10 +42,7 @@ async fn file_store_persists_across_reopen() {
         let store = create(&path);
         assert_eq!(store.path(), path);
         id = store.file_id();
-        store
-            .write(vec![(CellId(0), vec![1; 64]), (CellId(99), vec![2; 64])])
-            .await
-            .unwrap();
+        store.write(vec![(CellId(0), vec![1; 64]), (CellId(99), vec![2; 64])]).await.unwrap();
         store.flush().await.unwrap();
     }
     // Preallocated: header plus every cell.
@@ -60,10 +53,7 @@ async fn file_store_persists_across_reopen() {
 
     let store = create(&path);
     assert_eq!(store.file_id(), id, "reopening keeps the file id");
-    let cells = store
-        .read(&[CellId(0), CellId(50), CellId(99)])
-        .await
-        .unwrap();
+    let cells = store.read(&[CellId(0), CellId(50), CellId(99)]).await.unwrap();
     assert_eq!(cells, vec![vec![1; 64], vec![0; 64], vec![2; 64]]);
     drop(store);
 
@@ -81,12 +71,9 @@ async fn file_store_persists_across_reopen() {
 fn cells_are_where_the_format_says() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("layout.cells");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let store = create(&path);
-    rt.block_on(store.write(vec![(CellId(3), vec![0xAA; 64])]))
-        .unwrap();
+    rt.block_on(store.write(vec![(CellId(3), vec![0xAA; 64])])).unwrap();
     drop(store);
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(&bytes[..16], b"blindfold-cells\0");
@@ -105,10 +92,7 @@ fn another_geometry_is_a_mismatch_naming_both_shapes() {
     drop(create(&path));
     let other = Geometry::new(128, 32).unwrap();
     let err = FileStore::create_or_open(&path, other, SyncMode::OnFlush).unwrap_err();
-    assert!(
-        matches!(err, StoreError::GeometryMismatch { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, StoreError::GeometryMismatch { .. }), "{err:?}");
     assert!(!err.is_retryable());
     let msg = err.to_string();
     for part in ["100 cells of 64 bytes", "128 cells of 32 bytes", "g.cells"] {
@@ -162,11 +146,7 @@ fn unknown_versions_and_truncation_are_reported() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v.cells");
     drop(create(&path));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
     let mut header = vec![0u8; HEADER as usize];
     file.read_exact_at(&mut header, 0).unwrap();
 
@@ -207,14 +187,8 @@ async fn millions_of_cells() {
     let store =
         FileStore::create_or_open(dir.path().join("big.cells"), big, SyncMode::None).unwrap();
     let last = CellId(1_999_999);
-    store
-        .write(vec![(last, vec![7; 64]), (CellId(1_000_003), vec![8; 64])])
-        .await
-        .unwrap();
-    let cells = store
-        .read(&[last, CellId(1_000_000), CellId(1_000_003)])
-        .await
-        .unwrap();
+    store.write(vec![(last, vec![7; 64]), (CellId(1_000_003), vec![8; 64])]).await.unwrap();
+    let cells = store.read(&[last, CellId(1_000_000), CellId(1_000_003)]).await.unwrap();
     assert_eq!(cells, vec![vec![7; 64], vec![0; 64], vec![8; 64]]);
     let err = store.read(&[CellId(2_000_000)]).await.unwrap_err();
     assert!(matches!(err, StoreError::OutOfRange { .. }), "{err:?}");
@@ -223,10 +197,7 @@ async fn millions_of_cells() {
 // ---- URLs -----------------------------------------------------------------------------------
 
 fn file_url(dir: &str, sync: SyncMode) -> StoreUrl {
-    StoreUrl::File {
-        dir: PathBuf::from(dir),
-        sync,
-    }
+    StoreUrl::File { dir: PathBuf::from(dir), sync }
 }
 
 #[test]
@@ -235,24 +206,15 @@ fn good_urls_parse() {
         ("memory:", StoreUrl::Memory),
         ("memory://", StoreUrl::Memory),
         ("MEMORY:", StoreUrl::Memory),
-        (
-            "file:///var/lib/blindfold",
-            file_url("/var/lib/blindfold", SyncMode::OnFlush),
-        ),
-        (
-            "file://localhost/srv/x",
-            file_url("/srv/x", SyncMode::OnFlush),
-        ),
+        ("file:///var/lib/blindfold", file_url("/var/lib/blindfold", SyncMode::OnFlush)),
+        ("file://localhost/srv/x", file_url("/srv/x", SyncMode::OnFlush)),
         ("file:/abs/dir", file_url("/abs/dir", SyncMode::OnFlush)),
         ("file:cells", file_url("cells", SyncMode::OnFlush)),
         ("file:./a/../b", file_url("./a/../b", SyncMode::OnFlush)),
         ("file:cells?sync=none", file_url("cells", SyncMode::None)),
         ("file:///d?sync=flush", file_url("/d", SyncMode::OnFlush)),
         ("file:///d?sync=always", file_url("/d", SyncMode::Always)),
-        (
-            "file:///my%20dir/x%3Fy",
-            file_url("/my dir/x?y", SyncMode::OnFlush),
-        ),
+        ("file:///my%20dir/x%3Fy", file_url("/my dir/x?y", SyncMode::OnFlush)),
         ("file:cells?", file_url("cells", SyncMode::OnFlush)),
     ];
     for (text, want) in cases {
@@ -274,10 +236,7 @@ fn bad_urls_say_what_is_wrong() {
         ("file:", "needs a directory"),
         ("file://", "needs an absolute path"),
         ("file://server/share", "cannot name a host"),
-        (
-            "file:///d?sync=sometimes",
-            "not one of `none`, `flush`, `always`",
-        ),
+        ("file:///d?sync=sometimes", "not one of `none`, `flush`, `always`"),
         ("file:///d?sync=none&sync=always", "more than once"),
         ("file:///d?fsync=none", "unknown option \"fsync\""),
         ("file:///d#frag", "fragment"),
@@ -285,22 +244,13 @@ fn bad_urls_say_what_is_wrong() {
     for (text, hint) in cases {
         let err = StoreUrl::parse(text).unwrap_err();
         let msg = err.to_string();
-        assert!(
-            matches!(err, StoreError::InvalidUrl { .. }),
-            "{text}: {err:?}"
-        );
-        assert!(
-            msg.contains(hint),
-            "{text}: {msg:?} should contain {hint:?}"
-        );
+        assert!(matches!(err, StoreError::InvalidUrl { .. }), "{text}: {err:?}");
+        assert!(msg.contains(hint), "{text}: {msg:?} should contain {hint:?}");
         assert!(!err.is_retryable());
     }
     // Errors about the scheme list the accepted forms.
     let msg = StoreUrl::parse("s3://b").unwrap_err().to_string();
-    assert!(
-        msg.contains("memory:") && msg.contains("file:///") && msg.contains("sync="),
-        "{msg}"
-    );
+    assert!(msg.contains("memory:") && msg.contains("file:///") && msg.contains("sync="), "{msg}");
 }
 
 #[test]
@@ -318,14 +268,8 @@ fn display_round_trips() {
         assert_eq!(StoreUrl::parse(&text).unwrap(), url, "{text}");
     }
     assert_eq!(StoreUrl::Memory.to_string(), "memory:");
-    assert_eq!(
-        file_url("/a/b", SyncMode::OnFlush).to_string(),
-        "file:///a/b"
-    );
-    assert_eq!(
-        file_url("a/b", SyncMode::Always).to_string(),
-        "file:a/b?sync=always"
-    );
+    assert_eq!(file_url("/a/b", SyncMode::OnFlush).to_string(), "file:///a/b");
+    assert_eq!(file_url("a/b", SyncMode::Always).to_string(), "file:a/b?sync=always");
 }
 
 // ---- open_store -----------------------------------------------------------------------------
@@ -337,9 +281,7 @@ async fn open_store_with_a_file_url_creates_named_files() {
     let url = StoreUrl::parse(&format!("file://{}?sync=none", root.display())).unwrap();
 
     let data = open_store(&url, "data", geometry()).await.unwrap();
-    let posmap = open_store(&url, "posmap-1.v2_x", Geometry::new(7, 16).unwrap())
-        .await
-        .unwrap();
+    let posmap = open_store(&url, "posmap-1.v2_x", Geometry::new(7, 16).unwrap()).await.unwrap();
     assert!(root.join("data.cells").is_file());
     assert!(root.join("posmap-1.v2_x.cells").is_file());
     assert_eq!(posmap.geometry(), Geometry::new(7, 16).unwrap());
@@ -351,24 +293,15 @@ async fn open_store_with_a_file_url_creates_named_files() {
     assert_eq!(again.read(&[CellId(4)]).await.unwrap(), vec![vec![4; 64]]);
     drop(again);
 
-    let err = open_store(&url, "data", Geometry::new(5, 5).unwrap())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, StoreError::GeometryMismatch { .. }),
-        "{err:?}"
-    );
+    let err = open_store(&url, "data", Geometry::new(5, 5).unwrap()).await.unwrap_err();
+    assert!(matches!(err, StoreError::GeometryMismatch { .. }), "{err:?}");
 }
 
 #[tokio::test]
 async fn open_store_with_memory_gives_fresh_stores() {
-    let a = open_store(&StoreUrl::Memory, "data", geometry())
-        .await
-        .unwrap();
+    let a = open_store(&StoreUrl::Memory, "data", geometry()).await.unwrap();
     a.write(vec![(CellId(1), vec![1; 64])]).await.unwrap();
-    let b = open_store(&StoreUrl::Memory, "data", geometry())
-        .await
-        .unwrap();
+    let b = open_store(&StoreUrl::Memory, "data", geometry()).await.unwrap();
     assert_eq!(b.read(&[CellId(1)]).await.unwrap(), vec![vec![0; 64]]);
     assert_eq!(b.geometry(), geometry());
 }
@@ -378,29 +311,11 @@ async fn open_store_refuses_bad_names() {
     let dir = tempfile::tempdir().unwrap();
     let url = file_url(dir.path().to_str().unwrap(), SyncMode::None);
     let long = "x".repeat(129);
-    for name in [
-        "",
-        ".",
-        "..",
-        ".hidden",
-        "a/b",
-        "../escape",
-        "a b",
-        "ü",
-        "a\0b",
-        long.as_str(),
-    ] {
+    for name in ["", ".", "..", ".hidden", "a/b", "../escape", "a b", "ü", "a\0b", long.as_str()] {
         for url in [&url, &StoreUrl::Memory] {
             let err = open_store(url, name, geometry()).await.unwrap_err();
-            assert!(
-                matches!(err, StoreError::InvalidName { .. }),
-                "{name:?}: {err:?}"
-            );
+            assert!(matches!(err, StoreError::InvalidName { .. }), "{name:?}: {err:?}");
         }
     }
-    assert_eq!(
-        std::fs::read_dir(dir.path()).unwrap().count(),
-        0,
-        "nothing was created"
-    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing was created");
 }

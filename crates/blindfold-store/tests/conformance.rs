@@ -72,22 +72,12 @@ async fn latency_store() {
     conformance::run(&store).await;
     // Over a hundred sequential calls each paid the round trip (on the paused clock, so the
     // test is quick).
-    assert!(
-        start.elapsed() > Duration::from_secs(2),
-        "{:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() > Duration::from_secs(2), "{:?}", start.elapsed());
 }
 
 #[tokio::test]
 async fn fault_store_with_zero_rates() {
-    let store = FaultStore::new(
-        memory(),
-        FaultConfig {
-            seed: 7,
-            ..FaultConfig::default()
-        },
-    );
+    let store = FaultStore::new(memory(), FaultConfig { seed: 7, ..FaultConfig::default() });
     conformance::run(&store).await;
     assert_eq!(store.injected(), 0);
 }

@@ -17,33 +17,17 @@ fn memory() -> MemoryStore {
 }
 
 fn range(cell: u64, offset: u32, len: u32) -> ByteRange {
-    ByteRange {
-        cell: CellId(cell),
-        offset,
-        len,
-    }
+    ByteRange { cell: CellId(cell), offset, len }
 }
 
 /// A fixed sequence of calls, two of them invalid, used by the counting and recording tests.
 async fn known_calls(store: &dyn Store) {
-    store
-        .write(vec![(CellId(1), vec![1; 32]), (CellId(2), vec![2; 32])])
-        .await
-        .unwrap();
-    store
-        .read(&[CellId(1), CellId(2), CellId(3)])
-        .await
-        .unwrap();
-    store
-        .read_ranges(&[range(1, 0, 4), range(2, 8, 8)])
-        .await
-        .unwrap();
+    store.write(vec![(CellId(1), vec![1; 32]), (CellId(2), vec![2; 32])]).await.unwrap();
+    store.read(&[CellId(1), CellId(2), CellId(3)]).await.unwrap();
+    store.read_ranges(&[range(1, 0, 4), range(2, 8, 8)]).await.unwrap();
     store.flush().await.unwrap();
     store.read(&[CellId(99)]).await.unwrap_err();
-    store
-        .write(vec![(CellId(0), vec![0; 3])])
-        .await
-        .unwrap_err();
+    store.write(vec![(CellId(0), vec![0; 3])]).await.unwrap_err();
     store.write(vec![(CellId(4), vec![4; 32])]).await.unwrap();
 }
 
@@ -91,10 +75,7 @@ async fn counting_is_exact_for_a_known_sequence() {
     store.reset();
     assert_eq!(store.counts(), Counts::default());
     // The wrapper changes nothing about the data.
-    assert_eq!(
-        store.inner().read(&[CellId(4)]).await.unwrap(),
-        vec![vec![4; 32]]
-    );
+    assert_eq!(store.inner().read(&[CellId(4)]).await.unwrap(), vec![vec![4; 32]]);
 }
 
 // ---- recording ------------------------------------------------------------------------------
@@ -113,10 +94,7 @@ fn expected_trace() -> Vec<TraceEvent> {
     vec![
         event(TraceOp::Write, &[1, 2], 64),
         event(TraceOp::Read, &[1, 2, 3], 96),
-        TraceEvent {
-            ranges: vec![(0, 4), (8, 8)],
-            ..event(TraceOp::ReadRanges, &[1, 2], 12)
-        },
+        TraceEvent { ranges: vec![(0, 4), (8, 8)], ..event(TraceOp::ReadRanges, &[1, 2], 12) },
         event(TraceOp::Flush, &[], 0),
         event(TraceOp::Read, &[99], 32), // rejected, but the adversary saw it
         event(TraceOp::Write, &[0], 3),
@@ -184,10 +162,7 @@ fn slow_link() -> LinkConfig {
 #[track_caller]
 fn assert_close(got: Duration, want: Duration) {
     let diff = got.abs_diff(want);
-    assert!(
-        diff <= Duration::from_millis(1),
-        "took {got:?}, expected {want:?}"
-    );
+    assert!(diff <= Duration::from_millis(1), "took {got:?}, expected {want:?}");
 }
 
 #[test]
@@ -197,10 +172,7 @@ fn link_config_arithmetic() {
     assert_eq!(link.up_bits_per_sec, Some(1_000_000_000));
     assert_eq!(link.down_time(4096), Duration::from_nanos(32_768));
     assert_eq!(slow_link().up_time(10_000), Duration::from_millis(10));
-    assert_eq!(
-        LinkConfig::unlimited(Duration::ZERO).down_time(1 << 30),
-        Duration::ZERO
-    );
+    assert_eq!(LinkConfig::unlimited(Duration::ZERO).down_time(1 << 30), Duration::ZERO);
     // Sub-nanosecond remainders round up: 1 byte at 3 bit/s is 2.666… s.
     assert_eq!(
         LinkConfig::symmetric(Duration::ZERO, 3).up_time(1),
@@ -230,18 +202,12 @@ async fn one_call_costs_rtt_plus_transfer() {
 
     // A write sends the cell and its address; the answer is empty.
     let start = Instant::now();
-    store
-        .write(vec![(CellId(1), vec![9; 10_000])])
-        .await
-        .unwrap();
+    store.write(vec![(CellId(1), vec![9; 10_000])]).await.unwrap();
     assert_close(start.elapsed(), rtt + Duration::from_micros(10_016));
 
     // Ranged reads receive only the ranges.
     let start = Instant::now();
-    store
-        .read_ranges(&[range(1, 0, 2000), range(2, 0, 3000)])
-        .await
-        .unwrap();
+    store.read_ranges(&[range(1, 0, 2000), range(2, 0, 3000)]).await.unwrap();
     assert_close(start.elapsed(), rtt + Duration::from_micros(32 + 5000));
 
     let start = Instant::now();
@@ -330,10 +296,7 @@ async fn accurate_at_50ms_and_1_gbit() {
         let ideal = 20 * (link.rtt + link.up_time(16) + link.down_time(bytes.into()));
         let got = start.elapsed();
         let error = got.abs_diff(ideal);
-        assert!(
-            error <= 20 * Duration::from_micros(500),
-            "took {got:?}, ideal {ideal:?}"
-        );
+        assert!(error <= 20 * Duration::from_micros(500), "took {got:?}, ideal {ideal:?}");
         assert!(error < ideal / tolerance, "took {got:?}, ideal {ideal:?}");
     }
 
@@ -416,34 +379,18 @@ async fn fault_rates_are_respected() {
     let lost_acks = failures - stopped;
     // Within four standard deviations (the seed is fixed, so this never flakes).
     let within = |got: u64, want: f64| (got as f64 - want).abs() < 4.0 * want.sqrt();
-    assert!(
-        within(stopped, 300.0),
-        "{stopped} calls stopped, expected about 300"
-    );
-    assert!(
-        within(timeouts, 100.0),
-        "{timeouts} time-outs, expected about 100"
-    );
+    assert!(within(stopped, 300.0), "{stopped} calls stopped, expected about 300");
+    assert!(within(timeouts, 100.0), "{timeouts} time-outs, expected about 100");
     assert!(within(lost_acks, 200.0), "{lost_acks} lost acks");
     assert_eq!(store.injected(), failures);
 }
 
 #[tokio::test]
 async fn lost_acks_really_write() {
-    let config = FaultConfig {
-        seed: 1,
-        lost_ack_rate: 1.0,
-        ..FaultConfig::default()
-    };
+    let config = FaultConfig { seed: 1, lost_ack_rate: 1.0, ..FaultConfig::default() };
     let store = FaultStore::new(memory(), config);
-    let err = store
-        .write(vec![(CellId(3), vec![3; 32])])
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, StoreError::Injected(_)) && err.is_retryable(),
-        "{err:?}"
-    );
+    let err = store.write(vec![(CellId(3), vec![3; 32])]).await.unwrap_err();
+    assert!(matches!(err, StoreError::Injected(_)) && err.is_retryable(), "{err:?}");
     assert!(err.to_string().contains("acknowledgement"), "{err}");
     // Reads are not affected by the lost-ack rate, and see the write.
     assert_eq!(store.read(&[CellId(3)]).await.unwrap(), vec![vec![3; 32]]);
@@ -452,46 +399,28 @@ async fn lost_acks_really_write() {
 
 #[tokio::test]
 async fn injected_errors_never_reach_the_store() {
-    let config = FaultConfig {
-        seed: 1,
-        error_rate: 1.0,
-        ..FaultConfig::default()
-    };
+    let config = FaultConfig { seed: 1, error_rate: 1.0, ..FaultConfig::default() };
     let store = FaultStore::new(CountingStore::new(memory()), config);
     for _ in 0..5 {
-        let err = store
-            .write(vec![(CellId(3), vec![3; 32])])
-            .await
-            .unwrap_err();
+        let err = store.write(vec![(CellId(3), vec![3; 32])]).await.unwrap_err();
         assert!(matches!(err, StoreError::Injected(_)) && err.is_retryable());
         assert!(store.read(&[CellId(3)]).await.unwrap_err().is_retryable());
         assert!(store.flush().await.unwrap_err().is_retryable());
     }
     assert_eq!(store.inner().counts(), Counts::default());
     assert_eq!(store.injected(), 15);
-    assert_eq!(
-        store.inner().inner().read(&[CellId(3)]).await.unwrap(),
-        vec![vec![0; 32]]
-    );
+    assert_eq!(store.inner().inner().read(&[CellId(3)]).await.unwrap(), vec![vec![0; 32]]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn timeouts_wait_then_fail_without_forwarding() {
     let timeout = Duration::from_secs(3);
-    let config = FaultConfig {
-        seed: 1,
-        timeout_rate: 1.0,
-        timeout,
-        ..FaultConfig::default()
-    };
+    let config = FaultConfig { seed: 1, timeout_rate: 1.0, timeout, ..FaultConfig::default() };
     let store = FaultStore::new(CountingStore::new(memory()), config);
     let start = Instant::now();
     let err = store.read_ranges(&[range(0, 0, 1)]).await.unwrap_err();
     assert_eq!(start.elapsed(), timeout);
-    assert!(
-        matches!(err, StoreError::Timeout(_)) && err.is_retryable(),
-        "{err:?}"
-    );
+    assert!(matches!(err, StoreError::Timeout(_)) && err.is_retryable(), "{err:?}");
     assert_eq!(store.inner().counts(), Counts::default());
 }
 
@@ -499,40 +428,18 @@ async fn timeouts_wait_then_fail_without_forwarding() {
 fn fault_configs_are_validated() {
     assert!(FaultConfig::default().validate().is_ok());
     let bad = [
-        FaultConfig {
-            error_rate: -0.1,
-            ..FaultConfig::default()
-        },
-        FaultConfig {
-            timeout_rate: 1.5,
-            ..FaultConfig::default()
-        },
-        FaultConfig {
-            lost_ack_rate: f64::NAN,
-            ..FaultConfig::default()
-        },
-        FaultConfig {
-            error_rate: 0.6,
-            timeout_rate: 0.6,
-            ..FaultConfig::default()
-        },
+        FaultConfig { error_rate: -0.1, ..FaultConfig::default() },
+        FaultConfig { timeout_rate: 1.5, ..FaultConfig::default() },
+        FaultConfig { lost_ack_rate: f64::NAN, ..FaultConfig::default() },
+        FaultConfig { error_rate: 0.6, timeout_rate: 0.6, ..FaultConfig::default() },
     ];
     for config in bad {
-        assert!(
-            matches!(config.validate(), Err(StoreError::InvalidConfig(_))),
-            "{config:?}"
-        );
+        assert!(matches!(config.validate(), Err(StoreError::InvalidConfig(_))), "{config:?}");
     }
 }
 
 #[test]
 #[should_panic(expected = "FaultStore::new")]
 fn invalid_fault_config_is_refused() {
-    let _ = FaultStore::new(
-        memory(),
-        FaultConfig {
-            error_rate: 2.0,
-            ..FaultConfig::default()
-        },
-    );
+    let _ = FaultStore::new(memory(), FaultConfig { error_rate: 2.0, ..FaultConfig::default() });
 }

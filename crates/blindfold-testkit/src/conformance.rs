@@ -79,29 +79,19 @@ async fn read(store: &dyn Store, check: &str, cells: &[u64]) -> Vec<Vec<u8>> {
         .await
         .unwrap_or_else(|e| fail(check, format!("read of {ids:?} returned an error: {e}")));
     if out.len() != ids.len() {
-        fail(
-            check,
-            format!("read of {} cells returned {} buffers", ids.len(), out.len()),
-        );
+        fail(check, format!("read of {} cells returned {} buffers", ids.len(), out.len()));
     }
     out
 }
 
 async fn read_ranges(store: &dyn Store, check: &str, ranges: &[ByteRange]) -> Vec<Vec<u8>> {
     let out = store.read_ranges(ranges).await.unwrap_or_else(|e| {
-        fail(
-            check,
-            format!("read_ranges of {ranges:?} returned an error: {e}"),
-        )
+        fail(check, format!("read_ranges of {ranges:?} returned an error: {e}"))
     });
     if out.len() != ranges.len() {
         fail(
             check,
-            format!(
-                "read_ranges of {} ranges returned {} buffers",
-                ranges.len(),
-                out.len()
-            ),
+            format!("read_ranges of {} ranges returned {} buffers", ranges.len(), out.len()),
         );
     }
     out
@@ -112,10 +102,7 @@ async fn write(store: &dyn Store, check: &str, model: &mut Model, cells: Vec<(u6
         cells.iter().map(|(c, d)| (CellId(*c), d.clone())).collect();
     store.write(batch).await.unwrap_or_else(|e| {
         let ids: Vec<u64> = cells.iter().map(|(c, _)| *c).collect();
-        fail(
-            check,
-            format!("write of cells {ids:?} returned an error: {e}"),
-        )
+        fail(check, format!("write of cells {ids:?} returned an error: {e}"))
     });
     for (c, d) in &cells {
         model.set(*c, d);
@@ -152,14 +139,8 @@ async fn expect_model(store: &dyn Store, check: &str, model: &Model) {
 
 /// Checks that `ranges` read back as slices of the model, one batch, in order.
 async fn expect_ranges(store: &dyn Store, check: &str, model: &Model, ranges: &[(u64, u32, u32)]) {
-    let req: Vec<ByteRange> = ranges
-        .iter()
-        .map(|&(c, offset, len)| ByteRange {
-            cell: CellId(c),
-            offset,
-            len,
-        })
-        .collect();
+    let req: Vec<ByteRange> =
+        ranges.iter().map(|&(c, offset, len)| ByteRange { cell: CellId(c), offset, len }).collect();
     let got = read_ranges(store, check, &req).await;
     for (i, (&(c, off, len), data)) in ranges.iter().zip(&got).enumerate() {
         let want = &model.cell(c)[off as usize..(off + len) as usize];
@@ -179,12 +160,7 @@ async fn expect_ranges(store: &dyn Store, check: &str, model: &Model, ranges: &[
 /// A short description of a buffer for failure messages.
 fn show(data: &[u8]) -> String {
     let head: Vec<String> = data.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{} bytes [{}{}]",
-        data.len(),
-        head.join(" "),
-        if data.len() > 8 { " …" } else { "" }
-    )
+    format!("{} bytes [{}{}]", data.len(), head.join(" "), if data.len() > 8 { " …" } else { "" })
 }
 
 /// Checks that `result` is an error matching `expected` that is not retryable.
@@ -196,18 +172,13 @@ fn expect_error<T>(
     matches: fn(&StoreError) -> bool,
 ) {
     match result {
-        Ok(_) => fail(
-            check,
-            format!("{what} succeeded, expected a {expected} error"),
-        ),
-        Err(e) if !matches(&e) => fail(
-            check,
-            format!("{what} failed with {e:?}, expected {expected}"),
-        ),
-        Err(e) if e.is_retryable() => fail(
-            check,
-            format!("{what} failed with {e:?}, which claims to be retryable"),
-        ),
+        Ok(_) => fail(check, format!("{what} succeeded, expected a {expected} error")),
+        Err(e) if !matches(&e) => {
+            fail(check, format!("{what} failed with {e:?}, expected {expected}"))
+        }
+        Err(e) if e.is_retryable() => {
+            fail(check, format!("{what} failed with {e:?}, which claims to be retryable"))
+        }
         Err(_) => {}
     }
 }
@@ -225,11 +196,7 @@ fn is_wrong_cell_size(e: &StoreError) -> bool {
 }
 
 fn range(c: u64, offset: u32, len: u32) -> ByteRange {
-    ByteRange {
-        cell: CellId(c),
-        offset,
-        len,
-    }
+    ByteRange { cell: CellId(c), offset, len }
 }
 
 /// Runs every check on `store`, which must be fresh (never written) and of [`geometry()`].
@@ -246,30 +213,18 @@ pub async fn run(store: &dyn Store) {
     if store.geometry() != geometry() {
         fail(
             check,
-            format!(
-                "the store has {:?}, the suite needs {:?}",
-                store.geometry(),
-                geometry()
-            ),
+            format!("the store has {:?}, the suite needs {:?}", store.geometry(), geometry()),
         );
     }
 
     let check = "fresh cells read as zeros";
     expect_model(store, check, &model).await;
     expect_cells(store, check, &model, &[last, 0, last]).await;
-    expect_ranges(
-        store,
-        check,
-        &model,
-        &[(0, 0, size), (last, size - 3, 3), (40, 7, 9)],
-    )
-    .await;
+    expect_ranges(store, check, &model, &[(0, 0, size), (last, size - 3, 3), (40, 7, 9)]).await;
 
     let check = "empty batches";
-    let got = store
-        .read(&[])
-        .await
-        .unwrap_or_else(|e| fail(check, format!("read(&[]) failed: {e}")));
+    let got =
+        store.read(&[]).await.unwrap_or_else(|e| fail(check, format!("read(&[]) failed: {e}")));
     if !got.is_empty() {
         fail(check, format!("read(&[]) returned {} buffers", got.len()));
     }
@@ -278,10 +233,7 @@ pub async fn run(store: &dyn Store) {
         .await
         .unwrap_or_else(|e| fail(check, format!("read_ranges(&[]) failed: {e}")));
     if !got.is_empty() {
-        fail(
-            check,
-            format!("read_ranges(&[]) returned {} buffers", got.len()),
-        );
+        fail(check, format!("read_ranges(&[]) returned {} buffers", got.len()));
     }
     store
         .write(Vec::new())
@@ -338,13 +290,7 @@ pub async fn run(store: &dyn Store) {
         )
         .await;
     }
-    expect_ranges(
-        store,
-        check,
-        &model,
-        &[(50, 4, 4), (0, 60, 20), (50, 4, 4), (3, 0, 1)],
-    )
-    .await;
+    expect_ranges(store, check, &model, &[(50, 4, 4), (0, 60, 20), (50, 4, 4), (3, 0, 1)]).await;
 
     // --- invalid requests fail whole and change nothing ----------------------------------
     let check = "out-of-range cell";
@@ -358,9 +304,7 @@ pub async fn run(store: &dyn Store) {
     expect_error(
         check,
         "read of [0, 1, cell_count]",
-        store
-            .read(&[CellId(0), CellId(1), CellId(CELL_COUNT)])
-            .await,
+        store.read(&[CellId(0), CellId(1), CellId(CELL_COUNT)]).await,
         "OutOfRange",
         is_out_of_range,
     );
@@ -374,9 +318,7 @@ pub async fn run(store: &dyn Store) {
     expect_error(
         check,
         "read_ranges of a cell past the end",
-        store
-            .read_ranges(&[range(0, 0, 1), range(CELL_COUNT, 0, 1)])
-            .await,
+        store.read_ranges(&[range(0, 0, 1), range(CELL_COUNT, 0, 1)]).await,
         "OutOfRange",
         is_out_of_range,
     );
@@ -384,33 +326,18 @@ pub async fn run(store: &dyn Store) {
     expect_error(
         check,
         "write of [(10, ok), (cell_count, ok)]",
-        store
-            .write(vec![
-                (CellId(10), good.clone()),
-                (CellId(CELL_COUNT), good.clone()),
-            ])
-            .await,
+        store.write(vec![(CellId(10), good.clone()), (CellId(CELL_COUNT), good.clone())]).await,
         "OutOfRange",
         is_out_of_range,
     );
     expect_error(
         check,
         "write of [(u64::MAX, ok), (11, ok)]",
-        store
-            .write(vec![
-                (CellId(u64::MAX), good.clone()),
-                (CellId(11), good.clone()),
-            ])
-            .await,
+        store.write(vec![(CellId(u64::MAX), good.clone()), (CellId(11), good.clone())]).await,
         "OutOfRange",
         is_out_of_range,
     );
-    expect_model(
-        store,
-        "out-of-range requests leave the store unchanged",
-        &model,
-    )
-    .await;
+    expect_model(store, "out-of-range requests leave the store unchanged", &model).await;
 
     let check = "range past the cell end";
     for (offset, len) in [
@@ -424,22 +351,14 @@ pub async fn run(store: &dyn Store) {
         expect_error(
             check,
             &format!("read_ranges of [(50, 0, 1), (50, {offset}, {len})]"),
-            store
-                .read_ranges(&[range(50, 0, 1), range(50, offset, len)])
-                .await,
+            store.read_ranges(&[range(50, 0, 1), range(50, offset, len)]).await,
             "RangeOutOfCell",
             is_range_out_of_cell,
         );
     }
 
     let check = "wrong-size write";
-    let sizes = [
-        0,
-        1,
-        size as usize - 1,
-        size as usize + 1,
-        2 * size as usize,
-    ];
+    let sizes = [0, 1, size as usize - 1, size as usize + 1, 2 * size as usize];
     for len in sizes {
         expect_error(
             check,
@@ -466,20 +385,12 @@ pub async fn run(store: &dyn Store) {
         check,
         "write of [(5, ok), (0, long)] over written cells",
         store
-            .write(vec![
-                (CellId(5), good.clone()),
-                (CellId(0), vec![0xAB; size as usize + 1]),
-            ])
+            .write(vec![(CellId(5), good.clone()), (CellId(0), vec![0xAB; size as usize + 1])])
             .await,
         "WrongCellSize",
         is_wrong_cell_size,
     );
-    expect_model(
-        store,
-        "wrong-size write batches leave the store unchanged",
-        &model,
-    )
-    .await;
+    expect_model(store, "wrong-size write batches leave the store unchanged", &model).await;
 
     // --- whole-array batches, flush ------------------------------------------------------
     let check = "one batch covering every cell";
@@ -489,14 +400,8 @@ pub async fn run(store: &dyn Store) {
     expect_cells(store, check, &model, &reversed).await;
 
     let check = "flush";
-    store
-        .flush()
-        .await
-        .unwrap_or_else(|e| fail(check, format!("flush failed: {e}")));
-    store
-        .flush()
-        .await
-        .unwrap_or_else(|e| fail(check, format!("a second flush failed: {e}")));
+    store.flush().await.unwrap_or_else(|e| fail(check, format!("flush failed: {e}")));
+    store.flush().await.unwrap_or_else(|e| fail(check, format!("a second flush failed: {e}")));
     expect_model(store, check, &model).await;
 
     // --- concurrency ---------------------------------------------------------------------
@@ -504,9 +409,7 @@ pub async fn run(store: &dyn Store) {
     let worker_data: Vec<Vec<Vec<Vec<u8>>>> = (0..WORKERS)
         .map(|w| {
             let mine = (w..CELL_COUNT).step_by(WORKERS as usize).count();
-            (0..3)
-                .map(|_| (0..mine).map(|_| model.contents()).collect())
-                .collect()
+            (0..3).map(|_| (0..mine).map(|_| model.contents()).collect()).collect()
         })
         .collect();
     let worker = |w: u64| {
@@ -518,11 +421,8 @@ pub async fn run(store: &dyn Store) {
                 let half = mine.len() / 2;
                 let (first, second) = (mine.split_at(half), round.split_at(half));
                 for (cells, data) in [(first.0, second.0), (first.1, second.1)] {
-                    let batch: Vec<(CellId, Vec<u8>)> = cells
-                        .iter()
-                        .zip(data)
-                        .map(|(&c, d)| (CellId(c), d.clone()))
-                        .collect();
+                    let batch: Vec<(CellId, Vec<u8>)> =
+                        cells.iter().zip(data).map(|(&c, d)| (CellId(c), d.clone())).collect();
                     store
                         .write(batch)
                         .await
@@ -546,10 +446,7 @@ pub async fn run(store: &dyn Store) {
                 });
                 for (i, data) in got.iter().enumerate() {
                     if data.as_slice() != &round[i][8..24] {
-                        fail(
-                            check,
-                            format!("worker {w}: range of cell {} did not match", mine[i]),
-                        );
+                        fail(check, format!("worker {w}: range of cell {} did not match", mine[i]));
                     }
                 }
             }
@@ -579,13 +476,8 @@ pub async fn run(store: &dyn Store) {
     let data = model.contents();
     write(store, check, &mut model, vec![(last, data)]).await;
     expect_cells(store, check, &model, &[last]).await;
-    expect_ranges(
-        store,
-        check,
-        &model,
-        &[(last, size - 1, 1), (last, 0, size), (last, size, 0)],
-    )
-    .await;
+    expect_ranges(store, check, &model, &[(last, size - 1, 1), (last, 0, size), (last, size, 0)])
+        .await;
     expect_cells(store, check, &model, &[last - 1, last]).await;
 
     expect_model(store, "final contents", &model).await;

@@ -27,7 +27,10 @@ pub fn uniformity(counts: &[u64]) -> ChiSquare {
     assert!(counts.len() >= 2, "need at least two bins");
     let total: u64 = counts.iter().sum();
     let expected = total as f64 / counts.len() as f64;
-    assert!(expected >= 5.0, "expected count per bin {expected} < 5: use fewer bins or more samples");
+    assert!(
+        expected >= 5.0,
+        "expected count per bin {expected} < 5: use fewer bins or more samples"
+    );
     let statistic = counts.iter().map(|&c| (c as f64 - expected).powi(2) / expected).sum();
     let dof = (counts.len() - 1) as f64;
     ChiSquare { statistic, dof, p_value: p_value(statistic, dof) }
@@ -47,14 +50,17 @@ pub fn histogram(samples: impl IntoIterator<Item = u64>, bins: u64) -> Vec<u64> 
 /// `a < rows`, `b < cols`. Rows or columns that were never observed are dropped.
 ///
 /// Panics if an expected cell count is below 5 (use coarser categories).
-pub fn independence(pairs: impl IntoIterator<Item = (u64, u64)>, rows: u64, cols: u64) -> ChiSquare {
+pub fn independence(
+    pairs: impl IntoIterator<Item = (u64, u64)>,
+    rows: u64,
+    cols: u64,
+) -> ChiSquare {
     let mut table = vec![vec![0u64; cols as usize]; rows as usize];
     for (a, b) in pairs {
         table[a as usize][b as usize] += 1;
     }
     table.retain(|r| r.iter().any(|&c| c > 0));
-    let col_sums: Vec<u64> =
-        (0..cols as usize).map(|j| table.iter().map(|r| r[j]).sum()).collect();
+    let col_sums: Vec<u64> = (0..cols as usize).map(|j| table.iter().map(|r| r[j]).sum()).collect();
     let keep: Vec<usize> = (0..cols as usize).filter(|&j| col_sums[j] > 0).collect();
     let total: u64 = col_sums.iter().sum();
     let row_sums: Vec<u64> = table.iter().map(|r| r.iter().sum()).collect();
