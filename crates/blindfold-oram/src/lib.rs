@@ -59,8 +59,8 @@ use serde::{Deserialize, Serialize};
 
 pub use error::OramError;
 pub use path::{
-    BulkLoad, PathOram, PathOramConfig, PathOramConfigBuilder, PathOramState, PathOramStats,
-    PosMapMode,
+    BulkLoad, OramDelta, PathOram, PathOramConfig, PathOramConfigBuilder, PathOramState,
+    PathOramStats, PosMapMode,
 };
 pub use tree::TreeShape;
 

@@ -373,6 +373,25 @@ pub struct PathOram {
     stats: PathOramStats,
     /// Identifier of the bulk load in progress, if any.
     loading: Option<u64>,
+    /// In-memory position-map entries changed since the last [`PathOram::take_delta`].
+    dirty_top: Vec<u32>,
+    /// The whole in-memory map changed (bulk load) since the last delta.
+    top_all_dirty: bool,
+}
+
+/// What changed in a [`PathOram`]'s trusted state since the previous [`PathOram::take_delta`]:
+/// enough, together with the cells written, to redo the changes after a crash. Small compared
+/// with the whole state: a few position-map entries and the stash.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct OramDelta {
+    /// Changed in-memory position-map entries: (index, leaf + 1).
+    pub top: Vec<(u32, u32)>,
+    /// The stash of every tree, whole.
+    pub stashes: Vec<Vec<(u64, u32, Vec<u8>)>>,
+    /// The cached top-level buckets of every tree, whole (empty when nothing is cached).
+    pub caches: Vec<Vec<Vec<u8>>>,
+    /// Logical accesses completed, for the statistics.
+    pub accesses: u64,
 }
 
 impl std::fmt::Debug for PathOram {
@@ -399,7 +418,17 @@ impl PathOram {
         let trees =
             config.trees.iter().map(|&l| Tree::new(l, config.cache_levels, bucket)).collect();
         let top = vec![0u32; config.in_memory_entries() as usize];
-        Self { config, trees, top, rng, cur: None, stats: PathOramStats::default(), loading: None }
+        Self {
+            config,
+            trees,
+            top,
+            rng,
+            cur: None,
+            stats: PathOramStats::default(),
+            loading: None,
+            dirty_top: Vec::new(),
+            top_all_dirty: false,
+        }
     }
 
     /// Continues from exported trusted state, with a fresh generator.
@@ -450,6 +479,76 @@ impl PathOram {
             caches: self.trees.iter().map(|t| t.cache.clone()).collect(),
             stats: self.stats.clone(),
         })
+    }
+
+    /// Takes what changed in the trusted state since the previous call (between accesses).
+    ///
+    /// A durable driver logs this with the cells it writes, so that replaying the log over an
+    /// older [`PathOramState`] with [`PathOram::apply_delta`] rebuilds the current state.
+    pub fn take_delta(&mut self) -> Result<OramDelta> {
+        if self.cur.is_some() || self.loading.is_some() {
+            return Err(OramError::Protocol(
+                "cannot take a delta in the middle of an access".into(),
+            ));
+        }
+        let mut top: Vec<(u32, u32)> = if self.top_all_dirty {
+            self.top.iter().enumerate().map(|(i, &v)| (i as u32, v)).collect()
+        } else {
+            let mut idx = std::mem::take(&mut self.dirty_top);
+            idx.sort_unstable();
+            idx.dedup();
+            idx.into_iter().map(|i| (i, self.top[i as usize])).collect()
+        };
+        top.shrink_to_fit();
+        self.dirty_top.clear();
+        self.top_all_dirty = false;
+        let stashes = self
+            .trees
+            .iter()
+            .map(|t| {
+                let mut s: Vec<_> =
+                    t.stash.iter().map(|(&id, e)| (id, e.leaf, e.data.clone())).collect();
+                s.sort_unstable_by_key(|e| e.0);
+                s
+            })
+            .collect();
+        let caches = if self.config.cache_levels > 0 {
+            self.trees.iter().map(|t| t.cache.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        Ok(OramDelta { top, stashes, caches, accesses: self.stats.accesses })
+    }
+
+    /// Applies a delta taken by [`PathOram::take_delta`] on an instance whose state was the
+    /// same as the one the delta was taken from (replaying a redo log after a restart).
+    pub fn apply_delta(&mut self, delta: OramDelta) -> Result<()> {
+        let corrupt = |m: &str| Err(OramError::Corrupt(format!("redo record: {m}")));
+        if delta.stashes.len() != self.trees.len()
+            || (!delta.caches.is_empty() && delta.caches.len() != self.trees.len())
+        {
+            return corrupt("tree count does not match the configuration");
+        }
+        for &(i, v) in &delta.top {
+            let Some(slot) = self.top.get_mut(i as usize) else {
+                return corrupt("position-map index out of range");
+            };
+            *slot = v;
+        }
+        for (tree, stash) in self.trees.iter_mut().zip(delta.stashes) {
+            tree.stash.clear();
+            for (id, leaf, data) in stash {
+                tree.stash.insert(id, Entry { leaf, data });
+            }
+        }
+        for (tree, cache) in self.trees.iter_mut().zip(delta.caches) {
+            if cache.len() != tree.cache.len() {
+                return corrupt("cache size does not match the configuration");
+            }
+            tree.cache = cache;
+        }
+        self.stats.accesses = delta.accesses;
+        Ok(())
     }
 
     /// The parameters.
@@ -539,6 +638,7 @@ impl PathOram {
         };
         let new_leaf = self.random_leaf(top_tree);
         self.top[slot] = new_leaf.0 as u32 + 1;
+        self.dirty_top.push(slot as u32);
         let read = self.trees[top_tree].path_cells(leaf);
         self.cur =
             Some(Cursor { op: Some(op), ids, tree: top_tree, leaf, new_leaf, expect: read.len() });
@@ -853,6 +953,7 @@ impl PathOram {
         };
         self.bulk_start_tree(&mut load);
         self.loading = Some(id);
+        self.top_all_dirty = true;
         Ok(load)
     }
 

@@ -9,6 +9,8 @@
 //!
 //! * [`VersionTable`] — the trusted per-cell write counters that make replays detectable.
 //! * [`SealedPathOram`] — Path ORAM over any store, one access at a time.
+//! * [`DurablePathOram`] — Path ORAM whose trusted state survives a crash at any instant
+//!   (redo log plus checkpoints in a local directory).
 //! * [`SealedDirect`] — the baseline: the same blocks sealed and stored at fixed places with
 //!   no ORAM, for measuring what obliviousness costs.
 //!
@@ -30,11 +32,13 @@
 //! ```
 
 mod direct;
+mod durable;
 mod error;
 mod path;
 mod versions;
 
 pub use direct::SealedDirect;
+pub use durable::{DurablePathOram, Recovery, VerifyReport};
 pub use error::ProxyError;
 pub use path::{SealedPathOram, SealedPathState};
 pub use versions::VersionTable;

@@ -1,0 +1,565 @@
+//! A crash-consistent Path ORAM: trusted state in a local directory, made durable with a redo
+//! log, so that a `kill -9` at any instant loses nothing that was committed.
+//!
+//! # How it stays consistent
+//!
+//! Accesses do not write the store directly. Each access still *reads* its whole path from the
+//! store (so the store sees every read, exactly as with [`crate::SealedPathOram`]), but the
+//! cells it would write are sealed into an in-memory *overlay*; later reads of those cells take
+//! the overlay's copy. [`DurablePathOram::commit`] then:
+//!
+//! 1. appends one redo record — the sealed cells of the overlay with their versions, plus the
+//!    [`OramDelta`] (changed position-map entries and the stash) — to `redo.log` and fsyncs it;
+//! 2. writes the cells to the store and flushes the store;
+//! 3. forgets the overlay.
+//!
+//! A crash before step 1 completes leaves a torn record (detected by its checksum and ignored):
+//! the store was not touched, and the state is the previous commit. A crash after step 1
+//! replays the record at the next start: writing the same sealed bytes again is idempotent.
+//! Every so often the whole trusted state is written to `checkpoint.bin` (write, fsync,
+//! rename) and the log is emptied; records up to the checkpoint's sequence number are skipped.
+//!
+//! # Security
+//!
+//! The store sees the same reads as with [`crate::SealedPathOram`]. Writes are deferred to the
+//! commit and each dirty cell is written once per commit, so the store learns how many distinct
+//! cells the paths since the last commit covered — a number that depends only on the random
+//! leaves, not on which blocks were accessed — and when commits happen (which follows the
+//! caller's request timing, already public).
+//!
+//! Key epochs: every start seals under an epoch no earlier run used (the checkpoint records the
+//! next free one before anything is sealed), so random nonces are never reused under one key.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use blindfold_crypto::{CellAd, CellSealer, MasterKey, StoreId};
+use blindfold_oram::{BlockId, Op, OramDelta, PathOram, PathOramConfig, PathOramState, Progress};
+use blindfold_store::{CellId, Store};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::path::{open_cells, with_retry, write_sealed, RetryPolicy};
+use crate::{ProxyError, Result, SealedPathOram, VersionTable};
+
+const CHECKPOINT: &str = "checkpoint.bin";
+const REDO_LOG: &str = "redo.log";
+const CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT01";
+const RECORD_MAGIC: u32 = 0xB1F0_0D01;
+/// Write a checkpoint once the redo log is larger than this.
+const DEFAULT_LOG_LIMIT: u64 = 256 << 20;
+/// Commit by itself once this many cells wait in the overlay.
+const DEFAULT_MAX_OVERLAY: usize = 4096;
+const WRITE_BATCH: usize = 256;
+
+#[derive(Serialize, Deserialize)]
+struct Checkpoint {
+    store_id: [u8; 16],
+    oram: PathOramState,
+    versions: VersionTable,
+    /// First key epoch no run has sealed with.
+    next_epoch: u32,
+    /// Sequence number of the last redo record folded into this checkpoint.
+    seq: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Record {
+    seq: u64,
+    /// Highest key epoch sealed with so far.
+    epoch_high: u32,
+    delta: OramDelta,
+    /// (cell, version, sealed bytes)
+    cells: Vec<(u64, u64, Vec<u8>)>,
+}
+
+/// What [`DurablePathOram::open`] found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Redo records replayed.
+    pub replayed: u64,
+    /// Cells rewritten while replaying.
+    pub cells_rewritten: u64,
+    /// Bytes of a torn final record that was discarded.
+    pub torn_bytes: u64,
+}
+
+/// Result of [`DurablePathOram::verify`].
+#[derive(Clone, Debug, Default)]
+pub struct VerifyReport {
+    /// Cells read and authenticated.
+    pub cells_checked: u64,
+    /// Cells never written (nothing to check).
+    pub never_written: u64,
+    /// Cells that failed authentication, with the error.
+    pub failures: Vec<(u64, String)>,
+}
+
+/// Path ORAM whose trusted state survives crashes; see the module documentation.
+pub struct DurablePathOram {
+    oram: PathOram,
+    store: Arc<dyn Store>,
+    sealer: CellSealer,
+    store_id: StoreId,
+    versions: VersionTable,
+    overlay: HashMap<u64, Vec<u8>>,
+    dir: PathBuf,
+    log: File,
+    log_bytes: u64,
+    seq: u64,
+    next_epoch: u32,
+    log_limit: u64,
+    max_overlay: usize,
+    retry: RetryPolicy,
+    poisoned: bool,
+}
+
+impl std::fmt::Debug for DurablePathOram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurablePathOram")
+            .field("dir", &self.dir)
+            .field("oram", &self.oram)
+            .field("seq", &self.seq)
+            .finish_non_exhaustive()
+    }
+}
+
+fn io(path: &Path, what: &str, e: std::io::Error) -> ProxyError {
+    ProxyError::State(format!("{what} {}: {e}", path.display()))
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io(dir, "syncing directory", e))
+}
+
+fn write_checkpoint(dir: &Path, ckpt: &Checkpoint) -> Result<()> {
+    let body = bincode::serialize(ckpt).map_err(|e| ProxyError::State(e.to_string()))?;
+    let tmp = dir.join(format!("{CHECKPOINT}.tmp"));
+    let mut f = File::create(&tmp).map_err(|e| io(&tmp, "creating", e))?;
+    let mut head = Vec::with_capacity(20);
+    head.extend_from_slice(CHECKPOINT_MAGIC);
+    head.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    head.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    f.write_all(&head).and_then(|_| f.write_all(&body)).map_err(|e| io(&tmp, "writing", e))?;
+    f.sync_all().map_err(|e| io(&tmp, "syncing", e))?;
+    let path = dir.join(CHECKPOINT);
+    std::fs::rename(&tmp, &path).map_err(|e| io(&path, "renaming into", e))?;
+    sync_dir(dir)
+}
+
+fn read_checkpoint(dir: &Path) -> Result<Checkpoint> {
+    let path = dir.join(CHECKPOINT);
+    let mut buf = Vec::new();
+    File::open(&path)
+        .and_then(|mut f| f.read_to_end(&mut buf))
+        .map_err(|e| io(&path, "reading", e))?;
+    let bad = |m: &str| ProxyError::State(format!("{}: {m}", path.display()));
+    if buf.len() < 20 || &buf[..8] != CHECKPOINT_MAGIC {
+        return Err(bad("not a blindfold checkpoint"));
+    }
+    let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")) as usize;
+    let crc = u32::from_le_bytes(buf[16..20].try_into().expect("4 bytes"));
+    let body = buf.get(20..20 + len).ok_or_else(|| bad("truncated"))?;
+    if crc32fast::hash(body) != crc {
+        return Err(bad("checksum mismatch (damaged)"));
+    }
+    bincode::deserialize(body).map_err(|e| bad(&format!("cannot decode: {e}")))
+}
+
+/// Reads every complete record; returns them and the number of bytes of a torn tail.
+fn read_log(path: &Path) -> Result<(Vec<Record>, u64, u64)> {
+    let mut buf = Vec::new();
+    match File::open(path) {
+        Ok(mut f) => {
+            f.read_to_end(&mut buf).map_err(|e| io(path, "reading", e))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(path, "opening", e)),
+    }
+    let mut records = Vec::new();
+    let mut at = 0usize;
+    while buf.len() - at >= 16 {
+        let magic = u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"));
+        let len = u64::from_le_bytes(buf[at + 4..at + 12].try_into().expect("8 bytes")) as usize;
+        let crc = u32::from_le_bytes(buf[at + 12..at + 16].try_into().expect("4 bytes"));
+        let Some(body) = buf.get(at + 16..at + 16 + len) else { break };
+        if magic != RECORD_MAGIC || crc32fast::hash(body) != crc {
+            break;
+        }
+        let rec: Record = bincode::deserialize(body)
+            .map_err(|e| ProxyError::State(format!("{}: bad record: {e}", path.display())))?;
+        records.push(rec);
+        at += 16 + len;
+    }
+    Ok((records, at as u64, (buf.len() - at) as u64))
+}
+
+impl DurablePathOram {
+    /// Creates a new, empty ORAM whose trusted state lives in `dir` (created if needed; must
+    /// not already hold a checkpoint).
+    pub async fn create(
+        dir: &Path,
+        config: PathOramConfig,
+        store: Arc<dyn Store>,
+        key: &MasterKey,
+        store_id: StoreId,
+    ) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, "creating", e))?;
+        if dir.join(CHECKPOINT).exists() {
+            return Err(ProxyError::State(format!(
+                "{} already holds an ORAM; open it instead",
+                dir.display()
+            )));
+        }
+        let oram = PathOram::new(config);
+        let ckpt = Checkpoint {
+            store_id: store_id.0,
+            oram: oram.export_state()?,
+            versions: VersionTable::new(oram.config().total_cells()),
+            next_epoch: 0,
+            seq: 0,
+        };
+        write_checkpoint(dir, &ckpt)?;
+        let _ = std::fs::remove_file(dir.join(REDO_LOG));
+        Self::open(dir, store, key).await.map(|(o, _)| o)
+    }
+
+    /// Opens the ORAM in `dir`: loads the checkpoint, replays the redo log into the store and
+    /// the state, and starts a fresh key epoch.
+    pub async fn open(
+        dir: &Path,
+        store: Arc<dyn Store>,
+        key: &MasterKey,
+    ) -> Result<(Self, Recovery)> {
+        let ckpt = read_checkpoint(dir)?;
+        let store_id = StoreId(ckpt.store_id);
+        let mut oram = PathOram::from_state(ckpt.oram, ChaCha20Rng::from_entropy())?;
+        let mut versions = ckpt.versions;
+        let geometry = SealedPathOram::geometry(oram.config())?;
+        let found = store.geometry();
+        if found.cell_size() != geometry.cell_size() || found.cell_count() < geometry.cell_count() {
+            return Err(ProxyError::Geometry {
+                found: format!("{} cells of {} bytes", found.cell_count(), found.cell_size()),
+                needed: format!(
+                    "at least {} cells of {} bytes",
+                    geometry.cell_count(),
+                    geometry.cell_size()
+                ),
+            });
+        }
+        let log_path = dir.join(REDO_LOG);
+        let (records, good_bytes, torn_bytes) = read_log(&log_path)?;
+        let mut recovery = Recovery { torn_bytes, ..Recovery::default() };
+        let mut seq = ckpt.seq;
+        let mut next_epoch = ckpt.next_epoch;
+        let retry = RetryPolicy::default();
+        for rec in records {
+            if rec.seq <= seq {
+                continue;
+            }
+            let cells: Vec<(CellId, Vec<u8>)> = rec
+                .cells
+                .into_iter()
+                .map(|(c, v, bytes)| {
+                    versions.set(c, v);
+                    (CellId(c), bytes)
+                })
+                .collect();
+            recovery.cells_rewritten += cells.len() as u64;
+            for chunk in cells.chunks(WRITE_BATCH) {
+                write_sealed(&*store, retry, chunk.to_vec()).await?;
+            }
+            oram.apply_delta(rec.delta)?;
+            next_epoch = next_epoch.max(rec.epoch_high.saturating_add(1));
+            seq = rec.seq;
+            recovery.replayed += 1;
+        }
+        if recovery.replayed > 0 {
+            with_retry(retry, || store.flush()).await?;
+        }
+        // Reserve this run's epoch before sealing anything under it.
+        let epoch = next_epoch;
+        let sealer = CellSealer::new(key, store_id, epoch);
+        let after = Checkpoint {
+            store_id: store_id.0,
+            oram: oram.export_state()?,
+            versions,
+            next_epoch: epoch
+                .checked_add(1)
+                .ok_or(ProxyError::State("key epochs exhausted".into()))?,
+            seq,
+        };
+        if recovery.replayed > 0 || torn_bytes > 0 || good_bytes > 0 || ckpt.next_epoch <= epoch {
+            write_checkpoint(dir, &after)?;
+        }
+        // Append mode: every write lands at the end, also after `checkpoint` empties the file.
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| io(&log_path, "opening", e))?;
+        log.set_len(0).and_then(|_| log.sync_all()).map_err(|e| io(&log_path, "emptying", e))?;
+        sync_dir(dir)?;
+        let oram_state = after.oram;
+        let oram = PathOram::from_state(oram_state, ChaCha20Rng::from_entropy())?;
+        if recovery.replayed > 0 || recovery.torn_bytes > 0 {
+            tracing::info!(
+                replayed = recovery.replayed,
+                cells = recovery.cells_rewritten,
+                torn_bytes = recovery.torn_bytes,
+                "recovered ORAM state from the redo log"
+            );
+        }
+        Ok((
+            Self {
+                oram,
+                store,
+                sealer,
+                store_id,
+                versions: after.versions,
+                overlay: HashMap::new(),
+                dir: dir.to_path_buf(),
+                log,
+                log_bytes: 0,
+                seq,
+                next_epoch: after.next_epoch,
+                log_limit: DEFAULT_LOG_LIMIT,
+                max_overlay: DEFAULT_MAX_OVERLAY,
+                retry,
+                poisoned: false,
+            },
+            recovery,
+        ))
+    }
+
+    /// Whether `dir` holds an ORAM created by [`DurablePathOram::create`].
+    pub fn exists(dir: &Path) -> bool {
+        dir.join(CHECKPOINT).exists()
+    }
+
+    /// Writes a checkpoint once the redo log exceeds `bytes` (default 256 MiB).
+    pub fn set_log_limit(&mut self, bytes: u64) {
+        self.log_limit = bytes;
+    }
+
+    /// Commits by itself once `cells` cells wait in the overlay (default 4096).
+    pub fn set_max_overlay(&mut self, cells: usize) {
+        self.max_overlay = cells.max(1);
+    }
+
+    /// The scheme (configuration, statistics).
+    pub fn oram(&self) -> &PathOram {
+        &self.oram
+    }
+
+    /// The store id bound into every seal.
+    pub fn store_id(&self) -> StoreId {
+        self.store_id
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Cells written since the last commit.
+    pub fn pending_cells(&self) -> usize {
+        self.overlay.len()
+    }
+
+    /// Bytes of trusted memory: the scheme's state, versions and the overlay.
+    pub fn trusted_bytes(&self) -> u64 {
+        self.oram.trusted_bytes()
+            + self.versions.trusted_bytes()
+            + self.overlay.values().map(|v| v.len() as u64).sum::<u64>()
+    }
+
+    /// Reads a block (zeros if never written).
+    pub async fn read(&mut self, block: BlockId) -> Result<Vec<u8>> {
+        self.access(block, Op::Read).await
+    }
+
+    /// Writes a block. Durable only after the next [`DurablePathOram::commit`].
+    pub async fn write(&mut self, block: BlockId, data: Vec<u8>) -> Result<()> {
+        self.access(block, Op::Write(data)).await.map(drop)
+    }
+
+    /// One logical access; returns the block's previous contents. Not durable until
+    /// [`DurablePathOram::commit`] (which runs by itself when the overlay grows large).
+    pub async fn access(&mut self, block: BlockId, op: Op) -> Result<Vec<u8>> {
+        if self.poisoned {
+            return Err(ProxyError::Poisoned);
+        }
+        let read = self.oram.start(block, op)?;
+        let result = self.run(read).await;
+        let result = match result {
+            Ok(data) => match self.oram.check_stash() {
+                Ok(()) => Ok(data),
+                Err(e) => Err(e.into()),
+            },
+            Err(e) => {
+                self.oram.abort();
+                self.poison(&e);
+                return Err(e);
+            }
+        };
+        if self.overlay.len() >= self.max_overlay {
+            self.commit().await?;
+        }
+        result
+    }
+
+    fn poison(&mut self, e: &ProxyError) {
+        self.poisoned = true;
+        tracing::error!(error = %e, "ORAM failed part-way; refusing further accesses until restart");
+    }
+
+    async fn run(&mut self, mut read: Vec<CellId>) -> Result<Vec<u8>> {
+        let store = Arc::clone(&self.store);
+        let retry = self.retry;
+        loop {
+            // The store sees every read, even of cells whose newest copy is in the overlay.
+            let mut fetched = with_retry(retry, || store.read(&read)).await?;
+            for (cell, buf) in read.iter().zip(fetched.iter_mut()) {
+                if let Some(newer) = self.overlay.get(&cell.0) {
+                    buf.clone_from(newer);
+                }
+            }
+            let plain = open_cells(&self.sealer, &self.versions, &read, fetched)?;
+            let (writes, next, done) = match self.oram.feed(plain)? {
+                Progress::Continue { writes, read } => (writes, Some(read), None),
+                Progress::Done { writes, data } => (writes, None, Some(data)),
+            };
+            for (cell, data) in writes {
+                let version = self.versions.next(cell.0);
+                let ad = CellAd { cell: cell.0, version, segment: 0 };
+                let mut sealed = vec![0u8; data.len() + CellSealer::OVERHEAD];
+                self.sealer.seal_into(&ad, &data, &mut sealed).map_err(ProxyError::Crypto)?;
+                self.versions.set(cell.0, version);
+                self.overlay.insert(cell.0, sealed);
+            }
+            match (next, done) {
+                (Some(n), _) => read = n,
+                (None, Some(data)) => return Ok(data),
+                (None, None) => unreachable!("progress is either more reads or done"),
+            }
+        }
+    }
+
+    /// Makes every access so far durable: logs the overlay and the state change, then writes
+    /// the cells to the store. On return, a crash at any later instant loses none of it.
+    pub async fn commit(&mut self) -> Result<()> {
+        if self.poisoned {
+            return Err(ProxyError::Poisoned);
+        }
+        let delta = self.oram.take_delta()?;
+        if self.overlay.is_empty() && delta.top.is_empty() {
+            return Ok(());
+        }
+        let mut cells: Vec<(u64, u64, Vec<u8>)> =
+            self.overlay.drain().map(|(c, bytes)| (c, self.versions.get(c), bytes)).collect();
+        cells.sort_unstable_by_key(|c| c.0);
+        let record =
+            Record { seq: self.seq + 1, epoch_high: self.sealer.current_epoch(), delta, cells };
+        match self.log_and_apply(record).await {
+            Ok(()) => {}
+            Err(e) => {
+                self.poison(&e);
+                return Err(e);
+            }
+        }
+        if self.log_bytes > self.log_limit {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    async fn log_and_apply(&mut self, record: Record) -> Result<()> {
+        let body = bincode::serialize(&record).map_err(|e| ProxyError::State(e.to_string()))?;
+        let mut frame = Vec::with_capacity(16 + body.len());
+        frame.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+        frame.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        frame.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        frame.extend_from_slice(&body);
+        drop(body);
+        let log = self.log.try_clone().map_err(|e| io(&self.dir, "cloning log handle", e))?;
+        let path = self.dir.join(REDO_LOG);
+        let len = frame.len() as u64;
+        tokio::task::spawn_blocking(move || {
+            let mut log = log;
+            log.write_all(&frame)?;
+            log.sync_data()
+        })
+        .await
+        .map_err(|e| ProxyError::State(format!("log writer panicked: {e}")))?
+        .map_err(|e| io(&path, "appending to", e))?;
+        self.log_bytes += len;
+        self.seq = record.seq;
+        // Durable from here on: a crash now is repaired by replaying the record.
+        let cells: Vec<(CellId, Vec<u8>)> =
+            record.cells.into_iter().map(|(c, _, bytes)| (CellId(c), bytes)).collect();
+        for chunk in cells.chunks(WRITE_BATCH) {
+            write_sealed(&*self.store, self.retry, chunk.to_vec()).await?;
+        }
+        let store = Arc::clone(&self.store);
+        with_retry(self.retry, || store.flush()).await?;
+        Ok(())
+    }
+
+    /// Writes the whole trusted state to the checkpoint and empties the redo log. Only with
+    /// nothing pending.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        if !self.overlay.is_empty() {
+            return Err(ProxyError::State("commit before checkpointing".into()));
+        }
+        let ckpt = Checkpoint {
+            store_id: self.store_id.0,
+            oram: self.oram.export_state()?,
+            versions: self.versions.clone(),
+            next_epoch: self.next_epoch.max(self.sealer.current_epoch().saturating_add(1)),
+            seq: self.seq,
+        };
+        write_checkpoint(&self.dir, &ckpt)?;
+        self.next_epoch = ckpt.next_epoch;
+        self.log
+            .set_len(0)
+            .and_then(|_| self.log.sync_all())
+            .map_err(|e| io(&self.dir.join(REDO_LOG), "truncating", e))?;
+        self.log_bytes = 0;
+        Ok(())
+    }
+
+    /// Reads every written cell of the store and authenticates it against the trusted versions.
+    /// Commits first. `progress(done, total)` is called as it goes.
+    pub async fn verify(&mut self, mut progress: impl FnMut(u64, u64)) -> Result<VerifyReport> {
+        self.commit().await?;
+        let total = self.versions.len();
+        let mut report = VerifyReport::default();
+        let batch = 256u64;
+        let mut start = 0u64;
+        while start < total {
+            let cells: Vec<CellId> = (start..(start + batch).min(total)).map(CellId).collect();
+            let store = Arc::clone(&self.store);
+            let fetched = with_retry(self.retry, || store.read(&cells)).await?;
+            for (cell, mut buf) in cells.iter().zip(fetched) {
+                let version = self.versions.get(cell.0);
+                if version == 0 {
+                    report.never_written += 1;
+                    continue;
+                }
+                let ad = CellAd { cell: cell.0, version, segment: 0 };
+                match self.sealer.open_in_place(&ad, &mut buf) {
+                    Ok(_) => report.cells_checked += 1,
+                    Err(e) => report.failures.push((cell.0, e.to_string())),
+                }
+            }
+            start += batch;
+            progress(start.min(total), total);
+        }
+        Ok(report)
+    }
+}
