@@ -24,6 +24,11 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve the S3 API over oblivious storage (no configuration needed: everything missing is
+    /// created in the data directory on first start).
+    Serve(ServeArgs),
+    /// Check every stored cell's integrity and the trusted state's consistency.
+    Verify(GatewayArgs),
     /// Create a new key file (mode 0600). Losing the key loses the data.
     Init(InitArgs),
     /// Check that a key file loads (and that its permissions are private).
@@ -42,6 +47,49 @@ struct KeyArgs {
     /// one line of standard input.
     #[arg(long)]
     passphrase: bool,
+}
+
+#[derive(Args, Debug)]
+struct GatewayArgs {
+    /// Trusted state directory (key, credentials, directory, ORAM state, default store).
+    #[arg(long, default_value = "blindfold-data", env = "BLINDFOLD_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Untrusted store, fixed when the data directory is created: `file:///dir`, `memory:`
+    /// (default: files in <data-dir>/cells).
+    #[arg(long)]
+    store: Option<StoreUrl>,
+    /// Key file (default: <data-dir>/key.json, created on first start).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// The key file is (or is to be) protected by a passphrase: read it from
+    /// $BLINDFOLD_PASSPHRASE, or else one line of standard input.
+    #[arg(long)]
+    passphrase: bool,
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    #[command(flatten)]
+    gateway: GatewayArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9100", env = "BLINDFOLD_LISTEN")]
+    listen: std::net::SocketAddr,
+    /// S3 access key (default: from <data-dir>/credentials.json, generated on first start).
+    #[arg(long, env = "BLINDFOLD_ACCESS_KEY", requires = "secret_key")]
+    access_key: Option<String>,
+    /// S3 secret key.
+    #[arg(long, env = "BLINDFOLD_SECRET_KEY", requires = "access_key", hide_env_values = true)]
+    secret_key: Option<String>,
+    /// Logical capacity of a new store (e.g. 1GiB, 256MiB). The store holds about twice this.
+    #[arg(long, default_value = "1GiB", value_parser = blindfold_gateway::server::parse_size)]
+    capacity: u64,
+    /// ORAM block size of a new store, in bytes.
+    #[arg(long, default_value_t = 4096)]
+    block_size: u32,
+    /// Pad every object to a power-of-two number of blocks, so the store learns only each
+    /// object's size class (costs up to 2× space and traffic). Fixed at creation.
+    #[arg(long)]
+    pad_objects: bool,
 }
 
 #[derive(Args, Debug)]
@@ -193,6 +241,96 @@ async fn bench_path(args: PathArgs) -> Result<()> {
     Ok(())
 }
 
+fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeConfig> {
+    let passphrase =
+        if g.passphrase { Some(std::sync::Arc::new(read_passphrase()?)) } else { None };
+    Ok(blindfold_gateway::server::ServeConfig {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        data_dir: g.data_dir.clone(),
+        store: g.store.clone(),
+        key_file: g.key_file.clone(),
+        passphrase,
+        credentials: None,
+        capacity: 1 << 30,
+        block_size: 4096,
+        pad_objects: false,
+    })
+}
+
+async fn serve(a: ServeArgs) -> Result<()> {
+    let mut cfg = serve_config(&a.gateway)?;
+    cfg.listen = a.listen;
+    cfg.credentials = a.access_key.zip(a.secret_key);
+    cfg.capacity = a.capacity;
+    cfg.block_size = a.block_size;
+    cfg.pad_objects = a.pad_objects;
+    let opened = blindfold_gateway::server::open(&cfg).await?;
+    for note in &opened.notes {
+        eprintln!("blindfold: {note}");
+    }
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("listening on {}", cfg.listen))?;
+    let addr = listener.local_addr()?;
+    let (ak, sk) = opened.credentials.clone();
+    println!("blindfold serving S3 at http://{addr}");
+    println!("  data directory: {}", cfg.data_dir.display());
+    println!("  store: {}", opened.params.store);
+    println!(
+        "  capacity: {} blocks of {} bytes{}",
+        opened.params.blocks,
+        opened.params.block_size,
+        if opened.params.pad_objects { ", object sizes padded" } else { "" }
+    );
+    println!("  try: AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1 aws --endpoint-url http://{addr} s3 ls");
+    let shutdown = async {
+        let ctrl_c = tokio::signal::ctrl_c();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("signal handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("blindfold: shutting down");
+    };
+    blindfold_gateway::server::run(opened, listener, shutdown).await?;
+    Ok(())
+}
+
+async fn verify(a: GatewayArgs) -> Result<()> {
+    let cfg = serve_config(&a)?;
+    if !cfg.data_dir.join("gateway.json").exists() {
+        bail!("{} is not a blindfold data directory (no gateway.json)", cfg.data_dir.display());
+    }
+    let opened = blindfold_gateway::server::open(&cfg).await?;
+    let pb = indicatif::ProgressBar::new(0);
+    let report = blindfold_gateway::verify::verify(&opened, |done, total| {
+        pb.set_length(total);
+        pb.set_position(done);
+    })
+    .await?;
+    pb.finish_and_clear();
+    println!("blindfold verify {}", cfg.data_dir.display());
+    println!("  buckets: {}, objects: {}", report.buckets, report.objects);
+    println!("  cells authenticated: {}, never written: {}", report.cells_ok, report.cells_unused);
+    for (cell, e) in &report.bad_cells {
+        println!("  BAD cell {cell}: {e}");
+    }
+    for p in &report.directory_problems {
+        println!("  DIRECTORY: {p}");
+    }
+    if report.is_clean() {
+        println!("  OK: every stored cell is authentic and the directory is consistent");
+        Ok(())
+    } else {
+        bail!(
+            "verification failed: {} bad cells, {} directory problems",
+            report.bad_cells.len(),
+            report.directory_problems.len()
+        )
+    }
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -200,6 +338,14 @@ fn main() -> Result<()> {
         .context("invalid --log filter")?;
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     match cli.command {
+        Command::Serve(a) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(serve(a))
+        }
+        Command::Verify(a) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(verify(a))
+        }
         Command::Init(a) => init(a),
         Command::CheckKey(a) => check_key(a),
         Command::Bench(BenchCommand::Path(a)) => {

@@ -1,0 +1,538 @@
+//! The directory: buckets, objects, multipart uploads and the block allocator, in an embedded
+//! transactional database (`redb`) in the trusted state directory.
+//!
+//! The directory never leaves the gateway: listing, heads and deletes cost no storage traffic at
+//! all. It refers to logical ORAM blocks; a block belongs to at most one object or upload part,
+//! and the allocator's free list and high-water mark say which blocks belong to nobody.
+//!
+//! Durability order (see `objects.rs`): block contents are committed in the ORAM first, then the
+//! directory transaction that makes them reachable. A crash between the two leaves unreachable
+//! blocks that the allocator still counts as free: nothing is lost and nothing leaks.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::Path;
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::{GatewayError, Result};
+
+const BUCKETS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("buckets");
+const OBJECTS: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("objects");
+const UPLOADS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("uploads");
+const FREE: TableDefinition<'_, u64, ()> = TableDefinition::new("free_blocks");
+const ALLOC: TableDefinition<'_, &str, u64> = TableDefinition::new("alloc");
+
+/// A run of bytes stored in whole blocks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extent {
+    /// Bytes of data (the last block may be partly used).
+    pub len: u64,
+    /// Logical blocks, in order (may include padding blocks beyond `len`).
+    pub blocks: Vec<u64>,
+}
+
+/// What the directory knows about an object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    /// Size in bytes.
+    pub size: u64,
+    /// The S3 ETag (without quotes): MD5 hex, or `md5-of-md5s-N` after a multipart upload.
+    pub etag: String,
+    /// Content-Type given at upload.
+    pub content_type: Option<String>,
+    /// User metadata (`x-amz-meta-*`).
+    pub metadata: BTreeMap<String, String>,
+    /// Last modification, nanoseconds since the Unix epoch.
+    pub modified_ns: i128,
+    /// The data.
+    pub extents: Vec<Extent>,
+}
+
+impl ObjectMeta {
+    /// Every block the object owns.
+    pub fn blocks(&self) -> impl Iterator<Item = u64> + '_ {
+        self.extents.iter().flat_map(|e| e.blocks.iter().copied())
+    }
+
+    /// Last modification time.
+    pub fn modified(&self) -> SystemTime {
+        let ns = self.modified_ns.max(0) as u128;
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(ns.min(u64::MAX as u128) as u64)
+    }
+}
+
+/// One uploaded part of a multipart upload.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    /// ETag of the part (MD5 hex).
+    pub etag: String,
+    /// MD5 of the part, raw (for the multipart ETag).
+    pub md5: Vec<u8>,
+    /// The data.
+    pub extent: Extent,
+    /// When it was uploaded, nanoseconds since the Unix epoch.
+    pub modified_ns: i128,
+}
+
+/// A multipart upload in progress.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upload {
+    /// Bucket.
+    pub bucket: String,
+    /// Key.
+    pub key: String,
+    /// Started, nanoseconds since the Unix epoch.
+    pub created_ns: i128,
+    /// Content-Type for the final object.
+    pub content_type: Option<String>,
+    /// User metadata for the final object.
+    pub metadata: BTreeMap<String, String>,
+    /// Parts by number.
+    pub parts: BTreeMap<i32, Part>,
+}
+
+/// Bucket record.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BucketMeta {
+    /// Created, nanoseconds since the Unix epoch.
+    pub created_ns: i128,
+}
+
+/// Nanoseconds since the Unix epoch, now.
+pub fn now_ns() -> i128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
+}
+
+fn enc<T: Serialize>(v: &T) -> Vec<u8> {
+    bincode::serialize(v).expect("directory records serialise")
+}
+
+fn dec<T: for<'a> Deserialize<'a>>(b: &[u8]) -> Result<T> {
+    bincode::deserialize(b).map_err(|e| GatewayError::Corrupt(format!("directory record: {e}")))
+}
+
+fn db_err(e: impl std::fmt::Display) -> GatewayError {
+    GatewayError::Directory(e.to_string())
+}
+
+struct Alloc {
+    next: u64,
+    free: BTreeSet<u64>,
+    reserved: HashSet<u64>,
+}
+
+/// Blocks handed out by [`Directory::allocate`] and not yet committed or released.
+#[derive(Debug, Default)]
+pub struct Reservation {
+    /// The blocks.
+    pub blocks: Vec<u64>,
+}
+
+/// The trusted directory and block allocator.
+pub struct Directory {
+    db: Database,
+    capacity: u64,
+    alloc: Mutex<Alloc>,
+}
+
+impl std::fmt::Debug for Directory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Directory").field("capacity", &self.capacity).finish_non_exhaustive()
+    }
+}
+
+/// A directory transaction in progress; see [`Directory::transact`].
+pub struct Tx<'a> {
+    txn: &'a redb::WriteTransaction,
+    release: Vec<u64>,
+}
+
+impl std::fmt::Debug for Tx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx").finish_non_exhaustive()
+    }
+}
+
+impl Tx<'_> {
+    /// Fails with NoSuchBucket unless the bucket exists.
+    pub fn require_bucket(&self, name: &str) -> Result<()> {
+        let t = self.txn.open_table(BUCKETS).map_err(db_err)?;
+        let found = t.get(name).map_err(db_err)?.is_some();
+        if found {
+            Ok(())
+        } else {
+            Err(GatewayError::NoSuchBucket)
+        }
+    }
+
+    /// The object at (bucket, key).
+    pub fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectMeta>> {
+        let t = self.txn.open_table(OBJECTS).map_err(db_err)?;
+        let out = t.get((bucket, key)).map_err(db_err)?.map(|v| dec(v.value())).transpose();
+        out
+    }
+
+    /// Inserts or replaces an object; the replaced object's blocks are freed.
+    pub fn put_object(&mut self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()> {
+        let mut t = self.txn.open_table(OBJECTS).map_err(db_err)?;
+        let old = t.insert((bucket, key), enc(meta).as_slice()).map_err(db_err)?;
+        if let Some(old) = old {
+            let old: ObjectMeta = dec(old.value())?;
+            self.release.extend(old.blocks());
+        }
+        Ok(())
+    }
+
+    /// Removes an object and frees its blocks; false if there was none.
+    pub fn delete_object(&mut self, bucket: &str, key: &str) -> Result<bool> {
+        let mut t = self.txn.open_table(OBJECTS).map_err(db_err)?;
+        let old = t.remove((bucket, key)).map_err(db_err)?;
+        match old {
+            Some(old) => {
+                let old: ObjectMeta = dec(old.value())?;
+                self.release.extend(old.blocks());
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The upload with this id.
+    pub fn upload(&self, id: &str) -> Result<Option<Upload>> {
+        let t = self.txn.open_table(UPLOADS).map_err(db_err)?;
+        let out = t.get(id).map_err(db_err)?.map(|v| dec(v.value())).transpose();
+        out
+    }
+
+    /// Inserts or replaces an upload record (blocks are not touched).
+    pub fn put_upload(&mut self, id: &str, up: &Upload) -> Result<()> {
+        let mut t = self.txn.open_table(UPLOADS).map_err(db_err)?;
+        t.insert(id, enc(up).as_slice()).map_err(db_err)?;
+        Ok(())
+    }
+
+    /// Removes an upload record (blocks are not touched).
+    pub fn delete_upload(&mut self, id: &str) -> Result<()> {
+        let mut t = self.txn.open_table(UPLOADS).map_err(db_err)?;
+        t.remove(id).map_err(db_err)?;
+        Ok(())
+    }
+
+    /// Frees blocks when the transaction commits.
+    pub fn release(&mut self, blocks: impl IntoIterator<Item = u64>) {
+        self.release.extend(blocks);
+    }
+}
+
+impl Directory {
+    /// Opens (or creates) the directory database for an ORAM of `capacity` blocks.
+    pub fn open(path: &Path, capacity: u64) -> Result<Self> {
+        let db = Database::create(path).map_err(db_err)?;
+        let txn = db.begin_write().map_err(db_err)?;
+        let (next, free) = {
+            txn.open_table(BUCKETS).map_err(db_err)?;
+            txn.open_table(OBJECTS).map_err(db_err)?;
+            txn.open_table(UPLOADS).map_err(db_err)?;
+            let free_t = txn.open_table(FREE).map_err(db_err)?;
+            let alloc_t = txn.open_table(ALLOC).map_err(db_err)?;
+            let next = alloc_t.get("next").map_err(db_err)?.map(|v| v.value()).unwrap_or(0);
+            let mut free = BTreeSet::new();
+            for item in free_t.iter().map_err(db_err)? {
+                free.insert(item.map_err(db_err)?.0.value());
+            }
+            (next, free)
+        };
+        txn.commit().map_err(db_err)?;
+        if next > capacity {
+            return Err(GatewayError::Corrupt(format!(
+                "the directory uses {next} blocks but the ORAM holds {capacity}"
+            )));
+        }
+        Ok(Self { db, capacity, alloc: Mutex::new(Alloc { next, free, reserved: HashSet::new() }) })
+    }
+
+    /// Logical blocks the ORAM holds.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Blocks neither owned nor reserved.
+    pub fn free_blocks(&self) -> u64 {
+        let a = self.alloc.lock();
+        let free_listed = a.free.iter().filter(|b| !a.reserved.contains(b)).count() as u64;
+        let reserved_tail = a.reserved.iter().filter(|&&b| b >= a.next).count() as u64;
+        free_listed + (self.capacity - a.next) - reserved_tail
+    }
+
+    /// Reserves `n` free blocks (not yet durable: a crash frees them again).
+    pub fn allocate(&self, n: u64) -> Result<Reservation> {
+        let mut a = self.alloc.lock();
+        let mut blocks = Vec::with_capacity(n as usize);
+        let candidates: Vec<u64> =
+            a.free.iter().copied().filter(|b| !a.reserved.contains(b)).take(n as usize).collect();
+        blocks.extend(candidates);
+        let mut next = a.next;
+        while (blocks.len() as u64) < n {
+            // Skip tail blocks another writer already reserved.
+            while a.reserved.contains(&next) {
+                next += 1;
+            }
+            if next >= self.capacity {
+                return Err(GatewayError::Full { capacity: self.capacity });
+            }
+            blocks.push(next);
+            next += 1;
+        }
+        for &b in &blocks {
+            a.reserved.insert(b);
+        }
+        Ok(Reservation { blocks })
+    }
+
+    /// Gives back reserved blocks that will not be used.
+    pub fn unreserve(&self, blocks: &[u64]) {
+        let mut a = self.alloc.lock();
+        for b in blocks {
+            a.reserved.remove(b);
+        }
+    }
+
+    /// Runs `f` in one atomic, durable transaction. Reserved blocks in `claim` become owned
+    /// when it commits; blocks released inside become free. If `f` fails nothing changes (the
+    /// reservation stays; the caller unreserves). Transactions are serialised.
+    pub fn transact<T>(
+        &self,
+        claim: &[u64],
+        f: impl FnOnce(&mut Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut a = self.alloc.lock();
+        let txn = self.db.begin_write().map_err(db_err)?;
+        let mut tx = Tx { txn: &txn, release: Vec::new() };
+        let out = f(&mut tx)?;
+        let release = std::mem::take(&mut tx.release);
+        let claimed: HashSet<u64> = claim.iter().copied().collect();
+        let mut next = a.next;
+        let mut gaps = Vec::new();
+        {
+            let mut free = txn.open_table(FREE).map_err(db_err)?;
+            for &b in claim {
+                if b >= next {
+                    // Blocks between the old mark and this one that nobody claims become free.
+                    gaps.extend((next..b).filter(|g| !claimed.contains(g)));
+                    next = b + 1;
+                } else {
+                    free.remove(b).map_err(db_err)?;
+                }
+            }
+            gaps.retain(|g| *g < next && !claimed.contains(g));
+            for &g in &gaps {
+                free.insert(g, ()).map_err(db_err)?;
+            }
+            for &b in &release {
+                free.insert(b, ()).map_err(db_err)?;
+            }
+            let mut alloc = txn.open_table(ALLOC).map_err(db_err)?;
+            alloc.insert("next", next).map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)?;
+        // Mirror in memory only once durable.
+        a.next = next;
+        a.free.extend(gaps);
+        for b in claim {
+            a.free.remove(b);
+            a.reserved.remove(b);
+        }
+        a.free.extend(release);
+        Ok(out)
+    }
+
+    /// Creates a bucket; false if it already existed.
+    pub fn create_bucket(&self, name: &str) -> Result<bool> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        let created = {
+            let mut t = txn.open_table(BUCKETS).map_err(db_err)?;
+            if t.get(name).map_err(db_err)?.is_some() {
+                false
+            } else {
+                t.insert(name, enc(&BucketMeta { created_ns: now_ns() }).as_slice())
+                    .map_err(db_err)?;
+                true
+            }
+        };
+        txn.commit().map_err(db_err)?;
+        Ok(created)
+    }
+
+    /// Deletes an empty bucket. Errors: no such bucket, not empty.
+    pub fn delete_bucket(&self, name: &str) -> Result<()> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut t = txn.open_table(BUCKETS).map_err(db_err)?;
+            if t.get(name).map_err(db_err)?.is_none() {
+                return Err(GatewayError::NoSuchBucket);
+            }
+            let objects = txn.open_table(OBJECTS).map_err(db_err)?;
+            let mut range = objects.range((name, "")..).map_err(db_err)?;
+            if let Some(item) = range.next() {
+                if item.map_err(db_err)?.0.value().0 == name {
+                    return Err(GatewayError::BucketNotEmpty);
+                }
+            }
+            t.remove(name).map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)?;
+        Ok(())
+    }
+
+    /// The bucket's record, if it exists.
+    pub fn bucket(&self, name: &str) -> Result<Option<BucketMeta>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(BUCKETS).map_err(db_err)?;
+        t.get(name).map_err(db_err)?.map(|v| dec(v.value())).transpose()
+    }
+
+    /// Fails with NoSuchBucket unless the bucket exists.
+    pub fn require_bucket(&self, name: &str) -> Result<()> {
+        self.bucket(name)?.map(drop).ok_or(GatewayError::NoSuchBucket)
+    }
+
+    /// All buckets, by name.
+    pub fn buckets(&self) -> Result<Vec<(String, BucketMeta)>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(BUCKETS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for item in t.iter().map_err(db_err)? {
+            let (k, v) = item.map_err(db_err)?;
+            out.push((k.value().to_string(), dec(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// One object.
+    pub fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectMeta>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(OBJECTS).map_err(db_err)?;
+        t.get((bucket, key)).map_err(db_err)?.map(|v| dec(v.value())).transpose()
+    }
+
+    /// Objects of `bucket` whose keys start with `prefix` and sort after `after`, in key order,
+    /// at most `limit` of them (the caller asks for one more to learn whether it is truncated).
+    pub fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, ObjectMeta)>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(OBJECTS).map_err(db_err)?;
+        let start = if after >= prefix { after } else { prefix };
+        let mut out = Vec::new();
+        for item in t.range((bucket, start)..).map_err(db_err)? {
+            let (k, v) = item.map_err(db_err)?;
+            let (b, key) = k.value();
+            if b != bucket || !key.starts_with(prefix) {
+                break;
+            }
+            if key <= after {
+                continue;
+            }
+            out.push((key.to_string(), dec(v.value())?));
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// One upload.
+    pub fn upload(&self, id: &str) -> Result<Option<Upload>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(UPLOADS).map_err(db_err)?;
+        t.get(id).map_err(db_err)?.map(|v| dec(v.value())).transpose()
+    }
+
+    /// All uploads: (id, upload).
+    pub fn uploads(&self) -> Result<Vec<(String, Upload)>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(UPLOADS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for item in t.iter().map_err(db_err)? {
+            let (k, v) = item.map_err(db_err)?;
+            out.push((k.value().to_string(), dec(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// Every object of every bucket (for verification).
+    pub fn all_objects(&self) -> Result<Vec<(String, String, ObjectMeta)>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(OBJECTS).map_err(db_err)?;
+        let mut out = Vec::new();
+        for item in t.iter().map_err(db_err)? {
+            let (k, v) = item.map_err(db_err)?;
+            let (b, key) = k.value();
+            out.push((b.to_string(), key.to_string(), dec(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// Counts of buckets and objects.
+    pub fn counts(&self) -> Result<(u64, u64)> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let b = txn.open_table(BUCKETS).map_err(db_err)?.len().map_err(db_err)?;
+        let o = txn.open_table(OBJECTS).map_err(db_err)?.len().map_err(db_err)?;
+        Ok((b, o))
+    }
+
+    /// Checks that every block is owned at most once, owned blocks are below the high-water
+    /// mark and not free-listed. Returns a list of problems (empty if consistent).
+    pub fn check(&self) -> Result<Vec<String>> {
+        let mut problems = Vec::new();
+        let (next, free) = {
+            let a = self.alloc.lock();
+            (a.next, a.free.clone())
+        };
+        let mut owner: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
+        let mut claim = |b: u64, who: String, problems: &mut Vec<String>| {
+            if b >= next {
+                problems.push(format!("{who} uses block {b} above the allocation mark {next}"));
+            }
+            if free.contains(&b) {
+                problems.push(format!("{who} uses block {b}, which is on the free list"));
+            }
+            if let Some(prev) = owner.insert(b, who.clone()) {
+                problems.push(format!("block {b} is used by both {prev} and {who}"));
+            }
+        };
+        let objects = self.all_objects()?;
+        for (i, (_, _, meta)) in objects.iter().enumerate() {
+            let who = format!("object #{i}");
+            let mut total = 0u64;
+            for e in &meta.extents {
+                total += e.len;
+            }
+            if total != meta.size {
+                problems
+                    .push(format!("{who}: extents hold {total} bytes, size says {}", meta.size));
+            }
+            for b in meta.blocks() {
+                claim(b, who.clone(), &mut problems);
+            }
+        }
+        for (id, up) in self.uploads()? {
+            for (n, p) in &up.parts {
+                for &b in &p.extent.blocks {
+                    claim(b, format!("upload {id} part {n}"), &mut problems);
+                }
+            }
+        }
+        Ok(problems)
+    }
+}

@@ -1,0 +1,63 @@
+use blindfold_proxy::ProxyError;
+
+/// Errors of the gateway's object layer. They map to S3 error codes in exactly one place
+/// (`s3.rs`), and their messages never contain object names or sizes.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The bucket does not exist.
+    #[error("the bucket does not exist")]
+    NoSuchBucket,
+    /// The object does not exist.
+    #[error("the object does not exist")]
+    NoSuchKey,
+    /// The bucket still holds objects.
+    #[error("the bucket is not empty")]
+    BucketNotEmpty,
+    /// The multipart upload does not exist.
+    #[error("the multipart upload does not exist")]
+    NoSuchUpload,
+    /// A part named in CompleteMultipartUpload is missing or its ETag does not match.
+    #[error("a listed part was not uploaded or its ETag does not match")]
+    InvalidPart,
+    /// Parts in CompleteMultipartUpload are not in ascending order.
+    #[error("the parts are not in ascending order")]
+    InvalidPartOrder,
+    /// The requested range is outside the object.
+    #[error("the requested range is not satisfiable")]
+    InvalidRange,
+    /// A precondition (If-Match and friends) failed.
+    #[error("a precondition failed")]
+    PreconditionFailed,
+    /// The ORAM has no free blocks left.
+    #[error("the oblivious store is full ({capacity} blocks); start the gateway with a larger --capacity on a new data directory")]
+    Full {
+        /// Capacity in blocks.
+        capacity: u64,
+    },
+    /// The object is larger than this gateway accepts.
+    #[error("the object is too large")]
+    TooLarge,
+    /// The client's request body could not be read.
+    #[error("reading the request body failed: {0}")]
+    Body(String),
+    /// The ORAM engine failed (storage error, integrity violation, …).
+    #[error(transparent)]
+    Engine(#[from] ProxyError),
+    /// The directory database failed.
+    #[error("directory database error: {0}")]
+    Directory(String),
+    /// Trusted state is inconsistent.
+    #[error("corrupt gateway state: {0}")]
+    Corrupt(String),
+    /// Configuration or data-directory problem.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl GatewayError {
+    /// Whether this is a detected integrity violation of the untrusted store.
+    pub fn is_integrity(&self) -> bool {
+        matches!(self, GatewayError::Engine(ProxyError::Integrity { .. }))
+    }
+}

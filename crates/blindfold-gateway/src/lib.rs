@@ -1,0 +1,31 @@
+//! blindfold's S3 gateway: ordinary S3 clients in front, oblivious storage behind.
+//!
+//! ```text
+//! S3 client ──SigV4/HTTP──▶ s3.rs (s3s)            the S3 API; errors mapped in one place
+//!                           objects.rs             objects ⇄ fixed-size blocks, padding, streaming
+//!                           directory.rs (redb)    buckets, objects, uploads, block allocator
+//!                           DurablePathOram        crash-consistent Path ORAM (blindfold-proxy)
+//!                           Store                  untrusted cells (file, memory, …)
+//! ```
+//!
+//! Listing, heads and deletes are answered from the trusted directory and cost no storage
+//! traffic; reads and writes of object data become ORAM accesses, one per block. A PUT is
+//! acknowledged only after its blocks are committed in the ORAM and the directory transaction
+//! that publishes the object is durable, so a crash at any instant loses no acknowledged write.
+//!
+//! [`server::open`] prepares a data directory (key, credentials, parameters) and
+//! [`server::run`] serves it.
+
+mod directory;
+mod error;
+pub mod objects;
+mod s3;
+pub mod server;
+pub mod verify;
+
+pub use directory::{Directory, Extent, ObjectMeta};
+pub use error::GatewayError;
+pub use s3::Gateway;
+
+/// Result type of this crate.
+pub type Result<T, E = GatewayError> = std::result::Result<T, E>;

@@ -1,0 +1,494 @@
+//! The object layer: S3 objects as runs of fixed-size logical ORAM blocks.
+//!
+//! An object of `n` bytes takes `⌈n / B⌉` blocks of `B` bytes (the block size, 4 KiB by
+//! default); the last block is zero-filled past the end. Objects stream in and out one block at
+//! a time, so memory use does not grow with object size.
+//!
+//! With padding on, every object (and every multipart part) is stored in a power-of-two number
+//! of blocks (at least one): a 5-block object takes 8 blocks, the extra 3 holding zeros, and
+//! every read of it — ranged or not — reads all 8, so the store can tell only the size class.
+//!
+//! Durability of a PUT: blocks are written through the ORAM, the ORAM commits (redo log fsync,
+//! then the store), and only then does one directory transaction make the object visible and
+//! free the blocks of the object it replaces. The PUT is acknowledged after that.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use blindfold_oram::BlockId;
+use blindfold_proxy::DurablePathOram;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use md5::{Digest, Md5};
+use tokio::sync::{mpsc, Mutex};
+
+use crate::directory::{now_ns, Directory, Extent, ObjectMeta, Part, Upload};
+use crate::{GatewayError, Result};
+
+/// The S3 upper bound on one object, also ours.
+pub const MAX_OBJECT_SIZE: u64 = 5 << 40;
+
+/// Objects over oblivious storage.
+pub struct ObjectLayer {
+    dir: Directory,
+    engine: Mutex<DurablePathOram>,
+    block_size: usize,
+    pad: bool,
+}
+
+impl std::fmt::Debug for ObjectLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectLayer")
+            .field("block_size", &self.block_size)
+            .field("pad", &self.pad)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Blocks an object of `len` bytes occupies, before padding.
+fn blocks_for(len: u64, block: usize) -> u64 {
+    len.div_ceil(block as u64)
+}
+
+/// Blocks after padding to the size class.
+pub fn padded(blocks: u64) -> u64 {
+    blocks.max(1).next_power_of_two()
+}
+
+impl ObjectLayer {
+    /// Assembles the layer.
+    pub fn new(dir: Directory, engine: DurablePathOram, pad: bool) -> Self {
+        let block_size = engine.oram().config().block_size() as usize;
+        Self { dir, engine: Mutex::new(engine), block_size, pad }
+    }
+
+    /// The directory.
+    pub fn directory(&self) -> &Directory {
+        &self.dir
+    }
+
+    /// Bytes per logical block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Whether object sizes are padded to size classes.
+    pub fn pads(&self) -> bool {
+        self.pad
+    }
+
+    /// Runs `f` with the engine locked (verification, statistics).
+    pub async fn with_engine<T>(&self, f: impl FnOnce(&mut DurablePathOram) -> T) -> T {
+        let mut e = self.engine.lock().await;
+        f(&mut e)
+    }
+
+    /// Verifies every stored cell; see [`DurablePathOram::verify`].
+    pub async fn verify_cells(
+        &self,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<blindfold_proxy::VerifyReport> {
+        let mut e = self.engine.lock().await;
+        Ok(e.verify(progress).await?)
+    }
+
+    /// Commits pending ORAM work and writes a checkpoint (clean shutdown).
+    pub async fn shutdown(&self) -> Result<()> {
+        let mut e = self.engine.lock().await;
+        e.commit().await?;
+        e.checkpoint()?;
+        Ok(())
+    }
+
+    async fn write_block(&self, block: u64, data: Vec<u8>) -> Result<()> {
+        let mut e = self.engine.lock().await;
+        e.write(BlockId(block), data).await?;
+        Ok(())
+    }
+
+    async fn read_block(&self, block: u64) -> Result<Vec<u8>> {
+        let mut e = self.engine.lock().await;
+        Ok(e.read(BlockId(block)).await?)
+    }
+
+    async fn commit_engine(&self) -> Result<()> {
+        let mut e = self.engine.lock().await;
+        e.commit().await?;
+        Ok(())
+    }
+
+    /// Writes a byte stream into freshly reserved blocks. Returns the extent, its MD5 and the
+    /// reserved blocks (to claim in a directory transaction, or to unreserve on failure).
+    /// Blocks are written but not yet committed.
+    pub async fn write_stream<S, E>(&self, mut body: S) -> Result<(Extent, [u8; 16])>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let bs = self.block_size;
+        let mut md5 = Md5::new();
+        let mut buf: Vec<u8> = Vec::with_capacity(bs);
+        let mut extent = Extent::default();
+        let result: Result<()> = async {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| GatewayError::Body(e.to_string()))?;
+                md5.update(&chunk);
+                extent.len += chunk.len() as u64;
+                if extent.len > MAX_OBJECT_SIZE {
+                    return Err(GatewayError::TooLarge);
+                }
+                let mut rest: &[u8] = &chunk;
+                while !rest.is_empty() {
+                    let take = (bs - buf.len()).min(rest.len());
+                    buf.extend_from_slice(&rest[..take]);
+                    rest = &rest[take..];
+                    if buf.len() == bs {
+                        let b = self.dir.allocate(1)?.blocks[0];
+                        extent.blocks.push(b);
+                        self.write_block(b, std::mem::replace(&mut buf, Vec::with_capacity(bs)))
+                            .await?;
+                    }
+                }
+            }
+            if !buf.is_empty() {
+                buf.resize(bs, 0);
+                let b = self.dir.allocate(1)?.blocks[0];
+                extent.blocks.push(b);
+                self.write_block(b, std::mem::take(&mut buf)).await?;
+            }
+            if self.pad {
+                let want = padded(extent.blocks.len() as u64);
+                while (extent.blocks.len() as u64) < want {
+                    let b = self.dir.allocate(1)?.blocks[0];
+                    extent.blocks.push(b);
+                    self.write_block(b, vec![0u8; bs]).await?;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => Ok((extent, md5.finalize().into())),
+            Err(e) => {
+                self.dir.unreserve(&extent.blocks);
+                Err(e)
+            }
+        }
+    }
+
+    /// Stores an object (replacing any object at the same key) and returns its metadata.
+    pub async fn put_object<S, E>(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: S,
+        content_type: Option<String>,
+        metadata: BTreeMap<String, String>,
+        if_none_match: bool,
+    ) -> Result<ObjectMeta>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        self.dir.require_bucket(bucket)?;
+        if if_none_match && self.dir.object(bucket, key)?.is_some() {
+            return Err(GatewayError::PreconditionFailed);
+        }
+        let (extent, md5) = self.write_stream(body).await?;
+        let meta = ObjectMeta {
+            size: extent.len,
+            etag: hex::encode(md5),
+            content_type,
+            metadata,
+            modified_ns: now_ns(),
+            extents: vec![extent],
+        };
+        self.publish(bucket, key, meta, if_none_match).await
+    }
+
+    /// Commits the engine, then makes `meta` visible at (bucket, key).
+    async fn publish(
+        &self,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        if_none_match: bool,
+    ) -> Result<ObjectMeta> {
+        let blocks: Vec<u64> = meta.blocks().collect();
+        let committed = self.commit_engine().await;
+        if let Err(e) = committed {
+            self.dir.unreserve(&blocks);
+            return Err(e);
+        }
+        let r = self.dir.transact(&blocks, |tx| {
+            tx.require_bucket(bucket)?;
+            if if_none_match && tx.object(bucket, key)?.is_some() {
+                return Err(GatewayError::PreconditionFailed);
+            }
+            tx.put_object(bucket, key, &meta)
+        });
+        if let Err(e) = r {
+            self.dir.unreserve(&blocks);
+            return Err(e);
+        }
+        Ok(meta)
+    }
+
+    /// Deletes an object; deleting a missing object succeeds (as in S3).
+    pub fn delete_object(&self, bucket: &str, key: &str) -> Result<bool> {
+        self.dir.transact(&[], |tx| {
+            tx.require_bucket(bucket)?;
+            tx.delete_object(bucket, key)
+        })
+    }
+
+    /// The blocks of `meta` to read for the byte range `range` (all of them with padding on),
+    /// and for each the slice of it that belongs to the range.
+    fn plan_read(
+        &self,
+        meta: &ObjectMeta,
+        range: std::ops::Range<u64>,
+    ) -> Vec<(u64, usize, usize)> {
+        let bs = self.block_size as u64;
+        let mut out = Vec::new();
+        let mut base = 0u64; // object offset of the current extent
+        for e in &meta.extents {
+            for (i, &b) in e.blocks.iter().enumerate() {
+                let start = base + i as u64 * bs;
+                let data_end = (start + bs).min(base + e.len);
+                let lo = range.start.max(start);
+                let hi = range.end.min(data_end);
+                if lo < hi {
+                    out.push((b, (lo - start) as usize, (hi - start) as usize));
+                } else if self.pad {
+                    out.push((b, 0, 0));
+                }
+            }
+            base += e.len;
+        }
+        out
+    }
+
+    /// Streams `range` of an object. The first `prefetch` bytes are read before this returns,
+    /// so a small object's integrity failure becomes an error response rather than a cut-off
+    /// body.
+    pub async fn read_range(
+        self: &Arc<Self>,
+        meta: &ObjectMeta,
+        range: std::ops::Range<u64>,
+        prefetch: usize,
+    ) -> Result<mpsc::Receiver<std::result::Result<Bytes, GatewayError>>> {
+        let plan = self.plan_read(meta, range);
+        let mut first = Vec::new();
+        let mut at = 0;
+        let mut fetched = 0usize;
+        while at < plan.len() && fetched < prefetch {
+            let (b, lo, hi) = plan[at];
+            let block = self.read_block(b).await?;
+            if hi > lo {
+                first.push(Bytes::copy_from_slice(&block[lo..hi]));
+            }
+            fetched += self.block_size;
+            at += 1;
+        }
+        let (tx, rx) = mpsc::channel(8);
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            for chunk in first {
+                if tx.send(Ok(chunk)).await.is_err() {
+                    return;
+                }
+            }
+            let mut pending: Vec<u8> = Vec::new();
+            for &(b, lo, hi) in &plan[at..] {
+                match this.read_block(b).await {
+                    Ok(block) => {
+                        pending.extend_from_slice(&block[lo..hi]);
+                        if pending.len() >= 64 * 1024 {
+                            let chunk = Bytes::from(std::mem::take(&mut pending));
+                            if tx.send(Ok(chunk)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "read failed while streaming an object");
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                }
+            }
+            if !pending.is_empty() {
+                let _ = tx.send(Ok(Bytes::from(pending))).await;
+            }
+        });
+        Ok(rx)
+    }
+
+    /// Copies an object's data into new blocks (ORAM reads then writes) under another key.
+    pub async fn copy_object(
+        self: &Arc<Self>,
+        src: &ObjectMeta,
+        bucket: &str,
+        key: &str,
+        metadata: Option<(Option<String>, BTreeMap<String, String>)>,
+    ) -> Result<ObjectMeta> {
+        self.dir.require_bucket(bucket)?;
+        let rx = self.read_range(src, 0..src.size, 0).await?;
+        let stream =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
+        let (extent, _) = self.write_stream(Box::pin(stream)).await?;
+        let (content_type, meta_map) =
+            metadata.unwrap_or((src.content_type.clone(), src.metadata.clone()));
+        let meta = ObjectMeta {
+            size: extent.len,
+            etag: src.etag.clone(),
+            content_type,
+            metadata: meta_map,
+            modified_ns: now_ns(),
+            extents: vec![extent],
+        };
+        self.publish(bucket, key, meta, false).await
+    }
+
+    /// Starts a multipart upload; returns its id.
+    pub fn create_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: Option<String>,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<String> {
+        let id = hex::encode(rand::random::<[u8; 16]>());
+        let up = Upload {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            created_ns: now_ns(),
+            content_type,
+            metadata,
+            parts: BTreeMap::new(),
+        };
+        self.dir.transact(&[], |tx| {
+            tx.require_bucket(bucket)?;
+            tx.put_upload(&id, &up)
+        })?;
+        Ok(id)
+    }
+
+    /// Stores one part (replacing an earlier upload of the same part number).
+    pub async fn upload_part<S, E>(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: S,
+    ) -> Result<Part>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let up = self.dir.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
+        if up.bucket != bucket || up.key != key {
+            return Err(GatewayError::NoSuchUpload);
+        }
+        let (extent, md5) = self.write_stream(body).await?;
+        let part =
+            Part { etag: hex::encode(md5), md5: md5.to_vec(), extent, modified_ns: now_ns() };
+        let blocks = part.extent.blocks.clone();
+        if let Err(e) = self.commit_engine().await {
+            self.dir.unreserve(&blocks);
+            return Err(e);
+        }
+        let r = self.dir.transact(&blocks, |tx| {
+            let mut up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
+            if let Some(old) = up.parts.insert(part_number, part.clone()) {
+                tx.release(old.extent.blocks);
+            }
+            tx.put_upload(upload_id, &up)
+        });
+        if let Err(e) = r {
+            self.dir.unreserve(&blocks);
+            return Err(e);
+        }
+        Ok(part)
+    }
+
+    /// Completes an upload from the listed (part number, ETag) pairs.
+    pub fn complete_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[(i32, Option<String>)],
+    ) -> Result<ObjectMeta> {
+        self.dir.transact(&[], |tx| {
+            tx.require_bucket(bucket)?;
+            let up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
+            if up.bucket != bucket || up.key != key {
+                return Err(GatewayError::NoSuchUpload);
+            }
+            let mut last = 0;
+            let mut md5s = Vec::new();
+            let mut extents = Vec::new();
+            let mut size = 0u64;
+            let mut used = std::collections::HashSet::new();
+            for (n, etag) in parts {
+                if *n <= last {
+                    return Err(GatewayError::InvalidPartOrder);
+                }
+                last = *n;
+                let p = up.parts.get(n).ok_or(GatewayError::InvalidPart)?;
+                if let Some(e) = etag {
+                    if e.trim_matches('"') != p.etag {
+                        return Err(GatewayError::InvalidPart);
+                    }
+                }
+                md5s.extend_from_slice(&p.md5);
+                size += p.extent.len;
+                extents.push(p.extent.clone());
+                used.insert(*n);
+            }
+            for (n, p) in &up.parts {
+                if !used.contains(n) {
+                    tx.release(p.extent.blocks.iter().copied());
+                }
+            }
+            let meta = ObjectMeta {
+                size,
+                etag: format!("{}-{}", hex::encode(Md5::digest(&md5s)), parts.len()),
+                content_type: up.content_type.clone(),
+                metadata: up.metadata.clone(),
+                modified_ns: now_ns(),
+                extents,
+            };
+            tx.delete_upload(upload_id)?;
+            tx.put_object(bucket, key, &meta)?;
+            Ok(meta)
+        })
+    }
+
+    /// Aborts an upload and frees its parts.
+    pub fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
+        self.dir.transact(&[], |tx| {
+            let up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
+            if up.bucket != bucket || up.key != key {
+                return Err(GatewayError::NoSuchUpload);
+            }
+            for p in up.parts.values() {
+                tx.release(p.extent.blocks.iter().copied());
+            }
+            tx.delete_upload(upload_id)
+        })
+    }
+
+    /// Bytes the object occupies in blocks (padding included): what the store can infer.
+    pub fn stored_blocks(&self, size: u64) -> u64 {
+        let b = blocks_for(size, self.block_size);
+        if self.pad {
+            padded(b)
+        } else {
+            b
+        }
+    }
+}

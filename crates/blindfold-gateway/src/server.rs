@@ -1,0 +1,320 @@
+//! Starting a gateway: the data directory, key, credentials, configuration, and the HTTP loop.
+//!
+//! ```text
+//! <data-dir>/
+//!   key.json           master key (0600) — losing it loses the data
+//!   credentials.json   S3 access key and secret (0600), generated on first start if not given
+//!   gateway.json       public parameters fixed at creation (store URL, block size, capacity, …)
+//!   meta.redb          the directory (buckets, objects, uploads, block allocator)
+//!   oram/              ORAM trusted state: checkpoint.bin, redo.log
+//!   cells/             the default untrusted store (file backend): oram.cells
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use blindfold_crypto::{create_key_file, load_key_file, MasterKey, Passphrase, StoreId};
+use blindfold_oram::{PathOramConfig, PosMapMode};
+use blindfold_proxy::{DurablePathOram, SealedPathOram};
+use blindfold_store::{open_store, StoreUrl};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde::{Deserialize, Serialize};
+
+use crate::directory::Directory;
+use crate::objects::ObjectLayer;
+use crate::s3::Gateway;
+use crate::{GatewayError, Result};
+
+/// Name of the store array holding the ORAM.
+const ARRAY: &str = "oram";
+
+/// How to start a gateway.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Trusted state directory.
+    pub data_dir: PathBuf,
+    /// Untrusted store; default: files in `<data-dir>/cells`.
+    pub store: Option<StoreUrl>,
+    /// Key file; default `<data-dir>/key.json`.
+    pub key_file: Option<PathBuf>,
+    /// Passphrase protecting the key file (new or existing).
+    pub passphrase: Option<Arc<Passphrase>>,
+    /// S3 credentials; default: `<data-dir>/credentials.json` (generated on first start).
+    pub credentials: Option<(String, String)>,
+    /// Logical capacity in bytes (used when creating).
+    pub capacity: u64,
+    /// ORAM block size in bytes (used when creating).
+    pub block_size: u32,
+    /// Pad object sizes to power-of-two block counts (used when creating).
+    pub pad_objects: bool,
+}
+
+/// Public parameters fixed when a data directory is created.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct GatewayParams {
+    /// Always "blindfold-gateway".
+    pub format: String,
+    /// Format version.
+    pub version: u32,
+    /// The store URL (display form).
+    pub store: String,
+    /// Store id (hex), bound into every seal.
+    pub store_id: String,
+    /// ORAM block size.
+    pub block_size: u32,
+    /// ORAM capacity in blocks.
+    pub blocks: u64,
+    /// Slots per bucket.
+    pub z: u32,
+    /// Whether object sizes are padded.
+    pub pad_objects: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Credentials {
+    access_key: String,
+    secret_key: String,
+}
+
+/// A running gateway's pieces, for `serve`, `verify` and tests.
+#[derive(Debug)]
+pub struct Opened {
+    /// The object layer.
+    pub objects: Arc<ObjectLayer>,
+    /// The parameters.
+    pub params: GatewayParams,
+    /// What startup did, as lines for the operator.
+    pub notes: Vec<String>,
+    /// Credentials in force.
+    pub credentials: (String, String),
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| GatewayError::Config(format!("writing {}: {e}", tmp.display())))?;
+    f.write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| GatewayError::Config(format!("writing {}: {e}", tmp.display())))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| GatewayError::Config(format!("writing {}: {e}", path.display())))?;
+    Ok(())
+}
+
+fn random_token(len: usize, alphabet: &[u8]) -> String {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    (0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())] as char).collect()
+}
+
+/// Parses sizes like `1GiB`, `64MiB`, `512k`, `1000000`.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (try 1GiB, 64MiB, 4096)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("unknown size unit {other:?} in {s:?} (use KiB, MiB, GiB)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("{s} is too large"))
+}
+
+fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
+    // Keep at most 2^16 position-map entries in memory; bigger maps are stored recursively.
+    let posmap = if params.blocks > 1 << 20 {
+        PosMapMode::Recursive { max_in_memory_entries: 1 << 16 }
+    } else {
+        PosMapMode::InMemory
+    };
+    PathOramConfig::builder(params.blocks, params.block_size)
+        .z(params.z)
+        .posmap(posmap)
+        .build()
+        .map_err(|e| GatewayError::Config(e.to_string()))
+}
+
+/// Opens the data directory, creating everything missing on first start.
+pub async fn open(cfg: &ServeConfig) -> Result<Opened> {
+    let dir = &cfg.data_dir;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| GatewayError::Config(format!("creating {}: {e}", dir.display())))?;
+    let mut notes = Vec::new();
+
+    // Key.
+    let key_path = cfg.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
+    let pass = cfg.passphrase.as_deref();
+    let key: MasterKey = if key_path.exists() {
+        load_key_file(&key_path, pass).map_err(|e| GatewayError::Config(e.to_string()))?
+    } else {
+        let k =
+            create_key_file(&key_path, pass).map_err(|e| GatewayError::Config(e.to_string()))?;
+        notes.push(format!(
+            "created a new key at {} — back it up: without it the stored data cannot be read",
+            key_path.display()
+        ));
+        k
+    };
+
+    // Credentials.
+    let cred_path = dir.join("credentials.json");
+    let credentials = match &cfg.credentials {
+        Some(c) => c.clone(),
+        None if cred_path.exists() => {
+            let raw = std::fs::read(&cred_path).map_err(|e| {
+                GatewayError::Config(format!("reading {}: {e}", cred_path.display()))
+            })?;
+            let c: Credentials = serde_json::from_slice(&raw)
+                .map_err(|e| GatewayError::Config(format!("{}: {e}", cred_path.display())))?;
+            (c.access_key, c.secret_key)
+        }
+        None => {
+            let c = Credentials {
+                access_key: random_token(20, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"),
+                secret_key: random_token(
+                    40,
+                    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+                ),
+            };
+            write_private(&cred_path, &serde_json::to_vec_pretty(&c).expect("json"))?;
+            notes.push(format!("generated S3 credentials in {}", cred_path.display()));
+            (c.access_key, c.secret_key)
+        }
+    };
+
+    // Parameters.
+    let params_path = dir.join("gateway.json");
+    let store_url = cfg.store.clone().unwrap_or(StoreUrl::File {
+        dir: dir.join("cells"),
+        sync: blindfold_store::SyncMode::OnFlush,
+    });
+    let params: GatewayParams = if params_path.exists() {
+        let raw = std::fs::read(&params_path)
+            .map_err(|e| GatewayError::Config(format!("reading {}: {e}", params_path.display())))?;
+        let p: GatewayParams = serde_json::from_slice(&raw)
+            .map_err(|e| GatewayError::Config(format!("{}: {e}", params_path.display())))?;
+        if cfg.store.is_some() && p.store != store_url.to_string() {
+            return Err(GatewayError::Config(format!(
+                "{} was created for store {}, not {}",
+                dir.display(),
+                p.store,
+                store_url
+            )));
+        }
+        p
+    } else {
+        if cfg.block_size < 64 {
+            return Err(GatewayError::Config("--block-size must be at least 64 bytes".into()));
+        }
+        let blocks = cfg.capacity / u64::from(cfg.block_size);
+        if blocks == 0 {
+            return Err(GatewayError::Config("--capacity must hold at least one block".into()));
+        }
+        let p = GatewayParams {
+            format: "blindfold-gateway".into(),
+            version: 1,
+            store: store_url.to_string(),
+            store_id: StoreId::random().to_hex(),
+            block_size: cfg.block_size,
+            blocks,
+            z: 4,
+            pad_objects: cfg.pad_objects,
+        };
+        oram_config(&p)?; // validate before writing anything
+        write_private(&params_path, &serde_json::to_vec_pretty(&p).expect("json"))?;
+        notes.push(format!(
+            "created a {} MiB oblivious store ({} blocks of {} bytes) at {}",
+            blocks * u64::from(cfg.block_size) >> 20,
+            blocks,
+            cfg.block_size,
+            p.store
+        ));
+        p
+    };
+    let store_url: StoreUrl = params
+        .store
+        .parse()
+        .map_err(|e: blindfold_store::StoreError| GatewayError::Config(e.to_string()))?;
+    let config = oram_config(&params)?;
+    let geometry = SealedPathOram::geometry(&config)?;
+    let store = open_store(&store_url, ARRAY, geometry)
+        .await
+        .map_err(|e| GatewayError::Config(format!("opening the store: {e}")))?;
+    let oram_dir = dir.join("oram");
+    let engine = if DurablePathOram::exists(&oram_dir) {
+        let (engine, rec) = DurablePathOram::open(&oram_dir, store, &key).await?;
+        if rec.replayed > 0 || rec.torn_bytes > 0 {
+            notes.push(format!(
+                "recovered after an unclean stop: replayed {} log records ({} cells)",
+                rec.replayed, rec.cells_rewritten
+            ));
+        }
+        engine
+    } else {
+        let id =
+            StoreId::from_hex(&params.store_id).map_err(|e| GatewayError::Config(e.to_string()))?;
+        DurablePathOram::create(&oram_dir, config.clone(), store, &key, id).await?
+    };
+    let directory = Directory::open(&dir.join("meta.redb"), params.blocks)?;
+    let objects = Arc::new(ObjectLayer::new(directory, engine, params.pad_objects));
+    Ok(Opened { objects, params, notes, credentials })
+}
+
+/// Builds the S3 service for an opened gateway.
+pub fn service(opened: &Opened) -> s3s::service::S3Service {
+    let mut b = s3s::service::S3ServiceBuilder::new(Gateway::new(Arc::clone(&opened.objects)));
+    b.set_auth(s3s::auth::SimpleAuth::from_single(
+        opened.credentials.0.clone(),
+        opened.credentials.1.clone(),
+    ));
+    b.build()
+}
+
+/// Serves S3 on `listener` until `shutdown` resolves, then commits and checkpoints.
+pub async fn run(
+    opened: Opened,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let service = service(&opened);
+    let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (socket, _) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let conn = http.serve_connection(TokioIo::new(socket), service.clone()).into_owned();
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    tracing::info!("shutting down: committing ORAM state");
+    let objects = Arc::clone(&opened.objects);
+    objects.shutdown().await?;
+    Ok(())
+}
