@@ -1,0 +1,226 @@
+//! The object layer over a real (in-memory or recorded) store: semantics, concurrency, the
+//! allocator, and what padding hides.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use blindfold_crypto::{MasterKey, StoreId};
+use blindfold_gateway::objects::ObjectLayer;
+use blindfold_gateway::{Directory, GatewayError};
+use blindfold_oram::PathOramConfig;
+use blindfold_proxy::{DurablePathOram, SealedPathOram};
+use blindfold_store::{MemoryStore, RecordingStore, Store, TraceEvent, TraceOp};
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+
+type Body = futures::stream::Iter<std::vec::IntoIter<Result<Bytes, std::io::Error>>>;
+
+fn body(data: &[u8]) -> Body {
+    // Uneven chunks, as a network delivers them.
+    let mut chunks = Vec::new();
+    let mut at = 0;
+    let mut n = 1;
+    while at < data.len() {
+        let take = n.min(data.len() - at);
+        chunks.push(Ok(Bytes::copy_from_slice(&data[at..at + take])));
+        at += take;
+        n = n * 3 + 7;
+    }
+    futures::stream::iter(chunks)
+}
+
+struct Setup {
+    layer: Arc<ObjectLayer>,
+    recording: Arc<RecordingStore<MemoryStore>>,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(blocks: u64, block_size: u32, pad: bool) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let config = PathOramConfig::builder(blocks, block_size).build().unwrap();
+    let geometry = SealedPathOram::geometry(&config).unwrap();
+    let recording = Arc::new(RecordingStore::new(MemoryStore::new(geometry)));
+    let store: Arc<dyn Store> = recording.clone();
+    let engine = DurablePathOram::create(
+        &dir.path().join("oram"),
+        config,
+        store,
+        &MasterKey::generate(),
+        StoreId::random(),
+    )
+    .await
+    .unwrap();
+    let directory = Directory::open(&dir.path().join("meta.redb"), blocks).unwrap();
+    let layer = Arc::new(ObjectLayer::new(directory, engine, pad));
+    layer.directory().create_bucket("b").unwrap();
+    Setup { layer, recording, _dir: dir }
+}
+
+async fn get(layer: &Arc<ObjectLayer>, key: &str, range: Option<std::ops::Range<u64>>) -> Vec<u8> {
+    let meta = layer.directory().object("b", key).unwrap().expect("object exists");
+    let range = range.unwrap_or(0..meta.size);
+    let mut rx = layer.read_range(&meta, range, 4096).await.unwrap();
+    let mut out = Vec::new();
+    while let Some(chunk) = rx.recv().await {
+        out.extend_from_slice(&chunk.unwrap());
+    }
+    out
+}
+
+async fn put(layer: &Arc<ObjectLayer>, key: &str, data: &[u8]) {
+    layer.put_object("b", key, body(data), None, BTreeMap::new(), false).await.unwrap();
+}
+
+#[tokio::test]
+async fn objects_round_trip_with_ranges_and_overwrites() {
+    let s = setup(512, 256, false).await;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    for size in [0usize, 1, 255, 256, 257, 1000, 5000] {
+        let data: Vec<u8> = (0..size).map(|_| rng.gen()).collect();
+        let key = format!("k{size}");
+        put(&s.layer, &key, &data).await;
+        assert_eq!(get(&s.layer, &key, None).await, data, "size {size}");
+        let meta = s.layer.directory().object("b", &key).unwrap().unwrap();
+        assert_eq!(meta.size, size as u64);
+        assert_eq!(meta.etag, hex::encode(md5_of(&data)));
+        if size > 10 {
+            let r = 3..(size as u64 - 2);
+            assert_eq!(get(&s.layer, &key, Some(r.clone())).await, data[3..size - 2].to_vec());
+        }
+    }
+    // Overwrite frees the old blocks.
+    let free_before = s.layer.directory().free_blocks();
+    put(&s.layer, "k5000", &[7u8; 10]).await;
+    assert_eq!(get(&s.layer, "k5000", None).await, vec![7u8; 10]);
+    assert_eq!(s.layer.directory().free_blocks(), free_before + 20 - 1);
+    assert!(s.layer.delete_object("b", "k5000").unwrap());
+    assert!(!s.layer.delete_object("b", "k5000").unwrap());
+    assert_eq!(s.layer.directory().free_blocks(), free_before + 20);
+    assert!(s.layer.directory().check().unwrap().is_empty());
+}
+
+fn md5_of(data: &[u8]) -> [u8; 16] {
+    use md5::Digest;
+    md5::Md5::digest(data).into()
+}
+
+#[tokio::test]
+async fn capacity_is_enforced_and_nothing_leaks() {
+    let s = setup(16, 64, false).await;
+    put(&s.layer, "a", &[1u8; 64 * 10]).await;
+    let err = s
+        .layer
+        .put_object("b", "big", body(&[2u8; 64 * 10]), None, BTreeMap::new(), false)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, GatewayError::Full { capacity: 16 }), "{err}");
+    // The failed upload's reserved blocks came back.
+    assert_eq!(s.layer.directory().free_blocks(), 6);
+    put(&s.layer, "c", &[3u8; 64 * 6]).await;
+    assert_eq!(s.layer.directory().free_blocks(), 0);
+    assert_eq!(get(&s.layer, "a", None).await, vec![1u8; 640]);
+    assert!(s.layer.directory().check().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn multipart_upload_assembles_parts_in_order() {
+    let s = setup(256, 128, false).await;
+    let id = s.layer.create_upload("b", "mp", Some("text/plain".into()), BTreeMap::new()).unwrap();
+    let parts: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i + 1; 300 + i as usize * 100]).collect();
+    let mut etags = Vec::new();
+    for (i, p) in parts.iter().enumerate().rev() {
+        let part = s.layer.upload_part("b", "mp", &id, i as i32 + 1, body(p)).await.unwrap();
+        etags.push((i as i32 + 1, Some(part.etag)));
+    }
+    // Re-upload part 2 with other data: the first copy's blocks are freed.
+    let replacement = vec![9u8; 250];
+    let p2 = s.layer.upload_part("b", "mp", &id, 2, body(&replacement)).await.unwrap();
+    etags.sort();
+    etags[1].1 = Some(p2.etag);
+    assert!(matches!(
+        s.layer.complete_upload("b", "mp", &id, &[(2, None), (1, None)]),
+        Err(GatewayError::InvalidPartOrder)
+    ));
+    assert!(matches!(
+        s.layer.complete_upload("b", "mp", &id, &[(1, Some("bad".into()))]),
+        Err(GatewayError::InvalidPart)
+    ));
+    let meta = s.layer.complete_upload("b", "mp", &id, &etags).unwrap();
+    assert!(meta.etag.ends_with("-3"));
+    let mut expect = parts[0].clone();
+    expect.extend_from_slice(&replacement);
+    expect.extend_from_slice(&parts[2]);
+    assert_eq!(get(&s.layer, "mp", None).await, expect);
+    // Ranges across part boundaries.
+    assert_eq!(get(&s.layer, "mp", Some(290..560)).await, expect[290..560].to_vec());
+    assert!(s.layer.directory().upload(&id).unwrap().is_none());
+    assert!(s.layer.directory().check().unwrap().is_empty());
+    // Abort frees everything.
+    let before = s.layer.directory().free_blocks();
+    let id = s.layer.create_upload("b", "gone", None, BTreeMap::new()).unwrap();
+    s.layer.upload_part("b", "gone", &id, 1, body(&[1u8; 1000])).await.unwrap();
+    s.layer.abort_upload("b", "gone", &id).unwrap();
+    assert_eq!(s.layer.directory().free_blocks(), before);
+    assert!(matches!(s.layer.abort_upload("b", "gone", &id), Err(GatewayError::NoSuchUpload)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_clients() {
+    let s = setup(4096, 256, false).await;
+    let mut tasks = Vec::new();
+    for c in 0..64u64 {
+        let layer = Arc::clone(&s.layer);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(c);
+            let mut mine: HashMap<String, Vec<u8>> = HashMap::new();
+            for i in 0..6 {
+                let key = format!("client{c}/obj{}", i % 4);
+                let data: Vec<u8> = (0..rng.gen_range(0..2000)).map(|_| rng.gen()).collect();
+                put(&layer, &key, &data).await;
+                mine.insert(key.clone(), data);
+                let probe = format!("client{c}/obj{}", rng.gen_range(0..4));
+                if let Some(expect) = mine.get(&probe) {
+                    assert_eq!(&get(&layer, &probe, None).await, expect, "{probe}");
+                }
+            }
+            mine
+        }));
+    }
+    let mut all = HashMap::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    for (k, v) in &all {
+        assert_eq!(&get(&s.layer, k, None).await, v, "{k}");
+    }
+    assert!(s.layer.directory().check().unwrap().is_empty());
+}
+
+fn shape(trace: &[TraceEvent]) -> Vec<(TraceOp, usize, u64)> {
+    trace.iter().map(TraceEvent::shape).collect()
+}
+
+#[tokio::test]
+async fn padding_hides_sizes_within_a_class() {
+    // Without padding, a 5-block and a 7-block object differ in accesses; with padding both
+    // take 8 blocks and their PUT and GET traces have the same shape.
+    for pad in [false, true] {
+        let mut shapes = Vec::new();
+        for blocks in [5usize, 7] {
+            let s = setup(256, 64, pad).await;
+            s.recording.clear();
+            put(&s.layer, "x", &vec![1u8; blocks * 64 - 3]).await;
+            let _ = get(&s.layer, "x", Some(0..10)).await;
+            s.layer.with_engine(|_| ()).await;
+            shapes.push(shape(&s.recording.take_trace()));
+        }
+        let reads =
+            |s: &Vec<(TraceOp, usize, u64)>| s.iter().filter(|e| e.0 == TraceOp::Read).count();
+        if pad {
+            assert_eq!(reads(&shapes[0]), reads(&shapes[1]), "padded: same number of path reads");
+            assert_eq!(reads(&shapes[0]), 8 + 8, "8 blocks written, 8 read back");
+        } else {
+            assert_ne!(reads(&shapes[0]), reads(&shapes[1]), "unpadded sizes are visible");
+        }
+    }
+}
