@@ -536,3 +536,69 @@ impl Directory {
         Ok(problems)
     }
 }
+
+/// The whole directory, for the encrypted snapshot kept in the untrusted store.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DirectoryDump {
+    /// Buckets.
+    pub buckets: Vec<(String, BucketMeta)>,
+    /// Objects: (bucket, key, meta).
+    pub objects: Vec<(String, String, ObjectMeta)>,
+    /// Uploads in progress.
+    pub uploads: Vec<(String, Upload)>,
+    /// Allocation high-water mark.
+    pub next: u64,
+    /// Free-listed blocks below it.
+    pub free: Vec<u64>,
+}
+
+impl Directory {
+    /// Everything in the directory.
+    pub fn dump(&self) -> Result<DirectoryDump> {
+        let (next, free) = {
+            let a = self.alloc.lock();
+            (a.next, a.free.iter().copied().collect())
+        };
+        Ok(DirectoryDump {
+            buckets: self.buckets()?,
+            objects: self.all_objects()?,
+            uploads: self.uploads()?,
+            next,
+            free,
+        })
+    }
+
+    /// Creates a new directory database at `path` holding `dump`.
+    pub fn restore(path: &Path, capacity: u64, dump: &DirectoryDump) -> Result<Self> {
+        if path.exists() {
+            return Err(GatewayError::Config(format!("{} already exists", path.display())));
+        }
+        {
+            let db = Database::create(path).map_err(db_err)?;
+            let txn = db.begin_write().map_err(db_err)?;
+            {
+                let mut b = txn.open_table(BUCKETS).map_err(db_err)?;
+                for (name, meta) in &dump.buckets {
+                    b.insert(name.as_str(), enc(meta).as_slice()).map_err(db_err)?;
+                }
+                let mut o = txn.open_table(OBJECTS).map_err(db_err)?;
+                for (bucket, key, meta) in &dump.objects {
+                    o.insert((bucket.as_str(), key.as_str()), enc(meta).as_slice())
+                        .map_err(db_err)?;
+                }
+                let mut u = txn.open_table(UPLOADS).map_err(db_err)?;
+                for (id, up) in &dump.uploads {
+                    u.insert(id.as_str(), enc(up).as_slice()).map_err(db_err)?;
+                }
+                let mut f = txn.open_table(FREE).map_err(db_err)?;
+                for &blk in &dump.free {
+                    f.insert(blk, ()).map_err(db_err)?;
+                }
+                let mut a = txn.open_table(ALLOC).map_err(db_err)?;
+                a.insert("next", dump.next).map_err(db_err)?;
+            }
+            txn.commit().map_err(db_err)?;
+        }
+        Self::open(path, capacity)
+    }
+}

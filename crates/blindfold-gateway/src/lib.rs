@@ -4,7 +4,8 @@
 //! S3 client ──SigV4/HTTP──▶ s3.rs (s3s)            the S3 API; errors mapped in one place
 //!                           objects.rs             objects ⇄ fixed-size blocks, padding, streaming
 //!                           directory.rs (redb)    buckets, objects, uploads, block allocator
-//!                           DurablePathOram        crash-consistent Path ORAM (blindfold-proxy)
+//!                           engine.rs              BlockEngine: DurablePathOram, crash-consistent
+//!                                                  Path ORAM (or the benchmark's DirectEngine)
 //!                           Store                  untrusted cells (file, memory, …)
 //! ```
 //!
@@ -17,10 +18,12 @@
 //! [`server::run`] serves it.
 
 mod directory;
+pub mod engine;
 mod error;
 pub mod objects;
 mod s3;
 pub mod server;
+pub mod snapshot;
 pub mod verify;
 
 pub use directory::{Directory, Extent, ObjectMeta};

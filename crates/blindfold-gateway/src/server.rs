@@ -16,12 +16,13 @@ use std::sync::Arc;
 
 use blindfold_crypto::{create_key_file, load_key_file, MasterKey, Passphrase, StoreId};
 use blindfold_oram::{PathOramConfig, PosMapMode};
-use blindfold_proxy::{DurablePathOram, SealedPathOram};
+use blindfold_proxy::{DurablePathOram, SealedDirect, SealedPathOram};
 use blindfold_store::{open_store, StoreUrl};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::{Deserialize, Serialize};
 
 use crate::directory::Directory;
+use crate::engine::{BlockEngine, DirectEngine};
 use crate::objects::ObjectLayer;
 use crate::s3::Gateway;
 use crate::{GatewayError, Result};
@@ -90,6 +91,12 @@ pub struct Opened {
     pub notes: Vec<String>,
     /// Credentials in force.
     pub credentials: (String, String),
+    /// The master key.
+    pub key: Arc<MasterKey>,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// The array holding the encrypted snapshot of the trusted state.
+    pub snapshots: Arc<dyn blindfold_store::Store>,
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -148,9 +155,55 @@ fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
         .map_err(|e| GatewayError::Config(e.to_string()))
 }
 
+/// Which engine stores the object layer's blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EngineKind {
+    /// The crash-consistent Path ORAM: what the gateway always uses.
+    #[default]
+    PathOram,
+    /// **Benchmark baseline only**: blocks sealed at fixed cells with no ORAM and no crash
+    /// consistency ([`DirectEngine`]), in the store array `direct`. Needs a fresh data
+    /// directory, and the directory cannot be reopened afterwards.
+    DirectBaseline,
+}
+
+/// Wraps the opened untrusted store, e.g. in a [`blindfold_store::CountingStore`].
+pub type StoreWrapper =
+    Box<dyn Fn(Arc<dyn blindfold_store::Store>) -> Arc<dyn blindfold_store::Store> + Send + Sync>;
+
+/// Extras for [`open_with`], used by benchmarks and tests; [`open`] uses the defaults.
+#[derive(Default)]
+pub struct OpenHooks {
+    /// The block engine.
+    pub engine: EngineKind,
+    /// Applied to the engine's store right after it is opened.
+    pub wrap_store: Option<StoreWrapper>,
+}
+
+impl std::fmt::Debug for OpenHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenHooks")
+            .field("engine", &self.engine)
+            .field("wrap_store", &self.wrap_store.is_some())
+            .finish()
+    }
+}
+
 /// Opens the data directory, creating everything missing on first start.
 pub async fn open(cfg: &ServeConfig) -> Result<Opened> {
+    open_with(cfg, OpenHooks::default()).await
+}
+
+/// [`open`] with a choice of engine and a wrapper around the store.
+pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     let dir = &cfg.data_dir;
+    if hooks.engine == EngineKind::DirectBaseline && dir.join("meta.redb").exists() {
+        return Err(GatewayError::Config(format!(
+            "the direct baseline keeps its cell versions only in memory and needs a fresh data \
+             directory; {} is in use",
+            dir.display()
+        )));
+    }
     std::fs::create_dir_all(dir)
         .map_err(|e| GatewayError::Config(format!("creating {}: {e}", dir.display())))?;
     let mut notes = Vec::new();
@@ -250,12 +303,26 @@ pub async fn open(cfg: &ServeConfig) -> Result<Opened> {
         .parse()
         .map_err(|e: blindfold_store::StoreError| GatewayError::Config(e.to_string()))?;
     let config = oram_config(&params)?;
-    let geometry = SealedPathOram::geometry(&config)?;
-    let store = open_store(&store_url, ARRAY, geometry)
+    let (array, geometry) = match hooks.engine {
+        EngineKind::PathOram => (ARRAY, SealedPathOram::geometry(&config)?),
+        EngineKind::DirectBaseline => {
+            ("direct", SealedDirect::geometry(params.blocks, params.block_size)?)
+        }
+    };
+    let store = open_store(&store_url, array, geometry)
         .await
         .map_err(|e| GatewayError::Config(format!("opening the store: {e}")))?;
+    let store = match &hooks.wrap_store {
+        Some(wrap) => wrap(store),
+        None => store,
+    };
     let oram_dir = dir.join("oram");
-    let engine = if DurablePathOram::exists(&oram_dir) {
+    let engine: Box<dyn BlockEngine> = if hooks.engine == EngineKind::DirectBaseline {
+        let id =
+            StoreId::from_hex(&params.store_id).map_err(|e| GatewayError::Config(e.to_string()))?;
+        let sealer = blindfold_crypto::CellSealer::new(&key, id, 0);
+        Box::new(DirectEngine::new(SealedDirect::new(store, sealer, params.block_size)?))
+    } else if DurablePathOram::exists(&oram_dir) {
         let (engine, rec) = DurablePathOram::open(&oram_dir, store, &key).await?;
         if rec.replayed > 0 || rec.torn_bytes > 0 {
             notes.push(format!(
@@ -263,15 +330,25 @@ pub async fn open(cfg: &ServeConfig) -> Result<Opened> {
                 rec.replayed, rec.cells_rewritten
             ));
         }
-        engine
+        Box::new(engine)
     } else {
         let id =
             StoreId::from_hex(&params.store_id).map_err(|e| GatewayError::Config(e.to_string()))?;
-        DurablePathOram::create(&oram_dir, config.clone(), store, &key, id).await?
+        Box::new(DurablePathOram::create(&oram_dir, config.clone(), store, &key, id).await?)
     };
     let directory = Directory::open(&dir.join("meta.redb"), params.blocks)?;
-    let objects = Arc::new(ObjectLayer::new(directory, engine, params.pad_objects));
-    Ok(Opened { objects, params, notes, credentials })
+    let snapshots =
+        crate::snapshot::open(&store_url, &key, params.blocks, config.total_cells()).await?;
+    let objects = Arc::new(ObjectLayer::with_engine_box(directory, engine, params.pad_objects));
+    Ok(Opened {
+        objects,
+        params,
+        notes,
+        credentials,
+        key: Arc::new(key),
+        data_dir: dir.clone(),
+        snapshots,
+    })
 }
 
 /// Builds the S3 service for an opened gateway.
@@ -316,5 +393,69 @@ pub async fn run(
     tracing::info!("shutting down: committing ORAM state");
     let objects = Arc::clone(&opened.objects);
     objects.shutdown().await?;
+    if objects.engine_is_durable().await {
+        write_snapshot(&opened).await?;
+    }
     Ok(())
+}
+
+/// Writes the encrypted snapshot of the trusted state to the store. Call with the ORAM
+/// committed and checkpointed and no traffic (clean shutdown).
+pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
+    let seq = crate::snapshot::latest_seq(&*opened.snapshots, &opened.key).await.unwrap_or(0) + 1;
+    let ckpt_path = opened.data_dir.join("oram").join("checkpoint.bin");
+    let oram_checkpoint = std::fs::read(&ckpt_path)
+        .map_err(|e| GatewayError::Config(format!("reading {}: {e}", ckpt_path.display())))?;
+    let snap = crate::snapshot::Snapshot {
+        seq,
+        created_ns: crate::directory::now_ns(),
+        params: opened.params.clone(),
+        oram_checkpoint,
+        directory: opened.objects.directory().dump()?,
+    };
+    crate::snapshot::write(&*opened.snapshots, &opened.key, &snap).await?;
+    tracing::info!(seq, "wrote the encrypted snapshot of the trusted state to the store");
+    Ok(seq)
+}
+
+/// Rebuilds a data directory from the store's newest snapshot and the key, then opens it.
+/// Returns the opened gateway and a description of the snapshot used.
+pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
+    let dir = &cfg.data_dir;
+    if dir.join("gateway.json").exists() {
+        return Err(GatewayError::Config(format!(
+            "{} already holds a gateway; recover into a new, empty directory",
+            dir.display()
+        )));
+    }
+    let url = cfg.store.clone().ok_or_else(|| {
+        GatewayError::Config("--store is required: recovery reads the store's snapshot".into())
+    })?;
+    let key_path = cfg.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
+    let key = load_key_file(&key_path, cfg.passphrase.as_deref())
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    let snaps = crate::snapshot::open_for_recovery(&url, &key).await?;
+    let snap = crate::snapshot::read_latest(&*snaps, &key).await?;
+    drop(snaps);
+    std::fs::create_dir_all(dir.join("oram"))
+        .map_err(|e| GatewayError::Config(format!("creating {}: {e}", dir.display())))?;
+    let mut params = snap.params.clone();
+    params.store = url.to_string();
+    write_private(&dir.join("gateway.json"), &serde_json::to_vec_pretty(&params).expect("json"))?;
+    write_private(&dir.join("oram").join("checkpoint.bin"), &snap.oram_checkpoint)?;
+    Directory::restore(&dir.join("meta.redb"), params.blocks, &snap.directory)?;
+    let when = time::OffsetDateTime::from_unix_timestamp_nanos(snap.created_ns)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| "unknown time".into());
+    let about = format!(
+        "snapshot #{} written {} ({} buckets, {} objects)",
+        snap.seq,
+        when,
+        snap.directory.buckets.len(),
+        snap.directory.objects.len()
+    );
+    let mut cfg = cfg.clone();
+    cfg.key_file = Some(key_path);
+    let opened = open(&cfg).await?;
+    Ok((opened, about))
 }

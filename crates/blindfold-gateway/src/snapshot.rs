@@ -1,0 +1,264 @@
+//! An encrypted snapshot of the whole trusted state, kept in the untrusted store, so that a
+//! new gateway can be rebuilt from the store and the key alone (`blindfold recover`).
+//!
+//! The snapshot holds the public parameters, the ORAM checkpoint (position map, stash, cell
+//! versions) and the directory. It is written at every clean shutdown, after the ORAM state is
+//! committed and checkpointed, so it matches the store exactly at that moment.
+//!
+//! Layout: a store array named `snapshot` of 64 KiB cells in two slots used alternately. A
+//! slot is a header cell followed by chunk cells. Chunks are written first, the header last, so
+//! a crash while writing leaves the previous slot intact. Every cell is sealed with the master
+//! key under a store id derived for snapshots; chunks are bound to the snapshot's sequence
+//! number (as their version), headers to version 0.
+//!
+//! # Security
+//!
+//! Contents and integrity are protected like every cell. *Freshness* is not: with no trusted
+//! storage left, `recover` cannot tell the newest snapshot from an older one the store replays;
+//! it prints the snapshot's sequence number and time so the operator can judge. If the gateway
+//! wrote to the store after the snapshot (it crashed later instead of stopping cleanly),
+//! `recover` still restores the snapshot, and `verify` lists the cells written since, which no
+//! longer match it — the objects stored in them are lost with the local state.
+
+use std::sync::Arc;
+
+use blindfold_crypto::{CellAd, CellSealer, MasterKey, StoreId};
+use blindfold_store::{open_store, CellId, Geometry, Store, StoreUrl};
+use serde::{Deserialize, Serialize};
+
+use crate::directory::DirectoryDump;
+use crate::server::GatewayParams;
+use crate::{GatewayError, Result};
+
+/// Store array holding the snapshot.
+pub const ARRAY: &str = "snapshot";
+const CHUNK: usize = 64 * 1024;
+const MAGIC: &[u8; 8] = b"BFSNAP01";
+
+/// What a snapshot holds.
+#[derive(Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Sequence number (one more than the previous snapshot's).
+    pub seq: u64,
+    /// When it was written, nanoseconds since the Unix epoch.
+    pub created_ns: i128,
+    /// The gateway's public parameters.
+    pub params: GatewayParams,
+    /// The ORAM checkpoint file, as written by `DurablePathOram::checkpoint`.
+    pub oram_checkpoint: Vec<u8>,
+    /// The directory.
+    pub directory: DirectoryDump,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The contents are secret: position map, stash, object names.
+        f.debug_struct("Snapshot").field("seq", &self.seq).finish_non_exhaustive()
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    magic: [u8; 8],
+    seq: u64,
+    created_ns: i128,
+    len: u64,
+    chunks: u32,
+}
+
+/// Geometry of the snapshot array for a gateway of `blocks` blocks in `cells` ORAM cells:
+/// room for two copies of the largest plausible state.
+pub fn geometry(blocks: u64, cells: u64) -> Result<Geometry> {
+    // Position map and versions, plus up to ~300 bytes of directory per block (one small
+    // object per block is the worst case), plus slack.
+    let estimate = (1 << 20) + blocks * 16 + cells * 8 + blocks * 300;
+    let per_slot = 1 + estimate.div_ceil(CHUNK as u64);
+    Geometry::new(2 * per_slot, (CHUNK + CellSealer::OVERHEAD) as u32)
+        .map_err(|e| GatewayError::Config(e.to_string()))
+}
+
+fn sealer(key: &MasterKey) -> CellSealer {
+    // A store id of its own keeps snapshot cells from ever being confused with ORAM cells, and
+    // depends on nothing but the key, so `recover` needs nothing else.
+    let id = *b"blindfold-snap!!";
+    // Snapshots seal few cells (megabytes per clean shutdown), far below the random-nonce
+    // bound, so one epoch suffices.
+    CellSealer::new(key, StoreId(id), 0)
+}
+
+/// Store array recording the snapshot array's geometry (fixed shape, so recovery can read it
+/// before knowing anything else).
+pub const INDEX: &str = "snapshot-index";
+const INDEX_CELL: u32 = 256;
+
+fn index_geometry() -> Geometry {
+    Geometry::new(1, INDEX_CELL + CellSealer::OVERHEAD as u32).expect("fixed geometry")
+}
+
+/// Opens (creating if needed) the snapshot array of a gateway and records its geometry in the
+/// index array.
+pub async fn open(
+    url: &StoreUrl,
+    key: &MasterKey,
+    blocks: u64,
+    cells: u64,
+) -> Result<Arc<dyn Store>> {
+    let g = geometry(blocks, cells)?;
+    let cfg = |e: blindfold_store::StoreError| {
+        GatewayError::Config(format!("opening the snapshot store: {e}"))
+    };
+    let index = open_store(url, INDEX, index_geometry()).await.map_err(cfg)?;
+    let sealer = sealer(key);
+    let mut plain = g.cell_count().to_le_bytes().to_vec();
+    plain.resize(INDEX_CELL as usize, 0);
+    let sealed = sealer
+        .seal(&CellAd { cell: 0, version: 1, segment: 0 }, &plain)
+        .map_err(|e| GatewayError::Corrupt(e.to_string()))?;
+    index.write(vec![(CellId(0), sealed)]).await.map_err(cfg)?;
+    index.flush().await.map_err(cfg)?;
+    open_store(url, ARRAY, g).await.map_err(cfg)
+}
+
+/// Opens the snapshot array of an existing store for recovery, learning its size from the index.
+pub async fn open_for_recovery(url: &StoreUrl, key: &MasterKey) -> Result<Arc<dyn Store>> {
+    let cfg = |e: blindfold_store::StoreError| {
+        GatewayError::Config(format!("opening the snapshot store: {e}"))
+    };
+    let index = open_store(url, INDEX, index_geometry()).await.map_err(cfg)?;
+    let mut cell = index.read(&[CellId(0)]).await.map_err(cfg)?.pop().unwrap_or_default();
+    let plain = sealer(key)
+        .open_in_place(&CellAd { cell: 0, version: 1, segment: 0 }, &mut cell)
+        .map_err(|_| {
+        GatewayError::Config(
+            "no snapshot index in this store, or it was sealed with another key".into(),
+        )
+    })?;
+    let count = u64::from_le_bytes(plain[..8].try_into().expect("8 bytes"));
+    let g = Geometry::new(count, (CHUNK + CellSealer::OVERHEAD) as u32)
+        .map_err(|e| GatewayError::Corrupt(e.to_string()))?;
+    open_store(url, ARRAY, g).await.map_err(cfg)
+}
+
+async fn read_header(store: &dyn Store, sealer: &CellSealer, slot_base: u64) -> Option<Header> {
+    let mut cell = store.read(&[CellId(slot_base)]).await.ok()?.pop()?;
+    let plain = sealer
+        .open_in_place(&CellAd { cell: slot_base, version: 0, segment: 0 }, &mut cell)
+        .ok()?;
+    let h: Header = bincode::deserialize(plain).ok()?;
+    (&h.magic == MAGIC).then_some(h)
+}
+
+/// Writes `snap` into the slot its sequence number selects.
+pub async fn write(store: &dyn Store, key: &MasterKey, snap: &Snapshot) -> Result<()> {
+    let sealer = sealer(key);
+    let body = bincode::serialize(snap).map_err(|e| GatewayError::Corrupt(e.to_string()))?;
+    let per_slot = store.geometry().cell_count() / 2;
+    let chunks = body.len().div_ceil(CHUNK) as u64;
+    if chunks + 1 > per_slot {
+        return Err(GatewayError::Config(format!(
+            "the trusted state ({} bytes) no longer fits the snapshot area; snapshot skipped",
+            body.len()
+        )));
+    }
+    let base = (snap.seq % 2) * per_slot;
+    let mut batch = Vec::new();
+    for (i, chunk) in body.chunks(CHUNK).enumerate() {
+        let cell = base + 1 + i as u64;
+        let mut plain = chunk.to_vec();
+        plain.resize(CHUNK, 0);
+        let sealed = sealer
+            .seal(&CellAd { cell, version: snap.seq, segment: 0 }, &plain)
+            .map_err(|e| GatewayError::Corrupt(e.to_string()))?;
+        batch.push((CellId(cell), sealed));
+        if batch.len() == 64 {
+            store
+                .write(std::mem::take(&mut batch))
+                .await
+                .map_err(|e| GatewayError::Config(e.to_string()))?;
+        }
+    }
+    if !batch.is_empty() {
+        store.write(batch).await.map_err(|e| GatewayError::Config(e.to_string()))?;
+    }
+    store.flush().await.map_err(|e| GatewayError::Config(e.to_string()))?;
+    let header = Header {
+        magic: *MAGIC,
+        seq: snap.seq,
+        created_ns: snap.created_ns,
+        len: body.len() as u64,
+        chunks: chunks as u32,
+    };
+    let mut plain = bincode::serialize(&header).expect("header");
+    plain.resize(CHUNK, 0);
+    let sealed = sealer
+        .seal(&CellAd { cell: base, version: 0, segment: 0 }, &plain)
+        .map_err(|e| GatewayError::Corrupt(e.to_string()))?;
+    store
+        .write(vec![(CellId(base), sealed)])
+        .await
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    store.flush().await.map_err(|e| GatewayError::Config(e.to_string()))?;
+    Ok(())
+}
+
+/// The sequence number of the newest readable snapshot, if any.
+pub async fn latest_seq(store: &dyn Store, key: &MasterKey) -> Option<u64> {
+    let sealer = sealer(key);
+    let per_slot = store.geometry().cell_count() / 2;
+    let a = read_header(store, &sealer, 0).await.map(|h| h.seq);
+    let b = read_header(store, &sealer, per_slot).await.map(|h| h.seq);
+    a.max(b)
+}
+
+/// Reads the newest snapshot whose every chunk authenticates.
+pub async fn read_latest(store: &dyn Store, key: &MasterKey) -> Result<Snapshot> {
+    let sealer = sealer(key);
+    let per_slot = store.geometry().cell_count() / 2;
+    let mut headers = Vec::new();
+    for base in [0, per_slot] {
+        if let Some(h) = read_header(store, &sealer, base).await {
+            headers.push((base, h));
+        }
+    }
+    headers.sort_by_key(|(_, h)| std::cmp::Reverse(h.seq));
+    let mut last_err = String::from("no snapshot found (was the gateway ever stopped cleanly?)");
+    for (base, h) in headers {
+        let cells: Vec<CellId> = (0..u64::from(h.chunks)).map(|i| CellId(base + 1 + i)).collect();
+        let mut body = Vec::with_capacity(h.len as usize);
+        let mut ok = true;
+        for group in cells.chunks(64) {
+            let fetched = match store.read(group).await {
+                Ok(f) => f,
+                Err(e) => {
+                    last_err = e.to_string();
+                    ok = false;
+                    break;
+                }
+            };
+            for (cell, mut buf) in group.iter().zip(fetched) {
+                match sealer
+                    .open_in_place(&CellAd { cell: cell.0, version: h.seq, segment: 0 }, &mut buf)
+                {
+                    Ok(p) => body.extend_from_slice(p),
+                    Err(e) => {
+                        last_err = format!("snapshot {} is damaged: {e}", h.seq);
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            if !ok {
+                break;
+            }
+        }
+        if !ok {
+            continue;
+        }
+        body.truncate(h.len as usize);
+        match bincode::deserialize::<Snapshot>(&body) {
+            Ok(s) => return Ok(s),
+            Err(e) => last_err = format!("snapshot {} cannot be decoded: {e}", h.seq),
+        }
+    }
+    Err(GatewayError::Config(last_err))
+}
