@@ -351,6 +351,33 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     })
 }
 
+/// Whether a request is signed with legacy SigV2, whose signature `s3s` compares in
+/// non-constant time. Such requests are refused before they reach it.
+pub fn is_sigv2<B>(req: &hyper::Request<B>) -> bool {
+    let header_v2 = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("AWS "));
+    let query = req.uri().query().unwrap_or("");
+    let query_v2 = query.split('&').any(|p| p.starts_with("Signature="))
+        && !query.split('&').any(|p| p.starts_with("X-Amz-Signature="));
+    header_v2 || query_v2
+}
+
+fn sigv2_refused() -> s3s::HttpResponse {
+    let xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code>\
+               <Message>Signature Version 2 is not accepted; sign requests with SigV4</Message>\
+               </Error>";
+    let mut resp = hyper::Response::new(s3s::Body::from(bytes::Bytes::from_static(xml.as_bytes())));
+    *resp.status_mut() = hyper::StatusCode::FORBIDDEN;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/xml"),
+    );
+    resp
+}
+
 /// Builds the S3 service for an opened gateway.
 pub fn service(opened: &Opened) -> s3s::service::S3Service {
     let mut b = s3s::service::S3ServiceBuilder::new(Gateway::new(Arc::clone(&opened.objects)));
@@ -380,7 +407,17 @@ pub async fn run(
                         continue;
                     }
                 };
-                let conn = http.serve_connection(TokioIo::new(socket), service.clone()).into_owned();
+                let service = service.clone();
+                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let service = service.clone();
+                    async move {
+                        if is_sigv2(&req) {
+                            return Ok::<_, s3s::HttpError>(sigv2_refused());
+                        }
+                        hyper::service::Service::call(&service, req).await
+                    }
+                });
+                let conn = http.serve_connection(TokioIo::new(socket), svc).into_owned();
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {
                         tracing::debug!(error = %e, "connection ended with an error");
@@ -458,4 +495,36 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
     cfg.key_file = Some(key_path);
     let opened = open(&cfg).await?;
     Ok((opened, about))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(auth: Option<&str>, uri: &str) -> hyper::Request<()> {
+        let mut b = hyper::Request::builder().uri(uri);
+        if let Some(a) = auth {
+            b = b.header("authorization", a);
+        }
+        b.body(()).unwrap()
+    }
+
+    #[test]
+    fn sigv2_is_recognised_and_sigv4_is_not() {
+        assert!(is_sigv2(&req(Some("AWS AKID:c2lnbmF0dXJl"), "/b/k")));
+        assert!(is_sigv2(&req(None, "/b/k?AWSAccessKeyId=A&Expires=1&Signature=abc")));
+        assert!(!is_sigv2(&req(Some("AWS4-HMAC-SHA256 Credential=A/2026/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=ab"), "/b/k")));
+        assert!(!is_sigv2(&req(None, "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=ab")));
+        assert!(!is_sigv2(&req(None, "/b/k")));
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("1XB").is_err());
+    }
 }
