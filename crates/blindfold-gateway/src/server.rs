@@ -251,8 +251,11 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
 
     // Parameters.
     let params_path = dir.join("gateway.json");
+    // Recorded in gateway.json: absolute, so a later start from another directory finds it.
+    let abs_dir = std::path::absolute(dir)
+        .map_err(|e| GatewayError::Config(format!("resolving {}: {e}", dir.display())))?;
     let store_url = cfg.store.clone().unwrap_or(StoreUrl::File {
-        dir: dir.join("cells"),
+        dir: abs_dir.join("cells"),
         sync: blindfold_store::SyncMode::OnFlush,
     });
     let params: GatewayParams = if params_path.exists() {
