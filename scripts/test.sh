@@ -19,6 +19,14 @@ done
 
 export CARGO_TERM_COLOR=never
 export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
+target_dir="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target_dir"
+
+step "test servers: MinIO (S3) and Redis on 127.0.0.1"
+# shellcheck source=scripts/servers.sh
+source scripts/servers.sh
+trap servers_stop EXIT
+servers_start
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -27,17 +35,31 @@ step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test"
-cargo test --workspace --locked 2>&1 | tee target/test-output.txt
+cargo test --workspace --locked 2>&1 | tee "$target_dir/test-output.txt"
 
 step "benchmark smoke run (tiny sizes; real figures come from 'blindfold bench')"
 cargo run --quiet --locked -p blindfold -- bench path --blocks 2^10 --block-size 256 --ops 500 \
-  --quiet --json target/bench-smoke.json
-rm -rf target/bench-smoke-store
+  --quiet --json "$target_dir/bench-smoke.json"
+smoke_store="$(cd "$target_dir" && pwd)/bench-smoke-store"
+rm -rf "$smoke_store"
 cargo run --quiet --locked -p blindfold -- bench path --blocks 2^10 --block-size 256 --ops 200 \
-  --recursive 64 --cache-levels 2 --store "file://$PWD/target/bench-smoke-store" --quiet
+  --recursive 64 --cache-levels 2 --store "file://$smoke_store" --quiet
+if [[ -n "${BLINDFOLD_TEST_S3_ENDPOINT:-}" ]]; then
+  cargo run --quiet --locked -p blindfold -- bench path --blocks 2^8 --block-size 256 --ops 100 \
+    --store "s3://$BLINDFOLD_TEST_S3_BUCKET/bench-smoke?endpoint=$BLINDFOLD_TEST_S3_ENDPOINT" --quiet
+fi
+if [[ -n "${BLINDFOLD_TEST_REDIS_URL:-}" ]]; then
+  cargo run --quiet --locked -p blindfold -- bench path --blocks 2^10 --block-size 256 --ops 500 \
+    --store "$BLINDFOLD_TEST_REDIS_URL?prefix=bench-smoke" --quiet
+fi
+
+# Path vs Ring vs XOR Ring at toy size: every table, CSV and plot of 'bench schemes' is produced.
+cargo run --quiet --locked -p blindfold -- bench schemes --blocks 256 --block-size 256 --ops 30 \
+  --speeds-mbit 1,1000 --out-dir "$target_dir/bench-schemes-smoke" \
+  --json "$target_dir/bench-schemes-smoke.json" --quiet >/dev/null
 
 # One closing line that counts every test cargo ran.
-passed=$(grep -E '^test result:' target/test-output.txt | awk '{s+=$4} END {print s+0}')
-failed=$(grep -E '^test result:' target/test-output.txt | awk '{s+=$6} END {print s+0}')
+passed=$(grep -E '^test result:' "$target_dir/test-output.txt" | awk '{s+=$4} END {print s+0}')
+failed=$(grep -E '^test result:' "$target_dir/test-output.txt" | awk '{s+=$6} END {print s+0}')
 echo
 echo "${passed} passed, ${failed} failed"

@@ -5,9 +5,18 @@
 //!
 //! * [`path::run`] — Path ORAM throughput, bandwidth blow-up, stash and trusted memory, against
 //!   the same blocks sealed without ORAM on the same backend (`blindfold bench path`).
+//! * [`schemes::run`] — Path vs Ring vs XOR Ring ORAM as in seed 002's experiment: response
+//!   time, system latency, stash, blocks moved, per-phase time, link-speed sweep and server
+//!   storage, with the papers' formulas beside the measurements (`blindfold bench schemes`).
+//! * [`cost`] — requests and bytes by kind priced at cloud list prices, and the cost multiplier
+//!   over the same workload without ORAM.
 
+pub mod cost;
+pub mod gateway;
 pub mod machine;
 pub mod path;
+mod plots;
 mod progress;
+pub mod schemes;
 
 pub use machine::Machine;

@@ -53,6 +53,9 @@ pub struct PathBench {
     /// Draw progress bars.
     #[serde(skip)]
     pub progress: bool,
+    /// Prices for the cost table (the report carries their date and source).
+    #[serde(skip)]
+    pub prices: crate::cost::PriceTable,
 }
 
 fn display<S: serde::Serializer>(url: &StoreUrl, s: S) -> Result<S::Ok, S::Error> {
@@ -75,6 +78,7 @@ impl Default for PathBench {
             bandwidth_mbit: None,
             fill: true,
             progress: true,
+            prices: crate::cost::PriceTable::builtin(),
         }
     }
 }
@@ -130,6 +134,9 @@ pub struct PathReport {
     pub baseline_physical_bytes_per_op: f64,
     /// `baseline_ops_per_sec / ops_per_sec`.
     pub slowdown: f64,
+    /// Requests and bytes by kind, priced per provider, with the cost multiplier over the
+    /// baseline.
+    pub cost: crate::cost::CostReport,
 }
 
 fn block_data(id: u64, size: usize) -> Vec<u8> {
@@ -292,6 +299,12 @@ pub async fn run(params: PathBench) -> Result<PathReport> {
         baseline_ops_per_sec,
         baseline_physical_bytes_per_op: (dcounts.bytes_up() + dcounts.bytes_down()) as f64 / ops,
         slowdown: baseline_ops_per_sec / ops_per_sec,
+        cost: crate::cost::compare(
+            &params.prices,
+            &crate::cost::Usage::from_counts(&counts, params.ops, geometry.total_bytes()),
+            &crate::cost::Usage::from_counts(&dcounts, params.ops, dgeom.total_bytes()),
+            dataset_bytes,
+        ),
         params,
     })
 }
@@ -351,5 +364,6 @@ pub fn render(r: &PathReport) -> String {
     line("baseline (sealed, no ORAM) ops/s", format!("{:.0}", r.baseline_ops_per_sec));
     line("baseline bytes per access", format!("{:.0}", r.baseline_physical_bytes_per_op));
     line("slowdown vs baseline", format!("{:.1}×", r.slowdown));
+    s.push_str(&crate::cost::render(&r.cost));
     s
 }

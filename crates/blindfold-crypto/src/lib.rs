@@ -80,6 +80,7 @@
 mod error;
 mod keyfile;
 mod keys;
+mod pad;
 mod seal;
 
 pub use error::CryptoError;
@@ -87,4 +88,5 @@ pub use keyfile::{
     create_key_file, create_key_file_with, key_file_permissions_ok, load_key_file, KdfParams,
 };
 pub use keys::{MasterKey, Passphrase, StoreId};
+pub use pad::XorPads;
 pub use seal::{CellAd, CellSealer};

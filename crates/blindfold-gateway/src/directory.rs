@@ -9,7 +9,7 @@
 //! directory transaction that makes them reachable. A crash between the two leaves unreachable
 //! blocks that the allocator still counts as free: nothing is lost and nothing leaks.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -125,6 +125,10 @@ struct Alloc {
     next: u64,
     free: BTreeSet<u64>,
     reserved: HashSet<u64>,
+    /// Blocks a reader may still read, with the number of such readers. They are never handed
+    /// out by `allocate`, even once freed, so a GET that races a PUT or DELETE of the same key
+    /// still reads the object it looked up, never another object's new data.
+    pinned: HashMap<u64, u32>,
 }
 
 /// Blocks handed out by [`Directory::allocate`] and not yet committed or released.
@@ -254,7 +258,16 @@ impl Directory {
                 "the directory uses {next} blocks but the ORAM holds {capacity}"
             )));
         }
-        Ok(Self { db, capacity, alloc: Mutex::new(Alloc { next, free, reserved: HashSet::new() }) })
+        Ok(Self {
+            db,
+            capacity,
+            alloc: Mutex::new(Alloc {
+                next,
+                free,
+                reserved: HashSet::new(),
+                pinned: HashMap::new(),
+            }),
+        })
     }
 
     /// Logical blocks the ORAM holds.
@@ -274,8 +287,13 @@ impl Directory {
     pub fn allocate(&self, n: u64) -> Result<Reservation> {
         let mut a = self.alloc.lock();
         let mut blocks = Vec::with_capacity(n as usize);
-        let candidates: Vec<u64> =
-            a.free.iter().copied().filter(|b| !a.reserved.contains(b)).take(n as usize).collect();
+        let candidates: Vec<u64> = a
+            .free
+            .iter()
+            .copied()
+            .filter(|b| !a.reserved.contains(b) && !a.pinned.contains_key(b))
+            .take(n as usize)
+            .collect();
         blocks.extend(candidates);
         let mut next = a.next;
         while (blocks.len() as u64) < n {
@@ -293,6 +311,42 @@ impl Directory {
             a.reserved.insert(b);
         }
         Ok(Reservation { blocks })
+    }
+
+    /// Looks an object up and pins its blocks in the same step, so no transaction can free
+    /// and reuse them in between; the caller must [`Directory::unpin`] them when done.
+    pub fn object_pinned(&self, bucket: &str, key: &str) -> Result<Option<ObjectMeta>> {
+        // Transactions free blocks under this lock: the lookup sees the object either before
+        // or after a replacement, and in the first case pins before the blocks become free.
+        let mut a = self.alloc.lock();
+        let meta = self.object(bucket, key)?;
+        if let Some(m) = &meta {
+            for b in m.blocks() {
+                *a.pinned.entry(b).or_insert(0) += 1;
+            }
+        }
+        Ok(meta)
+    }
+
+    /// Pins blocks again (one more reader); see [`Directory::object_pinned`].
+    pub fn pin(&self, blocks: &[u64]) {
+        let mut a = self.alloc.lock();
+        for &b in blocks {
+            *a.pinned.entry(b).or_insert(0) += 1;
+        }
+    }
+
+    /// Releases one reader's pin on each block.
+    pub fn unpin(&self, blocks: &[u64]) {
+        let mut a = self.alloc.lock();
+        for b in blocks {
+            if let Some(n) = a.pinned.get_mut(b) {
+                *n -= 1;
+                if *n == 0 {
+                    a.pinned.remove(b);
+                }
+            }
+        }
     }
 
     /// Gives back reserved blocks that will not be used.

@@ -16,13 +16,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use blindfold_oram::BlockId;
-use blindfold_proxy::DurablePathOram;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
 use tokio::sync::{mpsc, Mutex};
 
 use crate::directory::{now_ns, Directory, Extent, ObjectMeta, Part, Upload};
+use crate::engine::BlockEngine;
 use crate::{GatewayError, Result};
 
 /// The S3 upper bound on one object, also ours.
@@ -31,7 +31,7 @@ pub const MAX_OBJECT_SIZE: u64 = 5 << 40;
 /// Objects over oblivious storage.
 pub struct ObjectLayer {
     dir: Directory,
-    engine: Mutex<DurablePathOram>,
+    engine: Mutex<Box<dyn BlockEngine>>,
     block_size: usize,
     pad: bool,
 }
@@ -42,6 +42,20 @@ impl std::fmt::Debug for ObjectLayer {
             .field("block_size", &self.block_size)
             .field("pad", &self.pad)
             .finish_non_exhaustive()
+    }
+}
+
+/// Holds an object's blocks back from reuse while it is being read (see
+/// [`Directory::object_pinned`]); dropping it lets them be reused once freed.
+#[derive(Debug)]
+pub struct ReadPin {
+    layer: Arc<ObjectLayer>,
+    blocks: Vec<u64>,
+}
+
+impl Drop for ReadPin {
+    fn drop(&mut self) {
+        self.layer.dir.unpin(&self.blocks);
     }
 }
 
@@ -56,9 +70,14 @@ pub fn padded(blocks: u64) -> u64 {
 }
 
 impl ObjectLayer {
-    /// Assembles the layer.
-    pub fn new(dir: Directory, engine: DurablePathOram, pad: bool) -> Self {
-        let block_size = engine.oram().config().block_size() as usize;
+    /// Assembles the layer over `engine` (normally a [`blindfold_proxy::DurablePathOram`]).
+    pub fn new(dir: Directory, engine: impl BlockEngine + 'static, pad: bool) -> Self {
+        Self::with_engine_box(dir, Box::new(engine), pad)
+    }
+
+    /// Assembles the layer over an engine chosen at run time.
+    pub fn with_engine_box(dir: Directory, engine: Box<dyn BlockEngine>, pad: bool) -> Self {
+        let block_size = engine.block_size();
         Self { dir, engine: Mutex::new(engine), block_size, pad }
     }
 
@@ -78,18 +97,24 @@ impl ObjectLayer {
     }
 
     /// Runs `f` with the engine locked (verification, statistics).
-    pub async fn with_engine<T>(&self, f: impl FnOnce(&mut DurablePathOram) -> T) -> T {
+    pub async fn with_engine<T>(&self, f: impl FnOnce(&mut dyn BlockEngine) -> T) -> T {
         let mut e = self.engine.lock().await;
-        f(&mut e)
+        f(&mut **e)
     }
 
-    /// Verifies every stored cell; see [`DurablePathOram::verify`].
+    /// Whether the engine's trusted state survives a restart (false only for the benchmark
+    /// baseline, [`crate::engine::DirectEngine`]).
+    pub async fn engine_is_durable(&self) -> bool {
+        self.engine.lock().await.durable()
+    }
+
+    /// Verifies every stored cell; see [`blindfold_proxy::DurablePathOram::verify`].
     pub async fn verify_cells(
         &self,
-        progress: impl FnMut(u64, u64),
+        mut progress: impl FnMut(u64, u64),
     ) -> Result<blindfold_proxy::VerifyReport> {
         let mut e = self.engine.lock().await;
-        Ok(e.verify(progress).await?)
+        Ok(e.verify(&mut progress).await?)
     }
 
     /// Commits pending ORAM work and writes a checkpoint (clean shutdown).
@@ -269,15 +294,34 @@ impl ObjectLayer {
         out
     }
 
+    /// Looks an object up for reading: its blocks stay pinned (not reused, even if a PUT or
+    /// DELETE frees them) until the returned [`ReadPin`] is dropped. Use it, not
+    /// [`Directory::object`], before [`ObjectLayer::read_range`].
+    pub fn lookup_for_read(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<(ObjectMeta, ReadPin)>> {
+        Ok(self.dir.object_pinned(bucket, key)?.map(|meta| {
+            let blocks = meta.blocks().collect();
+            (meta, ReadPin { layer: Arc::clone(self), blocks })
+        }))
+    }
+
     /// Streams `range` of an object. The first `prefetch` bytes are read before this returns,
     /// so a small object's integrity failure becomes an error response rather than a cut-off
-    /// body.
+    /// body. The object's blocks stay pinned until the stream ends; `meta` should come from
+    /// [`ObjectLayer::lookup_for_read`] (whose pin may be dropped once this returns), so that
+    /// no concurrent replacement can free and reuse them before the pin is taken.
     pub async fn read_range(
         self: &Arc<Self>,
         meta: &ObjectMeta,
         range: std::ops::Range<u64>,
         prefetch: usize,
     ) -> Result<mpsc::Receiver<std::result::Result<Bytes, GatewayError>>> {
+        let blocks: Vec<u64> = meta.blocks().collect();
+        self.dir.pin(&blocks);
+        let pin = ReadPin { layer: Arc::clone(self), blocks };
         let plan = self.plan_read(meta, range);
         let mut first = Vec::new();
         let mut at = 0;
@@ -294,6 +338,7 @@ impl ObjectLayer {
         let (tx, rx) = mpsc::channel(8);
         let this = Arc::clone(self);
         tokio::spawn(async move {
+            let _pin = pin;
             for chunk in first {
                 if tx.send(Ok(chunk)).await.is_err() {
                     return;

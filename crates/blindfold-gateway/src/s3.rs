@@ -11,7 +11,7 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 
 use crate::directory::ObjectMeta;
-use crate::objects::ObjectLayer;
+use crate::objects::{ObjectLayer, ReadPin};
 use crate::GatewayError;
 
 /// Bytes read before a GET answers, so that small objects fail with a proper error.
@@ -191,6 +191,12 @@ impl Gateway {
         dir.require_bucket(bucket).map_err(s3)?;
         dir.object(bucket, key).map_err(s3)?.ok_or_else(|| s3_error!(NoSuchKey))
     }
+
+    /// [`Gateway::head`] for reading the data: the blocks stay pinned while the pin lives.
+    fn head_for_read(&self, bucket: &str, key: &str) -> S3Result<(ObjectMeta, ReadPin)> {
+        self.objects.directory().require_bucket(bucket).map_err(s3)?;
+        self.objects.lookup_for_read(bucket, key).map_err(s3)?.ok_or_else(|| s3_error!(NoSuchKey))
+    }
 }
 
 #[async_trait::async_trait]
@@ -301,7 +307,7 @@ impl S3 for Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
-        let meta = self.head(&input.bucket, &input.key)?;
+        let (meta, _pin) = self.head_for_read(&input.bucket, &input.key)?;
         check_conditions(&meta, input.if_match.as_ref(), input.if_none_match.as_ref())?;
         let (range, content_range) = match &input.range {
             Some(r) => {
@@ -394,7 +400,7 @@ impl S3 for Gateway {
                 return Err(s3_error!(NotImplemented, "only bucket/key copy sources are supported"))
             }
         };
-        let src = self.head(&src_bucket, &src_key)?;
+        let (src, _pin) = self.head_for_read(&src_bucket, &src_key)?;
         if let Some(cond) = &input.copy_source_if_match {
             if !matches!(cond, ETagCondition::Any)
                 && !matches!(cond, ETagCondition::ETag(t) if t.strong_cmp(&etag(&src)))

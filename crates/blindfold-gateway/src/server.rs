@@ -294,7 +294,7 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
         write_private(&params_path, &serde_json::to_vec_pretty(&p).expect("json"))?;
         notes.push(format!(
             "created a {} MiB oblivious store ({} blocks of {} bytes) at {}",
-            blocks * u64::from(cfg.block_size) >> 20,
+            (blocks * u64::from(cfg.block_size)) >> 20,
             blocks,
             cfg.block_size,
             p.store
@@ -410,6 +410,11 @@ pub async fn run(
                         continue;
                     }
                 };
+                // Without this, a small response written as headers then body waits ~40 ms
+                // for the client's delayed ACK (Nagle's algorithm).
+                if let Err(e) = socket.set_nodelay(true) {
+                    tracing::debug!(error = %e, "could not set TCP_NODELAY");
+                }
                 let service = service.clone();
                 let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let service = service.clone();

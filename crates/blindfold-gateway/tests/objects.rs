@@ -224,3 +224,30 @@ async fn padding_hides_sizes_within_a_class() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_streaming_read_survives_replacement_and_block_reuse() {
+    // A GET looks the object up, then streams its blocks. Meanwhile a PUT replaces the object
+    // (freeing its blocks) and another PUT allocates blocks. The freed blocks must not be
+    // reused while the GET still reads them, or it would return the other object's data.
+    let s = setup(1024, 4096, false).await;
+    // Larger than the stream's buffering, so the reader is still reading when the PUTs run.
+    const N: usize = 256 * 4096;
+    let old: Vec<u8> = (0..N).map(|i| (i % 251) as u8).collect();
+    put(&s.layer, "a", &old).await;
+    let (meta, pin) = s.layer.lookup_for_read("b", "a").unwrap().expect("object exists");
+    let mut rx = s.layer.read_range(&meta, 0..meta.size, 0).await.unwrap();
+    drop(pin);
+    put(&s.layer, "a", &[1u8; N]).await;
+    put(&s.layer, "other", &[2u8; N]).await;
+    let mut got = Vec::new();
+    while let Some(chunk) = rx.recv().await {
+        got.extend_from_slice(&chunk.unwrap());
+    }
+    assert!(got == old, "the streamed object changed under the reader");
+    assert_eq!(get(&s.layer, "a", None).await, vec![1u8; N]);
+    assert_eq!(get(&s.layer, "other", None).await, vec![2u8; N]);
+    // Once the read is over, the old blocks are free again.
+    put(&s.layer, "third", &[3u8; N]).await;
+    assert!(s.layer.directory().check().unwrap().is_empty());
+}

@@ -43,6 +43,11 @@ pub enum OramError {
     #[error("ORAM driver protocol error: {0}")]
     Protocol(String),
 
+    /// A block recovered without its own seal (XOR Ring ORAM's XORed reads) does not match the
+    /// digest in its authenticated bucket metadata: the store returned wrong data.
+    #[error("integrity violation: {0}")]
+    Integrity(String),
+
     /// Decrypted bucket contents break an invariant. With authenticated cells this cannot
     /// happen unless trusted state was lost or mixed up with another store.
     #[error("corrupt ORAM state: {0}")]

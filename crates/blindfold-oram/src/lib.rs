@@ -11,6 +11,10 @@
 //! * [`PathOram`] — Path ORAM (Stefanov et al.; seed 002, Algorithm 1) with Z-block buckets,
 //!   greedy bottom-up eviction, a bounded stash, an in-memory or recursive position map and an
 //!   optional cache of the top levels of the tree in trusted memory.
+//! * [`RingOram`] — Ring ORAM and XOR Ring ORAM (Ren et al.; seed 002, Algorithms 2–7): `Z`
+//!   real and `S` dummy slots per bucket, one block read per bucket, eviction every `A`
+//!   accesses in reverse-lexicographic order, early reshuffles; the XOR variant lets the store
+//!   XOR the path's slots so one block comes back.
 //!
 //! ```
 //! use blindfold_oram::{BlockId, Op, PathOram, PathOramConfig, Progress};
@@ -51,6 +55,7 @@
 
 mod error;
 pub mod path;
+pub mod ring;
 pub mod tree;
 
 use std::fmt;
@@ -61,6 +66,10 @@ pub use error::OramError;
 pub use path::{
     BulkLoad, OramDelta, PathOram, PathOramConfig, PathOramConfigBuilder, PathOramState,
     PathOramStats, PosMapMode,
+};
+pub use ring::{
+    RingInput, RingOram, RingOramConfig, RingOramConfigBuilder, RingOramState, RingOramStats,
+    RingPlan, RingRead, RingVariant,
 };
 pub use tree::TreeShape;
 

@@ -1,11 +1,11 @@
 use std::sync::Arc;
 
-use blindfold_crypto::CellSealer;
+use blindfold_crypto::{CellAd, CellSealer};
 use blindfold_oram::BlockId;
 use blindfold_store::{CellId, Geometry, Store};
 
 use crate::path::{open_cells, seal_cells, with_retry, write_sealed, RetryPolicy};
-use crate::{ProxyError, Result, VersionTable};
+use crate::{ProxyError, Result, VerifyReport, VersionTable};
 
 /// The baseline without ORAM: block `i` is sealed (with the same AEAD, versions and integrity)
 /// and kept in cell `i`. The store sees exactly which block is read or written; this exists so
@@ -64,6 +64,70 @@ impl SealedDirect {
         }
         let sealed = seal_cells(&self.sealer, &mut self.versions, vec![(CellId(block.0), data)])?;
         write_sealed(&*self.store, RetryPolicy::default(), sealed).await
+    }
+
+    /// Writes several blocks: seals each under its next version and sends them to the store
+    /// in one batch.
+    pub async fn write_many(&mut self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        let g = self.store.geometry();
+        let mut plain = Vec::with_capacity(blocks.len());
+        for (block, data) in blocks {
+            g.check_cell(CellId(block.0))?;
+            if data.len() != self.block_size as usize {
+                return Err(blindfold_oram::OramError::WrongBlockSize {
+                    got: data.len(),
+                    expected: self.block_size,
+                }
+                .into());
+            }
+            plain.push((CellId(block.0), data));
+        }
+        let sealed = seal_cells(&self.sealer, &mut self.versions, plain)?;
+        write_sealed(&*self.store, RetryPolicy::default(), sealed).await
+    }
+
+    /// Flushes the store (its durability barrier).
+    pub async fn flush(&self) -> Result<()> {
+        let store = Arc::clone(&self.store);
+        Ok(with_retry(RetryPolicy::default(), || store.flush()).await?)
+    }
+
+    /// Reads every written cell and authenticates it against the trusted versions;
+    /// `progress(done, total)` is called as it goes.
+    pub async fn verify(&self, mut progress: impl FnMut(u64, u64)) -> Result<VerifyReport> {
+        let total = self.versions.len();
+        let mut report = VerifyReport::default();
+        let mut start = 0u64;
+        while start < total {
+            let cells: Vec<CellId> = (start..(start + 256).min(total)).map(CellId).collect();
+            let store = Arc::clone(&self.store);
+            let fetched = with_retry(RetryPolicy::default(), || store.read(&cells)).await?;
+            for (cell, mut buf) in cells.iter().zip(fetched) {
+                let version = self.versions.get(cell.0);
+                if version == 0 {
+                    report.never_written += 1;
+                    continue;
+                }
+                let ad = CellAd { cell: cell.0, version, segment: 0 };
+                match self.sealer.open_in_place(&ad, &mut buf) {
+                    Ok(_) => report.cells_checked += 1,
+                    Err(e) => report.failures.push((cell.0, e.to_string())),
+                }
+            }
+            start += cells.len() as u64;
+            progress(start, total);
+        }
+        Ok(report)
+    }
+
+    /// Bytes per block.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
 
     /// Bytes of trusted memory (the version table).

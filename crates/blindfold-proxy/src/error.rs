@@ -48,4 +48,10 @@ impl ProxyError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, ProxyError::Store(e) if e.is_retryable())
     }
+
+    /// Whether this is an integrity violation: a sealed cell failed authentication, or a
+    /// block recovered from XORed slots did not match its authenticated digest.
+    pub fn is_integrity(&self) -> bool {
+        matches!(self, ProxyError::Integrity { .. } | ProxyError::Oram(OramError::Integrity(_)))
+    }
 }

@@ -11,6 +11,8 @@
 //! * [`SealedPathOram`] — Path ORAM over any store, one access at a time.
 //! * [`DurablePathOram`] — Path ORAM whose trusted state survives a crash at any instant
 //!   (redo log plus checkpoints in a local directory).
+//! * [`SealedRingOram`] — Ring ORAM and XOR Ring ORAM over a metadata array and a data array
+//!   (the XOR variant needs a data store with the [`blindfold_store::XorStore`] capability).
 //! * [`SealedDirect`] — the baseline: the same blocks sealed and stored at fixed places with
 //!   no ORAM, for measuring what obliviousness costs.
 //!
@@ -35,12 +37,14 @@ mod direct;
 mod durable;
 mod error;
 mod path;
+mod ring;
 mod versions;
 
 pub use direct::SealedDirect;
 pub use durable::{DurablePathOram, Recovery, VerifyReport};
 pub use error::ProxyError;
 pub use path::{SealedPathOram, SealedPathState};
+pub use ring::{AccessTiming, RingData, RingPhaseTimes, SealedRingOram, SealedRingState};
 pub use versions::VersionTable;
 
 /// Result type of this crate.

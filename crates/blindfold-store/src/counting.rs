@@ -35,14 +35,24 @@ pub struct Counts {
     pub bytes_written: u64,
     /// Calls to [`Store::flush`].
     pub flushes: u64,
+    /// Calls to [`XorStore::read_xor`](crate::XorStore::read_xor).
+    #[serde(default)]
+    pub xor_requests: u64,
+    /// Ranges XORed together by the store for [`XorStore::read_xor`](crate::XorStore::read_xor).
+    #[serde(default)]
+    pub xor_ranges: u64,
+    /// Bytes returned by [`XorStore::read_xor`](crate::XorStore::read_xor) (one range's worth
+    /// per call).
+    #[serde(default)]
+    pub xor_bytes_read: u64,
     /// Calls of any kind: each one is a round trip to the store.
     pub round_trips: u64,
 }
 
 impl Counts {
-    /// Bytes from the store to the caller (whole-cell and ranged reads).
+    /// Bytes from the store to the caller (whole-cell, ranged and XOR reads).
     pub fn bytes_down(&self) -> u64 {
-        self.bytes_read + self.range_bytes_read
+        self.bytes_read + self.range_bytes_read + self.xor_bytes_read
     }
 
     /// Bytes from the caller to the store (written cells).
@@ -63,6 +73,9 @@ impl Counts {
             cells_written: self.cells_written.saturating_sub(earlier.cells_written),
             bytes_written: self.bytes_written.saturating_sub(earlier.bytes_written),
             flushes: self.flushes.saturating_sub(earlier.flushes),
+            xor_requests: self.xor_requests.saturating_sub(earlier.xor_requests),
+            xor_ranges: self.xor_ranges.saturating_sub(earlier.xor_ranges),
+            xor_bytes_read: self.xor_bytes_read.saturating_sub(earlier.xor_bytes_read),
             round_trips: self.round_trips.saturating_sub(earlier.round_trips),
         }
     }
@@ -80,6 +93,9 @@ struct Counters {
     cells_written: AtomicU64,
     bytes_written: AtomicU64,
     flushes: AtomicU64,
+    xor_requests: AtomicU64,
+    xor_ranges: AtomicU64,
+    xor_bytes_read: AtomicU64,
     round_trips: AtomicU64,
 }
 
@@ -126,6 +142,9 @@ impl<S: Store> CountingStore<S> {
             cells_written: get(&c.cells_written),
             bytes_written: get(&c.bytes_written),
             flushes: get(&c.flushes),
+            xor_requests: get(&c.xor_requests),
+            xor_ranges: get(&c.xor_ranges),
+            xor_bytes_read: get(&c.xor_bytes_read),
             round_trips: get(&c.round_trips),
         }
     }
@@ -144,6 +163,9 @@ impl<S: Store> CountingStore<S> {
             &c.cells_written,
             &c.bytes_written,
             &c.flushes,
+            &c.xor_requests,
+            &c.xor_ranges,
+            &c.xor_bytes_read,
             &c.round_trips,
         ] {
             counter.store(0, Ordering::Relaxed);
@@ -153,6 +175,19 @@ impl<S: Store> CountingStore<S> {
     /// The wrapped store.
     pub fn inner(&self) -> &S {
         &self.inner
+    }
+
+    /// Counts an XOR request of `ranges` ranges as it is issued.
+    pub(crate) fn count_xor(&self, ranges: usize) {
+        let c = &self.counters;
+        add(&c.round_trips, 1);
+        add(&c.xor_requests, 1);
+        add(&c.xor_ranges, ranges as u64);
+    }
+
+    /// Counts the bytes an XOR request returned.
+    pub(crate) fn count_xor_bytes(&self, bytes: usize) {
+        add(&self.counters.xor_bytes_read, bytes as u64);
     }
 }
 

@@ -116,6 +116,76 @@ pub enum StoreError {
         path: PathBuf,
     },
 
+    /// A request that no store could carry out as asked (for example an XOR of ranges of
+    /// different lengths).
+    #[error("invalid storage request: {0}")]
+    InvalidRequest(String),
+
+    /// The store does not offer a capability (such as server-side XOR) that was asked for.
+    #[error("the store does not support {0}")]
+    Unsupported(String),
+
+    /// The remote storage server broke the wire protocol or answered with an error that has no
+    /// more specific variant.
+    #[error("storage server error: {message}")]
+    Remote {
+        /// What the server said, or what was wrong with its answer.
+        message: String,
+        /// Whether the same request may succeed if tried again.
+        retryable: bool,
+    },
+
+    /// A remote backend refused the credentials or the request (wrong key or password,
+    /// expired token, missing permission).
+    #[error(
+        "{store}: access denied ({reason}); check the credentials (for s3:// the \
+         AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY environment variables, for redis:// the \
+         password)"
+    )]
+    AccessDenied {
+        /// The store, as a URL without secrets.
+        store: String,
+        /// What the backend said.
+        reason: String,
+    },
+
+    /// The container a store URL names (an S3 bucket, a Redis database) does not exist.
+    #[error("{store}: {what} does not exist ({reason})")]
+    Missing {
+        /// The store, as a URL without secrets.
+        store: String,
+        /// What is missing, e.g. `bucket "photos"`.
+        what: String,
+        /// What the backend said.
+        reason: String,
+    },
+
+    /// A remote backend cannot be reached (connection refused, unknown host, no route). It may
+    /// come back, so this is retryable.
+    #[error("cannot reach {store} at {endpoint}: {reason}")]
+    Unreachable {
+        /// The store, as a URL without secrets.
+        store: String,
+        /// The address that was tried.
+        endpoint: String,
+        /// The cause.
+        reason: String,
+    },
+
+    /// Any other failure reported by an S3 or Redis backend.
+    #[error("{store}: {context}: {source}")]
+    Backend {
+        /// The store, as a URL without secrets.
+        store: String,
+        /// What was being done.
+        context: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+        /// Whether the same request may succeed if tried again.
+        retryable: bool,
+    },
+
     /// A store URL that cannot be understood.
     #[error("invalid store URL {url:?}: {reason}")]
     InvalidUrl {
@@ -130,8 +200,10 @@ impl StoreError {
     /// Whether the same request may succeed if it is tried again.
     pub fn is_retryable(&self) -> bool {
         match self {
-            StoreError::Io { retryable, .. } => *retryable,
+            StoreError::Io { retryable, .. } | StoreError::Remote { retryable, .. } => *retryable,
             StoreError::Timeout(_) | StoreError::Injected(_) => true,
+            StoreError::Backend { retryable, .. } => *retryable,
+            StoreError::Unreachable { .. } => true,
             _ => false,
         }
     }

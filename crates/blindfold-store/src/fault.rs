@@ -130,6 +130,13 @@ impl<S: Store> FaultStore<S> {
         (fate, call)
     }
 
+    /// Draws and applies the fate of a read-like call (for capability traits implemented
+    /// elsewhere in this crate).
+    pub(crate) async fn before_read(&self, op: &str) -> Result<()> {
+        let (fate, call) = self.draw(false);
+        self.before(op, fate, call).await
+    }
+
     /// Applies a fault that happens before the store is reached, if one was drawn.
     async fn before(&self, op: &str, fate: Fate, call: u64) -> Result<()> {
         match fate {

@@ -180,6 +180,20 @@ impl<S: Store> LatencyStore<S> {
         &self.inner
     }
 
+    /// Runs `op` as one call across the link (for capability traits implemented elsewhere in
+    /// this crate).
+    pub(crate) async fn across_link<T, F>(
+        &self,
+        up_bytes: u64,
+        op: F,
+        down_bytes: impl FnOnce(&Result<T>) -> u64,
+    ) -> Result<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        self.across(up_bytes, op, down_bytes).await
+    }
+
     /// Runs `op` as one call across the link: `up_bytes` of request, `down_bytes(result)` of
     /// response.
     async fn across<T, F>(

@@ -24,8 +24,16 @@
 //! wrap a shared `Arc<dyn Store>` as well as a concrete store.
 //!
 //! Backends: [`MemoryStore`] and [`FileStore`] (one preallocated file per array, byte format in
-//! its docs); [`open_store`] builds one from a URL such as `memory:` or
-//! `file:///var/lib/blindfold/cells`.
+//! its docs), [`S3Store`] (one object per cell in any S3-compatible bucket) and [`RedisStore`]
+//! (one key per cell); [`open_store`] builds one from a URL such as `memory:`,
+//! `file:///var/lib/blindfold/cells`, `s3://bucket/prefix?endpoint=http://127.0.0.1:9000` or
+//! `redis://127.0.0.1:6379/0`. [`RemoteStore`] (`remote://host:port`) reaches arrays held by a
+//! `blindfold storage-server` over TCP ([`remote::protocol`] has the wire format).
+//!
+//! Server-side computation is a *capability*: a trait on top of [`Store`] that only the
+//! backends able to compute implement. [`XorStore`] (XOR of byte ranges, for XOR Ring ORAM) is
+//! offered by memory, file and remote stores and passed through (counted, recorded, delayed) by
+//! the wrappers; [`open_xor_store`] opens one from a URL.
 //!
 //! ```
 //! use blindfold_store::{CellId, Geometry, MemoryStore, Store};
@@ -60,13 +68,18 @@ mod file;
 mod latency;
 mod memory;
 mod recording;
+pub mod redis;
+pub mod remote;
+pub mod s3;
 mod url;
+mod xor;
 
 use std::fmt;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use crate::redis::{RedisAddress, RedisOptions, RedisPassword, RedisStore};
 pub use counting::{CountingStore, Counts};
 pub use error::StoreError;
 pub use fault::{FaultConfig, FaultStore};
@@ -74,7 +87,10 @@ pub use file::{FileStore, SyncMode};
 pub use latency::{LatencyStore, LinkConfig};
 pub use memory::MemoryStore;
 pub use recording::{RecordingStore, TraceEvent, TraceOp};
+pub use remote::RemoteStore;
+pub use s3::{S3Credentials, S3Options, S3Store};
 pub use url::{open_store, StoreUrl};
+pub use xor::{check_xor, open_xor_store, xor_buffers, xor_by_reading, xor_into, XorStore};
 
 /// Result type of this crate.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -18,6 +18,9 @@ pub enum TraceOp {
     Write,
     /// [`Store::flush`].
     Flush,
+    /// [`XorStore::read_xor`](crate::XorStore::read_xor): the store XORs the ranges and returns
+    /// one range's worth of bytes.
+    ReadXor,
 }
 
 /// One request as the store (the adversary) sees it.
@@ -28,10 +31,12 @@ pub struct TraceEvent {
     /// The cells addressed, in request order (one per range for [`TraceOp::ReadRanges`],
     /// empty for [`TraceOp::Flush`]).
     pub cells: Vec<CellId>,
-    /// `(offset, len)` inside each cell of `cells`; only for [`TraceOp::ReadRanges`], else empty.
+    /// `(offset, len)` inside each cell of `cells`; only for [`TraceOp::ReadRanges`] and
+    /// [`TraceOp::ReadXor`], else empty.
     pub ranges: Vec<(u32, u32)>,
     /// Payload bytes the request moves: cell bytes requested by a read, range bytes requested
-    /// by a ranged read, buffer bytes sent by a write, zero for a flush.
+    /// by a ranged read, buffer bytes sent by a write, zero for a flush, the length of one range
+    /// (what comes back) for an XOR read.
     pub bytes: u64,
     /// The buffers of a write, in order; only when recording
     /// [with payloads](RecordingStore::with_payloads), else empty.
@@ -90,6 +95,17 @@ impl<S: Store> RecordingStore<S> {
 
     fn record(&self, event: TraceEvent) {
         self.trace.lock().push(event);
+    }
+
+    /// Records an XOR request as it is issued.
+    pub(crate) fn record_xor(&self, ranges: &[ByteRange]) {
+        self.record(TraceEvent {
+            op: TraceOp::ReadXor,
+            cells: ranges.iter().map(|r| r.cell).collect(),
+            ranges: ranges.iter().map(|r| (r.offset, r.len)).collect(),
+            bytes: ranges.first().map_or(0, |r| u64::from(r.len)),
+            payloads: Vec::new(),
+        });
     }
 }
 

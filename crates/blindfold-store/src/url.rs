@@ -10,14 +10,18 @@ use std::sync::Arc;
 
 use percent_encoding::{percent_decode_str, AsciiSet, CONTROLS};
 
-use crate::{FileStore, Geometry, MemoryStore, Result, Store, StoreError, SyncMode};
+use crate::{
+    FileStore, Geometry, MemoryStore, RedisAddress, RedisOptions, Result, S3Options, Store,
+    StoreError, SyncMode,
+};
 
 const ACCEPTED: &str = "accepted forms are `memory:`, `file:///absolute/dir` and \
                         `file:relative/dir`, a file form optionally followed by \
-                        `?sync=none|flush|always`";
+                        `?sync=none|flush|always`, \
+                        `s3://bucket/prefix?endpoint=…&region=…` and `redis://host:port/db`";
 
 /// Schemes that later versions will accept.
-const PLANNED: [&str; 6] = ["s3", "redis", "rediss", "remote", "http", "https"];
+const PLANNED: [&str; 3] = ["rediss", "http", "https"];
 
 /// Bytes escaped when a path is written into a URL: enough that parsing it back gives the same
 /// path.
@@ -37,6 +41,31 @@ pub enum StoreUrl {
         dir: PathBuf,
         /// When writes are made durable (`?sync=none|flush|always`, default `flush`).
         sync: SyncMode,
+    },
+    /// `s3://bucket/prefix?endpoint=…&region=…` — one object per cell in a bucket of any
+    /// S3-compatible store (see [`crate::S3Store`]).
+    S3 {
+        /// The bucket.
+        bucket: String,
+        /// Key prefix inside the bucket, without leading or trailing `/` (may be empty); each
+        /// array lives under `<prefix>/<name>/`.
+        prefix: String,
+        /// Endpoint, region and request options.
+        options: S3Options,
+    },
+    /// `redis://[user[:password]@]host[:port][/db]` — one key per cell in a Redis database
+    /// (see [`crate::RedisStore`]).
+    Redis {
+        /// Server, database and credentials.
+        address: RedisAddress,
+        /// Key prefix and connection options.
+        options: RedisOptions,
+    },
+    /// `remote://host:port` — arrays served by a `blindfold storage-server` listening there
+    /// (see [`crate::remote`]).
+    Remote {
+        /// `host:port` of the server.
+        addr: String,
     },
 }
 
@@ -61,6 +90,13 @@ impl StoreUrl {
                 }
             }
             "file" => parse_file(rest).map_err(bad),
+            "remote" => parse_remote(rest).map_err(bad),
+            "s3" => crate::s3::parse_url(rest)
+                .map(|(bucket, prefix, options)| StoreUrl::S3 { bucket, prefix, options })
+                .map_err(bad),
+            "redis" => crate::redis::parse_url(rest)
+                .map(|(address, options)| StoreUrl::Redis { address, options })
+                .map_err(bad),
             s if PLANNED.contains(&s) => {
                 Err(bad(format!("{s}:// is not supported yet; {ACCEPTED}")))
             }
@@ -69,6 +105,21 @@ impl StoreUrl {
             ))),
         }
     }
+}
+
+/// Parses the part of `remote://host:port` after the colon.
+fn parse_remote(rest: &str) -> std::result::Result<StoreUrl, String> {
+    let form = "write it as `remote://host:port`, e.g. `remote://127.0.0.1:7420`";
+    let addr = rest.strip_prefix("//").ok_or_else(|| format!("no `//`; {form}"))?;
+    let addr = addr.strip_suffix('/').unwrap_or(addr);
+    if addr.contains(['/', '?', '#', '@']) {
+        return Err(format!("a remote store takes no path, options or user; {form}"));
+    }
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("no port; {form}"))?;
+    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(format!("{addr:?} is not host:port; {form}"));
+    }
+    Ok(StoreUrl::Remote { addr: addr.to_string() })
 }
 
 fn parse_file(rest: &str) -> std::result::Result<StoreUrl, String> {
@@ -144,12 +195,17 @@ impl fmt::Display for StoreUrl {
                 }
                 Ok(())
             }
+            StoreUrl::Remote { addr } => write!(f, "remote://{addr}"),
+            StoreUrl::S3 { bucket, prefix, options } => {
+                crate::s3::fmt_url(f, bucket, prefix, options)
+            }
+            StoreUrl::Redis { address, options } => crate::redis::fmt_url(f, address, options),
         }
     }
 }
 
 /// Checks a store name: 1 to 128 ASCII letters, digits, `.`, `_` or `-`, not starting with `.`.
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     let bad =
         |reason: &str| StoreError::InvalidName { name: name.to_string(), reason: reason.into() };
     if name.is_empty() {
@@ -194,5 +250,37 @@ pub async fn open_store(url: &StoreUrl, name: &str, geometry: Geometry) -> Resul
                 )),
             }
         }
+        StoreUrl::Remote { addr } => {
+            Ok(Arc::new(crate::RemoteStore::open(addr, name, geometry).await?))
+        }
+        StoreUrl::S3 { bucket, prefix, options } => {
+            Ok(Arc::new(crate::S3Store::open(bucket, prefix, options, name, geometry).await?))
+        }
+        StoreUrl::Redis { address, options } => {
+            Ok(Arc::new(crate::RedisStore::open(address, options, name, geometry).await?))
+        }
+    }
+}
+
+/// Parses a duration option: `30s`, `500ms`, or a plain number of seconds.
+pub(crate) fn parse_duration(value: &str) -> std::result::Result<std::time::Duration, String> {
+    let bad = || format!("{value:?} is not a duration (e.g. `30s`, `500ms` or `30`)");
+    let (number, scale) = if let Some(ms) = value.strip_suffix("ms") {
+        (ms, 1)
+    } else {
+        (value.strip_suffix('s').unwrap_or(value), 1000)
+    };
+    let millis: u64 = number.parse().map_err(|_| bad())?;
+    let millis = millis.checked_mul(scale).filter(|&m| m > 0).ok_or_else(bad)?;
+    Ok(std::time::Duration::from_millis(millis))
+}
+
+/// Writes a duration as [`parse_duration`] reads it back.
+pub(crate) fn fmt_duration(d: std::time::Duration) -> String {
+    let millis = d.as_millis();
+    if millis.is_multiple_of(1000) {
+        format!("{}s", millis / 1000)
+    } else {
+        format!("{millis}ms")
     }
 }

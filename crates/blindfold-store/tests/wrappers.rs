@@ -49,6 +49,7 @@ async fn counting_is_exact_for_a_known_sequence() {
         bytes_written: 64 + 3 + 32, // the rejected buffer was still sent
         flushes: 1,
         round_trips: 7,
+        ..Counts::default()
     };
     assert_eq!(store.counts(), expected);
     assert_eq!(expected.bytes_down(), 108);

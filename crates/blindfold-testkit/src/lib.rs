@@ -1,5 +1,8 @@
 //! Development-only helpers shared by blindfold's tests: the store conformance suite that every
 //! backend and wrapper must pass, and the statistics used by the obliviousness tests.
+//! [`servers`] finds the real MinIO and Redis that `scripts/test.sh` starts.
 
 pub mod conformance;
+pub mod servers;
 pub mod stats;
+pub mod xor;

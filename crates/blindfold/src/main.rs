@@ -22,6 +22,9 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per run: the size of the largest variant (store URLs with their options) does
+// not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve the S3 API over oblivious storage (no configuration needed: everything missing is
@@ -41,6 +44,22 @@ enum Command {
     /// Run a benchmark; results print as a table and can be saved as JSON.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Run the untrusted storage server: serves the cell arrays of a `memory:` or `file:` store
+    /// over TCP (and computes XOR on request) for gateways using `remote://host:port`.
+    ///
+    /// The server is untrusted by design: it only ever sees sealed cells. It has no
+    /// authentication; listen on an address only the gateway can reach.
+    StorageServer(StorageServerArgs),
+}
+
+#[derive(Args, Debug)]
+struct StorageServerArgs {
+    /// Address to listen on (`host:port`; port 0 picks a free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:7420")]
+    listen: String,
+    /// Where the arrays live: `memory:` or `file:///path/to/dir`.
+    #[arg(long, default_value = "memory:")]
+    store: StoreUrl,
 }
 
 #[derive(Args, Debug)]
@@ -111,6 +130,120 @@ enum BenchCommand {
     /// the same workload on a sealed store without ORAM, and reports throughput, bandwidth
     /// blow-up, stash, trusted memory and the slowdown ratio.
     Path(PathArgs),
+    /// Path vs Ring vs XOR Ring ORAM, reproducing seed 002's comparison (Tables 4, 6-9).
+    ///
+    /// Fills each scheme with the same blocks, serves the same seeded workload over an
+    /// emulated link (exact link time on a virtual clock plus this machine's measured processing
+    /// time), and prints response time, system latency, stash behaviour, blocks moved (with the
+    /// papers' formulas), per-phase processing time, a link-speed sweep and server storage.
+    /// Saves CSV files and SVG plots to --out-dir.
+    Schemes(SchemesArgs),
+    /// A mixed S3 workload through the gateway vs. the same gateway without ORAM.
+    ///
+    /// Starts a gateway in this process on 127.0.0.1 over a temporary data directory, loads
+    /// every object (sizes log-uniform between --min-size and --max-size), then runs a seeded
+    /// mix of GETs and PUTs from --concurrency clients over HTTP with SigV4. Then does the same
+    /// against the same gateway on the same kind of store with the ORAM replaced by blocks
+    /// sealed at fixed places (not oblivious; the baseline). Reports throughput, latency
+    /// percentiles per operation, bytes moved to the store per logical byte, and the slowdown.
+    Gateway(GatewayBenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct SchemesArgs {
+    /// A shorter run (200 requests instead of 600), same tables.
+    #[arg(long)]
+    quick: bool,
+    /// Real blocks stored.
+    #[arg(long, value_parser = parse_count)]
+    blocks: Option<u64>,
+    /// Bytes per block.
+    #[arg(long)]
+    block_size: Option<u32>,
+    /// Requests per scheme and speed.
+    #[arg(long, value_parser = parse_count)]
+    ops: Option<u64>,
+    /// Real slots per bucket.
+    #[arg(long, default_value_t = 4)]
+    z: u32,
+    /// Dummy slots per bucket (Ring ORAM).
+    #[arg(long, default_value_t = 2)]
+    s: u32,
+    /// Accesses between evictions (Ring ORAM).
+    #[arg(long, default_value_t = 3)]
+    a: u32,
+    /// Share of reads.
+    #[arg(long, default_value_t = 0.75)]
+    read_ratio: f64,
+    /// Mean time between request arrivals (Poisson), ms; the seed used one minute.
+    #[arg(long, default_value_t = 60_000.0)]
+    interarrival_ms: f64,
+    /// Round-trip time of the emulated link, ms.
+    #[arg(long, default_value_t = 0.2)]
+    rtt_ms: f64,
+    /// Link speeds of the sweep in Mbit/s, comma-separated (default: the seed's nine, 0.512
+    /// to 1000).
+    #[arg(long, value_delimiter = ',')]
+    speeds_mbit: Option<Vec<f64>>,
+    /// Where the cells live: `memory:` or `remote://host:port` (a `blindfold storage-server`).
+    #[arg(long, default_value = "memory:")]
+    store: StoreUrl,
+    /// Seed of the workload and the schemes.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Directory for the CSV files and SVG plots.
+    #[arg(long, default_value = "blindfold-bench-schemes")]
+    out_dir: PathBuf,
+    /// Save the whole report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct GatewayBenchArgs {
+    /// Where each side's cells go: `memory:` or `file:///path/to/dir` (each side gets its own
+    /// subdirectory there, removed afterwards).
+    #[arg(long, default_value = "memory:")]
+    store: StoreUrl,
+    /// Measured operations, each side [default: 400; --quick: 100].
+    #[arg(long, value_parser = parse_count)]
+    ops: Option<u64>,
+    /// Distinct objects, each PUT once before measuring [default: 64; --quick: 32].
+    #[arg(long, value_parser = parse_count)]
+    objects: Option<u64>,
+    /// Smallest object (e.g. 1KiB).
+    #[arg(long, default_value = "1KiB", value_parser = blindfold_gateway::server::parse_size)]
+    min_size: u64,
+    /// Largest object [default: 16MiB; --quick: 1MiB].
+    #[arg(long, value_parser = blindfold_gateway::server::parse_size)]
+    max_size: Option<u64>,
+    /// Share of GETs among the measured operations.
+    #[arg(long, default_value_t = 0.75)]
+    read_ratio: f64,
+    /// Clients sending requests at once.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Logical capacity of each gateway (default: sized to the workload).
+    #[arg(long, value_parser = blindfold_gateway::server::parse_size)]
+    capacity: Option<u64>,
+    /// ORAM block size, bytes.
+    #[arg(long, default_value_t = 4096)]
+    block_size: u32,
+    /// Seed of the workload.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// A small run of a few seconds per side.
+    #[arg(long)]
+    quick: bool,
+    /// Save the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress bars.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -124,7 +257,9 @@ struct PathArgs {
     /// Logical accesses to measure (each side).
     #[arg(long, default_value = "20000", value_parser = parse_count)]
     ops: u64,
-    /// Where cells go: `memory:` or `file:///path/to/dir` (optionally `?sync=none|flush|always`).
+    /// Where cells go: `memory:`, `file:///path/to/dir` (optionally `?sync=none|flush|always`),
+    /// `s3://bucket/prefix?endpoint=http://host:port&region=…` (credentials from
+    /// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) or `redis://host:port/db`.
     #[arg(long, default_value = "memory:")]
     store: StoreUrl,
     /// Slots per bucket.
@@ -154,6 +289,10 @@ struct PathArgs {
     /// Save the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Prices for the cost table: a JSON or TOML file overriding or adding providers (format
+    /// in docs/cost.md); the built-in list prices otherwise.
+    #[arg(long, value_name = "FILE")]
+    prices: Option<PathBuf>,
     /// No progress bars.
     #[arg(long, short)]
     quiet: bool,
@@ -233,10 +372,42 @@ async fn bench_path(args: PathArgs) -> Result<()> {
         bandwidth_mbit: args.bandwidth_mbit,
         fill: !args.no_fill,
         progress: !args.quiet,
+        prices: match &args.prices {
+            Some(path) => blindfold_bench::cost::PriceTable::load(path)?,
+            None => blindfold_bench::cost::PriceTable::builtin(),
+        },
     };
     let report = path_bench::run(params).await?;
     println!("blindfold bench path");
     print!("{}", path_bench::render(&report));
+    if let Some(path) = args.json {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(&path, json + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("  saved {}", path.display());
+    }
+    Ok(())
+}
+
+async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
+    use blindfold_bench::gateway::{self as gateway_bench, GatewayBench};
+    let preset = if args.quick { GatewayBench::default().quick() } else { GatewayBench::default() };
+    let params = GatewayBench {
+        store: args.store,
+        ops: args.ops.unwrap_or(preset.ops),
+        objects: args.objects.unwrap_or(preset.objects),
+        min_size: args.min_size,
+        max_size: args.max_size.unwrap_or(preset.max_size),
+        read_ratio: args.read_ratio,
+        concurrency: args.concurrency,
+        capacity: args.capacity,
+        block_size: args.block_size,
+        seed: args.seed,
+        progress: !args.quiet,
+    };
+    let report = gateway_bench::run(params).await?;
+    println!("blindfold bench gateway");
+    print!("{}", gateway_bench::render(&report));
     if let Some(path) = args.json {
         let json = serde_json::to_string_pretty(&report)?;
         std::fs::write(&path, json + "\n")
@@ -358,6 +529,65 @@ async fn verify(a: GatewayArgs) -> Result<()> {
     }
 }
 
+async fn storage_server(args: StorageServerArgs) -> Result<()> {
+    if matches!(args.store, StoreUrl::Remote { .. }) {
+        bail!("a storage server keeps its arrays in `memory:` or `file:///dir`, not in another server");
+    }
+    let server = blindfold_server::Server::bind(&args.listen, args.store.clone())
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    // One line on standard output, so scripts (and tests) can learn a port picked with :0.
+    println!(
+        "blindfold storage-server listening on {} (store {})",
+        server.local_addr(),
+        args.store
+    );
+    tokio::select! {
+        r = server.run() => r.context("serving")?,
+        _ = tokio::signal::ctrl_c() => eprintln!("interrupted; stopping"),
+    }
+    Ok(())
+}
+
+fn bench_schemes(args: SchemesArgs) -> Result<()> {
+    use blindfold_bench::schemes;
+    let mut bench = if args.quick { schemes::SchemesBench::quick() } else { Default::default() };
+    if let Some(b) = args.blocks {
+        bench.blocks = b;
+    }
+    if let Some(b) = args.block_size {
+        bench.block_size = b;
+    }
+    if let Some(o) = args.ops {
+        bench.ops = o;
+    }
+    (bench.z, bench.s, bench.a) = (args.z, args.s, args.a);
+    bench.read_ratio = args.read_ratio;
+    bench.interarrival_ms = args.interarrival_ms;
+    bench.rtt_ms = args.rtt_ms;
+    if let Some(speeds) = args.speeds_mbit {
+        if speeds.iter().any(|v| v.is_nan() || *v <= 0.0) {
+            bail!("link speeds must be positive");
+        }
+        bench.speeds = speeds.iter().map(|v| (v * 1e6).round() as u64).collect();
+    }
+    bench.store = args.store;
+    bench.seed = args.seed;
+    bench.progress = !args.quiet;
+    let report = schemes::run(&bench)?;
+    print!("{}", schemes::render(&report));
+    for path in schemes::save(&report, &args.out_dir)? {
+        println!("  saved {}", path.display());
+    }
+    if let Some(path) = args.json {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(&path, json + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("  saved {}", path.display());
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -379,10 +609,20 @@ fn main() -> Result<()> {
         }
         Command::Init(a) => init(a),
         Command::CheckKey(a) => check_key(a),
+        Command::StorageServer(a) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(storage_server(a))
+        }
+        Command::Bench(BenchCommand::Schemes(a)) => bench_schemes(a),
         Command::Bench(BenchCommand::Path(a)) => {
             // One core: the engine is sequential, and the figures are quoted per core.
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(bench_path(a))
+        }
+        Command::Bench(BenchCommand::Gateway(a)) => {
+            // Clients and gateway share the machine's cores, as a local deployment would.
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(bench_gateway(a))
         }
     }
 }

@@ -120,3 +120,52 @@ fn bad_input_gets_a_clear_error() {
     assert!(o.status.success());
     assert!(text(&o).contains("--cache-levels"));
 }
+
+#[test]
+fn bench_gateway_smoke_run_writes_the_promised_json() {
+    // Tiny sizes, so this takes a few seconds: it only keeps the benchmark from rotting.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("gateway.json");
+    let store = format!("file://{}", dir.path().join("cells").display());
+    let o = blindfold(&[
+        "bench",
+        "gateway",
+        "--store",
+        &store,
+        "--ops",
+        "24",
+        "--objects",
+        "6",
+        "--max-size",
+        "48KiB",
+        "--concurrency",
+        "3",
+        "--block-size",
+        "1024",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("slowdown vs baseline") && out.contains("ObliviStore"), "{out}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for k in [
+        "ops_per_sec",
+        "baseline_ops_per_sec",
+        "slowdown",
+        "mb_per_sec",
+        "p50_ms",
+        "p99_ms",
+        "bandwidth_overhead",
+    ] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k} missing or zero in {v}");
+    }
+    // Path ORAM moves whole paths; the baseline about one sealed cell per block.
+    assert!(v["bandwidth_overhead"].as_f64().unwrap() > 5.0, "{v}");
+    let base = v["baseline"]["bandwidth_overhead"].as_f64().unwrap();
+    assert!((0.5..3.0).contains(&base), "{v}");
+    assert_eq!(v["get"]["count"].as_u64().unwrap() + v["put"]["count"].as_u64().unwrap(), 24);
+    // Each side's store files are removed afterwards.
+    assert_eq!(std::fs::read_dir(dir.path().join("cells")).unwrap().count(), 0);
+}

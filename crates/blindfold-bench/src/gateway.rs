@@ -1,0 +1,679 @@
+//! `blindfold bench gateway`: a mixed S3 workload through the gateway, against the same gateway
+//! with the ORAM taken out.
+//!
+//! Each side starts a gateway in this process on `127.0.0.1:0` over a fresh temporary data
+//! directory and a fresh store of the chosen kind, and drives it with a real S3 client
+//! (`object_store`'s `AmazonS3`, SigV4-signed payloads over HTTP/1.1) from `concurrency`
+//! clients at once. The workload is seeded and identical on both sides:
+//!
+//! 1. *load* (not measured): every one of `objects` keys is PUT once. Each key has a fixed
+//!    size drawn log-uniformly between `min_size` and `max_size`;
+//! 2. *measured*: `ops` operations on uniformly chosen keys, `read_ratio` of them GETs (whose
+//!    bodies are checked byte for byte), the rest PUTs that replace the object with new blocks.
+//!    The clock stops after the engine's final commit, so all deferred ORAM work is counted.
+//!
+//! The ORAM side is the real gateway (crash-consistent Path ORAM: redo log in the data
+//! directory, fsynced at every commit). The baseline is the same gateway — HTTP, SigV4,
+//! directory, object layer, sealing with the same AEAD and versions — over
+//! [`blindfold_gateway::engine::DirectEngine`], which keeps block `i` in cell `i` and is
+//! neither oblivious nor crash-consistent. Store traffic is counted by a [`CountingStore`]
+//! wrapped directly around the backend (the trust boundary); the ORAM's local redo log is
+//! trusted storage and is not counted.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use blindfold_gateway::server::{self, EngineKind, OpenHooks, ServeConfig};
+use blindfold_store::{CountingStore, Counts, Store, StoreUrl, SyncMode};
+use bytes::Bytes;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjectPath;
+use object_store::{ClientOptions, ObjectStoreExt, PutPayload, RetryConfig};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::machine::{peak_rss_bytes, Machine};
+use crate::progress::bar;
+
+const BUCKET: &str = "bench";
+const ACCESS_KEY: &str = "BLINDFOLDBENCHKEY";
+const SECRET_KEY: &str = "blindfold-bench-secret-not-a-real-credential";
+
+/// Parameters of one gateway benchmark.
+#[derive(Clone, Debug, Serialize)]
+pub struct GatewayBench {
+    /// Where each side's cells go (`memory:` or `file:///dir`; each side uses its own
+    /// subdirectory, removed afterwards).
+    #[serde(serialize_with = "display")]
+    pub store: StoreUrl,
+    /// Measured operations (each side).
+    pub ops: u64,
+    /// Distinct keys, each PUT once before measuring.
+    pub objects: u64,
+    /// Smallest object, bytes.
+    pub min_size: u64,
+    /// Largest object, bytes.
+    pub max_size: u64,
+    /// Share of GETs among the measured operations.
+    pub read_ratio: f64,
+    /// Clients issuing requests at once.
+    pub concurrency: usize,
+    /// Logical capacity of each gateway in bytes (`None`: sized to the workload).
+    pub capacity: Option<u64>,
+    /// ORAM block size, bytes.
+    pub block_size: u32,
+    /// Workload seed.
+    pub seed: u64,
+    /// Draw progress bars.
+    #[serde(skip)]
+    pub progress: bool,
+}
+
+fn display<S: serde::Serializer>(url: &StoreUrl, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(url)
+}
+
+impl Default for GatewayBench {
+    fn default() -> Self {
+        Self {
+            store: StoreUrl::Memory,
+            ops: 400,
+            objects: 64,
+            min_size: 1 << 10,
+            max_size: 16 << 20,
+            read_ratio: 0.75,
+            concurrency: 8,
+            capacity: None,
+            block_size: 4096,
+            seed: 1,
+            progress: true,
+        }
+    }
+}
+
+impl GatewayBench {
+    /// The `--quick` preset: a few seconds per side.
+    pub fn quick(mut self) -> Self {
+        self.ops = 100;
+        self.objects = 32;
+        self.max_size = 1 << 20;
+        self
+    }
+}
+
+/// Latency percentiles of one group of operations, milliseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latency {
+    /// Operations in the group.
+    pub count: u64,
+    /// Mean.
+    pub mean_ms: f64,
+    /// Median.
+    pub p50_ms: f64,
+    /// 95th percentile.
+    pub p95_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+}
+
+impl Latency {
+    fn of(mut ms: Vec<f64>) -> Self {
+        if ms.is_empty() {
+            return Self::default();
+        }
+        ms.sort_unstable_by(f64::total_cmp);
+        let at = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
+        Self {
+            count: ms.len() as u64,
+            mean_ms: ms.iter().sum::<f64>() / ms.len() as f64,
+            p50_ms: at(0.50),
+            p95_ms: at(0.95),
+            p99_ms: at(0.99),
+        }
+    }
+}
+
+/// Latency of the operations on objects in one size range.
+#[derive(Clone, Debug, Serialize)]
+pub struct SizeClass {
+    /// The range, e.g. `"< 64 KiB"`.
+    pub sizes: &'static str,
+    /// Latencies of GETs and PUTs of objects in the range.
+    pub latency: Latency,
+}
+
+/// What one side (ORAM or baseline) measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct SideReport {
+    /// Block engine: `path-oram` or `direct`.
+    pub engine: String,
+    /// Operations per second.
+    pub ops_per_sec: f64,
+    /// Logical (object payload) megabytes (10^6) per second, GETs and PUTs together.
+    pub mb_per_sec: f64,
+    /// Median latency over all operations, milliseconds.
+    pub p50_ms: f64,
+    /// 95th-percentile latency over all operations, milliseconds.
+    pub p95_ms: f64,
+    /// 99th-percentile latency over all operations, milliseconds.
+    pub p99_ms: f64,
+    /// GET latencies.
+    pub get: Latency,
+    /// PUT latencies.
+    pub put: Latency,
+    /// Latencies by object size.
+    pub by_size: Vec<SizeClass>,
+    /// Bytes moved to and from the untrusted store per logical payload byte.
+    pub bandwidth_overhead: f64,
+    /// Logical payload bytes moved by the measured operations.
+    pub logical_bytes: u64,
+    /// Bytes sent to the store while measuring.
+    pub store_bytes_up: u64,
+    /// Bytes received from the store while measuring.
+    pub store_bytes_down: u64,
+    /// Store calls (round trips) while measuring.
+    pub store_round_trips: u64,
+    /// Seconds of the measured phase (final commit included).
+    pub seconds: f64,
+    /// Seconds to load every object first (not measured).
+    pub load_seconds: f64,
+    /// CPU seconds the whole process (clients and gateway) used while measuring.
+    pub cpu_seconds: f64,
+    /// `cpu_seconds / seconds`: cores kept busy (the machine has `machine.cores`).
+    pub cores_busy: f64,
+    /// The machine's one-minute load average at the end of the measured phase: well above
+    /// its core count means other work competed with the benchmark.
+    pub load_average: f64,
+}
+
+/// Results of [`run`]. Field names are the JSON keys; the ORAM side's fields sit at the top
+/// level (`ops_per_sec`, `p50_ms`, `bandwidth_overhead`, …).
+#[derive(Clone, Debug, Serialize)]
+pub struct GatewayReport {
+    /// Always `"gateway"`.
+    pub scheme: &'static str,
+    /// Where it ran.
+    pub machine: Machine,
+    /// The parameters.
+    pub params: GatewayBench,
+    /// Logical capacity each gateway was created with, bytes.
+    pub capacity_bytes: u64,
+    /// Sum of the loaded objects' sizes, bytes.
+    pub dataset_bytes: u64,
+    /// The gateway over Path ORAM.
+    #[serde(flatten)]
+    pub oram: SideReport,
+    /// The same gateway without ORAM.
+    pub baseline: SideReport,
+    /// Baseline operations per second.
+    pub baseline_ops_per_sec: f64,
+    /// Baseline megabytes per second.
+    pub baseline_mb_per_sec: f64,
+    /// `baseline_ops_per_sec / ops_per_sec`: how many times longer the workload takes.
+    pub slowdown: f64,
+    /// `oram.p50_ms / baseline.p50_ms`.
+    pub p50_ratio: f64,
+    /// Peak resident memory of the whole process, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// Reference slowdowns from the thesis in seed 003 ("Oblivious RAM in practice", home-user
+/// workload against a public cloud store), and the project's aim.
+pub const THESIS: &[(&str, f64, f64)] =
+    &[("ObliviStore", 8.5, 10.0), ("CURIOUS", 17.0, 64.0), ("Ring ORAM", 87.0, 1440.0)];
+
+/// The slowdown blindfold aims to stay under.
+pub const AIM: f64 = 5.0;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Get,
+    Put,
+}
+
+struct Workload {
+    sizes: Vec<u64>,
+    ops: Vec<(usize, Kind)>,
+    /// Random bytes; object `i` is `data[offset(i) .. offset(i) + size]`.
+    data: Bytes,
+}
+
+impl Workload {
+    fn new(p: &GatewayBench) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
+        let (lo, hi) = ((p.min_size as f64).ln(), (p.max_size as f64).ln());
+        let sizes = (0..p.objects)
+            .map(|_| {
+                let s =
+                    if hi > lo { rng.gen_range(lo..=hi).exp().round() as u64 } else { p.min_size };
+                s.clamp(p.min_size, p.max_size)
+            })
+            .collect();
+        let ops = (0..p.ops)
+            .map(|_| {
+                let key = rng.gen_range(0..p.objects as usize);
+                (key, if rng.gen_bool(p.read_ratio) { Kind::Get } else { Kind::Put })
+            })
+            .collect();
+        let mut data = vec![0u8; p.max_size as usize + 4096];
+        rng.fill(&mut data[..]);
+        Self { sizes, ops, data: Bytes::from(data) }
+    }
+
+    fn body(&self, key: usize) -> Bytes {
+        let off = (key * 61) % 4096;
+        self.data.slice(off..off + self.sizes[key] as usize)
+    }
+}
+
+fn key_path(key: usize) -> ObjectPath {
+    ObjectPath::from(format!("obj/{key:06}"))
+}
+
+/// The capacity the workload needs: every object, plus one largest object in flight per
+/// client (a PUT writes new blocks before it frees the old ones), with a quarter spare.
+fn needed_capacity(p: &GatewayBench, sizes: &[u64]) -> u64 {
+    let bs = u64::from(p.block_size);
+    let blocks: u64 = sizes.iter().map(|s| s.div_ceil(bs).max(1)).sum::<u64>()
+        + p.concurrency as u64 * p.max_size.div_ceil(bs);
+    (blocks + blocks / 4 + 64) * bs
+}
+
+/// CPU seconds this process has used (user + system; Linux, 0 elsewhere).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+/// Each side's store: its own subdirectory for `file:` stores.
+fn side_store(url: &StoreUrl, side: &str) -> (StoreUrl, Option<PathBuf>) {
+    match url {
+        StoreUrl::File { dir, sync } => {
+            let d = dir.join(format!("blindfold-bench-gateway-{}-{side}", std::process::id()));
+            (StoreUrl::File { dir: d.clone(), sync: *sync }, Some(d))
+        }
+        other => (other.clone(), None),
+    }
+}
+
+fn client(addr: SocketAddr, timeout: Duration) -> Result<AmazonS3> {
+    AmazonS3Builder::new()
+        .with_endpoint(format!("http://{addr}"))
+        .with_allow_http(true)
+        .with_virtual_hosted_style_request(false)
+        .with_region("us-east-1")
+        .with_bucket_name(BUCKET)
+        .with_access_key_id(ACCESS_KEY)
+        .with_secret_access_key(SECRET_KEY)
+        .with_retry(RetryConfig { max_retries: 0, ..RetryConfig::default() })
+        .with_client_options(ClientOptions::new().with_allow_http(true).with_timeout(timeout))
+        .build()
+        .context("building the S3 client")
+}
+
+/// Runs `jobs` on `concurrency` clients; returns (job index, seconds) per job.
+async fn drive(
+    s3: &Arc<AmazonS3>,
+    w: &Arc<Workload>,
+    jobs: Arc<Vec<(usize, Kind)>>,
+    concurrency: usize,
+    pb: &indicatif::ProgressBar,
+) -> Result<Vec<(usize, f64)>> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let (s3, w, jobs, next, pb) =
+            (Arc::clone(s3), Arc::clone(w), Arc::clone(&jobs), Arc::clone(&next), pb.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut done = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(key, kind)) = jobs.get(i) else { return Ok::<_, anyhow::Error>(done) };
+                let path = key_path(key);
+                let t = Instant::now();
+                match kind {
+                    Kind::Put => {
+                        s3.put(&path, PutPayload::from(w.body(key)))
+                            .await
+                            .with_context(|| format!("PUT {path}"))?;
+                    }
+                    Kind::Get => {
+                        let got = s3
+                            .get(&path)
+                            .await
+                            .with_context(|| format!("GET {path}"))?
+                            .bytes()
+                            .await
+                            .with_context(|| format!("GET {path} (body)"))?;
+                        if got != w.body(key) {
+                            bail!(
+                                "GET {path} returned {} bytes that differ from what was PUT",
+                                got.len()
+                            );
+                        }
+                    }
+                }
+                done.push((i, t.elapsed().as_secs_f64()));
+                pb.inc(1);
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.context("client task panicked")??);
+    }
+    Ok(all)
+}
+
+async fn run_side(
+    p: &GatewayBench,
+    w: &Arc<Workload>,
+    engine: EngineKind,
+    capacity: u64,
+    label: &str,
+) -> Result<SideReport> {
+    let side = if engine == EngineKind::PathOram { "oram" } else { "baseline" };
+    let (store, store_dir) = side_store(&p.store, side);
+    let data_dir = tempfile::Builder::new()
+        .prefix("blindfold-bench-gateway-")
+        .tempdir()
+        .context("creating a temporary data directory")?;
+    let result = run_side_in(p, w, engine, capacity, label, store, data_dir.path().into()).await;
+    if let Some(d) = store_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    result
+}
+
+async fn run_side_in(
+    p: &GatewayBench,
+    w: &Arc<Workload>,
+    engine: EngineKind,
+    capacity: u64,
+    label: &str,
+    store: StoreUrl,
+    data_dir: PathBuf,
+) -> Result<SideReport> {
+    let cfg = ServeConfig {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        data_dir,
+        store: Some(store),
+        key_file: None,
+        passphrase: None,
+        credentials: Some((ACCESS_KEY.into(), SECRET_KEY.into())),
+        capacity,
+        block_size: p.block_size,
+        pad_objects: false,
+    };
+    type Counting = CountingStore<Arc<dyn Store>>;
+    let counter: Arc<OnceLock<Arc<Counting>>> = Arc::new(OnceLock::new());
+    let hook = Arc::clone(&counter);
+    let hooks = OpenHooks {
+        engine,
+        wrap_store: Some(Box::new(move |s: Arc<dyn Store>| -> Arc<dyn Store> {
+            let c = Arc::new(CountingStore::new(s));
+            let _ = hook.set(Arc::clone(&c));
+            c
+        })),
+    };
+    let opened = server::open_with(&cfg, hooks).await.context("opening the gateway")?;
+    let counts = counter.get().cloned().context("the store hook was not called")?;
+    let objects = Arc::clone(&opened.objects);
+    objects.directory().create_bucket(BUCKET)?;
+    let listener = tokio::net::TcpListener::bind(cfg.listen).await.context("listening")?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(server::run(opened, listener, async {
+        let _ = stopped.await;
+    }));
+
+    let s3 = Arc::new(client(addr, Duration::from_secs(3600))?);
+    let load: Vec<(usize, Kind)> = (0..w.sizes.len()).map(|k| (k, Kind::Put)).collect();
+    let pb = bar(load.len() as u64, &format!("{label}: load"), p.progress);
+    let t = Instant::now();
+    drive(&s3, w, Arc::new(load), p.concurrency, &pb).await?;
+    objects.shutdown().await?;
+    let load_seconds = t.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+
+    counts.reset();
+    let pb = bar(w.ops.len() as u64, label, p.progress);
+    let cpu0 = cpu_seconds();
+    let t = Instant::now();
+    let done = drive(&s3, w, Arc::new(w.ops.clone()), p.concurrency, &pb).await?;
+    objects.shutdown().await?; // the final commit is part of the work
+    let seconds = t.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    let load_average = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    pb.finish_and_clear();
+    let c: Counts = counts.counts();
+    let kind = objects.with_engine(|e| e.kind().to_string()).await;
+
+    drop(s3); // closes the client's connections, so the server's connection tasks end
+    drop(objects);
+    let _ = stop.send(());
+    server.await.context("gateway task panicked")?.context("gateway shutdown")?;
+
+    let mut all = Vec::new();
+    let (mut gets, mut puts) = (Vec::new(), Vec::new());
+    let mut classes: [Vec<f64>; 3] = Default::default();
+    let mut logical = 0u64;
+    for (i, secs) in done {
+        let (key, k) = w.ops[i];
+        let ms = secs * 1e3;
+        let size = w.sizes[key];
+        logical += size;
+        all.push(ms);
+        if k == Kind::Get {
+            gets.push(ms)
+        } else {
+            puts.push(ms)
+        }
+        classes[if size < 64 << 10 {
+            0
+        } else if size < 1 << 20 {
+            1
+        } else {
+            2
+        }]
+        .push(ms);
+    }
+    let ops = w.ops.len() as f64;
+    let overall = Latency::of(all);
+    let [small, medium, large] = classes;
+    Ok(SideReport {
+        engine: kind,
+        ops_per_sec: ops / seconds,
+        mb_per_sec: logical as f64 / seconds / 1e6,
+        p50_ms: overall.p50_ms,
+        p95_ms: overall.p95_ms,
+        p99_ms: overall.p99_ms,
+        get: Latency::of(gets),
+        put: Latency::of(puts),
+        by_size: vec![
+            SizeClass { sizes: "< 64 KiB", latency: Latency::of(small) },
+            SizeClass { sizes: "64 KiB – 1 MiB", latency: Latency::of(medium) },
+            SizeClass { sizes: "≥ 1 MiB", latency: Latency::of(large) },
+        ],
+        bandwidth_overhead: (c.bytes_up() + c.bytes_down()) as f64 / logical.max(1) as f64,
+        logical_bytes: logical,
+        store_bytes_up: c.bytes_up(),
+        store_bytes_down: c.bytes_down(),
+        store_round_trips: c.round_trips,
+        seconds,
+        load_seconds,
+        cpu_seconds: cpu,
+        cores_busy: cpu / seconds,
+        load_average,
+    })
+}
+
+/// Runs the benchmark: the gateway over Path ORAM, then the same gateway without ORAM.
+pub async fn run(params: GatewayBench) -> Result<GatewayReport> {
+    anyhow::ensure!(params.ops > 0, "--ops must be at least 1");
+    anyhow::ensure!(params.objects > 0, "--objects must be at least 1");
+    anyhow::ensure!((0.0..=1.0).contains(&params.read_ratio), "--read-ratio must be in 0..=1");
+    anyhow::ensure!(
+        params.min_size >= 1 && params.min_size <= params.max_size,
+        "--min-size must be at least 1 and at most --max-size"
+    );
+    anyhow::ensure!(params.max_size <= 1 << 30, "--max-size must be at most 1 GiB");
+    anyhow::ensure!(params.concurrency >= 1, "--concurrency must be at least 1");
+    if let StoreUrl::File { sync: SyncMode::Always, .. } = params.store {
+        tracing::info!("sync=always: every store write batch is fsynced on both sides");
+    }
+    let w = Arc::new(Workload::new(&params));
+    let needed = needed_capacity(&params, &w.sizes);
+    let capacity = match params.capacity {
+        Some(c) if c < needed => bail!(
+            "--capacity {c} is too small for this workload: it needs about {needed} bytes \
+             (every object plus one largest object in flight per client); leave it out to size \
+             it automatically"
+        ),
+        Some(c) => c,
+        None => needed,
+    };
+    let oram = run_side(&params, &w, EngineKind::PathOram, capacity, "gateway (ORAM)").await?;
+    let baseline =
+        run_side(&params, &w, EngineKind::DirectBaseline, capacity, "baseline (no ORAM)").await?;
+    Ok(GatewayReport {
+        scheme: "gateway",
+        machine: Machine::current(),
+        capacity_bytes: capacity,
+        dataset_bytes: w.sizes.iter().sum(),
+        baseline_ops_per_sec: baseline.ops_per_sec,
+        baseline_mb_per_sec: baseline.mb_per_sec,
+        slowdown: baseline.ops_per_sec / oram.ops_per_sec,
+        p50_ratio: oram.p50_ms / baseline.p50_ms,
+        peak_rss_bytes: peak_rss_bytes(),
+        oram,
+        baseline,
+        params,
+    })
+}
+
+fn size(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+    } else if b >= 1 << 20 {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    } else if b >= 1 << 10 {
+        format!("{:.0} KiB", b as f64 / 1024.0)
+    } else {
+        format!("{b} B")
+    }
+}
+
+fn kv(s: &mut String, k: &str, v: String) {
+    s.push_str(&format!("  {k:<30} {v}\n"));
+}
+
+fn row(s: &mut String, k: &str, r: &GatewayReport, f: impl Fn(&SideReport) -> String) {
+    s.push_str(&format!("  {k:<30} {:>22} {:>22}\n", f(&r.oram), f(&r.baseline)));
+}
+
+fn triple(count: u64, p50: f64, p95: f64, p99: f64) -> String {
+    if count == 0 {
+        "-".to_string()
+    } else {
+        format!("{p50:.1} / {p95:.1} / {p99:.1}")
+    }
+}
+
+fn lat(l: &Latency) -> String {
+    triple(l.count, l.p50_ms, l.p95_ms, l.p99_ms)
+}
+
+/// The report as a human-readable table.
+pub fn render(r: &GatewayReport) -> String {
+    let p = &r.params;
+    let mut s = String::new();
+    kv(&mut s, "machine", r.machine.summary());
+    kv(
+        &mut s,
+        "workload",
+        format!(
+            "{} ops on {} objects ({}–{}, log-uniform; {} loaded), {:.0}% GET, {} clients, \
+             store {}, capacity {}",
+            p.ops,
+            p.objects,
+            size(p.min_size),
+            size(p.max_size),
+            size(r.dataset_bytes),
+            p.read_ratio * 100.0,
+            p.concurrency,
+            p.store,
+            size(r.capacity_bytes),
+        ),
+    );
+    s.push_str(&format!(
+        "  {:<30} {:>22} {:>22}\n",
+        "", "gateway (Path ORAM)", "baseline (no ORAM)"
+    ));
+    row(&mut s, "ops/s", r, |x| format!("{:.1}", x.ops_per_sec));
+    row(&mut s, "logical MB/s", r, |x| format!("{:.1}", x.mb_per_sec));
+    row(&mut s, "all ops p50/p95/p99 ms", r, |x| triple(1, x.p50_ms, x.p95_ms, x.p99_ms));
+    row(&mut s, "GET p50/p95/p99 ms", r, |x| lat(&x.get));
+    row(&mut s, "PUT p50/p95/p99 ms", r, |x| lat(&x.put));
+    for i in 0..r.oram.by_size.len() {
+        let k = format!("{} p50/p95/p99 ms", r.oram.by_size[i].sizes);
+        row(&mut s, &k, r, |x| lat(&x.by_size[i].latency));
+    }
+    row(&mut s, "store bytes / logical byte", r, |x| format!("{:.2}×", x.bandwidth_overhead));
+    row(&mut s, "store MB up / down", r, |x| {
+        format!("{:.0} / {:.0}", x.store_bytes_up as f64 / 1e6, x.store_bytes_down as f64 / 1e6)
+    });
+    row(&mut s, "store round trips", r, |x| x.store_round_trips.to_string());
+    row(&mut s, "CPU cores busy", r, |x| format!("{:.2} of {}", x.cores_busy, r.machine.cores));
+    row(&mut s, "machine load average (1 min)", r, |x| format!("{:.1}", x.load_average));
+    row(&mut s, "measured / load seconds", r, |x| {
+        format!("{:.1} / {:.1}", x.seconds, x.load_seconds)
+    });
+    kv(
+        &mut s,
+        "slowdown vs baseline",
+        format!("{:.1}× (median latency {:.1}×)", r.slowdown, r.p50_ratio),
+    );
+    let thesis: Vec<String> = THESIS.iter().map(|(n, lo, hi)| format!("{n} {lo}–{hi}×")).collect();
+    kv(
+        &mut s,
+        "thesis slowdowns (seed 003)",
+        format!("{}; our aim: under {AIM}×", thesis.join(", ")),
+    );
+    let beats: Vec<&str> =
+        THESIS.iter().filter(|(_, lo, _)| r.slowdown < *lo).map(|(n, _, _)| *n).collect();
+    kv(
+        &mut s,
+        "verdict",
+        format!(
+            "{:.1}× {} the {AIM}× aim{}",
+            r.slowdown,
+            if r.slowdown < AIM { "meets" } else { "misses" },
+            if beats.is_empty() {
+                String::new()
+            } else {
+                format!("; below the thesis's {}", beats.join(", "))
+            }
+        ),
+    );
+    kv(
+        &mut s,
+        "",
+        "(the thesis's baseline was a public cloud store over a WAN; this one is a local store, \
+         so this ratio measures CPU and local I/O, not network round trips)"
+            .to_string(),
+    );
+    s
+}

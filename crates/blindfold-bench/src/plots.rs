@@ -1,0 +1,118 @@
+//! SVG plots of `blindfold bench schemes` (seed 002's Figures 2 and 3, and latency by speed).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+
+use crate::schemes::{Scheme, SchemesReport};
+
+const COLORS: [RGBColor; 3] =
+    [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44)];
+
+type Series = (String, Vec<(f64, f64)>);
+
+fn line_plot(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+) -> Result<()> {
+    let pts = series.iter().flat_map(|s| s.1.iter().copied());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for (x, y) in pts {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if x0 > x1 {
+        return Ok(());
+    }
+    let (x0, x1, y0, y1) = (x0 * 0.8, x1 * 1.25, (y0 * 0.8).max(1e-6), y1 * 1.25);
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(80)
+        .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
+        .map_err(|e| anyhow!("{e}"))?;
+    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(|e| anyhow!("{e}"))?;
+    for (i, (name, points)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| anyhow!("{e}"))?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| anyhow!("{e}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// Draws the plots into `dir`; returns their paths.
+pub fn draw(r: &SchemesReport, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let by_speed = |g: fn(&crate::schemes::SchemeRun) -> f64| -> Vec<Series> {
+        Scheme::ALL
+            .iter()
+            .map(|&s| {
+                let mut pts: Vec<(f64, f64)> = r
+                    .sweep
+                    .iter()
+                    .filter(|x| x.scheme == s)
+                    .map(|x| (x.speed_bps as f64 / 1e6, g(x)))
+                    .collect();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                (s.name().to_string(), pts)
+            })
+            .collect()
+    };
+    let p = dir.join("response-time-by-link-speed.svg");
+    line_plot(
+        &p,
+        "Average response time by link speed",
+        "link speed (Mbit/s)",
+        "ms",
+        &by_speed(|x| x.response_ms),
+    )?;
+    out.push(p);
+    let p = dir.join("system-latency-by-link-speed.svg");
+    line_plot(
+        &p,
+        "System latency by link speed",
+        "link speed (Mbit/s)",
+        "ms",
+        &by_speed(|x| x.system_latency_ms),
+    )?;
+    out.push(p);
+    let storage: Vec<Series> = [
+        ("Path", r.storage.iter().map(|x| (x.buckets as f64, x.path as f64 / 1e6)).collect()),
+        ("Ring", r.storage.iter().map(|x| (x.buckets as f64, x.ring as f64 / 1e6)).collect()),
+        (
+            "XOR Ring",
+            r.storage.iter().map(|x| (x.buckets as f64, x.xor_ring as f64 / 1e6)).collect(),
+        ),
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_string(), v))
+    .collect();
+    let p = dir.join("server-storage.svg");
+    line_plot(&p, "Server storage by number of buckets", "buckets", "MB", &storage)?;
+    out.push(p);
+    Ok(out)
+}

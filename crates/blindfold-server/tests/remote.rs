@@ -1,0 +1,144 @@
+//! The `remote://` backend against an in-process storage server: the store conformance suite,
+//! the XOR capability, pipelining, errors, reconnection; and Ring / XOR Ring ORAM over it.
+
+use std::sync::Arc;
+
+use blindfold_crypto::{CellSealer, MasterKey, StoreId, XorPads};
+use blindfold_oram::{BlockId, RingOram, RingOramConfig, RingVariant};
+use blindfold_proxy::{RingData, SealedRingOram};
+use blindfold_server::Server;
+use blindfold_store::{
+    open_store, open_xor_store, ByteRange, CellId, Geometry, RemoteStore, Store, StoreError,
+    StoreUrl, XorStore,
+};
+use blindfold_testkit::{conformance, xor::run_xor};
+
+async fn server(url: StoreUrl) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let (addr, task) = Server::bind("127.0.0.1:0", url).await.unwrap().spawn();
+    (addr.to_string(), task)
+}
+
+#[tokio::test]
+async fn conformance_over_memory() {
+    let (addr, task) = server(StoreUrl::Memory).await;
+    let store = RemoteStore::open(&addr, "conf", conformance::geometry()).await.unwrap();
+    conformance::run(&store).await;
+    let store = RemoteStore::open(&addr, "xor", conformance::geometry()).await.unwrap();
+    run_xor(&store).await;
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_over_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
+    let (addr, task) = server(url).await;
+    let remote = StoreUrl::parse(&format!("remote://{addr}")).unwrap();
+    let store = open_store(&remote, "conf", conformance::geometry()).await.unwrap();
+    conformance::run(&*store).await;
+    assert!(dir.path().join("conf.cells").exists());
+    // Another connection sees the same array; another shape is refused.
+    let again = open_xor_store(&remote, "conf", conformance::geometry()).await.unwrap();
+    assert_eq!(again.read(&[CellId(0)]).await.unwrap(), store.read(&[CellId(0)]).await.unwrap());
+    let err = RemoteStore::open(&addr, "conf", Geometry::new(5, 80).unwrap()).await.unwrap_err();
+    assert!(matches!(err, StoreError::GeometryMismatch { .. }), "{err:?}");
+    let err = RemoteStore::open(&addr, "../escape", conformance::geometry()).await.unwrap_err();
+    assert!(!err.is_retryable(), "{err:?}");
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_and_reconnection() {
+    let (addr, task) = server(StoreUrl::Memory).await;
+    let g = Geometry::new(64, 32).unwrap();
+    let store = Arc::new(RemoteStore::open(&addr, "p", g).await.unwrap());
+    // Many requests in flight on one connection.
+    let writes = (0..64u64).map(|c| {
+        let s = Arc::clone(&store);
+        async move { s.write(vec![(CellId(c), vec![c as u8; 32])]).await }
+    });
+    for r in futures_join(writes).await {
+        r.unwrap();
+    }
+    let reads = (0..64u64).map(|c| {
+        let s = Arc::clone(&store);
+        async move { s.read_ranges(&[ByteRange { cell: CellId(c), offset: 1, len: 2 }]).await }
+    });
+    for (c, r) in futures_join(reads).await.into_iter().enumerate() {
+        assert_eq!(r.unwrap(), vec![vec![c as u8; 2]]);
+    }
+    // The server goes away: requests fail retryably; a new server on the same port serves again.
+    task.abort();
+    let _ = task.await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let err = store.read(&[CellId(0)]).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    let (addr2, task2) = {
+        let s = Server::bind(&addr, StoreUrl::Memory).await.unwrap();
+        let (a, t) = s.spawn();
+        (a.to_string(), t)
+    };
+    assert_eq!(addr2, addr);
+    assert_eq!(store.read(&[CellId(0)]).await.unwrap(), vec![vec![0u8; 32]], "a new, empty array");
+    task2.abort();
+}
+
+async fn futures_join<F: std::future::Future + Send + 'static>(
+    futs: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_and_xor_ring_oram_over_the_server() {
+    let (addr, task) = server(StoreUrl::Memory).await;
+    let url = StoreUrl::parse(&format!("remote://{addr}")).unwrap();
+    for variant in [RingVariant::Ring, RingVariant::XorRing] {
+        let config = RingOramConfig::builder(128, 64).variant(variant).build().unwrap();
+        let name = variant.name();
+        let meta = open_store(
+            &url,
+            &format!("{name}-meta"),
+            SealedRingOram::meta_geometry(&config).unwrap(),
+        )
+        .await
+        .unwrap();
+        let data_g = SealedRingOram::data_geometry(&config).unwrap();
+        let data = match variant {
+            RingVariant::Ring => {
+                RingData::Plain(open_store(&url, &format!("{name}-data"), data_g).await.unwrap())
+            }
+            RingVariant::XorRing => {
+                let s: Arc<dyn XorStore> =
+                    open_xor_store(&url, &format!("{name}-data"), data_g).await.unwrap();
+                RingData::Xor(s)
+            }
+        };
+        let key = MasterKey::generate();
+        let id = StoreId::random();
+        let pads = (variant == RingVariant::XorRing).then(|| XorPads::new(&key, id, 1));
+        let mut oram = SealedRingOram::with_oram(
+            RingOram::with_seed(config, 5),
+            meta,
+            data,
+            CellSealer::new(&key, id, 1),
+            pads,
+        )
+        .unwrap();
+        for i in 0..100u64 {
+            oram.write(BlockId(i % 50), vec![i as u8; 64]).await.unwrap();
+        }
+        for i in 50..100u64 {
+            assert_eq!(oram.read(BlockId(i % 50)).await.unwrap(), vec![i as u8; 64], "{name}");
+        }
+    }
+    task.abort();
+}

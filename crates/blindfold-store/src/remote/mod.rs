@@ -1,0 +1,13 @@
+//! [`RemoteStore`]: arrays served by `blindfold storage-server` over TCP, and the wire
+//! [`protocol`] both sides speak.
+//!
+//! The untrusted storage server runs as its own process (`blindfold storage-server --listen
+//! ADDR --store memory:|file:///dir`, or in-process with the `blindfold-server` crate); a
+//! gateway reaches it with the store URL `remote://host:port`. The server offers the
+//! [`XorStore`](crate::XorStore) capability, which it computes next to the data, so XOR Ring
+//! ORAM's online read returns one block instead of a path of them.
+
+mod client;
+pub mod protocol;
+
+pub use client::RemoteStore;
