@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Real storage servers for the tests: a throwaway MinIO (S3) and Redis on 127.0.0.1, on free
-# high ports, with data in a temporary directory. Source this file, then:
+# high ports, with data in a temporary directory (under /dev/shm if there is one, else $TMPDIR;
+# $BLINDFOLD_SERVERS_DIR overrides). Source this file, then:
 #
 #   servers_start   # installs what is missing, starts both, exports the variables below
 #   servers_stop    # stops both and deletes their data (test.sh runs it from an EXIT trap)
@@ -120,7 +121,13 @@ servers_start_redis() {
 }
 
 servers_start() {
-  SERVERS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/blindfold-servers.XXXXXX")
+  # The servers' data lives in memory (/dev/shm) when there is one: the tests write little, and
+  # starting, running and deleting are then quick. Set BLINDFOLD_SERVERS_DIR to use a disk.
+  local parent="${BLINDFOLD_SERVERS_DIR:-}"
+  if [[ -z "$parent" ]]; then
+    if [[ -d /dev/shm && -w /dev/shm ]]; then parent=/dev/shm; else parent="${TMPDIR:-/tmp}"; fi
+  fi
+  SERVERS_DIR=$(mktemp -d "$parent/blindfold-servers.XXXXXX")
   local failed=0
   servers_start_minio || failed=1
   servers_start_redis || failed=1

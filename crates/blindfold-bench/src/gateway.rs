@@ -2,7 +2,8 @@
 //! with the ORAM taken out.
 //!
 //! Each side starts a gateway in this process on `127.0.0.1:0` over a fresh temporary data
-//! directory and a fresh store of the chosen kind, and drives it with a real S3 client
+//! directory (under `$TMPDIR`: key, directory database, and the ORAM's redo log and
+//! checkpoint) and a fresh store of the chosen kind, and drives it with a real S3 client
 //! (`object_store`'s `AmazonS3`, SigV4-signed payloads over HTTP/1.1) from `concurrency`
 //! clients at once. The workload is seeded and identical on both sides:
 //!
