@@ -43,7 +43,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::path::{open_cells, with_retry, write_sealed, RetryPolicy};
+use crate::path::{open_cells, seal_cells, with_retry, write_sealed, RetryPolicy};
 use crate::{ProxyError, Result, SealedPathOram, VersionTable};
 
 const CHECKPOINT: &str = "checkpoint.bin";
@@ -434,12 +434,7 @@ impl DurablePathOram {
                 Progress::Continue { writes, read } => (writes, Some(read), None),
                 Progress::Done { writes, data } => (writes, None, Some(data)),
             };
-            for (cell, data) in writes {
-                let version = self.versions.next(cell.0);
-                let ad = CellAd { cell: cell.0, version, segment: 0 };
-                let mut sealed = vec![0u8; data.len() + CellSealer::OVERHEAD];
-                self.sealer.seal_into(&ad, &data, &mut sealed).map_err(ProxyError::Crypto)?;
-                self.versions.set(cell.0, version);
+            for (cell, sealed) in seal_cells(&self.sealer, &mut self.versions, writes)? {
                 self.overlay.insert(cell.0, sealed);
             }
             match (next, done) {
