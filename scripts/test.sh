@@ -19,6 +19,10 @@ done
 
 export CARGO_TERM_COLOR=never
 export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
+# A fresh clone builds everything once: incremental caches would only cost disk and time.
+if [[ "${CI:-}" == "true" ]]; then
+  export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+fi
 target_dir="${CARGO_TARGET_DIR:-target}"
 mkdir -p "$target_dir"
 
