@@ -53,6 +53,7 @@
 //! A stash overflow does not change what the store sees, but is reported as an error because
 //! the trusted memory bound was exceeded.
 
+mod bytes;
 mod error;
 pub mod path;
 pub mod ring;

@@ -285,6 +285,8 @@ struct Tree {
     cache_levels: u32,
     /// Plaintext buckets of the cached top levels, heap-indexed.
     cache: Vec<Vec<u8>>,
+    /// Cached buckets changed since the last [`PathOram::take_delta`] (may repeat).
+    cache_dirty: Vec<u32>,
     /// Deterministic hasher so that seeded runs reproduce exactly.
     stash: HashMap<u64, Entry, Hasher>,
     max_stash: usize,
@@ -298,6 +300,7 @@ impl Tree {
             layout,
             cache_levels,
             cache: vec![vec![0u8; bucket_bytes]; cached],
+            cache_dirty: Vec::new(),
             stash: HashMap::default(),
             max_stash: 0,
         }
@@ -354,8 +357,10 @@ pub struct PathOramState {
     /// In-memory position map entries (leaf + 1; 0 means never assigned).
     pub top: Vec<u32>,
     /// Stash of each tree: (block id, leaf, contents).
+    #[serde(with = "crate::bytes::stashes")]
     pub stashes: Vec<Vec<(u64, u32, Vec<u8>)>>,
     /// Cached top-level buckets of each tree.
+    #[serde(with = "crate::bytes::caches")]
     pub caches: Vec<Vec<Vec<u8>>>,
     /// Statistics so far.
     pub stats: PathOramStats,
@@ -387,9 +392,12 @@ pub struct OramDelta {
     /// Changed in-memory position-map entries: (index, leaf + 1).
     pub top: Vec<(u32, u32)>,
     /// The stash of every tree, whole.
+    #[serde(with = "crate::bytes::stashes")]
     pub stashes: Vec<Vec<(u64, u32, Vec<u8>)>>,
-    /// The cached top-level buckets of every tree, whole (empty when nothing is cached).
-    pub caches: Vec<Vec<Vec<u8>>>,
+    /// The cached top-level buckets of every tree that changed: (heap index, contents).
+    /// Empty when nothing is cached.
+    #[serde(with = "crate::bytes::cache_changes")]
+    pub caches: Vec<Vec<(u32, Vec<u8>)>>,
     /// Logical accesses completed, for the statistics.
     pub accesses: u64,
 }
@@ -513,7 +521,15 @@ impl PathOram {
             })
             .collect();
         let caches = if self.config.cache_levels > 0 {
-            self.trees.iter().map(|t| t.cache.clone()).collect()
+            self.trees
+                .iter_mut()
+                .map(|t| {
+                    let mut idx = std::mem::take(&mut t.cache_dirty);
+                    idx.sort_unstable();
+                    idx.dedup();
+                    idx.into_iter().map(|i| (i, t.cache[i as usize].clone())).collect()
+                })
+                .collect()
         } else {
             Vec::new()
         };
@@ -541,11 +557,13 @@ impl PathOram {
                 tree.stash.insert(id, Entry { leaf, data });
             }
         }
-        for (tree, cache) in self.trees.iter_mut().zip(delta.caches) {
-            if cache.len() != tree.cache.len() {
-                return corrupt("cache size does not match the configuration");
+        for (tree, changes) in self.trees.iter_mut().zip(delta.caches) {
+            for (i, bucket) in changes {
+                match tree.cache.get_mut(i as usize) {
+                    Some(slot) if slot.len() == bucket.len() => *slot = bucket,
+                    _ => return corrupt("cached bucket does not match the configuration"),
+                }
             }
-            tree.cache = cache;
         }
         self.stats.accesses = delta.accesses;
         Ok(())
@@ -810,6 +828,7 @@ impl PathOram {
             let b: BucketId = shape.bucket_on_path(leaf, level as u32);
             if (level as u32) < tree.cache_levels {
                 tree.cache[b.0 as usize] = bucket;
+                tree.cache_dirty.push(b.0 as u32);
             } else {
                 writes.push((CellId(tree.layout.base + b.0), bucket));
             }
@@ -1116,6 +1135,7 @@ impl PathOram {
         let tree = &mut self.trees[k];
         let out = if (level as u32) < tree.cache_levels {
             tree.cache[b as usize] = bucket;
+            tree.cache_dirty.push(b as u32);
             None
         } else {
             load.cells_done += 1;

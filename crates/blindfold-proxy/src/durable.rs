@@ -73,8 +73,33 @@ struct Record {
     /// Highest key epoch sealed with so far.
     epoch_high: u32,
     delta: OramDelta,
-    /// (cell, version, sealed bytes)
-    cells: Vec<(u64, u64, Vec<u8>)>,
+    cells: Vec<LoggedCell>,
+}
+
+/// One sealed cell of a redo record. Encodes exactly as the tuple `(u64, u64, Vec<u8>)` of
+/// earlier versions did; `serde_bytes` only makes the bytes serialize in one piece.
+#[derive(Serialize, Deserialize)]
+struct LoggedCell {
+    cell: u64,
+    version: u64,
+    #[serde(with = "serde_bytes")]
+    sealed: Vec<u8>,
+}
+
+/// Writes `cells` to the store in batches of [`WRITE_BATCH`], moving rather than copying them.
+async fn write_batches(
+    store: &dyn Store,
+    retry: RetryPolicy,
+    cells: impl IntoIterator<Item = (CellId, Vec<u8>)>,
+) -> Result<()> {
+    let mut batch = Vec::with_capacity(WRITE_BATCH);
+    for cell in cells {
+        batch.push(cell);
+        if batch.len() == WRITE_BATCH {
+            write_sealed(store, retry, std::mem::take(&mut batch)).await?;
+        }
+    }
+    write_sealed(store, retry, batch).await
 }
 
 /// What [`DurablePathOram::open`] found and did.
@@ -261,18 +286,12 @@ impl DurablePathOram {
             if rec.seq <= seq {
                 continue;
             }
-            let cells: Vec<(CellId, Vec<u8>)> = rec
-                .cells
-                .into_iter()
-                .map(|(c, v, bytes)| {
-                    versions.set(c, v);
-                    (CellId(c), bytes)
-                })
-                .collect();
-            recovery.cells_rewritten += cells.len() as u64;
-            for chunk in cells.chunks(WRITE_BATCH) {
-                write_sealed(&*store, retry, chunk.to_vec()).await?;
-            }
+            recovery.cells_rewritten += rec.cells.len() as u64;
+            let cells = rec.cells.into_iter().map(|c| {
+                versions.set(c.cell, c.version);
+                (CellId(c.cell), c.sealed)
+            });
+            write_batches(&*store, retry, cells).await?;
             oram.apply_delta(rec.delta)?;
             next_epoch = next_epoch.max(rec.epoch_high.saturating_add(1));
             seq = rec.seq;
@@ -455,9 +474,12 @@ impl DurablePathOram {
         if self.overlay.is_empty() && delta.top.is_empty() {
             return Ok(());
         }
-        let mut cells: Vec<(u64, u64, Vec<u8>)> =
-            self.overlay.drain().map(|(c, bytes)| (c, self.versions.get(c), bytes)).collect();
-        cells.sort_unstable_by_key(|c| c.0);
+        let mut cells: Vec<LoggedCell> = self
+            .overlay
+            .drain()
+            .map(|(cell, sealed)| LoggedCell { cell, version: self.versions.get(cell), sealed })
+            .collect();
+        cells.sort_unstable_by_key(|c| c.cell);
         let record =
             Record { seq: self.seq + 1, epoch_high: self.sealer.current_epoch(), delta, cells };
         match self.log_and_apply(record).await {
@@ -474,13 +496,17 @@ impl DurablePathOram {
     }
 
     async fn log_and_apply(&mut self, record: Record) -> Result<()> {
-        let body = bincode::serialize(&record).map_err(|e| ProxyError::State(e.to_string()))?;
-        let mut frame = Vec::with_capacity(16 + body.len());
-        frame.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
-        frame.extend_from_slice(&(body.len() as u64).to_le_bytes());
-        frame.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        frame.extend_from_slice(&body);
-        drop(body);
+        // Serialize straight into the frame, leaving room for the header, so the (large) body
+        // is not copied again.
+        let size = bincode::serialized_size(&record).map_err(|e| ProxyError::State(e.to_string()))?;
+        let mut frame = Vec::with_capacity(16 + size as usize);
+        frame.resize(16, 0);
+        bincode::serialize_into(&mut frame, &record)
+            .map_err(|e| ProxyError::State(e.to_string()))?;
+        let crc = crc32fast::hash(&frame[16..]);
+        frame[..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+        frame[4..12].copy_from_slice(&size.to_le_bytes());
+        frame[12..16].copy_from_slice(&crc.to_le_bytes());
         let log = self.log.try_clone().map_err(|e| io(&self.dir, "cloning log handle", e))?;
         let path = self.dir.join(REDO_LOG);
         let len = frame.len() as u64;
@@ -495,11 +521,8 @@ impl DurablePathOram {
         self.log_bytes += len;
         self.seq = record.seq;
         // Durable from here on: a crash now is repaired by replaying the record.
-        let cells: Vec<(CellId, Vec<u8>)> =
-            record.cells.into_iter().map(|(c, _, bytes)| (CellId(c), bytes)).collect();
-        for chunk in cells.chunks(WRITE_BATCH) {
-            write_sealed(&*self.store, self.retry, chunk.to_vec()).await?;
-        }
+        let cells = record.cells.into_iter().map(|c| (CellId(c.cell), c.sealed));
+        write_batches(&*self.store, self.retry, cells).await?;
         let store = Arc::clone(&self.store);
         with_retry(self.retry, || store.flush()).await?;
         Ok(())

@@ -65,8 +65,15 @@ impl Store for DyingStore {
 }
 
 fn config() -> PathOramConfig {
+    config_cached(0)
+}
+
+/// The test configuration with the top `levels` levels of every tree in trusted memory: their
+/// changes travel in the redo records instead of the store.
+fn config_cached(levels: u32) -> PathOramConfig {
     PathOramConfig::builder(64, 32)
         .posmap(PosMapMode::Recursive { max_in_memory_entries: 8 })
+        .cache_levels(levels)
         .build()
         .unwrap()
 }
@@ -75,12 +82,14 @@ fn config() -> PathOramConfig {
 async fn committed_writes_survive_a_crash_at_any_point() {
     let key = MasterKey::generate();
     let mut rng = ChaCha8Rng::seed_from_u64(1);
-    for trial in 0..40u64 {
+    for trial in 0..60u64 {
+        // Every third trial caches the top two levels of each tree in trusted memory.
+        let config = config_cached(if trial % 3 == 2 { 2 } else { 0 });
         let dir = tempfile::tempdir().unwrap();
-        let geometry = blindfold_proxy::SealedPathOram::geometry(&config()).unwrap();
+        let geometry = blindfold_proxy::SealedPathOram::geometry(&config).unwrap();
         let backing: Arc<dyn Store> = Arc::new(MemoryStore::new(geometry));
         let mut oram =
-            DurablePathOram::create(dir.path(), config(), backing.clone(), &key, StoreId::random())
+            DurablePathOram::create(dir.path(), config, backing.clone(), &key, StoreId::random())
                 .await
                 .unwrap();
         let mut acked: HashMap<u64, Vec<u8>> = HashMap::new();
