@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use blindfold_gateway::server::{self, EngineKind, OpenHooks, ServeConfig};
-use blindfold_store::{CountingStore, Counts, Store, StoreUrl, SyncMode};
+use blindfold_store::{CountingStore, Counts, LatencyStore, LinkConfig, Store, StoreUrl, SyncMode};
 use bytes::Bytes;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
@@ -68,6 +68,13 @@ pub struct GatewayBench {
     pub capacity: Option<u64>,
     /// ORAM block size, bytes.
     pub block_size: u32,
+    /// Trusted memory for the top of the ORAM tree, MiB.
+    pub cache_mib: u64,
+    /// Emulated network between each gateway and its store (both sides alike): round trip,
+    /// milliseconds (0: none).
+    pub rtt_ms: u64,
+    /// Emulated link bandwidth each way, Mbit/s (`None`: unlimited).
+    pub mbit: Option<u64>,
     /// Workload seed.
     pub seed: u64,
     /// Draw progress bars.
@@ -91,6 +98,9 @@ impl Default for GatewayBench {
             concurrency: 8,
             capacity: None,
             block_size: 4096,
+            cache_mib: blindfold_gateway::server::DEFAULT_CACHE_MIB,
+            rtt_ms: 0,
+            mbit: None,
             seed: 1,
             progress: true,
         }
@@ -414,13 +424,26 @@ async fn run_side_in(
         capacity,
         block_size: p.block_size,
         pad_objects: false,
+        cache_mib: p.cache_mib,
     };
     type Counting = CountingStore<Arc<dyn Store>>;
+    let link = (p.rtt_ms > 0 || p.mbit.is_some()).then(|| {
+        LinkConfig::new(
+            Duration::from_millis(p.rtt_ms),
+            p.mbit.map(|m| m.saturating_mul(1_000_000)),
+            p.mbit.map(|m| m.saturating_mul(1_000_000)),
+        )
+    });
+    let link = link.transpose()?;
     let counter: Arc<OnceLock<Arc<Counting>>> = Arc::new(OnceLock::new());
     let hook = Arc::clone(&counter);
     let hooks = OpenHooks {
         engine,
         wrap_store: Some(Box::new(move |s: Arc<dyn Store>| -> Arc<dyn Store> {
+            let s: Arc<dyn Store> = match link {
+                Some(link) => Arc::new(LatencyStore::new(s, link)),
+                None => s,
+            };
             let c = Arc::new(CountingStore::new(s));
             let _ = hook.set(Arc::clone(&c));
             c
@@ -585,6 +608,15 @@ fn row(s: &mut String, k: &str, r: &GatewayReport, f: impl Fn(&SideReport) -> St
     s.push_str(&format!("  {k:<30} {:>22} {:>22}\n", f(&r.oram), f(&r.baseline)));
 }
 
+/// The emulated link, as words for the workload line.
+fn link_text(p: &GatewayBench) -> String {
+    match (p.rtt_ms, p.mbit) {
+        (0, None) => String::new(),
+        (rtt, None) => format!(" behind a {rtt} ms link"),
+        (rtt, Some(m)) => format!(" behind a {rtt} ms, {m} Mbit/s link"),
+    }
+}
+
 fn triple(count: u64, p50: f64, p95: f64, p99: f64) -> String {
     if count == 0 {
         "-".to_string()
@@ -607,7 +639,7 @@ pub fn render(r: &GatewayReport) -> String {
         "workload",
         format!(
             "{} ops on {} objects ({}–{}, log-uniform; {} loaded), {:.0}% GET, {} clients, \
-             store {}, capacity {}",
+             store {}{}, capacity {}, ORAM cache {} MiB",
             p.ops,
             p.objects,
             size(p.min_size),
@@ -616,7 +648,9 @@ pub fn render(r: &GatewayReport) -> String {
             p.read_ratio * 100.0,
             p.concurrency,
             p.store,
+            link_text(p),
             size(r.capacity_bytes),
+            p.cache_mib,
         ),
     );
     s.push_str(&format!(

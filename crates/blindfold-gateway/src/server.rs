@@ -51,7 +51,12 @@ pub struct ServeConfig {
     pub block_size: u32,
     /// Pad object sizes to power-of-two block counts (used when creating).
     pub pad_objects: bool,
+    /// Trusted memory, in MiB, for keeping the top of the ORAM tree (used when creating).
+    pub cache_mib: u64,
 }
+
+/// Default of [`ServeConfig::cache_mib`].
+pub const DEFAULT_CACHE_MIB: u64 = 32;
 
 /// Public parameters fixed when a data directory is created.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -72,6 +77,10 @@ pub struct GatewayParams {
     pub z: u32,
     /// Whether object sizes are padded.
     pub pad_objects: bool,
+    /// Top levels of the ORAM tree kept in trusted memory (0 in directories made before
+    /// this option existed).
+    #[serde(default)]
+    pub cache_levels: u32,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -151,8 +160,23 @@ fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
     PathOramConfig::builder(params.blocks, params.block_size)
         .z(params.z)
         .posmap(posmap)
+        .cache_levels(params.cache_levels)
         .build()
         .map_err(|e| GatewayError::Config(e.to_string()))
+}
+
+/// The most top levels of the data tree whose buckets fit in `budget` bytes, leaving at least
+/// one level in the store. Each cached level halves nothing but saves one bucket read and
+/// write per access, and costs twice the memory of the one above it.
+fn cache_levels_for(params: &GatewayParams, budget: u64) -> Result<u32> {
+    let config = oram_config(&GatewayParams { cache_levels: 0, ..params.clone() })?;
+    let levels = config.trees()[0].shape.levels();
+    let bucket = config.bucket_bytes() as u64;
+    let mut l = 0;
+    while l + 1 < levels && ((1u64 << (l + 1)) - 1).saturating_mul(bucket) <= budget {
+        l += 1;
+    }
+    Ok(l)
 }
 
 /// Which engine stores the object layer's blocks.
@@ -289,7 +313,9 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
             blocks,
             z: 4,
             pad_objects: cfg.pad_objects,
+            cache_levels: 0,
         };
+        let p = GatewayParams { cache_levels: cache_levels_for(&p, cfg.cache_mib << 20)?, ..p };
         oram_config(&p)?; // validate before writing anything
         write_private(&params_path, &serde_json::to_vec_pretty(&p).expect("json"))?;
         notes.push(format!(
@@ -340,8 +366,15 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
         Box::new(DurablePathOram::create(&oram_dir, config.clone(), store, &key, id).await?)
     };
     let directory = Directory::open(&dir.join("meta.redb"), params.blocks)?;
+    let cached = config
+        .trees()
+        .iter()
+        .map(|t| (1u64 << config.cache_levels().min(t.shape.levels())) - 1)
+        .sum::<u64>()
+        * config.bucket_bytes() as u64;
     let snapshots =
-        crate::snapshot::open(&store_url, &key, params.blocks, config.total_cells()).await?;
+        crate::snapshot::open(&store_url, &key, params.blocks, config.total_cells(), cached)
+            .await?;
     let objects = Arc::new(ObjectLayer::with_engine_box(directory, engine, params.pad_objects));
     Ok(Opened {
         objects,

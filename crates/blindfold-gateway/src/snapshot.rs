@@ -66,12 +66,13 @@ struct Header {
     chunks: u32,
 }
 
-/// Geometry of the snapshot array for a gateway of `blocks` blocks in `cells` ORAM cells:
-/// room for two copies of the largest plausible state.
-pub fn geometry(blocks: u64, cells: u64) -> Result<Geometry> {
+/// Geometry of the snapshot array for a gateway of `blocks` blocks in `cells` ORAM cells with
+/// `cached` bytes of tree top kept in trusted memory: room for two copies of the largest
+/// plausible state.
+pub fn geometry(blocks: u64, cells: u64, cached: u64) -> Result<Geometry> {
     // Position map and versions, plus up to ~300 bytes of directory per block (one small
-    // object per block is the worst case), plus slack.
-    let estimate = (1 << 20) + blocks * 16 + cells * 8 + blocks * 300;
+    // object per block is the worst case), the cached buckets, plus slack.
+    let estimate = (1 << 20) + blocks * 16 + cells * 8 + blocks * 300 + cached;
     let per_slot = 1 + estimate.div_ceil(CHUNK as u64);
     Geometry::new(2 * per_slot, (CHUNK + CellSealer::OVERHEAD) as u32)
         .map_err(|e| GatewayError::Config(e.to_string()))
@@ -102,8 +103,9 @@ pub async fn open(
     key: &MasterKey,
     blocks: u64,
     cells: u64,
+    cached: u64,
 ) -> Result<Arc<dyn Store>> {
-    let g = geometry(blocks, cells)?;
+    let g = geometry(blocks, cells, cached)?;
     let cfg = |e: blindfold_store::StoreError| {
         GatewayError::Config(format!("opening the snapshot store: {e}"))
     };

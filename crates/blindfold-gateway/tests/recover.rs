@@ -20,6 +20,9 @@ fn cfg(data: &std::path::Path, cells: &std::path::Path, key: &std::path::Path) -
         capacity: 1 << 20,
         block_size: 1024,
         pad_objects: false,
+        // Small, so that some levels are cached and the rest are in the store: recovery
+        // must bring back both.
+        cache_mib: 1,
     }
 }
 

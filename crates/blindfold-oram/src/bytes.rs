@@ -67,7 +67,8 @@ pub(crate) mod cache_changes {
     ) -> Result<S::Ok, S::Error> {
         let mut outer = s.serialize_seq(Some(v.len()))?;
         for changes in v {
-            let row: Vec<(u32, &Bytes)> = changes.iter().map(|(i, b)| (*i, Bytes::new(b))).collect();
+            let row: Vec<(u32, &Bytes)> =
+                changes.iter().map(|(i, b)| (*i, Bytes::new(b))).collect();
             outer.serialize_element(&row)?;
         }
         outer.end()

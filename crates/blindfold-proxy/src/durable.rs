@@ -498,7 +498,8 @@ impl DurablePathOram {
     async fn log_and_apply(&mut self, record: Record) -> Result<()> {
         // Serialize straight into the frame, leaving room for the header, so the (large) body
         // is not copied again.
-        let size = bincode::serialized_size(&record).map_err(|e| ProxyError::State(e.to_string()))?;
+        let size =
+            bincode::serialized_size(&record).map_err(|e| ProxyError::State(e.to_string()))?;
         let mut frame = Vec::with_capacity(16 + size as usize);
         frame.resize(16, 0);
         bincode::serialize_into(&mut frame, &record)

@@ -114,6 +114,10 @@ struct ServeArgs {
     /// object's size class (costs up to 2× space and traffic). Fixed at creation.
     #[arg(long)]
     pad_objects: bool,
+    /// Trusted memory (MiB) for the top levels of the ORAM tree of a new store: each cached
+    /// level saves one bucket of storage traffic per access. Fixed at creation.
+    #[arg(long, default_value_t = blindfold_gateway::server::DEFAULT_CACHE_MIB)]
+    cache_mib: u64,
 }
 
 #[derive(Args, Debug)]
@@ -232,6 +236,16 @@ struct GatewayBenchArgs {
     /// ORAM block size, bytes.
     #[arg(long, default_value_t = 4096)]
     block_size: u32,
+    /// Trusted memory (MiB) for the top levels of the ORAM tree, as `serve --cache-mib`.
+    #[arg(long, default_value_t = blindfold_gateway::server::DEFAULT_CACHE_MIB)]
+    cache_mib: u64,
+    /// Emulate a network between each gateway and its store: round trip in milliseconds,
+    /// applied to both sides alike (e.g. 20 for a cloud region nearby).
+    #[arg(long, default_value_t = 0)]
+    rtt_ms: u64,
+    /// Emulated link bandwidth each way, Mbit/s (default: unlimited).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    mbit: Option<u64>,
     /// Seed of the workload.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -402,6 +416,9 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
         concurrency: args.concurrency,
         capacity: args.capacity,
         block_size: args.block_size,
+        cache_mib: args.cache_mib,
+        rtt_ms: args.rtt_ms,
+        mbit: args.mbit,
         seed: args.seed,
         progress: !args.quiet,
     };
@@ -430,6 +447,7 @@ fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeConfi
         capacity: 1 << 30,
         block_size: 4096,
         pad_objects: false,
+        cache_mib: blindfold_gateway::server::DEFAULT_CACHE_MIB,
     })
 }
 
@@ -440,6 +458,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
     cfg.capacity = a.capacity;
     cfg.block_size = a.block_size;
     cfg.pad_objects = a.pad_objects;
+    cfg.cache_mib = a.cache_mib;
     let opened = blindfold_gateway::server::open(&cfg).await?;
     for note in &opened.notes {
         eprintln!("blindfold: {note}");
