@@ -483,7 +483,7 @@ async fn run_side_in(
         .unwrap_or(0.0);
     pb.finish_and_clear();
     let c: Counts = counts.counts();
-    let kind = objects.with_engine(|e| e.kind().to_string()).await;
+    let kind = objects.engine().kind().to_string();
 
     drop(s3); // closes the client's connections, so the server's connection tasks end
     drop(objects);

@@ -1,18 +1,157 @@
 //! The block engine under the object layer: what stores the fixed-size logical blocks.
 //!
+//! The object layer talks to a [`SharedEngine`]: many requests call it at once. An engine that
+//! serves one access at a time ([`BlockEngine`]) is shared through [`Serialized`], which queues
+//! callers and groups their commits.
+//!
 //! The gateway runs on [`DurablePathOram`], the crash-consistent Path ORAM. [`DirectEngine`]
 //! exists only as the baseline of `blindfold bench gateway`: it serves the same object layer,
 //! S3 front end and directory with the ORAM taken out, so the benchmark can measure what
 //! obliviousness costs end to end.
 
-use blindfold_oram::BlockId;
-use blindfold_proxy::{DurablePathOram, Result, SealedDirect, VerifyReport};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use blindfold_oram::{BlockId, Op};
+use blindfold_proxy::{DurablePathOram, ProxyError, Result, SealedDirect, VerifyReport};
 use futures::future::LocalBoxFuture;
 
-/// Storage of fixed-size logical blocks, as the object layer uses it.
+/// Storage of fixed-size logical blocks that many requests use at once.
 ///
-/// Writes become durable at [`BlockEngine::commit`]; the object layer commits before it
-/// publishes an object in the directory.
+/// Batches name distinct blocks (an engine may refuse a batch that repeats one). Writes become
+/// durable at [`SharedEngine::commit`], which covers every write that completed before it was
+/// called; the object layer commits before it publishes an object in the directory.
+#[async_trait::async_trait]
+pub trait SharedEngine: Send + Sync + std::fmt::Debug {
+    /// Bytes per block.
+    fn block_size(&self) -> usize;
+
+    /// Short name for reports (`"path-oram"`, `"direct"`).
+    fn kind(&self) -> &'static str;
+
+    /// Whether the engine's trusted state survives a restart (false for the baseline).
+    fn durable(&self) -> bool;
+
+    /// Reads distinct blocks (zeros for blocks never written), in order.
+    async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>>;
+
+    /// Writes distinct blocks; durable after the next [`SharedEngine::commit`].
+    async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()>;
+
+    /// Makes every write that completed before this call durable.
+    async fn commit(&self) -> Result<()>;
+
+    /// Commits and saves the whole trusted state (clean shutdown, no traffic).
+    async fn shutdown(&self) -> Result<()>;
+
+    /// Authenticates every stored cell; `progress(done, total)` is called as it goes.
+    fn verify<'a>(
+        &'a self,
+        progress: &'a mut dyn FnMut(u64, u64),
+    ) -> LocalBoxFuture<'a, Result<VerifyReport>>;
+}
+
+fn check_distinct(blocks: impl Iterator<Item = BlockId>) -> Result<()> {
+    let mut seen: Vec<u64> = blocks.map(|b| b.0).collect();
+    seen.sort_unstable();
+    if seen.windows(2).any(|w| w[0] == w[1]) {
+        return Err(ProxyError::State("a batch of block accesses names a block twice".into()));
+    }
+    Ok(())
+}
+
+/// Shares a one-access-at-a-time [`BlockEngine`]: callers queue for it (fairly, in arrival
+/// order), a batch runs without interleaving, and commits are grouped — a commit that finds
+/// its writes already covered by another caller's commit returns at once, so concurrent PUTs
+/// share one redo-log sync and one store write of their paths' common top.
+#[derive(Debug)]
+pub struct Serialized<E> {
+    inner: tokio::sync::Mutex<E>,
+    block_size: usize,
+    kind: &'static str,
+    durable: bool,
+    /// Write batches completed (counted under the lock).
+    written: AtomicU64,
+    /// Value of `written` that the last commit covered.
+    committed: AtomicU64,
+}
+
+impl<E: BlockEngine> Serialized<E> {
+    /// Shares `engine`.
+    pub fn new(engine: E) -> Self {
+        Self {
+            block_size: engine.block_size(),
+            kind: engine.kind(),
+            durable: engine.durable(),
+            inner: tokio::sync::Mutex::new(engine),
+            written: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<E: BlockEngine + Sync> SharedEngine for Serialized<E> {
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn durable(&self) -> bool {
+        self.durable
+    }
+
+    async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        check_distinct(blocks.iter().copied())?;
+        self.inner.lock().await.read_many(blocks).await
+    }
+
+    async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        check_distinct(blocks.iter().map(|b| b.0))?;
+        let mut e = self.inner.lock().await;
+        e.write_many(blocks).await?;
+        self.written.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn commit(&self) -> Result<()> {
+        let mine = self.written.load(Ordering::SeqCst);
+        if self.committed.load(Ordering::SeqCst) >= mine {
+            return Ok(());
+        }
+        let mut e = self.inner.lock().await;
+        if self.committed.load(Ordering::SeqCst) >= mine {
+            return Ok(()); // another caller's commit covered these writes while we queued
+        }
+        // Writes only happen under the lock: everything counted so far is in this commit.
+        let covered = self.written.load(Ordering::SeqCst);
+        e.commit().await?;
+        self.committed.store(covered, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        let mut e = self.inner.lock().await;
+        e.commit().await?;
+        e.checkpoint()
+    }
+
+    fn verify<'a>(
+        &'a self,
+        progress: &'a mut dyn FnMut(u64, u64),
+    ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
+        Box::pin(async move {
+            let mut e = self.inner.lock().await;
+            e.verify(progress).await
+        })
+    }
+}
+
+/// Storage of fixed-size logical blocks, one access at a time (share it with [`Serialized`]).
+///
+/// Writes become durable at [`BlockEngine::commit`].
 #[async_trait::async_trait]
 pub trait BlockEngine: Send + std::fmt::Debug {
     /// Bytes per block.
@@ -29,6 +168,24 @@ pub trait BlockEngine: Send + std::fmt::Debug {
 
     /// Writes a block; durable after the next [`BlockEngine::commit`].
     async fn write(&mut self, block: BlockId, data: Vec<u8>) -> Result<()>;
+
+    /// Reads distinct blocks, in order; engines that can fetch them in fewer round trips
+    /// override this.
+    async fn read_many(&mut self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::with_capacity(blocks.len());
+        for &b in blocks {
+            out.push(self.read(b).await?);
+        }
+        Ok(out)
+    }
+
+    /// Writes distinct blocks; engines that can batch the work override this.
+    async fn write_many(&mut self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        for (b, data) in blocks {
+            self.write(b, data).await?;
+        }
+        Ok(())
+    }
 
     /// Makes every write so far durable.
     async fn commit(&mut self) -> Result<()>;
@@ -63,6 +220,15 @@ impl BlockEngine for DurablePathOram {
 
     async fn write(&mut self, block: BlockId, data: Vec<u8>) -> Result<()> {
         DurablePathOram::write(self, block, data).await
+    }
+
+    async fn read_many(&mut self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        self.access_many(blocks.iter().map(|&b| (b, Op::Read)).collect()).await
+    }
+
+    async fn write_many(&mut self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        self.access_many(blocks.into_iter().map(|(b, d)| (b, Op::Write(d))).collect()).await?;
+        Ok(())
     }
 
     async fn commit(&mut self) -> Result<()> {
@@ -133,6 +299,13 @@ impl BlockEngine for DirectEngine {
             return Ok(data.clone());
         }
         self.inner.read(block).await
+    }
+
+    async fn read_many(&mut self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        if blocks.iter().any(|b| self.pending.iter().any(|(p, _)| p == b)) {
+            self.write_pending().await?;
+        }
+        self.inner.read_many(blocks).await
     }
 
     async fn write(&mut self, block: BlockId, data: Vec<u8>) -> Result<()> {

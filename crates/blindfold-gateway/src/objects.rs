@@ -19,19 +19,24 @@ use blindfold_oram::BlockId;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::mpsc;
 
 use crate::directory::{now_ns, Directory, Extent, ObjectMeta, Part, Upload};
-use crate::engine::BlockEngine;
+use crate::engine::{BlockEngine, Serialized, SharedEngine};
 use crate::{GatewayError, Result};
 
 /// The S3 upper bound on one object, also ours.
 pub const MAX_OBJECT_SIZE: u64 = 5 << 40;
 
+/// Blocks an object stream hands the engine at once: fewer, larger engine calls (one queue
+/// wait, and one storage round trip where the engine batches), at the price of this many
+/// blocks of buffer per stream and of making other requests wait behind the batch.
+const BATCH_BLOCKS: usize = 16;
+
 /// Objects over oblivious storage.
 pub struct ObjectLayer {
     dir: Directory,
-    engine: Mutex<Box<dyn BlockEngine>>,
+    engine: Arc<dyn SharedEngine>,
     block_size: usize,
     pad: bool,
 }
@@ -70,15 +75,16 @@ pub fn padded(blocks: u64) -> u64 {
 }
 
 impl ObjectLayer {
-    /// Assembles the layer over `engine` (normally a [`blindfold_proxy::DurablePathOram`]).
-    pub fn new(dir: Directory, engine: impl BlockEngine + 'static, pad: bool) -> Self {
-        Self::with_engine_box(dir, Box::new(engine), pad)
+    /// Assembles the layer over a one-access-at-a-time `engine` (normally a
+    /// [`blindfold_proxy::DurablePathOram`]).
+    pub fn new(dir: Directory, engine: impl BlockEngine + Sync + 'static, pad: bool) -> Self {
+        Self::with_engine(dir, Arc::new(Serialized::new(engine)), pad)
     }
 
     /// Assembles the layer over an engine chosen at run time.
-    pub fn with_engine_box(dir: Directory, engine: Box<dyn BlockEngine>, pad: bool) -> Self {
+    pub fn with_engine(dir: Directory, engine: Arc<dyn SharedEngine>, pad: bool) -> Self {
         let block_size = engine.block_size();
-        Self { dir, engine: Mutex::new(engine), block_size, pad }
+        Self { dir, engine, block_size, pad }
     }
 
     /// The directory.
@@ -96,16 +102,15 @@ impl ObjectLayer {
         self.pad
     }
 
-    /// Runs `f` with the engine locked (verification, statistics).
-    pub async fn with_engine<T>(&self, f: impl FnOnce(&mut dyn BlockEngine) -> T) -> T {
-        let mut e = self.engine.lock().await;
-        f(&mut **e)
+    /// The block engine.
+    pub fn engine(&self) -> &Arc<dyn SharedEngine> {
+        &self.engine
     }
 
     /// Whether the engine's trusted state survives a restart (false only for the benchmark
     /// baseline, [`crate::engine::DirectEngine`]).
-    pub async fn engine_is_durable(&self) -> bool {
-        self.engine.lock().await.durable()
+    pub fn engine_is_durable(&self) -> bool {
+        self.engine.durable()
     }
 
     /// Verifies every stored cell; see [`blindfold_proxy::DurablePathOram::verify`].
@@ -113,33 +118,24 @@ impl ObjectLayer {
         &self,
         mut progress: impl FnMut(u64, u64),
     ) -> Result<blindfold_proxy::VerifyReport> {
-        let mut e = self.engine.lock().await;
-        Ok(e.verify(&mut progress).await?)
+        Ok(self.engine.verify(&mut progress).await?)
     }
 
     /// Commits pending ORAM work and writes a checkpoint (clean shutdown).
     pub async fn shutdown(&self) -> Result<()> {
-        let mut e = self.engine.lock().await;
-        e.commit().await?;
-        e.checkpoint()?;
-        Ok(())
+        Ok(self.engine.shutdown().await?)
     }
 
-    async fn write_block(&self, block: u64, data: Vec<u8>) -> Result<()> {
-        let mut e = self.engine.lock().await;
-        e.write(BlockId(block), data).await?;
-        Ok(())
+    async fn write_blocks(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        Ok(self.engine.write_many(blocks).await?)
     }
 
-    async fn read_block(&self, block: u64) -> Result<Vec<u8>> {
-        let mut e = self.engine.lock().await;
-        Ok(e.read(BlockId(block)).await?)
+    async fn read_blocks(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        Ok(self.engine.read_many(blocks).await?)
     }
 
     async fn commit_engine(&self) -> Result<()> {
-        let mut e = self.engine.lock().await;
-        e.commit().await?;
-        Ok(())
+        Ok(self.engine.commit().await?)
     }
 
     /// Writes a byte stream into freshly reserved blocks. Returns the extent, its MD5 and the
@@ -154,6 +150,17 @@ impl ObjectLayer {
         let mut md5 = Md5::new();
         let mut buf: Vec<u8> = Vec::with_capacity(bs);
         let mut extent = Extent::default();
+        let mut batch: Vec<(BlockId, Vec<u8>)> = Vec::with_capacity(BATCH_BLOCKS);
+        // Reserves a block for `data` and queues it; writes the queue when it is full.
+        let queue = |data: Vec<u8>,
+                     extent: &mut Extent,
+                     batch: &mut Vec<(BlockId, Vec<u8>)>|
+         -> Result<bool> {
+            let b = self.dir.allocate(1)?.blocks[0];
+            extent.blocks.push(b);
+            batch.push((BlockId(b), data));
+            Ok(batch.len() == BATCH_BLOCKS)
+        };
         let result: Result<()> = async {
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| GatewayError::Body(e.to_string()))?;
@@ -168,28 +175,28 @@ impl ObjectLayer {
                     buf.extend_from_slice(&rest[..take]);
                     rest = &rest[take..];
                     if buf.len() == bs {
-                        let b = self.dir.allocate(1)?.blocks[0];
-                        extent.blocks.push(b);
-                        self.write_block(b, std::mem::replace(&mut buf, Vec::with_capacity(bs)))
-                            .await?;
+                        let full = std::mem::replace(&mut buf, Vec::with_capacity(bs));
+                        if queue(full, &mut extent, &mut batch)? {
+                            self.write_blocks(std::mem::take(&mut batch)).await?;
+                        }
                     }
                 }
             }
             if !buf.is_empty() {
                 buf.resize(bs, 0);
-                let b = self.dir.allocate(1)?.blocks[0];
-                extent.blocks.push(b);
-                self.write_block(b, std::mem::take(&mut buf)).await?;
+                if queue(std::mem::take(&mut buf), &mut extent, &mut batch)? {
+                    self.write_blocks(std::mem::take(&mut batch)).await?;
+                }
             }
             if self.pad {
                 let want = padded(extent.blocks.len() as u64);
                 while (extent.blocks.len() as u64) < want {
-                    let b = self.dir.allocate(1)?.blocks[0];
-                    extent.blocks.push(b);
-                    self.write_block(b, vec![0u8; bs]).await?;
+                    if queue(vec![0u8; bs], &mut extent, &mut batch)? {
+                        self.write_blocks(std::mem::take(&mut batch)).await?;
+                    }
                 }
             }
-            Ok(())
+            self.write_blocks(std::mem::take(&mut batch)).await
         }
         .await;
         match result {
@@ -327,13 +334,15 @@ impl ObjectLayer {
         let mut at = 0;
         let mut fetched = 0usize;
         while at < plan.len() && fetched < prefetch {
-            let (b, lo, hi) = plan[at];
-            let block = self.read_block(b).await?;
-            if hi > lo {
-                first.push(Bytes::copy_from_slice(&block[lo..hi]));
+            let group = &plan[at..(at + BATCH_BLOCKS).min(plan.len())];
+            let ids: Vec<BlockId> = group.iter().map(|p| BlockId(p.0)).collect();
+            for (&(_, lo, hi), block) in group.iter().zip(self.read_blocks(&ids).await?) {
+                if hi > lo {
+                    first.push(Bytes::copy_from_slice(&block[lo..hi]));
+                }
             }
-            fetched += self.block_size;
-            at += 1;
+            fetched += self.block_size * group.len();
+            at += group.len();
         }
         let (tx, rx) = mpsc::channel(8);
         let this = Arc::clone(self);
@@ -345,10 +354,13 @@ impl ObjectLayer {
                 }
             }
             let mut pending: Vec<u8> = Vec::new();
-            for &(b, lo, hi) in &plan[at..] {
-                match this.read_block(b).await {
-                    Ok(block) => {
-                        pending.extend_from_slice(&block[lo..hi]);
+            for group in plan[at..].chunks(BATCH_BLOCKS) {
+                let ids: Vec<BlockId> = group.iter().map(|p| BlockId(p.0)).collect();
+                match this.read_blocks(&ids).await {
+                    Ok(blocks) => {
+                        for (&(_, lo, hi), block) in group.iter().zip(blocks) {
+                            pending.extend_from_slice(&block[lo..hi]);
+                        }
                         if pending.len() >= 64 * 1024 {
                             let chunk = Bytes::from(std::mem::take(&mut pending));
                             if tx.send(Ok(chunk)).await.is_err() {

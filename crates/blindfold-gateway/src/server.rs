@@ -22,7 +22,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::{Deserialize, Serialize};
 
 use crate::directory::Directory;
-use crate::engine::{BlockEngine, DirectEngine};
+use crate::engine::{DirectEngine, Serialized, SharedEngine};
 use crate::objects::ObjectLayer;
 use crate::s3::Gateway;
 use crate::{GatewayError, Result};
@@ -346,11 +346,15 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
         None => store,
     };
     let oram_dir = dir.join("oram");
-    let engine: Box<dyn BlockEngine> = if hooks.engine == EngineKind::DirectBaseline {
+    let engine: Arc<dyn SharedEngine> = if hooks.engine == EngineKind::DirectBaseline {
         let id =
             StoreId::from_hex(&params.store_id).map_err(|e| GatewayError::Config(e.to_string()))?;
         let sealer = blindfold_crypto::CellSealer::new(&key, id, 0);
-        Box::new(DirectEngine::new(SealedDirect::new(store, sealer, params.block_size)?))
+        Arc::new(Serialized::new(DirectEngine::new(SealedDirect::new(
+            store,
+            sealer,
+            params.block_size,
+        )?)))
     } else if DurablePathOram::exists(&oram_dir) {
         let (engine, rec) = DurablePathOram::open(&oram_dir, store, &key).await?;
         if rec.replayed > 0 || rec.torn_bytes > 0 {
@@ -359,11 +363,13 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
                 rec.replayed, rec.cells_rewritten
             ));
         }
-        Box::new(engine)
+        Arc::new(Serialized::new(engine))
     } else {
         let id =
             StoreId::from_hex(&params.store_id).map_err(|e| GatewayError::Config(e.to_string()))?;
-        Box::new(DurablePathOram::create(&oram_dir, config.clone(), store, &key, id).await?)
+        Arc::new(Serialized::new(
+            DurablePathOram::create(&oram_dir, config.clone(), store, &key, id).await?,
+        ))
     };
     let directory = Directory::open(&dir.join("meta.redb"), params.blocks)?;
     let cached = config
@@ -375,7 +381,7 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     let snapshots =
         crate::snapshot::open(&store_url, &key, params.blocks, config.total_cells(), cached)
             .await?;
-    let objects = Arc::new(ObjectLayer::with_engine_box(directory, engine, params.pad_objects));
+    let objects = Arc::new(ObjectLayer::with_engine(directory, engine, params.pad_objects));
     Ok(Opened {
         objects,
         params,
@@ -471,7 +477,7 @@ pub async fn run(
     tracing::info!("shutting down: committing ORAM state");
     let objects = Arc::clone(&opened.objects);
     objects.shutdown().await?;
-    if objects.engine_is_durable().await {
+    if objects.engine_is_durable() {
         write_snapshot(&opened).await?;
     }
     Ok(())

@@ -211,7 +211,6 @@ async fn padding_hides_sizes_within_a_class() {
             s.recording.clear();
             put(&s.layer, "x", &vec![1u8; blocks * 64 - 3]).await;
             let _ = get(&s.layer, "x", Some(0..10)).await;
-            s.layer.with_engine(|_| ()).await;
             shapes.push(shape(&s.recording.take_trace()));
         }
         let reads =

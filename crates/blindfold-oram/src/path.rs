@@ -623,6 +623,38 @@ impl PathOram {
         Leaf(self.rng.gen_range(0..self.trees[tree].layout.shape.leaves()))
     }
 
+    /// The cells that the next access of `block` will ask for first, when the position map is
+    /// held wholly in memory (a single tree); `None` with a recursive map, whose path depends
+    /// on reads not made yet. A block that never had a leaf gets its (uniformly random) leaf
+    /// now rather than at its access, which changes nothing in distribution.
+    ///
+    /// A driver may fetch the upcoming paths of several *distinct* blocks in one request and
+    /// then run their accesses one after another: an access remaps only its own block, so the
+    /// later blocks' paths stay as announced. (For the same block twice the second path would
+    /// not be the announced one.)
+    pub fn upcoming_path(&mut self, block: BlockId) -> Result<Option<Vec<CellId>>> {
+        if self.cur.is_some() || self.loading.is_some() {
+            return Err(OramError::Protocol("cannot look ahead in the middle of an access".into()));
+        }
+        if block.0 >= self.config.blocks {
+            return Err(OramError::BlockOutOfRange { block: block.0, blocks: self.config.blocks });
+        }
+        if self.trees.len() != 1 {
+            return Ok(None);
+        }
+        let slot = block.0 as usize;
+        let leaf = match self.top[slot] {
+            0 => {
+                let leaf = self.random_leaf(0);
+                self.top[slot] = leaf.0 as u32 + 1;
+                self.dirty_top.push(slot as u32);
+                leaf
+            }
+            v => Leaf(u64::from(v - 1)),
+        };
+        Ok(Some(self.trees[0].path_cells(leaf)))
+    }
+
     /// Begins an access and returns the cells to read first.
     pub fn start(&mut self, block: BlockId, op: Op) -> Result<Vec<CellId>> {
         if self.cur.is_some() {

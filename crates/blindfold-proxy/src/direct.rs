@@ -52,6 +52,21 @@ impl SealedDirect {
         Ok(plain.pop().flatten().unwrap_or_else(|| vec![0u8; self.block_size as usize]))
     }
 
+    /// Reads several blocks in one storage request (zeros for blocks never written).
+    pub async fn read_many(&mut self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        let cells: Vec<CellId> = blocks.iter().map(|b| CellId(b.0)).collect();
+        for &c in &cells {
+            self.store.geometry().check_cell(c)?;
+        }
+        let store = Arc::clone(&self.store);
+        let fetched = with_retry(RetryPolicy::default(), || store.read(&cells)).await?;
+        let plain = open_cells(&self.sealer, &self.versions, &cells, fetched)?;
+        Ok(plain
+            .into_iter()
+            .map(|p| p.unwrap_or_else(|| vec![0u8; self.block_size as usize]))
+            .collect())
+    }
+
     /// Writes a block.
     pub async fn write(&mut self, block: BlockId, data: Vec<u8>) -> Result<()> {
         self.store.geometry().check_cell(CellId(block.0))?;

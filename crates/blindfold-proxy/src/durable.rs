@@ -413,8 +413,20 @@ impl DurablePathOram {
         if self.poisoned {
             return Err(ProxyError::Poisoned);
         }
+        self.access_prefetched(block, op, None).await
+    }
+
+    async fn access_prefetched(
+        &mut self,
+        block: BlockId,
+        op: Op,
+        prefetched: Option<&mut HashMap<u64, Vec<u8>>>,
+    ) -> Result<Vec<u8>> {
+        if self.poisoned {
+            return Err(ProxyError::Poisoned);
+        }
         let read = self.oram.start(block, op)?;
-        let result = self.run(read).await;
+        let result = self.run(read, prefetched).await;
         let result = match result {
             Ok(data) => match self.oram.check_stash() {
                 Ok(()) => Ok(data),
@@ -432,17 +444,96 @@ impl DurablePathOram {
         result
     }
 
+    /// Several accesses of **distinct** blocks. With the position map in memory, the paths of
+    /// all of them are fetched in one storage request (the union of the paths, each cell once)
+    /// and the accesses then run one after another on those cells, so a batch costs one round
+    /// trip instead of one per block. The store sees one read of several independent uniformly
+    /// random paths, as it would see them one at a time. With a recursive position map, or
+    /// a batch that names a block twice, the accesses run one by one. Returns each block's
+    /// previous contents.
+    pub async fn access_many(&mut self, ops: Vec<(BlockId, Op)>) -> Result<Vec<Vec<u8>>> {
+        if self.poisoned {
+            return Err(ProxyError::Poisoned);
+        }
+        let mut ids: Vec<u64> = ops.iter().map(|o| o.0 .0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut prefetched: Option<HashMap<u64, Vec<u8>>> = None;
+        if ops.len() > 1 && ids.len() == ops.len() {
+            let mut cells: Vec<CellId> = Vec::new();
+            for (block, _) in &ops {
+                match self.oram.upcoming_path(*block)? {
+                    Some(path) => cells.extend(path),
+                    None => {
+                        cells.clear();
+                        break;
+                    }
+                }
+            }
+            cells.sort_unstable();
+            cells.dedup();
+            if !cells.is_empty() {
+                let store = Arc::clone(&self.store);
+                let fetched = match with_retry(self.retry, || store.read(&cells)).await {
+                    Ok(f) => f,
+                    Err(e) => {
+                        let e = ProxyError::from(e);
+                        self.poison(&e);
+                        return Err(e);
+                    }
+                };
+                // A cell whose newest copy waits in the overlay is read (the store sees the
+                // whole union) but its stale stored copy is dropped: should a commit in the
+                // middle of the batch empty the overlay, that cell comes from the store again.
+                prefetched = Some(
+                    cells
+                        .iter()
+                        .map(|c| c.0)
+                        .zip(fetched)
+                        .filter(|(c, _)| !self.overlay.contains_key(c))
+                        .collect(),
+                );
+            }
+        }
+        let mut out = Vec::with_capacity(ops.len());
+        for (block, op) in ops {
+            out.push(self.access_prefetched(block, op, prefetched.as_mut()).await?);
+        }
+        Ok(out)
+    }
+
     fn poison(&mut self, e: &ProxyError) {
         self.poisoned = true;
         tracing::error!(error = %e, "ORAM failed part-way; refusing further accesses until restart");
     }
 
-    async fn run(&mut self, mut read: Vec<CellId>) -> Result<Vec<u8>> {
+    async fn run(
+        &mut self,
+        mut read: Vec<CellId>,
+        mut prefetched: Option<&mut HashMap<u64, Vec<u8>>>,
+    ) -> Result<Vec<u8>> {
         let store = Arc::clone(&self.store);
         let retry = self.retry;
         loop {
             // The store sees every read, even of cells whose newest copy is in the overlay.
-            let mut fetched = with_retry(retry, || store.read(&read)).await?;
+            // Cells fetched ahead by `access_many` are used at most once: an access writes back
+            // every cell it read, so a later use finds the newer copy in the overlay (or, after
+            // a commit emptied the overlay, in the store) — never the stale prefetched one.
+            let ahead = match prefetched.as_deref_mut() {
+                Some(p) => {
+                    let covered = read
+                        .iter()
+                        .all(|c| p.contains_key(&c.0) || self.overlay.contains_key(&c.0));
+                    let taken: Vec<Vec<u8>> =
+                        read.iter().map(|c| p.remove(&c.0).unwrap_or_default()).collect();
+                    covered.then_some(taken)
+                }
+                None => None,
+            };
+            let mut fetched = match ahead {
+                Some(f) => f,
+                None => with_retry(retry, || store.read(&read)).await?,
+            };
             for (cell, buf) in read.iter().zip(fetched.iter_mut()) {
                 if let Some(newer) = self.overlay.get(&cell.0) {
                     buf.clone_from(newer);
