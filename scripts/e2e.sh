@@ -647,6 +647,7 @@ fi
 
 if only crash; then
   step "e2e: crash loop (kill -9 under concurrent writes)"
+  run_checks crash-self-test python3 "$ROOT/tests/e2e/crash_loop.py" --self-test
   run_checks crash timeout -k 10 900 python3 "$ROOT/tests/e2e/crash_loop.py" \
     --bin "$BIN" --work "$WORK/crash" --pid-file "$WORK/crash.pid" \
     --rounds "${E2E_CRASH_ROUNDS:-20}" ${E2E_CRASH_SEED:+--seed "$E2E_CRASH_SEED"}
