@@ -476,6 +476,7 @@ pub fn service(opened: &Opened) -> s3s::service::S3Service {
 ///
 /// Unlike `s3s::auth::SimpleAuth`, which answers `NotSignedUp`, an unknown access key gets
 /// `InvalidAccessKeyId`, as from S3: clients explain that error to their users.
+#[derive(Debug)]
 struct SingleKeyAuth {
     access_key: String,
     secret_key: s3s::auth::SecretKey,
