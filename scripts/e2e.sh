@@ -149,10 +149,15 @@ EOF
 export RCLONE_CONFIG=$WORK/rclone.conf
 : >"$RCLONE_CONFIG"
 export GIT_CONFIG_GLOBAL=$WORK/gitconfig GIT_CONFIG_NOSYSTEM=1
-git config --global user.name "blindfold e2e"
-git config --global user.email "e2e@blindfold.invalid"
-git config --global init.defaultBranch main
-git config --global advice.detachedHead false
+cat >"$GIT_CONFIG_GLOBAL" <<'EOF'
+[user]
+	name = blindfold e2e
+	email = e2e@blindfold.invalid
+[init]
+	defaultBranch = main
+[advice]
+	detachedHead = false
+EOF
 export GIT_TERMINAL_PROMPT=0
 
 # Every client call gets a time limit, so a hung request fails its check instead of the run.
