@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check blindfold has: formatting, lints (warnings are errors), the whole test
-# suite (model, conformance, tamper and obliviousness tests), and a tiny benchmark smoke run so
-# the harness never rots. Installs what it needs; safe to run on a fresh machine.
+# suite (model, conformance, tamper and obliviousness tests), a tiny benchmark smoke run so
+# the harness never rots, and the end-to-end checks (real S3 clients and a kill -9 crash loop
+# against a live gateway, scripts/e2e.sh). Installs what it needs; safe to run on a fresh
+# machine. Closes with one `N passed, M failed` line; exits non-zero if anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,7 +41,10 @@ step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test"
-cargo test --workspace --locked 2>&1 | tee "$target_dir/test-output.txt"
+# A failure here does not stop the run: the end-to-end checks still run, and the closing line
+# counts both.
+cargo_status=0
+cargo test --workspace --locked 2>&1 | tee "$target_dir/test-output.txt" || cargo_status=$?
 
 step "benchmark smoke run (tiny sizes; real figures come from 'blindfold bench')"
 cargo run --quiet --locked -p blindfold -- bench path --blocks 2^10 --block-size 256 --ops 500 \
@@ -62,8 +67,36 @@ cargo run --quiet --locked -p blindfold -- bench schemes --blocks 256 --block-si
   --speeds-mbit 1,1000 --out-dir "$target_dir/bench-schemes-smoke" \
   --json "$target_dir/bench-schemes-smoke.json" --quiet >/dev/null
 
-# One closing line that counts every test cargo ran.
+step "end-to-end: aws CLI, boto3, rclone, restic, s3cmd, git-remote-s3, crash loop (scripts/e2e.sh)"
+# Real clients against a live `blindfold serve` (it installs the clients if missing); its checks
+# join the closing count. BLINDFOLD_E2E=0 skips them.
+e2e_passed=0
+e2e_failed=0
+if [[ "${BLINDFOLD_E2E:-1}" != 0 ]]; then
+  e2e_counts="$target_dir/e2e-counts.txt"
+  rm -f "$e2e_counts"
+  e2e_status=0
+  E2E_COUNTS_FILE="$e2e_counts" scripts/e2e.sh || e2e_status=$?
+  if [[ -s "$e2e_counts" ]]; then
+    read -r e2e_passed e2e_failed <"$e2e_counts"
+  fi
+  if ((e2e_status != 0 && e2e_failed == 0)); then
+    echo "scripts/e2e.sh exited with status $e2e_status without counting a failed check"
+    e2e_failed=1
+  fi
+else
+  echo "skipped (BLINDFOLD_E2E=0)"
+fi
+
+# One closing line that counts every test cargo ran and every end-to-end check.
 passed=$(grep -E '^test result:' "$target_dir/test-output.txt" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -E '^test result:' "$target_dir/test-output.txt" | awk '{s+=$6} END {print s+0}')
+if ((cargo_status != 0 && failed == 0)); then
+  echo "cargo test exited with status $cargo_status without a failed test (a build error?)"
+  failed=1
+fi
+passed=$((passed + e2e_passed))
+failed=$((failed + e2e_failed))
 echo
 echo "${passed} passed, ${failed} failed"
+((failed == 0))

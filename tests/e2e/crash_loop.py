@@ -41,15 +41,9 @@ import sys
 import threading
 import time
 
-# botocore sends "Expect: 100-continue" even with an empty body; the gateway answers such a PUT
-# without "100 Continue", which leaves botocore's connection in a state that garbles the next
-# PUT on it (see the boto3 check "empty PUT, then PUT on the same connection"). Not what this
-# test is about, so empty PUTs go without the Expect header.
-os.environ["BOTO_EXPERIMENTAL__NO_EMPTY_CONTINUE"] = "true"
-
-import boto3  # noqa: E402
-from botocore.config import Config  # noqa: E402
-from botocore.exceptions import ClientError  # noqa: E402
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
 
 AK = "crashaccesskey"
 SK = "crash-secret-key-0123456789abcdefghijklmn"
@@ -362,7 +356,41 @@ def run_verify(args, label):
         report(False, name, f"exit status {p.returncode}", lines[-20:])
 
 
+def self_test():
+    """The checker itself: histories whose allowed final states are known. Returns problems."""
+    def op(key, kind, dig, start, end=INF):
+        o = Op(key, kind, dig, start, 0)
+        o.end = end
+        return o
+
+    rnd = Round(0, None, {"old": "A", "kept": "K", "gone": "G"}, None, 0)
+    rnd.ops = [
+        op("old", "PUT", "B", 1.0, 2.0),        # acknowledged: "A" must not come back
+        op("k", "PUT", "X", 1.0, 2.0),
+        op("k", "DELETE", None, 3.0, 4.0),      # acknowledged DELETE: stays deleted
+        op("f", "PUT", "P", 1.0, 2.0),
+        op("f", "PUT", "Q", 3.0),               # in flight at the kill: P or Q
+        op("c", "PUT", "C1", 1.0, 3.0),
+        op("c", "PUT", "C2", 2.0, 4.0),         # concurrent acknowledged PUTs: either
+        op("c", "DELETE", None, 5.0),           # ... or the in-flight DELETE
+        op("gone", "DELETE", None, 1.0),        # in flight only: G or deleted
+    ]
+    want = {
+        "old": {"B"}, "k": {None}, "f": {"P", "Q"}, "c": {"C1", "C2", None},
+        "kept": {"K"}, "gone": {"G", None},
+    }
+    got = {k: v[0] for k, v in rnd.candidates().items()}
+    return [f"{k}: allowed {sorted(map(short, got.get(k, set())))}, expected {sorted(map(short, w))}"
+            for k, w in want.items() if got.get(k) != w] + \
+        [f"unexpected key {k}" for k in set(got) - set(want)]
+
+
 def main():
+    if "--self-test" in sys.argv:
+        problems = self_test()
+        report(not problems, "crash: the checker's model allows exactly what it should (self-test)",
+               f"{len(problems)} problem(s)", problems)
+        return 1 if problems else 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True, help="the blindfold binary")
     ap.add_argument("--work", required=True, help="work directory (created; the data dir goes inside)")
@@ -437,7 +465,7 @@ def main():
             pass
     finally:
         server.kill9()
-    print(f"crash: {RESULTS['ok']} passed, {RESULTS['fail']} failed", flush=True)
+    print(f"crash loop summary: {RESULTS['ok']} ok, {RESULTS['fail']} failed", flush=True)
     return 1 if RESULTS["fail"] else 0
 
 

@@ -10,13 +10,15 @@ use futures::StreamExt;
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 
-use crate::directory::ObjectMeta;
+use crate::directory::{ObjectMeta, Part};
 use crate::objects::{ObjectLayer, ReadPin};
 use crate::GatewayError;
 
 /// Bytes read before a GET answers, so that small objects fail with a proper error.
 const PREFETCH: usize = 1 << 20;
 const MAX_KEYS: usize = 1000;
+/// Parts in one ListParts answer, as in S3.
+const MAX_PARTS: usize = 1000;
 
 /// The S3 service.
 #[derive(Debug, Clone)]
@@ -111,6 +113,14 @@ fn receiver_blob(
     let stream =
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
     StreamingBlob::wrap(stream)
+}
+
+/// One page of a multipart upload's parts: those numbered above `after`, at most `max` of
+/// them, and whether more follow.
+fn parts_page(parts: &BTreeMap<i32, Part>, after: i32, max: usize) -> (Vec<(i32, &Part)>, bool) {
+    let mut rest = parts.range(after.saturating_add(1)..).map(|(n, p)| (*n, p));
+    let page: Vec<_> = rest.by_ref().take(max).collect();
+    (page, rest.next().is_some())
 }
 
 fn object_entry(key: String, meta: &ObjectMeta) -> Object {
@@ -597,12 +607,14 @@ impl S3 for Gateway {
             return Err(s3_error!(NoSuchUpload));
         }
         let after = input.part_number_marker.unwrap_or(0);
-        let parts = up
-            .parts
-            .iter()
-            .filter(|(n, _)| **n > after)
+        let max =
+            input.max_parts.map(|m| m.clamp(0, MAX_PARTS as i32) as usize).unwrap_or(MAX_PARTS);
+        let (page, truncated) = parts_page(&up.parts, after, max);
+        let next_marker = page.last().map(|(n, _)| *n);
+        let parts = page
+            .into_iter()
             .map(|(n, p)| s3s::dto::Part {
-                part_number: Some(*n),
+                part_number: Some(n),
                 e_tag: Some(ETag::Strong(p.etag.clone())),
                 size: Some(p.extent.len as i64),
                 last_modified: Some(Timestamp::from(
@@ -617,7 +629,10 @@ impl S3 for Gateway {
             key: Some(input.key),
             upload_id: Some(input.upload_id),
             parts: Some(parts),
-            is_truncated: Some(false),
+            part_number_marker: input.part_number_marker,
+            max_parts: Some(max as i32),
+            is_truncated: Some(truncated),
+            next_part_number_marker: if truncated { next_marker } else { None },
             ..Default::default()
         }))
     }
@@ -697,6 +712,22 @@ mod tests {
             l.objects.iter().map(|o| o.key.clone().unwrap()).collect(),
             l.prefixes.iter().map(|p| p.prefix.clone().unwrap()).collect(),
         )
+    }
+
+    #[test]
+    fn parts_are_listed_in_pages() {
+        let parts: BTreeMap<i32, Part> = [1, 2, 3, 5, 8].map(|n| (n, Part::default())).into();
+        let numbers = |(page, more): (Vec<(i32, &Part)>, bool)| {
+            (page.into_iter().map(|(n, _)| n).collect::<Vec<_>>(), more)
+        };
+        assert_eq!(numbers(parts_page(&parts, 0, 1000)), (vec![1, 2, 3, 5, 8], false));
+        assert_eq!(numbers(parts_page(&parts, 0, 2)), (vec![1, 2], true));
+        assert_eq!(numbers(parts_page(&parts, 2, 2)), (vec![3, 5], true));
+        assert_eq!(numbers(parts_page(&parts, 5, 2)), (vec![8], false));
+        assert_eq!(numbers(parts_page(&parts, 3, 2)), (vec![5, 8], false));
+        assert_eq!(numbers(parts_page(&parts, 8, 2)), (vec![], false));
+        assert_eq!(numbers(parts_page(&parts, i32::MAX, 2)), (vec![], false));
+        assert_eq!(numbers(parts_page(&parts, 0, 0)), (vec![], true));
     }
 
     #[tokio::test]

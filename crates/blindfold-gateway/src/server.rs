@@ -12,7 +12,10 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use blindfold_crypto::{create_key_file, load_key_file, MasterKey, Passphrase, StoreId};
 use blindfold_oram::{PathOramConfig, PosMapMode};
@@ -420,14 +423,116 @@ fn sigv2_refused() -> s3s::HttpResponse {
     resp
 }
 
+/// Whether a request asks for `100 Continue` before it sends its body.
+fn expects_continue<B>(req: &hyper::Request<B>) -> bool {
+    req.headers()
+        .get(hyper::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// A request body that records whether it was read to its end.
+#[derive(Debug)]
+struct TrackedBody {
+    inner: hyper::body::Incoming,
+    read_all: Arc<AtomicBool>,
+}
+
+impl http_body::Body for TrackedBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        let ended = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
+            _ => false,
+        };
+        if ended {
+            self.read_all.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Answers one HTTP request: SigV2 is refused, everything else goes to the S3 service.
+///
+/// The response says `Connection: close` when the connection cannot carry another request
+/// cleanly (RFC 9110 §10.1.1):
+///
+/// - the request body was not read to its end (a request refused before its body, such as a
+///   bad signature or an unknown upload id): hyper then closes the connection rather than
+///   wait for a body that a client sending `Expect: 100-continue` will never send, and a
+///   client must know before it reuses the connection;
+/// - the request said `Expect: 100-continue` but has an empty body. hyper never sends
+///   `100 Continue` for an empty body, only the final response (RFC 9110 allows it); botocore
+///   (the aws CLI, boto3, git-remote-s3) then keeps that response's status line on the
+///   connection and misreads the next response on it, so the next PUT hangs until its read
+///   timeout (60 s). Closing makes botocore drop the connection and that state with it.
+async fn handle(
+    service: s3s::service::S3Service,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> std::result::Result<s3s::HttpResponse, s3s::HttpError> {
+    let expect_continue = expects_continue(&req);
+    let empty = hyper::body::Body::is_end_stream(req.body());
+    let read_all = Arc::new(AtomicBool::new(empty));
+    let mut resp = if is_sigv2(&req) {
+        sigv2_refused()
+    } else {
+        let tracked = Arc::clone(&read_all);
+        let req = req.map(|inner| s3s::Body::http_body(TrackedBody { inner, read_all: tracked }));
+        service.call(req).await?
+    };
+    if (expect_continue && empty) || !read_all.load(Ordering::Acquire) {
+        resp.headers_mut()
+            .insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
+    }
+    Ok(resp)
+}
+
 /// Builds the S3 service for an opened gateway.
 pub fn service(opened: &Opened) -> s3s::service::S3Service {
     let mut b = s3s::service::S3ServiceBuilder::new(Gateway::new(Arc::clone(&opened.objects)));
-    b.set_auth(s3s::auth::SimpleAuth::from_single(
-        opened.credentials.0.clone(),
-        opened.credentials.1.clone(),
-    ));
+    b.set_auth(SingleKeyAuth {
+        access_key: opened.credentials.0.clone(),
+        secret_key: opened.credentials.1.clone().into(),
+    });
     b.build()
+}
+
+/// The gateway's one pair of S3 credentials.
+///
+/// Unlike `s3s::auth::SimpleAuth`, which answers `NotSignedUp`, an unknown access key gets
+/// `InvalidAccessKeyId`, as from S3: clients explain that error to their users.
+#[derive(Debug)]
+struct SingleKeyAuth {
+    access_key: String,
+    secret_key: s3s::auth::SecretKey,
+}
+
+#[async_trait::async_trait]
+impl s3s::auth::S3Auth for SingleKeyAuth {
+    async fn get_secret_key(&self, access_key: &str) -> s3s::S3Result<s3s::auth::SecretKey> {
+        if access_key == self.access_key {
+            Ok(self.secret_key.clone())
+        } else {
+            Err(s3s::S3Error::with_message(
+                s3s::S3ErrorCode::InvalidAccessKeyId,
+                "The access key ID you provided does not exist in our records.",
+            ))
+        }
+    }
 }
 
 /// Serves S3 on `listener` until `shutdown` resolves, then commits and checkpoints.
@@ -455,15 +560,7 @@ pub async fn run(
                     tracing::debug!(error = %e, "could not set TCP_NODELAY");
                 }
                 let service = service.clone();
-                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let service = service.clone();
-                    async move {
-                        if is_sigv2(&req) {
-                            return Ok::<_, s3s::HttpError>(sigv2_refused());
-                        }
-                        hyper::service::Service::call(&service, req).await
-                    }
-                });
+                let svc = hyper::service::service_fn(move |req| handle(service.clone(), req));
                 let conn = http.serve_connection(TokioIo::new(socket), svc).into_owned();
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {

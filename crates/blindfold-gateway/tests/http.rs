@@ -1,0 +1,181 @@
+//! HTTP/1.1 behaviour of a running gateway, on raw sockets: when it says `Connection: close`,
+//! and that it then closes (or keeps serving) the connection as it said.
+
+use std::time::Duration;
+
+use blindfold_gateway::server::{self, ServeConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct Running {
+    addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = ServeConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().join("data"),
+            store: None,
+            key_file: None,
+            passphrase: None,
+            credentials: Some(("AKIDHTTPTEST".into(), "http-test-secret".into())),
+            capacity: 1 << 20,
+            block_size: 4096,
+            pad_objects: false,
+        };
+        let opened = server::open(&cfg).await.unwrap();
+        let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server::run(opened, listener, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        Self { addr, stop: Some(tx), task, _dir: dir }
+    }
+
+    async fn stop(mut self) {
+        self.stop.take().unwrap().send(()).unwrap();
+        (&mut self.task).await.unwrap();
+    }
+}
+
+/// Reads one response head (status line and headers, lower-cased) and its body.
+async fn response(sock: &mut TcpStream) -> (String, Vec<u8>) {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut byte))
+            .await
+            .expect("a response within 10 s")
+            .unwrap();
+        assert!(
+            n == 1,
+            "connection closed before a response; got {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap().to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0u8; len];
+    sock.read_exact(&mut body).await.unwrap();
+    (head, body)
+}
+
+/// Whether the server closes the connection within 10 s (reads return end of stream).
+async fn closed(sock: &mut TcpStream) -> bool {
+    let mut rest = Vec::new();
+    matches!(
+        tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut rest)).await,
+        Ok(Ok(0))
+    )
+}
+
+fn says_close(head: &str) -> bool {
+    head.lines().any(|l| l.trim() == "connection: close")
+}
+
+#[tokio::test]
+async fn empty_body_with_expect_continue_is_answered_at_once_and_closes() {
+    // hyper sends no `100 Continue` for an empty body, only the final answer; botocore then
+    // misreads the next response on that connection unless the connection ends here.
+    let g = Running::start().await;
+    let mut sock = TcpStream::connect(g.addr).await.unwrap();
+    sock.write_all(
+        b"PUT /bucket/empty HTTP/1.1\r\nHost: gw\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    let (head, _) = response(&mut sock).await;
+    assert!(t0.elapsed() < Duration::from_secs(1), "answered after {:?}", t0.elapsed());
+    assert!(!head.starts_with("http/1.1 100"), "{head}");
+    assert!(says_close(&head), "no `Connection: close` in\n{head}");
+    assert!(closed(&mut sock).await, "said close but kept the connection open");
+    g.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_refused_before_its_body_says_close() {
+    // Refused (unsigned) before the body is read: without `Connection: close`, a client would
+    // reuse a connection the server is about to drop (RFC 9110 §10.1.1).
+    let g = Running::start().await;
+    for expect in ["Expect: 100-continue\r\n", ""] {
+        let mut sock = TcpStream::connect(g.addr).await.unwrap();
+        let req =
+            format!("PUT /bucket/k HTTP/1.1\r\nHost: gw\r\n{expect}Content-Length: 4\r\n\r\n");
+        sock.write_all(req.as_bytes()).await.unwrap();
+        let (mut head, _) = response(&mut sock).await;
+        if head.starts_with("http/1.1 100") {
+            sock.write_all(b"data").await.unwrap();
+            head = response(&mut sock).await.0;
+        }
+        assert!(head.starts_with("http/1.1 403"), "{head}");
+        assert!(says_close(&head), "{expect:?}: no `Connection: close` in\n{head}");
+        assert!(closed(&mut sock).await, "{expect:?}: said close but kept the connection open");
+    }
+    g.stop().await;
+}
+
+#[tokio::test]
+async fn requests_without_a_body_keep_the_connection() {
+    let g = Running::start().await;
+    let mut sock = TcpStream::connect(g.addr).await.unwrap();
+    for _ in 0..3 {
+        sock.write_all(b"GET /bucket/k HTTP/1.1\r\nHost: gw\r\n\r\n").await.unwrap();
+        let (head, body) = response(&mut sock).await;
+        assert!(head.starts_with("http/1.1 403"), "{head}");
+        assert!(!says_close(&head), "{head}");
+        assert!(String::from_utf8_lossy(&body).contains("AccessDenied"));
+    }
+    g.stop().await;
+}
+
+#[tokio::test]
+async fn sigv2_is_refused_with_a_reason() {
+    let g = Running::start().await;
+    let mut sock = TcpStream::connect(g.addr).await.unwrap();
+    sock.write_all(
+        b"GET /bucket/k HTTP/1.1\r\nHost: gw\r\nAuthorization: AWS AKIDHTTPTEST:c2ln\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let (head, body) = response(&mut sock).await;
+    assert!(head.starts_with("http/1.1 403"), "{head}");
+    assert!(String::from_utf8_lossy(&body).contains("SigV4"));
+    g.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_access_key_is_invalid_access_key_id() {
+    let g = Running::start().await;
+    let now = time::OffsetDateTime::now_utc();
+    let day = format!("{:04}{:02}{:02}", now.year(), u8::from(now.month()), now.day());
+    let stamp = format!("{day}T{:02}{:02}{:02}Z", now.hour(), now.minute(), now.second());
+    let req = format!(
+        "GET /bucket/k HTTP/1.1\r\nHost: gw\r\nx-amz-date: {stamp}\r\n\
+         x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n\
+         Authorization: AWS4-HMAC-SHA256 Credential=NOSUCHKEY/{day}/us-east-1/s3/aws4_request, \
+         SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={}\r\n\r\n",
+        "0".repeat(64)
+    );
+    let mut sock = TcpStream::connect(g.addr).await.unwrap();
+    sock.write_all(req.as_bytes()).await.unwrap();
+    let (head, body) = response(&mut sock).await;
+    let body = String::from_utf8_lossy(&body);
+    assert!(head.starts_with("http/1.1 403"), "{head}");
+    assert!(body.contains("<Code>InvalidAccessKeyId</Code>"), "{body}");
+    g.stop().await;
+}
