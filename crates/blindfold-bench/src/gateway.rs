@@ -703,12 +703,17 @@ pub fn render(r: &GatewayReport) -> String {
             }
         ),
     );
-    kv(
-        &mut s,
-        "",
+    let note = if p.rtt_ms == 0 && p.mbit.is_none() {
         "(the thesis's baseline was a public cloud store over a WAN; this one is a local store, \
-         so this ratio measures CPU and local I/O, not network round trips)"
-            .to_string(),
-    );
+         so this ratio measures CPU and local I/O, not network round trips: try --rtt-ms)"
+            .to_string()
+    } else {
+        format!(
+            "(both sides reach their store through the same emulated link{}, as the thesis's \
+             gateway reached a public cloud)",
+            link_text(p)
+        )
+    };
+    kv(&mut s, "", note);
     s
 }
