@@ -62,6 +62,12 @@ cargo run --quiet --locked -p blindfold -- bench schemes --blocks 256 --block-si
   --speeds-mbit 1,1000 --out-dir "$target_dir/bench-schemes-smoke" \
   --json "$target_dir/bench-schemes-smoke.json" --quiet >/dev/null
 
+# TaoStore-style engine at toy size: two client counts, one k, a second per point, 1 MiB of
+# data, a short emulated round trip; the table, JSON, CSV and plots are all produced.
+cargo run --quiet --locked -p blindfold -- bench concurrency --dataset-mib 1 --clients 4,16 \
+  --k 8 --seconds 1 --rtt-ms 5 --out-dir "$target_dir/bench-concurrency-smoke" \
+  --json "$target_dir/bench-concurrency-smoke.json" --quiet >/dev/null
+
 # One closing line that counts every test cargo ran.
 passed=$(grep -E '^test result:' "$target_dir/test-output.txt" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -E '^test result:' "$target_dir/test-output.txt" | awk '{s+=$6} END {print s+0}')

@@ -159,12 +159,20 @@ enum Target {
 }
 
 impl Target {
-    async fn access(&self, block: BlockId, op: Op) -> Result<()> {
+    /// One request; `false` if the deadline passed before it could start (the sequential
+    /// baseline queues clients on a lock, and a queue of a thousand would take minutes to
+    /// drain after the deadline).
+    async fn access(&self, block: BlockId, op: Op, deadline: Instant) -> Result<bool> {
         match self {
             Target::Tao(t) => t.access(block, op).await.map(drop)?,
-            Target::Path(p) => p.lock().await.access(block, op).await.map(drop)?,
+            Target::Path(p) => {
+                let Ok(mut oram) = tokio::time::timeout_at(deadline, p.lock()).await else {
+                    return Ok(false);
+                };
+                oram.access(block, op).await.map(drop)?
+            }
         }
-        Ok(())
+        Ok(true)
     }
 
     async fn trusted_bytes(&self) -> u64 {
@@ -200,7 +208,7 @@ async fn drive(
     for c in 0..clients {
         let target = Arc::clone(&target);
         tasks.push(tokio::spawn(async move {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (c as u64) << 20);
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ ((c as u64) << 20));
             let mut lat = Vec::new();
             while Instant::now() < until {
                 let block = rng.gen_range(0..blocks);
@@ -210,7 +218,9 @@ async fn drive(
                     Op::Write(block_data(rng.gen(), size))
                 };
                 let t0 = Instant::now();
-                target.access(BlockId(block), op).await?;
+                if !target.access(BlockId(block), op, until).await? {
+                    break;
+                }
                 let t1 = Instant::now();
                 if t1 >= from && t1 <= until {
                     lat.push((t1 - t0).as_micros() as u64);
@@ -361,7 +371,7 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
             let mut s = state;
             s.config = s.config.with_write_back_every(k)?;
             s.stats = Default::default();
-            let rng = ChaCha20Rng::seed_from_u64(params.seed ^ u64::from(epoch) << 8);
+            let rng = ChaCha20Rng::seed_from_u64(params.seed ^ (u64::from(epoch) << 8));
             let oram = Arc::new(TaoOram::from_state(
                 s,
                 Arc::clone(&store),

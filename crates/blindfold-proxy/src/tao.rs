@@ -18,9 +18,12 @@
 //!   read never depends on what the subtree holds.
 //! * **Eviction.** After a path arrives and its request is served, blocks from the stash and the
 //!   path are placed greedily, as deep as possible, into the path's buckets in the subtree.
-//! * **Write-back.** After every `k` fetched paths, the union of their buckets is sealed under
-//!   the next versions and written as one batch. Write-backs run in the background, one after
-//!   the other in order, so readers never wait for them. A bucket leaves the subtree only when a
+//! * **Write-back.** Every `k` fetched paths close a batch. A background writer seals the union
+//!   of a batch's buckets under the next versions and writes it as one store request; writes
+//!   run one after the other, in order, so readers never wait for them and the store never
+//!   holds two writes of a cell at once. If batches closed while the previous write was in
+//!   flight, the next write covers all of them at once (current contents of the union of their
+//!   buckets), so the write-back rate is not capped at one batch per round trip. A bucket leaves the subtree only when a
 //!   write-back of it has completed, it has not changed since, and no fetched path that has not
 //!   yet been written back covers it (paths are *pinned* from the moment they are requested to
 //!   the completion of the write-back that includes them).
@@ -45,11 +48,13 @@
 //! # Security
 //!
 //! The store sees, per logical request, one read of one whole path (all `L + 1` buckets) to a
-//! leaf drawn uniformly at random and never used before; and after every `k` paths one batched
+//! leaf drawn uniformly at random and never used before; and after every `k` paths a batched
 //! write of exactly the buckets of those `k` paths (a set fixed by their leaves, which the store
-//! already saw), sealed under fresh nonces. [`TaoOram::flush`] writes back the paths of an
-//! incomplete batch the same way. What leaks: the number of requests and when they arrive, when
-//! replies leave (in arrival order), and when flushes happen. Which block a request touches,
+//! already saw), sealed under fresh nonces — or, if the previous write was still in flight, one
+//! write of the buckets of every batch closed meanwhile. [`TaoOram::flush`] writes back the
+//! paths of an incomplete batch the same way. What leaks: the number of requests and when they
+//! arrive, when replies leave (in arrival order), when flushes happen, and how many batches
+//! each write covers (a function of those times and of the store's own reply times). Which block a request touches,
 //! whether it is a read or a write, and whether two requests touch the same block do not leak,
 //! also when the store delays or reorders replies at will: the requests' paths are fixed at
 //! arrival, before any reply.
@@ -226,8 +231,11 @@ pub struct TaoStats {
     pub paths_fetched: u64,
     /// Requests that fetched a random path because a real read of their block was in flight.
     pub fake_reads: u64,
-    /// Batched write-backs completed.
+    /// Batches of `k` paths written back.
     pub write_backs: u64,
+    /// Store writes issued by write-backs (fewer than batches when the writer fell behind
+    /// and wrote several queued batches at once).
+    pub write_requests: u64,
     /// Cells written by write-backs.
     pub cells_written: u64,
     /// Largest stash seen (blocks).
@@ -291,11 +299,11 @@ struct State {
     rng: ChaCha20Rng,
     /// Released when the most recent request's reply is released.
     seq_tail: Option<oneshot::Receiver<()>>,
-    /// Released when the most recent write-back completes.
-    wb_tail: Option<oneshot::Receiver<()>>,
+    /// Closed batches waiting for the writer.
+    wb_queue: Vec<Vec<Leaf>>,
+    /// Whether the writer task is running.
+    wb_running: bool,
     in_flight: usize,
-    wb_issued: u64,
-    wb_done: u64,
     poisoned: bool,
     stats: TaoStats,
 }
@@ -350,15 +358,6 @@ struct Begun {
     kind: Kind,
     prev: Option<oneshot::Receiver<()>>,
     release: oneshot::Sender<()>,
-}
-
-/// A batch write-back, planned under the lock and carried out outside it.
-struct WriteJob {
-    paths: Vec<Leaf>,
-    cells: Vec<(u64, u64, Vec<Slot>)>,
-    clock: u64,
-    prev: Option<oneshot::Receiver<()>>,
-    done: oneshot::Sender<()>,
 }
 
 impl TaoOram {
@@ -433,10 +432,9 @@ impl TaoOram {
             clock: 0,
             rng,
             seq_tail: None,
-            wb_tail: None,
+            wb_queue: Vec::new(),
+            wb_running: false,
             in_flight: 0,
-            wb_issued: 0,
-            wb_done: 0,
             poisoned: false,
             stats: state.stats,
         };
@@ -533,12 +531,12 @@ impl TaoOram {
             if s.poisoned {
                 return Err(ProxyError::Poisoned);
             }
-            (!s.batch.is_empty()).then(|| sh.plan_write_back(&mut s))
+            !s.batch.is_empty() && sh.close_batch(&mut s)
         };
-        if let Some(job) = job {
-            sh.spawn_write_back(job);
+        if job {
+            sh.spawn_writer();
         }
-        sh.wait_until(|s| s.wb_done == s.wb_issued).await;
+        sh.wait_until(|s| !s.wb_running).await;
         if sh.state.lock().poisoned {
             return Err(ProxyError::Poisoned);
         }
@@ -553,11 +551,7 @@ impl TaoOram {
         if s.poisoned {
             return Err(ProxyError::Poisoned);
         }
-        if s.in_flight != 0
-            || !s.subtree.is_empty()
-            || !s.batch.is_empty()
-            || s.wb_issued != s.wb_done
-        {
+        if s.in_flight != 0 || !s.subtree.is_empty() || !s.batch.is_empty() || s.wb_running {
             return Err(ProxyError::State(
                 "TaoStore engine is not quiescent: flush with no request in flight first".into(),
             ));
@@ -767,7 +761,7 @@ impl Shared {
         s.stats.max_stash = s.stats.max_stash.max(s.stash.len());
         s.stats.max_subtree = s.stats.max_subtree.max(s.subtree.len());
         s.batch.push(leaf);
-        let job = (s.batch.len() >= self.config.write_back_every).then(|| self.plan_write_back(s));
+        let job = s.batch.len() >= self.config.write_back_every && self.close_batch(s);
         let over = if s.stash.len() > self.config.stash_limit {
             Some(format!("stash holds {} blocks, limit {}", s.stash.len(), self.config.stash_limit))
         } else if s.subtree.len() > self.config.subtree_limit {
@@ -780,8 +774,8 @@ impl Shared {
             None
         };
         drop(guard);
-        if let Some(job) = job {
-            self.spawn_write_back(job);
+        if job {
+            self.spawn_writer();
         }
         Ok((answer, over))
     }
@@ -856,83 +850,100 @@ impl Shared {
         }
     }
 
-    /// Snapshots the buckets of the current batch's paths under their next versions.
-    fn plan_write_back(&self, s: &mut State) -> WriteJob {
+    /// Closes the current batch; returns whether the writer must be started.
+    fn close_batch(&self, s: &mut State) -> bool {
         let paths = std::mem::take(&mut s.batch);
-        let mut buckets: Vec<u64> = paths.iter().flat_map(|&l| self.path_buckets(l)).collect();
-        buckets.sort_unstable();
-        buckets.dedup();
-        let mut cells = Vec::with_capacity(buckets.len());
-        for b in buckets {
-            let slots = s.subtree.get(&b).map(|n| n.slots.clone()).unwrap_or_default();
-            debug_assert!(s.subtree.contains_key(&b), "pinned buckets stay in the subtree");
-            let version = s.versions.next(b);
-            s.versions.set(b, version);
-            cells.push((b, version, slots));
-        }
-        let (done, rx) = oneshot::channel();
-        let prev = s.wb_tail.replace(rx);
-        s.wb_issued += 1;
-        WriteJob { paths, cells, clock: s.clock, prev, done }
+        s.wb_queue.push(paths);
+        !std::mem::replace(&mut s.wb_running, true)
     }
 
-    fn spawn_write_back(self: &Arc<Self>, job: WriteJob) {
+    fn spawn_writer(self: &Arc<Self>) {
         let shared = Arc::clone(self);
-        tokio::spawn(async move { shared.write_back(job).await });
+        tokio::spawn(async move { shared.writer().await });
     }
 
-    /// Seals and writes one batch after the previous one completed, then lets go of the
-    /// buckets nobody needs any more.
-    async fn write_back(&self, job: WriteJob) {
-        let WriteJob { paths, cells, clock, prev, done } = job;
-        if let Some(prev) = prev {
-            let _ = prev.await;
-        }
-        let count = cells.len() as u64;
-        let ids: Vec<u64> = cells.iter().map(|c| c.0).collect();
-        let result = async {
-            let mut sealed = Vec::with_capacity(cells.len());
-            for (b, version, slots) in cells {
-                let plain = self.encode_bucket(&slots);
-                sealed.push((CellId(b), seal_cell(&self.sealer, CellId(b), version, &plain)?));
+    /// The writer: one write-back at a time, in order. Each takes every closed batch queued so
+    /// far (normally one; several when the previous write was slow), snapshots the current
+    /// contents of the union of their paths' buckets under the next versions, seals and
+    /// writes them as one batch, then lets go of the buckets nobody needs any more.
+    ///
+    /// Being one task, it never has two writes of a cell in flight, so the store can never
+    /// apply an older version over a newer one. Writing several queued batches at once keeps
+    /// the write-back rate from being capped at one batch per round trip; how many batches a
+    /// write covers depends only on when requests arrived and when the store answered.
+    async fn writer(&self) {
+        loop {
+            let (paths, cells, clock) = {
+                let mut guard = self.state.lock();
+                let s = &mut *guard;
+                if s.wb_queue.is_empty() || s.poisoned {
+                    s.wb_running = false;
+                    drop(guard);
+                    self.changed.notify_waiters();
+                    return;
+                }
+                let batches = std::mem::take(&mut s.wb_queue);
+                s.stats.write_backs += batches.len() as u64;
+                let paths: Vec<Leaf> = batches.into_iter().flatten().collect();
+                let mut buckets: Vec<u64> =
+                    paths.iter().flat_map(|&l| self.path_buckets(l)).collect();
+                buckets.sort_unstable();
+                buckets.dedup();
+                let mut cells = Vec::with_capacity(buckets.len());
+                for b in buckets {
+                    // Pinned buckets stay in the subtree until written back.
+                    let slots = s.subtree.get(&b).map(|n| n.slots.clone()).unwrap_or_default();
+                    debug_assert!(s.subtree.contains_key(&b), "pinned buckets stay in the subtree");
+                    let version = s.versions.next(b);
+                    s.versions.set(b, version);
+                    cells.push((b, version, slots));
+                }
+                (paths, cells, s.clock)
+            };
+            let count = cells.len() as u64;
+            let ids: Vec<u64> = cells.iter().map(|c| c.0).collect();
+            let result = async {
+                let mut sealed = Vec::with_capacity(cells.len());
+                for (b, version, slots) in cells {
+                    let plain = self.encode_bucket(&slots);
+                    sealed.push((CellId(b), seal_cell(&self.sealer, CellId(b), version, &plain)?));
+                }
+                write_sealed(&*self.store, self.retry, sealed).await
             }
-            write_sealed(&*self.store, self.retry, sealed).await
-        }
-        .await;
-        {
-            let mut guard = self.state.lock();
-            let s = &mut *guard;
-            match result {
-                Ok(()) => {
-                    for leaf in paths {
-                        for b in self.path_buckets(leaf) {
-                            if let MapEntry::Occupied(mut o) = s.pins.entry(b) {
-                                *o.get_mut() -= 1;
-                                if *o.get() == 0 {
-                                    o.remove();
+            .await;
+            {
+                let mut guard = self.state.lock();
+                let s = &mut *guard;
+                match result {
+                    Ok(()) => {
+                        for leaf in paths {
+                            for b in self.path_buckets(leaf) {
+                                if let MapEntry::Occupied(mut o) = s.pins.entry(b) {
+                                    *o.get_mut() -= 1;
+                                    if *o.get() == 0 {
+                                        o.remove();
+                                    }
                                 }
                             }
                         }
-                    }
-                    for b in ids {
-                        let unneeded = !s.pins.contains_key(&b)
-                            && s.subtree.get(&b).is_some_and(|n| n.modified <= clock);
-                        if unneeded {
-                            s.subtree.remove(&b);
+                        for b in ids {
+                            let unneeded = !s.pins.contains_key(&b)
+                                && s.subtree.get(&b).is_some_and(|n| n.modified <= clock);
+                            if unneeded {
+                                s.subtree.remove(&b);
+                            }
                         }
+                        s.stats.write_requests += 1;
+                        s.stats.cells_written += count;
                     }
-                    s.stats.write_backs += 1;
-                    s.stats.cells_written += count;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "TaoStore write-back failed; instance poisoned");
-                    s.poisoned = true;
+                    Err(e) => {
+                        tracing::warn!(error = %e, "TaoStore write-back failed; instance poisoned");
+                        s.poisoned = true;
+                    }
                 }
             }
-            s.wb_done += 1;
+            self.changed.notify_waiters();
         }
-        let _ = done.send(());
-        self.changed.notify_waiters();
     }
 
     async fn wait_until(&self, cond: impl Fn(&State) -> bool) {

@@ -84,7 +84,7 @@ async fn concurrent_clients_match_a_model() {
                         let block = c * 16 + rng.gen_range(0..16);
                         let want = model.get(&block).cloned().unwrap_or_else(zeros);
                         if rng.gen_bool(0.5) {
-                            let v = value(c << 32 | i + 1);
+                            let v = value((c << 32) | (i + 1));
                             let old = oram.access(BlockId(block), Op::Write(v.clone())).await;
                             assert_eq!(old.unwrap(), want, "client {c} op {i} k {k}");
                             model.insert(block, v);
@@ -224,11 +224,18 @@ async fn trace_shape_and_leaves_do_not_depend_on_the_workload() {
                 assert_eq!(c.0, shape.bucket_on_path(blindfold_oram::Leaf(leaf), level as u32).0);
             }
         }
+        let st = oram.stats();
+        assert_eq!(st.write_requests as usize, writes.len(), "{w:?}");
+        let mut written = 0;
         for wr in &writes {
-            assert!(wr.cells.len() as u32 <= 10 * shape.levels(), "{w:?}: batch of k paths");
-            assert!(wr.cells.len() as u32 >= shape.levels(), "{w:?}");
+            // Whole paths: every written cell's parent is written too.
+            let cells: std::collections::HashSet<u64> = wr.cells.iter().map(|c| c.0).collect();
+            assert!(cells.contains(&0), "{w:?}: the root is on every path");
+            assert!(cells.iter().all(|&c| c == 0 || cells.contains(&((c - 1) / 2))), "{w:?}");
+            written += wr.cells.len() as u64;
         }
-        write_counts.push(writes.len());
+        assert_eq!(written, st.cells_written);
+        write_counts.push(st.write_backs);
         let leaves: Vec<u64> = reads.iter().map(|r| leaf_of_read(r)).collect();
         let test = stats::uniformity(&stats::histogram(leaves.iter().copied(), shape.leaves()));
         assert!(test.p_value > ALPHA, "{w:?}: fetched leaves are not uniform: {test:?}");
@@ -236,12 +243,11 @@ async fn trace_shape_and_leaves_do_not_depend_on_the_workload() {
         // under the hammer workload a missing fake read would fetch the same path again.
         let repeats = leaves.windows(2).filter(|p| p[0] == p[1]).count();
         assert!(repeats < 2 + leaves.len() / 40, "{w:?}: {repeats} repeated leaves");
-        let st = oram.stats();
         if let Workload::Hammer = w {
             assert!(st.fake_reads > 100, "{st:?}");
         }
     }
-    // One write-back per k = 10 paths, whatever the workload.
+    // One batch per k = 10 paths, whatever the workload.
     assert!(write_counts.iter().all(|&n| n == 16 * 150 / 10), "{write_counts:?}");
 }
 
