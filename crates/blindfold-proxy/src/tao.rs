@@ -978,7 +978,7 @@ impl Shared {
                 continue;
             }
             let leaf = u32::from_le_bytes(raw[8..12].try_into().expect("4 bytes"));
-            if id1 - 1 >= self.config.blocks() || u64::from(leaf) >= leaves {
+            if id1 > self.config.blocks() || u64::from(leaf) >= leaves {
                 return Err(OramError::Corrupt(format!(
                     "slot names block {} at leaf {leaf}",
                     id1 - 1
