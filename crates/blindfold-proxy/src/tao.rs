@@ -45,6 +45,34 @@
 //! [`TaoOram::from_path_state`]. Cells never written read as empty buckets, so a fresh store
 //! needs no initialisation.
 //!
+//! ```
+//! use std::sync::Arc;
+//! use blindfold_crypto::{CellSealer, MasterKey, StoreId};
+//! use blindfold_oram::BlockId;
+//! use blindfold_proxy::{TaoConfig, TaoOram};
+//! use blindfold_store::{MemoryStore, Store};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let config = TaoConfig::builder(1000, 64).write_back_every(8).build().unwrap();
+//! let store: Arc<dyn Store> = Arc::new(MemoryStore::new(config.geometry().unwrap()));
+//! let sealer = CellSealer::new(&MasterKey::generate(), StoreId::random(), 0);
+//! let oram = Arc::new(TaoOram::new(config, store, sealer).unwrap());
+//! // Many requests in flight at once; replies come back in submission order.
+//! let writes: Vec<_> = (0..20u8)
+//!     .map(|i| oram.submit(BlockId(u64::from(i)), blindfold_oram::Op::Write(vec![i; 64])))
+//!     .collect::<Result<_, _>>()
+//!     .unwrap();
+//! for w in writes {
+//!     w.await.unwrap();
+//! }
+//! assert_eq!(oram.read(BlockId(7)).await.unwrap(), vec![7; 64]);
+//! // Quiesce, then save the trusted state (position map, stash, versions).
+//! oram.flush().await.unwrap();
+//! let state = oram.export_state().unwrap();
+//! assert_eq!(state.posmap.len(), 1000);
+//! # });
+//! ```
+//!
 //! # Security
 //!
 //! The store sees, per logical request, one read of one whole path (all `L + 1` buckets) to a
