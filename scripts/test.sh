@@ -67,6 +67,12 @@ cargo run --quiet --locked -p blindfold -- bench schemes --blocks 256 --block-si
   --speeds-mbit 1,1000 --out-dir "$target_dir/bench-schemes-smoke" \
   --json "$target_dir/bench-schemes-smoke.json" --quiet >/dev/null
 
+# TaoStore-style engine at toy size: two client counts, one k, a second per point, 1 MiB of
+# data, a short emulated round trip; the table, JSON, CSV and plots are all produced.
+cargo run --quiet --locked -p blindfold -- bench concurrency --dataset-mib 1 --clients 4,16 \
+  --k 8 --seconds 1 --rtt-ms 5 --out-dir "$target_dir/bench-concurrency-smoke" \
+  --json "$target_dir/bench-concurrency-smoke.json" --quiet >/dev/null
+
 step "end-to-end: aws CLI, boto3, rclone, restic, s3cmd, git-remote-s3, crash loop (scripts/e2e.sh)"
 # Real clients against a live `blindfold serve` (it installs the clients if missing); its checks
 # join the closing count. BLINDFOLD_E2E=0 skips them.

@@ -8,9 +8,13 @@
 //! * [`schemes::run`] — Path vs Ring vs XOR Ring ORAM as in seed 002's experiment: response
 //!   time, system latency, stash, blocks moved, per-phase time, link-speed sweep and server
 //!   storage, with the papers' formulas beside the measurements (`blindfold bench schemes`).
+//! * [`concurrency::run`] — the TaoStore-style concurrent engine by number of clients and
+//!   write-back interval, against sequential Path ORAM over the same emulated WAN
+//!   (`blindfold bench concurrency`).
 //! * [`cost`] — requests and bytes by kind priced at cloud list prices, and the cost multiplier
 //!   over the same workload without ORAM.
 
+pub mod concurrency;
 pub mod cost;
 pub mod gateway;
 pub mod machine;

@@ -1,4 +1,5 @@
-//! SVG plots of `blindfold bench schemes` (seed 002's Figures 2 and 3, and latency by speed).
+//! SVG plots of `blindfold bench schemes` (seed 002's Figures 2 and 3, and latency by speed),
+//! and the line plot shared with `blindfold bench concurrency`.
 
 use std::path::{Path, PathBuf};
 
@@ -7,12 +8,19 @@ use plotters::prelude::*;
 
 use crate::schemes::{Scheme, SchemesReport};
 
-const COLORS: [RGBColor; 3] =
-    [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44)];
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(23, 23, 23),
+];
 
-type Series = (String, Vec<(f64, f64)>);
+pub(crate) type Series = (String, Vec<(f64, f64)>);
 
-fn line_plot(
+/// A log-log line plot of `series` saved as SVG at `path` (nothing if there are no points).
+pub(crate) fn line_plot(
     path: &Path,
     title: &str,
     x_desc: &str,

@@ -38,6 +38,10 @@ pub enum ProxyError {
     /// A previous access failed half-way: the trusted state may no longer match the store.
     #[error("a previous access failed half-way; reload the trusted state before continuing")]
     Poisoned,
+    /// A bound on trusted memory (stash or TaoStore subtree) was exceeded. The access took
+    /// effect and the state is consistent, but the configured memory bound no longer holds.
+    #[error("trusted memory bound exceeded: {0}")]
+    Capacity(String),
     /// Saved trusted state that cannot be used.
     #[error("invalid trusted state: {0}")]
     State(String),

@@ -13,6 +13,9 @@
 //!   (redo log plus checkpoints in a local directory).
 //! * [`SealedRingOram`] — Ring ORAM and XOR Ring ORAM over a metadata array and a data array
 //!   (the XOR variant needs a data store with the [`blindfold_store::XorStore`] capability).
+//! * [`TaoOram`] — the concurrent TaoStore-style engine: many requests in flight over one
+//!   Path ORAM tree, a sequencer, fake reads, an in-memory subtree and batched background
+//!   write-backs (see [`tao`]).
 //! * [`SealedDirect`] — the baseline: the same blocks sealed and stored at fixed places with
 //!   no ORAM, for measuring what obliviousness costs.
 //!
@@ -38,6 +41,7 @@ mod durable;
 mod error;
 mod path;
 mod ring;
+pub mod tao;
 mod versions;
 
 pub use direct::SealedDirect;
@@ -45,6 +49,7 @@ pub use durable::{DurablePathOram, Recovery, VerifyReport};
 pub use error::ProxyError;
 pub use path::{SealedPathOram, SealedPathState};
 pub use ring::{AccessTiming, RingData, RingPhaseTimes, SealedRingOram, SealedRingState};
+pub use tao::{Reply, TaoConfig, TaoOram, TaoState, TaoStats};
 pub use versions::VersionTable;
 
 /// Result type of this crate.

@@ -59,18 +59,13 @@ pub(crate) fn open_cells(
     fetched: Vec<Vec<u8>>,
 ) -> Result<Vec<Option<Vec<u8>>>> {
     let mut out = Vec::with_capacity(cells.len());
-    for (cell, mut buf) in cells.iter().zip(fetched) {
+    for (cell, buf) in cells.iter().zip(fetched) {
         let version = versions.get(cell.0);
         if version == 0 {
             out.push(None);
             continue;
         }
-        let ad = CellAd { cell: cell.0, version, segment: 0 };
-        let len =
-            sealer.open_in_place(&ad, &mut buf).map_err(|source| integrity(cell.0, source))?.len();
-        buf.truncate(SEAL_HEADER + len);
-        buf.drain(..SEAL_HEADER);
-        out.push(Some(buf));
+        out.push(Some(open_cell(sealer, *cell, version, buf)?));
     }
     Ok(out)
 }
@@ -93,13 +88,39 @@ pub(crate) fn seal_cells(
     let mut out = Vec::with_capacity(plain.len());
     for (cell, data) in plain {
         let version = versions.next(cell.0);
-        let ad = CellAd { cell: cell.0, version, segment: 0 };
-        let mut sealed = vec![0u8; data.len() + CellSealer::OVERHEAD];
-        sealer.seal_into(&ad, &data, &mut sealed).map_err(ProxyError::Crypto)?;
+        let sealed = seal_cell(sealer, cell, version, &data)?;
         versions.set(cell.0, version);
         out.push((cell, sealed));
     }
     Ok(out)
+}
+
+/// Seals one plaintext cell under `version` (which the caller records as the cell's version).
+pub(crate) fn seal_cell(
+    sealer: &CellSealer,
+    cell: CellId,
+    version: u64,
+    data: &[u8],
+) -> Result<Vec<u8>> {
+    let ad = CellAd { cell: cell.0, version, segment: 0 };
+    let mut sealed = vec![0u8; data.len() + CellSealer::OVERHEAD];
+    sealer.seal_into(&ad, data, &mut sealed).map_err(ProxyError::Crypto)?;
+    Ok(sealed)
+}
+
+/// Opens one fetched cell sealed under `version` (non-zero) and returns its plaintext.
+pub(crate) fn open_cell(
+    sealer: &CellSealer,
+    cell: CellId,
+    version: u64,
+    mut buf: Vec<u8>,
+) -> Result<Vec<u8>> {
+    let ad = CellAd { cell: cell.0, version, segment: 0 };
+    let len =
+        sealer.open_in_place(&ad, &mut buf).map_err(|source| integrity(cell.0, source))?.len();
+    buf.truncate(SEAL_HEADER + len);
+    buf.drain(..SEAL_HEADER);
+    Ok(buf)
 }
 
 /// Trusted state of a [`SealedPathOram`] between accesses.

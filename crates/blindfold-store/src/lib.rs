@@ -20,7 +20,8 @@
 //! Behaviour is added by *wrapping* a store rather than by flags: [`CountingStore`] (requests,
 //! bytes and round trips), [`RecordingStore`] (the adversary's view, request by request),
 //! [`LatencyStore`] (round-trip time and a bandwidth limit, to emulate a WAN on one machine) and
-//! [`FaultStore`] (seeded errors, time-outs and lost acknowledgements). Wrappers stack, and
+//! [`FaultStore`] (seeded errors, time-outs and lost acknowledgements) and [`JitterStore`]
+//! (seeded random delays that reorder concurrent calls and their replies). Wrappers stack, and
 //! wrap a shared `Arc<dyn Store>` as well as a concrete store.
 //!
 //! Backends: [`MemoryStore`] and [`FileStore`] (one preallocated file per array, byte format in
@@ -65,6 +66,7 @@ mod counting;
 mod error;
 mod fault;
 mod file;
+mod jitter;
 mod latency;
 mod memory;
 mod recording;
@@ -84,6 +86,7 @@ pub use counting::{CountingStore, Counts};
 pub use error::StoreError;
 pub use fault::{FaultConfig, FaultStore};
 pub use file::{FileStore, SyncMode};
+pub use jitter::JitterStore;
 pub use latency::{LatencyStore, LinkConfig};
 pub use memory::MemoryStore;
 pub use recording::{RecordingStore, TraceEvent, TraceOp};

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use blindfold_store::{
-    ByteRange, CellId, CountingStore, FaultConfig, FaultStore, FileStore, Geometry, LatencyStore,
-    LinkConfig, MemoryStore, RecordingStore, Result, Store, SyncMode,
+    ByteRange, CellId, CountingStore, FaultConfig, FaultStore, FileStore, Geometry, JitterStore,
+    LatencyStore, LinkConfig, MemoryStore, RecordingStore, Result, Store, SyncMode,
 };
 use blindfold_testkit::conformance;
 
@@ -80,6 +80,33 @@ async fn fault_store_with_zero_rates() {
     let store = FaultStore::new(memory(), FaultConfig { seed: 7, ..FaultConfig::default() });
     conformance::run(&store).await;
     assert_eq!(store.injected(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn jitter_store() {
+    let store = JitterStore::new(memory(), Duration::from_millis(5), 11);
+    conformance::run(&store).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn jitter_store_reorders_concurrent_replies() {
+    let store = Arc::new(JitterStore::new(memory(), Duration::from_millis(5), 3));
+    let done = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let calls: Vec<_> = (0..32u64)
+        .map(|i| {
+            let (store, done) = (Arc::clone(&store), Arc::clone(&done));
+            tokio::spawn(async move {
+                store.read(&[CellId(i % 8)]).await.unwrap();
+                done.lock().push(i);
+            })
+        })
+        .collect();
+    for c in calls {
+        c.await.unwrap();
+    }
+    let order = done.lock().clone();
+    assert_eq!(order.len(), 32);
+    assert!(order.windows(2).any(|w| w[0] > w[1]), "replies came back in order: {order:?}");
 }
 
 #[tokio::test]

@@ -151,6 +151,60 @@ enum BenchCommand {
     /// sealed at fixed places (not oblivious; the baseline). Reports throughput, latency
     /// percentiles per operation, bytes moved to the store per logical byte, and the slowdown.
     Gateway(GatewayBenchArgs),
+    /// The concurrent TaoStore-style engine vs. sequential Path ORAM, by number of clients.
+    ///
+    /// Fills a data set (default 1 GiB of 4 KiB blocks) in a memory store behind an emulated
+    /// WAN (default 50 ms round trip), then runs closed-loop clients for --seconds per point,
+    /// for every client count and write-back interval k, and sequential Path ORAM over the same
+    /// link at every client count (the baseline). Prints a table (throughput, response time
+    /// percentiles, trusted memory, speedup) and saves CSV and SVG plots to --out-dir.
+    Concurrency(ConcurrencyArgs),
+}
+
+#[derive(Args, Debug)]
+struct ConcurrencyArgs {
+    /// A short run (64 MiB data set, 10/30/100/500 clients, k = 40 and 160, 3 s per point).
+    #[arg(long)]
+    quick: bool,
+    /// Logical data set in MiB [default: 1024; --quick: 64].
+    #[arg(long)]
+    dataset_mib: Option<u64>,
+    /// Bytes per block.
+    #[arg(long, default_value_t = 4096)]
+    block_size: u32,
+    /// Numbers of concurrent clients, comma-separated [default: 10,20,30,40,50,60,100,200,500,1000].
+    #[arg(long, value_delimiter = ',')]
+    clients: Option<Vec<usize>>,
+    /// Write-back intervals k, comma-separated [default: 40,80,160,240].
+    #[arg(long, value_delimiter = ',')]
+    k: Option<Vec<usize>>,
+    /// Measured seconds per point [default: 10; --quick: 3].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Round-trip time of the emulated link, ms.
+    #[arg(long, default_value_t = 50)]
+    rtt_ms: u64,
+    /// Bandwidth of the emulated link (each way), Mbit/s [default: unlimited].
+    #[arg(long)]
+    mbit: Option<u64>,
+    /// Share of reads.
+    #[arg(long, default_value_t = 0.5)]
+    read_ratio: f64,
+    /// Skip the sequential Path ORAM baseline.
+    #[arg(long)]
+    no_baseline: bool,
+    /// Seed of the workload and the engines.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Directory for the CSV file and SVG plots.
+    #[arg(long, default_value = "blindfold-bench-concurrency")]
+    out_dir: PathBuf,
+    /// Save the report (one row per run) as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress bars.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -607,6 +661,48 @@ fn bench_schemes(args: SchemesArgs) -> Result<()> {
     Ok(())
 }
 
+async fn bench_concurrency(args: ConcurrencyArgs) -> Result<()> {
+    use blindfold_bench::concurrency::{self, ConcurrencyBench};
+    let mut bench = if args.quick { ConcurrencyBench::quick() } else { Default::default() };
+    if let Some(d) = args.dataset_mib {
+        bench.dataset_mib = d;
+    }
+    if let Some(c) = args.clients {
+        bench.clients = c;
+    }
+    if let Some(k) = args.k {
+        bench.ks = k;
+    }
+    if let Some(s) = args.seconds {
+        if s.is_nan() || s <= 0.0 {
+            bail!("--seconds must be positive");
+        }
+        bench.seconds = s;
+    }
+    if !(0.0..=1.0).contains(&args.read_ratio) {
+        bail!("--read-ratio must be between 0 and 1");
+    }
+    bench.block_size = args.block_size;
+    bench.rtt_ms = args.rtt_ms;
+    bench.mbit = args.mbit;
+    bench.read_ratio = args.read_ratio;
+    bench.baseline = !args.no_baseline;
+    bench.seed = args.seed;
+    bench.progress = !args.quiet;
+    let report = concurrency::run(bench).await?;
+    print!("{}", concurrency::render(&report));
+    for path in concurrency::save(&report, &args.out_dir)? {
+        println!("  saved {}", path.display());
+    }
+    if let Some(path) = args.json {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(&path, json + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("  saved {}", path.display());
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -637,6 +733,11 @@ fn main() -> Result<()> {
             // One core: the engine is sequential, and the figures are quoted per core.
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(bench_path(a))
+        }
+        Command::Bench(BenchCommand::Concurrency(a)) => {
+            // Many clients and one engine share the machine's cores.
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(bench_concurrency(a))
         }
         Command::Bench(BenchCommand::Gateway(a)) => {
             // Clients and gateway share the machine's cores, as a local deployment would.

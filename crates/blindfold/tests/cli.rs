@@ -169,3 +169,46 @@ fn bench_gateway_smoke_run_writes_the_promised_json() {
     // Each side's store files are removed afterwards.
     assert_eq!(std::fs::read_dir(dir.path().join("cells")).unwrap().count(), 0);
 }
+
+#[test]
+fn bench_concurrency_smoke_run_writes_rows_csv_and_plots() {
+    // Tiny sizes and a short round trip: a few seconds, only to keep the harness from rotting.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("concurrency.json");
+    let out_dir = dir.path().join("out");
+    let o = blindfold(&[
+        "bench",
+        "concurrency",
+        "--dataset-mib",
+        "1",
+        "--clients",
+        "2,8",
+        "--k",
+        "4",
+        "--seconds",
+        "0.5",
+        "--rtt-ms",
+        "5",
+        "--quiet",
+        "--out-dir",
+        out_dir.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("speedup"), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    // Two baseline points and two engine points.
+    assert_eq!(rows.len(), 4, "{v}");
+    for r in rows {
+        for k in ["ops_per_sec", "mean_response_ms", "p99_response_ms", "trusted_bytes"] {
+            assert!(r[k].as_f64().is_some_and(|x| x > 0.0), "{k} missing or zero in {r}");
+        }
+        assert!(r["engine"].is_string() && r["clients"].is_u64() && r["k"].is_u64(), "{r}");
+    }
+    assert!(rows.iter().any(|r| r["engine"] == "tao" && r["k"] == 4));
+    for f in ["concurrency.csv", "throughput-by-clients.svg", "response-time-by-clients.svg"] {
+        assert!(out_dir.join(f).exists(), "{f} missing");
+    }
+}

@@ -1,0 +1,1054 @@
+//! [`TaoOram`]: a concurrent, asynchronous Path ORAM proxy in the style of TaoStore (Sahin et
+//! al., seed 000), serving many logical requests at once over one sealed store.
+//!
+//! # Design
+//!
+//! * **Sequencer.** Every request takes a ticket when it arrives; its reply is released only
+//!   after the replies of all earlier requests. Replies therefore leave in arrival order, and
+//!   their timing says nothing about which requests hit the same block.
+//! * **Processor.** On arrival (under the state lock, without any I/O) the block's leaf is
+//!   looked up and at once replaced by a fresh random one. If a *real* read of the same block is
+//!   already in flight, this request fetches the path to a uniformly random leaf instead (a
+//!   *fake read*) and is answered from the real one when it arrives; otherwise it fetches the
+//!   path to the block's old leaf. Either way the store sees one path to a fresh, uniformly
+//!   random leaf per request, whatever the workload.
+//! * **Subtree.** Fetched buckets are kept, decrypted, in an in-memory subtree. A bucket in the
+//!   subtree is always fresher than its stored copy, so the fetched copy of a bucket already in
+//!   the subtree is ignored (not even decrypted). Every path is fetched whole: which cells are
+//!   read never depends on what the subtree holds.
+//! * **Eviction.** After a path arrives and its request is served, blocks from the stash and the
+//!   path are placed greedily, as deep as possible, into the path's buckets in the subtree.
+//! * **Write-back.** Every `k` fetched paths close a batch. A background writer seals the union
+//!   of a batch's buckets under the next versions and writes it as one store request; writes
+//!   run one after the other, in order, so readers never wait for them and the store never
+//!   holds two writes of a cell at once. If batches closed while the previous write was in
+//!   flight, the next write covers all of them at once (current contents of the union of their
+//!   buckets), so the write-back rate is not capped at one batch per round trip. A bucket leaves the subtree only when a
+//!   write-back of it has completed, it has not changed since, and no fetched path that has not
+//!   yet been written back covers it (paths are *pinned* from the moment they are requested to
+//!   the completion of the write-back that includes them).
+//!
+//! Why a fetched copy can be trusted when its bucket is not in the subtree: the path was pinned
+//! when the request was issued, so if the bucket was not in the subtree then, no write-back of
+//! it was running (a bucket stays in the subtree until its write-back completes); and if it
+//! entered the subtree later, it is still there on arrival (pinned) and the fetched copy is
+//! ignored. So the stored copy did not change while the fetch was in flight, and it opens under
+//! the trusted version of the cell. A stale or replayed cell fails authentication.
+//!
+//! Locks are never held across an `.await`; decryption and sealing happen outside the lock.
+//! Each request runs on its own spawned task, so a caller that drops its future does not leave
+//! the engine half-way through a request.
+//!
+//! The bucket format is the one of [`blindfold_oram::PathOram`] (`Z` slots of `id + 1`, leaf,
+//! block) and the store layout is the same, so a store filled by
+//! [`SealedPathOram::bulk_load`](crate::SealedPathOram::bulk_load) can be taken over with
+//! [`TaoOram::from_path_state`]. Cells never written read as empty buckets, so a fresh store
+//! needs no initialisation.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use blindfold_crypto::{CellSealer, MasterKey, StoreId};
+//! use blindfold_oram::BlockId;
+//! use blindfold_proxy::{TaoConfig, TaoOram};
+//! use blindfold_store::{MemoryStore, Store};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let config = TaoConfig::builder(1000, 64).write_back_every(8).build().unwrap();
+//! let store: Arc<dyn Store> = Arc::new(MemoryStore::new(config.geometry().unwrap()));
+//! let sealer = CellSealer::new(&MasterKey::generate(), StoreId::random(), 0);
+//! let oram = Arc::new(TaoOram::new(config, store, sealer).unwrap());
+//! // Many requests in flight at once; replies come back in submission order.
+//! let writes: Vec<_> = (0..20u8)
+//!     .map(|i| oram.submit(BlockId(u64::from(i)), blindfold_oram::Op::Write(vec![i; 64])))
+//!     .collect::<Result<_, _>>()
+//!     .unwrap();
+//! for w in writes {
+//!     w.await.unwrap();
+//! }
+//! assert_eq!(oram.read(BlockId(7)).await.unwrap(), vec![7; 64]);
+//! // Quiesce, then save the trusted state (position map, stash, versions).
+//! oram.flush().await.unwrap();
+//! let state = oram.export_state().unwrap();
+//! assert_eq!(state.posmap.len(), 1000);
+//! # });
+//! ```
+//!
+//! # Security
+//!
+//! The store sees, per logical request, one read of one whole path (all `L + 1` buckets) to a
+//! leaf drawn uniformly at random and never used before; and after every `k` paths a batched
+//! write of exactly the buckets of those `k` paths (a set fixed by their leaves, which the store
+//! already saw), sealed under fresh nonces — or, if the previous write was still in flight, one
+//! write of the buckets of every batch closed meanwhile. [`TaoOram::flush`] writes back the
+//! paths of an incomplete batch the same way. What leaks: the number of requests and when they
+//! arrive, when replies leave (in arrival order), when flushes happen, and how many batches
+//! each write covers (a function of those times and of the store's own reply times). Which block a request touches,
+//! whether it is a read or a write, and whether two requests touch the same block do not leak,
+//! also when the store delays or reorders replies at will: the requests' paths are fixed at
+//! arrival, before any reply.
+
+use std::collections::hash_map::Entry as MapEntry;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use blindfold_crypto::CellSealer;
+use blindfold_oram::path::SLOT_HEADER;
+use blindfold_oram::{BlockId, Leaf, Op, OramError, PathOramConfig, PosMapMode, TreeShape};
+use blindfold_store::{CellId, Geometry, Store};
+use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{oneshot, Notify};
+
+use crate::path::{open_cell, seal_cell, with_retry, write_sealed, RetryPolicy};
+use crate::{ProxyError, Result, SealedPathOram, SealedPathState, VersionTable};
+
+/// Default number of fetched paths per write-back (TaoStore's `k`).
+pub const DEFAULT_WRITE_BACK_EVERY: usize = 40;
+
+/// Default bound on the stash, in blocks.
+pub const DEFAULT_STASH_LIMIT: usize = 1000;
+
+/// Default bound on the subtree, in buckets.
+pub const DEFAULT_SUBTREE_LIMIT: usize = 1 << 18;
+
+/// Validated parameters of a [`TaoOram`]. Build with [`TaoConfig::builder`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaoConfig {
+    tree: PathOramConfig,
+    write_back_every: usize,
+    stash_limit: usize,
+    subtree_limit: usize,
+}
+
+/// Builder for [`TaoConfig`].
+#[derive(Clone, Debug)]
+pub struct TaoConfigBuilder {
+    blocks: u64,
+    block_size: u32,
+    z: u32,
+    leaves: Option<u64>,
+    write_back_every: usize,
+    stash_limit: usize,
+    subtree_limit: usize,
+}
+
+impl TaoConfig {
+    /// Starts a configuration for `blocks` logical blocks of `block_size` bytes.
+    pub fn builder(blocks: u64, block_size: u32) -> TaoConfigBuilder {
+        TaoConfigBuilder {
+            blocks,
+            block_size,
+            z: 4,
+            leaves: None,
+            write_back_every: DEFAULT_WRITE_BACK_EVERY,
+            stash_limit: DEFAULT_STASH_LIMIT,
+            subtree_limit: DEFAULT_SUBTREE_LIMIT,
+        }
+    }
+
+    /// The tree's parameters, as a (non-recursive, uncached) Path ORAM configuration.
+    pub fn tree(&self) -> &PathOramConfig {
+        &self.tree
+    }
+    /// Logical capacity in blocks.
+    pub fn blocks(&self) -> u64 {
+        self.tree.blocks()
+    }
+    /// Bytes per block.
+    pub fn block_size(&self) -> u32 {
+        self.tree.block_size()
+    }
+    /// Slots per bucket.
+    pub fn z(&self) -> u32 {
+        self.tree.z()
+    }
+    /// Shape of the tree.
+    pub fn shape(&self) -> TreeShape {
+        self.tree.trees()[0].shape
+    }
+    /// Fetched paths per write-back (`k`).
+    pub fn write_back_every(&self) -> usize {
+        self.write_back_every
+    }
+    /// Stash bound in blocks.
+    pub fn stash_limit(&self) -> usize {
+        self.stash_limit
+    }
+    /// Subtree bound in buckets.
+    pub fn subtree_limit(&self) -> usize {
+        self.subtree_limit
+    }
+    /// The same configuration with write-back interval `k` (the tree is unchanged, so state
+    /// exported under one `k` can be imported under another).
+    pub fn with_write_back_every(mut self, k: usize) -> Result<Self> {
+        if k == 0 {
+            return Err(OramError::InvalidConfig(
+                "write-back interval k must be at least 1".into(),
+            )
+            .into());
+        }
+        self.write_back_every = k;
+        Ok(self)
+    }
+    /// The store shape this configuration needs (the same as [`SealedPathOram::geometry`]).
+    pub fn geometry(&self) -> Result<Geometry> {
+        SealedPathOram::geometry(&self.tree)
+    }
+}
+
+impl TaoConfigBuilder {
+    /// Slots per bucket (default 4).
+    pub fn z(mut self, z: u32) -> Self {
+        self.z = z;
+        self
+    }
+    /// Leaves of the tree (rounded up to a power of two; default `blocks / Z`).
+    pub fn leaves(mut self, leaves: u64) -> Self {
+        self.leaves = Some(leaves);
+        self
+    }
+    /// Write back after every `k` fetched paths (default 40).
+    pub fn write_back_every(mut self, k: usize) -> Self {
+        self.write_back_every = k;
+        self
+    }
+    /// Stash bound in blocks (default 1000).
+    pub fn stash_limit(mut self, blocks: usize) -> Self {
+        self.stash_limit = blocks;
+        self
+    }
+    /// Subtree bound in buckets (default 2^18).
+    pub fn subtree_limit(mut self, buckets: usize) -> Self {
+        self.subtree_limit = buckets;
+        self
+    }
+    /// Checks the parameters.
+    pub fn build(self) -> Result<TaoConfig> {
+        let bad = |m: String| Err(ProxyError::Oram(OramError::InvalidConfig(m)));
+        if self.write_back_every == 0 {
+            return bad("write-back interval k must be at least 1".into());
+        }
+        if self.stash_limit == 0 || self.subtree_limit == 0 {
+            return bad("stash and subtree limits must be at least 1".into());
+        }
+        let mut b = PathOramConfig::builder(self.blocks, self.block_size)
+            .z(self.z)
+            .stash_limit(self.stash_limit)
+            .posmap(PosMapMode::InMemory);
+        if let Some(l) = self.leaves {
+            b = b.leaves(l);
+        }
+        let tree = b.build()?;
+        Ok(TaoConfig {
+            tree,
+            write_back_every: self.write_back_every,
+            stash_limit: self.stash_limit,
+            subtree_limit: self.subtree_limit,
+        })
+    }
+}
+
+/// Running statistics of a [`TaoOram`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaoStats {
+    /// Logical requests accepted.
+    pub requests: u64,
+    /// Paths fetched from the store (one per request).
+    pub paths_fetched: u64,
+    /// Requests that fetched a random path because a real read of their block was in flight.
+    pub fake_reads: u64,
+    /// Batches of `k` paths written back.
+    pub write_backs: u64,
+    /// Store writes issued by write-backs (fewer than batches when the writer fell behind
+    /// and wrote several queued batches at once).
+    pub write_requests: u64,
+    /// Cells written by write-backs.
+    pub cells_written: u64,
+    /// Largest stash seen (blocks).
+    pub max_stash: usize,
+    /// Largest subtree seen (buckets).
+    pub max_subtree: usize,
+    /// Most requests in flight at once.
+    pub max_in_flight: usize,
+}
+
+/// Trusted state of a quiescent [`TaoOram`] (after [`TaoOram::flush`]): enough to continue
+/// with [`TaoOram::from_state`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaoState {
+    /// Parameters.
+    pub config: TaoConfig,
+    /// Position map: leaf + 1 per block, 0 if never assigned.
+    pub posmap: Vec<u32>,
+    /// Stash: (block id, leaf, contents).
+    pub stash: Vec<(u64, u32, Vec<u8>)>,
+    /// Version of every cell.
+    pub versions: VersionTable,
+    /// Statistics so far.
+    pub stats: TaoStats,
+}
+
+/// A block in trusted memory: its leaf and contents (shared, so snapshots are cheap).
+#[derive(Clone, Debug)]
+struct Slot {
+    id: u64,
+    leaf: u32,
+    data: Arc<[u8]>,
+}
+
+/// A bucket held in the subtree.
+#[derive(Debug)]
+struct Node {
+    slots: Vec<Slot>,
+    /// Value of the modification clock when this bucket last changed.
+    modified: u64,
+}
+
+/// A request waiting for the real read of its block.
+struct Waiter {
+    op: Op,
+    reply: oneshot::Sender<Vec<u8>>,
+}
+
+struct State {
+    posmap: Vec<u32>,
+    stash: HashMap<u64, Slot>,
+    subtree: HashMap<u64, Node>,
+    /// Fetched-or-requested paths not yet written back that cover each bucket.
+    pins: HashMap<u64, u32>,
+    versions: VersionTable,
+    /// Blocks with a real read in flight, with the requests that arrived for them since.
+    pending: HashMap<u64, Vec<Waiter>>,
+    /// Paths fetched and evicted since the last write-back snapshot.
+    batch: Vec<Leaf>,
+    clock: u64,
+    rng: ChaCha20Rng,
+    /// Released when the most recent request's reply is released.
+    seq_tail: Option<oneshot::Receiver<()>>,
+    /// Closed batches waiting for the writer.
+    wb_queue: Vec<Vec<Leaf>>,
+    /// Whether the writer task is running.
+    wb_running: bool,
+    in_flight: usize,
+    poisoned: bool,
+    stats: TaoStats,
+}
+
+impl State {
+    fn random_leaf(&mut self, shape: TreeShape) -> Leaf {
+        Leaf(self.rng.gen_range(0..shape.leaves()))
+    }
+}
+
+struct Shared {
+    config: TaoConfig,
+    store: Arc<dyn Store>,
+    sealer: CellSealer,
+    retry: RetryPolicy,
+    state: Mutex<State>,
+    /// Signalled whenever a request completes or a write-back finishes.
+    changed: Notify,
+}
+
+/// Concurrent oblivious storage engine (TaoStore design) over a sealed store. See the module
+/// docs for the design and what the store learns.
+///
+/// All methods take `&self`; share it as `Arc<TaoOram>` between tasks. Must be used inside a
+/// tokio runtime (each request runs on a spawned task).
+///
+/// Any storage failure that outlasts the retries, and any integrity violation, *poisons* the
+/// instance: later requests fail with [`ProxyError::Poisoned`]; reload exported state.
+pub struct TaoOram {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for TaoOram {
+    // Leaves and block ids are secrets: print only public parameters.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaoOram")
+            .field("config", &self.shared.config)
+            .field("store", &self.shared.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a request learned at arrival.
+enum Kind {
+    Real(Op),
+    Fake(oneshot::Receiver<Vec<u8>>),
+}
+
+struct Begun {
+    block: u64,
+    leaf: Leaf,
+    kind: Kind,
+    prev: Option<oneshot::Receiver<()>>,
+    release: oneshot::Sender<()>,
+}
+
+impl TaoOram {
+    /// A new, empty engine (never-written cells read as empty buckets: no initialisation).
+    pub fn new(config: TaoConfig, store: Arc<dyn Store>, sealer: CellSealer) -> Result<Self> {
+        Self::with_rng(config, store, sealer, ChaCha20Rng::from_entropy())
+    }
+
+    /// A new, empty engine drawing leaves from `rng` (seeded for reproducible tests).
+    pub fn with_rng(
+        config: TaoConfig,
+        store: Arc<dyn Store>,
+        sealer: CellSealer,
+        rng: ChaCha20Rng,
+    ) -> Result<Self> {
+        let state = TaoState {
+            posmap: vec![0; config.blocks() as usize],
+            stash: Vec::new(),
+            versions: VersionTable::new(config.tree.total_cells()),
+            stats: TaoStats::default(),
+            config,
+        };
+        Self::from_state(state, store, sealer, rng)
+    }
+
+    /// Continues from exported trusted state.
+    pub fn from_state(
+        state: TaoState,
+        store: Arc<dyn Store>,
+        sealer: CellSealer,
+        rng: ChaCha20Rng,
+    ) -> Result<Self> {
+        let config = state.config;
+        let needed = config.geometry()?;
+        let found = store.geometry();
+        if found.cell_size() != needed.cell_size() || found.cell_count() < needed.cell_count() {
+            return Err(ProxyError::Geometry {
+                found: format!("{} cells of {} bytes", found.cell_count(), found.cell_size()),
+                needed: format!(
+                    "at least {} cells of {} bytes",
+                    needed.cell_count(),
+                    needed.cell_size()
+                ),
+            });
+        }
+        let bad = |m: &str| Err(ProxyError::State(format!("imported TaoStore state: {m}")));
+        if state.posmap.len() as u64 != config.blocks() {
+            return bad("position map size does not match the configuration");
+        }
+        if state.versions.len() != config.tree.total_cells() {
+            return bad("version table size does not match the configuration");
+        }
+        let leaves = config.shape().leaves();
+        let mut stash = HashMap::with_capacity(state.stash.len());
+        for (id, leaf, data) in state.stash {
+            if id >= config.blocks()
+                || u64::from(leaf) >= leaves
+                || data.len() != config.block_size() as usize
+            {
+                return bad("stash entry out of range");
+            }
+            stash.insert(id, Slot { id, leaf, data: data.into() });
+        }
+        let st = State {
+            posmap: state.posmap,
+            stash,
+            subtree: HashMap::new(),
+            pins: HashMap::new(),
+            versions: state.versions,
+            pending: HashMap::new(),
+            batch: Vec::new(),
+            clock: 0,
+            rng,
+            seq_tail: None,
+            wb_queue: Vec::new(),
+            wb_running: false,
+            in_flight: 0,
+            poisoned: false,
+            stats: state.stats,
+        };
+        Ok(Self {
+            shared: Arc::new(Shared {
+                config,
+                store,
+                sealer,
+                retry: RetryPolicy::default(),
+                state: Mutex::new(st),
+                changed: Notify::new(),
+            }),
+        })
+    }
+
+    /// Takes over a store filled by [`SealedPathOram`] (for example by its bulk load): same
+    /// tree, same bucket format. The Path ORAM must have used an in-memory position map, no
+    /// cached levels and the tree shape of `config`.
+    pub fn from_path_state(
+        config: TaoConfig,
+        state: SealedPathState,
+        store: Arc<dyn Store>,
+        sealer: CellSealer,
+        rng: ChaCha20Rng,
+    ) -> Result<Self> {
+        let oram = state.oram;
+        let same = oram.config.trees() == config.tree.trees()
+            && oram.config.block_size() == config.block_size()
+            && oram.config.z() == config.z()
+            && oram.config.cache_levels() == 0
+            && oram.config.posmap() == PosMapMode::InMemory
+            && oram.stashes.len() == 1;
+        if !same {
+            return Err(ProxyError::State(
+                "the Path ORAM state does not have this engine's tree".into(),
+            ));
+        }
+        let stash = oram.stashes.into_iter().next().unwrap_or_default();
+        let tao = TaoState {
+            posmap: oram.top,
+            stash,
+            versions: state.versions,
+            stats: TaoStats::default(),
+            config,
+        };
+        Self::from_state(tao, store, sealer, rng)
+    }
+
+    /// The parameters.
+    pub fn config(&self) -> &TaoConfig {
+        &self.shared.config
+    }
+
+    /// The store this engine reads and writes.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.shared.store
+    }
+
+    /// Reads a block (zeros if never written).
+    pub async fn read(&self, block: BlockId) -> Result<Vec<u8>> {
+        self.access(block, Op::Read).await
+    }
+
+    /// Writes a block.
+    pub async fn write(&self, block: BlockId, data: Vec<u8>) -> Result<()> {
+        self.access(block, Op::Write(data)).await.map(drop)
+    }
+
+    /// One logical access; returns the block's contents before it. Requests are ordered by
+    /// the moment this is called: a request sees the effect of every request that arrived
+    /// before it, and its reply is released after theirs.
+    pub async fn access(&self, block: BlockId, op: Op) -> Result<Vec<u8>> {
+        self.submit(block, op)?.await
+    }
+
+    /// Submits a request *now* and returns its reply as a future. The request's place in the
+    /// order is fixed by this call (not by when the future is first polled), and it is served
+    /// even if the future is dropped.
+    pub fn submit(&self, block: BlockId, op: Op) -> Result<Reply> {
+        let begun = self.shared.begin(block, op)?;
+        let shared = Arc::clone(&self.shared);
+        Ok(Reply(tokio::spawn(async move { shared.finish(begun).await })))
+    }
+
+    /// Waits until no request is in flight, writes back every path fetched so far (an
+    /// incomplete batch too), waits for every write-back and flushes the store. Afterwards the
+    /// subtree is empty and [`TaoOram::export_state`] succeeds, as long as no new request
+    /// arrived meanwhile.
+    pub async fn flush(&self) -> Result<()> {
+        let sh = &self.shared;
+        sh.wait_until(|s| s.in_flight == 0).await;
+        let job = {
+            let mut s = sh.state.lock();
+            if s.poisoned {
+                return Err(ProxyError::Poisoned);
+            }
+            !s.batch.is_empty() && sh.close_batch(&mut s)
+        };
+        if job {
+            sh.spawn_writer();
+        }
+        sh.wait_until(|s| !s.wb_running).await;
+        if sh.state.lock().poisoned {
+            return Err(ProxyError::Poisoned);
+        }
+        with_retry(sh.retry, || sh.store.flush()).await?;
+        Ok(())
+    }
+
+    /// Exports the trusted state. Only when quiescent: after [`TaoOram::flush`] with no request
+    /// in flight.
+    pub fn export_state(&self) -> Result<TaoState> {
+        let s = self.shared.state.lock();
+        if s.poisoned {
+            return Err(ProxyError::Poisoned);
+        }
+        if s.in_flight != 0 || !s.subtree.is_empty() || !s.batch.is_empty() || s.wb_running {
+            return Err(ProxyError::State(
+                "TaoStore engine is not quiescent: flush with no request in flight first".into(),
+            ));
+        }
+        let mut stash: Vec<_> = s.stash.values().map(|e| (e.id, e.leaf, e.data.to_vec())).collect();
+        stash.sort_unstable_by_key(|e| e.0);
+        Ok(TaoState {
+            config: self.shared.config.clone(),
+            posmap: s.posmap.clone(),
+            stash,
+            versions: s.versions.clone(),
+            stats: s.stats.clone(),
+        })
+    }
+
+    /// Statistics so far.
+    pub fn stats(&self) -> TaoStats {
+        self.shared.state.lock().stats.clone()
+    }
+
+    /// Blocks in the stash now.
+    pub fn stash_len(&self) -> usize {
+        self.shared.state.lock().stash.len()
+    }
+
+    /// Buckets in the subtree now.
+    pub fn subtree_len(&self) -> usize {
+        self.shared.state.lock().subtree.len()
+    }
+
+    /// Bytes of trusted memory now: position map, stash, subtree and version table.
+    pub fn trusted_bytes(&self) -> u64 {
+        let s = self.shared.state.lock();
+        let block = u64::from(self.shared.config.block_size()) + SLOT_HEADER as u64;
+        let slots: u64 = s.subtree.values().map(|n| n.slots.len() as u64).sum();
+        s.posmap.len() as u64 * 4
+            + (s.stash.len() as u64 + slots) * block
+            + s.subtree.len() as u64 * 16
+            + s.versions.trusted_bytes()
+    }
+
+    /// Whether a failure poisoned the instance.
+    pub fn is_poisoned(&self) -> bool {
+        self.shared.state.lock().poisoned
+    }
+}
+
+impl Shared {
+    fn shape(&self) -> TreeShape {
+        self.config.shape()
+    }
+
+    fn path_buckets(&self, leaf: Leaf) -> impl Iterator<Item = u64> {
+        let shape = self.shape();
+        (0..shape.levels()).map(move |l| shape.bucket_on_path(leaf, l).0)
+    }
+
+    /// Arrival: sequencer ticket, leaf lookup and remap, real or fake read, pins. No I/O.
+    fn begin(&self, block: BlockId, op: Op) -> Result<Begun> {
+        let config = &self.config;
+        if block.0 >= config.blocks() {
+            return Err(
+                OramError::BlockOutOfRange { block: block.0, blocks: config.blocks() }.into()
+            );
+        }
+        if let Op::Write(d) = &op {
+            if d.len() != config.block_size() as usize {
+                return Err(OramError::WrongBlockSize {
+                    got: d.len(),
+                    expected: config.block_size(),
+                }
+                .into());
+            }
+        }
+        let shape = self.shape();
+        let mut guard = self.state.lock();
+        let s = &mut *guard;
+        if s.poisoned {
+            return Err(ProxyError::Poisoned);
+        }
+        let (release, rx) = oneshot::channel();
+        let prev = s.seq_tail.replace(rx);
+        let id = block.0;
+        let old = match s.posmap[id as usize] {
+            0 => s.random_leaf(shape),
+            v => Leaf(u64::from(v - 1)),
+        };
+        let fresh = s.random_leaf(shape);
+        s.posmap[id as usize] = fresh.0 as u32 + 1;
+        let (leaf, kind) = match s.pending.get_mut(&id) {
+            Some(waiters) => {
+                // A real read of this block is in flight: answer from it, and meanwhile read
+                // a path that is as random as any other request's.
+                let (reply, answer) = oneshot::channel();
+                waiters.push(Waiter { op, reply });
+                s.stats.fake_reads += 1;
+                (s.random_leaf(shape), Kind::Fake(answer))
+            }
+            None => {
+                s.pending.insert(id, Vec::new());
+                (old, Kind::Real(op))
+            }
+        };
+        for b in self.path_buckets(leaf) {
+            *s.pins.entry(b).or_insert(0) += 1;
+        }
+        s.in_flight += 1;
+        s.stats.requests += 1;
+        s.stats.max_in_flight = s.stats.max_in_flight.max(s.in_flight);
+        Ok(Begun { block: id, leaf, kind, prev, release })
+    }
+
+    /// Serves a request, then releases its reply in arrival order.
+    async fn finish(self: Arc<Self>, begun: Begun) -> Result<Vec<u8>> {
+        let Begun { block, leaf, kind, prev, release } = begun;
+        let result = self.serve(block, leaf, kind).await;
+        if let Some(prev) = prev {
+            // An error means the earlier request's task is gone; its reply is released too.
+            let _ = prev.await;
+        }
+        let _ = release.send(());
+        result
+    }
+
+    async fn serve(self: &Arc<Self>, block: u64, leaf: Leaf, kind: Kind) -> Result<Vec<u8>> {
+        let real = matches!(kind, Kind::Real(_));
+        let outcome = self.fetch_and_evict(block, leaf, kind).await;
+        let answer = {
+            let mut s = self.state.lock();
+            s.in_flight -= 1;
+            match outcome {
+                Ok((answer, None)) => Ok(answer),
+                // The request took effect and the state is consistent; only the bound on
+                // trusted memory was exceeded.
+                Ok((_, Some(what))) => Err(ProxyError::Capacity(what)),
+                Err(e) => {
+                    if real {
+                        // Dropping the waiters tells them the read failed.
+                        s.pending.remove(&block);
+                    }
+                    s.poisoned = true;
+                    tracing::warn!(error = %e, "TaoStore request failed; instance poisoned");
+                    Err(e)
+                }
+            }
+        };
+        self.changed.notify_waiters();
+        match answer? {
+            Answer::Now(data) => Ok(data),
+            Answer::Later(rx) => rx.await.map_err(|_| ProxyError::Poisoned),
+        }
+    }
+
+    /// Fetches the path, merges it into the subtree, answers (if real), evicts, and plans a
+    /// write-back every `k` paths.
+    async fn fetch_and_evict(
+        self: &Arc<Self>,
+        block: u64,
+        leaf: Leaf,
+        kind: Kind,
+    ) -> Result<(Answer, Option<String>)> {
+        let buckets: Vec<u64> = self.path_buckets(leaf).collect();
+        let cells: Vec<CellId> = buckets.iter().map(|&b| CellId(b)).collect();
+        let fetched = with_retry(self.retry, || self.store.read(&cells)).await?;
+
+        // Which fetched buckets are not in the subtree yet, and their trusted versions.
+        let absent: Vec<(usize, u64)> = {
+            let s = self.state.lock();
+            buckets
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| !s.subtree.contains_key(b))
+                .map(|(i, &b)| (i, s.versions.get(b)))
+                .collect()
+        };
+        // Decrypt outside the lock.
+        let mut fetched: Vec<Option<Vec<u8>>> = fetched.into_iter().map(Some).collect();
+        let mut opened = Vec::with_capacity(absent.len());
+        for (i, version) in absent {
+            let raw = fetched[i].take().unwrap_or_default();
+            let slots = if version == 0 {
+                Vec::new()
+            } else {
+                let plain = open_cell(&self.sealer, cells[i], version, raw)?;
+                self.decode_bucket(&plain)?
+            };
+            opened.push((buckets[i], slots));
+        }
+
+        let mut guard = self.state.lock();
+        let s = &mut *guard;
+        s.clock += 1;
+        let clock = s.clock;
+        for (b, slots) in opened {
+            // Another request may have brought this bucket in meanwhile: its copy is as fresh
+            // or fresher.
+            if let MapEntry::Vacant(v) = s.subtree.entry(b) {
+                v.insert(Node { slots, modified: clock });
+            }
+        }
+        let answer = match kind {
+            Kind::Real(op) => Answer::Now(self.answer(s, block, &buckets, op)?),
+            Kind::Fake(rx) => Answer::Later(rx),
+        };
+        s.stats.paths_fetched += 1;
+        self.evict(s, leaf, &buckets);
+        s.stats.max_stash = s.stats.max_stash.max(s.stash.len());
+        s.stats.max_subtree = s.stats.max_subtree.max(s.subtree.len());
+        s.batch.push(leaf);
+        let job = s.batch.len() >= self.config.write_back_every && self.close_batch(s);
+        let over = if s.stash.len() > self.config.stash_limit {
+            Some(format!("stash holds {} blocks, limit {}", s.stash.len(), self.config.stash_limit))
+        } else if s.subtree.len() > self.config.subtree_limit {
+            Some(format!(
+                "subtree holds {} buckets, limit {}",
+                s.subtree.len(),
+                self.config.subtree_limit
+            ))
+        } else {
+            None
+        };
+        drop(guard);
+        if job {
+            self.spawn_writer();
+        }
+        Ok((answer, over))
+    }
+
+    /// Serves a real read: finds the block on its old path or in the stash, applies this
+    /// request's operation and then those of the requests that arrived for it meanwhile, in
+    /// arrival order, and gives it its newest leaf.
+    fn answer(&self, s: &mut State, block: u64, path: &[u64], op: Op) -> Result<Vec<u8>> {
+        let mut found = s.stash.remove(&block);
+        if found.is_none() {
+            for b in path {
+                let node = s.subtree.get_mut(b).expect("the whole path is in the subtree");
+                if let Some(i) = node.slots.iter().position(|e| e.id == block) {
+                    found = Some(node.slots.swap_remove(i));
+                    node.modified = s.clock;
+                    break;
+                }
+            }
+        }
+        let zeros = || -> Arc<[u8]> { vec![0u8; self.config.block_size() as usize].into() };
+        let mut current: Option<Arc<[u8]>> = found.map(|e| e.data);
+        let mut apply = |op: Op| -> Vec<u8> {
+            let before = current.clone().unwrap_or_else(zeros).to_vec();
+            if let Op::Write(data) = op {
+                current = Some(data.into());
+            }
+            before
+        };
+        let mine = apply(op);
+        let waiters = s.pending.remove(&block).unwrap_or_default();
+        for w in waiters {
+            let before = apply(w.op);
+            // A waiter whose task is gone has nobody to answer.
+            let _ = w.reply.send(before);
+        }
+        if let Some(data) = current {
+            let leaf = s.posmap[block as usize];
+            debug_assert!(leaf > 0, "an accessed block has a leaf");
+            s.stash.insert(block, Slot { id: block, leaf: leaf - 1, data });
+        }
+        Ok(mine)
+    }
+
+    /// Greedy eviction of the stash and the path to `leaf` into the path's buckets (all in the
+    /// subtree), deepest first.
+    fn evict(&self, s: &mut State, leaf: Leaf, path: &[u64]) {
+        let shape = self.shape();
+        let z = self.config.z() as usize;
+        let levels = path.len();
+        let mut by_depth: Vec<Vec<Slot>> = vec![Vec::new(); levels];
+        for b in path {
+            let node = s.subtree.get_mut(b).expect("the whole path is in the subtree");
+            for e in node.slots.drain(..) {
+                let d = shape.common_depth(leaf, Leaf(u64::from(e.leaf)));
+                by_depth[d as usize].push(e);
+            }
+        }
+        for (_, e) in s.stash.drain() {
+            let d = shape.common_depth(leaf, Leaf(u64::from(e.leaf)));
+            by_depth[d as usize].push(e);
+        }
+        let mut pool: Vec<Slot> = Vec::new();
+        for level in (0..levels).rev() {
+            pool.append(&mut by_depth[level]);
+            let node = s.subtree.get_mut(&path[level]).expect("the whole path is in the subtree");
+            let take = pool.len().min(z);
+            node.slots.extend(pool.drain(pool.len() - take..));
+            node.modified = s.clock;
+        }
+        for e in pool {
+            s.stash.insert(e.id, e);
+        }
+    }
+
+    /// Closes the current batch; returns whether the writer must be started.
+    fn close_batch(&self, s: &mut State) -> bool {
+        let paths = std::mem::take(&mut s.batch);
+        s.wb_queue.push(paths);
+        !std::mem::replace(&mut s.wb_running, true)
+    }
+
+    fn spawn_writer(self: &Arc<Self>) {
+        let shared = Arc::clone(self);
+        tokio::spawn(async move { shared.writer().await });
+    }
+
+    /// The writer: one write-back at a time, in order. Each takes every closed batch queued so
+    /// far (normally one; several when the previous write was slow), snapshots the current
+    /// contents of the union of their paths' buckets under the next versions, seals and
+    /// writes them as one batch, then lets go of the buckets nobody needs any more.
+    ///
+    /// Being one task, it never has two writes of a cell in flight, so the store can never
+    /// apply an older version over a newer one. Writing several queued batches at once keeps
+    /// the write-back rate from being capped at one batch per round trip; how many batches a
+    /// write covers depends only on when requests arrived and when the store answered.
+    async fn writer(&self) {
+        loop {
+            let (paths, cells, clock) = {
+                let mut guard = self.state.lock();
+                let s = &mut *guard;
+                if s.wb_queue.is_empty() || s.poisoned {
+                    s.wb_running = false;
+                    drop(guard);
+                    self.changed.notify_waiters();
+                    return;
+                }
+                let batches = std::mem::take(&mut s.wb_queue);
+                s.stats.write_backs += batches.len() as u64;
+                let paths: Vec<Leaf> = batches.into_iter().flatten().collect();
+                let mut buckets: Vec<u64> =
+                    paths.iter().flat_map(|&l| self.path_buckets(l)).collect();
+                buckets.sort_unstable();
+                buckets.dedup();
+                let mut cells = Vec::with_capacity(buckets.len());
+                for b in buckets {
+                    // Pinned buckets stay in the subtree until written back.
+                    let slots = s.subtree.get(&b).map(|n| n.slots.clone()).unwrap_or_default();
+                    debug_assert!(s.subtree.contains_key(&b), "pinned buckets stay in the subtree");
+                    let version = s.versions.next(b);
+                    s.versions.set(b, version);
+                    cells.push((b, version, slots));
+                }
+                (paths, cells, s.clock)
+            };
+            let count = cells.len() as u64;
+            let ids: Vec<u64> = cells.iter().map(|c| c.0).collect();
+            let result = async {
+                let mut sealed = Vec::with_capacity(cells.len());
+                for (b, version, slots) in cells {
+                    let plain = self.encode_bucket(&slots);
+                    sealed.push((CellId(b), seal_cell(&self.sealer, CellId(b), version, &plain)?));
+                }
+                write_sealed(&*self.store, self.retry, sealed).await
+            }
+            .await;
+            {
+                let mut guard = self.state.lock();
+                let s = &mut *guard;
+                match result {
+                    Ok(()) => {
+                        for leaf in paths {
+                            for b in self.path_buckets(leaf) {
+                                if let MapEntry::Occupied(mut o) = s.pins.entry(b) {
+                                    *o.get_mut() -= 1;
+                                    if *o.get() == 0 {
+                                        o.remove();
+                                    }
+                                }
+                            }
+                        }
+                        for b in ids {
+                            let unneeded = !s.pins.contains_key(&b)
+                                && s.subtree.get(&b).is_some_and(|n| n.modified <= clock);
+                            if unneeded {
+                                s.subtree.remove(&b);
+                            }
+                        }
+                        s.stats.write_requests += 1;
+                        s.stats.cells_written += count;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "TaoStore write-back failed; instance poisoned");
+                        s.poisoned = true;
+                    }
+                }
+            }
+            self.changed.notify_waiters();
+        }
+    }
+
+    async fn wait_until(&self, cond: impl Fn(&State) -> bool) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if cond(&self.state.lock()) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn decode_bucket(&self, plain: &[u8]) -> Result<Vec<Slot>> {
+        let block = self.config.block_size() as usize;
+        let slot = SLOT_HEADER + block;
+        let z = self.config.z() as usize;
+        if plain.len() != z * slot {
+            return Err(OramError::Corrupt(format!(
+                "bucket of {} bytes, expected {}",
+                plain.len(),
+                z * slot
+            ))
+            .into());
+        }
+        let leaves = self.shape().leaves();
+        let mut out = Vec::new();
+        for raw in plain.chunks_exact(slot) {
+            let id1 = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
+            if id1 == 0 {
+                continue;
+            }
+            let leaf = u32::from_le_bytes(raw[8..12].try_into().expect("4 bytes"));
+            if id1 > self.config.blocks() || u64::from(leaf) >= leaves {
+                return Err(OramError::Corrupt(format!(
+                    "slot names block {} at leaf {leaf}",
+                    id1 - 1
+                ))
+                .into());
+            }
+            out.push(Slot { id: id1 - 1, leaf, data: raw[SLOT_HEADER..].into() });
+        }
+        Ok(out)
+    }
+
+    fn encode_bucket(&self, slots: &[Slot]) -> Vec<u8> {
+        let slot = SLOT_HEADER + self.config.block_size() as usize;
+        let mut out = vec![0u8; self.config.z() as usize * slot];
+        for (raw, e) in out.chunks_exact_mut(slot).zip(slots) {
+            raw[..8].copy_from_slice(&(e.id + 1).to_le_bytes());
+            raw[8..12].copy_from_slice(&e.leaf.to_le_bytes());
+            raw[SLOT_HEADER..].copy_from_slice(&e.data);
+        }
+        out
+    }
+}
+
+/// The reply to a request made with [`TaoOram::submit`]: resolves to the block's contents
+/// before the access. Replies resolve in the order their requests were submitted.
+#[derive(Debug)]
+pub struct Reply(tokio::task::JoinHandle<Result<Vec<u8>>>);
+
+impl std::future::Future for Reply {
+    type Output = Result<Vec<u8>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|joined| {
+            joined.map_err(|e| ProxyError::State(format!("TaoStore request task failed: {e}")))?
+        })
+    }
+}
+
+enum Answer {
+    Now(Vec<u8>),
+    Later(oneshot::Receiver<Vec<u8>>),
+}
