@@ -68,8 +68,11 @@ pub struct GatewayBench {
     pub capacity: Option<u64>,
     /// ORAM block size, bytes.
     pub block_size: u32,
-    /// Trusted memory for the top of the ORAM tree, MiB.
+    /// Trusted memory for the top of the ORAM tree, MiB (Path ORAM engine).
     pub cache_mib: u64,
+    /// The gateway's ORAM engine.
+    #[serde(serialize_with = "display")]
+    pub engine: blindfold_gateway::server::OramEngine,
     /// Emulated network between each gateway and its store (both sides alike): round trip,
     /// milliseconds (0: none).
     pub rtt_ms: u64,
@@ -82,8 +85,8 @@ pub struct GatewayBench {
     pub progress: bool,
 }
 
-fn display<S: serde::Serializer>(url: &StoreUrl, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(url)
+fn display<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
 }
 
 impl Default for GatewayBench {
@@ -99,6 +102,7 @@ impl Default for GatewayBench {
             capacity: None,
             block_size: 4096,
             cache_mib: blindfold_gateway::server::DEFAULT_CACHE_MIB,
+            engine: Default::default(),
             rtt_ms: 0,
             mbit: None,
             seed: 1,
@@ -425,6 +429,7 @@ async fn run_side_in(
         block_size: p.block_size,
         pad_objects: false,
         cache_mib: p.cache_mib,
+        engine: p.engine,
     };
     type Counting = CountingStore<Arc<dyn Store>>;
     let link = (p.rtt_ms > 0 || p.mbit.is_some()).then(|| {
@@ -639,7 +644,7 @@ pub fn render(r: &GatewayReport) -> String {
         "workload",
         format!(
             "{} ops on {} objects ({}–{}, log-uniform; {} loaded), {:.0}% GET, {} clients, \
-             store {}{}, capacity {}, ORAM cache {} MiB",
+             store {}{}, capacity {}, engine {}{}",
             p.ops,
             p.objects,
             size(p.min_size),
@@ -650,12 +655,19 @@ pub fn render(r: &GatewayReport) -> String {
             p.store,
             link_text(p),
             size(r.capacity_bytes),
-            p.cache_mib,
+            p.engine,
+            if p.engine == blindfold_gateway::server::OramEngine::PathOram {
+                format!(" (cache {} MiB)", p.cache_mib)
+            } else {
+                String::new()
+            },
         ),
     );
     s.push_str(&format!(
         "  {:<30} {:>22} {:>22}\n",
-        "", "gateway (Path ORAM)", "baseline (no ORAM)"
+        "",
+        format!("gateway ({})", p.engine),
+        "baseline (no ORAM)"
     ));
     row(&mut s, "ops/s", r, |x| format!("{:.1}", x.ops_per_sec));
     row(&mut s, "logical MB/s", r, |x| format!("{:.1}", x.mb_per_sec));

@@ -12,7 +12,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use blindfold_oram::{BlockId, Op};
-use blindfold_proxy::{DurablePathOram, ProxyError, Result, SealedDirect, VerifyReport};
+use blindfold_proxy::{
+    DurablePathOram, DurableTao, ProxyError, Result, SealedDirect, VerifyReport,
+};
 use futures::future::LocalBoxFuture;
 
 /// Storage of fixed-size logical blocks that many requests use at once.
@@ -244,6 +246,45 @@ impl BlockEngine for DurablePathOram {
         progress: &'a mut dyn FnMut(u64, u64),
     ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
         Box::pin(DurablePathOram::verify(self, progress))
+    }
+}
+
+/// The TaoStore engine serves many requests by itself: no queue in front of it.
+#[async_trait::async_trait]
+impl SharedEngine for DurableTao {
+    fn block_size(&self) -> usize {
+        self.engine().config().block_size() as usize
+    }
+
+    fn kind(&self) -> &'static str {
+        "tao"
+    }
+
+    fn durable(&self) -> bool {
+        true
+    }
+
+    async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        DurableTao::read_many(self, blocks).await
+    }
+
+    async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        DurableTao::write_many(self, blocks).await
+    }
+
+    async fn commit(&self) -> Result<()> {
+        DurableTao::commit(self).await
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        DurableTao::shutdown(self).await
+    }
+
+    fn verify<'a>(
+        &'a self,
+        progress: &'a mut dyn FnMut(u64, u64),
+    ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
+        Box::pin(DurableTao::verify(self, progress))
     }
 }
 

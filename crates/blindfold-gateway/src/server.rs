@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 
 use blindfold_crypto::{create_key_file, load_key_file, MasterKey, Passphrase, StoreId};
 use blindfold_oram::{PathOramConfig, PosMapMode};
-use blindfold_proxy::{DurablePathOram, SealedDirect, SealedPathOram};
+use blindfold_proxy::{DurablePathOram, DurableTao, SealedDirect, SealedPathOram, TaoConfig};
 use blindfold_store::{open_store, StoreUrl};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::{Deserialize, Serialize};
@@ -54,8 +54,51 @@ pub struct ServeConfig {
     pub block_size: u32,
     /// Pad object sizes to power-of-two block counts (used when creating).
     pub pad_objects: bool,
-    /// Trusted memory, in MiB, for keeping the top of the ORAM tree (used when creating).
+    /// Trusted memory, in MiB, for keeping the top of the ORAM tree (used when creating;
+    /// the sequential Path ORAM only).
     pub cache_mib: u64,
+    /// The ORAM engine of a new data directory.
+    pub engine: OramEngine,
+}
+
+/// The oblivious engine under the object layer, fixed when a data directory is created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OramEngine {
+    /// The TaoStore-style concurrent engine ([`DurableTao`]): many block accesses in flight at
+    /// once. The default.
+    #[default]
+    Tao,
+    /// The sequential crash-consistent Path ORAM ([`DurablePathOram`]): one access at a time,
+    /// paths of a batch fetched together; can keep the top of the tree in trusted memory.
+    PathOram,
+}
+
+impl std::str::FromStr for OramEngine {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "tao" => Ok(Self::Tao),
+            "path" | "path-oram" => Ok(Self::PathOram),
+            other => Err(format!("unknown engine {other:?} (use tao or path-oram)")),
+        }
+    }
+}
+
+impl std::fmt::Display for OramEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Tao => "tao",
+            Self::PathOram => "path-oram",
+        })
+    }
+}
+
+/// Paths the TaoStore engine fetches between two write-backs.
+pub const TAO_WRITE_BACK_EVERY: usize = 40;
+
+fn path_oram_engine() -> OramEngine {
+    OramEngine::PathOram
 }
 
 /// Default of [`ServeConfig::cache_mib`].
@@ -81,9 +124,12 @@ pub struct GatewayParams {
     /// Whether object sizes are padded.
     pub pad_objects: bool,
     /// Top levels of the ORAM tree kept in trusted memory (0 in directories made before
-    /// this option existed).
+    /// this option existed, and with the TaoStore engine).
     #[serde(default)]
     pub cache_levels: u32,
+    /// The ORAM engine (directories made before there was a choice use Path ORAM).
+    #[serde(default = "path_oram_engine")]
+    pub engine: OramEngine,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -153,6 +199,14 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     n.checked_mul(mult).ok_or_else(|| format!("{s} is too large"))
 }
 
+fn tao_config(params: &GatewayParams) -> Result<TaoConfig> {
+    TaoConfig::builder(params.blocks, params.block_size)
+        .z(params.z)
+        .write_back_every(TAO_WRITE_BACK_EVERY)
+        .build()
+        .map_err(|e| GatewayError::Config(e.to_string()))
+}
+
 fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
     // Keep at most 2^16 position-map entries in memory; bigger maps are stored recursively.
     let posmap = if params.blocks > 1 << 20 {
@@ -185,7 +239,8 @@ fn cache_levels_for(params: &GatewayParams, budget: u64) -> Result<u32> {
 /// Which engine stores the object layer's blocks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum EngineKind {
-    /// The crash-consistent Path ORAM: what the gateway always uses.
+    /// The data directory's crash-consistent ORAM engine ([`OramEngine`]): what the gateway
+    /// always uses.
     #[default]
     PathOram,
     /// **Benchmark baseline only**: blocks sealed at fixed cells with no ORAM and no crash
@@ -317,8 +372,17 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
             z: 4,
             pad_objects: cfg.pad_objects,
             cache_levels: 0,
+            engine: cfg.engine,
         };
-        let p = GatewayParams { cache_levels: cache_levels_for(&p, cfg.cache_mib << 20)?, ..p };
+        let p = match cfg.engine {
+            OramEngine::PathOram => {
+                GatewayParams { cache_levels: cache_levels_for(&p, cfg.cache_mib << 20)?, ..p }
+            }
+            OramEngine::Tao => {
+                tao_config(&p)?;
+                p
+            }
+        };
         oram_config(&p)?; // validate before writing anything
         write_private(&params_path, &serde_json::to_vec_pretty(&p).expect("json"))?;
         notes.push(format!(
@@ -336,7 +400,10 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
         .map_err(|e: blindfold_store::StoreError| GatewayError::Config(e.to_string()))?;
     let config = oram_config(&params)?;
     let (array, geometry) = match hooks.engine {
-        EngineKind::PathOram => (ARRAY, SealedPathOram::geometry(&config)?),
+        EngineKind::PathOram => match params.engine {
+            OramEngine::PathOram => (ARRAY, SealedPathOram::geometry(&config)?),
+            OramEngine::Tao => (ARRAY, tao_config(&params)?.geometry()?),
+        },
         EngineKind::DirectBaseline => {
             ("direct", SealedDirect::geometry(params.blocks, params.block_size)?)
         }
@@ -358,6 +425,21 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
             sealer,
             params.block_size,
         )?)))
+    } else if params.engine == OramEngine::Tao {
+        if DurableTao::exists(&oram_dir) {
+            let (engine, rec) = DurableTao::open(&oram_dir, store, &key).await?;
+            if rec.replayed > 0 || rec.torn_bytes > 0 {
+                notes.push(format!(
+                    "recovered after an unclean stop: replayed {} log records ({} cells)",
+                    rec.replayed, rec.cells_rewritten
+                ));
+            }
+            Arc::new(engine)
+        } else {
+            let id = StoreId::from_hex(&params.store_id)
+                .map_err(|e| GatewayError::Config(e.to_string()))?;
+            Arc::new(DurableTao::create(&oram_dir, tao_config(&params)?, store, &key, id).await?)
+        }
     } else if DurablePathOram::exists(&oram_dir) {
         let (engine, rec) = DurablePathOram::open(&oram_dir, store, &key).await?;
         if rec.replayed > 0 || rec.torn_bytes > 0 {
@@ -381,9 +463,11 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
         .map(|t| (1u64 << config.cache_levels().min(t.shape.levels())) - 1)
         .sum::<u64>()
         * config.bucket_bytes() as u64;
-    let snapshots =
-        crate::snapshot::open(&store_url, &key, params.blocks, config.total_cells(), cached)
-            .await?;
+    let cells = match params.engine {
+        OramEngine::PathOram => config.total_cells(),
+        OramEngine::Tao => tao_config(&params)?.tree().total_cells(),
+    };
+    let snapshots = crate::snapshot::open(&store_url, &key, params.blocks, cells, cached).await?;
     let objects = Arc::new(ObjectLayer::with_engine(directory, engine, params.pad_objects));
     Ok(Opened {
         objects,

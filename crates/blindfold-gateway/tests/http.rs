@@ -27,6 +27,8 @@ impl Running {
             capacity: 1 << 20,
             block_size: 4096,
             pad_objects: false,
+            cache_mib: server::DEFAULT_CACHE_MIB,
+            engine: Default::default(),
         };
         let opened = server::open(&cfg).await.unwrap();
         let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();

@@ -8,7 +8,7 @@ use blindfold_crypto::{MasterKey, StoreId};
 use blindfold_gateway::objects::ObjectLayer;
 use blindfold_gateway::{Directory, GatewayError};
 use blindfold_oram::PathOramConfig;
-use blindfold_proxy::{DurablePathOram, SealedPathOram};
+use blindfold_proxy::{DurablePathOram, DurableTao, SealedPathOram, TaoConfig};
 use blindfold_store::{MemoryStore, RecordingStore, Store, TraceEvent, TraceOp};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
@@ -164,9 +164,40 @@ async fn multipart_upload_assembles_parts_in_order() {
     assert!(matches!(s.layer.abort_upload("b", "gone", &id), Err(GatewayError::NoSuchUpload)));
 }
 
+/// The layer over the TaoStore engine (the gateway's default).
+async fn setup_tao(blocks: u64, block_size: u32) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let config = TaoConfig::builder(blocks, block_size).write_back_every(8).build().unwrap();
+    let recording = Arc::new(RecordingStore::new(MemoryStore::new(config.geometry().unwrap())));
+    let store: Arc<dyn Store> = recording.clone();
+    let mut engine = DurableTao::create(
+        &dir.path().join("oram"),
+        config,
+        store,
+        &MasterKey::generate(),
+        StoreId::random(),
+    )
+    .await
+    .unwrap();
+    engine.set_max_overlay(300); // commits forced by a full overlay happen too
+    let directory = Directory::open(&dir.path().join("meta.redb"), blocks).unwrap();
+    let layer = Arc::new(ObjectLayer::with_engine(directory, Arc::new(engine), false));
+    layer.directory().create_bucket("b").unwrap();
+    Setup { layer, recording, _dir: dir }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_concurrent_clients() {
-    let s = setup(4096, 256, false).await;
+    sixty_four_clients(setup(4096, 256, false).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_clients_on_the_tao_engine() {
+    let s = setup_tao(4096, 256).await;
+    sixty_four_clients(s).await;
+}
+
+async fn sixty_four_clients(s: Setup) {
     let mut tasks = Vec::new();
     for c in 0..64u64 {
         let layer = Arc::clone(&s.layer);

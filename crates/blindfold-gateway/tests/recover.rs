@@ -23,6 +23,7 @@ fn cfg(data: &std::path::Path, cells: &std::path::Path, key: &std::path::Path) -
         // Small, so that some levels are cached and the rest are in the store: recovery
         // must bring back both.
         cache_mib: 1,
+        engine: blindfold_gateway::server::OramEngine::PathOram,
     }
 }
 

@@ -46,8 +46,8 @@ use serde::{Deserialize, Serialize};
 use crate::path::{open_cells, seal_cells, with_retry, write_sealed, RetryPolicy};
 use crate::{ProxyError, Result, SealedPathOram, VersionTable};
 
-const CHECKPOINT: &str = "checkpoint.bin";
-const REDO_LOG: &str = "redo.log";
+pub(crate) const CHECKPOINT: &str = "checkpoint.bin";
+pub(crate) const REDO_LOG: &str = "redo.log";
 const CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT01";
 const RECORD_MAGIC: u32 = 0xB1F0_0D01;
 /// Write a checkpoint once the redo log is larger than this.
@@ -79,15 +79,15 @@ struct Record {
 /// One sealed cell of a redo record. Encodes exactly as the tuple `(u64, u64, Vec<u8>)` of
 /// earlier versions did; `serde_bytes` only makes the bytes serialize in one piece.
 #[derive(Serialize, Deserialize)]
-struct LoggedCell {
-    cell: u64,
-    version: u64,
+pub(crate) struct LoggedCell {
+    pub(crate) cell: u64,
+    pub(crate) version: u64,
     #[serde(with = "serde_bytes")]
-    sealed: Vec<u8>,
+    pub(crate) sealed: Vec<u8>,
 }
 
 /// Writes `cells` to the store in batches of [`WRITE_BATCH`], moving rather than copying them.
-async fn write_batches(
+pub(crate) async fn write_batches(
     store: &dyn Store,
     retry: RetryPolicy,
     cells: impl IntoIterator<Item = (CellId, Vec<u8>)>,
@@ -153,20 +153,30 @@ impl std::fmt::Debug for DurablePathOram {
     }
 }
 
-fn io(path: &Path, what: &str, e: std::io::Error) -> ProxyError {
+pub(crate) fn io(path: &Path, what: &str, e: std::io::Error) -> ProxyError {
     ProxyError::State(format!("{what} {}: {e}", path.display()))
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io(dir, "syncing directory", e))
 }
 
 fn write_checkpoint(dir: &Path, ckpt: &Checkpoint) -> Result<()> {
+    write_checkpoint_as(dir, CHECKPOINT_MAGIC, ckpt)
+}
+
+/// Writes `ckpt` to `dir/checkpoint.bin` atomically (temporary file, fsync, rename, directory
+/// fsync), framed by `magic`, its length and a CRC.
+pub(crate) fn write_checkpoint_as<T: Serialize>(
+    dir: &Path,
+    magic: &[u8; 8],
+    ckpt: &T,
+) -> Result<()> {
     let body = bincode::serialize(ckpt).map_err(|e| ProxyError::State(e.to_string()))?;
     let tmp = dir.join(format!("{CHECKPOINT}.tmp"));
     let mut f = File::create(&tmp).map_err(|e| io(&tmp, "creating", e))?;
     let mut head = Vec::with_capacity(20);
-    head.extend_from_slice(CHECKPOINT_MAGIC);
+    head.extend_from_slice(magic);
     head.extend_from_slice(&(body.len() as u64).to_le_bytes());
     head.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
     f.write_all(&head).and_then(|_| f.write_all(&body)).map_err(|e| io(&tmp, "writing", e))?;
@@ -177,14 +187,25 @@ fn write_checkpoint(dir: &Path, ckpt: &Checkpoint) -> Result<()> {
 }
 
 fn read_checkpoint(dir: &Path) -> Result<Checkpoint> {
+    read_checkpoint_as(dir, CHECKPOINT_MAGIC)
+}
+
+/// Reads what [`write_checkpoint_as`] wrote with the same `magic`.
+pub(crate) fn read_checkpoint_as<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    magic: &[u8; 8],
+) -> Result<T> {
     let path = dir.join(CHECKPOINT);
     let mut buf = Vec::new();
     File::open(&path)
         .and_then(|mut f| f.read_to_end(&mut buf))
         .map_err(|e| io(&path, "reading", e))?;
     let bad = |m: &str| ProxyError::State(format!("{}: {m}", path.display()));
-    if buf.len() < 20 || &buf[..8] != CHECKPOINT_MAGIC {
-        return Err(bad("not a blindfold checkpoint"));
+    if buf.len() < 20 || &buf[..8] != magic {
+        return Err(bad(&format!(
+            "not a checkpoint of this engine (expected {:?})",
+            String::from_utf8_lossy(magic)
+        )));
     }
     let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")) as usize;
     let crc = u32::from_le_bytes(buf[16..20].try_into().expect("4 bytes"));
@@ -195,8 +216,48 @@ fn read_checkpoint(dir: &Path) -> Result<Checkpoint> {
     bincode::deserialize(body).map_err(|e| bad(&format!("cannot decode: {e}")))
 }
 
-/// Reads every complete record; returns them and the number of bytes of a torn tail.
 fn read_log(path: &Path) -> Result<(Vec<Record>, u64, u64)> {
+    read_log_as(path, RECORD_MAGIC)
+}
+
+/// Appends `record` to the redo log `log` (in `dir`), framed with `magic`, its length and a
+/// CRC, and fsyncs it. Returns the bytes appended.
+pub(crate) async fn append_record<T: Serialize>(
+    log: &File,
+    dir: &Path,
+    magic: u32,
+    record: &T,
+) -> Result<u64> {
+    // Serialize straight into the frame, leaving room for the header, so the (large) body is
+    // not copied again.
+    let size = bincode::serialized_size(record).map_err(|e| ProxyError::State(e.to_string()))?;
+    let mut frame = Vec::with_capacity(16 + size as usize);
+    frame.resize(16, 0);
+    bincode::serialize_into(&mut frame, record).map_err(|e| ProxyError::State(e.to_string()))?;
+    let crc = crc32fast::hash(&frame[16..]);
+    frame[..4].copy_from_slice(&magic.to_le_bytes());
+    frame[4..12].copy_from_slice(&size.to_le_bytes());
+    frame[12..16].copy_from_slice(&crc.to_le_bytes());
+    let log = log.try_clone().map_err(|e| io(dir, "cloning log handle", e))?;
+    let path = dir.join(REDO_LOG);
+    let len = frame.len() as u64;
+    tokio::task::spawn_blocking(move || {
+        let mut log = log;
+        log.write_all(&frame)?;
+        log.sync_data()
+    })
+    .await
+    .map_err(|e| ProxyError::State(format!("log writer panicked: {e}")))?
+    .map_err(|e| io(&path, "appending to", e))?;
+    Ok(len)
+}
+
+/// Reads every complete record framed with `magic`; returns them, the bytes they take and the
+/// number of bytes of a torn tail.
+pub(crate) fn read_log_as<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    magic: u32,
+) -> Result<(Vec<T>, u64, u64)> {
     let mut buf = Vec::new();
     match File::open(path) {
         Ok(mut f) => {
@@ -208,14 +269,14 @@ fn read_log(path: &Path) -> Result<(Vec<Record>, u64, u64)> {
     let mut records = Vec::new();
     let mut at = 0usize;
     while buf.len() - at >= 16 {
-        let magic = u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"));
+        let found = u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"));
         let len = u64::from_le_bytes(buf[at + 4..at + 12].try_into().expect("8 bytes")) as usize;
         let crc = u32::from_le_bytes(buf[at + 12..at + 16].try_into().expect("4 bytes"));
         let Some(body) = buf.get(at + 16..at + 16 + len) else { break };
-        if magic != RECORD_MAGIC || crc32fast::hash(body) != crc {
+        if found != magic || crc32fast::hash(body) != crc {
             break;
         }
-        let rec: Record = bincode::deserialize(body)
+        let rec: T = bincode::deserialize(body)
             .map_err(|e| ProxyError::State(format!("{}: bad record: {e}", path.display())))?;
         records.push(rec);
         at += 16 + len;
@@ -587,29 +648,7 @@ impl DurablePathOram {
     }
 
     async fn log_and_apply(&mut self, record: Record) -> Result<()> {
-        // Serialize straight into the frame, leaving room for the header, so the (large) body
-        // is not copied again.
-        let size =
-            bincode::serialized_size(&record).map_err(|e| ProxyError::State(e.to_string()))?;
-        let mut frame = Vec::with_capacity(16 + size as usize);
-        frame.resize(16, 0);
-        bincode::serialize_into(&mut frame, &record)
-            .map_err(|e| ProxyError::State(e.to_string()))?;
-        let crc = crc32fast::hash(&frame[16..]);
-        frame[..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
-        frame[4..12].copy_from_slice(&size.to_le_bytes());
-        frame[12..16].copy_from_slice(&crc.to_le_bytes());
-        let log = self.log.try_clone().map_err(|e| io(&self.dir, "cloning log handle", e))?;
-        let path = self.dir.join(REDO_LOG);
-        let len = frame.len() as u64;
-        tokio::task::spawn_blocking(move || {
-            let mut log = log;
-            log.write_all(&frame)?;
-            log.sync_data()
-        })
-        .await
-        .map_err(|e| ProxyError::State(format!("log writer panicked: {e}")))?
-        .map_err(|e| io(&path, "appending to", e))?;
+        let len = append_record(&self.log, &self.dir, RECORD_MAGIC, &record).await?;
         self.log_bytes += len;
         self.seq = record.seq;
         // Durable from here on: a crash now is repaired by replaying the record.

@@ -38,6 +38,7 @@
 
 mod direct;
 mod durable;
+mod durable_tao;
 mod error;
 mod path;
 mod ring;
@@ -46,6 +47,7 @@ mod versions;
 
 pub use direct::SealedDirect;
 pub use durable::{DurablePathOram, Recovery, VerifyReport};
+pub use durable_tao::{DurableTao, OverlayStore};
 pub use error::ProxyError;
 pub use path::{SealedPathOram, SealedPathState};
 pub use ring::{AccessTiming, RingData, RingPhaseTimes, SealedRingOram, SealedRingState};

@@ -516,6 +516,11 @@ impl TaoOram {
         &self.shared.config
     }
 
+    /// The key epoch it seals under now (it moves on after 2^31 seals).
+    pub fn current_epoch(&self) -> u32 {
+        self.shared.sealer.current_epoch()
+    }
+
     /// The store this engine reads and writes.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.shared.store

@@ -118,6 +118,11 @@ struct ServeArgs {
     /// level saves one bucket of storage traffic per access. Fixed at creation.
     #[arg(long, default_value_t = blindfold_gateway::server::DEFAULT_CACHE_MIB)]
     cache_mib: u64,
+    /// Oblivious engine of a new store: `tao` (concurrent, TaoStore design: many block
+    /// accesses in flight at once) or `path-oram` (sequential Path ORAM; honours --cache-mib).
+    /// Fixed at creation.
+    #[arg(long, default_value_t = blindfold_gateway::server::OramEngine::Tao)]
+    engine: blindfold_gateway::server::OramEngine,
 }
 
 #[derive(Args, Debug)]
@@ -293,6 +298,9 @@ struct GatewayBenchArgs {
     /// Trusted memory (MiB) for the top levels of the ORAM tree, as `serve --cache-mib`.
     #[arg(long, default_value_t = blindfold_gateway::server::DEFAULT_CACHE_MIB)]
     cache_mib: u64,
+    /// The gateway's engine, as `serve --engine`: tao or path-oram.
+    #[arg(long, default_value_t = blindfold_gateway::server::OramEngine::Tao)]
+    engine: blindfold_gateway::server::OramEngine,
     /// Emulate a network between each gateway and its store: round trip in milliseconds,
     /// applied to both sides alike (e.g. 20 for a cloud region nearby).
     #[arg(long, default_value_t = 0)]
@@ -471,6 +479,7 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
         capacity: args.capacity,
         block_size: args.block_size,
         cache_mib: args.cache_mib,
+        engine: args.engine,
         rtt_ms: args.rtt_ms,
         mbit: args.mbit,
         seed: args.seed,
@@ -502,6 +511,7 @@ fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeConfi
         block_size: 4096,
         pad_objects: false,
         cache_mib: blindfold_gateway::server::DEFAULT_CACHE_MIB,
+        engine: Default::default(),
     })
 }
 
@@ -513,6 +523,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
     cfg.block_size = a.block_size;
     cfg.pad_objects = a.pad_objects;
     cfg.cache_mib = a.cache_mib;
+    cfg.engine = a.engine;
     let opened = blindfold_gateway::server::open(&cfg).await?;
     for note in &opened.notes {
         eprintln!("blindfold: {note}");
