@@ -8,6 +8,11 @@ use serde::ser::{SerializeSeq, Serializer};
 use serde::Deserialize;
 use serde_bytes::{ByteBuf, Bytes};
 
+/// The stash of every tree: (block id, leaf, contents).
+type Stashes = Vec<Vec<(u64, u32, Vec<u8>)>>;
+/// Changed cached buckets of every tree: (heap index, contents).
+type CacheChanges = Vec<Vec<(u32, Vec<u8>)>>;
+
 /// `Vec<Vec<(u64, u32, Vec<u8>)>>`: the stash of every tree.
 pub(crate) mod stashes {
     use super::*;
@@ -25,9 +30,7 @@ pub(crate) mod stashes {
         outer.end()
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Vec<Vec<(u64, u32, Vec<u8>)>>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Stashes, D::Error> {
         let raw: Vec<Vec<(u64, u32, ByteBuf)>> = Deserialize::deserialize(d)?;
         Ok(raw
             .into_iter()
@@ -74,9 +77,7 @@ pub(crate) mod cache_changes {
         outer.end()
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Vec<Vec<(u32, Vec<u8>)>>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<CacheChanges, D::Error> {
         let raw: Vec<Vec<(u32, ByteBuf)>> = Deserialize::deserialize(d)?;
         Ok(raw
             .into_iter()
