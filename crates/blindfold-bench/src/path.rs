@@ -237,7 +237,7 @@ pub async fn run(params: PathBench) -> Result<PathReport> {
     // --- Baseline: sealed, no ORAM ---
     let dgeom = SealedDirect::geometry(params.blocks, params.block_size)?;
     let dstore = open(&params, "bench-direct", dgeom).await?;
-    let mut direct = SealedDirect::new(
+    let direct = SealedDirect::new(
         dstore.clone(),
         CellSealer::new(&key, StoreId::random(), 0),
         params.block_size,

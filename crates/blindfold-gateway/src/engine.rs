@@ -288,41 +288,28 @@ impl SharedEngine for DurableTao {
     }
 }
 
-/// Blocks written in one batch by [`DirectEngine`].
-const DIRECT_BATCH: usize = 256;
-
 /// **Benchmark baseline only — neither oblivious nor crash-consistent.**
 ///
 /// Block `i` is sealed (same AEAD, versions and integrity checks as the ORAM's cells) and kept
 /// in cell `i` of the store, so the store sees exactly which block every request touches.
-/// Writes are buffered and sent in batches of 256 cells (as the ORAM's commit batches them);
-/// [`BlockEngine::commit`] writes the buffer and flushes the store. The cell versions live
-/// only in memory and are never saved ([`BlockEngine::checkpoint`] does nothing), so a data
-/// directory served by this engine cannot be reopened: the gateway refuses to start it on
-/// anything but a fresh data directory.
+/// Requests run concurrently (no queue), each batch is one store request, and
+/// [`SharedEngine::commit`] flushes the store. The cell versions live only in memory and are
+/// never saved, so a data directory served by this engine cannot be reopened: the gateway
+/// refuses to start it on anything but a fresh data directory.
 #[derive(Debug)]
 pub struct DirectEngine {
     inner: SealedDirect,
-    pending: Vec<(BlockId, Vec<u8>)>,
 }
 
 impl DirectEngine {
     /// Wraps a fresh [`SealedDirect`] store.
     pub fn new(inner: SealedDirect) -> Self {
-        Self { inner, pending: Vec::new() }
-    }
-
-    async fn write_pending(&mut self) -> Result<()> {
-        if !self.pending.is_empty() {
-            let batch = std::mem::take(&mut self.pending);
-            self.inner.write_many(batch).await?;
-        }
-        Ok(())
+        Self { inner }
     }
 }
 
 #[async_trait::async_trait]
-impl BlockEngine for DirectEngine {
+impl SharedEngine for DirectEngine {
     fn block_size(&self) -> usize {
         self.inner.block_size() as usize
     }
@@ -335,45 +322,27 @@ impl BlockEngine for DirectEngine {
         false
     }
 
-    async fn read(&mut self, block: BlockId) -> Result<Vec<u8>> {
-        if let Some((_, data)) = self.pending.iter().rev().find(|(b, _)| *b == block) {
-            return Ok(data.clone());
-        }
-        self.inner.read(block).await
-    }
-
-    async fn read_many(&mut self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
-        if blocks.iter().any(|b| self.pending.iter().any(|(p, _)| p == b)) {
-            self.write_pending().await?;
-        }
+    async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
         self.inner.read_many(blocks).await
     }
 
-    async fn write(&mut self, block: BlockId, data: Vec<u8>) -> Result<()> {
-        self.pending.retain(|(b, _)| *b != block);
-        self.pending.push((block, data));
-        if self.pending.len() >= DIRECT_BATCH {
-            self.write_pending().await?;
-        }
-        Ok(())
+    async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        check_distinct(blocks.iter().map(|b| b.0))?;
+        self.inner.write_many(blocks).await
     }
 
-    async fn commit(&mut self) -> Result<()> {
-        self.write_pending().await?;
+    async fn commit(&self) -> Result<()> {
         self.inner.flush().await
     }
 
-    fn checkpoint(&mut self) -> Result<()> {
-        Ok(())
+    async fn shutdown(&self) -> Result<()> {
+        self.inner.flush().await
     }
 
     fn verify<'a>(
-        &'a mut self,
+        &'a self,
         progress: &'a mut dyn FnMut(u64, u64),
     ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
-        Box::pin(async move {
-            self.commit().await?;
-            self.inner.verify(progress).await
-        })
+        Box::pin(self.inner.verify(progress))
     }
 }

@@ -420,11 +420,7 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
         let id =
             StoreId::from_hex(&params.store_id).map_err(|e| GatewayError::Config(e.to_string()))?;
         let sealer = blindfold_crypto::CellSealer::new(&key, id, 0);
-        Arc::new(Serialized::new(DirectEngine::new(SealedDirect::new(
-            store,
-            sealer,
-            params.block_size,
-        )?)))
+        Arc::new(DirectEngine::new(SealedDirect::new(store, sealer, params.block_size)?))
     } else if params.engine == OramEngine::Tao {
         if DurableTao::exists(&oram_dir) {
             let (engine, rec) = DurableTao::open(&oram_dir, store, &key).await?;

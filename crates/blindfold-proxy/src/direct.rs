@@ -1,20 +1,33 @@
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use blindfold_crypto::{CellAd, CellSealer};
 use blindfold_oram::BlockId;
 use blindfold_store::{CellId, Geometry, Store};
+use parking_lot::Mutex;
 
-use crate::path::{open_cells, seal_cells, with_retry, write_sealed, RetryPolicy};
+use crate::path::{open_cell, seal_cell, with_retry, write_sealed, RetryPolicy};
 use crate::{ProxyError, Result, VerifyReport, VersionTable};
 
 /// The baseline without ORAM: block `i` is sealed (with the same AEAD, versions and integrity)
 /// and kept in cell `i`. The store sees exactly which block is read or written; this exists so
 /// benchmarks can report what obliviousness costs over plain encrypted storage.
+///
+/// Usable from many tasks at once (`&self`), so a concurrent baseline is not held back by a
+/// queue. A block being written is answered from memory until its store write returned; a
+/// read that raced a write to the store is retried. Two concurrent writes of the *same* block
+/// are not supported (the gateway's object layer never issues them).
 pub struct SealedDirect {
     store: Arc<dyn Store>,
     sealer: CellSealer,
-    versions: VersionTable,
+    state: Mutex<DirectState>,
     block_size: u32,
+}
+
+struct DirectState {
+    versions: VersionTable,
+    /// Blocks whose store write has not returned yet: (version, contents).
+    in_flight: HashMap<u64, (u64, Vec<u8>)>,
 }
 
 impl std::fmt::Debug for SealedDirect {
@@ -39,54 +52,80 @@ impl SealedDirect {
             });
         }
         let versions = VersionTable::new(g.cell_count());
-        Ok(Self { store, sealer, versions, block_size })
+        let state = Mutex::new(DirectState { versions, in_flight: HashMap::new() });
+        Ok(Self { store, sealer, state, block_size })
     }
 
     /// Reads a block (zeros if never written).
-    pub async fn read(&mut self, block: BlockId) -> Result<Vec<u8>> {
-        self.store.geometry().check_cell(CellId(block.0))?;
-        let cells = [CellId(block.0)];
-        let store = Arc::clone(&self.store);
-        let fetched = with_retry(RetryPolicy::default(), || store.read(&cells)).await?;
-        let mut plain = open_cells(&self.sealer, &self.versions, &cells, fetched)?;
-        Ok(plain.pop().flatten().unwrap_or_else(|| vec![0u8; self.block_size as usize]))
+    pub async fn read(&self, block: BlockId) -> Result<Vec<u8>> {
+        Ok(self.read_many(&[block]).await?.pop().expect("one block asked, one returned"))
     }
 
     /// Reads several blocks in one storage request (zeros for blocks never written).
-    pub async fn read_many(&mut self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
-        let cells: Vec<CellId> = blocks.iter().map(|b| CellId(b.0)).collect();
-        for &c in &cells {
-            self.store.geometry().check_cell(c)?;
+    pub async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        let g = self.store.geometry();
+        for b in blocks {
+            g.check_cell(CellId(b.0))?;
         }
-        let store = Arc::clone(&self.store);
-        let fetched = with_retry(RetryPolicy::default(), || store.read(&cells)).await?;
-        let plain = open_cells(&self.sealer, &self.versions, &cells, fetched)?;
-        Ok(plain
-            .into_iter()
-            .map(|p| p.unwrap_or_else(|| vec![0u8; self.block_size as usize]))
-            .collect())
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; blocks.len()];
+        let mut todo: Vec<usize> = (0..blocks.len()).collect();
+        for attempt in 0..4 {
+            // Blocks being written come from memory; the rest from the store, opened under the
+            // versions seen now — unless a write replaced them meanwhile, then again.
+            let mut fetch: Vec<(usize, u64)> = Vec::new();
+            {
+                let st = self.state.lock();
+                for &i in &todo {
+                    match st.in_flight.get(&blocks[i].0) {
+                        Some((_, data)) => out[i] = Some(data.clone()),
+                        None => fetch.push((i, st.versions.get(blocks[i].0))),
+                    }
+                }
+            }
+            if fetch.is_empty() {
+                break;
+            }
+            let cells: Vec<CellId> = fetch.iter().map(|&(i, _)| CellId(blocks[i].0)).collect();
+            let store = Arc::clone(&self.store);
+            let fetched = with_retry(RetryPolicy::default(), || store.read(&cells)).await?;
+            let raced: Vec<bool> = {
+                let st = self.state.lock();
+                fetch
+                    .iter()
+                    .map(|&(i, v)| {
+                        st.versions.get(blocks[i].0) != v || st.in_flight.contains_key(&blocks[i].0)
+                    })
+                    .collect()
+            };
+            todo.clear();
+            for (((i, version), buf), raced) in fetch.into_iter().zip(fetched).zip(raced) {
+                if raced && attempt < 3 {
+                    todo.push(i);
+                    continue;
+                }
+                out[i] = Some(if version == 0 {
+                    vec![0u8; self.block_size as usize]
+                } else {
+                    open_cell(&self.sealer, CellId(blocks[i].0), version, buf)?
+                });
+            }
+            if todo.is_empty() {
+                break;
+            }
+        }
+        Ok(out.into_iter().map(|o| o.expect("every block was read")).collect())
     }
 
     /// Writes a block.
-    pub async fn write(&mut self, block: BlockId, data: Vec<u8>) -> Result<()> {
-        self.store.geometry().check_cell(CellId(block.0))?;
-        if data.len() != self.block_size as usize {
-            return Err(blindfold_oram::OramError::WrongBlockSize {
-                got: data.len(),
-                expected: self.block_size,
-            }
-            .into());
-        }
-        let sealed = seal_cells(&self.sealer, &mut self.versions, vec![(CellId(block.0), data)])?;
-        write_sealed(&*self.store, RetryPolicy::default(), sealed).await
+    pub async fn write(&self, block: BlockId, data: Vec<u8>) -> Result<()> {
+        self.write_many(vec![(block, data)]).await
     }
 
     /// Writes several blocks: seals each under its next version and sends them to the store
     /// in one batch.
-    pub async fn write_many(&mut self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+    pub async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
         let g = self.store.geometry();
-        let mut plain = Vec::with_capacity(blocks.len());
-        for (block, data) in blocks {
+        for (block, data) in &blocks {
             g.check_cell(CellId(block.0))?;
             if data.len() != self.block_size as usize {
                 return Err(blindfold_oram::OramError::WrongBlockSize {
@@ -95,10 +134,29 @@ impl SealedDirect {
                 }
                 .into());
             }
-            plain.push((CellId(block.0), data));
         }
-        let sealed = seal_cells(&self.sealer, &mut self.versions, plain)?;
-        write_sealed(&*self.store, RetryPolicy::default(), sealed).await
+        let mut sealed = Vec::with_capacity(blocks.len());
+        let mut mine = Vec::with_capacity(blocks.len());
+        for (block, data) in blocks {
+            let version = {
+                let mut st = self.state.lock();
+                let v = st.versions.next(block.0);
+                st.versions.set(block.0, v);
+                st.in_flight.insert(block.0, (v, data.clone()));
+                v
+            };
+            sealed
+                .push((CellId(block.0), seal_cell(&self.sealer, CellId(block.0), version, &data)?));
+            mine.push((block.0, version));
+        }
+        let written = write_sealed(&*self.store, RetryPolicy::default(), sealed).await;
+        let mut st = self.state.lock();
+        for (b, v) in mine {
+            if st.in_flight.get(&b).is_some_and(|(w, _)| *w == v) {
+                st.in_flight.remove(&b);
+            }
+        }
+        written
     }
 
     /// Flushes the store (its durability barrier).
@@ -110,7 +168,8 @@ impl SealedDirect {
     /// Reads every written cell and authenticates it against the trusted versions;
     /// `progress(done, total)` is called as it goes.
     pub async fn verify(&self, mut progress: impl FnMut(u64, u64)) -> Result<VerifyReport> {
-        let total = self.versions.len();
+        let versions = self.state.lock().versions.clone();
+        let total = versions.len();
         let mut report = VerifyReport::default();
         let mut start = 0u64;
         while start < total {
@@ -118,7 +177,7 @@ impl SealedDirect {
             let store = Arc::clone(&self.store);
             let fetched = with_retry(RetryPolicy::default(), || store.read(&cells)).await?;
             for (cell, mut buf) in cells.iter().zip(fetched) {
-                let version = self.versions.get(cell.0);
+                let version = versions.get(cell.0);
                 if version == 0 {
                     report.never_written += 1;
                     continue;
@@ -147,6 +206,6 @@ impl SealedDirect {
 
     /// Bytes of trusted memory (the version table).
     pub fn trusted_bytes(&self) -> u64 {
-        self.versions.trusted_bytes()
+        self.state.lock().versions.trusted_bytes()
     }
 }
