@@ -220,7 +220,7 @@ async fn rolled_back_whole_store_is_detected() {
 async fn direct_baseline_is_sealed_too() {
     let key = MasterKey::generate();
     let raw = Arc::new(MemoryStore::new(SealedDirect::geometry(8, 32).unwrap()));
-    let mut d = SealedDirect::new(raw.clone(), sealer(&key), 32).unwrap();
+    let d = SealedDirect::new(raw.clone(), sealer(&key), 32).unwrap();
     assert_eq!(d.read(BlockId(2)).await.unwrap(), vec![0; 32]);
     d.write(BlockId(2), vec![9; 32]).await.unwrap();
     assert_eq!(d.read(BlockId(2)).await.unwrap(), vec![9; 32]);
