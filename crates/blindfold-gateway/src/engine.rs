@@ -33,6 +33,13 @@ pub trait SharedEngine: Send + Sync + std::fmt::Debug {
     /// Whether the engine's trusted state survives a restart (false for the baseline).
     fn durable(&self) -> bool;
 
+    /// Blocks an object stream hands the engine per call: larger batches mean fewer round
+    /// trips, at the price of that many blocks of buffer per stream (and, for an engine that
+    /// serves one batch at a time, of making other requests wait behind it).
+    fn batch_blocks(&self) -> usize {
+        16
+    }
+
     /// Reads distinct blocks (zeros for blocks never written), in order.
     async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>>;
 
@@ -260,6 +267,10 @@ impl SharedEngine for DurableTao {
         "tao"
     }
 
+    fn batch_blocks(&self) -> usize {
+        64 // requests run concurrently: a bigger batch costs nobody else a wait
+    }
+
     fn durable(&self) -> bool {
         true
     }
@@ -316,6 +327,10 @@ impl SharedEngine for DirectEngine {
 
     fn kind(&self) -> &'static str {
         "direct"
+    }
+
+    fn batch_blocks(&self) -> usize {
+        64 // as the concurrent ORAM engine: same round trips per object
     }
 
     fn durable(&self) -> bool {

@@ -28,11 +28,6 @@ use crate::{GatewayError, Result};
 /// The S3 upper bound on one object, also ours.
 pub const MAX_OBJECT_SIZE: u64 = 5 << 40;
 
-/// Blocks an object stream hands the engine at once: fewer, larger engine calls (one queue
-/// wait, and one storage round trip where the engine batches), at the price of this many
-/// blocks of buffer per stream and of making other requests wait behind the batch.
-const BATCH_BLOCKS: usize = 16;
-
 /// Objects over oblivious storage.
 pub struct ObjectLayer {
     dir: Directory,
@@ -147,10 +142,11 @@ impl ObjectLayer {
         E: std::fmt::Display,
     {
         let bs = self.block_size;
+        let batch_blocks = self.engine.batch_blocks();
         let mut md5 = Md5::new();
         let mut buf: Vec<u8> = Vec::with_capacity(bs);
         let mut extent = Extent::default();
-        let mut batch: Vec<(BlockId, Vec<u8>)> = Vec::with_capacity(BATCH_BLOCKS);
+        let mut batch: Vec<(BlockId, Vec<u8>)> = Vec::with_capacity(batch_blocks);
         // Reserves a block for `data` and queues it; writes the queue when it is full.
         let queue = |data: Vec<u8>,
                      extent: &mut Extent,
@@ -159,7 +155,7 @@ impl ObjectLayer {
             let b = self.dir.allocate(1)?.blocks[0];
             extent.blocks.push(b);
             batch.push((BlockId(b), data));
-            Ok(batch.len() == BATCH_BLOCKS)
+            Ok(batch.len() == batch_blocks)
         };
         let result: Result<()> = async {
             while let Some(chunk) = body.next().await {
@@ -334,7 +330,7 @@ impl ObjectLayer {
         let mut at = 0;
         let mut fetched = 0usize;
         while at < plan.len() && fetched < prefetch {
-            let group = &plan[at..(at + BATCH_BLOCKS).min(plan.len())];
+            let group = &plan[at..(at + self.engine.batch_blocks()).min(plan.len())];
             let ids: Vec<BlockId> = group.iter().map(|p| BlockId(p.0)).collect();
             for (&(_, lo, hi), block) in group.iter().zip(self.read_blocks(&ids).await?) {
                 if hi > lo {
@@ -354,7 +350,7 @@ impl ObjectLayer {
                 }
             }
             let mut pending: Vec<u8> = Vec::new();
-            for group in plan[at..].chunks(BATCH_BLOCKS) {
+            for group in plan[at..].chunks(this.engine.batch_blocks()) {
                 let ids: Vec<BlockId> = group.iter().map(|p| BlockId(p.0)).collect();
                 match this.read_blocks(&ids).await {
                     Ok(blocks) => {
