@@ -4,7 +4,8 @@
 //! serves one access at a time ([`BlockEngine`]) is shared through [`Serialized`], which queues
 //! callers and groups their commits.
 //!
-//! The gateway runs on [`DurablePathOram`], the crash-consistent Path ORAM. [`DirectEngine`]
+//! The gateway runs on [`DurableTao`] (the concurrent TaoStore-style engine, the default) or on
+//! [`DurablePathOram`] (the sequential Path ORAM), both crash-consistent. [`DirectEngine`]
 //! exists only as the baseline of `blindfold bench gateway`: it serves the same object layer,
 //! S3 front end and directory with the ORAM taken out, so the benchmark can measure what
 //! obliviousness costs end to end.

@@ -4,8 +4,9 @@
 //! S3 client ──SigV4/HTTP──▶ s3.rs (s3s)            the S3 API; errors mapped in one place
 //!                           objects.rs             objects ⇄ fixed-size blocks, padding, streaming
 //!                           directory.rs (redb)    buckets, objects, uploads, block allocator
-//!                           engine.rs              SharedEngine; Serialized(DurablePathOram), crash-consistent
-//!                                                  Path ORAM (or the benchmark's DirectEngine)
+//!                           engine.rs              SharedEngine: DurableTao (concurrent, default) or
+//!                                                  Serialized(DurablePathOram), both crash-
+//!                                                  consistent (or the benchmark's DirectEngine)
 //!                           Store                  untrusted cells (file, memory, …)
 //! ```
 //!
