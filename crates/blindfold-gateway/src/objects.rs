@@ -1,8 +1,8 @@
 //! The object layer: S3 objects as runs of fixed-size logical ORAM blocks.
 //!
 //! An object of `n` bytes takes `⌈n / B⌉` blocks of `B` bytes (the block size, 4 KiB by
-//! default); the last block is zero-filled past the end. Objects stream in and out one block at
-//! a time, so memory use does not grow with object size.
+//! default); the last block is zero-filled past the end. Objects stream in and out in batches of
+//! [`SharedEngine::batch_blocks`] blocks, so memory use does not grow with object size.
 //!
 //! With padding on, every object (and every multipart part) is stored in a power-of-two number
 //! of blocks (at least one): a 5-block object takes 8 blocks, the extra 3 holding zeros, and
