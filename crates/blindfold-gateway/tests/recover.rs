@@ -2,11 +2,16 @@
 
 use std::collections::BTreeMap;
 
-use blindfold_gateway::server::{self, ServeConfig};
+use blindfold_gateway::server::{self, OramEngine, ServeConfig};
 use blindfold_store::StoreUrl;
 use bytes::Bytes;
 
-fn cfg(data: &std::path::Path, cells: &std::path::Path, key: &std::path::Path) -> ServeConfig {
+fn cfg_with(
+    data: &std::path::Path,
+    cells: &std::path::Path,
+    key: &std::path::Path,
+    engine: OramEngine,
+) -> ServeConfig {
     ServeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         data_dir: data.to_path_buf(),
@@ -23,7 +28,7 @@ fn cfg(data: &std::path::Path, cells: &std::path::Path, key: &std::path::Path) -
         // Small, so that some levels are cached and the rest are in the store: recovery
         // must bring back both.
         cache_mib: 1,
-        engine: blindfold_gateway::server::OramEngine::PathOram,
+        engine,
     }
 }
 
@@ -39,6 +44,17 @@ async fn read_all(opened: &server::Opened, key: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn recover_from_store_and_key_alone() {
+    recover_with(OramEngine::PathOram).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_the_tao_engine_from_store_and_key_alone() {
+    recover_with(OramEngine::Tao).await;
+}
+
+async fn recover_with(engine: OramEngine) {
+    let cfg =
+        |d: &std::path::Path, c: &std::path::Path, k: &std::path::Path| cfg_with(d, c, k, engine);
     let root = tempfile::tempdir().unwrap();
     let cells = root.path().join("cells");
     let key = root.path().join("key.json");
