@@ -1,11 +1,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use blindfold_crypto::{CellAd, CellSealer};
+use blindfold_crypto::CellSealer;
 use blindfold_oram::BlockId;
 use blindfold_store::{CellId, Geometry, Store};
 use parking_lot::Mutex;
 
+use crate::durable::verify_cells;
 use crate::path::{open_cell, seal_cell, with_retry, write_sealed, RetryPolicy};
 use crate::{ProxyError, Result, VerifyReport, VersionTable};
 
@@ -167,31 +168,9 @@ impl SealedDirect {
 
     /// Reads every written cell and authenticates it against the trusted versions;
     /// `progress(done, total)` is called as it goes.
-    pub async fn verify(&self, mut progress: impl FnMut(u64, u64)) -> Result<VerifyReport> {
+    pub async fn verify(&self, progress: impl FnMut(u64, u64)) -> Result<VerifyReport> {
         let versions = self.state.lock().versions.clone();
-        let total = versions.len();
-        let mut report = VerifyReport::default();
-        let mut start = 0u64;
-        while start < total {
-            let cells: Vec<CellId> = (start..(start + 256).min(total)).map(CellId).collect();
-            let store = Arc::clone(&self.store);
-            let fetched = with_retry(RetryPolicy::default(), || store.read(&cells)).await?;
-            for (cell, mut buf) in cells.iter().zip(fetched) {
-                let version = versions.get(cell.0);
-                if version == 0 {
-                    report.never_written += 1;
-                    continue;
-                }
-                let ad = CellAd { cell: cell.0, version, segment: 0 };
-                match self.sealer.open_in_place(&ad, &mut buf) {
-                    Ok(_) => report.cells_checked += 1,
-                    Err(e) => report.failures.push((cell.0, e.to_string())),
-                }
-            }
-            start += cells.len() as u64;
-            progress(start, total);
-        }
-        Ok(report)
+        verify_cells(&*self.store, RetryPolicy::default(), &self.sealer, &versions, progress).await
     }
 
     /// Bytes per block.

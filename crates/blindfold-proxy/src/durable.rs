@@ -684,31 +684,42 @@ impl DurablePathOram {
 
     /// Reads every written cell of the store and authenticates it against the trusted versions.
     /// Commits first. `progress(done, total)` is called as it goes.
-    pub async fn verify(&mut self, mut progress: impl FnMut(u64, u64)) -> Result<VerifyReport> {
+    pub async fn verify(&mut self, progress: impl FnMut(u64, u64)) -> Result<VerifyReport> {
         self.commit().await?;
-        let total = self.versions.len();
-        let mut report = VerifyReport::default();
-        let batch = 256u64;
-        let mut start = 0u64;
-        while start < total {
-            let cells: Vec<CellId> = (start..(start + batch).min(total)).map(CellId).collect();
-            let store = Arc::clone(&self.store);
-            let fetched = with_retry(self.retry, || store.read(&cells)).await?;
-            for (cell, mut buf) in cells.iter().zip(fetched) {
-                let version = self.versions.get(cell.0);
-                if version == 0 {
-                    report.never_written += 1;
-                    continue;
-                }
-                let ad = CellAd { cell: cell.0, version, segment: 0 };
-                match self.sealer.open_in_place(&ad, &mut buf) {
-                    Ok(_) => report.cells_checked += 1,
-                    Err(e) => report.failures.push((cell.0, e.to_string())),
-                }
-            }
-            start += batch;
-            progress(start.min(total), total);
-        }
-        Ok(report)
+        verify_cells(&*self.store, self.retry, &self.sealer, &self.versions, progress).await
     }
+}
+
+/// Reads every cell of `store` that `versions` says was written, 256 at a time, and
+/// authenticates it under its trusted version; `progress(done, total)` is called as it goes.
+pub(crate) async fn verify_cells(
+    store: &dyn Store,
+    retry: RetryPolicy,
+    sealer: &CellSealer,
+    versions: &VersionTable,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<VerifyReport> {
+    let total = versions.len();
+    let mut report = VerifyReport::default();
+    let batch = 256u64;
+    let mut start = 0u64;
+    while start < total {
+        let cells: Vec<CellId> = (start..(start + batch).min(total)).map(CellId).collect();
+        let fetched = with_retry(retry, || store.read(&cells)).await?;
+        for (cell, mut buf) in cells.iter().zip(fetched) {
+            let version = versions.get(cell.0);
+            if version == 0 {
+                report.never_written += 1;
+                continue;
+            }
+            let ad = CellAd { cell: cell.0, version, segment: 0 };
+            match sealer.open_in_place(&ad, &mut buf) {
+                Ok(_) => report.cells_checked += 1,
+                Err(e) => report.failures.push((cell.0, e.to_string())),
+            }
+        }
+        start += batch;
+        progress(start.min(total), total);
+    }
+    Ok(report)
 }

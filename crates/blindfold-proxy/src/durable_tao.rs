@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use blindfold_crypto::{CellAd, CellSealer, MasterKey, StoreId};
+use blindfold_crypto::{CellSealer, MasterKey, StoreId};
 use blindfold_oram::{BlockId, Op};
 use blindfold_store::{ByteRange, CellId, Geometry, Store};
 use parking_lot::Mutex;
@@ -45,7 +45,7 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::durable::{
-    append_record, io, read_checkpoint_as, read_log_as, sync_dir, write_batches,
+    append_record, io, read_checkpoint_as, read_log_as, sync_dir, verify_cells, write_batches,
     write_checkpoint_as, LoggedCell, CHECKPOINT, REDO_LOG,
 };
 use crate::path::{with_retry, RetryPolicy};
@@ -527,34 +527,11 @@ impl DurableTao {
 
     /// Commits, then reads every written cell of the store and authenticates it against the
     /// trusted versions. `progress(done, total)` is called as it goes.
-    pub async fn verify(&self, mut progress: impl FnMut(u64, u64)) -> Result<VerifyReport> {
+    pub async fn verify(&self, progress: impl FnMut(u64, u64)) -> Result<VerifyReport> {
         let mut c = self.committer.lock().await;
         let _exclusive = self.gate.write().await;
         self.commit_locked(&mut c).await?;
         let versions = self.tao.export_state()?.versions;
-        let total = versions.len();
-        let mut report = VerifyReport::default();
-        let batch = 256u64;
-        let mut start = 0u64;
-        while start < total {
-            let cells: Vec<CellId> = (start..(start + batch).min(total)).map(CellId).collect();
-            let store = Arc::clone(&self.store);
-            let fetched = with_retry(self.retry, || store.read(&cells)).await?;
-            for (cell, mut buf) in cells.iter().zip(fetched) {
-                let version = versions.get(cell.0);
-                if version == 0 {
-                    report.never_written += 1;
-                    continue;
-                }
-                let ad = CellAd { cell: cell.0, version, segment: 0 };
-                match self.opener.open_in_place(&ad, &mut buf) {
-                    Ok(_) => report.cells_checked += 1,
-                    Err(e) => report.failures.push((cell.0, e.to_string())),
-                }
-            }
-            start += batch;
-            progress(start.min(total), total);
-        }
-        Ok(report)
+        verify_cells(&*self.store, self.retry, &self.opener, &versions, progress).await
     }
 }

@@ -4,65 +4,15 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use blindfold_crypto::{MasterKey, StoreId};
 use blindfold_oram::BlockId;
 use blindfold_proxy::{DurableTao, ProxyError, TaoConfig};
-use blindfold_store::{ByteRange, CellId, Geometry, MemoryStore, Store, StoreError};
+use blindfold_store::{CellId, MemoryStore, Store};
+use blindfold_testkit::DyingStore;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-/// Dies after a number of cell writes: the write that crosses the limit applies only a prefix
-/// of its cells, and every later call fails, as if the process had been killed.
-#[derive(Debug)]
-struct DyingStore {
-    inner: Arc<dyn Store>,
-    writes_left: AtomicI64,
-}
-
-impl DyingStore {
-    fn dead(&self) -> StoreError {
-        StoreError::Io {
-            context: "process killed".into(),
-            source: std::io::Error::other("killed"),
-            retryable: false,
-        }
-    }
-}
-
-#[async_trait]
-impl Store for DyingStore {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-    async fn read(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
-        if self.writes_left.load(Ordering::SeqCst) < 0 {
-            return Err(self.dead());
-        }
-        self.inner.read(cells).await
-    }
-    async fn read_ranges(&self, r: &[ByteRange]) -> blindfold_store::Result<Vec<Vec<u8>>> {
-        self.inner.read_ranges(r).await
-    }
-    async fn write(&self, mut cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
-        let left = self.writes_left.fetch_sub(cells.len() as i64, Ordering::SeqCst);
-        if left < cells.len() as i64 {
-            cells.truncate(left.max(0) as usize);
-            self.inner.write(cells).await?;
-            return Err(self.dead());
-        }
-        self.inner.write(cells).await
-    }
-    async fn flush(&self) -> blindfold_store::Result<()> {
-        if self.writes_left.load(Ordering::SeqCst) < 0 {
-            return Err(self.dead());
-        }
-        self.inner.flush().await
-    }
-}
 
 const BS: u32 = 32;
 
@@ -121,10 +71,7 @@ async fn committed_writes_survive_a_crash_at_any_point() {
 
         // Reopen over a store that dies after a random number of cell writes; one more
         // write + commit that may be cut anywhere (even while the restart replays the log).
-        let dying = Arc::new(DyingStore {
-            inner: backing.clone(),
-            writes_left: AtomicI64::new(rng.gen_range(0..60)),
-        });
+        let dying = Arc::new(DyingStore::new(backing.clone(), rng.gen_range(0..60)));
         let b = rng.gen_range(0..64);
         let new = vec![0xEE; BS as usize];
         let old = acked.get(&b).cloned().unwrap_or_else(|| vec![0; BS as usize]);

@@ -3,6 +3,9 @@
 //! [`servers`] finds the real MinIO and Redis that `scripts/test.sh` starts.
 
 pub mod conformance;
+mod dying;
 pub mod servers;
 pub mod stats;
 pub mod xor;
+
+pub use dying::DyingStore;
