@@ -157,6 +157,39 @@ pub(crate) fn io(path: &Path, what: &str, e: std::io::Error) -> ProxyError {
     ProxyError::State(format!("{what} {}: {e}", path.display()))
 }
 
+/// Makes `dir` ready to hold a new engine's trusted state: creates it, and refuses one that
+/// already holds a checkpoint.
+pub(crate) fn prepare_new_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, "creating", e))?;
+    if dir.join(CHECKPOINT).exists() {
+        return Err(ProxyError::State(format!(
+            "{} already holds an ORAM; open it instead",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Opens `dir/redo.log` for appending, emptied (its records are in the checkpoint just
+/// written), with the emptying and the directory made durable.
+pub(crate) fn open_empty_log(dir: &Path) -> Result<File> {
+    let log_path = dir.join(REDO_LOG);
+    // Append mode: every write lands at the end, also after the log is emptied again.
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| io(&log_path, "opening", e))?;
+    empty_log(&log, dir)?;
+    sync_dir(dir)?;
+    Ok(log)
+}
+
+/// Empties the redo log `log` of `dir` and makes that durable.
+pub(crate) fn empty_log(log: &File, dir: &Path) -> Result<()> {
+    log.set_len(0).and_then(|_| log.sync_all()).map_err(|e| io(&dir.join(REDO_LOG), "emptying", e))
+}
+
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io(dir, "syncing directory", e))
 }
@@ -294,13 +327,7 @@ impl DurablePathOram {
         key: &MasterKey,
         store_id: StoreId,
     ) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| io(dir, "creating", e))?;
-        if dir.join(CHECKPOINT).exists() {
-            return Err(ProxyError::State(format!(
-                "{} already holds an ORAM; open it instead",
-                dir.display()
-            )));
-        }
+        prepare_new_dir(dir)?;
         let oram = PathOram::new(config);
         let ckpt = Checkpoint {
             store_id: store_id.0,
@@ -376,14 +403,7 @@ impl DurablePathOram {
         if recovery.replayed > 0 || torn_bytes > 0 || good_bytes > 0 || ckpt.next_epoch <= epoch {
             write_checkpoint(dir, &after)?;
         }
-        // Append mode: every write lands at the end, also after `checkpoint` empties the file.
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| io(&log_path, "opening", e))?;
-        log.set_len(0).and_then(|_| log.sync_all()).map_err(|e| io(&log_path, "emptying", e))?;
-        sync_dir(dir)?;
+        let log = open_empty_log(dir)?;
         let oram_state = after.oram;
         let oram = PathOram::from_state(oram_state, ChaCha20Rng::from_entropy())?;
         if recovery.replayed > 0 || recovery.torn_bytes > 0 {
@@ -674,10 +694,7 @@ impl DurablePathOram {
         };
         write_checkpoint(&self.dir, &ckpt)?;
         self.next_epoch = ckpt.next_epoch;
-        self.log
-            .set_len(0)
-            .and_then(|_| self.log.sync_all())
-            .map_err(|e| io(&self.dir.join(REDO_LOG), "truncating", e))?;
+        empty_log(&self.log, &self.dir)?;
         self.log_bytes = 0;
         Ok(())
     }

@@ -30,7 +30,7 @@
 //! including an incomplete batch of fewer than `k` paths.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -45,8 +45,8 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::durable::{
-    append_record, io, read_checkpoint_as, read_log_as, sync_dir, verify_cells, write_batches,
-    write_checkpoint_as, LoggedCell, CHECKPOINT, REDO_LOG,
+    append_record, empty_log, open_empty_log, prepare_new_dir, read_checkpoint_as, read_log_as,
+    verify_cells, write_batches, write_checkpoint_as, LoggedCell, CHECKPOINT, REDO_LOG,
 };
 use crate::path::{with_retry, RetryPolicy};
 use crate::{ProxyError, Recovery, Result, TaoConfig, TaoOram, TaoState, TaoStats, VerifyReport};
@@ -220,13 +220,7 @@ impl DurableTao {
         key: &MasterKey,
         store_id: StoreId,
     ) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| io(dir, "creating", e))?;
-        if dir.join(CHECKPOINT).exists() {
-            return Err(ProxyError::State(format!(
-                "{} already holds an ORAM; open it instead",
-                dir.display()
-            )));
-        }
+        prepare_new_dir(dir)?;
         let state = TaoState {
             posmap: vec![0; config.blocks() as usize],
             stash: Vec::new(),
@@ -256,7 +250,7 @@ impl DurableTao {
         let store_id = StoreId(ckpt.store_id);
         let mut state = ckpt.state;
         let log_path = dir.join(REDO_LOG);
-        let (records, good_bytes, torn_bytes) = read_log_as::<Record>(&log_path, RECORD_MAGIC)?;
+        let (records, _, torn_bytes) = read_log_as::<Record>(&log_path, RECORD_MAGIC)?;
         let mut recovery = Recovery { torn_bytes, ..Recovery::default() };
         let mut seq = ckpt.seq;
         let mut next_epoch = ckpt.next_epoch;
@@ -297,15 +291,8 @@ impl DurableTao {
                 .ok_or(ProxyError::State("key epochs exhausted".into()))?,
             seq,
         };
-        let _ = good_bytes;
         write_checkpoint_as(dir, CHECKPOINT_MAGIC, &after)?;
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| io(&log_path, "opening", e))?;
-        log.set_len(0).and_then(|_| log.sync_all()).map_err(|e| io(&log_path, "emptying", e))?;
-        sync_dir(dir)?;
+        let log = open_empty_log(dir)?;
         if recovery.replayed > 0 || recovery.torn_bytes > 0 {
             tracing::info!(
                 replayed = recovery.replayed,
@@ -423,21 +410,23 @@ impl DurableTao {
         }
         let mut c = self.committer.lock().await;
         if self.committed.load(Ordering::SeqCst) >= mine {
-            return Ok(());
+            return Ok(()); // another caller's commit covered these writes while we queued
         }
-        let _exclusive = self.gate.write().await;
-        let covered = self.written.load(Ordering::SeqCst);
-        self.commit_locked(&mut c).await?;
-        self.committed.store(covered, Ordering::SeqCst);
-        Ok(())
+        self.commit_all(&mut c).await
     }
 
     /// A commit whatever has been written (the overlay is full).
     async fn commit_now(&self) -> Result<()> {
         let mut c = self.committer.lock().await;
+        self.commit_all(&mut c).await
+    }
+
+    /// With the committer held: stops requests, commits everything written so far, and
+    /// records what it covered for the grouping in [`DurableTao::commit`].
+    async fn commit_all(&self, c: &mut Committer) -> Result<()> {
         let _exclusive = self.gate.write().await;
         let covered = self.written.load(Ordering::SeqCst);
-        self.commit_locked(&mut c).await?;
+        self.commit_locked(c).await?;
         self.committed.store(covered, Ordering::SeqCst);
         Ok(())
     }
@@ -509,10 +498,7 @@ impl DurableTao {
         };
         write_checkpoint_as(&c.dir, CHECKPOINT_MAGIC, &ckpt)?;
         c.next_epoch = ckpt.next_epoch;
-        c.log
-            .set_len(0)
-            .and_then(|_| c.log.sync_all())
-            .map_err(|e| io(&c.dir.join(REDO_LOG), "truncating", e))?;
+        empty_log(&c.log, &c.dir)?;
         c.log_bytes = 0;
         Ok(())
     }
