@@ -43,7 +43,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::path::{open_cells, seal_cells, with_retry, write_sealed, RetryPolicy};
+use crate::path::{check_geometry, open_cells, seal_cells, with_retry, write_sealed, RetryPolicy};
 use crate::{ProxyError, Result, SealedPathOram, VersionTable};
 
 pub(crate) const CHECKPOINT: &str = "checkpoint.bin";
@@ -352,18 +352,7 @@ impl DurablePathOram {
         let store_id = StoreId(ckpt.store_id);
         let mut oram = PathOram::from_state(ckpt.oram, ChaCha20Rng::from_entropy())?;
         let mut versions = ckpt.versions;
-        let geometry = SealedPathOram::geometry(oram.config())?;
-        let found = store.geometry();
-        if found.cell_size() != geometry.cell_size() || found.cell_count() < geometry.cell_count() {
-            return Err(ProxyError::Geometry {
-                found: format!("{} cells of {} bytes", found.cell_count(), found.cell_size()),
-                needed: format!(
-                    "at least {} cells of {} bytes",
-                    geometry.cell_count(),
-                    geometry.cell_size()
-                ),
-            });
-        }
+        check_geometry(store.geometry(), SealedPathOram::geometry(oram.config())?)?;
         let log_path = dir.join(REDO_LOG);
         let (records, good_bytes, torn_bytes) = read_log(&log_path)?;
         let mut recovery = Recovery { torn_bytes, ..Recovery::default() };

@@ -52,6 +52,21 @@ where
 
 /// Opens fetched cells against the trusted versions. Cells at version 0 were never written:
 /// their contents are ignored (the read was still issued, so the store saw nothing special).
+/// Refuses a store whose cells are of another size than `needed`'s, or fewer.
+pub(crate) fn check_geometry(found: Geometry, needed: Geometry) -> Result<()> {
+    if found.cell_size() != needed.cell_size() || found.cell_count() < needed.cell_count() {
+        return Err(ProxyError::Geometry {
+            found: format!("{} cells of {} bytes", found.cell_count(), found.cell_size()),
+            needed: format!(
+                "at least {} cells of {} bytes",
+                needed.cell_count(),
+                needed.cell_size()
+            ),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn open_cells(
     sealer: &CellSealer,
     versions: &VersionTable,
@@ -206,18 +221,7 @@ impl SealedPathOram {
         sealer: CellSealer,
         versions: VersionTable,
     ) -> Result<Self> {
-        let needed = Self::geometry(oram.config())?;
-        let found = store.geometry();
-        if found.cell_size() != needed.cell_size() || found.cell_count() < needed.cell_count() {
-            return Err(ProxyError::Geometry {
-                found: format!("{} cells of {} bytes", found.cell_count(), found.cell_size()),
-                needed: format!(
-                    "at least {} cells of {} bytes",
-                    needed.cell_count(),
-                    needed.cell_size()
-                ),
-            });
-        }
+        check_geometry(store.geometry(), Self::geometry(oram.config())?)?;
         Ok(Self { oram, store, sealer, versions, retry: RetryPolicy::default(), poisoned: false })
     }
 

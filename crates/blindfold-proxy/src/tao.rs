@@ -101,7 +101,7 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, Notify};
 
-use crate::path::{open_cell, seal_cell, with_retry, write_sealed, RetryPolicy};
+use crate::path::{check_geometry, open_cell, seal_cell, with_retry, write_sealed, RetryPolicy};
 use crate::{ProxyError, Result, SealedPathOram, SealedPathState, VersionTable};
 
 /// Default number of fetched paths per write-back (TaoStore's `k`).
@@ -419,18 +419,7 @@ impl TaoOram {
         rng: ChaCha20Rng,
     ) -> Result<Self> {
         let config = state.config;
-        let needed = config.geometry()?;
-        let found = store.geometry();
-        if found.cell_size() != needed.cell_size() || found.cell_count() < needed.cell_count() {
-            return Err(ProxyError::Geometry {
-                found: format!("{} cells of {} bytes", found.cell_count(), found.cell_size()),
-                needed: format!(
-                    "at least {} cells of {} bytes",
-                    needed.cell_count(),
-                    needed.cell_size()
-                ),
-            });
-        }
+        check_geometry(store.geometry(), config.geometry()?)?;
         let bad = |m: &str| Err(ProxyError::State(format!("imported TaoStore state: {m}")));
         if state.posmap.len() as u64 != config.blocks() {
             return bad("position map size does not match the configuration");
