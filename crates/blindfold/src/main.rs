@@ -456,10 +456,15 @@ async fn bench_path(args: PathArgs) -> Result<()> {
     let report = path_bench::run(params).await?;
     println!("blindfold bench path");
     print!("{}", path_bench::render(&report));
-    if let Some(path) = args.json {
-        let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(&path, json + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+    save_json(args.json.as_deref(), &report)?;
+    Ok(())
+}
+
+/// Writes a benchmark report as pretty JSON to `path`, if one was given, and says so.
+fn save_json(path: Option<&std::path::Path>, report: &impl serde::Serialize) -> Result<()> {
+    if let Some(path) = path {
+        let json = serde_json::to_string_pretty(report)?;
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
         println!("  saved {}", path.display());
     }
     Ok(())
@@ -488,12 +493,7 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
     let report = gateway_bench::run(params).await?;
     println!("blindfold bench gateway");
     print!("{}", gateway_bench::render(&report));
-    if let Some(path) = args.json {
-        let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(&path, json + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("  saved {}", path.display());
-    }
+    save_json(args.json.as_deref(), &report)?;
     Ok(())
 }
 
@@ -663,12 +663,7 @@ fn bench_schemes(args: SchemesArgs) -> Result<()> {
     for path in schemes::save(&report, &args.out_dir)? {
         println!("  saved {}", path.display());
     }
-    if let Some(path) = args.json {
-        let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(&path, json + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("  saved {}", path.display());
-    }
+    save_json(args.json.as_deref(), &report)?;
     Ok(())
 }
 
@@ -705,12 +700,7 @@ async fn bench_concurrency(args: ConcurrencyArgs) -> Result<()> {
     for path in concurrency::save(&report, &args.out_dir)? {
         println!("  saved {}", path.display());
     }
-    if let Some(path) = args.json {
-        let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(&path, json + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("  saved {}", path.display());
-    }
+    save_json(args.json.as_deref(), &report)?;
     Ok(())
 }
 
