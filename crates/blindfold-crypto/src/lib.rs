@@ -82,6 +82,7 @@ mod keyfile;
 mod keys;
 mod pad;
 mod seal;
+mod state;
 
 pub use error::CryptoError;
 pub use keyfile::{
@@ -90,3 +91,4 @@ pub use keyfile::{
 pub use keys::{MasterKey, Passphrase, StoreId};
 pub use pad::XorPads;
 pub use seal::{CellAd, CellSealer};
+pub use state::StateSealer;

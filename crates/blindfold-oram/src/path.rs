@@ -619,6 +619,15 @@ impl PathOram {
         self.loading = None;
     }
 
+    /// Draws the leaves of the following accesses from a generator seeded with `seed`. The
+    /// scheme is deterministic given its state, the seed and the accesses (eviction breaks
+    /// ties by block id), so repeating the same accesses after the same seed from the same
+    /// state repeats the same reads: a driver can log a seed before revealing any leaf drawn
+    /// from it and replay the accesses after a crash.
+    pub fn reseed(&mut self, seed: [u8; 32]) {
+        self.rng = ChaCha20Rng::from_seed(seed);
+    }
+
     fn random_leaf(&mut self, tree: usize) -> Leaf {
         Leaf(self.rng.gen_range(0..self.trees[tree].layout.shape.leaves()))
     }

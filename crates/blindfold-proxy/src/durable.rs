@@ -32,14 +32,15 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use blindfold_crypto::{CellAd, CellSealer, MasterKey, StoreId};
+use bincode::Options;
+use blindfold_crypto::{CellAd, CellSealer, MasterKey, StateSealer, StoreId};
 use blindfold_oram::{BlockId, Op, OramDelta, PathOram, PathOramConfig, PathOramState, Progress};
 use blindfold_store::{CellId, Store};
-use rand::SeedableRng;
+use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
@@ -48,8 +49,9 @@ use crate::{ProxyError, Result, SealedPathOram, VersionTable};
 
 pub(crate) const CHECKPOINT: &str = "checkpoint.bin";
 pub(crate) const REDO_LOG: &str = "redo.log";
-const CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT01";
-const RECORD_MAGIC: u32 = 0xB1F0_0D01;
+const CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT02";
+const RECORD_MAGIC: u32 = 0xB1F0_0D02;
+const REVEAL_MAGIC: u32 = 0xB1F0_0E02;
 /// Write a checkpoint once the redo log is larger than this.
 const DEFAULT_LOG_LIMIT: u64 = 256 << 20;
 /// Commit by itself once this many cells wait in the overlay.
@@ -74,6 +76,18 @@ struct Record {
     epoch_high: u32,
     delta: OramDelta,
     cells: Vec<LoggedCell>,
+}
+
+/// Logged before the paths of a batch of accesses are read: the seed the accesses draw their
+/// leaves from and the blocks they access, in order. Replaying the batch from the committed
+/// state with the same seed repeats exactly the same reads and ends with every block on the
+/// same fresh, never revealed leaf (see [`DurablePathOram::open`]).
+#[derive(Serialize, Deserialize)]
+struct Reveal {
+    /// Sequence number of the commit this batch follows.
+    after: u64,
+    seed: [u8; 32],
+    blocks: Vec<u64>,
 }
 
 /// One sealed cell of a redo record. Encodes exactly as the tuple `(u64, u64, Vec<u8>)` of
@@ -111,6 +125,9 @@ pub struct Recovery {
     pub cells_rewritten: u64,
     /// Bytes of a torn final record that was discarded.
     pub torn_bytes: u64,
+    /// Block accesses repeated from the log because the last run revealed their paths
+    /// without committing (each such block now sits on a fresh leaf).
+    pub reaccessed: u64,
 }
 
 /// Result of [`DurablePathOram::verify`].
@@ -129,6 +146,8 @@ pub struct DurablePathOram {
     oram: PathOram,
     store: Arc<dyn Store>,
     sealer: CellSealer,
+    /// Seals the checkpoint and the redo log.
+    state_sealer: StateSealer,
     store_id: StoreId,
     versions: VersionTable,
     overlay: HashMap<u64, Vec<u8>>,
@@ -141,6 +160,8 @@ pub struct DurablePathOram {
     max_overlay: usize,
     retry: RetryPolicy,
     poisoned: bool,
+    /// Whether accesses log their reveals (off while replaying logged ones).
+    journal: bool,
 }
 
 impl std::fmt::Debug for DurablePathOram {
@@ -157,10 +178,66 @@ pub(crate) fn io(path: &Path, what: &str, e: std::io::Error) -> ProxyError {
     ProxyError::State(format!("{what} {}: {e}", path.display()))
 }
 
-/// Makes `dir` ready to hold a new engine's trusted state: creates it, and refuses one that
-/// already holds a checkpoint.
-pub(crate) fn prepare_new_dir(dir: &Path) -> Result<()> {
+/// Largest redo record or checkpoint body accepted from the data directory (1 TiB): a length
+/// field above it is damage, never an allocation request.
+const MAX_FRAME: u64 = 1 << 40;
+
+/// Creates `path` for writing, private to the owner (mode 0600), truncating it.
+pub(crate) fn create_private(path: &Path) -> std::io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    o.open(path)
+}
+
+/// Makes `dir` (created if missing) and every file directly in it private to the owner: the
+/// directory 0700, files 0600. Returns one warning per path whose mode had to be tightened.
+pub fn make_private(dir: &Path) -> Result<Vec<String>> {
+    let mut warnings = Vec::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| io(dir, "creating", e))?;
+        }
+        let mut tighten = |path: &Path, want: u32| -> Result<()> {
+            let meta = std::fs::symlink_metadata(path).map_err(|e| io(path, "inspecting", e))?;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(want))
+                    .map_err(|e| io(path, "restricting the mode of", e))?;
+                warnings.push(format!(
+                    "{} was readable by others (mode {mode:o}); restricted to {want:o}",
+                    path.display()
+                ));
+            }
+            Ok(())
+        };
+        tighten(dir, 0o700)?;
+        for entry in std::fs::read_dir(dir).map_err(|e| io(dir, "listing", e))? {
+            let entry = entry.map_err(|e| io(dir, "listing", e))?;
+            let kind = entry.file_type().map_err(|e| io(&entry.path(), "inspecting", e))?;
+            if kind.is_file() {
+                tighten(&entry.path(), 0o600)?;
+            } else if kind.is_dir() {
+                tighten(&entry.path(), 0o700)?;
+            }
+        }
+    }
+    #[cfg(not(unix))]
     std::fs::create_dir_all(dir).map_err(|e| io(dir, "creating", e))?;
+    Ok(warnings)
+}
+
+/// Makes `dir` ready to hold a new engine's trusted state: creates it (private), and refuses
+/// one that already holds a checkpoint.
+pub(crate) fn prepare_new_dir(dir: &Path) -> Result<()> {
+    make_private(dir)?;
     if dir.join(CHECKPOINT).exists() {
         return Err(ProxyError::State(format!(
             "{} already holds an ORAM; open it instead",
@@ -173,16 +250,40 @@ pub(crate) fn prepare_new_dir(dir: &Path) -> Result<()> {
 /// Opens `dir/redo.log` for appending, emptied (its records are in the checkpoint just
 /// written), with the emptying and the directory made durable.
 pub(crate) fn open_empty_log(dir: &Path) -> Result<File> {
-    let log_path = dir.join(REDO_LOG);
-    // Append mode: every write lands at the end, also after the log is emptied again.
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .map_err(|e| io(&log_path, "opening", e))?;
+    let log = open_log(dir)?;
     empty_log(&log, dir)?;
     sync_dir(dir)?;
     Ok(log)
+}
+
+/// Opens `dir/redo.log` for appending (mode 0600), keeping what it holds.
+pub(crate) fn open_log(dir: &Path) -> Result<File> {
+    let log_path = dir.join(REDO_LOG);
+    // Append mode: every write lands at the end, also after the log is emptied again.
+    let mut o = OpenOptions::new();
+    o.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    o.open(&log_path).map_err(|e| io(&log_path, "opening", e))
+}
+
+/// Replaces `dir/redo.log` atomically by a log holding exactly `frames` (already encoded), and
+/// returns it opened for appending. Used at start-up to keep the reveal records of the last
+/// window while dropping everything the new checkpoint covers.
+pub(crate) fn replace_log(dir: &Path, frames: &[Vec<u8>]) -> Result<File> {
+    if frames.is_empty() {
+        return open_empty_log(dir);
+    }
+    let tmp = dir.join(format!("{REDO_LOG}.tmp"));
+    let mut f = create_private(&tmp).map_err(|e| io(&tmp, "creating", e))?;
+    for frame in frames {
+        f.write_all(frame).map_err(|e| io(&tmp, "writing", e))?;
+    }
+    f.sync_all().map_err(|e| io(&tmp, "syncing", e))?;
+    let path = dir.join(REDO_LOG);
+    std::fs::rename(&tmp, &path).map_err(|e| io(&path, "renaming into", e))?;
+    sync_dir(dir)?;
+    open_log(dir)
 }
 
 /// Empties the redo log `log` of `dir` and makes that durable.
@@ -194,20 +295,24 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io(dir, "syncing directory", e))
 }
 
-fn write_checkpoint(dir: &Path, ckpt: &Checkpoint) -> Result<()> {
-    write_checkpoint_as(dir, CHECKPOINT_MAGIC, ckpt)
+fn write_checkpoint(dir: &Path, ckpt: &Checkpoint, sealer: &StateSealer) -> Result<()> {
+    write_checkpoint_as(dir, CHECKPOINT_MAGIC, ckpt, sealer)
 }
 
-/// Writes `ckpt` to `dir/checkpoint.bin` atomically (temporary file, fsync, rename, directory
-/// fsync), framed by `magic`, its length and a CRC.
+/// Writes `ckpt` to `dir/checkpoint.bin` atomically (temporary file with mode 0600, fsync,
+/// rename, directory fsync), sealed under the state key and framed by `magic`, its length and
+/// a CRC (the CRC tells a torn write from tampering).
 pub(crate) fn write_checkpoint_as<T: Serialize>(
     dir: &Path,
     magic: &[u8; 8],
     ckpt: &T,
+    sealer: &StateSealer,
 ) -> Result<()> {
-    let body = bincode::serialize(ckpt).map_err(|e| ProxyError::State(e.to_string()))?;
+    let plain = bincode::serialize(ckpt).map_err(|e| ProxyError::State(e.to_string()))?;
+    let body = sealer.seal(magic, &plain).map_err(ProxyError::Crypto)?;
+    drop(plain);
     let tmp = dir.join(format!("{CHECKPOINT}.tmp"));
-    let mut f = File::create(&tmp).map_err(|e| io(&tmp, "creating", e))?;
+    let mut f = create_private(&tmp).map_err(|e| io(&tmp, "creating", e))?;
     let mut head = Vec::with_capacity(20);
     head.extend_from_slice(magic);
     head.extend_from_slice(&(body.len() as u64).to_le_bytes());
@@ -219,58 +324,92 @@ pub(crate) fn write_checkpoint_as<T: Serialize>(
     sync_dir(dir)
 }
 
-fn read_checkpoint(dir: &Path) -> Result<Checkpoint> {
-    read_checkpoint_as(dir, CHECKPOINT_MAGIC)
+fn read_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
+    read_checkpoint_as(dir, CHECKPOINT_MAGIC, sealer)
 }
 
 /// Reads what [`write_checkpoint_as`] wrote with the same `magic`.
 pub(crate) fn read_checkpoint_as<T: serde::de::DeserializeOwned>(
     dir: &Path,
     magic: &[u8; 8],
+    sealer: &StateSealer,
 ) -> Result<T> {
     let path = dir.join(CHECKPOINT);
-    let mut buf = Vec::new();
-    File::open(&path)
-        .and_then(|mut f| f.read_to_end(&mut buf))
-        .map_err(|e| io(&path, "reading", e))?;
-    let bad = |m: &str| ProxyError::State(format!("{}: {m}", path.display()));
+    let buf = std::fs::read(&path).map_err(|e| io(&path, "reading", e))?;
+    decode_checkpoint(&buf, magic, sealer)
+        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))
+}
+
+/// Decodes checkpoint file bytes (see [`write_checkpoint_as`]); hostile input gives an error
+/// message, never a panic or an allocation larger than the input.
+pub(crate) fn decode_checkpoint<T: serde::de::DeserializeOwned>(
+    buf: &[u8],
+    magic: &[u8; 8],
+    sealer: &StateSealer,
+) -> std::result::Result<T, String> {
     if buf.len() < 20 || &buf[..8] != magic {
-        return Err(bad(&format!(
-            "not a checkpoint of this engine (expected {:?})",
-            String::from_utf8_lossy(magic)
-        )));
+        let legacy = buf.len() >= 8 && (&buf[..8] == b"BFCKPT01" || &buf[..8] == b"BFTAOCK1");
+        return Err(if legacy {
+            "an unsealed checkpoint of an older blindfold: this version keeps its trusted state \
+             sealed; start the older version once more and stop it cleanly, then use \
+             `blindfold recover` from the store's snapshot into a new data directory"
+                .into()
+        } else {
+            format!(
+                "not a checkpoint of this engine (expected {:?})",
+                String::from_utf8_lossy(magic)
+            )
+        });
     }
-    let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes")) as usize;
+    let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
     let crc = u32::from_le_bytes(buf[16..20].try_into().expect("4 bytes"));
-    let body = buf.get(20..20 + len).ok_or_else(|| bad("truncated"))?;
+    let body = usize::try_from(len)
+        .ok()
+        .and_then(|len| buf.get(20..20usize.checked_add(len)?))
+        .ok_or("truncated")?;
     if crc32fast::hash(body) != crc {
-        return Err(bad("checksum mismatch (damaged)"));
+        return Err("checksum mismatch (damaged)".into());
     }
-    bincode::deserialize(body).map_err(|e| bad(&format!("cannot decode: {e}")))
+    let plain = sealer.open(magic, body).map_err(|_| {
+        "does not authenticate: damaged, or sealed with another key (is this the data \
+         directory's own key file?)"
+            .to_string()
+    })?;
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(plain.len() as u64)
+        .deserialize(&plain)
+        .map_err(|e| format!("cannot decode: {e}"))
 }
 
-fn read_log(path: &Path) -> Result<(Vec<Record>, u64, u64)> {
-    read_log_as(path, RECORD_MAGIC)
+/// One frame of the redo log: its magic and its opened body.
+pub(crate) struct Frame {
+    pub(crate) magic: u32,
+    pub(crate) body: Vec<u8>,
 }
 
-/// Appends `record` to the redo log `log` (in `dir`), framed with `magic`, its length and a
-/// CRC, and fsyncs it. Returns the bytes appended.
-pub(crate) async fn append_record<T: Serialize>(
-    log: &File,
-    dir: &Path,
+/// Encodes `record` as one sealed redo-log frame: magic, length and CRC of the sealed body,
+/// then the body (the record sealed under the state key, bound to its magic).
+pub(crate) fn encode_frame<T: Serialize>(
     magic: u32,
     record: &T,
-) -> Result<u64> {
-    // Serialize straight into the frame, leaving room for the header, so the (large) body is
-    // not copied again.
-    let size = bincode::serialized_size(record).map_err(|e| ProxyError::State(e.to_string()))?;
-    let mut frame = Vec::with_capacity(16 + size as usize);
-    frame.resize(16, 0);
-    bincode::serialize_into(&mut frame, record).map_err(|e| ProxyError::State(e.to_string()))?;
-    let crc = crc32fast::hash(&frame[16..]);
-    frame[..4].copy_from_slice(&magic.to_le_bytes());
-    frame[4..12].copy_from_slice(&size.to_le_bytes());
-    frame[12..16].copy_from_slice(&crc.to_le_bytes());
+    sealer: &StateSealer,
+) -> Result<Vec<u8>> {
+    let plain = bincode::serialize(record).map_err(|e| ProxyError::State(e.to_string()))?;
+    let sealed = sealer.seal(&magic.to_le_bytes(), &plain).map_err(ProxyError::Crypto)?;
+    drop(plain);
+    let mut frame = Vec::with_capacity(16 + sealed.len());
+    frame.extend_from_slice(&magic.to_le_bytes());
+    frame.extend_from_slice(&(sealed.len() as u64).to_le_bytes());
+    frame.extend_from_slice(&crc32fast::hash(&sealed).to_le_bytes());
+    frame.extend_from_slice(&sealed);
+    Ok(frame)
+}
+
+/// Appends already encoded `frame` to the redo log `log` (in `dir`) and fsyncs it. Returns the
+/// bytes appended.
+pub(crate) async fn append_frame(log: &File, dir: &Path, frame: Vec<u8>) -> Result<u64> {
     let log = log.try_clone().map_err(|e| io(dir, "cloning log handle", e))?;
     let path = dir.join(REDO_LOG);
     let len = frame.len() as u64;
@@ -285,41 +424,88 @@ pub(crate) async fn append_record<T: Serialize>(
     Ok(len)
 }
 
-/// Reads every complete record framed with `magic`; returns them, the bytes they take and the
-/// number of bytes of a torn tail.
-pub(crate) fn read_log_as<T: serde::de::DeserializeOwned>(
-    path: &Path,
+/// Appends `record` to the redo log `log` (in `dir`) as one sealed frame with `magic`, and
+/// fsyncs it. Returns the bytes appended.
+pub(crate) async fn append_record<T: Serialize>(
+    log: &File,
+    dir: &Path,
     magic: u32,
-) -> Result<(Vec<T>, u64, u64)> {
-    let mut buf = Vec::new();
-    match File::open(path) {
-        Ok(mut f) => {
-            f.read_to_end(&mut buf).map_err(|e| io(path, "reading", e))?;
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io(path, "opening", e)),
-    }
-    let mut records = Vec::new();
+    record: &T,
+    sealer: &StateSealer,
+) -> Result<u64> {
+    let frame = encode_frame(magic, record, sealer)?;
+    append_frame(log, dir, frame).await
+}
+
+/// Reads every complete frame of the redo log at `path` whose magic is one of `magics`, and
+/// opens it; returns them, the bytes they take and the number of bytes of a torn tail (a
+/// frame cut short, or with a bad checksum, ends the log: it was being written at a crash).
+/// A complete frame that does not authenticate is an error: the log was altered, or belongs
+/// to another key.
+pub(crate) fn read_frames(
+    path: &Path,
+    magics: &[u32],
+    sealer: &StateSealer,
+) -> Result<(Vec<Frame>, u64, u64)> {
+    let buf = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(io(path, "reading", e)),
+    };
+    decode_frames(&buf, magics, sealer)
+        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))
+}
+
+/// Decodes redo-log bytes (see [`read_frames`]); hostile input gives an error message, never
+/// a panic or an allocation larger than the input.
+pub(crate) fn decode_frames(
+    buf: &[u8],
+    magics: &[u32],
+    sealer: &StateSealer,
+) -> std::result::Result<(Vec<Frame>, u64, u64), String> {
+    let mut frames = Vec::new();
     let mut at = 0usize;
     while buf.len() - at >= 16 {
         let found = u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"));
-        let len = u64::from_le_bytes(buf[at + 4..at + 12].try_into().expect("8 bytes")) as usize;
+        let len = u64::from_le_bytes(buf[at + 4..at + 12].try_into().expect("8 bytes"));
         let crc = u32::from_le_bytes(buf[at + 12..at + 16].try_into().expect("4 bytes"));
-        let Some(body) = buf.get(at + 16..at + 16 + len) else { break };
-        if found != magic || crc32fast::hash(body) != crc {
+        if len > MAX_FRAME {
             break;
         }
-        let rec: T = bincode::deserialize(body)
-            .map_err(|e| ProxyError::State(format!("{}: bad record: {e}", path.display())))?;
-        records.push(rec);
-        at += 16 + len;
+        let Some(body) = (at + 16).checked_add(len as usize).and_then(|end| buf.get(at + 16..end))
+        else {
+            break;
+        };
+        if !magics.contains(&found) || crc32fast::hash(body) != crc {
+            break;
+        }
+        let plain = sealer.open(&found.to_le_bytes(), body).map_err(|_| {
+            format!(
+                "the redo record at byte {at} does not authenticate: damaged, or sealed with \
+                 another key"
+            )
+        })?;
+        frames.push(Frame { magic: found, body: plain });
+        at += 16 + len as usize;
     }
-    Ok((records, at as u64, (buf.len() - at) as u64))
+    Ok((frames, at as u64, (buf.len() - at) as u64))
+}
+
+/// Decodes one opened frame body as a `T`, bounded by the body's size.
+pub(crate) fn decode_record<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+) -> std::result::Result<T, String> {
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(body.len() as u64)
+        .deserialize(body)
+        .map_err(|e| format!("bad redo record: {e}"))
 }
 
 impl DurablePathOram {
-    /// Creates a new, empty ORAM whose trusted state lives in `dir` (created if needed; must
-    /// not already hold a checkpoint).
+    /// Creates a new, empty ORAM whose trusted state lives in `dir` (created if needed, mode
+    /// 0700; must not already hold a checkpoint).
     pub async fn create(
         dir: &Path,
         config: PathOramConfig,
@@ -336,34 +522,51 @@ impl DurablePathOram {
             next_epoch: 0,
             seq: 0,
         };
-        write_checkpoint(dir, &ckpt)?;
+        write_checkpoint(dir, &ckpt, &StateSealer::new(key))?;
         let _ = std::fs::remove_file(dir.join(REDO_LOG));
         Self::open(dir, store, key).await.map(|(o, _)| o)
     }
 
     /// Opens the ORAM in `dir`: loads the checkpoint, replays the redo log into the store and
-    /// the state, and starts a fresh key epoch.
+    /// the state, and starts a fresh key epoch. If the last run revealed paths it did not
+    /// commit (it crashed, or stopped poisoned), those accesses are first repeated from the
+    /// committed state with their logged seeds — the store sees exactly the reads it saw
+    /// before — and committed, so every block they touched ends on a leaf never revealed.
     pub async fn open(
         dir: &Path,
         store: Arc<dyn Store>,
         key: &MasterKey,
     ) -> Result<(Self, Recovery)> {
-        let ckpt = read_checkpoint(dir)?;
+        let state_sealer = StateSealer::new(key);
+        let ckpt = read_checkpoint(dir, &state_sealer)?;
         let store_id = StoreId(ckpt.store_id);
         let mut oram = PathOram::from_state(ckpt.oram, ChaCha20Rng::from_entropy())?;
         let mut versions = ckpt.versions;
         check_geometry(store.geometry(), SealedPathOram::geometry(oram.config())?)?;
         let log_path = dir.join(REDO_LOG);
-        let (records, good_bytes, torn_bytes) = read_log(&log_path)?;
+        let (frames, good_bytes, torn_bytes) =
+            read_frames(&log_path, &[RECORD_MAGIC, REVEAL_MAGIC], &state_sealer)?;
         let mut recovery = Recovery { torn_bytes, ..Recovery::default() };
         let mut seq = ckpt.seq;
         let mut next_epoch = ckpt.next_epoch;
         let retry = RetryPolicy::default();
-        for rec in records {
+        let bad = |m: String| ProxyError::State(format!("{}: {m}", log_path.display()));
+        let mut reveals: Vec<Reveal> = Vec::new();
+        for frame in frames {
+            if frame.magic == REVEAL_MAGIC {
+                reveals.push(decode_record(&frame.body).map_err(bad)?);
+                continue;
+            }
+            let rec: Record = decode_record(&frame.body).map_err(bad)?;
             if rec.seq <= seq {
                 continue;
             }
             recovery.cells_rewritten += rec.cells.len() as u64;
+            for c in &rec.cells {
+                if c.cell >= versions.len() {
+                    return Err(bad("redo record: cell out of range".into()));
+                }
+            }
             let cells = rec.cells.into_iter().map(|c| {
                 versions.set(c.cell, c.version);
                 (CellId(c.cell), c.sealed)
@@ -374,6 +577,9 @@ impl DurablePathOram {
             seq = rec.seq;
             recovery.replayed += 1;
         }
+        // Only the batches logged after the last commit revealed paths that the committed
+        // state does not account for.
+        reveals.retain(|r| r.after == seq);
         if recovery.replayed > 0 {
             with_retry(retry, || store.flush()).await?;
         }
@@ -390,39 +596,56 @@ impl DurablePathOram {
             seq,
         };
         if recovery.replayed > 0 || torn_bytes > 0 || good_bytes > 0 || ckpt.next_epoch <= epoch {
-            write_checkpoint(dir, &after)?;
+            write_checkpoint(dir, &after, &state_sealer)?;
         }
-        let log = open_empty_log(dir)?;
+        // The reveals stay logged until the commit that accounts for them is durable.
+        let kept: Vec<Vec<u8>> = reveals
+            .iter()
+            .map(|r| encode_frame(REVEAL_MAGIC, r, &state_sealer))
+            .collect::<Result<_>>()?;
+        let log = replace_log(dir, &kept)?;
+        let log_bytes = kept.iter().map(|f| f.len() as u64).sum();
         let oram_state = after.oram;
         let oram = PathOram::from_state(oram_state, ChaCha20Rng::from_entropy())?;
-        if recovery.replayed > 0 || recovery.torn_bytes > 0 {
+        let mut this = Self {
+            oram,
+            store,
+            sealer,
+            state_sealer,
+            store_id,
+            versions: after.versions,
+            overlay: HashMap::new(),
+            dir: dir.to_path_buf(),
+            log,
+            log_bytes,
+            seq,
+            next_epoch: after.next_epoch,
+            log_limit: DEFAULT_LOG_LIMIT,
+            max_overlay: DEFAULT_MAX_OVERLAY,
+            retry,
+            poisoned: false,
+            journal: false,
+        };
+        for r in reveals {
+            recovery.reaccessed += r.blocks.len() as u64;
+            this.oram.reseed(r.seed);
+            let ops = r.blocks.into_iter().map(|b| (BlockId(b), Op::Read)).collect();
+            this.batch(ops).await?;
+        }
+        if recovery.reaccessed > 0 {
+            this.commit().await?;
+        }
+        this.journal = true;
+        if recovery.replayed > 0 || recovery.torn_bytes > 0 || recovery.reaccessed > 0 {
             tracing::info!(
                 replayed = recovery.replayed,
                 cells = recovery.cells_rewritten,
                 torn_bytes = recovery.torn_bytes,
+                reaccessed = recovery.reaccessed,
                 "recovered ORAM state from the redo log"
             );
         }
-        Ok((
-            Self {
-                oram,
-                store,
-                sealer,
-                store_id,
-                versions: after.versions,
-                overlay: HashMap::new(),
-                dir: dir.to_path_buf(),
-                log,
-                log_bytes: 0,
-                seq,
-                next_epoch: after.next_epoch,
-                log_limit: DEFAULT_LOG_LIMIT,
-                max_overlay: DEFAULT_MAX_OVERLAY,
-                retry,
-                poisoned: false,
-            },
-            recovery,
-        ))
+        Ok((this, recovery))
     }
 
     /// Whether `dir` holds an ORAM created by [`DurablePathOram::create`].
@@ -480,10 +703,8 @@ impl DurablePathOram {
     /// One logical access; returns the block's previous contents. Not durable until
     /// [`DurablePathOram::commit`] (which runs by itself when the overlay grows large).
     pub async fn access(&mut self, block: BlockId, op: Op) -> Result<Vec<u8>> {
-        if self.poisoned {
-            return Err(ProxyError::Poisoned);
-        }
-        self.access_prefetched(block, op, None).await
+        let mut out = self.access_many(vec![(block, op)]).await?;
+        Ok(out.pop().expect("one access, one result"))
     }
 
     async fn access_prefetched(
@@ -508,9 +729,6 @@ impl DurablePathOram {
                 return Err(e);
             }
         };
-        if self.overlay.len() >= self.max_overlay {
-            self.commit().await?;
-        }
         result
     }
 
@@ -521,7 +739,45 @@ impl DurablePathOram {
     /// random paths, as it would see them one at a time. With a recursive position map, or
     /// a batch that names a block twice, the accesses run one by one. Returns each block's
     /// previous contents.
+    ///
+    /// Before any path is read, the batch's blocks and the seed its leaves are drawn from are
+    /// appended to the redo log (one fsync per batch), so that a crash or a poisoning cannot
+    /// bring these blocks back on the leaves the store is about to see: the next
+    /// [`DurablePathOram::open`] repeats the batch and commits it.
     pub async fn access_many(&mut self, ops: Vec<(BlockId, Op)>) -> Result<Vec<Vec<u8>>> {
+        if self.poisoned {
+            return Err(ProxyError::Poisoned);
+        }
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.journal {
+            let mut seed = [0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut seed);
+            let reveal =
+                Reveal { after: self.seq, seed, blocks: ops.iter().map(|o| o.0 .0).collect() };
+            match append_record(&self.log, &self.dir, REVEAL_MAGIC, &reveal, &self.state_sealer)
+                .await
+            {
+                Ok(len) => self.log_bytes += len,
+                Err(e) => {
+                    self.poison(&e);
+                    return Err(e);
+                }
+            }
+            self.oram.reseed(seed);
+        }
+        let out = self.batch(ops).await;
+        // Commit only between batches: a batch's reveal record must stay after the last
+        // commit until all of its accesses are committed.
+        if self.overlay.len() >= self.max_overlay && !self.poisoned {
+            self.commit().await?;
+        }
+        out
+    }
+
+    /// The accesses of one batch, without logging them.
+    async fn batch(&mut self, ops: Vec<(BlockId, Op)>) -> Result<Vec<Vec<u8>>> {
         if self.poisoned {
             return Err(ProxyError::Poisoned);
         }
@@ -657,7 +913,8 @@ impl DurablePathOram {
     }
 
     async fn log_and_apply(&mut self, record: Record) -> Result<()> {
-        let len = append_record(&self.log, &self.dir, RECORD_MAGIC, &record).await?;
+        let len =
+            append_record(&self.log, &self.dir, RECORD_MAGIC, &record, &self.state_sealer).await?;
         self.log_bytes += len;
         self.seq = record.seq;
         // Durable from here on: a crash now is repaired by replaying the record.
@@ -681,7 +938,7 @@ impl DurablePathOram {
             next_epoch: self.next_epoch.max(self.sealer.current_epoch().saturating_add(1)),
             seq: self.seq,
         };
-        write_checkpoint(&self.dir, &ckpt)?;
+        write_checkpoint(&self.dir, &ckpt, &self.state_sealer)?;
         self.next_epoch = ckpt.next_epoch;
         empty_log(&self.log, &self.dir)?;
         self.log_bytes = 0;

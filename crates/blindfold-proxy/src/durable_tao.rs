@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use blindfold_crypto::{CellSealer, MasterKey, StoreId};
+use blindfold_crypto::{CellSealer, MasterKey, StateSealer, StoreId};
 use blindfold_oram::{BlockId, Op};
 use blindfold_store::{ByteRange, CellId, Geometry, Store};
 use parking_lot::Mutex;
@@ -45,14 +45,18 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::durable::{
-    append_record, empty_log, open_empty_log, prepare_new_dir, read_checkpoint_as, read_log_as,
-    verify_cells, write_batches, write_checkpoint_as, LoggedCell, CHECKPOINT, REDO_LOG,
+    append_frame, append_record, decode_record, empty_log, encode_frame, prepare_new_dir,
+    read_checkpoint_as, read_frames, replace_log, verify_cells, write_batches, write_checkpoint_as,
+    LoggedCell, CHECKPOINT, REDO_LOG,
 };
 use crate::path::{with_retry, RetryPolicy};
-use crate::{ProxyError, Recovery, Result, TaoConfig, TaoOram, TaoState, TaoStats, VerifyReport};
+use crate::{
+    ProxyError, Recovery, Result, Reveal, TaoConfig, TaoOram, TaoState, TaoStats, VerifyReport,
+};
 
-const CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK1";
-const RECORD_MAGIC: u32 = 0xB1F0_7A01;
+const CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK2";
+const RECORD_MAGIC: u32 = 0xB1F0_7A02;
+const REVEAL_MAGIC: u32 = 0xB1F0_7B02;
 /// Write a checkpoint once the redo log is larger than this.
 const DEFAULT_LOG_LIMIT: u64 = 256 << 20;
 /// Commit by itself once this many cells wait in the overlay.
@@ -79,6 +83,68 @@ struct Record {
     stash: Vec<(u64, u32, Vec<u8>)>,
     stats: TaoStats,
     cells: Vec<LoggedCell>,
+}
+
+/// What requests revealed since the last commit, logged before their paths are read: one
+/// record per group of batches made durable together.
+#[derive(Serialize, Deserialize)]
+struct RevealRecord {
+    /// Sequence number of the commit these requests follow.
+    after: u64,
+    reveals: Vec<Reveal>,
+}
+
+/// The reveal journal: requests' reveals queue here in arrival order (under the engine's
+/// lock), and whoever needs theirs durable writes the whole queue as one record with one
+/// fsync, so concurrent batches share fsyncs (group commit).
+#[derive(Debug)]
+struct Journal {
+    queue: Mutex<JournalQueue>,
+    /// Reveals durable so far (a count over the whole run).
+    durable: AtomicU64,
+    /// Held while writing; the log handle the journal appends through.
+    writer: tokio::sync::Mutex<File>,
+    dir: PathBuf,
+    sealer: StateSealer,
+    /// Sequence number of the last commit (records name it).
+    after: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct JournalQueue {
+    pending: Vec<Reveal>,
+    /// Reveals queued so far (a count over the whole run).
+    queued: u64,
+}
+
+impl Journal {
+    /// Queues `reveals`; returns the count that must be durable before they are revealed.
+    fn push(&self, reveals: &[Reveal]) -> u64 {
+        let mut q = self.queue.lock();
+        q.pending.extend_from_slice(reveals);
+        q.queued += reveals.len() as u64;
+        q.queued
+    }
+
+    /// Makes the first `upto` reveals durable, writing everything queued at once.
+    async fn sync(&self, upto: u64) -> Result<()> {
+        if self.durable.load(Ordering::SeqCst) >= upto {
+            return Ok(());
+        }
+        let log = self.writer.lock().await;
+        if self.durable.load(Ordering::SeqCst) >= upto {
+            return Ok(()); // another caller's write covered ours while we queued
+        }
+        let (reveals, end) = {
+            let mut q = self.queue.lock();
+            (std::mem::take(&mut q.pending), q.queued)
+        };
+        let record = RevealRecord { after: self.after.load(Ordering::SeqCst), reveals };
+        let frame = encode_frame(REVEAL_MAGIC, &record, &self.sealer)?;
+        append_frame(&log, &self.dir, frame).await?;
+        self.durable.store(end, Ordering::SeqCst);
+        Ok(())
+    }
 }
 
 /// A store whose writes stay in memory until [`OverlayStore::take`]: reads go to the inner
@@ -182,6 +248,7 @@ struct Committer {
     store_id: StoreId,
     /// The position map as of the last commit, to log only what changed.
     posmap: Vec<u32>,
+    sealer: StateSealer,
 }
 
 /// The TaoStore engine with a crash-consistent trusted state; see the module documentation.
@@ -194,6 +261,8 @@ pub struct DurableTao {
     committer: tokio::sync::Mutex<Committer>,
     /// Opens cells for `verify` (never seals).
     opener: CellSealer,
+    /// Reveals logged before their paths are read.
+    journal: Journal,
     /// Write batches completed.
     written: AtomicU64,
     /// Value of `written` that the last commit covered.
@@ -229,7 +298,7 @@ impl DurableTao {
             config,
         };
         let ckpt = Checkpoint { store_id: store_id.0, state, next_epoch: 0, seq: 0 };
-        write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt)?;
+        write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &StateSealer::new(key))?;
         let _ = std::fs::remove_file(dir.join(REDO_LOG));
         Self::open(dir, store, key).await.map(|(t, _)| t)
     }
@@ -240,23 +309,34 @@ impl DurableTao {
     }
 
     /// Opens the engine in `dir`: loads the checkpoint, replays the redo log into the store and
-    /// the state, and starts a fresh key epoch.
+    /// the state, and starts a fresh key epoch. Requests that the last run revealed but did
+    /// not commit (it crashed, or stopped poisoned) are then accounted for: their paths are
+    /// read again and their blocks moved to their logged fresh leaves
+    /// ([`TaoOram::replay_reveals`]) and committed, before any new request.
     pub async fn open(
         dir: &Path,
         store: Arc<dyn Store>,
         key: &MasterKey,
     ) -> Result<(Self, Recovery)> {
-        let ckpt: Checkpoint = read_checkpoint_as(dir, CHECKPOINT_MAGIC)?;
+        let state_sealer = StateSealer::new(key);
+        let ckpt: Checkpoint = read_checkpoint_as(dir, CHECKPOINT_MAGIC, &state_sealer)?;
         let store_id = StoreId(ckpt.store_id);
         let mut state = ckpt.state;
         let log_path = dir.join(REDO_LOG);
-        let (records, _, torn_bytes) = read_log_as::<Record>(&log_path, RECORD_MAGIC)?;
+        let (frames, _, torn_bytes) =
+            read_frames(&log_path, &[RECORD_MAGIC, REVEAL_MAGIC], &state_sealer)?;
         let mut recovery = Recovery { torn_bytes, ..Recovery::default() };
         let mut seq = ckpt.seq;
         let mut next_epoch = ckpt.next_epoch;
         let retry = RetryPolicy::default();
         let bad = |m: &str| ProxyError::State(format!("{}: redo record: {m}", log_path.display()));
-        for rec in records {
+        let mut revealed: Vec<RevealRecord> = Vec::new();
+        for frame in frames {
+            if frame.magic == REVEAL_MAGIC {
+                revealed.push(decode_record(&frame.body).map_err(|m| bad(&m))?);
+                continue;
+            }
+            let rec: Record = decode_record(&frame.body).map_err(|m| bad(&m))?;
             if rec.seq <= seq {
                 continue;
             }
@@ -278,6 +358,7 @@ impl DurableTao {
             seq = rec.seq;
             recovery.replayed += 1;
         }
+        revealed.retain(|r| r.after == seq);
         if recovery.replayed > 0 {
             with_retry(retry, || store.flush()).await?;
         }
@@ -291,16 +372,14 @@ impl DurableTao {
                 .ok_or(ProxyError::State("key epochs exhausted".into()))?,
             seq,
         };
-        write_checkpoint_as(dir, CHECKPOINT_MAGIC, &after)?;
-        let log = open_empty_log(dir)?;
-        if recovery.replayed > 0 || recovery.torn_bytes > 0 {
-            tracing::info!(
-                replayed = recovery.replayed,
-                cells = recovery.cells_rewritten,
-                torn_bytes = recovery.torn_bytes,
-                "recovered TaoStore engine state from the redo log"
-            );
-        }
+        write_checkpoint_as(dir, CHECKPOINT_MAGIC, &after, &state_sealer)?;
+        // The reveals stay logged until the commit that accounts for them is durable.
+        let kept: Vec<Vec<u8>> = revealed
+            .iter()
+            .map(|r| encode_frame(REVEAL_MAGIC, r, &state_sealer))
+            .collect::<Result<_>>()?;
+        let log = replace_log(dir, &kept)?;
+        let log_bytes = kept.iter().map(|f| f.len() as u64).sum();
         let overlay = Arc::new(OverlayStore::new(Arc::clone(&store)));
         let posmap = after.state.posmap.clone();
         let tao = TaoOram::from_state(
@@ -309,31 +388,54 @@ impl DurableTao {
             CellSealer::new(key, store_id, epoch),
             ChaCha20Rng::from_entropy(),
         )?;
-        Ok((
-            Self {
-                tao,
-                overlay,
-                store,
-                gate: tokio::sync::RwLock::new(()),
-                committer: tokio::sync::Mutex::new(Committer {
-                    dir: dir.to_path_buf(),
-                    log,
-                    log_bytes: 0,
-                    seq,
-                    next_epoch: after.next_epoch,
-                    store_id,
-                    posmap,
-                }),
-                opener: CellSealer::new(key, store_id, epoch),
-                written: AtomicU64::new(0),
-                committed: AtomicU64::new(0),
-                poisoned: AtomicBool::new(false),
-                max_overlay: DEFAULT_MAX_OVERLAY,
-                log_limit: DEFAULT_LOG_LIMIT,
-                retry,
+        let journal_log = log.try_clone().map_err(|e| crate::durable::io(dir, "cloning", e))?;
+        let this = Self {
+            tao,
+            overlay,
+            store,
+            gate: tokio::sync::RwLock::new(()),
+            committer: tokio::sync::Mutex::new(Committer {
+                dir: dir.to_path_buf(),
+                log,
+                log_bytes,
+                seq,
+                next_epoch: after.next_epoch,
+                store_id,
+                posmap,
+                sealer: StateSealer::new(key),
+            }),
+            opener: CellSealer::new(key, store_id, epoch),
+            journal: Journal {
+                queue: Mutex::new(JournalQueue::default()),
+                durable: AtomicU64::new(0),
+                writer: tokio::sync::Mutex::new(journal_log),
+                dir: dir.to_path_buf(),
+                sealer: state_sealer,
+                after: AtomicU64::new(seq),
             },
-            recovery,
-        ))
+            written: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
+            poisoned: AtomicBool::new(false),
+            max_overlay: DEFAULT_MAX_OVERLAY,
+            log_limit: DEFAULT_LOG_LIMIT,
+            retry,
+        };
+        let reveals: Vec<Reveal> = revealed.into_iter().flat_map(|r| r.reveals).collect();
+        if !reveals.is_empty() {
+            recovery.reaccessed = reveals.len() as u64;
+            this.tao.replay_reveals(&reveals).await?;
+            this.commit_now().await?;
+        }
+        if recovery.replayed > 0 || recovery.torn_bytes > 0 || recovery.reaccessed > 0 {
+            tracing::info!(
+                replayed = recovery.replayed,
+                cells = recovery.cells_rewritten,
+                torn_bytes = recovery.torn_bytes,
+                reaccessed = recovery.reaccessed,
+                "recovered TaoStore engine state from the redo log"
+            );
+        }
+        Ok((this, recovery))
     }
 
     /// Commits by itself once `cells` cells wait in the overlay (default 8192).
@@ -370,10 +472,20 @@ impl DurableTao {
         let writes = ops.iter().any(|o| matches!(o.1, Op::Write(_)));
         let out = {
             let _shared = self.gate.read().await;
-            let mut replies = Vec::with_capacity(ops.len());
-            for (block, op) in ops {
-                replies.push(self.tao.submit(block, op)?);
+            // The batch's reveals are queued in arrival order and made durable (grouped with
+            // other batches' into one fsync) before any of its paths is read.
+            let mut upto = 0;
+            let (replies, go) = self.tao.submit_gated(ops, |r| upto = self.journal.push(r))?;
+            if let Err(e) = self.journal.sync(upto).await {
+                self.poisoned.store(true, Ordering::SeqCst);
+                tracing::error!(error = %e, "cannot log reveals; refusing further accesses");
+                drop(go); // the requests fail without reading anything
+                for r in replies {
+                    let _ = r.await;
+                }
+                return Err(e);
             }
+            let _ = go.send(true);
             let mut out = Vec::with_capacity(replies.len());
             for r in replies {
                 out.push(r.await?);
@@ -472,8 +584,10 @@ impl DurableTao {
                 })
                 .collect(),
         };
-        c.log_bytes += append_record(&c.log, &c.dir, RECORD_MAGIC, &record).await?;
+        c.log_bytes += append_record(&c.log, &c.dir, RECORD_MAGIC, &record, &c.sealer).await?;
         c.seq = record.seq;
+        // Reveals logged from now on follow this commit.
+        self.journal.after.store(c.seq, Ordering::SeqCst);
         c.posmap = state.posmap;
         // Durable from here on: a crash now is repaired by replaying the record.
         let cells = record.cells.into_iter().map(|l| (CellId(l.cell), l.sealed));
@@ -496,7 +610,7 @@ impl DurableTao {
             next_epoch: c.next_epoch.max(self.tao.current_epoch().saturating_add(1)),
             seq: c.seq,
         };
-        write_checkpoint_as(&c.dir, CHECKPOINT_MAGIC, &ckpt)?;
+        write_checkpoint_as(&c.dir, CHECKPOINT_MAGIC, &ckpt, &c.sealer)?;
         c.next_epoch = ckpt.next_epoch;
         empty_log(&c.log, &c.dir)?;
         c.log_bytes = 0;

@@ -46,12 +46,12 @@ pub mod tao;
 mod versions;
 
 pub use direct::SealedDirect;
-pub use durable::{DurablePathOram, Recovery, VerifyReport};
+pub use durable::{make_private, DurablePathOram, Recovery, VerifyReport};
 pub use durable_tao::{DurableTao, OverlayStore};
 pub use error::ProxyError;
 pub use path::{SealedPathOram, SealedPathState};
 pub use ring::{AccessTiming, RingData, RingPhaseTimes, SealedRingOram, SealedRingState};
-pub use tao::{Reply, TaoConfig, TaoOram, TaoState, TaoStats};
+pub use tao::{Reply, Reveal, TaoConfig, TaoOram, TaoState, TaoStats};
 pub use versions::VersionTable;
 
 /// Result type of this crate.

@@ -99,7 +99,7 @@ use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 
 use crate::path::{check_geometry, open_cell, seal_cell, with_retry, write_sealed, RetryPolicy};
 use crate::{ProxyError, Result, SealedPathOram, SealedPathState, VersionTable};
@@ -290,6 +290,22 @@ pub struct TaoState {
     pub stats: TaoStats,
 }
 
+/// What one request reveals to the store, decided when it arrives: the leaf of the path it
+/// reads, and the fresh leaf its block moves to. A durable driver logs these before the reads
+/// are issued (see [`TaoOram::submit_gated`]) so that after a crash it can move the blocks to
+/// those fresh leaves instead of bringing them back on leaves the store has seen
+/// ([`TaoOram::replay_reveals`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reveal {
+    /// The block requested.
+    pub block: u64,
+    /// The leaf whose path the request reads (the block's old leaf, or a random one for a
+    /// fake read).
+    pub read: u32,
+    /// The block's new leaf, never revealed before.
+    pub new: u32,
+}
+
 /// A block in trusted memory: its leaf and contents (shared, so snapshots are cheap).
 #[derive(Clone, Debug)]
 struct Slot {
@@ -386,6 +402,9 @@ struct Begun {
     kind: Kind,
     prev: Option<oneshot::Receiver<()>>,
     release: oneshot::Sender<()>,
+    /// When set, the path is read only once this turns `true` (the reveal is logged).
+    go: Option<watch::Receiver<bool>>,
+    reveal: Reveal,
 }
 
 impl TaoOram {
@@ -541,6 +560,171 @@ impl TaoOram {
         Ok(Reply(tokio::spawn(async move { shared.finish(begun).await })))
     }
 
+    /// Submits `ops` now, in order, like [`TaoOram::submit`] each, but holds back their path
+    /// reads: `journal` is called with what the requests will reveal (in arrival order, the
+    /// whole batch contiguous with no other request between) while the engine's lock is held,
+    /// and the reads start only once the returned sender is set to `true`. Dropping the
+    /// sender instead fails the requests and poisons the engine (nothing was revealed, but
+    /// the position map already moved on).
+    ///
+    /// A driver makes the reveals durable between the two, so that no crash can bring a block
+    /// back on a leaf the store has seen. Invalid `ops` are refused before any is submitted.
+    pub fn submit_gated(
+        &self,
+        ops: Vec<(BlockId, Op)>,
+        journal: impl FnOnce(&[Reveal]),
+    ) -> Result<(Vec<Reply>, watch::Sender<bool>)> {
+        for (block, op) in &ops {
+            self.shared.validate(*block, op)?;
+        }
+        let (go, rx) = watch::channel(false);
+        let begun = {
+            let mut guard = self.shared.state.lock();
+            let mut begun = Vec::with_capacity(ops.len());
+            for (block, op) in ops {
+                begun.push(self.shared.begin_locked(&mut guard, block, op, Some(rx.clone()))?);
+            }
+            let reveals: Vec<Reveal> = begun.iter().map(|b| b.reveal).collect();
+            journal(&reveals);
+            begun
+        };
+        let replies = begun
+            .into_iter()
+            .map(|b| {
+                let shared = Arc::clone(&self.shared);
+                Reply(tokio::spawn(async move { shared.finish(b).await }))
+            })
+            .collect();
+        Ok((replies, go))
+    }
+
+    /// After a crash: moves every block named in `reveals` (logged by
+    /// [`TaoOram::submit_gated`] since the state this engine was loaded from) to its last
+    /// logged new leaf. Reads the path of every logged reveal again, in order — paths the
+    /// store saw before the crash, or would have seen — and nothing else, then places the
+    /// blocks as deep as their new leaves allow; [`TaoOram::flush`] then writes the paths
+    /// back. Call on a fresh, quiescent engine before any request.
+    ///
+    /// Why every block is found: reveals are logged in arrival order and made durable as a
+    /// prefix, and a block's first request after the loaded state reads the path of its
+    /// loaded leaf (a fake read happens only while an earlier request of the block is in
+    /// flight), so that path is among the ones read here, or the block is in the stash.
+    pub async fn replay_reveals(&self, reveals: &[Reveal]) -> Result<()> {
+        let sh = &self.shared;
+        let leaves = sh.shape().leaves();
+        if let Some(r) = reveals.iter().find(|r| {
+            r.block >= sh.config.blocks()
+                || u64::from(r.read) >= leaves
+                || u64::from(r.new) >= leaves
+        }) {
+            return Err(ProxyError::State(format!(
+                "logged reveal names block {} or a leaf out of range",
+                r.block
+            )));
+        }
+        {
+            let s = sh.state.lock();
+            if s.in_flight != 0 || !s.subtree.is_empty() || !s.batch.is_empty() {
+                return Err(ProxyError::State("replay needs a fresh, quiescent engine".into()));
+            }
+        }
+        for r in reveals {
+            let leaf = Leaf(u64::from(r.read));
+            let buckets: Vec<u64> = sh.path_buckets(leaf).collect();
+            {
+                let mut s = sh.state.lock();
+                for &b in &buckets {
+                    *s.pins.entry(b).or_insert(0) += 1;
+                }
+            }
+            let cells: Vec<CellId> = buckets.iter().map(|&b| CellId(b)).collect();
+            let fetched = with_retry(sh.retry, || sh.store.read(&cells)).await;
+            let fetched = match fetched {
+                Ok(f) => f,
+                Err(e) => {
+                    sh.state.lock().poisoned = true;
+                    return Err(e.into());
+                }
+            };
+            let mut opened = Vec::new();
+            {
+                let s = sh.state.lock();
+                for (i, raw) in fetched.into_iter().enumerate() {
+                    if s.subtree.contains_key(&buckets[i]) {
+                        continue;
+                    }
+                    opened.push((i, s.versions.get(buckets[i]), raw));
+                }
+            }
+            let mut nodes = Vec::with_capacity(opened.len());
+            for (i, version, raw) in opened {
+                let slots = if version == 0 {
+                    Vec::new()
+                } else {
+                    match open_cell(&sh.sealer, cells[i], version, raw)
+                        .and_then(|plain| sh.decode_bucket(&plain))
+                    {
+                        Ok(slots) => slots,
+                        Err(e) => {
+                            sh.state.lock().poisoned = true;
+                            return Err(e);
+                        }
+                    }
+                };
+                nodes.push((buckets[i], slots));
+            }
+            let mut s = sh.state.lock();
+            s.clock += 1;
+            let clock = s.clock;
+            for (b, slots) in nodes {
+                s.subtree.entry(b).or_insert(Node { slots, modified: clock });
+            }
+            s.stats.paths_fetched += 1;
+        }
+        let mut guard = sh.state.lock();
+        let s = &mut *guard;
+        // Last logged leaf wins: the reveals are in arrival order.
+        let mut last: HashMap<u64, u32> = HashMap::new();
+        for r in reveals {
+            last.insert(r.block, r.new);
+            s.posmap[r.block as usize] = r.new + 1;
+        }
+        // Take every such block out of the subtree into the stash, on its new leaf.
+        for node in s.subtree.values_mut() {
+            let mut i = 0;
+            while i < node.slots.len() {
+                if last.contains_key(&node.slots[i].id) {
+                    let e = node.slots.swap_remove(i);
+                    node.modified = s.clock;
+                    s.stash.insert(e.id, e);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        for (id, leaf) in &last {
+            if let Some(e) = s.stash.get_mut(id) {
+                e.leaf = *leaf;
+            }
+        }
+        for r in reveals {
+            let leaf = Leaf(u64::from(r.read));
+            let buckets: Vec<u64> = sh.path_buckets(leaf).collect();
+            sh.evict(s, leaf, &buckets);
+            s.batch.push(leaf);
+        }
+        s.stats.max_stash = s.stats.max_stash.max(s.stash.len());
+        s.stats.max_subtree = s.stats.max_subtree.max(s.subtree.len());
+        if s.stash.len() > sh.config.stash_limit {
+            return Err(ProxyError::Capacity(format!(
+                "stash holds {} blocks after replaying the reveal log, limit {}",
+                s.stash.len(),
+                sh.config.stash_limit
+            )));
+        }
+        Ok(())
+    }
+
     /// Waits until no request is in flight, writes back every path fetched so far (an
     /// incomplete batch too), waits for every write-back and flushes the store. Afterwards the
     /// subtree is empty and [`TaoOram::export_state`] succeeds, as long as no new request
@@ -631,15 +815,15 @@ impl Shared {
         (0..shape.levels()).map(move |l| shape.bucket_on_path(leaf, l).0)
     }
 
-    /// Arrival: sequencer ticket, leaf lookup and remap, real or fake read, pins. No I/O.
-    fn begin(&self, block: BlockId, op: Op) -> Result<Begun> {
+    /// Checks one request's arguments.
+    fn validate(&self, block: BlockId, op: &Op) -> Result<()> {
         let config = &self.config;
         if block.0 >= config.blocks() {
             return Err(
                 OramError::BlockOutOfRange { block: block.0, blocks: config.blocks() }.into()
             );
         }
-        if let Op::Write(d) = &op {
+        if let Op::Write(d) = op {
             if d.len() != config.block_size() as usize {
                 return Err(OramError::WrongBlockSize {
                     got: d.len(),
@@ -648,9 +832,25 @@ impl Shared {
                 .into());
             }
         }
-        let shape = self.shape();
+        Ok(())
+    }
+
+    /// Arrival: sequencer ticket, leaf lookup and remap, real or fake read, pins. No I/O.
+    fn begin(&self, block: BlockId, op: Op) -> Result<Begun> {
+        self.validate(block, &op)?;
         let mut guard = self.state.lock();
-        let s = &mut *guard;
+        self.begin_locked(&mut guard, block, op, None)
+    }
+
+    /// [`Shared::begin`] with the state locked and the arguments validated.
+    fn begin_locked(
+        &self,
+        s: &mut State,
+        block: BlockId,
+        op: Op,
+        go: Option<watch::Receiver<bool>>,
+    ) -> Result<Begun> {
+        let shape = self.shape();
         if s.poisoned {
             return Err(ProxyError::Poisoned);
         }
@@ -683,13 +883,14 @@ impl Shared {
         s.in_flight += 1;
         s.stats.requests += 1;
         s.stats.max_in_flight = s.stats.max_in_flight.max(s.in_flight);
-        Ok(Begun { block: id, leaf, kind, prev, release })
+        let reveal = Reveal { block: id, read: leaf.0 as u32, new: fresh.0 as u32 };
+        Ok(Begun { block: id, leaf, kind, prev, release, go, reveal })
     }
 
     /// Serves a request, then releases its reply in arrival order.
     async fn finish(self: Arc<Self>, begun: Begun) -> Result<Vec<u8>> {
-        let Begun { block, leaf, kind, prev, release } = begun;
-        let result = self.serve(block, leaf, kind).await;
+        let Begun { block, leaf, kind, prev, release, go, .. } = begun;
+        let result = self.serve(block, leaf, kind, go).await;
         if let Some(prev) = prev {
             // An error means the earlier request's task is gone; its reply is released too.
             let _ = prev.await;
@@ -698,9 +899,23 @@ impl Shared {
         result
     }
 
-    async fn serve(self: &Arc<Self>, block: u64, leaf: Leaf, kind: Kind) -> Result<Vec<u8>> {
+    async fn serve(
+        self: &Arc<Self>,
+        block: u64,
+        leaf: Leaf,
+        kind: Kind,
+        go: Option<watch::Receiver<bool>>,
+    ) -> Result<Vec<u8>> {
         let real = matches!(kind, Kind::Real(_));
-        let outcome = self.fetch_and_evict(block, leaf, kind).await;
+        let allowed = match go {
+            Some(mut go) => go.wait_for(|v| *v).await.is_ok(),
+            None => true,
+        };
+        let outcome = if allowed {
+            self.fetch_and_evict(block, leaf, kind).await
+        } else {
+            Err(ProxyError::State("the reveal log could not be written; path not read".into()))
+        };
         let answer = {
             let mut s = self.state.lock();
             s.in_flight -= 1;

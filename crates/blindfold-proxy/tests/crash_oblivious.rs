@@ -1,0 +1,244 @@
+//! Obliviousness across crashes: a block accessed just before a crash (no commit after it)
+//! must not be fetched again on the path the store saw, after the restart.
+//!
+//! Each trial reads (or writes) block X, "crashes" (drops the engine without committing),
+//! reopens the data directory and accesses X again; the overlap of the two fetched paths
+//! (cells in common) must follow the distribution of two independent random paths — as
+//! without a crash — rather than being the whole path. Before the reveal log existed, the
+//! overlap was the full path every time. Also checked: what a restart reads before serving
+//! anything is only what the store already saw.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use blindfold_crypto::{MasterKey, StoreId};
+use blindfold_oram::{BlockId, PathOramConfig, PosMapMode};
+use blindfold_proxy::{DurablePathOram, DurableTao, SealedPathOram, TaoConfig};
+use blindfold_store::{CellId, MemoryStore, RecordingStore, Store, TraceOp};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const BS: u32 = 32;
+const BLOCKS: u64 = 128;
+const TRIALS: usize = 120;
+
+type Rec = Arc<RecordingStore<MemoryStore>>;
+
+fn cells_read(rec: &Rec) -> HashSet<CellId> {
+    rec.take_trace().into_iter().filter(|e| e.op == TraceOp::Read).flat_map(|e| e.cells).collect()
+}
+
+fn mean(v: &[usize]) -> f64 {
+    v.iter().sum::<usize>() as f64 / v.len() as f64
+}
+
+/// The two engines behind one small interface for the trials.
+enum Engine {
+    Tao(DurableTao),
+    Path(DurablePathOram),
+}
+
+impl Engine {
+    async fn access(&mut self, block: u64, write: Option<u8>) {
+        let op = match write {
+            Some(v) => blindfold_oram::Op::Write(vec![v; BS as usize]),
+            None => blindfold_oram::Op::Read,
+        };
+        match self {
+            Engine::Tao(t) => {
+                t.access_many(vec![(BlockId(block), op)]).await.unwrap();
+            }
+            Engine::Path(p) => {
+                p.access(BlockId(block), op).await.unwrap();
+            }
+        }
+    }
+
+    async fn commit(&mut self) {
+        match self {
+            Engine::Tao(t) => t.commit().await.unwrap(),
+            Engine::Path(p) => p.commit().await.unwrap(),
+        }
+    }
+
+    async fn read(&mut self, block: u64) -> Vec<u8> {
+        match self {
+            Engine::Tao(t) => t.read_many(&[BlockId(block)]).await.unwrap().pop().unwrap(),
+            Engine::Path(p) => p.read(BlockId(block)).await.unwrap(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Tao,
+    PathInMemory,
+    PathRecursive,
+}
+
+fn path_config(kind: Kind) -> PathOramConfig {
+    let mut b = PathOramConfig::builder(BLOCKS, BS);
+    if kind == Kind::PathRecursive {
+        b = b.posmap(PosMapMode::Recursive { max_in_memory_entries: 8 });
+    }
+    b.build().unwrap()
+}
+
+fn tao_config() -> TaoConfig {
+    TaoConfig::builder(BLOCKS, BS).write_back_every(4).build().unwrap()
+}
+
+async fn create(kind: Kind, dir: &Path, store: Rec, key: &MasterKey) -> Engine {
+    let store = store as Arc<dyn Store>;
+    match kind {
+        Kind::Tao => Engine::Tao(
+            DurableTao::create(dir, tao_config(), store, key, StoreId::random()).await.unwrap(),
+        ),
+        _ => Engine::Path(
+            DurablePathOram::create(dir, path_config(kind), store, key, StoreId::random())
+                .await
+                .unwrap(),
+        ),
+    }
+}
+
+async fn open(kind: Kind, dir: &Path, store: Rec, key: &MasterKey) -> (Engine, u64) {
+    let store = store as Arc<dyn Store>;
+    match kind {
+        Kind::Tao => {
+            let (t, r) = DurableTao::open(dir, store, key).await.unwrap();
+            (Engine::Tao(t), r.reaccessed)
+        }
+        _ => {
+            let (p, r) = DurablePathOram::open(dir, store, key).await.unwrap();
+            (Engine::Path(p), r.reaccessed)
+        }
+    }
+}
+
+fn geometry(kind: Kind) -> blindfold_store::Geometry {
+    match kind {
+        Kind::Tao => tao_config().geometry().unwrap(),
+        _ => SealedPathOram::geometry(&path_config(kind)).unwrap(),
+    }
+}
+
+/// Runs the trials; returns the overlaps with a crash between the two accesses and without.
+async fn overlaps(kind: Kind, write: bool, seed: u64) -> (Vec<usize>, Vec<usize>) {
+    let key = MasterKey::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let rec: Rec = Arc::new(RecordingStore::new(MemoryStore::new(geometry(kind))));
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut engine = create(kind, dir.path(), Arc::clone(&rec), &key).await;
+    for b in 0..BLOCKS {
+        engine.access(b, Some(b as u8)).await;
+    }
+    engine.commit().await;
+    let mut crashed = Vec::new();
+    let mut calm = Vec::new();
+    let mut expect: Vec<u8> = (0..BLOCKS).map(|b| b as u8).collect();
+    // Every cell the store has seen read so far.
+    let mut seen: HashSet<CellId> = HashSet::new();
+    for trial in 0..TRIALS {
+        let x = rng.gen_range(0..BLOCKS);
+        let value = if write { Some(rng.gen::<u8>()) } else { None };
+        rec.clear();
+        engine.access(x, value).await;
+        let first = cells_read(&rec);
+        seen.extend(first.iter().copied());
+        let crash = trial % 2 == 0;
+        if crash {
+            // Crash: no commit, the engine is simply gone.
+            drop(engine);
+            let (reopened, reaccessed) = open(kind, dir.path(), Arc::clone(&rec), &key).await;
+            engine = reopened;
+            // The revealed access is repeated at restart (with the TaoStore engine also the
+            // reads since its last commit: read-only requests do not commit).
+            assert!(reaccessed >= 1, "{kind:?}: nothing repeated at restart");
+            if kind != Kind::Tao {
+                assert_eq!(reaccessed, 1, "{kind:?}: one access since the last commit");
+            }
+            // Before serving anything, the restart read only cells the store saw read.
+            let during_open = cells_read(&rec);
+            assert!(
+                during_open.is_subset(&seen),
+                "{kind:?}: the restart read cells no access had read before"
+            );
+            if kind != Kind::Tao {
+                assert_eq!(during_open, first, "{kind:?}: the restart repeats the crashed access");
+            }
+        } else if let Some(v) = value {
+            expect[x as usize] = v;
+        }
+        // The retried access (a PUT retried after a crash, or the same GET again).
+        engine.access(x, value).await;
+        let second = cells_read(&rec);
+        seen.extend(second.iter().copied());
+        if let Some(v) = value {
+            expect[x as usize] = v;
+        }
+        let overlap = first.intersection(&second).count();
+        if crash {
+            crashed.push(overlap)
+        } else {
+            calm.push(overlap)
+        }
+        engine.commit().await;
+    }
+    // The data is intact through all of it.
+    for b in 0..BLOCKS {
+        assert_eq!(
+            engine.read(b).await,
+            vec![expect[b as usize]; BS as usize],
+            "{kind:?} block {b}"
+        );
+    }
+    (crashed, calm)
+}
+
+async fn check(kind: Kind, write: bool, seed: u64) {
+    let (crashed, calm) = overlaps(kind, write, seed).await;
+    let path_len = match kind {
+        Kind::Tao => tao_config().shape().levels() as f64,
+        _ => path_config(kind).cells_per_access() as f64,
+    };
+    let (c, n) = (mean(&crashed), mean(&calm));
+    // Two independent random paths share about two buckets per tree; a re-fetched path shares
+    // all of them. The tolerance is several standard errors of the difference of the means.
+    assert!(
+        (c - n).abs() < 1.0 && c < path_len / 2.0,
+        "{kind:?} write={write}: mean overlap {c:.2} after a crash vs {n:.2} without \
+         (whole access: {path_len} cells)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tao_get_after_crash_reads_a_fresh_path() {
+    check(Kind::Tao, false, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tao_retried_put_after_crash_reads_a_fresh_path() {
+    check(Kind::Tao, true, 2).await;
+}
+
+#[tokio::test]
+async fn path_oram_get_after_crash_reads_a_fresh_path() {
+    check(Kind::PathInMemory, false, 3).await;
+}
+
+#[tokio::test]
+async fn path_oram_retried_put_after_crash_reads_a_fresh_path() {
+    check(Kind::PathInMemory, true, 4).await;
+}
+
+#[tokio::test]
+async fn recursive_path_oram_get_after_crash_reads_fresh_paths() {
+    check(Kind::PathRecursive, false, 5).await;
+}
+
+#[tokio::test]
+async fn recursive_path_oram_retried_put_after_crash_reads_fresh_paths() {
+    check(Kind::PathRecursive, true, 6).await;
+}
