@@ -986,3 +986,109 @@ pub(crate) async fn verify_cells(
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod hostile_input {
+    //! The redo log and the checkpoint are read back from disk: random and mutated bytes must
+    //! give an error (or a shorter log), never a panic or a huge allocation. Cases per property:
+    //! `BLINDFOLD_FUZZ_CASES` (default 256; the longer run in the README uses 100000).
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn cases() -> u32 {
+        std::env::var("BLINDFOLD_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+    }
+
+    fn sealer() -> StateSealer {
+        StateSealer::new(&MasterKey::from_bytes([7; 32]))
+    }
+
+    fn valid_log(s: &StateSealer) -> Vec<u8> {
+        let reveal = Reveal { after: 3, seed: [1; 32], blocks: vec![1, 2, 3] };
+        let record = Record {
+            seq: 4,
+            epoch_high: 2,
+            delta: OramDelta::default(),
+            cells: vec![LoggedCell { cell: 1, version: 2, sealed: vec![9; 40] }],
+        };
+        let mut log = encode_frame(REVEAL_MAGIC, &reveal, s).unwrap();
+        log.extend(encode_frame(RECORD_MAGIC, &record, s).unwrap());
+        log
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        #[test]
+        fn random_log_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode_frames(&bytes, &[RECORD_MAGIC, REVEAL_MAGIC], &sealer());
+        }
+
+        #[test]
+        fn mutated_log(at in any::<usize>(), xor in 1u8.., cut in any::<usize>()) {
+            let s = sealer();
+            let mut log = valid_log(&s);
+            let i = at % log.len();
+            log[i] ^= xor;
+            log.truncate(cut % (log.len() + 1));
+            if let Ok((frames, good, torn)) = decode_frames(&log, &[RECORD_MAGIC, REVEAL_MAGIC], &s) {
+                prop_assert_eq!(good + torn, log.len() as u64);
+                for f in frames {
+                    if f.magic == REVEAL_MAGIC {
+                        let _ = decode_record::<Reveal>(&f.body);
+                    } else {
+                        let _ = decode_record::<Record>(&f.body);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn random_record_bodies(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode_record::<Record>(&bytes);
+            let _ = decode_record::<Reveal>(&bytes);
+        }
+
+        #[test]
+        fn mutated_checkpoint(at in any::<usize>(), xor in 1u8.., cut in any::<usize>()) {
+            let s = sealer();
+            let dir = tempfile::tempdir().unwrap();
+            let oram = PathOram::new(PathOramConfig::builder(16, 8).build().unwrap());
+            let ckpt = Checkpoint {
+                store_id: [0; 16],
+                oram: oram.export_state().unwrap(),
+                versions: VersionTable::new(oram.config().total_cells()),
+                next_epoch: 1,
+                seq: 0,
+            };
+            write_checkpoint(dir.path(), &ckpt, &s).unwrap();
+            let mut bytes = std::fs::read(dir.path().join(CHECKPOINT)).unwrap();
+            let i = at % bytes.len();
+            bytes[i] ^= xor;
+            bytes.truncate(cut % (bytes.len() + 1));
+            prop_assert!(decode_checkpoint::<Checkpoint>(&bytes, CHECKPOINT_MAGIC, &s).is_err());
+        }
+
+        #[test]
+        fn random_checkpoint_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            prop_assert!(decode_checkpoint::<Checkpoint>(&bytes, CHECKPOINT_MAGIC, &sealer()).is_err());
+        }
+    }
+
+    #[test]
+    fn huge_length_fields_do_not_allocate() {
+        // A frame header claiming an enormous body ends the log; it is never allocated.
+        let mut log = Vec::new();
+        log.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
+        log.extend_from_slice(&u64::MAX.to_le_bytes());
+        log.extend_from_slice(&0u32.to_le_bytes());
+        let (frames, good, torn) = decode_frames(&log, &[RECORD_MAGIC], &sealer()).unwrap();
+        assert!(frames.is_empty());
+        assert_eq!((good, torn), (0, 16));
+        let mut ckpt = CHECKPOINT_MAGIC.to_vec();
+        ckpt.extend_from_slice(&u64::MAX.to_le_bytes());
+        ckpt.extend_from_slice(&[0; 4]);
+        assert!(decode_checkpoint::<Checkpoint>(&ckpt, CHECKPOINT_MAGIC, &sealer()).is_err());
+    }
+}
