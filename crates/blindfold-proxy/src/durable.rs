@@ -383,6 +383,26 @@ pub(crate) fn decode_checkpoint<T: serde::de::DeserializeOwned>(
         .map_err(|e| format!("cannot decode: {e}"))
 }
 
+/// The error of a start-up replay of logged reveals that could not complete. The engine
+/// must not serve until it does (serving would bring blocks back on revealed leaves), so the
+/// start fails, saying why and what to do.
+pub(crate) fn replay_failed(e: ProxyError) -> ProxyError {
+    match e {
+        ProxyError::Integrity { cell, source } => {
+            tracing::error!(
+                cell,
+                "the store's copy of a cell that the start-up replay must read is damaged"
+            );
+            ProxyError::Integrity { cell, source }
+        }
+        other => ProxyError::State(format!(
+            "repeating the accesses the last run revealed but did not commit failed ({other}); \
+             nothing was lost: fix the cause (is the store reachable?) and start again, or run \
+             `blindfold verify`"
+        )),
+    }
+}
+
 /// One frame of the redo log: its magic and its opened body.
 pub(crate) struct Frame {
     pub(crate) magic: u32,
@@ -626,15 +646,19 @@ impl DurablePathOram {
             poisoned: false,
             journal: false,
         };
-        for r in reveals {
-            recovery.reaccessed += r.blocks.len() as u64;
-            this.oram.reseed(r.seed);
-            let ops = r.blocks.into_iter().map(|b| (BlockId(b), Op::Read)).collect();
-            this.batch(ops).await?;
-        }
-        if recovery.reaccessed > 0 {
-            this.commit().await?;
-        }
+        let replay = async {
+            for r in reveals {
+                recovery.reaccessed += r.blocks.len() as u64;
+                this.oram.reseed(r.seed);
+                let ops = r.blocks.into_iter().map(|b| (BlockId(b), Op::Read)).collect();
+                this.batch(ops).await?;
+            }
+            if recovery.reaccessed > 0 {
+                this.commit().await?;
+            }
+            Ok(())
+        };
+        replay.await.map_err(replay_failed)?;
         this.journal = true;
         if recovery.replayed > 0 || recovery.torn_bytes > 0 || recovery.reaccessed > 0 {
             tracing::info!(

@@ -423,8 +423,11 @@ impl DurableTao {
         let reveals: Vec<Reveal> = revealed.into_iter().flat_map(|r| r.reveals).collect();
         if !reveals.is_empty() {
             recovery.reaccessed = reveals.len() as u64;
-            this.tao.replay_reveals(&reveals).await?;
-            this.commit_now().await?;
+            let replay = async {
+                this.tao.replay_reveals(&reveals).await?;
+                this.commit_now().await
+            };
+            replay.await.map_err(crate::durable::replay_failed)?;
         }
         if recovery.replayed > 0 || recovery.torn_bytes > 0 || recovery.reaccessed > 0 {
             tracing::info!(

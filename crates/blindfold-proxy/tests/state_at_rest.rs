@@ -188,3 +188,38 @@ async fn path_oram_crash_during_reveal_replay_is_repaired() {
         }
     }
 }
+
+/// A store that damages a cell the start-up replay must read stops the start with an
+/// integrity error (serving without the replay would re-reveal leaves); once the cell is
+/// back, the start completes and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_cell_on_the_replay_path_stops_the_start_cleanly() {
+    let key = MasterKey::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let config = TaoConfig::builder(64, BS).write_back_every(4).build().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(config.geometry().unwrap()));
+    {
+        let tao =
+            DurableTao::create(dir.path(), config.clone(), store.clone(), &key, StoreId::random())
+                .await
+                .unwrap();
+        tao.write_many((0..64).map(|i| (BlockId(i), block(i))).collect()).await.unwrap();
+        // Checkpointed, so the start-up does not rewrite the cells from the log.
+        tao.shutdown().await.unwrap();
+        tao.read_many(&[BlockId(5)]).await.unwrap();
+    }
+    // The root bucket is on every path, so the replay reads it.
+    let root = blindfold_store::CellId(0);
+    let good = store.read(&[root]).await.unwrap().pop().unwrap();
+    let mut bad = good.clone();
+    bad[40] ^= 1;
+    store.write(vec![(root, bad)]).await.unwrap();
+    let err = DurableTao::open(dir.path(), store.clone(), &key).await.unwrap_err();
+    assert!(matches!(err, blindfold_proxy::ProxyError::Integrity { cell: 0, .. }), "{err}");
+    store.write(vec![(root, good)]).await.unwrap();
+    let (tao, rec) = DurableTao::open(dir.path(), store.clone(), &key).await.unwrap();
+    assert_eq!(rec.reaccessed, 1);
+    for i in 0..64 {
+        assert_eq!(tao.read_many(&[BlockId(i)]).await.unwrap()[0], block(i), "block {i}");
+    }
+}
