@@ -52,6 +52,9 @@ pub(crate) const REDO_LOG: &str = "redo.log";
 const CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT02";
 const RECORD_MAGIC: u32 = 0xB1F0_0D02;
 const REVEAL_MAGIC: u32 = 0xB1F0_0E02;
+/// Unsealed checkpoint and commit records of blindfold 0.1, migrated on open.
+const LEGACY_CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT01";
+const LEGACY_RECORD_MAGIC: u32 = 0xB1F0_0D01;
 /// Write a checkpoint once the redo log is larger than this.
 const DEFAULT_LOG_LIMIT: u64 = 256 << 20;
 /// Commit by itself once this many cells wait in the overlay.
@@ -67,6 +70,22 @@ struct Checkpoint {
     next_epoch: u32,
     /// Sequence number of the last redo record folded into this checkpoint.
     seq: u64,
+}
+
+/// A checkpoint as blindfold 0.1 wrote it (unsealed).
+#[derive(Deserialize)]
+struct LegacyCheckpoint {
+    store_id: [u8; 16],
+    oram: PathOramState,
+    versions: LegacyVersions,
+    next_epoch: u32,
+    seq: u64,
+}
+
+/// A version table as blindfold 0.1 wrote it.
+#[derive(Deserialize)]
+pub(crate) struct LegacyVersions {
+    pub(crate) versions: Vec<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -324,22 +343,6 @@ pub(crate) fn write_checkpoint_as<T: Serialize>(
     sync_dir(dir)
 }
 
-fn read_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
-    read_checkpoint_as(dir, CHECKPOINT_MAGIC, sealer)
-}
-
-/// Reads what [`write_checkpoint_as`] wrote with the same `magic`.
-pub(crate) fn read_checkpoint_as<T: serde::de::DeserializeOwned>(
-    dir: &Path,
-    magic: &[u8; 8],
-    sealer: &StateSealer,
-) -> Result<T> {
-    let path = dir.join(CHECKPOINT);
-    let buf = std::fs::read(&path).map_err(|e| io(&path, "reading", e))?;
-    decode_checkpoint(&buf, magic, sealer)
-        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))
-}
-
 /// Decodes checkpoint file bytes (see [`write_checkpoint_as`]); hostile input gives an error
 /// message, never a panic or an allocation larger than the input.
 pub(crate) fn decode_checkpoint<T: serde::de::DeserializeOwned>(
@@ -348,18 +351,10 @@ pub(crate) fn decode_checkpoint<T: serde::de::DeserializeOwned>(
     sealer: &StateSealer,
 ) -> std::result::Result<T, String> {
     if buf.len() < 20 || &buf[..8] != magic {
-        let legacy = buf.len() >= 8 && (&buf[..8] == b"BFCKPT01" || &buf[..8] == b"BFTAOCK1");
-        return Err(if legacy {
-            "an unsealed checkpoint of an older blindfold: this version keeps its trusted state \
-             sealed; start the older version once more and stop it cleanly, then use \
-             `blindfold recover` from the store's snapshot into a new data directory"
-                .into()
-        } else {
-            format!(
-                "not a checkpoint of this engine (expected {:?})",
-                String::from_utf8_lossy(magic)
-            )
-        });
+        return Err(format!(
+            "not a checkpoint of this engine (expected {:?})",
+            String::from_utf8_lossy(magic)
+        ));
     }
     let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
     let crc = u32::from_le_bytes(buf[16..20].try_into().expect("4 bytes"));
@@ -401,6 +396,54 @@ pub(crate) fn replay_failed(e: ProxyError) -> ProxyError {
              `blindfold verify`"
         )),
     }
+}
+
+/// Decodes an unsealed checkpoint of blindfold 0.1 before its state was sealed (`magic`,
+/// length, CRC, bincode body), to migrate it: the caller rewrites it sealed at once.
+pub(crate) fn decode_legacy_checkpoint<T: serde::de::DeserializeOwned>(
+    buf: &[u8],
+    magic: &[u8; 8],
+) -> std::result::Result<T, String> {
+    if buf.len() < 20 || &buf[..8] != magic {
+        return Err("not a checkpoint of this engine".into());
+    }
+    let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
+    let crc = u32::from_le_bytes(buf[16..20].try_into().expect("4 bytes"));
+    let body = usize::try_from(len)
+        .ok()
+        .and_then(|len| buf.get(20..20usize.checked_add(len)?))
+        .ok_or("truncated")?;
+    if crc32fast::hash(body) != crc {
+        return Err("checksum mismatch (damaged)".into());
+    }
+    decode_record(body).map_err(|e| format!("cannot decode: {e}"))
+}
+
+/// The checkpoint of `dir` decoded as `T` (sealed, `magic`) or, from an older version, as
+/// `L` (unsealed, `legacy`) and converted; the second value says whether it was the latter.
+pub(crate) fn read_any_checkpoint<T, L>(
+    dir: &Path,
+    magic: &[u8; 8],
+    legacy: &[u8; 8],
+    sealer: &StateSealer,
+    convert: impl FnOnce(L) -> T,
+) -> Result<(T, bool)>
+where
+    T: serde::de::DeserializeOwned,
+    L: serde::de::DeserializeOwned,
+{
+    let path = dir.join(CHECKPOINT);
+    let buf = std::fs::read(&path).map_err(|e| io(&path, "reading", e))?;
+    let bad = |m: String| ProxyError::State(format!("{}: {m}", path.display()));
+    if buf.len() >= 8 && &buf[..8] == legacy {
+        let old: L = decode_legacy_checkpoint(&buf, legacy).map_err(bad)?;
+        tracing::warn!(
+            path = %path.display(),
+            "migrating an unsealed checkpoint of an earlier version: it is rewritten sealed now"
+        );
+        return Ok((convert(old), true));
+    }
+    decode_checkpoint(&buf, magic, sealer).map(|c| (c, false)).map_err(bad)
 }
 
 /// One frame of the redo log: its magic and its opened body.
@@ -458,13 +501,15 @@ pub(crate) async fn append_record<T: Serialize>(
 }
 
 /// Reads every complete frame of the redo log at `path` whose magic is one of `magics`, and
-/// opens it; returns them, the bytes they take and the number of bytes of a torn tail (a
-/// frame cut short, or with a bad checksum, ends the log: it was being written at a crash).
-/// A complete frame that does not authenticate is an error: the log was altered, or belongs
-/// to another key.
-pub(crate) fn read_frames(
+/// opens it, or takes it as it is if its magic is in `plain` (unsealed records of an earlier
+/// version, replayed once while migrating); returns them, the bytes they take and the number
+/// of bytes of a torn tail (a frame cut short, or with a bad checksum, ends the log: it was
+/// being written at a crash). A complete sealed frame that does not authenticate is an error:
+/// the log was altered, or belongs to another key.
+pub(crate) fn read_frames_with_legacy(
     path: &Path,
     magics: &[u32],
+    plain: &[u32],
     sealer: &StateSealer,
 ) -> Result<(Vec<Frame>, u64, u64)> {
     let buf = match std::fs::read(path) {
@@ -472,15 +517,16 @@ pub(crate) fn read_frames(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(io(path, "reading", e)),
     };
-    decode_frames(&buf, magics, sealer)
+    decode_frames(&buf, magics, plain, sealer)
         .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))
 }
 
-/// Decodes redo-log bytes (see [`read_frames`]); hostile input gives an error message, never
+/// Decodes redo-log bytes (see [`read_frames_with_legacy`]); hostile input gives an error message, never
 /// a panic or an allocation larger than the input.
 pub(crate) fn decode_frames(
     buf: &[u8],
     magics: &[u32],
+    plain: &[u32],
     sealer: &StateSealer,
 ) -> std::result::Result<(Vec<Frame>, u64, u64), String> {
     let mut frames = Vec::new();
@@ -496,16 +542,21 @@ pub(crate) fn decode_frames(
         else {
             break;
         };
-        if !magics.contains(&found) || crc32fast::hash(body) != crc {
+        let sealed = magics.contains(&found);
+        if !(sealed || plain.contains(&found)) || crc32fast::hash(body) != crc {
             break;
         }
-        let plain = sealer.open(&found.to_le_bytes(), body).map_err(|_| {
-            format!(
-                "the redo record at byte {at} does not authenticate: damaged, or sealed with \
-                 another key"
-            )
-        })?;
-        frames.push(Frame { magic: found, body: plain });
+        let opened = if sealed {
+            sealer.open(&found.to_le_bytes(), body).map_err(|_| {
+                format!(
+                    "the redo record at byte {at} does not authenticate: damaged, or sealed \
+                     with another key"
+                )
+            })?
+        } else {
+            body.to_vec()
+        };
+        frames.push(Frame { magic: found, body: opened });
         at += 16 + len as usize;
     }
     Ok((frames, at as u64, (buf.len() - at) as u64))
@@ -558,14 +609,30 @@ impl DurablePathOram {
         key: &MasterKey,
     ) -> Result<(Self, Recovery)> {
         let state_sealer = StateSealer::new(key);
-        let ckpt = read_checkpoint(dir, &state_sealer)?;
+        let (ckpt, migrating) = read_any_checkpoint(
+            dir,
+            CHECKPOINT_MAGIC,
+            LEGACY_CHECKPOINT_MAGIC,
+            &state_sealer,
+            |old: LegacyCheckpoint| Checkpoint {
+                store_id: old.store_id,
+                oram: old.oram,
+                versions: VersionTable::from_versions(old.versions.versions),
+                next_epoch: old.next_epoch,
+                seq: old.seq,
+            },
+        )?;
         let store_id = StoreId(ckpt.store_id);
         let mut oram = PathOram::from_state(ckpt.oram, ChaCha20Rng::from_entropy())?;
         let mut versions = ckpt.versions;
         check_geometry(store.geometry(), SealedPathOram::geometry(oram.config())?)?;
         let log_path = dir.join(REDO_LOG);
-        let (frames, good_bytes, torn_bytes) =
-            read_frames(&log_path, &[RECORD_MAGIC, REVEAL_MAGIC], &state_sealer)?;
+        let (frames, good_bytes, torn_bytes) = read_frames_with_legacy(
+            &log_path,
+            &[RECORD_MAGIC, REVEAL_MAGIC],
+            &[LEGACY_RECORD_MAGIC],
+            &state_sealer,
+        )?;
         let mut recovery = Recovery { torn_bytes, ..Recovery::default() };
         let mut seq = ckpt.seq;
         let mut next_epoch = ckpt.next_epoch;
@@ -615,7 +682,12 @@ impl DurablePathOram {
                 .ok_or(ProxyError::State("key epochs exhausted".into()))?,
             seq,
         };
-        if recovery.replayed > 0 || torn_bytes > 0 || good_bytes > 0 || ckpt.next_epoch <= epoch {
+        if migrating
+            || recovery.replayed > 0
+            || torn_bytes > 0
+            || good_bytes > 0
+            || ckpt.next_epoch <= epoch
+        {
             write_checkpoint(dir, &after, &state_sealer)?;
         }
         // The reveals stay logged until the commit that accounts for them is durable.
@@ -741,8 +813,7 @@ impl DurablePathOram {
             return Err(ProxyError::Poisoned);
         }
         let read = self.oram.start(block, op)?;
-        let result = self.run(read, prefetched).await;
-        let result = match result {
+        match self.run(read, prefetched).await {
             Ok(data) => match self.oram.check_stash() {
                 Ok(()) => Ok(data),
                 Err(e) => Err(e.into()),
@@ -750,10 +821,9 @@ impl DurablePathOram {
             Err(e) => {
                 self.oram.abort();
                 self.poison(&e);
-                return Err(e);
+                Err(e)
             }
-        };
-        result
+        }
     }
 
     /// Several accesses of **distinct** blocks. With the position map in memory, the paths of
@@ -1046,7 +1116,7 @@ mod hostile_input {
 
         #[test]
         fn random_log_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let _ = decode_frames(&bytes, &[RECORD_MAGIC, REVEAL_MAGIC], &sealer());
+            let _ = decode_frames(&bytes, &[RECORD_MAGIC, REVEAL_MAGIC], &[LEGACY_RECORD_MAGIC], &sealer());
         }
 
         #[test]
@@ -1056,7 +1126,7 @@ mod hostile_input {
             let i = at % log.len();
             log[i] ^= xor;
             log.truncate(cut % (log.len() + 1));
-            if let Ok((frames, good, torn)) = decode_frames(&log, &[RECORD_MAGIC, REVEAL_MAGIC], &s) {
+            if let Ok((frames, good, torn)) = decode_frames(&log, &[RECORD_MAGIC, REVEAL_MAGIC], &[LEGACY_RECORD_MAGIC], &s) {
                 prop_assert_eq!(good + torn, log.len() as u64);
                 for f in frames {
                     if f.magic == REVEAL_MAGIC {
@@ -1107,12 +1177,81 @@ mod hostile_input {
         log.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
         log.extend_from_slice(&u64::MAX.to_le_bytes());
         log.extend_from_slice(&0u32.to_le_bytes());
-        let (frames, good, torn) = decode_frames(&log, &[RECORD_MAGIC], &sealer()).unwrap();
+        let (frames, good, torn) = decode_frames(&log, &[RECORD_MAGIC], &[], &sealer()).unwrap();
         assert!(frames.is_empty());
         assert_eq!((good, torn), (0, 16));
         let mut ckpt = CHECKPOINT_MAGIC.to_vec();
         ckpt.extend_from_slice(&u64::MAX.to_le_bytes());
         ckpt.extend_from_slice(&[0; 4]);
         assert!(decode_checkpoint::<Checkpoint>(&ckpt, CHECKPOINT_MAGIC, &sealer()).is_err());
+    }
+}
+
+#[cfg(test)]
+mod migration {
+    //! Data directories written before the state was sealed open, are replayed and are
+    //! rewritten sealed.
+    use super::*;
+    use blindfold_store::MemoryStore;
+
+    fn legacy_frame<T: Serialize>(magic: &[u8], body: &T) -> Vec<u8> {
+        let body = bincode::serialize(body).unwrap();
+        let mut out = magic.to_vec();
+        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    #[tokio::test]
+    async fn unsealed_state_of_an_earlier_version_is_migrated() {
+        let key = MasterKey::generate();
+        let s = StateSealer::new(&key);
+        let dir = tempfile::tempdir().unwrap();
+        let config = PathOramConfig::builder(32, 16).cache_levels(1).build().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(MemoryStore::new(SealedPathOram::geometry(&config).unwrap()));
+        {
+            let mut o =
+                DurablePathOram::create(dir.path(), config, store.clone(), &key, StoreId::random())
+                    .await
+                    .unwrap();
+            for i in 0..32u8 {
+                o.write(BlockId(u64::from(i)), vec![i; 16]).await.unwrap();
+            }
+            o.commit().await.unwrap();
+            o.checkpoint().unwrap();
+            o.write(BlockId(3), vec![33; 16]).await.unwrap();
+            o.commit().await.unwrap();
+        }
+        // Rewrite both files the way blindfold 0.1 wrote them: unsealed, without reveals.
+        let ckpt_path = dir.path().join(CHECKPOINT);
+        let ckpt: Checkpoint =
+            decode_checkpoint(&std::fs::read(&ckpt_path).unwrap(), CHECKPOINT_MAGIC, &s).unwrap();
+        std::fs::write(&ckpt_path, legacy_frame(LEGACY_CHECKPOINT_MAGIC, &ckpt)).unwrap();
+        let log_path = dir.path().join(REDO_LOG);
+        let (frames, _, _) = decode_frames(
+            &std::fs::read(&log_path).unwrap(),
+            &[RECORD_MAGIC, REVEAL_MAGIC],
+            &[],
+            &s,
+        )
+        .unwrap();
+        let mut log = Vec::new();
+        for f in frames.iter().filter(|f| f.magic == RECORD_MAGIC) {
+            let rec: Record = decode_record(&f.body).unwrap();
+            log.extend(legacy_frame(&LEGACY_RECORD_MAGIC.to_le_bytes(), &rec));
+        }
+        assert!(!log.is_empty());
+        std::fs::write(&log_path, log).unwrap();
+
+        let (mut o, rec) = DurablePathOram::open(dir.path(), store, &key).await.unwrap();
+        assert_eq!(rec.replayed, 1, "the unsealed commit record is replayed");
+        for i in 0..32u8 {
+            let want = if i == 3 { vec![33; 16] } else { vec![i; 16] };
+            assert_eq!(o.read(BlockId(u64::from(i))).await.unwrap(), want);
+        }
+        let bytes = std::fs::read(&ckpt_path).unwrap();
+        assert_eq!(&bytes[..8], CHECKPOINT_MAGIC, "rewritten sealed");
     }
 }

@@ -46,8 +46,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::durable::{
     append_frame, append_record, decode_record, empty_log, encode_frame, prepare_new_dir,
-    read_checkpoint_as, read_frames, replace_log, verify_cells, write_batches, write_checkpoint_as,
-    LoggedCell, CHECKPOINT, REDO_LOG,
+    read_any_checkpoint, read_frames_with_legacy, replace_log, verify_cells, write_batches,
+    write_checkpoint_as, LegacyVersions, LoggedCell, CHECKPOINT, REDO_LOG,
 };
 use crate::path::{with_retry, RetryPolicy};
 use crate::{
@@ -57,6 +57,9 @@ use crate::{
 const CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK2";
 const RECORD_MAGIC: u32 = 0xB1F0_7A02;
 const REVEAL_MAGIC: u32 = 0xB1F0_7B02;
+/// Unsealed checkpoint and commit records of blindfold 0.1, migrated on open.
+const LEGACY_CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK1";
+const LEGACY_RECORD_MAGIC: u32 = 0xB1F0_7A01;
 /// Write a checkpoint once the redo log is larger than this.
 const DEFAULT_LOG_LIMIT: u64 = 256 << 20;
 /// Commit by itself once this many cells wait in the overlay.
@@ -70,6 +73,24 @@ struct Checkpoint {
     next_epoch: u32,
     /// Sequence number of the last redo record folded into this checkpoint.
     seq: u64,
+}
+
+/// A checkpoint as blindfold 0.1 wrote it (unsealed).
+#[derive(Deserialize)]
+struct LegacyCheckpoint {
+    store_id: [u8; 16],
+    state: LegacyState,
+    next_epoch: u32,
+    seq: u64,
+}
+
+#[derive(Deserialize)]
+struct LegacyState {
+    config: TaoConfig,
+    posmap: Vec<u32>,
+    stash: Vec<(u64, u32, Vec<u8>)>,
+    versions: LegacyVersions,
+    stats: TaoStats,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -319,12 +340,33 @@ impl DurableTao {
         key: &MasterKey,
     ) -> Result<(Self, Recovery)> {
         let state_sealer = StateSealer::new(key);
-        let ckpt: Checkpoint = read_checkpoint_as(dir, CHECKPOINT_MAGIC, &state_sealer)?;
+        let (ckpt, _) = read_any_checkpoint(
+            dir,
+            CHECKPOINT_MAGIC,
+            LEGACY_CHECKPOINT_MAGIC,
+            &state_sealer,
+            |old: LegacyCheckpoint| Checkpoint {
+                store_id: old.store_id,
+                state: TaoState {
+                    config: old.state.config,
+                    posmap: old.state.posmap,
+                    stash: old.state.stash,
+                    versions: crate::VersionTable::from_versions(old.state.versions.versions),
+                    stats: old.state.stats,
+                },
+                next_epoch: old.next_epoch,
+                seq: old.seq,
+            },
+        )?;
         let store_id = StoreId(ckpt.store_id);
         let mut state = ckpt.state;
         let log_path = dir.join(REDO_LOG);
-        let (frames, _, torn_bytes) =
-            read_frames(&log_path, &[RECORD_MAGIC, REVEAL_MAGIC], &state_sealer)?;
+        let (frames, _, torn_bytes) = read_frames_with_legacy(
+            &log_path,
+            &[RECORD_MAGIC, REVEAL_MAGIC],
+            &[LEGACY_RECORD_MAGIC],
+            &state_sealer,
+        )?;
         let mut recovery = Recovery { torn_bytes, ..Recovery::default() };
         let mut seq = ckpt.seq;
         let mut next_epoch = ckpt.next_epoch;

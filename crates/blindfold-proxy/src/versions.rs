@@ -17,6 +17,11 @@ impl VersionTable {
         Self { versions: vec![0; cells as usize] }
     }
 
+    /// A table holding `versions` (one per cell), e.g. read from an older file format.
+    pub fn from_versions(versions: Vec<u64>) -> Self {
+        Self { versions }
+    }
+
     /// Number of cells covered.
     pub fn len(&self) -> u64 {
         self.versions.len() as u64
