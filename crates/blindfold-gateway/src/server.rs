@@ -130,6 +130,19 @@ pub struct GatewayParams {
     /// The ORAM engine (directories made before there was a choice use Path ORAM).
     #[serde(default = "path_oram_engine")]
     pub engine: OramEngine,
+    /// Which store array holds the ORAM: `oram` for generation 0, `oram.g<N>` after the
+    /// `N`-th `recover`, which rebuilds the tree into a new array (see [`oram_array`]).
+    #[serde(default)]
+    pub generation: u32,
+}
+
+/// Name of the store array holding the ORAM of `generation`.
+pub fn oram_array(generation: u32) -> String {
+    if generation == 0 {
+        ARRAY.to_owned()
+    } else {
+        format!("{ARRAY}.g{generation}")
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -220,6 +233,14 @@ fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
         .cache_levels(params.cache_levels)
         .build()
         .map_err(|e| GatewayError::Config(e.to_string()))
+}
+
+/// The store shape of the gateway's ORAM engine.
+fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::Geometry> {
+    Ok(match params.engine {
+        OramEngine::PathOram => SealedPathOram::geometry(&oram_config(params)?)?,
+        OramEngine::Tao => tao_config(params)?.geometry()?,
+    })
 }
 
 /// The most top levels of the data tree whose buckets fit in `budget` bytes, leaving at least
@@ -373,6 +394,7 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
             pad_objects: cfg.pad_objects,
             cache_levels: 0,
             engine: cfg.engine,
+            generation: 0,
         };
         let p = match cfg.engine {
             OramEngine::PathOram => {
@@ -400,15 +422,12 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
         .map_err(|e: blindfold_store::StoreError| GatewayError::Config(e.to_string()))?;
     let config = oram_config(&params)?;
     let (array, geometry) = match hooks.engine {
-        EngineKind::PathOram => match params.engine {
-            OramEngine::PathOram => (ARRAY, SealedPathOram::geometry(&config)?),
-            OramEngine::Tao => (ARRAY, tao_config(&params)?.geometry()?),
-        },
+        EngineKind::PathOram => (oram_array(params.generation), oram_geometry(&params)?),
         EngineKind::DirectBaseline => {
-            ("direct", SealedDirect::geometry(params.blocks, params.block_size)?)
+            ("direct".to_owned(), SealedDirect::geometry(params.blocks, params.block_size)?)
         }
     };
-    let store = open_store(&store_url, array, geometry)
+    let store = open_store(&store_url, &array, geometry)
         .await
         .map_err(|e| GatewayError::Config(format!("opening the store: {e}")))?;
     let store = match &hooks.wrap_store {
