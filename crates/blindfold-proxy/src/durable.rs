@@ -365,7 +365,7 @@ impl DurablePathOram {
             }
             recovery.cells_rewritten += rec.cells.len() as u64;
             let cells = rec.cells.into_iter().map(|c| {
-                versions.set(c.cell, c.version);
+                versions.record(c.cell, c.version, &c.sealed);
                 (CellId(c.cell), c.sealed)
             });
             write_batches(&*store, retry, cells).await?;
@@ -716,6 +716,10 @@ pub(crate) async fn verify_cells(
             let version = versions.get(cell.0);
             if version == 0 {
                 report.never_written += 1;
+                continue;
+            }
+            if let Err(e) = crate::path::check_epoch(cell.0, versions.epoch(cell.0), &buf) {
+                report.failures.push((cell.0, format!("{e} (sealed under another key epoch)")));
                 continue;
             }
             let ad = CellAd { cell: cell.0, version, segment: 0 };

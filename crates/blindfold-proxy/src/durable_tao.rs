@@ -265,7 +265,7 @@ impl DurableTao {
                 if c.cell >= state.versions.len() {
                     return Err(bad("cell out of range"));
                 }
-                state.versions.set(c.cell, c.version);
+                state.versions.record(c.cell, c.version, &c.sealed);
             }
             let cells = rec.cells.into_iter().map(|c| (CellId(c.cell), c.sealed));
             write_batches(&*store, retry, cells).await?;
