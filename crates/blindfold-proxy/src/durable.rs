@@ -733,3 +733,51 @@ pub(crate) async fn verify_cells(
     }
     Ok(report)
 }
+
+// ---- For `rebuild` (recover): the saved state's parts, and a checkpoint of a rebuilt tree.
+// Kept apart from open()/commit() on purpose; they only go through the checkpoint functions.
+
+/// The parts of a [`DurablePathOram`] checkpoint that a rebuild needs.
+pub(crate) struct SavedPathOram {
+    pub(crate) store_id: StoreId,
+    pub(crate) oram: PathOramState,
+    pub(crate) versions: VersionTable,
+    pub(crate) next_epoch: u32,
+    pub(crate) seq: u64,
+}
+
+/// Reads the checkpoint in `dir` (the redo log is not looked at: a rebuild starts from a
+/// restored snapshot, whose checkpoint has nothing left to replay).
+pub(crate) fn load_saved_path_oram(dir: &Path) -> Result<SavedPathOram> {
+    let c = read_checkpoint(dir)?;
+    Ok(SavedPathOram {
+        store_id: StoreId(c.store_id),
+        oram: c.oram,
+        versions: c.versions,
+        next_epoch: c.next_epoch,
+        seq: c.seq,
+    })
+}
+
+/// Replaces the checkpoint in `dir` with `saved` (atomically) and removes any redo log.
+pub(crate) fn save_rebuilt_path_oram(dir: &Path, saved: SavedPathOram) -> Result<()> {
+    let ckpt = Checkpoint {
+        store_id: saved.store_id.0,
+        oram: saved.oram,
+        versions: saved.versions,
+        next_epoch: saved.next_epoch,
+        seq: saved.seq,
+    };
+    remove_log(dir)?;
+    write_checkpoint(dir, &ckpt)
+}
+
+/// Removes `dir/redo.log` if present.
+pub(crate) fn remove_log(dir: &Path) -> Result<()> {
+    let log = dir.join(REDO_LOG);
+    match std::fs::remove_file(&log) {
+        Ok(()) => sync_dir(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io(&log, "removing", e)),
+    }
+}

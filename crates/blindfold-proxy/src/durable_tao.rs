@@ -521,3 +521,38 @@ impl DurableTao {
         verify_cells(&*self.store, self.retry, &self.opener, &versions, progress).await
     }
 }
+
+// ---- For `rebuild` (recover): the saved state, and a checkpoint of a rebuilt tree. Kept
+// apart from open()/commit() on purpose; they only go through the checkpoint functions.
+
+/// The parts of a [`DurableTao`] checkpoint that a rebuild needs.
+pub(crate) struct SavedTao {
+    pub(crate) store_id: StoreId,
+    pub(crate) state: TaoState,
+    pub(crate) next_epoch: u32,
+    pub(crate) seq: u64,
+}
+
+/// Reads the checkpoint in `dir` (the redo log is not looked at; see
+/// [`crate::durable::load_saved_path_oram`]).
+pub(crate) fn load_saved_tao(dir: &Path) -> Result<SavedTao> {
+    let c: Checkpoint = read_checkpoint_as(dir, CHECKPOINT_MAGIC)?;
+    Ok(SavedTao {
+        store_id: StoreId(c.store_id),
+        state: c.state,
+        next_epoch: c.next_epoch,
+        seq: c.seq,
+    })
+}
+
+/// Replaces the checkpoint in `dir` with `saved` (atomically) and removes any redo log.
+pub(crate) fn save_rebuilt_tao(dir: &Path, saved: SavedTao) -> Result<()> {
+    let ckpt = Checkpoint {
+        store_id: saved.store_id.0,
+        state: saved.state,
+        next_epoch: saved.next_epoch,
+        seq: saved.seq,
+    };
+    crate::durable::remove_log(dir)?;
+    write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt)
+}
