@@ -130,6 +130,19 @@ pub struct GatewayParams {
     /// The ORAM engine (directories made before there was a choice use Path ORAM).
     #[serde(default = "path_oram_engine")]
     pub engine: OramEngine,
+    /// Which store array holds the ORAM: `oram` for generation 0, `oram.g<N>` after the
+    /// `N`-th `recover`, which rebuilds the tree into a new array (see [`oram_array`]).
+    #[serde(default)]
+    pub generation: u32,
+}
+
+/// Name of the store array holding the ORAM of `generation`.
+pub fn oram_array(generation: u32) -> String {
+    if generation == 0 {
+        ARRAY.to_owned()
+    } else {
+        format!("{ARRAY}.g{generation}")
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -220,6 +233,14 @@ fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
         .cache_levels(params.cache_levels)
         .build()
         .map_err(|e| GatewayError::Config(e.to_string()))
+}
+
+/// The store shape of the gateway's ORAM engine.
+fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::Geometry> {
+    Ok(match params.engine {
+        OramEngine::PathOram => SealedPathOram::geometry(&oram_config(params)?)?,
+        OramEngine::Tao => tao_config(params)?.geometry()?,
+    })
 }
 
 /// The most top levels of the data tree whose buckets fit in `budget` bytes, leaving at least
@@ -373,6 +394,7 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
             pad_objects: cfg.pad_objects,
             cache_levels: 0,
             engine: cfg.engine,
+            generation: 0,
         };
         let p = match cfg.engine {
             OramEngine::PathOram => {
@@ -400,15 +422,12 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
         .map_err(|e: blindfold_store::StoreError| GatewayError::Config(e.to_string()))?;
     let config = oram_config(&params)?;
     let (array, geometry) = match hooks.engine {
-        EngineKind::PathOram => match params.engine {
-            OramEngine::PathOram => (ARRAY, SealedPathOram::geometry(&config)?),
-            OramEngine::Tao => (ARRAY, tao_config(&params)?.geometry()?),
-        },
+        EngineKind::PathOram => (oram_array(params.generation), oram_geometry(&params)?),
         EngineKind::DirectBaseline => {
-            ("direct", SealedDirect::geometry(params.blocks, params.block_size)?)
+            ("direct".to_owned(), SealedDirect::geometry(params.blocks, params.block_size)?)
         }
     };
-    let store = open_store(&store_url, array, geometry)
+    let store = open_store(&store_url, &array, geometry)
         .await
         .map_err(|e| GatewayError::Config(format!("opening the store: {e}")))?;
     let store = match &hooks.wrap_store {
@@ -679,8 +698,21 @@ pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
     Ok(seq)
 }
 
+/// Marks a data directory that `recover` is filling; removed (with `gateway.json` written)
+/// when it is done. A directory with this mark and no `gateway.json` holds a half-made
+/// recovery, which the next `recover` clears and starts again.
+const RECOVERING: &str = "recovering";
+
 /// Rebuilds a data directory from the store's newest snapshot and the key, then opens it.
-/// Returns the opened gateway and a description of the snapshot used.
+/// Returns the opened gateway and a description of what was done, for the operator.
+///
+/// The snapshot's tree is not continued but rebuilt ([`blindfold_proxy::rebuild`]): every
+/// cell of the snapshot's store array is read and authenticated, and the blocks found are
+/// loaded into a fresh tree with fresh random leaves, sealed under a fresh random key epoch,
+/// in a new store array (the next [`GatewayParams::generation`]). Objects that had a block in a
+/// cell the lost gateway rewrote after the snapshot (or that fails authentication for any
+/// other reason) are dropped from the directory and named in the description. The old array
+/// is left untouched; the operator can delete it afterwards.
 pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
     let dir = &cfg.data_dir;
     if dir.join("gateway.json").exists() {
@@ -698,27 +730,124 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
     let snaps = crate::snapshot::open_for_recovery(&url, &key).await?;
     let snap = crate::snapshot::read_latest(&*snaps, &key).await?;
     drop(snaps);
-    std::fs::create_dir_all(dir.join("oram"))
-        .map_err(|e| GatewayError::Config(format!("creating {}: {e}", dir.display())))?;
+    let cfg_err = |what: &str, p: &Path, e: std::io::Error| {
+        GatewayError::Config(format!("{what} {}: {e}", p.display()))
+    };
+    let oram_dir = dir.join("oram");
+    if dir.join(RECOVERING).exists() {
+        // An earlier recover stopped half-way: nothing of it is in use yet.
+        for leftover in [oram_dir.clone(), dir.join("meta.redb")] {
+            let removed = if leftover.is_dir() {
+                std::fs::remove_dir_all(&leftover)
+            } else {
+                std::fs::remove_file(&leftover)
+            };
+            match removed {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(cfg_err("removing", &leftover, e))
+                }
+                _ => {}
+            }
+        }
+    }
+    std::fs::create_dir_all(&oram_dir).map_err(|e| cfg_err("creating", &oram_dir, e))?;
+    write_private(&dir.join(RECOVERING), b"")?;
     let mut params = snap.params.clone();
     params.store = url.to_string();
+    let old_array = oram_array(params.generation);
+    params.generation = params
+        .generation
+        .checked_add(1)
+        .ok_or_else(|| GatewayError::Config("store array generations exhausted".into()))?;
+    let new_array = oram_array(params.generation);
+    let geometry = oram_geometry(&params)?;
+    let open_array = |name: String| {
+        let url = url.clone();
+        async move {
+            open_store(&url, &name, geometry)
+                .await
+                .map_err(|e| GatewayError::Config(format!("opening store array {name}: {e}")))
+        }
+    };
+    let old = open_array(old_array.clone()).await?;
+    let new = open_array(new_array.clone()).await?;
+    write_private(&oram_dir.join("checkpoint.bin"), &snap.oram_checkpoint)?;
+    let epoch = blindfold_proxy::rebuild::fresh_epoch();
+    let rebuilt = match params.engine {
+        OramEngine::Tao => {
+            blindfold_proxy::rebuild::rebuild_tao(&oram_dir, old, new, &key, epoch).await?
+        }
+        OramEngine::PathOram => {
+            blindfold_proxy::rebuild::rebuild_path_oram(&oram_dir, old, new, &key, epoch).await?
+        }
+    };
+    // Objects and uploads with a lost block are dropped: reading them would give zeros.
+    let lost: std::collections::HashSet<u64> = rebuilt.lost.iter().copied().collect();
+    let mut directory = snap.directory;
+    let mut dropped = Vec::new();
+    let mut freed = Vec::new();
+    directory.objects.retain(|(bucket, key, meta)| {
+        let keep = !meta.blocks().any(|b| lost.contains(&b));
+        if !keep {
+            dropped.push(format!("{bucket}/{key}"));
+            freed.extend(meta.blocks());
+        }
+        keep
+    });
+    directory.uploads.retain(|(_, up)| {
+        let keep = !up.parts.values().any(|p| p.extent.blocks.iter().any(|b| lost.contains(b)));
+        if !keep {
+            freed.extend(up.parts.values().flat_map(|p| p.extent.blocks.iter().copied()));
+        }
+        keep
+    });
+    directory.free.extend(freed);
+    directory.free.sort_unstable();
+    directory.free.dedup();
+    Directory::restore(&dir.join("meta.redb"), params.blocks, &directory)?;
+    // Last: gateway.json makes the directory a gateway (written atomically).
     write_private(&dir.join("gateway.json"), &serde_json::to_vec_pretty(&params).expect("json"))?;
-    write_private(&dir.join("oram").join("checkpoint.bin"), &snap.oram_checkpoint)?;
-    Directory::restore(&dir.join("meta.redb"), params.blocks, &snap.directory)?;
+    sync_dir(dir)?;
+    std::fs::remove_file(dir.join(RECOVERING))
+        .map_err(|e| cfg_err("removing", &dir.join(RECOVERING), e))?;
     let when = time::OffsetDateTime::from_unix_timestamp_nanos(snap.created_ns)
         .map(|t| t.to_string())
         .unwrap_or_else(|_| "unknown time".into());
-    let about = format!(
-        "snapshot #{} written {} ({} buckets, {} objects)",
+    let mut about = format!(
+        "snapshot #{} written {} ({} buckets, {} objects); rebuilt {} blocks into store array \
+         {} under a fresh key epoch; the old array {} is no longer used and may be deleted",
         snap.seq,
         when,
-        snap.directory.buckets.len(),
-        snap.directory.objects.len()
+        directory.buckets.len(),
+        directory.objects.len(),
+        rebuilt.blocks_found,
+        new_array,
+        old_array
     );
+    if !rebuilt.unreadable_cells.is_empty() {
+        about.push_str(&format!(
+            "; {} cells changed after the snapshot (the gateway wrote after its last clean \
+             stop) or failed authentication: {} objects in them are lost",
+            rebuilt.unreadable_cells.len(),
+            dropped.len()
+        ));
+        for name in dropped.iter().take(20) {
+            about.push_str(&format!("\n    lost: {name}"));
+        }
+        if dropped.len() > 20 {
+            about.push_str(&format!("\n    … and {} more", dropped.len() - 20));
+        }
+    }
     let mut cfg = cfg.clone();
     cfg.key_file = Some(key_path);
     let opened = open(&cfg).await?;
     Ok((opened, about))
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| GatewayError::Config(format!("syncing {}: {e}", dir.display())))
 }
 
 #[cfg(test)]

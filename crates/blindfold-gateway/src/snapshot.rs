@@ -8,8 +8,11 @@
 //! Layout: a store array named `snapshot` of 64 KiB cells in two slots used alternately. A
 //! slot is a header cell followed by chunk cells. Chunks are written first, the header last, so
 //! a crash while writing leaves the previous slot intact. Every cell is sealed with the master
-//! key under a store id derived for snapshots; chunks are bound to the snapshot's sequence
-//! number (as their version), headers to version 0.
+//! key under a store id derived for snapshots; chunks are bound to their cell and the
+//! snapshot's sequence number (as their version), headers to version 0. The header carries the
+//! SHA-256 of the whole body, which reading checks, so the chunks of two snapshots that share a
+//! sequence number (written by two diverged timelines, e.g. after two `recover`s from the same
+//! snapshot) cannot be spliced into one.
 //!
 //! # Security
 //!
@@ -33,7 +36,9 @@ use crate::{GatewayError, Result};
 /// Store array holding the snapshot.
 pub const ARRAY: &str = "snapshot";
 const CHUNK: usize = 64 * 1024;
-const MAGIC: &[u8; 8] = b"BFSNAP01";
+/// Version 02: the header carries the SHA-256 of the whole body (01 had none, so chunks of two
+/// snapshots with the same sequence number could be spliced; 01 headers are not accepted).
+const MAGIC: &[u8; 8] = b"BFSNAP02";
 
 /// What a snapshot holds.
 #[derive(Serialize, Deserialize)]
@@ -64,6 +69,15 @@ struct Header {
     created_ns: i128,
     len: u64,
     chunks: u32,
+    /// SHA-256 of the whole body (the bincode of [`Snapshot`], before chunking). Chunks are
+    /// bound only to their cell and the sequence number, so two snapshots of diverged
+    /// timelines with the same sequence number could otherwise be spliced chunk by chunk.
+    digest: [u8; 32],
+}
+
+fn body_digest(body: &[u8]) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, body);
+    d.as_ref().try_into().expect("SHA-256 is 32 bytes")
 }
 
 /// Geometry of the snapshot array for a gateway of `blocks` blocks in `cells` ORAM cells with
@@ -189,6 +203,7 @@ pub async fn write(store: &dyn Store, key: &MasterKey, snap: &Snapshot) -> Resul
         created_ns: snap.created_ns,
         len: body.len() as u64,
         chunks: chunks as u32,
+        digest: body_digest(&body),
     };
     let mut plain = bincode::serialize(&header).expect("header");
     plain.resize(CHUNK, 0);
@@ -257,10 +272,81 @@ pub async fn read_latest(store: &dyn Store, key: &MasterKey) -> Result<Snapshot>
             continue;
         }
         body.truncate(h.len as usize);
+        // Not secret (the body is authenticated already, chunk by chunk): a plain compare.
+        if body.len() as u64 != h.len || body_digest(&body) != h.digest {
+            last_err = format!(
+                "snapshot {} is damaged: its chunks do not match its header's digest \
+                 (chunks of another snapshot spliced in?)",
+                h.seq
+            );
+            continue;
+        }
         match bincode::deserialize::<Snapshot>(&body) {
             Ok(s) => return Ok(s),
             Err(e) => last_err = format!("snapshot {} cannot be decoded: {e}", h.seq),
         }
     }
     Err(GatewayError::Config(last_err))
+}
+
+#[cfg(test)]
+mod tests {
+    use blindfold_store::MemoryStore;
+
+    use super::*;
+    use crate::server::OramEngine;
+
+    fn snap(seq: u64, fill: u8) -> Snapshot {
+        Snapshot {
+            seq,
+            created_ns: 1,
+            params: GatewayParams {
+                format: "blindfold-gateway".into(),
+                version: 1,
+                store: "mem".into(),
+                store_id: "00".repeat(16),
+                block_size: 1024,
+                blocks: 100,
+                z: 4,
+                pad_objects: false,
+                cache_levels: 0,
+                engine: OramEngine::Tao,
+                generation: 0,
+            },
+            // Several chunks, all inside one byte string, so that a spliced body still decodes.
+            oram_checkpoint: vec![fill; 4 * CHUNK],
+            directory: DirectoryDump::default(),
+        }
+    }
+
+    /// Two timelines diverged from one snapshot (e.g. two `recover`s) each write a snapshot
+    /// with the same sequence number into the same slot. Chunks of one under the header of the
+    /// other must not read as a snapshot. Failed before the header carried a body digest: the
+    /// spliced snapshot was returned, mixing both timelines' state.
+    #[tokio::test]
+    async fn spliced_snapshots_are_refused() {
+        let key = MasterKey::generate();
+        let g = geometry(100, 1000, 0).unwrap();
+        let a_store = MemoryStore::new(g);
+        let b_store = MemoryStore::new(g);
+        write(&a_store, &key, &snap(7, 0xaa)).await.unwrap();
+        write(&b_store, &key, &snap(7, 0xbb)).await.unwrap();
+        // Each reads back whole.
+        assert_eq!(read_latest(&a_store, &key).await.unwrap().oram_checkpoint[0], 0xaa);
+        assert_eq!(read_latest(&b_store, &key).await.unwrap().oram_checkpoint[0], 0xbb);
+        // The store puts timeline A's third chunk under timeline B's header.
+        let per_slot = g.cell_count() / 2;
+        let base = (7 % 2) * per_slot;
+        let chunk = CellId(base + 3);
+        let from_a = a_store.read(&[chunk]).await.unwrap().pop().unwrap();
+        b_store.write(vec![(chunk, from_a)]).await.unwrap();
+        match read_latest(&b_store, &key).await {
+            Ok(s) => panic!(
+                "a spliced snapshot was accepted (checkpoint bytes {:#x}..{:#x})",
+                s.oram_checkpoint[0],
+                s.oram_checkpoint[2 * CHUNK + 10]
+            ),
+            Err(e) => assert!(e.to_string().contains("digest"), "{e}"),
+        }
+    }
 }

@@ -104,3 +104,133 @@ async fn recover_with(engine: OramEngine) {
     let e = server::recover(&cfg(&third, &cells, &other_key)).await.unwrap_err();
     assert!(e.to_string().contains("another key"), "{e}");
 }
+
+async fn try_read_all(opened: &server::Opened, key: &str) -> Result<Vec<u8>, String> {
+    let meta = opened.objects.directory().object("b", key).map_err(|e| e.to_string())?;
+    let meta = meta.ok_or("no such object")?;
+    let mut rx =
+        opened.objects.read_range(&meta, 0..meta.size, 0).await.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    while let Some(c) = rx.recv().await {
+        out.extend_from_slice(&c.map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+async fn put(opened: &server::Opened, key: &str, data: Vec<u8>) {
+    let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(data))]);
+    opened.objects.put_object("b", key, body, None, BTreeMap::new(), false).await.unwrap();
+}
+
+/// Every cell of the store array `name` in `cells`, read through a file store of its own.
+fn array_file(cells: &std::path::Path, name: &str) -> blindfold_store::FileStore {
+    blindfold_store::FileStore::open_existing(
+        cells.join(format!("{name}.cells")),
+        blindfold_store::SyncMode::OnFlush,
+    )
+    .unwrap()
+}
+
+fn oram_array_of(data: &std::path::Path) -> String {
+    let params: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("gateway.json")).unwrap()).unwrap();
+    match params.get("generation").and_then(|g| g.as_u64()).unwrap_or(0) {
+        0 => "oram".to_owned(),
+        n => format!("oram.g{n}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_timeline_ciphertexts_never_authenticate_after_recover_tao() {
+    lost_timeline_substitution(OramEngine::Tao).await;
+}
+
+#[tokio::test]
+async fn lost_timeline_ciphertexts_never_authenticate_after_recover_path_oram() {
+    lost_timeline_substitution(OramEngine::PathOram).await;
+}
+
+/// A gateway stops cleanly (snapshot S), then goes on writing and is lost (the lost
+/// timeline). `recover` from S, the same workload again, and then the store puts the lost
+/// timeline's ciphertexts back in place of the recovered ones: none may authenticate, and no
+/// read may return the lost timeline's data.
+///
+/// Failed before recover sealed under a fresh epoch that each cell must name exactly: the
+/// recovered run sealed under the same epoch and versions as the lost run, and the lost run's
+/// cells whose version matched (the root bucket at least) authenticated.
+async fn lost_timeline_substitution(engine: OramEngine) {
+    use blindfold_store::{CellId, Store};
+    let cfg =
+        |d: &std::path::Path, c: &std::path::Path, k: &std::path::Path| cfg_with(d, c, k, engine);
+    let root = tempfile::tempdir().unwrap();
+    let cells = root.path().join("cells");
+    let key = root.path().join("key.json");
+    let first = root.path().join("data1");
+    let keys: Vec<String> = (0..6).map(|i| format!("k{i}")).collect();
+    let value = |tag: u8, i: usize| vec![tag; 700 + 300 * i];
+    {
+        let opened = server::open(&cfg(&first, &cells, &key)).await.unwrap();
+        opened.objects.directory().create_bucket("b").unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            put(&opened, k, value(1, i)).await;
+        }
+        opened.objects.shutdown().await.unwrap();
+        server::write_snapshot(&opened).await.unwrap();
+    }
+    // Keep the store as it was at the snapshot: the recovered run starts from it.
+    let at_snapshot = std::fs::read(cells.join("oram.cells")).unwrap();
+    // The lost timeline: restarts, overwrites every object, stops without a snapshot.
+    {
+        let opened = server::open(&cfg(&first, &cells, &key)).await.unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            put(&opened, k, value(0x10, i)).await;
+        }
+        opened.objects.shutdown().await.unwrap();
+    }
+    let lost: Vec<Vec<u8>> = {
+        let f = array_file(&cells, "oram");
+        let all: Vec<CellId> = (0..f.geometry().cell_count()).map(CellId).collect();
+        f.read(&all).await.unwrap()
+    };
+    std::fs::remove_dir_all(&first).unwrap();
+    std::fs::write(cells.join("oram.cells"), &at_snapshot).unwrap();
+
+    // Recover from S and run the same workload with other data.
+    let second = root.path().join("data2");
+    {
+        let (opened, _) = server::recover(&cfg(&second, &cells, &key)).await.unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            put(&opened, k, value(0x20, i)).await;
+        }
+        opened.objects.shutdown().await.unwrap();
+    }
+    // The store hands back the lost timeline's ciphertext of every cell.
+    {
+        let f = array_file(&cells, &oram_array_of(&second));
+        assert_eq!(f.geometry().cell_count(), lost.len() as u64);
+        let all: Vec<(CellId, Vec<u8>)> =
+            lost.iter().enumerate().map(|(i, c)| (CellId(i as u64), c.clone())).collect();
+        f.write(all).await.unwrap();
+        f.flush().await.unwrap();
+    }
+    let opened = server::open(&cfg(&second, &cells, &key)).await.unwrap();
+    let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await.unwrap();
+    assert_eq!(
+        report.cells_ok,
+        0,
+        "{} cells of the lost timeline authenticated in the recovered one ({} refused)",
+        report.cells_ok,
+        report.bad_cells.len()
+    );
+    assert!(!report.bad_cells.is_empty());
+    for (i, k) in keys.iter().enumerate() {
+        match try_read_all(&opened, k).await {
+            Ok(got) => {
+                assert_ne!(got, value(0x10, i), "{k}: the lost timeline's data was returned");
+                assert_eq!(got, value(0x20, i), "{k}: wrong data");
+            }
+            // The first failure is an integrity error; it poisons the engine for the rest.
+            Err(e) => assert!(e.contains("integrity") || e.contains("half-way"), "{k}: {e}"),
+        }
+    }
+}

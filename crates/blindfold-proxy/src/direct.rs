@@ -52,7 +52,8 @@ impl SealedDirect {
                 needed: format!("cells of {} bytes", block_size as usize + CellSealer::OVERHEAD),
             });
         }
-        let versions = VersionTable::new(g.cell_count());
+        // Epochs unknown (ANY_EPOCH): see `read_many`.
+        let versions = VersionTable::from_legacy(vec![0; g.cell_count() as usize]);
         let state = Mutex::new(DirectState { versions, in_flight: HashMap::new() });
         Ok(Self { store, sealer, state, block_size })
     }
@@ -107,7 +108,10 @@ impl SealedDirect {
                 out[i] = Some(if version == 0 {
                     vec![0u8; self.block_size as usize]
                 } else {
-                    open_cell(&self.sealer, CellId(blocks[i].0), version, buf)?
+                    // The baseline never restarts on a store (its versions live in memory only),
+                    // so there is no other timeline whose epochs need telling apart.
+                    let any = VersionTable::ANY_EPOCH;
+                    open_cell(&self.sealer, CellId(blocks[i].0), version, any, buf)?
                 });
             }
             if todo.is_empty() {

@@ -398,6 +398,24 @@ pub(crate) fn replay_failed(e: ProxyError) -> ProxyError {
     }
 }
 
+/// The checkpoint of `dir`, sealed or (migrating) unsealed from an earlier version; the
+/// second value says whether it was the latter.
+fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<(Checkpoint, bool)> {
+    read_any_checkpoint(
+        dir,
+        CHECKPOINT_MAGIC,
+        LEGACY_CHECKPOINT_MAGIC,
+        sealer,
+        |old: LegacyCheckpoint| Checkpoint {
+            store_id: old.store_id,
+            oram: old.oram,
+            versions: VersionTable::from_legacy(old.versions.versions),
+            next_epoch: old.next_epoch,
+            seq: old.seq,
+        },
+    )
+}
+
 /// Decodes an unsealed checkpoint of blindfold 0.1 before its state was sealed (`magic`,
 /// length, CRC, bincode body), to migrate it: the caller rewrites it sealed at once.
 pub(crate) fn decode_legacy_checkpoint<T: serde::de::DeserializeOwned>(
@@ -609,19 +627,7 @@ impl DurablePathOram {
         key: &MasterKey,
     ) -> Result<(Self, Recovery)> {
         let state_sealer = StateSealer::new(key);
-        let (ckpt, migrating) = read_any_checkpoint(
-            dir,
-            CHECKPOINT_MAGIC,
-            LEGACY_CHECKPOINT_MAGIC,
-            &state_sealer,
-            |old: LegacyCheckpoint| Checkpoint {
-                store_id: old.store_id,
-                oram: old.oram,
-                versions: VersionTable::from_versions(old.versions.versions),
-                next_epoch: old.next_epoch,
-                seq: old.seq,
-            },
-        )?;
+        let (ckpt, migrating) = load_checkpoint(dir, &state_sealer)?;
         let store_id = StoreId(ckpt.store_id);
         let mut oram = PathOram::from_state(ckpt.oram, ChaCha20Rng::from_entropy())?;
         let mut versions = ckpt.versions;
@@ -655,7 +661,7 @@ impl DurablePathOram {
                 }
             }
             let cells = rec.cells.into_iter().map(|c| {
-                versions.set(c.cell, c.version);
+                versions.record(c.cell, c.version, &c.sealed);
                 (CellId(c.cell), c.sealed)
             });
             write_batches(&*store, retry, cells).await?;
@@ -1069,6 +1075,10 @@ pub(crate) async fn verify_cells(
                 report.never_written += 1;
                 continue;
             }
+            if let Err(e) = crate::path::check_epoch(cell.0, versions.epoch(cell.0), &buf) {
+                report.failures.push((cell.0, format!("{e} (sealed under another key epoch)")));
+                continue;
+            }
             let ad = CellAd { cell: cell.0, version, segment: 0 };
             match sealer.open_in_place(&ad, &mut buf) {
                 Ok(_) => report.cells_checked += 1,
@@ -1253,5 +1263,57 @@ mod migration {
         }
         let bytes = std::fs::read(&ckpt_path).unwrap();
         assert_eq!(&bytes[..8], CHECKPOINT_MAGIC, "rewritten sealed");
+    }
+}
+
+// ---- For `rebuild` (recover): the saved state's parts, and a checkpoint of a rebuilt tree.
+// Kept apart from open()/commit() on purpose; they only go through the checkpoint functions.
+
+/// The parts of a [`DurablePathOram`] checkpoint that a rebuild needs.
+pub(crate) struct SavedPathOram {
+    pub(crate) store_id: StoreId,
+    pub(crate) oram: PathOramState,
+    pub(crate) versions: VersionTable,
+    pub(crate) next_epoch: u32,
+    pub(crate) seq: u64,
+}
+
+/// Reads the checkpoint in `dir` (the redo log is not looked at: a rebuild starts from a
+/// restored snapshot, whose checkpoint has nothing left to replay).
+pub(crate) fn load_saved_path_oram(dir: &Path, key: &MasterKey) -> Result<SavedPathOram> {
+    let (c, _) = load_checkpoint(dir, &StateSealer::new(key))?;
+    Ok(SavedPathOram {
+        store_id: StoreId(c.store_id),
+        oram: c.oram,
+        versions: c.versions,
+        next_epoch: c.next_epoch,
+        seq: c.seq,
+    })
+}
+
+/// Replaces the checkpoint in `dir` with `saved` (atomically) and removes any redo log.
+pub(crate) fn save_rebuilt_path_oram(
+    dir: &Path,
+    saved: SavedPathOram,
+    key: &MasterKey,
+) -> Result<()> {
+    let ckpt = Checkpoint {
+        store_id: saved.store_id.0,
+        oram: saved.oram,
+        versions: saved.versions,
+        next_epoch: saved.next_epoch,
+        seq: saved.seq,
+    };
+    remove_log(dir)?;
+    write_checkpoint(dir, &ckpt, &StateSealer::new(key))
+}
+
+/// Removes `dir/redo.log` if present.
+pub(crate) fn remove_log(dir: &Path) -> Result<()> {
+    let log = dir.join(REDO_LOG);
+    match std::fs::remove_file(&log) {
+        Ok(()) => sync_dir(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io(&log, "removing", e)),
     }
 }

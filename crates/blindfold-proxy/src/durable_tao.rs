@@ -340,24 +340,7 @@ impl DurableTao {
         key: &MasterKey,
     ) -> Result<(Self, Recovery)> {
         let state_sealer = StateSealer::new(key);
-        let (ckpt, _) = read_any_checkpoint(
-            dir,
-            CHECKPOINT_MAGIC,
-            LEGACY_CHECKPOINT_MAGIC,
-            &state_sealer,
-            |old: LegacyCheckpoint| Checkpoint {
-                store_id: old.store_id,
-                state: TaoState {
-                    config: old.state.config,
-                    posmap: old.state.posmap,
-                    stash: old.state.stash,
-                    versions: crate::VersionTable::from_versions(old.state.versions.versions),
-                    stats: old.state.stats,
-                },
-                next_epoch: old.next_epoch,
-                seq: old.seq,
-            },
-        )?;
+        let ckpt = load_checkpoint(dir, &state_sealer)?;
         let store_id = StoreId(ckpt.store_id);
         let mut state = ckpt.state;
         let log_path = dir.join(REDO_LOG);
@@ -387,7 +370,7 @@ impl DurableTao {
                 if c.cell >= state.versions.len() {
                     return Err(bad("cell out of range"));
                 }
-                state.versions.set(c.cell, c.version);
+                state.versions.record(c.cell, c.version, &c.sealed);
             }
             let cells = rec.cells.into_iter().map(|c| (CellId(c.cell), c.sealed));
             write_batches(&*store, retry, cells).await?;
@@ -679,4 +662,62 @@ impl DurableTao {
         let versions = self.tao.export_state()?.versions;
         verify_cells(&*self.store, self.retry, &self.opener, &versions, progress).await
     }
+}
+
+// ---- For `rebuild` (recover): the saved state, and a checkpoint of a rebuilt tree. Kept
+// apart from open()/commit() on purpose; they only go through the checkpoint functions.
+
+/// The parts of a [`DurableTao`] checkpoint that a rebuild needs.
+pub(crate) struct SavedTao {
+    pub(crate) store_id: StoreId,
+    pub(crate) state: TaoState,
+    pub(crate) next_epoch: u32,
+    pub(crate) seq: u64,
+}
+
+/// The checkpoint of `dir`, sealed or (migrating) unsealed from an earlier version.
+fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
+    let (ckpt, _) = read_any_checkpoint(
+        dir,
+        CHECKPOINT_MAGIC,
+        LEGACY_CHECKPOINT_MAGIC,
+        sealer,
+        |old: LegacyCheckpoint| Checkpoint {
+            store_id: old.store_id,
+            state: TaoState {
+                config: old.state.config,
+                posmap: old.state.posmap,
+                stash: old.state.stash,
+                versions: crate::VersionTable::from_legacy(old.state.versions.versions),
+                stats: old.state.stats,
+            },
+            next_epoch: old.next_epoch,
+            seq: old.seq,
+        },
+    )?;
+    Ok(ckpt)
+}
+
+/// Reads the checkpoint in `dir` (the redo log is not looked at; see
+/// [`crate::durable::load_saved_path_oram`]).
+pub(crate) fn load_saved_tao(dir: &Path, key: &MasterKey) -> Result<SavedTao> {
+    let c = load_checkpoint(dir, &StateSealer::new(key))?;
+    Ok(SavedTao {
+        store_id: StoreId(c.store_id),
+        state: c.state,
+        next_epoch: c.next_epoch,
+        seq: c.seq,
+    })
+}
+
+/// Replaces the checkpoint in `dir` with `saved` (atomically) and removes any redo log.
+pub(crate) fn save_rebuilt_tao(dir: &Path, saved: SavedTao, key: &MasterKey) -> Result<()> {
+    let ckpt = Checkpoint {
+        store_id: saved.store_id.0,
+        state: saved.state,
+        next_epoch: saved.next_epoch,
+        seq: saved.seq,
+    };
+    crate::durable::remove_log(dir)?;
+    write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &StateSealer::new(key))
 }

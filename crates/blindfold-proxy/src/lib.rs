@@ -16,6 +16,8 @@
 //! * [`TaoOram`] — the concurrent TaoStore-style engine: many requests in flight over one
 //!   Path ORAM tree, a sequencer, fake reads, an in-memory subtree and batched background
 //!   write-backs (see [`tao`]).
+//! * [`rebuild`] — rebuilding a durable engine's tree into a new store array under a fresh
+//!   key epoch, with fresh random leaves (`blindfold recover`).
 //! * [`SealedDirect`] — the baseline: the same blocks sealed and stored at fixed places with
 //!   no ORAM, for measuring what obliviousness costs.
 //!
@@ -41,6 +43,7 @@ mod durable;
 mod durable_tao;
 mod error;
 mod path;
+pub mod rebuild;
 mod ring;
 pub mod tao;
 mod versions;

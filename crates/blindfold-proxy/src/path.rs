@@ -80,7 +80,7 @@ pub(crate) fn open_cells(
             out.push(None);
             continue;
         }
-        out.push(Some(open_cell(sealer, *cell, version, buf)?));
+        out.push(Some(open_cell(sealer, *cell, version, versions.epoch(cell.0), buf)?));
     }
     Ok(out)
 }
@@ -104,7 +104,7 @@ pub(crate) fn seal_cells(
     for (cell, data) in plain {
         let version = versions.next(cell.0);
         let sealed = seal_cell(sealer, cell, version, &data)?;
-        versions.set(cell.0, version);
+        versions.record(cell.0, version, &sealed);
         out.push((cell, sealed));
     }
     Ok(out)
@@ -123,13 +123,25 @@ pub(crate) fn seal_cell(
     Ok(sealed)
 }
 
-/// Opens one fetched cell sealed under `version` (non-zero) and returns its plaintext.
+/// Refuses a sealed cell whose header names another key epoch than `epoch` (the one its
+/// trusted version was sealed under), unless that is [`VersionTable::ANY_EPOCH`].
+pub(crate) fn check_epoch(cell: u64, epoch: u32, sealed: &[u8]) -> Result<()> {
+    if epoch == VersionTable::ANY_EPOCH || crate::versions::sealed_epoch(sealed) == Some(epoch) {
+        return Ok(());
+    }
+    Err(ProxyError::Integrity { cell, source: CryptoError::Integrity { cell, segment: 0 } })
+}
+
+/// Opens one fetched cell sealed under `version` (non-zero) and key epoch `epoch` (see
+/// [`check_epoch`]) and returns its plaintext.
 pub(crate) fn open_cell(
     sealer: &CellSealer,
     cell: CellId,
     version: u64,
+    epoch: u32,
     mut buf: Vec<u8>,
 ) -> Result<Vec<u8>> {
+    check_epoch(cell.0, epoch, &buf)?;
     let ad = CellAd { cell: cell.0, version, segment: 0 };
     let len =
         sealer.open_in_place(&ad, &mut buf).map_err(|source| integrity(cell.0, source))?.len();

@@ -404,7 +404,7 @@ impl SealedRingOram {
             let version = self.versions.next(b.0);
             let ad = CellAd { cell: b.0, version, segment: 0 };
             let sealed = self.sealer.seal(&ad, &plain).map_err(ProxyError::Crypto)?;
-            self.versions.set(b.0, version);
+            self.versions.record(b.0, version, &sealed);
             out.push((CellId(b.0), sealed));
         }
         Ok(out)

@@ -653,15 +653,16 @@ impl TaoOram {
                     if s.subtree.contains_key(&buckets[i]) {
                         continue;
                     }
-                    opened.push((i, s.versions.get(buckets[i]), raw));
+                    let b = buckets[i];
+                    opened.push((i, s.versions.get(b), s.versions.epoch(b), raw));
                 }
             }
             let mut nodes = Vec::with_capacity(opened.len());
-            for (i, version, raw) in opened {
+            for (i, version, epoch, raw) in opened {
                 let slots = if version == 0 {
                     Vec::new()
                 } else {
-                    match open_cell(&sh.sealer, cells[i], version, raw)
+                    match open_cell(&sh.sealer, cells[i], version, epoch, raw)
                         .and_then(|plain| sh.decode_bucket(&plain))
                     {
                         Ok(slots) => slots,
@@ -954,25 +955,26 @@ impl Shared {
         let cells: Vec<CellId> = buckets.iter().map(|&b| CellId(b)).collect();
         let fetched = with_retry(self.retry, || self.store.read(&cells)).await?;
 
-        // Which fetched buckets are not in the subtree yet, and their trusted versions.
-        let absent: Vec<(usize, u64)> = {
+        // Which fetched buckets are not in the subtree yet, and their trusted versions
+        // (version, key epoch).
+        let absent: Vec<(usize, (u64, u32))> = {
             let s = self.state.lock();
             buckets
                 .iter()
                 .enumerate()
                 .filter(|(_, b)| !s.subtree.contains_key(b))
-                .map(|(i, &b)| (i, s.versions.get(b)))
+                .map(|(i, &b)| (i, (s.versions.get(b), s.versions.epoch(b))))
                 .collect()
         };
         // Decrypt outside the lock.
         let mut fetched: Vec<Option<Vec<u8>>> = fetched.into_iter().map(Some).collect();
         let mut opened = Vec::with_capacity(absent.len());
-        for (i, version) in absent {
+        for (i, (version, epoch)) in absent {
             let raw = fetched[i].take().unwrap_or_default();
             let slots = if version == 0 {
                 Vec::new()
             } else {
-                let plain = open_cell(&self.sealer, cells[i], version, raw)?;
+                let plain = open_cell(&self.sealer, cells[i], version, epoch, raw)?;
                 self.decode_bucket(&plain)?
             };
             opened.push((buckets[i], slots));
@@ -1139,11 +1141,16 @@ impl Shared {
             };
             let count = cells.len() as u64;
             let ids: Vec<u64> = cells.iter().map(|c| c.0).collect();
+            // Key epoch each cell was sealed under, recorded once the write is done (until
+            // then the buckets stay pinned in the subtree: nobody opens their stored copies).
+            let mut epochs = Vec::with_capacity(cells.len());
             let result = async {
                 let mut sealed = Vec::with_capacity(cells.len());
                 for (b, version, slots) in cells {
                     let plain = self.encode_bucket(&slots);
-                    sealed.push((CellId(b), seal_cell(&self.sealer, CellId(b), version, &plain)?));
+                    let cell = seal_cell(&self.sealer, CellId(b), version, &plain)?;
+                    epochs.push((b, crate::versions::sealed_epoch(&cell)));
+                    sealed.push((CellId(b), cell));
                 }
                 write_sealed(&*self.store, self.retry, sealed).await
             }
@@ -1153,6 +1160,9 @@ impl Shared {
                 let s = &mut *guard;
                 match result {
                     Ok(()) => {
+                        for (b, epoch) in epochs {
+                            s.versions.set_epoch(b, epoch.unwrap_or(VersionTable::ANY_EPOCH));
+                        }
                         for leaf in paths {
                             for b in self.path_buckets(leaf) {
                                 if let MapEntry::Occupied(mut o) = s.pins.entry(b) {

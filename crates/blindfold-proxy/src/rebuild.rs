@@ -1,0 +1,317 @@
+//! Rebuilding a durable engine's tree into a new store array, for `blindfold recover`.
+//!
+//! A snapshot's checkpoint names, for every block, the leaf it had when the snapshot was
+//! taken. If the lost gateway went on after that snapshot, every block it accessed had that
+//! leaf's path read by the store already; restoring the checkpoint as it is would make the
+//! next access of each such block read the same path again, linking requests across the two
+//! timelines. And the restored run would seal under the same key epochs and versions as the
+//! lost run did, so the store could hand the lost run's ciphertexts back and they would
+//! authenticate.
+//!
+//! So `recover` does not continue the snapshot's tree; it rebuilds it:
+//!
+//! 1. every cell of the old array is read (in cell order, in batches of 256) and opened under
+//!    the snapshot's versions and epochs; every real block found there, in the cached top of
+//!    the tree and in the stash is kept in memory. Cells that fail (written by the lost run
+//!    after the snapshot, or tampered with) are counted; the blocks they held are *lost*;
+//! 2. a fresh tree of the same configuration is bulk-loaded with those blocks
+//!    ([`PathOram::bulk_load`]: fresh uniformly random leaves, every bucket once, post-order),
+//!    sealed under a fresh random key epoch (see [`fresh_epoch`]) at version 1, into a **new**
+//!    store array — the old one is left as it was, so a crash half-way loses nothing and the
+//!    rebuild can simply run again;
+//! 3. only then the checkpoint in the data directory is replaced (atomically) by the new tree's.
+//!
+//! # Security
+//!
+//! The store sees a read of every cell of the old array in a fixed order, then a write of every
+//! cell of the new array in a fixed order: nothing depends on the data or the access history.
+//! No block's new leaf depends on its old one, so no path the store saw in the lost timeline is
+//! fetched for the same block again (beyond what two independent random leaves share). Every
+//! cell of the new tree is sealed under the fresh epoch, which each cell's seal must then name
+//! exactly (see [`crate::VersionTable`]), so none of the lost timeline's ciphertexts opens.
+//!
+//! # Memory
+//!
+//! Every real block found is held in memory until the bulk load has placed it: up to
+//! `blocks × block_size` bytes (the whole logical capacity, for a full store), plus the
+//! 12 bytes per block of the bulk load itself.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use blindfold_crypto::{CellSealer, MasterKey};
+use blindfold_oram::path::SLOT_HEADER;
+use blindfold_oram::{BlockId, OramError, PathOram, PathOramConfig, PathOramState};
+use blindfold_store::{CellId, Store};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+use crate::durable::{load_saved_path_oram, save_rebuilt_path_oram, write_batches, SavedPathOram};
+use crate::durable_tao::{load_saved_tao, save_rebuilt_tao, SavedTao};
+use crate::path::{open_cell, seal_cells, with_retry, RetryPolicy};
+use crate::{ProxyError, Result, TaoState, TaoStats, VersionTable};
+
+/// Cells read or written per store request during a rebuild.
+const BATCH: usize = 256;
+
+/// Epochs are drawn below this, leaving 2^31 later epochs for the runs that follow (each
+/// start takes the next one; the sealer moves on after 2^31 seals).
+const EPOCH_RANGE: u32 = 1 << 31;
+
+/// A uniformly random key epoch in `1..2^31`, from the operating system's generator.
+///
+/// Two timelines (the lost run and a recovered one, or two recoveries from one snapshot) use
+/// the same epoch for some cell only if their epoch ranges overlap: about `runs / 2^31` for
+/// each pair of timelines, where `runs` counts their restarts.
+pub fn fresh_epoch() -> u32 {
+    rand::rngs::OsRng.gen_range(1..EPOCH_RANGE)
+}
+
+/// What a rebuild found and did.
+#[derive(Clone, Debug, Default)]
+pub struct Rebuilt {
+    /// Cells of the old array read (all of them).
+    pub cells_read: u64,
+    /// Cells of the old array that did not open under the saved versions and epochs: written
+    /// after the snapshot by the lost run, or tampered with.
+    pub unreadable_cells: Vec<u64>,
+    /// Real blocks found (in cells, the cached top of the tree and the stash).
+    pub blocks_found: u64,
+    /// Blocks that were written before the snapshot but were in no readable cell: their
+    /// contents are lost (the new tree holds zeros for them). With a recursive position map,
+    /// which blocks were ever written is not known here: then every block not found is listed.
+    pub lost: Vec<u64>,
+    /// Cells of the new array written.
+    pub cells_written: u64,
+    /// The key epoch the new tree is sealed under.
+    pub epoch: u32,
+}
+
+/// Rebuilds the [`crate::DurablePathOram`] whose checkpoint is in `dir` (over the cells of
+/// `old`) into `new`, a store of the same geometry, sealed under `epoch`; then replaces the
+/// checkpoint. See the module documentation.
+pub async fn rebuild_path_oram(
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+) -> Result<Rebuilt> {
+    let saved = load_saved_path_oram(dir, key)?;
+    let config = saved.oram.config.clone();
+    let opener = CellSealer::new(key, saved.store_id, saved.next_epoch);
+    let mut found = Found::new(&config);
+    let mut report = Rebuilt { epoch, ..Rebuilt::default() };
+    let data = config.trees()[0];
+    let data_cells = data.base..data.base + data.shape.buckets();
+    read_old(&*old, &opener, &saved.versions, &mut report, |cell, plain| {
+        if data_cells.contains(&cell) {
+            found.bucket(plain)?;
+        }
+        Ok(())
+    })
+    .await?;
+    // The cached top of the data tree and its stash are in the checkpoint.
+    for bucket in saved.oram.caches.first().into_iter().flatten() {
+        found.bucket(bucket)?;
+    }
+    for (id, _, d) in saved.oram.stashes.into_iter().next().unwrap_or_default() {
+        found.block(id, d)?;
+    }
+    let in_memory = saved.oram.top.len() as u64 == config.blocks();
+    report.lost = found.lost(in_memory.then_some(&saved.oram.top[..]));
+    report.blocks_found = found.blocks.len() as u64;
+    let sealer = CellSealer::new(key, saved.store_id, epoch);
+    let (oram, versions, written) = load_new(&config, found, &*new, &sealer).await?;
+    report.cells_written = written;
+    save_rebuilt_path_oram(
+        dir,
+        SavedPathOram {
+            store_id: saved.store_id,
+            oram,
+            versions,
+            next_epoch: next_epoch(epoch)?,
+            seq: saved.seq,
+        },
+        key,
+    )?;
+    Ok(report)
+}
+
+/// Rebuilds the [`crate::DurableTao`] whose checkpoint is in `dir` (over the cells of `old`)
+/// into `new`, sealed under `epoch`; then replaces the checkpoint. See the module
+/// documentation.
+pub async fn rebuild_tao(
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+) -> Result<Rebuilt> {
+    let saved = load_saved_tao(dir, key)?;
+    let state = saved.state;
+    let tree = state.config.tree().clone();
+    if state.versions.len() != tree.total_cells() || state.posmap.len() as u64 != tree.blocks() {
+        return Err(ProxyError::State("saved TaoStore state does not match its tree".into()));
+    }
+    let opener = CellSealer::new(key, saved.store_id, saved.next_epoch);
+    let mut found = Found::new(&tree);
+    let mut report = Rebuilt { epoch, ..Rebuilt::default() };
+    read_old(&*old, &opener, &state.versions, &mut report, |_, plain| found.bucket(plain)).await?;
+    for (id, _, d) in state.stash {
+        found.block(id, d)?;
+    }
+    report.lost = found.lost(Some(&state.posmap));
+    report.blocks_found = found.blocks.len() as u64;
+    let sealer = CellSealer::new(key, saved.store_id, epoch);
+    let (oram, versions, written) = load_new(&tree, found, &*new, &sealer).await?;
+    report.cells_written = written;
+    let stash = oram.stashes.into_iter().next().unwrap_or_default();
+    let state = TaoState {
+        config: state.config,
+        posmap: oram.top,
+        stash,
+        versions,
+        stats: TaoStats::default(),
+    };
+    save_rebuilt_tao(
+        dir,
+        SavedTao {
+            store_id: saved.store_id,
+            state,
+            next_epoch: next_epoch(epoch)?,
+            seq: saved.seq,
+        },
+        key,
+    )?;
+    Ok(report)
+}
+
+fn next_epoch(epoch: u32) -> Result<u32> {
+    epoch.checked_add(1).ok_or(ProxyError::State("key epochs exhausted".into()))
+}
+
+/// Reads every cell of `old` in order, `BATCH` at a time, and hands each written cell that
+/// opens under its saved version and epoch to `take`; the others are listed as unreadable.
+async fn read_old(
+    old: &dyn Store,
+    opener: &CellSealer,
+    versions: &VersionTable,
+    report: &mut Rebuilt,
+    mut take: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<()> {
+    let total = versions.len();
+    if old.geometry().cell_count() < total {
+        return Err(ProxyError::Geometry {
+            found: format!("{} cells", old.geometry().cell_count()),
+            needed: format!("at least {total} cells"),
+        });
+    }
+    let retry = RetryPolicy::default();
+    let mut start = 0u64;
+    while start < total {
+        let cells: Vec<CellId> = (start..(start + BATCH as u64).min(total)).map(CellId).collect();
+        let fetched = with_retry(retry, || old.read(&cells)).await?;
+        report.cells_read += cells.len() as u64;
+        for (cell, buf) in cells.iter().zip(fetched) {
+            let version = versions.get(cell.0);
+            if version == 0 {
+                continue;
+            }
+            match open_cell(opener, *cell, version, versions.epoch(cell.0), buf) {
+                Ok(plain) => take(cell.0, &plain)?,
+                Err(e) if e.is_integrity() => report.unreadable_cells.push(cell.0),
+                Err(e) => return Err(e),
+            }
+        }
+        start += BATCH as u64;
+    }
+    Ok(())
+}
+
+/// The real blocks found so far, by id.
+struct Found {
+    blocks: HashMap<u64, Vec<u8>>,
+    count: u64,
+    block_size: usize,
+    z: usize,
+}
+
+impl Found {
+    fn new(config: &PathOramConfig) -> Self {
+        Self {
+            blocks: HashMap::new(),
+            count: config.blocks(),
+            block_size: config.block_size() as usize,
+            z: config.z() as usize,
+        }
+    }
+
+    /// Takes the real blocks of one plaintext bucket (the Path ORAM bucket format).
+    fn bucket(&mut self, plain: &[u8]) -> Result<()> {
+        let slot = SLOT_HEADER + self.block_size;
+        if plain.len() != self.z * slot {
+            return Err(OramError::Corrupt(format!(
+                "bucket of {} bytes, expected {}",
+                plain.len(),
+                self.z * slot
+            ))
+            .into());
+        }
+        for raw in plain.chunks_exact(slot) {
+            let id1 = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
+            if id1 != 0 {
+                self.block(id1 - 1, raw[SLOT_HEADER..].to_vec())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn block(&mut self, id: u64, data: Vec<u8>) -> Result<()> {
+        if id >= self.count || data.len() != self.block_size {
+            return Err(OramError::Corrupt(format!("saved block {id} out of range")).into());
+        }
+        // Path ORAM keeps exactly one copy of every block; two mean the saved state is broken.
+        if self.blocks.insert(id, data).is_some() {
+            return Err(OramError::Corrupt(format!("block {id} found twice")).into());
+        }
+        Ok(())
+    }
+
+    /// Blocks that had a leaf (`posmap` entry non-zero) but were not found; every block not
+    /// found if the position map is not known.
+    fn lost(&self, posmap: Option<&[u32]>) -> Vec<u64> {
+        (0..self.count)
+            .filter(|id| !self.blocks.contains_key(id))
+            .filter(|&id| posmap.is_none_or(|p| p[id as usize] != 0))
+            .collect()
+    }
+}
+
+/// Bulk-loads a fresh Path ORAM of `config` with `found` (zeros for every other block), sealing
+/// each batch under `sealer` at version 1 and writing it to `new`; flushes `new`. Returns the
+/// new trusted state, the versions and the number of cells written.
+async fn load_new(
+    config: &PathOramConfig,
+    found: Found,
+    new: &dyn Store,
+    sealer: &CellSealer,
+) -> Result<(PathOramState, VersionTable, u64)> {
+    crate::path::check_geometry(new.geometry(), crate::SealedPathOram::geometry(config)?)?;
+    let mut oram = PathOram::with_rng(config.clone(), ChaCha20Rng::from_entropy());
+    let mut versions = VersionTable::new(config.total_cells());
+    let mut load = oram.bulk_load()?;
+    let Found { mut blocks, block_size, .. } = found;
+    let mut data = |b: BlockId| blocks.remove(&b.0).unwrap_or_else(|| vec![0u8; block_size]);
+    let retry = RetryPolicy::default();
+    let mut written = 0u64;
+    while let Some(batch) = oram.bulk_load_step(&mut load, &mut data, BATCH)? {
+        let sealed = seal_cells(sealer, &mut versions, batch)?;
+        written += sealed.len() as u64;
+        write_batches(new, retry, sealed).await?;
+    }
+    with_retry(retry, || new.flush()).await?;
+    oram.check_stash()?;
+    Ok((oram.export_state()?, versions, written))
+}

@@ -1,0 +1,228 @@
+//! `rebuild` (for `blindfold recover`): after a recover from a snapshot, no block is fetched
+//! along the path its snapshot leaf named (which the store saw in the lost timeline), and the
+//! recovered engine reads back what the snapshot held.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use blindfold_crypto::{MasterKey, StoreId};
+use blindfold_oram::{BlockId, Leaf, PathOramConfig, TreeShape};
+use blindfold_proxy::rebuild::{fresh_epoch, rebuild_path_oram, rebuild_tao};
+use blindfold_proxy::{DurablePathOram, DurableTao, TaoConfig};
+use blindfold_store::{CellId, Geometry, MemoryStore, RecordingStore, Store, TraceOp};
+
+const BS: u32 = 32;
+const BLOCKS: u64 = 256;
+
+fn block(i: u64, tag: u8) -> Vec<u8> {
+    let mut d = vec![tag; BS as usize];
+    d[..8].copy_from_slice(&i.to_le_bytes());
+    d
+}
+
+/// A copy of every cell of `from` in a new memory store.
+async fn clone_store(from: &dyn Store) -> Arc<MemoryStore> {
+    let g = from.geometry();
+    let to = Arc::new(MemoryStore::new(g));
+    let cells: Vec<CellId> = (0..g.cell_count()).map(CellId).collect();
+    let data = from.read(&cells).await.unwrap();
+    to.write(cells.into_iter().zip(data).collect()).await.unwrap();
+    to
+}
+
+fn copy_checkpoint(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    std::fs::copy(from.join("checkpoint.bin"), to.join("checkpoint.bin")).unwrap();
+}
+
+/// The leaf of each path read since `from` (one read per access), in order.
+fn leaves_read(rec: &RecordingStore<MemoryStore>, from: usize, shape: TreeShape) -> Vec<Leaf> {
+    rec.trace()[from..]
+        .iter()
+        .filter(|e| e.op == TraceOp::Read)
+        .map(|e| {
+            let deepest = e.cells.iter().map(|c| c.0).max().unwrap();
+            Leaf(deepest - (shape.leaves() - 1))
+        })
+        .collect()
+}
+
+/// Checks that `after[i]` is independent of `before[i]`: the mean depth down to which their
+/// paths coincide matches two independent uniform leaves (expectation `Σ 2^-d`, about 1), within
+/// five standard errors. Restoring the snapshot's leaves as they were gives the full height.
+fn assert_independent(before: &[Leaf], after: &[Leaf], shape: TreeShape) {
+    assert_eq!(before.len(), after.len());
+    let n = before.len() as f64;
+    let l = shape.height();
+    // P(shared depth >= d) = 2^-d for d in 1..=L.
+    let mean: f64 = (1..=l).map(|d| 0.5f64.powi(d as i32)).sum();
+    let second: f64 = (1..=l).map(|d| (2 * d - 1) as f64 * 0.5f64.powi(d as i32)).sum();
+    let sd = ((second - mean * mean) / n).sqrt();
+    let observed: f64 =
+        before.iter().zip(after).map(|(a, b)| f64::from(shape.common_depth(*a, *b))).sum::<f64>()
+            / n;
+    let same = before.iter().zip(after).filter(|(a, b)| a == b).count();
+    assert!(
+        (observed - mean).abs() <= 5.0 * sd,
+        "mean shared depth {observed:.3}, expected {mean:.3} ± {:.3} (height {l}); \
+         {same} of {} blocks fetched their snapshot leaf again",
+        5.0 * sd,
+        before.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tao_recover_fetches_no_snapshot_leaf_again() {
+    let key = MasterKey::generate();
+    let config = TaoConfig::builder(BLOCKS, BS).write_back_every(8).build().unwrap();
+    let shape = config.shape();
+    let g = config.geometry().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let (lost_dir, snap_dir, new_dir) =
+        (root.path().join("lost"), root.path().join("snap"), root.path().join("new"));
+    let store = Arc::new(RecordingStore::new(MemoryStore::new(g)));
+    // Before the snapshot: every block written.
+    {
+        let tao =
+            DurableTao::create(&lost_dir, config.clone(), store.clone(), &key, StoreId::random())
+                .await
+                .unwrap();
+        for i in 0..BLOCKS {
+            tao.write_many(vec![(BlockId(i), block(i, 1))]).await.unwrap();
+        }
+        tao.shutdown().await.unwrap();
+    }
+    copy_checkpoint(&lost_dir, &snap_dir);
+    let at_snapshot = clone_store(&*store).await;
+    // The lost timeline goes on: one access per block, each along its snapshot leaf.
+    let mark = store.trace().len();
+    {
+        let (tao, _) = DurableTao::open(&lost_dir, store.clone(), &key).await.unwrap();
+        for i in 0..BLOCKS {
+            tao.read_many(&[BlockId(i)]).await.unwrap();
+        }
+        tao.shutdown().await.unwrap();
+    }
+    let snapshot_leaves = leaves_read(&store, mark, shape);
+    assert_eq!(snapshot_leaves.len() as u64, BLOCKS);
+
+    // Recover from the snapshot into a new array.
+    copy_checkpoint(&snap_dir, &new_dir);
+    let fresh = Arc::new(RecordingStore::new(MemoryStore::new(g)));
+    let rebuilt =
+        rebuild_tao(&new_dir, at_snapshot, fresh.clone(), &key, fresh_epoch()).await.unwrap();
+    assert_eq!(rebuilt.blocks_found, BLOCKS);
+    assert!(rebuilt.lost.is_empty() && rebuilt.unreadable_cells.is_empty(), "{rebuilt:?}");
+    assert_eq!(rebuilt.cells_written, g.cell_count());
+    // The store saw every cell written once, in cell-independent order: nothing else.
+    let mark = fresh.trace().len();
+    assert!(fresh.trace().iter().all(|e| e.op != TraceOp::Read));
+    let (tao, _) = DurableTao::open(&new_dir, fresh.clone(), &key).await.unwrap();
+    for i in 0..BLOCKS {
+        assert_eq!(tao.read_many(&[BlockId(i)]).await.unwrap(), vec![block(i, 1)]);
+    }
+    let after = leaves_read(&fresh, mark, shape);
+    assert_independent(&snapshot_leaves, &after, shape);
+    let report = tao.verify(|_, _| {}).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+}
+
+#[tokio::test]
+async fn path_oram_recover_fetches_no_snapshot_leaf_again() {
+    let key = MasterKey::generate();
+    let config = PathOramConfig::builder(BLOCKS, BS).build().unwrap();
+    let shape = config.trees()[0].shape;
+    let g: Geometry = blindfold_proxy::SealedPathOram::geometry(&config).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let (lost_dir, snap_dir, new_dir) =
+        (root.path().join("lost"), root.path().join("snap"), root.path().join("new"));
+    let store = Arc::new(RecordingStore::new(MemoryStore::new(g)));
+    {
+        let mut oram = DurablePathOram::create(
+            &lost_dir,
+            config.clone(),
+            store.clone(),
+            &key,
+            StoreId::random(),
+        )
+        .await
+        .unwrap();
+        for i in 0..BLOCKS {
+            oram.write(BlockId(i), block(i, 1)).await.unwrap();
+        }
+        oram.commit().await.unwrap();
+        oram.checkpoint().unwrap();
+    }
+    copy_checkpoint(&lost_dir, &snap_dir);
+    let at_snapshot = clone_store(&*store).await;
+    let mark = store.trace().len();
+    {
+        let (mut oram, _) = DurablePathOram::open(&lost_dir, store.clone(), &key).await.unwrap();
+        for i in 0..BLOCKS {
+            oram.read(BlockId(i)).await.unwrap();
+        }
+        oram.commit().await.unwrap();
+    }
+    let snapshot_leaves = leaves_read(&store, mark, shape);
+    assert_eq!(snapshot_leaves.len() as u64, BLOCKS);
+
+    copy_checkpoint(&snap_dir, &new_dir);
+    let fresh = Arc::new(RecordingStore::new(MemoryStore::new(g)));
+    let rebuilt =
+        rebuild_path_oram(&new_dir, at_snapshot, fresh.clone(), &key, fresh_epoch()).await.unwrap();
+    assert_eq!(rebuilt.blocks_found, BLOCKS);
+    assert!(rebuilt.lost.is_empty() && rebuilt.unreadable_cells.is_empty(), "{rebuilt:?}");
+    let mark = fresh.trace().len();
+    let (mut oram, _) = DurablePathOram::open(&new_dir, fresh.clone(), &key).await.unwrap();
+    for i in 0..BLOCKS {
+        assert_eq!(oram.read(BlockId(i)).await.unwrap(), block(i, 1));
+    }
+    let after = leaves_read(&fresh, mark, shape);
+    assert_independent(&snapshot_leaves, &after, shape);
+    let report = oram.verify(|_, _| {}).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+}
+
+/// Cells the lost run rewrote after the snapshot do not open under the snapshot's versions:
+/// the blocks in them are reported lost (never returned with other contents), the rest come
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cells_rewritten_after_the_snapshot_are_reported_lost() {
+    let key = MasterKey::generate();
+    let config = TaoConfig::builder(BLOCKS, BS).write_back_every(8).build().unwrap();
+    let g = config.geometry().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let (lost_dir, new_dir) = (root.path().join("lost"), root.path().join("new"));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
+    {
+        let tao =
+            DurableTao::create(&lost_dir, config.clone(), store.clone(), &key, StoreId::random())
+                .await
+                .unwrap();
+        for i in 0..BLOCKS {
+            tao.write_many(vec![(BlockId(i), block(i, 1))]).await.unwrap();
+        }
+        tao.shutdown().await.unwrap();
+    }
+    copy_checkpoint(&lost_dir, &new_dir);
+    {
+        let (tao, _) = DurableTao::open(&lost_dir, store.clone(), &key).await.unwrap();
+        for i in 0..8 {
+            tao.write_many(vec![(BlockId(i), block(i, 2))]).await.unwrap();
+        }
+        tao.shutdown().await.unwrap();
+    }
+    let fresh: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
+    let rebuilt = rebuild_tao(&new_dir, store, fresh.clone(), &key, fresh_epoch()).await.unwrap();
+    assert!(!rebuilt.unreadable_cells.is_empty());
+    assert_eq!(rebuilt.blocks_found + rebuilt.lost.len() as u64, BLOCKS, "{rebuilt:?}");
+    let (tao, _) = DurableTao::open(&new_dir, fresh, &key).await.unwrap();
+    for i in 0..BLOCKS {
+        let got = tao.read_many(&[BlockId(i)]).await.unwrap().pop().unwrap();
+        if rebuilt.lost.contains(&i) {
+            assert_eq!(got, vec![0; BS as usize]);
+        } else {
+            assert_eq!(got, block(i, 1), "block {i}");
+        }
+    }
+}
