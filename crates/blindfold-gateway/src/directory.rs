@@ -349,6 +349,11 @@ impl Directory {
         }
     }
 
+    /// Blocks pinned by readers right now (for tests and diagnostics).
+    pub fn pinned_blocks(&self) -> usize {
+        self.alloc.lock().pinned.len()
+    }
+
     /// Gives back reserved blocks that will not be used.
     pub fn unreserve(&self, blocks: &[u64]) {
         let mut a = self.alloc.lock();

@@ -304,3 +304,73 @@ async fn a_streaming_read_survives_replacement_and_block_reuse() {
     put(&s.layer, "third", &[3u8; N]).await;
     assert!(s.layer.directory().check().unwrap().is_empty());
 }
+
+/// Uploads `parts` as one multipart object at `key`.
+async fn put_multipart(layer: &Arc<ObjectLayer>, key: &str, parts: &[Vec<u8>]) {
+    let id = layer.create_upload("b", key, None, BTreeMap::new()).unwrap();
+    let mut listed = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        let n = i as i32 + 1;
+        let part = layer.upload_part("b", key, &id, n, body(p)).await.unwrap();
+        listed.push((n, Some(part.etag)));
+    }
+    layer.complete_upload("b", key, &id, &listed).unwrap();
+}
+
+/// The kinds of the store requests in a trace, in order (cell counts vary with the random
+/// paths; the number and kind of requests is what a fixed plan decides).
+fn ops(trace: &[TraceEvent]) -> Vec<TraceOp> {
+    trace.iter().map(|e| e.op).collect()
+}
+
+#[tokio::test]
+async fn a_padded_multipart_get_reads_like_a_single_put_of_its_size() {
+    // Three parts of 9 blocks: each part is padded to 16 blocks on upload, but the object
+    // (27 blocks) is in the 32-block class, like a single PUT of the same bytes. Its GET —
+    // whole or ranged — must issue the same requests: 2 batches of 16, not 3.
+    let s = setup(512, 64, true).await;
+    let parts: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i + 1; 9 * 64]).collect();
+    let whole: Vec<u8> = parts.concat();
+    put_multipart(&s.layer, "mp", &parts).await;
+    put(&s.layer, "single", &whole).await;
+    for range in [None, Some(0..10), Some(600..1200)] {
+        let mut traces = Vec::new();
+        for key in ["mp", "single"] {
+            s.recording.clear();
+            let got = get(&s.layer, key, range.clone()).await;
+            let r = range.clone().unwrap_or(0..whole.len() as u64);
+            assert_eq!(got, whole[r.start as usize..r.end as usize], "{key} {range:?}");
+            traces.push(ops(&s.recording.take_trace()));
+        }
+        assert_eq!(traces[0], traces[1], "multipart and single PUT GETs differ ({range:?})");
+        let reads = traces[1].iter().filter(|op| **op == TraceOp::Read).count();
+        assert_eq!(reads, 2, "32 blocks in batches of 16");
+    }
+    assert!(s.layer.directory().check().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_padded_get_finishes_its_reads_when_the_client_goes_away() {
+    // 40 blocks of 4 KiB pad to 64: four batches of 16. A reader that goes away at once must
+    // not stop the reads after the first batch (whose 64 KiB fill the first chunk).
+    let s = setup(256, 4096, true).await;
+    put(&s.layer, "x", &vec![7u8; 40 * 4096]).await;
+    s.recording.clear();
+    let _ = get(&s.layer, "x", None).await;
+    let full = ops(&s.recording.take_trace());
+    assert_eq!(full.iter().filter(|op| **op == TraceOp::Read).count(), 4);
+
+    let (meta, pin) = s.layer.lookup_for_read("b", "x").unwrap().expect("object exists");
+    let rx = s.layer.read_range(&meta, 0..meta.size, 0).await.unwrap();
+    drop(pin);
+    drop(rx);
+    // The reader task holds the object's pin until its last read.
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while s.layer.directory().pinned_blocks() > 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the reader task ends");
+    assert_eq!(ops(&s.recording.take_trace()), full, "the abandoned GET read less");
+}
