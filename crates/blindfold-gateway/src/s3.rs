@@ -693,7 +693,12 @@ mod tests {
         )
         .await
         .unwrap();
-        let directory = Directory::open(&dir.path().join("meta.redb"), 64).unwrap();
+        let directory = Directory::open(
+            &dir.path().join("meta.redb"),
+            64,
+            &blindfold_crypto::MasterKey::generate(),
+        )
+        .unwrap();
         directory.create_bucket("b").unwrap();
         directory
             .transact(&[], |tx| {

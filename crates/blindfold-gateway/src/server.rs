@@ -452,7 +452,7 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
             DurablePathOram::create(&oram_dir, config.clone(), store, &key, id).await?,
         ))
     };
-    let directory = Directory::open(&dir.join("meta.redb"), params.blocks)?;
+    let directory = Directory::open(&dir.join("meta.redb"), params.blocks, &key)?;
     let cached = config
         .trees()
         .iter()
@@ -704,7 +704,7 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
     params.store = url.to_string();
     write_private(&dir.join("gateway.json"), &serde_json::to_vec_pretty(&params).expect("json"))?;
     write_private(&dir.join("oram").join("checkpoint.bin"), &snap.oram_checkpoint)?;
-    Directory::restore(&dir.join("meta.redb"), params.blocks, &snap.directory)?;
+    Directory::restore(&dir.join("meta.redb"), params.blocks, &snap.directory, &key)?;
     let when = time::OffsetDateTime::from_unix_timestamp_nanos(snap.created_ns)
         .map(|t| t.to_string())
         .unwrap_or_else(|_| "unknown time".into());

@@ -50,7 +50,8 @@ async fn setup(blocks: u64, block_size: u32, pad: bool) -> Setup {
     )
     .await
     .unwrap();
-    let directory = Directory::open(&dir.path().join("meta.redb"), blocks).unwrap();
+    let directory =
+        Directory::open(&dir.path().join("meta.redb"), blocks, &MasterKey::generate()).unwrap();
     let layer = Arc::new(ObjectLayer::new(directory, engine, pad));
     layer.directory().create_bucket("b").unwrap();
     Setup { layer, recording, _dir: dir }
@@ -180,7 +181,8 @@ async fn setup_tao(blocks: u64, block_size: u32) -> Setup {
     .await
     .unwrap();
     engine.set_max_overlay(300); // commits forced by a full overlay happen too
-    let directory = Directory::open(&dir.path().join("meta.redb"), blocks).unwrap();
+    let directory =
+        Directory::open(&dir.path().join("meta.redb"), blocks, &MasterKey::generate()).unwrap();
     let layer = Arc::new(ObjectLayer::with_engine(directory, Arc::new(engine), false));
     layer.directory().create_bucket("b").unwrap();
     Setup { layer, recording, _dir: dir }
