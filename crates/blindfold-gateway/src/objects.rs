@@ -80,6 +80,46 @@ pub fn padded(blocks: u64) -> u64 {
     blocks.max(1).next_power_of_two()
 }
 
+/// The object an upload completes into with the listed (part number, ETag) pairs, after
+/// checking them: ascending numbers, uploaded parts, matching ETags.
+fn assemble(
+    up: &Upload,
+    bucket: &str,
+    key: &str,
+    parts: &[(i32, Option<String>)],
+) -> Result<ObjectMeta> {
+    if up.bucket != bucket || up.key != key {
+        return Err(GatewayError::NoSuchUpload);
+    }
+    let mut last = 0;
+    let mut md5s = Vec::new();
+    let mut extents = Vec::new();
+    let mut size = 0u64;
+    for (n, etag) in parts {
+        if *n <= last {
+            return Err(GatewayError::InvalidPartOrder);
+        }
+        last = *n;
+        let p = up.parts.get(n).ok_or(GatewayError::InvalidPart)?;
+        if let Some(e) = etag {
+            if e.trim_matches('"') != p.etag {
+                return Err(GatewayError::InvalidPart);
+            }
+        }
+        md5s.extend_from_slice(&p.md5);
+        size += p.extent.len;
+        extents.push(p.extent.clone());
+    }
+    Ok(ObjectMeta {
+        size,
+        etag: format!("{}-{}", hex::encode(Md5::digest(&md5s)), parts.len()),
+        content_type: up.content_type.clone(),
+        metadata: up.metadata.clone(),
+        modified_ns: now_ns(),
+        extents,
+    })
+}
+
 impl ObjectLayer {
     /// Assembles the layer over a one-access-at-a-time `engine` (normally a
     /// [`blindfold_proxy::DurablePathOram`]).
@@ -553,57 +593,82 @@ impl ObjectLayer {
     }
 
     /// Completes an upload from the listed (part number, ETag) pairs.
-    pub fn complete_upload(
-        &self,
+    ///
+    /// With padding on, an object whose parts end in partly filled blocks can hold more data
+    /// blocks than its size class (each part but the last may add one); its GET would then
+    /// read more than the class. Such an object is first copied into one fresh extent of the
+    /// class (reads of its parts, writes of the copy), then published; see `SECURITY.md`.
+    pub async fn complete_upload(
+        self: &Arc<Self>,
         bucket: &str,
         key: &str,
         upload_id: &str,
         parts: &[(i32, Option<String>)],
     ) -> Result<ObjectMeta> {
+        if self.pad {
+            let up = self.dir.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
+            let draft = assemble(&up, bucket, key, parts)?;
+            let data: u64 = draft.extents.iter().map(|e| blocks_for(e.len, self.block_size)).sum();
+            if data > padded(blocks_for(draft.size, self.block_size)) {
+                return self.complete_repacked(bucket, key, upload_id, parts, draft).await;
+            }
+        }
         self.dir.transact(&[], |tx| {
             tx.require_bucket(bucket)?;
             let up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
-            if up.bucket != bucket || up.key != key {
-                return Err(GatewayError::NoSuchUpload);
-            }
-            let mut last = 0;
-            let mut md5s = Vec::new();
-            let mut extents = Vec::new();
-            let mut size = 0u64;
-            let mut used = std::collections::HashSet::new();
-            for (n, etag) in parts {
-                if *n <= last {
-                    return Err(GatewayError::InvalidPartOrder);
-                }
-                last = *n;
-                let p = up.parts.get(n).ok_or(GatewayError::InvalidPart)?;
-                if let Some(e) = etag {
-                    if e.trim_matches('"') != p.etag {
-                        return Err(GatewayError::InvalidPart);
-                    }
-                }
-                md5s.extend_from_slice(&p.md5);
-                size += p.extent.len;
-                extents.push(p.extent.clone());
-                used.insert(*n);
-            }
+            let meta = assemble(&up, bucket, key, parts)?;
             for (n, p) in &up.parts {
-                if !used.contains(n) {
+                if !parts.iter().any(|(m, _)| m == n) {
                     tx.release(p.extent.blocks.iter().copied());
                 }
             }
-            let meta = ObjectMeta {
-                size,
-                etag: format!("{}-{}", hex::encode(Md5::digest(&md5s)), parts.len()),
-                content_type: up.content_type.clone(),
-                metadata: up.metadata.clone(),
-                modified_ns: now_ns(),
-                extents,
-            };
             tx.delete_upload(upload_id)?;
             tx.put_object(bucket, key, &meta)?;
             Ok(meta)
         })
+    }
+
+    /// Completes an upload by copying `draft` (its parts, as listed) into one extent.
+    async fn complete_repacked(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[(i32, Option<String>)],
+        draft: ObjectMeta,
+    ) -> Result<ObjectMeta> {
+        // If the upload changes meanwhile (a part replaced, an abort), its blocks may be freed
+        // and reused under the copy; the transaction below then finds the upload changed and
+        // the copy is dropped.
+        let rx = self.read_range(&draft, 0..draft.size, 0).await?;
+        let stream =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
+        let (extent, _) = self.write_stream(Box::pin(stream)).await?;
+        let blocks = extent.blocks.clone();
+        if let Err(e) = self.commit_engine().await {
+            self.dir.unreserve(&blocks);
+            return Err(e);
+        }
+        let r = self.dir.transact(&blocks, |tx| {
+            tx.require_bucket(bucket)?;
+            let up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
+            let now = assemble(&up, bucket, key, parts)?;
+            if now.extents != draft.extents {
+                return Err(GatewayError::InvalidPart);
+            }
+            // The copy replaces every part, listed or not.
+            for p in up.parts.values() {
+                tx.release(p.extent.blocks.iter().copied());
+            }
+            let meta = ObjectMeta { extents: vec![extent.clone()], ..now };
+            tx.delete_upload(upload_id)?;
+            tx.put_object(bucket, key, &meta)?;
+            Ok(meta)
+        });
+        if r.is_err() {
+            self.dir.unreserve(&blocks);
+        }
+        r
     }
 
     /// Aborts an upload and frees its parts.

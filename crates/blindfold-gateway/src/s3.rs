@@ -574,6 +574,7 @@ impl S3 for Gateway {
         let meta = self
             .objects
             .complete_upload(&input.bucket, &input.key, &input.upload_id, &parts)
+            .await
             .map_err(s3)?;
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(input.bucket),
