@@ -380,7 +380,8 @@ impl ObjectLayer {
         for step in group {
             match step.block {
                 Some(b) => ids.push(BlockId(b)),
-                // An ORAM smaller than one batch has no distinct block left to draw.
+                // An ORAM smaller than one batch has no distinct block left to draw. Dummies
+                // end the plan, so a skipped one only shortens the group's tail.
                 None if taken.len() as u64 >= capacity => {}
                 None => loop {
                     let b = rand::Rng::gen_range(&mut rng, 0..capacity);
