@@ -77,6 +77,7 @@
 //! # Ok::<(), CryptoError>(())
 //! ```
 
+mod derive;
 mod error;
 mod keyfile;
 mod keys;
@@ -84,6 +85,7 @@ mod pad;
 mod seal;
 mod state;
 
+pub use derive::{derive_key, DIRECTORY_KEY_LABEL};
 pub use error::CryptoError;
 pub use keyfile::{
     create_key_file, create_key_file_with, key_file_permissions_ok, load_key_file, KdfParams,

@@ -1,5 +1,6 @@
 //! The directory: buckets, objects, multipart uploads and the block allocator, in an embedded
-//! transactional database (`redb`) in the trusted state directory.
+//! transactional database (`redb`) in the trusted state directory, sealed at rest under a key
+//! derived from the master key ([`crate::sealed_file`]).
 //!
 //! The directory never leaves the gateway: listing, heads and deletes cost no storage traffic at
 //! all. It refers to logical ORAM blocks; a block belongs to at most one object or upload part,
@@ -13,10 +14,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::time::SystemTime;
 
+use blindfold_crypto::MasterKey;
 use parking_lot::Mutex;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 
+use crate::sealed_file::SealedFile;
 use crate::{GatewayError, Result};
 
 const BUCKETS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("buckets");
@@ -234,10 +237,56 @@ impl Tx<'_> {
     }
 }
 
+/// Opens the sealed database at `path`, creating it if it does not exist.
+fn open_sealed(path: &Path, master: &MasterKey, create: bool) -> Result<Database> {
+    let backend =
+        if create { SealedFile::create(path, master) } else { SealedFile::open(path, master) }
+            .map_err(|e| GatewayError::Directory(format!("{}: {e}", path.display())))?;
+    redb::Builder::new()
+        .create_with_backend(backend)
+        .map_err(|e| GatewayError::Directory(format!("{}: {e}", path.display())))
+}
+
 impl Directory {
-    /// Opens (or creates) the directory database for an ORAM of `capacity` blocks.
-    pub fn open(path: &Path, capacity: u64) -> Result<Self> {
-        let db = Database::create(path).map_err(db_err)?;
+    /// Opens (or creates) the directory database for an ORAM of `capacity` blocks, sealed
+    /// under a key derived from `master` (see [`crate::sealed_file`]).
+    ///
+    /// A directory written by an earlier version in the clear is converted once: it is copied
+    /// into a new sealed file, which then replaces it atomically (rename). The old file's
+    /// bytes may survive in the disk's free space; see `SECURITY.md`.
+    pub fn open(path: &Path, capacity: u64, master: &MasterKey) -> Result<Self> {
+        let exists = path.exists();
+        if exists && !SealedFile::is_sealed(path).map_err(db_err)? {
+            Self::seal_plaintext(path, capacity, master)?;
+        }
+        Self::from_db(open_sealed(path, master, !exists)?, capacity)
+    }
+
+    /// Rewrites the plaintext redb database at `path` as a sealed one, in place.
+    fn seal_plaintext(path: &Path, capacity: u64, master: &MasterKey) -> Result<()> {
+        let old = Database::open(path).map_err(|e| {
+            GatewayError::Directory(format!(
+                "{} is neither a sealed directory nor a plaintext one: {e}",
+                path.display()
+            ))
+        })?;
+        let dump = Self::from_db(old, capacity)?.dump()?;
+        let tmp = path.with_extension("redb.sealing");
+        // A leftover from a conversion that crashed before its rename.
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(db_err(e)),
+            _ => {}
+        }
+        Self::write_dump(open_sealed(&tmp, master, true)?, &dump)?;
+        std::fs::rename(&tmp, path).map_err(db_err)?;
+        if let Some(parent) = path.parent() {
+            std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(db_err)?;
+        }
+        tracing::info!("the directory database is now sealed at rest");
+        Ok(())
+    }
+
+    fn from_db(db: Database, capacity: u64) -> Result<Self> {
         let txn = db.begin_write().map_err(db_err)?;
         let (next, free) = {
             txn.open_table(BUCKETS).map_err(db_err)?;
@@ -347,6 +396,11 @@ impl Directory {
                 }
             }
         }
+    }
+
+    /// Blocks pinned by readers right now (for tests and diagnostics).
+    pub fn pinned_blocks(&self) -> usize {
+        self.alloc.lock().pinned.len()
     }
 
     /// Gives back reserved blocks that will not be used.
@@ -622,13 +676,23 @@ impl Directory {
         })
     }
 
-    /// Creates a new directory database at `path` holding `dump`.
-    pub fn restore(path: &Path, capacity: u64, dump: &DirectoryDump) -> Result<Self> {
+    /// Creates a new directory database at `path` holding `dump`, sealed under `master`.
+    pub fn restore(
+        path: &Path,
+        capacity: u64,
+        dump: &DirectoryDump,
+        master: &MasterKey,
+    ) -> Result<Self> {
         if path.exists() {
             return Err(GatewayError::Config(format!("{} already exists", path.display())));
         }
+        Self::write_dump(open_sealed(path, master, true)?, dump)?;
+        Self::open(path, capacity, master)
+    }
+
+    /// Writes `dump` into the empty database `db` (and closes it).
+    fn write_dump(db: Database, dump: &DirectoryDump) -> Result<()> {
         {
-            let db = Database::create(path).map_err(db_err)?;
             let txn = db.begin_write().map_err(db_err)?;
             {
                 let mut b = txn.open_table(BUCKETS).map_err(db_err)?;
@@ -653,6 +717,45 @@ impl Directory {
             }
             txn.commit().map_err(db_err)?;
         }
-        Self::open(path, capacity)
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plaintext_directory_is_sealed_once_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        {
+            // As an earlier version wrote it: plain redb.
+            let d = Directory::from_db(Database::create(&path).unwrap(), 64).unwrap();
+            d.create_bucket("plain-bucket-xyzzy").unwrap();
+            let blocks = d.allocate(2).unwrap().blocks;
+            let meta = ObjectMeta {
+                size: 100,
+                etag: "e".into(),
+                extents: vec![Extent { len: 100, blocks: blocks.clone() }],
+                ..Default::default()
+            };
+            d.transact(&blocks, |tx| tx.put_object("plain-bucket-xyzzy", "plain-key", &meta))
+                .unwrap();
+        }
+        let before = std::fs::read(&path).unwrap();
+        assert!(before.windows(10).any(|w| w == b"plain-buck"), "the old file is in the clear");
+        let key = MasterKey::from_bytes([1u8; 32]);
+        let d = Directory::open(&path, 64, &key).unwrap();
+        assert_eq!(d.counts().unwrap(), (1, 1));
+        assert_eq!(d.object("plain-bucket-xyzzy", "plain-key").unwrap().unwrap().size, 100);
+        assert_eq!(d.free_blocks(), 62);
+        drop(d);
+        let after = std::fs::read(&path).unwrap();
+        assert_eq!(&after[..8], crate::sealed_file::MAGIC);
+        assert!(!after.windows(10).any(|w| w == b"plain-buck"));
+        assert!(!path.with_extension("redb.sealing").exists());
+        // Opening again uses the sealed file as it is.
+        assert_eq!(Directory::open(&path, 64, &key).unwrap().counts().unwrap(), (1, 1));
     }
 }

@@ -3,7 +3,8 @@
 //! ```text
 //! S3 client ──SigV4/HTTP──▶ s3.rs (s3s)            the S3 API; errors mapped in one place
 //!                           objects.rs             objects ⇄ fixed-size blocks, padding, streaming
-//!                           directory.rs (redb)    buckets, objects, uploads, block allocator
+//!                           directory.rs (redb)    buckets, objects, uploads, block allocator,
+//!                           sealed_file.rs         sealed at rest page by page
 //!                           engine.rs              SharedEngine: DurableTao (concurrent, default) or
 //!                                                  Serialized(DurablePathOram), both crash-
 //!                                                  consistent (or the benchmark's DirectEngine)
@@ -23,6 +24,7 @@ pub mod engine;
 mod error;
 pub mod objects;
 mod s3;
+pub mod sealed_file;
 pub mod server;
 pub mod snapshot;
 pub mod verify;

@@ -6,7 +6,9 @@
 //!
 //! With padding on, every object (and every multipart part) is stored in a power-of-two number
 //! of blocks (at least one): a 5-block object takes 8 blocks, the extra 3 holding zeros, and
-//! every read of it — ranged or not — reads all 8, so the store can tell only the size class.
+//! every read of it — ranged or not — reads 8 blocks, so the store can tell only the size class.
+//! A multipart object's GET reads its data blocks plus dummy accesses up to the class of its
+//! total size, like a single PUT of that size (see [`ObjectLayer::read_range`]).
 //!
 //! Durability of a PUT: blocks are written through the ORAM, the ORAM commits (redo log fsync,
 //! then the store), and only then does one directory transaction make the object visible and
@@ -19,7 +21,7 @@ use blindfold_oram::BlockId;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::directory::{now_ns, Directory, Extent, ObjectMeta, Part, Upload};
 use crate::engine::{BlockEngine, Serialized, SharedEngine};
@@ -59,6 +61,15 @@ impl Drop for ReadPin {
     }
 }
 
+/// One step of a read plan: the block to read (`None`: a dummy access, drawn at read time) and
+/// the slice `lo..hi` of it that belongs to the requested range (empty for padding reads).
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    block: Option<u64>,
+    lo: usize,
+    hi: usize,
+}
+
 /// Blocks an object of `len` bytes occupies, before padding.
 fn blocks_for(len: u64, block: usize) -> u64 {
     len.div_ceil(block as u64)
@@ -67,6 +78,46 @@ fn blocks_for(len: u64, block: usize) -> u64 {
 /// Blocks after padding to the size class.
 pub fn padded(blocks: u64) -> u64 {
     blocks.max(1).next_power_of_two()
+}
+
+/// The object an upload completes into with the listed (part number, ETag) pairs, after
+/// checking them: ascending numbers, uploaded parts, matching ETags.
+fn assemble(
+    up: &Upload,
+    bucket: &str,
+    key: &str,
+    parts: &[(i32, Option<String>)],
+) -> Result<ObjectMeta> {
+    if up.bucket != bucket || up.key != key {
+        return Err(GatewayError::NoSuchUpload);
+    }
+    let mut last = 0;
+    let mut md5s = Vec::new();
+    let mut extents = Vec::new();
+    let mut size = 0u64;
+    for (n, etag) in parts {
+        if *n <= last {
+            return Err(GatewayError::InvalidPartOrder);
+        }
+        last = *n;
+        let p = up.parts.get(n).ok_or(GatewayError::InvalidPart)?;
+        if let Some(e) = etag {
+            if e.trim_matches('"') != p.etag {
+                return Err(GatewayError::InvalidPart);
+            }
+        }
+        md5s.extend_from_slice(&p.md5);
+        size += p.extent.len;
+        extents.push(p.extent.clone());
+    }
+    Ok(ObjectMeta {
+        size,
+        etag: format!("{}-{}", hex::encode(Md5::digest(&md5s)), parts.len()),
+        content_type: up.content_type.clone(),
+        metadata: up.metadata.clone(),
+        modified_ns: now_ns(),
+        extents,
+    })
 }
 
 impl ObjectLayer {
@@ -270,31 +321,78 @@ impl ObjectLayer {
         })
     }
 
-    /// The blocks of `meta` to read for the byte range `range` (all of them with padding on),
-    /// and for each the slice of it that belongs to the range.
-    fn plan_read(
-        &self,
-        meta: &ObjectMeta,
-        range: std::ops::Range<u64>,
-    ) -> Vec<(u64, usize, usize)> {
+    /// The read plan of the byte range `range` of `meta`: the blocks to read, in order, and
+    /// for each the slice of it that belongs to the range.
+    ///
+    /// With padding on, the plan reads exactly [`padded`]`(⌈size / B⌉)` blocks whatever the
+    /// range and however the object was uploaded: every data block, then dummy accesses up
+    /// to the size class — the object's own padding blocks first, then (for a multipart
+    /// object, whose parts were padded one by one) random blocks drawn at read time. Read in
+    /// groups of [`SharedEngine::batch_blocks`], this gives a multipart object the same trace
+    /// shape as a single PUT of its size.
+    fn plan_read(&self, meta: &ObjectMeta, range: std::ops::Range<u64>) -> Vec<Step> {
         let bs = self.block_size as u64;
         let mut out = Vec::new();
+        let mut spare = Vec::new(); // blocks the object owns beyond its data
         let mut base = 0u64; // object offset of the current extent
         for e in &meta.extents {
+            let data = blocks_for(e.len, self.block_size) as usize;
             for (i, &b) in e.blocks.iter().enumerate() {
+                if i >= data {
+                    spare.push(b);
+                    continue;
+                }
                 let start = base + i as u64 * bs;
                 let data_end = (start + bs).min(base + e.len);
                 let lo = range.start.max(start);
                 let hi = range.end.min(data_end);
                 if lo < hi {
-                    out.push((b, (lo - start) as usize, (hi - start) as usize));
+                    out.push(Step {
+                        block: Some(b),
+                        lo: (lo - start) as usize,
+                        hi: (hi - start) as usize,
+                    });
                 } else if self.pad {
-                    out.push((b, 0, 0));
+                    out.push(Step { block: Some(b), lo: 0, hi: 0 });
                 }
             }
             base += e.len;
         }
+        if self.pad {
+            let want = padded(blocks_for(meta.size, self.block_size)) as usize;
+            let mut spare = spare.into_iter();
+            while out.len() < want {
+                out.push(Step { block: spare.next(), lo: 0, hi: 0 });
+            }
+        }
         out
+    }
+
+    /// The blocks to read for one group of a plan: dummy steps become random blocks, distinct
+    /// from the others of the group (engines refuse a batch that names a block twice). Which
+    /// block a dummy reads does not show in the trace: every ORAM access reads a random path.
+    fn resolve(&self, group: &[Step]) -> Vec<BlockId> {
+        let capacity = self.dir.capacity();
+        let mut taken: std::collections::HashSet<u64> =
+            group.iter().filter_map(|s| s.block).collect();
+        let mut rng = rand::thread_rng();
+        let mut ids = Vec::with_capacity(group.len());
+        for step in group {
+            match step.block {
+                Some(b) => ids.push(BlockId(b)),
+                // An ORAM smaller than one batch has no distinct block left to draw. Dummies
+                // end the plan, so a skipped one only shortens the group's tail.
+                None if taken.len() as u64 >= capacity => {}
+                None => loop {
+                    let b = rand::Rng::gen_range(&mut rng, 0..capacity);
+                    if taken.insert(b) {
+                        ids.push(BlockId(b));
+                        break;
+                    }
+                },
+            }
+        }
+        ids
     }
 
     /// Looks an object up for reading: its blocks stay pinned (not reused, even if a PUT or
@@ -316,6 +414,11 @@ impl ObjectLayer {
     /// body. The object's blocks stay pinned until the stream ends; `meta` should come from
     /// [`ObjectLayer::lookup_for_read`] (whose pin may be dropped once this returns), so that
     /// no concurrent replacement can free and reuse them before the pin is taken.
+    ///
+    /// The reads run in a task of their own. With padding on it always finishes the whole
+    /// padded plan, even when the reader goes away early (a client that disconnects, or this
+    /// future dropped while it prefetches): otherwise where a GET stopped would show how far
+    /// it got.
     pub async fn read_range(
         self: &Arc<Self>,
         meta: &ObjectMeta,
@@ -326,56 +429,79 @@ impl ObjectLayer {
         self.dir.pin(&blocks);
         let pin = ReadPin { layer: Arc::clone(self), blocks };
         let plan = self.plan_read(meta, range);
-        let mut first = Vec::new();
-        let mut at = 0;
+        let (tx, rx) = mpsc::channel(8);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        tokio::spawn(Arc::clone(self).stream_plan(plan, prefetch, pin, tx, ready_tx));
+        match ready_rx.await {
+            Ok(Ok(())) => Ok(rx),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(GatewayError::Corrupt("the object reader stopped".into())),
+        }
+    }
+
+    /// Runs a read plan: reads it group by group and sends the bytes to `tx`. `ready` is told
+    /// once `prefetch` bytes are read (or the first error). Stops early when the reader is
+    /// gone only if padding is off.
+    async fn stream_plan(
+        self: Arc<Self>,
+        plan: Vec<Step>,
+        prefetch: usize,
+        _pin: ReadPin,
+        tx: mpsc::Sender<std::result::Result<Bytes, GatewayError>>,
+        ready: oneshot::Sender<Result<()>>,
+    ) {
+        const CHUNK: usize = 64 * 1024;
+        let mut ready = Some(ready);
+        let mut listening = true;
+        let mut pending: Vec<u8> = Vec::new();
         let mut fetched = 0usize;
-        while at < plan.len() && fetched < prefetch {
-            let group = &plan[at..(at + self.engine.batch_blocks()).min(plan.len())];
-            let ids: Vec<BlockId> = group.iter().map(|p| BlockId(p.0)).collect();
-            for (&(_, lo, hi), block) in group.iter().zip(self.read_blocks(&ids).await?) {
-                if hi > lo {
-                    first.push(Bytes::copy_from_slice(&block[lo..hi]));
+        for group in plan.chunks(self.engine.batch_blocks()) {
+            if fetched >= prefetch {
+                if let Some(r) = ready.take() {
+                    let _ = r.send(Ok(()));
                 }
             }
-            fetched += self.block_size * group.len();
-            at += group.len();
-        }
-        let (tx, rx) = mpsc::channel(8);
-        let this = Arc::clone(self);
-        tokio::spawn(async move {
-            let _pin = pin;
-            for chunk in first {
-                if tx.send(Ok(chunk)).await.is_err() {
+            let ids = self.resolve(group);
+            let blocks = match self.read_blocks(&ids).await {
+                Ok(blocks) => blocks,
+                Err(e) => {
+                    match ready.take() {
+                        Some(r) => {
+                            let _ = r.send(Err(e));
+                        }
+                        None => {
+                            tracing::error!(error = %e, "read failed while streaming an object");
+                            let _ = tx.send(Err(e)).await;
+                        }
+                    }
                     return;
                 }
+            };
+            fetched += self.block_size * group.len();
+            if !listening {
+                continue;
             }
-            let mut pending: Vec<u8> = Vec::new();
-            for group in plan[at..].chunks(this.engine.batch_blocks()) {
-                let ids: Vec<BlockId> = group.iter().map(|p| BlockId(p.0)).collect();
-                match this.read_blocks(&ids).await {
-                    Ok(blocks) => {
-                        for (&(_, lo, hi), block) in group.iter().zip(blocks) {
-                            pending.extend_from_slice(&block[lo..hi]);
-                        }
-                        if pending.len() >= 64 * 1024 {
-                            let chunk = Bytes::from(std::mem::take(&mut pending));
-                            if tx.send(Ok(chunk)).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "read failed while streaming an object");
-                        let _ = tx.send(Err(e)).await;
-                        return;
-                    }
+            for (step, block) in group.iter().zip(blocks) {
+                if step.hi > step.lo {
+                    pending.extend_from_slice(&block[step.lo..step.hi]);
                 }
             }
-            if !pending.is_empty() {
-                let _ = tx.send(Ok(Bytes::from(pending))).await;
+            if ready.is_none() && pending.len() >= CHUNK {
+                let chunk = Bytes::from(std::mem::take(&mut pending));
+                if tx.send(Ok(chunk)).await.is_err() {
+                    if !self.pad {
+                        return;
+                    }
+                    listening = false;
+                }
             }
-        });
-        Ok(rx)
+        }
+        if let Some(r) = ready.take() {
+            let _ = r.send(Ok(()));
+        }
+        if listening && !pending.is_empty() {
+            let _ = tx.send(Ok(Bytes::from(pending))).await;
+        }
     }
 
     /// Copies an object's data into new blocks (ORAM reads then writes) under another key.
@@ -468,57 +594,82 @@ impl ObjectLayer {
     }
 
     /// Completes an upload from the listed (part number, ETag) pairs.
-    pub fn complete_upload(
-        &self,
+    ///
+    /// With padding on, an object whose parts end in partly filled blocks can hold more data
+    /// blocks than its size class (each part but the last may add one); its GET would then
+    /// read more than the class. Such an object is first copied into one fresh extent of the
+    /// class (reads of its parts, writes of the copy), then published; see `SECURITY.md`.
+    pub async fn complete_upload(
+        self: &Arc<Self>,
         bucket: &str,
         key: &str,
         upload_id: &str,
         parts: &[(i32, Option<String>)],
     ) -> Result<ObjectMeta> {
+        if self.pad {
+            let up = self.dir.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
+            let draft = assemble(&up, bucket, key, parts)?;
+            let data: u64 = draft.extents.iter().map(|e| blocks_for(e.len, self.block_size)).sum();
+            if data > padded(blocks_for(draft.size, self.block_size)) {
+                return self.complete_repacked(bucket, key, upload_id, parts, draft).await;
+            }
+        }
         self.dir.transact(&[], |tx| {
             tx.require_bucket(bucket)?;
             let up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
-            if up.bucket != bucket || up.key != key {
-                return Err(GatewayError::NoSuchUpload);
-            }
-            let mut last = 0;
-            let mut md5s = Vec::new();
-            let mut extents = Vec::new();
-            let mut size = 0u64;
-            let mut used = std::collections::HashSet::new();
-            for (n, etag) in parts {
-                if *n <= last {
-                    return Err(GatewayError::InvalidPartOrder);
-                }
-                last = *n;
-                let p = up.parts.get(n).ok_or(GatewayError::InvalidPart)?;
-                if let Some(e) = etag {
-                    if e.trim_matches('"') != p.etag {
-                        return Err(GatewayError::InvalidPart);
-                    }
-                }
-                md5s.extend_from_slice(&p.md5);
-                size += p.extent.len;
-                extents.push(p.extent.clone());
-                used.insert(*n);
-            }
+            let meta = assemble(&up, bucket, key, parts)?;
             for (n, p) in &up.parts {
-                if !used.contains(n) {
+                if !parts.iter().any(|(m, _)| m == n) {
                     tx.release(p.extent.blocks.iter().copied());
                 }
             }
-            let meta = ObjectMeta {
-                size,
-                etag: format!("{}-{}", hex::encode(Md5::digest(&md5s)), parts.len()),
-                content_type: up.content_type.clone(),
-                metadata: up.metadata.clone(),
-                modified_ns: now_ns(),
-                extents,
-            };
             tx.delete_upload(upload_id)?;
             tx.put_object(bucket, key, &meta)?;
             Ok(meta)
         })
+    }
+
+    /// Completes an upload by copying `draft` (its parts, as listed) into one extent.
+    async fn complete_repacked(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[(i32, Option<String>)],
+        draft: ObjectMeta,
+    ) -> Result<ObjectMeta> {
+        // If the upload changes meanwhile (a part replaced, an abort), its blocks may be freed
+        // and reused under the copy; the transaction below then finds the upload changed and
+        // the copy is dropped.
+        let rx = self.read_range(&draft, 0..draft.size, 0).await?;
+        let stream =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
+        let (extent, _) = self.write_stream(Box::pin(stream)).await?;
+        let blocks = extent.blocks.clone();
+        if let Err(e) = self.commit_engine().await {
+            self.dir.unreserve(&blocks);
+            return Err(e);
+        }
+        let r = self.dir.transact(&blocks, |tx| {
+            tx.require_bucket(bucket)?;
+            let up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
+            let now = assemble(&up, bucket, key, parts)?;
+            if now.extents != draft.extents {
+                return Err(GatewayError::InvalidPart);
+            }
+            // The copy replaces every part, listed or not.
+            for p in up.parts.values() {
+                tx.release(p.extent.blocks.iter().copied());
+            }
+            let meta = ObjectMeta { extents: vec![extent.clone()], ..now };
+            tx.delete_upload(upload_id)?;
+            tx.put_object(bucket, key, &meta)?;
+            Ok(meta)
+        });
+        if r.is_err() {
+            self.dir.unreserve(&blocks);
+        }
+        r
     }
 
     /// Aborts an upload and frees its parts.

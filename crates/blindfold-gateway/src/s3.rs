@@ -574,6 +574,7 @@ impl S3 for Gateway {
         let meta = self
             .objects
             .complete_upload(&input.bucket, &input.key, &input.upload_id, &parts)
+            .await
             .map_err(s3)?;
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(input.bucket),
@@ -693,7 +694,12 @@ mod tests {
         )
         .await
         .unwrap();
-        let directory = Directory::open(&dir.path().join("meta.redb"), 64).unwrap();
+        let directory = Directory::open(
+            &dir.path().join("meta.redb"),
+            64,
+            &blindfold_crypto::MasterKey::generate(),
+        )
+        .unwrap();
         directory.create_bucket("b").unwrap();
         directory
             .transact(&[], |tx| {

@@ -471,7 +471,7 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
             DurablePathOram::create(&oram_dir, config.clone(), store, &key, id).await?,
         ))
     };
-    let directory = Directory::open(&dir.join("meta.redb"), params.blocks)?;
+    let directory = Directory::open(&dir.join("meta.redb"), params.blocks, &key)?;
     let cached = config
         .trees()
         .iter()
@@ -804,7 +804,7 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
     directory.free.extend(freed);
     directory.free.sort_unstable();
     directory.free.dedup();
-    Directory::restore(&dir.join("meta.redb"), params.blocks, &directory)?;
+    Directory::restore(&dir.join("meta.redb"), params.blocks, &directory, &key)?;
     // Last: gateway.json makes the directory a gateway (written atomically).
     write_private(&dir.join("gateway.json"), &serde_json::to_vec_pretty(&params).expect("json"))?;
     sync_dir(dir)?;
