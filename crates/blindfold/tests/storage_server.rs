@@ -18,9 +18,14 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
-    fn start(store: &str) -> Self {
+    /// Starts a server whose key file is created (with `--generate-auth-key`) in `keys`.
+    fn start(store: &str, keys: &std::path::Path) -> Self {
+        let key_file = keys.join("storage.key");
         let mut child = Command::new(env!("CARGO_BIN_EXE_blindfold"))
             .args(["storage-server", "--listen", "127.0.0.1:0", "--store", store])
+            .arg("--auth-key-file")
+            .arg(&key_file)
+            .arg("--generate-auth-key")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -31,7 +36,7 @@ impl ServerProcess {
             .split_whitespace()
             .find(|w| w.starts_with("127.0.0.1:"))
             .unwrap_or_else(|| panic!("no address in {line:?}"));
-        let url = StoreUrl::parse(&format!("remote://{addr}")).unwrap();
+        let url = StoreUrl::Remote { addr: addr.to_string(), key_file: Some(key_file) };
         Self { child, url }
     }
 }
@@ -46,7 +51,8 @@ impl Drop for ServerProcess {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_against_the_binary() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerProcess::start(&format!("file://{}", dir.path().display()));
+    let keys = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(&format!("file://{}", dir.path().display()), keys.path());
     let store = open_store(&server.url, "conformance", conformance::geometry()).await.unwrap();
     conformance::run(&*store).await;
     let xor = open_xor_store(&server.url, "xor", conformance::geometry()).await.unwrap();
@@ -56,7 +62,8 @@ async fn conformance_against_the_binary() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xor_ring_oram_against_the_binary() {
-    let server = ServerProcess::start("memory:");
+    let keys = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start("memory:", keys.path());
     let config = RingOramConfig::builder(256, 128)
         .z(4)
         .s(2)
