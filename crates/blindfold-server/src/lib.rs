@@ -111,6 +111,9 @@ impl Limits {
                 protocol::MAX_FRAME / MIB
             ));
         }
+        if self.connection_buffer > 1 << 40 {
+            return Err("a connection's buffer of more than 1 TiB".into());
+        }
         if self.connection_buffer / 2 < self.max_frame {
             return Err("a connection's buffer must hold at least two largest frames (a \
                         request and its answer)"
@@ -438,17 +441,14 @@ async fn serve_connection(
             }
         };
         if let Request::Open { cell_count, cell_size, name } = &request {
-            let answer = match by_name.get(name) {
-                Some(&h) => Ok(h),
-                None => match shared.arrays.open(name, *cell_count, *cell_size, limits).await {
-                    Ok(store) => {
-                        handles.push(store);
-                        let h = (handles.len() - 1) as u32;
-                        by_name.insert(name.clone(), h);
-                        Ok(h)
-                    }
-                    Err(e) => Err(e),
-                },
+            // Opened again on the server (which checks the shape), but one handle per name on
+            // a connection, so reopening cannot grow the handle table.
+            let answer = match shared.arrays.open(name, *cell_count, *cell_size, limits).await {
+                Ok(store) => Ok(*by_name.entry(name.clone()).or_insert_with(|| {
+                    handles.push(store);
+                    (handles.len() - 1) as u32
+                })),
+                Err(e) => Err(e),
             };
             let answer = answer.map(|h| {
                 let mut e = Encoder::default();

@@ -164,6 +164,15 @@ async fn huge_lengths_and_counts_are_answered_with_errors() {
     let err = error_of_request(&mut s, 4, op::READ, &read).await;
     assert!(err.to_string().contains("answer would be larger"), "{err}");
 
+    // The client learned the limit in the handshake and refuses a larger batch itself.
+    let store = RemoteStore::open(&addr, Some(key()), "a", Geometry::new(1 << 20, 64).unwrap())
+        .await
+        .unwrap();
+    let batch = (0..2048u64).map(|c| (CellId(c), vec![1u8; 64])).collect();
+    let err = store.write(batch).await.unwrap_err();
+    assert!(matches!(err, StoreError::InvalidRequest(_)), "{err:?}");
+    assert!(err.to_string().contains("split the batch"), "{err}");
+
     // A length prefix of 4 GiB: answered at once (the body would only be skipped).
     let mut f = Encoder::default();
     f.u32(u32::MAX).u64(5).u8(op::WRITE);
@@ -267,9 +276,13 @@ async fn arrays_connections_and_handshakes_are_limited() {
         let (status, body) = request(&mut s, id, op::OPEN, &open).await;
         assert_eq!((status, body), (0, 0u32.to_le_bytes().to_vec()), "one handle per name");
     }
+    let mut other_shape = Encoder::default();
+    other_shape.u64(5).u32(16).u16(1).bytes(b"b");
+    let err = error_of_request(&mut s, 4, op::OPEN, &other_shape).await;
+    assert!(matches!(err, StoreError::GeometryMismatch { .. }), "{err:?}");
     let mut open = Encoder::default();
     open.u64(4).u32(16).u16(1).bytes(b"c");
-    let err = error_of_request(&mut s, 4, op::OPEN, &open).await;
+    let err = error_of_request(&mut s, 5, op::OPEN, &open).await;
     assert!(err.to_string().contains("--max-arrays"), "{err}");
     // Two connections are open (`a`'s and `s`): a third is closed at once.
     let err = RemoteStore::open(&addr, Some(key()), "a", g).await.unwrap_err();
@@ -285,4 +298,18 @@ async fn arrays_connections_and_handshakes_are_limited() {
     still_serves(&addr2, "x").await;
     task.abort();
     task2.abort();
+}
+
+#[tokio::test]
+async fn limits_that_cannot_work_together_are_refused() {
+    for limits in [
+        Limits { max_frame: 1 << 20, connection_buffer: 1 << 20, ..Limits::default() },
+        Limits { max_frame: 100, ..Limits::default() },
+        Limits { max_connections: 0, ..Limits::default() },
+        Limits { connection_buffer: usize::MAX, ..Limits::default() },
+    ] {
+        let config = ServerConfig { auth: Auth::Key(key()), limits };
+        let err = Server::bind("127.0.0.1:0", StoreUrl::Memory, config).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+    }
 }
