@@ -45,7 +45,8 @@ enum Command {
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Run the untrusted storage server: serves the cell arrays of a `memory:` or `file:` store
-    /// over TCP (and computes XOR on request) for gateways using `remote://host:port`.
+    /// over TCP (and computes XOR on request) for gateways using
+    /// `remote://host:port?key_file=PATH`.
     ///
     /// The server is untrusted by design: it only ever sees sealed cells. Clients must prove
     /// they hold the pre-shared key of `--auth-key-file` (`remote://host:port?key_file=…`).
