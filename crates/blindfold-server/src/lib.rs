@@ -4,49 +4,175 @@
 //! with the protocol of [`blindfold_store::remote::protocol`], and offers the server-side
 //! computations of the store layer: today [`XorStore::read_xor`], tomorrow Onion ORAM's
 //! homomorphic select and the TEE design's trusted component, each one more operation code
-//! dispatched to one more capability trait. A gateway reaches it with `remote://host:port`.
+//! dispatched to one more capability trait. A gateway reaches it with
+//! `remote://host:port?key_file=/path`.
 //!
-//! Each connection is served by a reader task, a writer task and one task per request (at
-//! most [`MAX_IN_FLIGHT`] at once per connection), so a client may pipeline many requests;
-//! answers carry the request id and may come back in any order.
+//! Each connection starts with the protocol's handshake, in which the client proves it holds
+//! the server's pre-shared [`AuthKey`] (and the server proves it back); a peer without it gets
+//! a refusal and nothing else. Then a reader task decodes requests, a writer task sends
+//! answers, and one task per request (at most [`MAX_IN_FLIGHT`] at once per connection) runs
+//! it, so a client may pipeline many requests; answers carry the request id and may come back
+//! in any order.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
-//! use blindfold_store::StoreUrl;
-//! let server = blindfold_server::Server::bind("127.0.0.1:0", StoreUrl::Memory).await?;
+//! use blindfold_server::{Auth, Server, ServerConfig};
+//! use blindfold_store::{remote::AuthKey, StoreUrl};
+//! let key = AuthKey::load("storage.key".as_ref()).unwrap();
+//! let config = ServerConfig::new(Auth::Key(key));
+//! let server = Server::bind("127.0.0.1:0", StoreUrl::Memory, config).await?;
 //! println!("serving on {}", server.local_addr());
 //! server.run().await
 //! # }
 //! ```
 //!
+//! # Limits
+//!
+//! Everything a peer sends is hostile input. Before the handshake the server reads only the
+//! fixed-size hello and response, within [`Limits::handshake_timeout`]. After it, every length
+//! is checked before anything is allocated: a frame against [`Limits::max_frame`] (a larger
+//! one is skipped without being buffered and answered with an error), counts against the
+//! frame, the answer a read will need against `max_frame` as well, the bytes a connection
+//! holds in requests and answers against [`Limits::connection_buffer`] (further requests wait
+//! to be read), an array's shape against [`Limits::max_array_bytes`], the arrays of a
+//! `memory:` store together against [`Limits::max_memory_bytes`], the number of arrays against
+//! [`Limits::max_arrays`] and of connections against [`Limits::max_connections`] (more are
+//! closed at once). So the server's memory stays below roughly `max_memory_bytes +
+//! max_connections × connection_buffer`.
+//!
 //! # Security
 //!
 //! The server is the adversary of the threat model: it is trusted with nothing and sees only
-//! sealed cells, the requests (kind, addresses, sizes, timing) and the array names. It runs
-//! without authentication; bind it to an address only the gateway can reach.
+//! sealed cells, the requests (kind, addresses, sizes, timing) and the array names. The key
+//! decides who may use it; it does not protect the frames after the handshake (they need no
+//! secrecy, and tampering with them is caught by the seals, as tampering by the server is).
 
 use std::collections::HashMap;
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use blindfold_store::remote::protocol::{self, op, Decoder, Encoder};
-use blindfold_store::{open_xor_store, Geometry, StoreError, StoreUrl, XorStore};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use blindfold_store::remote::protocol::{self, Encoder, Request};
+use blindfold_store::remote::AuthKey;
+use blindfold_store::{open_xor_store, ByteRange, Geometry, StoreError, StoreUrl, XorStore};
+use tokio::io::{sink, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Mutex, RwLock, Semaphore};
+use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit, Semaphore};
 
 /// Requests served at once on one connection; further ones wait to be read.
 pub const MAX_IN_FLIGHT: usize = 64;
+
+const MIB: usize = 1 << 20;
+
+/// How much a peer may make the server hold. [`Default`] suits a gateway on a machine with a
+/// few GiB to spare; each field is a flag of `blindfold storage-server`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest frame accepted (and largest answer sent): 64 MiB (`--max-frame-mib`). Clients
+    /// learn it in the handshake and refuse larger batches themselves.
+    pub max_frame: usize,
+    /// Largest array (cells × cell size): 1 TiB (`--max-array-gib`).
+    pub max_array_bytes: u64,
+    /// Most bytes all arrays of a `memory:` store may hold together: 4 GiB
+    /// (`--max-memory-mib`). Counted by shape when an array is opened, since an array takes
+    /// its whole shape once written.
+    pub max_memory_bytes: u64,
+    /// Most arrays the server holds: 1024 (`--max-arrays`).
+    pub max_arrays: usize,
+    /// Most connections at once, handshaking ones included: 256 (`--max-connections`).
+    pub max_connections: usize,
+    /// Most bytes one connection holds in requests and answers at once: 256 MiB
+    /// (`--connection-buffer-mib`); at least twice `max_frame`.
+    pub connection_buffer: usize,
+    /// Time a peer has to complete the handshake: 10 s.
+    pub handshake_timeout: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_frame: 64 * MIB,
+            max_array_bytes: 1 << 40,
+            max_memory_bytes: 4 << 30,
+            max_arrays: 1024,
+            max_connections: 256,
+            connection_buffer: 256 * MIB,
+            handshake_timeout: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+impl Limits {
+    /// Checks that the limits can be used together.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(4096..=protocol::MAX_FRAME).contains(&self.max_frame) {
+            return Err(format!(
+                "the largest frame must be between 4 KiB and {} MiB",
+                protocol::MAX_FRAME / MIB
+            ));
+        }
+        if self.connection_buffer > 1 << 40 {
+            return Err("a connection's buffer of more than 1 TiB".into());
+        }
+        if self.connection_buffer / 2 < self.max_frame {
+            return Err("a connection's buffer must hold at least two largest frames (a \
+                        request and its answer)"
+                .into());
+        }
+        if self.max_arrays == 0 || self.max_connections == 0 || self.max_array_bytes == 0 {
+            return Err("the limits on arrays, connections and array size must be positive".into());
+        }
+        if self.handshake_timeout.is_zero() {
+            return Err("the handshake timeout must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// Who may use the server.
+#[derive(Clone, Debug)]
+pub enum Auth {
+    /// Peers that prove they hold this pre-shared key (the default of the binary).
+    Key(AuthKey),
+    /// Anyone who can reach the address (`--insecure-no-auth`): for experiments on loopback
+    /// only. Clients that hold a key refuse such a server.
+    InsecureNone,
+}
+
+/// Authentication and limits of a server.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Who may use it.
+    pub auth: Auth,
+    /// How much a peer may make it hold.
+    pub limits: Limits,
+}
+
+impl ServerConfig {
+    /// `auth` with the default [`Limits`].
+    pub fn new(auth: Auth) -> Self {
+        Self { auth, limits: Limits::default() }
+    }
+}
 
 /// The arrays this server holds, by name (shared by all connections).
 #[derive(Debug)]
 struct Arrays {
     url: StoreUrl,
     open: Mutex<HashMap<String, Arc<dyn XorStore>>>,
+    /// Bytes of `memory:` arrays opened so far (by shape).
+    memory: Mutex<u64>,
 }
 
 impl Arrays {
-    async fn open(&self, name: &str, geometry: Geometry) -> Result<Arc<dyn XorStore>, StoreError> {
+    async fn open(
+        &self,
+        name: &str,
+        cells: u64,
+        size: u32,
+        limits: &Limits,
+    ) -> Result<Arc<dyn XorStore>, StoreError> {
+        let geometry = Geometry::new(cells, size)?;
         let mut open = self.open.lock().await;
         if let Some(store) = open.get(name) {
             let found = store.geometry();
@@ -61,25 +187,66 @@ impl Arrays {
             }
             return Ok(Arc::clone(store));
         }
+        let bytes = geometry.total_bytes();
+        if bytes > limits.max_array_bytes {
+            return Err(StoreError::InvalidGeometry(format!(
+                "{cells} cells of {size} bytes: larger than this server's limit of {} bytes per \
+                 array (--max-array-gib)",
+                limits.max_array_bytes
+            )));
+        }
+        if open.len() >= limits.max_arrays {
+            return Err(StoreError::InvalidRequest(format!(
+                "this server holds {} arrays already, its limit (--max-arrays)",
+                open.len()
+            )));
+        }
+        let mut memory = self.memory.lock().await;
+        let in_memory = matches!(self.url, StoreUrl::Memory);
+        if in_memory && memory.saturating_add(bytes) > limits.max_memory_bytes {
+            return Err(StoreError::InvalidGeometry(format!(
+                "{cells} cells of {size} bytes do not fit in this server's memory limit of {} \
+                 bytes ({} taken; --max-memory-mib)",
+                limits.max_memory_bytes, *memory
+            )));
+        }
         let store = open_xor_store(&self.url, name, geometry).await?;
+        if in_memory {
+            *memory += bytes;
+        }
         open.insert(name.to_string(), Arc::clone(&store));
         tracing::info!(name, ?geometry, "opened array");
         Ok(store)
     }
 }
 
+#[derive(Debug)]
+struct Shared {
+    arrays: Arrays,
+    auth: Auth,
+    limits: Limits,
+}
+
 /// A bound storage server; [`Server::run`] serves until the task is dropped or aborted.
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
-    arrays: Arc<Arrays>,
+    shared: Arc<Shared>,
 }
 
 impl Server {
-    /// Binds `addr` (e.g. `127.0.0.1:7420`; port 0 picks a free one) to serve arrays of `url`.
-    pub async fn bind(addr: &str, url: StoreUrl) -> std::io::Result<Self> {
+    /// Binds `addr` (e.g. `127.0.0.1:7420`; port 0 picks a free one) to serve arrays of `url`
+    /// to the peers `config` admits. Fails with [`std::io::ErrorKind::InvalidInput`] if the
+    /// limits cannot be used together.
+    pub async fn bind(addr: &str, url: StoreUrl, config: ServerConfig) -> std::io::Result<Self> {
+        config
+            .limits
+            .validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let listener = TcpListener::bind(addr).await?;
-        Ok(Self { listener, arrays: Arc::new(Arrays { url, open: Mutex::default() }) })
+        let arrays = Arrays { url, open: Mutex::default(), memory: Mutex::default() };
+        let shared = Arc::new(Shared { arrays, auth: config.auth, limits: config.limits });
+        Ok(Self { listener, shared })
     }
 
     /// The address it listens on.
@@ -91,6 +258,7 @@ impl Server {
     /// closes every connection it accepted.
     pub async fn run(self) -> std::io::Result<()> {
         let mut conns = tokio::task::JoinSet::new();
+        let room = Arc::new(Semaphore::new(self.shared.limits.max_connections));
         loop {
             let accepted = tokio::select! {
                 a = self.listener.accept() => a,
@@ -104,11 +272,16 @@ impl Server {
                 }
                 Err(e) => return Err(e),
             };
-            let arrays = Arc::clone(&self.arrays);
+            let Ok(permit) = Arc::clone(&room).try_acquire_owned() else {
+                tracing::warn!(%peer, "too many connections (--max-connections); closing");
+                continue;
+            };
+            let shared = Arc::clone(&self.shared);
             conns.spawn(async move {
-                if let Err(e) = serve_connection(stream, arrays).await {
+                if let Err(e) = serve_connection(stream, peer, shared).await {
                     tracing::debug!(%peer, error = %e, "connection ended");
                 }
+                drop(permit);
             });
         }
     }
@@ -127,80 +300,204 @@ fn is_transient(e: &std::io::Error) -> bool {
         || e.raw_os_error().is_some_and(|c| c == 24 || c == 23) // EMFILE, ENFILE
 }
 
-async fn serve_connection(mut stream: TcpStream, arrays: Arc<Arrays>) -> std::io::Result<()> {
-    let _ = stream.set_nodelay(true);
+/// Hello and authentication: whether the peer may send requests.
+async fn handshake(stream: &mut TcpStream, peer: SocketAddr, shared: &Shared) -> io::Result<bool> {
     let mut hello = [0u8; protocol::HELLO_LEN];
     stream.read_exact(&mut hello).await?;
     stream.write_all(&protocol::hello()).await?;
     match protocol::parse_hello(&hello) {
         Ok(v) if v == protocol::VERSION => {}
         Ok(v) => {
-            tracing::info!(version = v, "client speaks another protocol version; closing");
-            return Ok(());
+            tracing::info!(%peer, version = v, "client speaks another protocol version; closing");
+            return Ok(false);
         }
         Err(e) => {
-            tracing::info!(error = %e, "not a blindfold client; closing");
+            tracing::info!(%peer, error = %e, "not a blindfold client; closing");
+            return Ok(false);
+        }
+    }
+    let (mode, server_nonce) = match &shared.auth {
+        Auth::Key(_) => {
+            (protocol::AUTH_KEY, blindfold_store::remote::nonce().map_err(io::Error::other)?)
+        }
+        Auth::InsecureNone => (protocol::AUTH_NONE, [0u8; protocol::NONCE_LEN]),
+    };
+    stream.write_all(&protocol::challenge(mode, &server_nonce)).await?;
+    let mut response = [0u8; protocol::RESPONSE_LEN];
+    stream.read_exact(&mut response).await?;
+    let client_nonce: [u8; protocol::NONCE_LEN] =
+        response[..protocol::NONCE_LEN].try_into().unwrap();
+    let proof: [u8; protocol::PROOF_LEN] = response[protocol::NONCE_LEN..].try_into().unwrap();
+    let max_frame = shared.limits.max_frame as u32;
+    let verdict = match &shared.auth {
+        Auth::Key(key) => {
+            if !key.verify_client(&server_nonce, &client_nonce, &proof) {
+                tracing::info!(%peer, "refused a peer without the key");
+                stream
+                    .write_all(&protocol::refuse(
+                        "refused: this client does not hold the storage server's key (the \
+                         remote:// URL's key_file must be the server's --auth-key-file)",
+                    ))
+                    .await?;
+                let _ = stream.shutdown().await;
+                return Ok(false);
+            }
+            protocol::accept(&key.server_proof(&server_nonce, &client_nonce), max_frame)
+        }
+        Auth::InsecureNone => protocol::accept(&[0u8; protocol::PROOF_LEN], max_frame),
+    };
+    stream.write_all(&verdict).await?;
+    Ok(true)
+}
+
+/// An answer on its way to the writer, with the share of the connection's buffer it holds.
+type Outgoing = (Vec<u8>, Option<OwnedSemaphorePermit>);
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+) -> io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let limits = &shared.limits;
+    match tokio::time::timeout(limits.handshake_timeout, handshake(&mut stream, peer, &shared))
+        .await
+    {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) => return Ok(()),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            tracing::info!(%peer, "no handshake in time; closing");
             return Ok(());
         }
     }
-    let (mut rd, wr) = stream.into_split();
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(MAX_IN_FLIGHT);
+    let (rd, wr) = stream.into_split();
+    let mut rd = BufReader::new(rd);
+    let (tx, mut rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT);
     let writer = tokio::spawn(async move {
         let mut wr = BufWriter::new(wr);
-        while let Some(frame) = rx.recv().await {
+        while let Some((frame, permit)) = rx.recv().await {
             wr.write_all(&frame).await?;
-            while let Ok(more) = rx.try_recv() {
+            drop((frame, permit));
+            while let Ok((more, permit)) = rx.try_recv() {
                 wr.write_all(&more).await?;
+                drop((more, permit));
             }
             wr.flush().await?;
         }
         wr.shutdown().await
     });
-    let handles: Arc<RwLock<Vec<Arc<dyn XorStore>>>> = Arc::default();
+    let budget = Arc::new(Semaphore::new(limits.connection_buffer));
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut handles: Vec<Arc<dyn XorStore>> = Vec::new();
+    let mut by_name: HashMap<String, u32> = HashMap::new();
     let result = loop {
-        let mut len = [0u8; 4];
-        match rd.read_exact(&mut len).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
+        let len = match rd.read_u32_le().await {
+            Ok(len) => len as usize,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break Ok(()),
             Err(e) => break Err(e),
+        };
+        if len < protocol::FRAME_HEAD {
+            break Err(io::Error::other(format!("a request frame of {len} bytes")));
         }
-        let len = u32::from_le_bytes(len) as usize;
-        if !(9..=protocol::MAX_FRAME).contains(&len) {
-            break Err(std::io::Error::other(format!("a request frame of {len} bytes")));
+        let (id, op) = match (rd.read_u64_le().await, rd.read_u8().await) {
+            (Ok(id), Ok(op)) => (id, op),
+            (Err(e), _) | (_, Err(e)) => break Err(e),
+        };
+        let body_len = len - protocol::FRAME_HEAD;
+        let reply = |answer| (protocol::reply_frame(id, answer), None);
+        if len > limits.max_frame {
+            // Answered at once, then skipped without being buffered, so the connection stays
+            // usable.
+            let err = StoreError::InvalidRequest(format!(
+                "a request of {len} bytes is larger than this server's {}-byte frames \
+                 (--max-frame-mib); split the batch",
+                limits.max_frame
+            ));
+            if tx.send(reply(Err(err))).await.is_err() {
+                break Ok(());
+            }
+            let skipped = tokio::io::copy(&mut (&mut rd).take(body_len as u64), &mut sink()).await;
+            if let Err(e) = skipped {
+                break Err(e);
+            }
+            continue;
         }
-        let mut frame = vec![0u8; len];
-        if let Err(e) = rd.read_exact(&mut frame).await {
+        // `len` ≤ max_frame ≤ 1 GiB, and half the buffer at most: this always returns.
+        let mut held = Arc::clone(&budget).acquire_many_owned(len as u32).await.expect("open");
+        let mut body = vec![0u8; body_len];
+        if let Err(e) = rd.read_exact(&mut body).await {
             break Err(e);
         }
-        let permit = Arc::clone(&slots).acquire_owned().await.expect("never closed");
-        let (tx, arrays, handles) = (tx.clone(), Arc::clone(&arrays), Arc::clone(&handles));
-        tokio::spawn(async move {
-            let id = u64::from_le_bytes(frame[..8].try_into().unwrap());
-            let op = frame[8];
-            let answer = handle(op, &frame[9..], &arrays, &handles).await;
-            let mut out = Encoder::frame();
-            out.u64(id);
-            match answer {
-                Ok(body) => {
-                    out.u8(0).bytes(&body);
+        let request = Request::decode(op, &body);
+        drop(body);
+        let request = match request {
+            Ok(r) => r,
+            Err(e) => {
+                if tx.send(reply(Err(e))).await.is_err() {
+                    break Ok(());
                 }
-                Err(e) => {
-                    out.u8(1);
-                    protocol::put_error(&mut out, &e);
-                }
+                continue;
             }
-            let frame = match out.finish() {
-                Ok(f) => f,
-                Err(e) => {
-                    let mut out = Encoder::frame();
-                    out.u64(id).u8(1);
-                    protocol::put_error(&mut out, &e);
-                    out.finish().expect("an error frame is small")
-                }
+        };
+        if let Request::Open { cell_count, cell_size, name } = &request {
+            // Opened again on the server (which checks the shape), but one handle per name on
+            // a connection, so reopening cannot grow the handle table.
+            let answer = match shared.arrays.open(name, *cell_count, *cell_size, limits).await {
+                Ok(store) => Ok(*by_name.entry(name.clone()).or_insert_with(|| {
+                    handles.push(store);
+                    (handles.len() - 1) as u32
+                })),
+                Err(e) => Err(e),
             };
-            let _ = tx.send(frame).await;
-            drop(permit);
+            let answer = answer.map(|h| {
+                let mut e = Encoder::default();
+                e.u32(h);
+                e.0
+            });
+            if tx.send(reply(answer)).await.is_err() {
+                break Ok(());
+            }
+            continue;
+        }
+        let store = match handle_of(&request).and_then(|h| handles.get(h as usize)) {
+            Some(s) => Arc::clone(s),
+            None => {
+                let err = StoreError::InvalidRequest(format!(
+                    "no array with handle {:?} on this connection",
+                    handle_of(&request)
+                ));
+                if tx.send(reply(Err(err))).await.is_err() {
+                    break Ok(());
+                }
+                continue;
+            }
+        };
+        // The memory the answer will take, checked and reserved before the request runs.
+        let needed = match answer_bytes(&request, store.geometry()) {
+            Some(n) if n <= limits.max_frame - protocol::FRAME_HEAD => n,
+            _ => {
+                let err = StoreError::InvalidRequest(format!(
+                    "the answer would be larger than this server's {}-byte frames \
+                     (--max-frame-mib); split the batch",
+                    limits.max_frame
+                ));
+                if tx.send(reply(Err(err))).await.is_err() {
+                    break Ok(());
+                }
+                continue;
+            }
+        };
+        if needed > 0 {
+            let more = Arc::clone(&budget).acquire_many_owned(needed as u32).await.expect("open");
+            held.merge(more);
+        }
+        let slot = Arc::clone(&slots).acquire_owned().await.expect("never closed");
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let answer = run(request, &*store).await;
+            let _ = tx.send((protocol::reply_frame(id, answer), Some(held))).await;
+            drop(slot);
         });
     };
     drop(tx);
@@ -208,74 +505,49 @@ async fn serve_connection(mut stream: TcpStream, arrays: Arc<Arrays>) -> std::io
     result
 }
 
-fn bad(e: String) -> StoreError {
-    StoreError::InvalidRequest(e)
+fn handle_of(request: &Request) -> Option<u32> {
+    match request {
+        Request::Open { .. } => None,
+        Request::Read { handle, .. }
+        | Request::ReadRanges { handle, .. }
+        | Request::ReadXor { handle, .. }
+        | Request::Write { handle, .. }
+        | Request::Flush { handle } => Some(*handle),
+    }
 }
 
-async fn handle(
-    op: u8,
-    body: &[u8],
-    arrays: &Arrays,
-    handles: &RwLock<Vec<Arc<dyn XorStore>>>,
-) -> Result<Vec<u8>, StoreError> {
-    let mut d = Decoder::new(body);
-    if op == op::OPEN {
-        let cells = d.u64().map_err(bad)?;
-        let size = d.u32().map_err(bad)?;
-        let n = d.u16().map_err(bad)? as usize;
-        let name = std::str::from_utf8(d.take(n).map_err(bad)?)
-            .map_err(|_| bad("array name is not UTF-8".into()))?
-            .to_string();
-        d.end().map_err(bad)?;
-        let store = arrays.open(&name, Geometry::new(cells, size)?).await?;
-        let mut hs = handles.write().await;
-        hs.push(store);
-        let mut e = Encoder::default();
-        e.u32((hs.len() - 1) as u32);
-        return Ok(e.0);
+/// Bytes a request's answer (and, for XOR, its working buffers) will take; `None` if more
+/// than a `usize` holds.
+fn answer_bytes(request: &Request, geometry: Geometry) -> Option<usize> {
+    let ranges_total = |ranges: &[ByteRange]| {
+        ranges.iter().try_fold(0usize, |acc, r| acc.checked_add(r.len as usize))
+    };
+    match request {
+        Request::Read { cells, .. } => cells.len().checked_mul(geometry.cell_size() as usize),
+        Request::ReadRanges { ranges, .. } => ranges_total(ranges),
+        // Backends XOR by reading every range first.
+        Request::ReadXor { ranges, .. } => {
+            ranges_total(ranges)?.checked_add(ranges.first().map_or(0, |r| r.len as usize))
+        }
+        Request::Open { .. } | Request::Write { .. } | Request::Flush { .. } => Some(0),
     }
-    let h = d.u32().map_err(bad)? as usize;
-    let store = handles
-        .read()
-        .await
-        .get(h)
-        .cloned()
-        .ok_or_else(|| bad(format!("no array with handle {h} on this connection")))?;
-    match op {
-        op::READ => {
-            let cells = d.cells().map_err(bad)?;
-            d.end().map_err(bad)?;
-            Ok(store.read(&cells).await?.concat())
-        }
-        op::READ_RANGES => {
-            let ranges = d.ranges().map_err(bad)?;
-            d.end().map_err(bad)?;
-            Ok(store.read_ranges(&ranges).await?.concat())
-        }
-        op::READ_XOR => {
-            let ranges = d.ranges().map_err(bad)?;
-            d.end().map_err(bad)?;
-            store.read_xor(&ranges).await
-        }
-        op::WRITE => {
-            let n = d.count(12).map_err(bad)?;
-            let mut heads = Vec::with_capacity(n);
-            for _ in 0..n {
-                heads.push((d.u64().map_err(bad)?, d.u32().map_err(bad)? as usize));
-            }
-            let mut cells = Vec::with_capacity(n);
-            for (c, len) in heads {
-                cells.push((blindfold_store::CellId(c), d.take(len).map_err(bad)?.to_vec()));
-            }
-            d.end().map_err(bad)?;
+}
+
+async fn run(request: Request, store: &dyn XorStore) -> Result<Vec<u8>, StoreError> {
+    match request {
+        Request::Read { cells, .. } => Ok(store.read(&cells).await?.concat()),
+        Request::ReadRanges { ranges, .. } => Ok(store.read_ranges(&ranges).await?.concat()),
+        Request::ReadXor { ranges, .. } => store.read_xor(&ranges).await,
+        Request::Write { cells, .. } => {
             store.write(cells).await?;
             Ok(Vec::new())
         }
-        op::FLUSH => {
-            d.end().map_err(bad)?;
+        Request::Flush { .. } => {
             store.flush().await?;
             Ok(Vec::new())
         }
-        other => Err(StoreError::Unsupported(format!("operation {other} of the storage protocol"))),
+        Request::Open { .. } => {
+            Err(StoreError::InvalidRequest("open is answered by the reader".into()))
+        }
     }
 }

@@ -6,24 +6,50 @@ use std::sync::Arc;
 use blindfold_crypto::{CellSealer, MasterKey, StoreId, XorPads};
 use blindfold_oram::{BlockId, RingOram, RingOramConfig, RingVariant};
 use blindfold_proxy::{RingData, SealedRingOram};
-use blindfold_server::Server;
+use blindfold_server::{Auth, Server, ServerConfig};
+use blindfold_store::remote::AuthKey;
 use blindfold_store::{
     open_store, open_xor_store, ByteRange, CellId, Geometry, RemoteStore, Store, StoreError,
     StoreUrl, XorStore,
 };
 use blindfold_testkit::{conformance, xor::run_xor};
 
+/// The key every test server here is started with.
+fn key() -> AuthKey {
+    AuthKey::from_bytes([0x5a; 32])
+}
+
 async fn server(url: StoreUrl) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
-    let (addr, task) = Server::bind("127.0.0.1:0", url).await.unwrap().spawn();
+    let config = ServerConfig::new(Auth::Key(key()));
+    let (addr, task) = Server::bind("127.0.0.1:0", url, config).await.unwrap().spawn();
     (addr.to_string(), task)
+}
+
+/// A `remote://` URL for `addr` with a key file (in `dir`) holding [`key`].
+fn remote_url(addr: &str, dir: &std::path::Path) -> StoreUrl {
+    let path = dir.join("storage.key");
+    if !path.exists() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .unwrap();
+        writeln!(f, "{}", "5a".repeat(32)).unwrap();
+    }
+    StoreUrl::Remote { addr: addr.to_string(), key_file: Some(path) }
 }
 
 #[tokio::test]
 async fn conformance_over_memory() {
     let (addr, task) = server(StoreUrl::Memory).await;
-    let store = RemoteStore::open(&addr, "conf", conformance::geometry()).await.unwrap();
+    let store =
+        RemoteStore::open(&addr, Some(key()), "conf", conformance::geometry()).await.unwrap();
     conformance::run(&store).await;
-    let store = RemoteStore::open(&addr, "xor", conformance::geometry()).await.unwrap();
+    let store =
+        RemoteStore::open(&addr, Some(key()), "xor", conformance::geometry()).await.unwrap();
     run_xor(&store).await;
     task.abort();
 }
@@ -33,16 +59,20 @@ async fn conformance_over_files() {
     let dir = tempfile::tempdir().unwrap();
     let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
     let (addr, task) = server(url).await;
-    let remote = StoreUrl::parse(&format!("remote://{addr}")).unwrap();
+    let remote = remote_url(&addr, dir.path());
     let store = open_store(&remote, "conf", conformance::geometry()).await.unwrap();
     conformance::run(&*store).await;
     assert!(dir.path().join("conf.cells").exists());
     // Another connection sees the same array; another shape is refused.
     let again = open_xor_store(&remote, "conf", conformance::geometry()).await.unwrap();
     assert_eq!(again.read(&[CellId(0)]).await.unwrap(), store.read(&[CellId(0)]).await.unwrap());
-    let err = RemoteStore::open(&addr, "conf", Geometry::new(5, 80).unwrap()).await.unwrap_err();
+    let err = RemoteStore::open(&addr, Some(key()), "conf", Geometry::new(5, 80).unwrap())
+        .await
+        .unwrap_err();
     assert!(matches!(err, StoreError::GeometryMismatch { .. }), "{err:?}");
-    let err = RemoteStore::open(&addr, "../escape", conformance::geometry()).await.unwrap_err();
+    let err = RemoteStore::open(&addr, Some(key()), "../escape", conformance::geometry())
+        .await
+        .unwrap_err();
     assert!(!err.is_retryable(), "{err:?}");
     task.abort();
 }
@@ -51,7 +81,7 @@ async fn conformance_over_files() {
 async fn pipelined_requests_and_reconnection() {
     let (addr, task) = server(StoreUrl::Memory).await;
     let g = Geometry::new(64, 32).unwrap();
-    let store = Arc::new(RemoteStore::open(&addr, "p", g).await.unwrap());
+    let store = Arc::new(RemoteStore::open(&addr, Some(key()), "p", g).await.unwrap());
     // Many requests in flight on one connection.
     let writes = (0..64u64).map(|c| {
         let s = Arc::clone(&store);
@@ -74,7 +104,9 @@ async fn pipelined_requests_and_reconnection() {
     let err = store.read(&[CellId(0)]).await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
     let (addr2, task2) = {
-        let s = Server::bind(&addr, StoreUrl::Memory).await.unwrap();
+        let s = Server::bind(&addr, StoreUrl::Memory, ServerConfig::new(Auth::Key(key())))
+            .await
+            .unwrap();
         let (a, t) = s.spawn();
         (a.to_string(), t)
     };
@@ -100,7 +132,8 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ring_and_xor_ring_oram_over_the_server() {
     let (addr, task) = server(StoreUrl::Memory).await;
-    let url = StoreUrl::parse(&format!("remote://{addr}")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = remote_url(&addr, dir.path());
     for variant in [RingVariant::Ring, RingVariant::XorRing] {
         let config = RingOramConfig::builder(128, 64).variant(variant).build().unwrap();
         let name = variant.name();

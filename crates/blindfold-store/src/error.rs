@@ -140,7 +140,7 @@ pub enum StoreError {
     #[error(
         "{store}: access denied ({reason}); check the credentials (for s3:// the \
          AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY environment variables, for redis:// the \
-         password)"
+         password, for remote:// the key_file)"
     )]
     AccessDenied {
         /// The store, as a URL without secrets.

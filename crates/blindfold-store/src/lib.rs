@@ -28,8 +28,9 @@
 //! its docs), [`S3Store`] (one object per cell in any S3-compatible bucket) and [`RedisStore`]
 //! (one key per cell); [`open_store`] builds one from a URL such as `memory:`,
 //! `file:///var/lib/blindfold/cells`, `s3://bucket/prefix?endpoint=http://127.0.0.1:9000` or
-//! `redis://127.0.0.1:6379/0`. [`RemoteStore`] (`remote://host:port`) reaches arrays held by a
-//! `blindfold storage-server` over TCP ([`remote::protocol`] has the wire format).
+//! `redis://127.0.0.1:6379/0`. [`RemoteStore`] (`remote://host:port?key_file=/path`) reaches
+//! arrays held by a `blindfold storage-server` over TCP, authenticated with the server's
+//! pre-shared [`remote::AuthKey`] ([`remote::protocol`] has the wire format).
 //!
 //! Server-side computation is a *capability*: a trait on top of [`Store`] that only the
 //! backends able to compute implement. [`XorStore`] (XOR of byte ranges, for XOR Ring ORAM) is

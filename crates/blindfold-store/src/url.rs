@@ -18,7 +18,8 @@ use crate::{
 const ACCEPTED: &str = "accepted forms are `memory:`, `file:///absolute/dir` and \
                         `file:relative/dir`, a file form optionally followed by \
                         `?sync=none|flush|always`, \
-                        `s3://bucket/prefix?endpoint=…&region=…` and `redis://host:port/db`";
+                        `s3://bucket/prefix?endpoint=…&region=…`, `redis://host:port/db` and \
+                        `remote://host:port?key_file=/path`";
 
 /// Schemes that later versions will accept.
 const PLANNED: [&str; 3] = ["rediss", "http", "https"];
@@ -61,11 +62,14 @@ pub enum StoreUrl {
         /// Key prefix and connection options.
         options: RedisOptions,
     },
-    /// `remote://host:port` — arrays served by a `blindfold storage-server` listening there
-    /// (see [`crate::remote`]).
+    /// `remote://host:port?key_file=/path` — arrays served by a `blindfold storage-server`
+    /// listening there (see [`crate::remote`]), authenticated with the pre-shared key in the
+    /// key file; without `key_file`, only a server started with `--insecure-no-auth` serves.
     Remote {
         /// `host:port` of the server.
         addr: String,
+        /// The server's pre-shared key file (`--auth-key-file` on the server).
+        key_file: Option<PathBuf>,
     },
 }
 
@@ -107,19 +111,37 @@ impl StoreUrl {
     }
 }
 
-/// Parses the part of `remote://host:port` after the colon.
+/// Parses the part of `remote://host:port[?key_file=/path]` after the colon.
 fn parse_remote(rest: &str) -> std::result::Result<StoreUrl, String> {
-    let form = "write it as `remote://host:port`, e.g. `remote://127.0.0.1:7420`";
+    let form = "write it as `remote://host:port?key_file=/path/to/auth.key`, e.g. \
+                `remote://127.0.0.1:7420?key_file=/etc/blindfold/storage.key`";
     let addr = rest.strip_prefix("//").ok_or_else(|| format!("no `//`; {form}"))?;
+    let (addr, query) = match addr.split_once('?') {
+        Some((a, q)) => (a, Some(q)),
+        None => (addr, None),
+    };
     let addr = addr.strip_suffix('/').unwrap_or(addr);
-    if addr.contains(['/', '?', '#', '@']) {
-        return Err(format!("a remote store takes no path, options or user; {form}"));
+    if addr.contains(['/', '#', '@']) {
+        return Err(format!("a remote store takes no path, fragment or user; {form}"));
     }
     let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("no port; {form}"))?;
     if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
         return Err(format!("{addr:?} is not host:port; {form}"));
     }
-    Ok(StoreUrl::Remote { addr: addr.to_string() })
+    let mut key_file = None;
+    for (key, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if key != "key_file" {
+            return Err(format!("unknown option {key:?}; the only option is `key_file=/path`"));
+        }
+        if key_file.is_some() {
+            return Err("`key_file` is given more than once".into());
+        }
+        if value.is_empty() {
+            return Err("`key_file` is empty".into());
+        }
+        key_file = Some(PathBuf::from(value.into_owned()));
+    }
+    Ok(StoreUrl::Remote { addr: addr.to_string(), key_file })
 }
 
 fn parse_file(rest: &str) -> std::result::Result<StoreUrl, String> {
@@ -195,7 +217,16 @@ impl fmt::Display for StoreUrl {
                 }
                 Ok(())
             }
-            StoreUrl::Remote { addr } => write!(f, "remote://{addr}"),
+            StoreUrl::Remote { addr, key_file } => {
+                write!(f, "remote://{addr}")?;
+                if let Some(path) = key_file {
+                    let query = url::form_urlencoded::Serializer::new(String::new())
+                        .append_pair("key_file", &path.to_string_lossy())
+                        .finish();
+                    write!(f, "?{query}")?;
+                }
+                Ok(())
+            }
             StoreUrl::S3 { bucket, prefix, options } => {
                 crate::s3::fmt_url(f, bucket, prefix, options)
             }
@@ -250,8 +281,9 @@ pub async fn open_store(url: &StoreUrl, name: &str, geometry: Geometry) -> Resul
                 )),
             }
         }
-        StoreUrl::Remote { addr } => {
-            Ok(Arc::new(crate::RemoteStore::open(addr, name, geometry).await?))
+        StoreUrl::Remote { addr, key_file } => {
+            let key = key_file.as_deref().map(crate::remote::AuthKey::load).transpose()?;
+            Ok(Arc::new(crate::RemoteStore::open(addr, key, name, geometry).await?))
         }
         StoreUrl::S3 { bucket, prefix, options } => {
             Ok(Arc::new(crate::S3Store::open(bucket, prefix, options, name, geometry).await?))

@@ -180,7 +180,10 @@ pub async fn open_xor_store(
                 )),
             }
         }
-        StoreUrl::Remote { addr } => Ok(Arc::new(RemoteStore::open(addr, name, geometry).await?)),
+        StoreUrl::Remote { addr, key_file } => {
+            let key = key_file.as_deref().map(crate::remote::AuthKey::load).transpose()?;
+            Ok(Arc::new(RemoteStore::open(addr, key, name, geometry).await?))
+        }
         // Backends added later (object stores, Redis) cannot compute on their side.
         #[allow(unreachable_patterns)]
         other => Err(StoreError::Unsupported(format!(

@@ -63,8 +63,14 @@ async fn open_xor_store_by_url() {
 #[test]
 fn remote_urls_parse_and_print() {
     let url = StoreUrl::parse("remote://127.0.0.1:7420").unwrap();
-    assert_eq!(url, StoreUrl::Remote { addr: "127.0.0.1:7420".into() });
+    assert_eq!(url, StoreUrl::Remote { addr: "127.0.0.1:7420".into(), key_file: None });
     assert_eq!(url.to_string(), "remote://127.0.0.1:7420");
+    let keyed = StoreUrl::parse("remote://h:1?key_file=/etc/b%20f/auth.key").unwrap();
+    assert_eq!(
+        keyed,
+        StoreUrl::Remote { addr: "h:1".into(), key_file: Some("/etc/b f/auth.key".into()) }
+    );
+    assert_eq!(StoreUrl::parse(&keyed.to_string()).unwrap(), keyed);
     assert_eq!(
         StoreUrl::parse("REMOTE://example.invalid:9/").unwrap().to_string(),
         "remote://example.invalid:9"
@@ -77,6 +83,9 @@ fn remote_urls_parse_and_print() {
         "remote://h:1/x",
         "remote://h:99999",
         "remote:h:1",
+        "remote://h:1?key=x",
+        "remote://h:1?key_file=",
+        "remote://h:1?key_file=/a&key_file=/b",
     ] {
         assert!(StoreUrl::parse(bad).is_err(), "{bad}");
     }

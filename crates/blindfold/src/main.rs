@@ -45,10 +45,11 @@ enum Command {
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Run the untrusted storage server: serves the cell arrays of a `memory:` or `file:` store
-    /// over TCP (and computes XOR on request) for gateways using `remote://host:port`.
+    /// over TCP (and computes XOR on request) for gateways using
+    /// `remote://host:port?key_file=PATH`.
     ///
-    /// The server is untrusted by design: it only ever sees sealed cells. It has no
-    /// authentication; listen on an address only the gateway can reach.
+    /// The server is untrusted by design: it only ever sees sealed cells. Clients must prove
+    /// they hold the pre-shared key of `--auth-key-file` (`remote://host:port?key_file=…`).
     StorageServer(StorageServerArgs),
 }
 
@@ -60,6 +61,35 @@ struct StorageServerArgs {
     /// Where the arrays live: `memory:` or `file:///path/to/dir`.
     #[arg(long, default_value = "memory:")]
     store: StoreUrl,
+    /// The pre-shared key clients must prove they hold: a file of 64 hex digits, mode 0600.
+    /// Gateways name the same file in `remote://host:port?key_file=PATH`.
+    #[arg(long, required_unless_present = "insecure_no_auth")]
+    auth_key_file: Option<PathBuf>,
+    /// Create `--auth-key-file` with a fresh random key if it does not exist.
+    #[arg(long, requires = "auth_key_file")]
+    generate_auth_key: bool,
+    /// Serve anyone who can reach the address, without a key: for experiments on loopback only.
+    #[arg(long, conflicts_with = "auth_key_file")]
+    insecure_no_auth: bool,
+    /// Largest request or answer frame, in MiB; clients split batches to fit.
+    #[arg(long, default_value_t = 64)]
+    max_frame_mib: usize,
+    /// Largest array (cells × cell size), in GiB.
+    #[arg(long, default_value_t = 1024)]
+    max_array_gib: u64,
+    /// Most memory all arrays of a `memory:` store may take together, in MiB.
+    #[arg(long, default_value_t = 4096)]
+    max_memory_mib: u64,
+    /// Most arrays the server holds.
+    #[arg(long, default_value_t = 1024)]
+    max_arrays: usize,
+    /// Most connections at once.
+    #[arg(long, default_value_t = 256)]
+    max_connections: usize,
+    /// Most bytes one connection may hold in requests and answers at once, in MiB (at least
+    /// twice --max-frame-mib).
+    #[arg(long, default_value_t = 256)]
+    connection_buffer_mib: usize,
 }
 
 #[derive(Args, Debug)]
@@ -617,7 +647,42 @@ async fn storage_server(args: StorageServerArgs) -> Result<()> {
     if matches!(args.store, StoreUrl::Remote { .. }) {
         bail!("a storage server keeps its arrays in `memory:` or `file:///dir`, not in another server");
     }
-    let server = blindfold_server::Server::bind(&args.listen, args.store.clone())
+    use blindfold_server::{Auth, Limits, ServerConfig};
+    use blindfold_store::remote::AuthKey;
+    let auth = match &args.auth_key_file {
+        Some(path) if args.generate_auth_key && !path.exists() => {
+            let key = AuthKey::create(path)?;
+            eprintln!(
+                "generated a new storage auth key in {}; give gateways a copy (mode 0600) and \
+                 name it in remote://HOST:PORT?key_file=PATH",
+                path.display()
+            );
+            Auth::Key(key)
+        }
+        Some(path) => Auth::Key(AuthKey::load(path).with_context(|| {
+            format!("(create one with --generate-auth-key) loading {}", path.display())
+        })?),
+        None => {
+            eprintln!(
+                "WARNING: --insecure-no-auth: anyone who can reach {} can read, overwrite and \
+                 fill the arrays",
+                args.listen
+            );
+            Auth::InsecureNone
+        }
+    };
+    const MIB: usize = 1 << 20;
+    let limits = Limits {
+        max_frame: args.max_frame_mib.saturating_mul(MIB),
+        max_array_bytes: args.max_array_gib.saturating_mul(1 << 30),
+        max_memory_bytes: args.max_memory_mib.saturating_mul(1 << 20),
+        max_arrays: args.max_arrays,
+        max_connections: args.max_connections,
+        connection_buffer: args.connection_buffer_mib.saturating_mul(MIB),
+        ..Limits::default()
+    };
+    let config = ServerConfig { auth, limits };
+    let server = blindfold_server::Server::bind(&args.listen, args.store.clone(), config)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     // One line on standard output, so scripts (and tests) can learn a port picked with :0.

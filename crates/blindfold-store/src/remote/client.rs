@@ -7,22 +7,32 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::protocol::{self, op, Decoder, Encoder};
+use super::protocol::{self, Decoder, Request};
+use super::AuthKey;
 use crate::{ByteRange, CellId, Geometry, Result, Store, StoreError, XorStore};
 
 type Reply = Result<Vec<u8>>;
+
+/// A request in flight: where its answer goes and the longest ok body it can have.
+#[derive(Debug)]
+struct Pending {
+    tx: oneshot::Sender<Reply>,
+    max_ok: usize,
+}
 
 /// One live connection: frames go to a writer task, answers come from a reader task.
 #[derive(Debug)]
 struct Conn {
     frames: mpsc::UnboundedSender<Vec<u8>>,
-    pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>,
+    pending: Arc<Mutex<HashMap<u64, Pending>>>,
     broken: Arc<AtomicBool>,
     handle: u32,
+    /// The largest frame the server accepts (from the handshake).
+    max_frame: usize,
 }
 
 /// A lost connection: retryable, since every request is idempotent.
@@ -41,21 +51,31 @@ fn protocol_error(addr: &str, why: impl std::fmt::Display) -> StoreError {
     }
 }
 
+fn denied(addr: &str, reason: impl Into<String>) -> StoreError {
+    StoreError::AccessDenied { store: format!("remote://{addr}"), reason: reason.into() }
+}
+
 /// An array of cells held by a `blindfold storage-server` at `host:port`, opened by name.
 ///
-/// Requests are pipelined on one TCP connection (many may be in flight; answers are matched
-/// by request id). If the connection breaks, requests in flight fail with a *retryable*
-/// [`StoreError::Io`] and the next request reconnects. Batches are validated against the
-/// geometry here as well as on the server, so an invalid batch fails before it is sent.
+/// Each connection starts with the handshake of [`protocol`]: with a key, client and server
+/// prove to each other that they hold it; a wrong or missing key fails with
+/// [`StoreError::AccessDenied`]. Requests are pipelined on one TCP connection (many may be in
+/// flight; answers are matched by request id). If the connection breaks, requests in flight
+/// fail with a *retryable* [`StoreError::Io`] and the next request reconnects. Batches are
+/// validated against the geometry and the server's frame limit here as well as on the server,
+/// so an invalid batch fails before it is sent; an answer is read only if it is no longer than
+/// the request can be answered with (or a bounded error), so a hostile server cannot make it
+/// allocate more.
 ///
 /// # Security
 ///
-/// Nothing is encrypted or authenticated on the wire by this layer: it carries cells that are
-/// sealed already, and the server is untrusted by design. The server sees exactly what a
-/// [`Store`] sees, plus the array names.
+/// The handshake authenticates both ends; the frames after it are neither encrypted nor
+/// authenticated by this layer: they carry cells that are sealed already, and the server is
+/// untrusted by design. The server sees exactly what a [`Store`] sees, plus the array names.
 #[derive(Debug)]
 pub struct RemoteStore {
     addr: String,
+    key: Option<AuthKey>,
     name: String,
     geometry: Geometry,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
@@ -63,11 +83,18 @@ pub struct RemoteStore {
 }
 
 impl RemoteStore {
-    /// Connects to the server at `addr` (`host:port`) and opens (creating if needed) the array
-    /// `name` with `geometry`.
-    pub async fn open(addr: &str, name: &str, geometry: Geometry) -> Result<Self> {
+    /// Connects to the server at `addr` (`host:port`), authenticating with `key` (`None` only
+    /// for a server started with `--insecure-no-auth`), and opens (creating if needed) the
+    /// array `name` with `geometry`.
+    pub async fn open(
+        addr: &str,
+        key: Option<AuthKey>,
+        name: &str,
+        geometry: Geometry,
+    ) -> Result<Self> {
         let store = Self {
             addr: addr.to_string(),
+            key,
             name: name.to_string(),
             geometry,
             conn: tokio::sync::Mutex::new(None),
@@ -101,15 +128,9 @@ impl RemoteStore {
         Ok(conn)
     }
 
-    async fn connect(&self) -> Result<Conn> {
+    /// Hello and authentication; returns the server's largest frame.
+    async fn handshake(&self, stream: &mut TcpStream) -> Result<usize> {
         let addr = &self.addr;
-        // A server that is down may come back: failing to connect is worth retrying.
-        let mut stream = TcpStream::connect(addr).await.map_err(|source| StoreError::Io {
-            context: format!("connecting to the storage server at {addr}"),
-            source,
-            retryable: true,
-        })?;
-        let _ = stream.set_nodelay(true);
         stream.write_all(&protocol::hello()).await.map_err(|e| lost(addr, e))?;
         let mut hello = [0u8; protocol::HELLO_LEN];
         stream.read_exact(&mut hello).await.map_err(|e| lost(addr, e))?;
@@ -120,9 +141,74 @@ impl RemoteStore {
                 format!("it speaks protocol version {version}, this build {}", protocol::VERSION),
             ));
         }
+        let mut challenge = [0u8; protocol::CHALLENGE_LEN];
+        stream.read_exact(&mut challenge).await.map_err(|e| lost(addr, e))?;
+        let (keyed, server_nonce) =
+            protocol::parse_challenge(&challenge).map_err(|e| protocol_error(addr, e))?;
+        let client_nonce = super::auth::nonce()?;
+        let proof =
+            match (&self.key, keyed) {
+                (Some(key), true) => key.client_proof(&server_nonce, &client_nonce),
+                (None, false) => [0u8; protocol::PROOF_LEN],
+                (Some(_), false) => return Err(denied(
+                    addr,
+                    "the server does not authenticate (it runs with --insecure-no-auth) but this \
+                     client has a key_file; refusing to talk to a server that cannot prove it \
+                     holds the key",
+                )),
+                (None, true) => return Err(denied(
+                    addr,
+                    "the server requires a pre-shared key: add `?key_file=/path` (the file the \
+                     server was given with --auth-key-file) to the remote:// URL",
+                )),
+            };
+        let mut response = [0u8; protocol::RESPONSE_LEN];
+        response[..protocol::NONCE_LEN].copy_from_slice(&client_nonce);
+        response[protocol::NONCE_LEN..].copy_from_slice(&proof);
+        stream.write_all(&response).await.map_err(|e| lost(addr, e))?;
+        let status = stream.read_u8().await.map_err(|e| lost(addr, e))?;
+        match status {
+            0 => {}
+            1 => {
+                let n = stream.read_u16_le().await.map_err(|e| lost(addr, e))? as usize;
+                if n > protocol::MAX_REFUSAL {
+                    return Err(protocol_error(addr, format!("a refusal of {n} bytes")));
+                }
+                let mut msg = vec![0u8; n];
+                stream.read_exact(&mut msg).await.map_err(|e| lost(addr, e))?;
+                return Err(denied(addr, String::from_utf8_lossy(&msg)));
+            }
+            s => return Err(protocol_error(addr, format!("verdict byte {s}"))),
+        }
+        let mut accept = [0u8; protocol::ACCEPT_LEN];
+        stream.read_exact(&mut accept).await.map_err(|e| lost(addr, e))?;
+        let (server_proof, max_frame) =
+            protocol::parse_accept(&accept).map_err(|e| protocol_error(addr, e))?;
+        if let Some(key) = &self.key {
+            if !key.verify_server(&server_nonce, &client_nonce, &server_proof) {
+                return Err(denied(
+                    addr,
+                    "the server's proof does not match this key: it holds another key, or \
+                     something else answers at this address",
+                ));
+            }
+        }
+        Ok(max_frame)
+    }
+
+    async fn connect(&self) -> Result<Conn> {
+        let addr = &self.addr;
+        // A server that is down may come back: failing to connect is worth retrying.
+        let mut stream = TcpStream::connect(addr).await.map_err(|source| StoreError::Io {
+            context: format!("connecting to the storage server at {addr}"),
+            source,
+            retryable: true,
+        })?;
+        let _ = stream.set_nodelay(true);
+        let max_frame = self.handshake(&mut stream).await?;
         let (mut rd, wr) = stream.into_split();
         let (frames, mut outbox) = mpsc::unbounded_channel::<Vec<u8>>();
-        let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>> = Arc::default();
+        let pending: Arc<Mutex<HashMap<u64, Pending>>> = Arc::default();
         let broken = Arc::new(AtomicBool::new(false));
 
         // Writer: sends frames in order, flushing when there is nothing more to send.
@@ -152,58 +238,41 @@ impl RemoteStore {
         let reader_addr = addr.clone();
         tokio::spawn(async move {
             let why = loop {
-                let mut len = [0u8; 4];
-                if let Err(e) = rd.read_exact(&mut len).await {
-                    break lost(&reader_addr, e);
-                }
-                let len = u32::from_le_bytes(len) as usize;
-                if !(9..=protocol::MAX_FRAME).contains(&len) {
-                    break protocol_error(&reader_addr, format!("a frame of {len} bytes"));
-                }
-                let mut frame = vec![0u8; len];
-                if let Err(e) = rd.read_exact(&mut frame).await {
-                    break lost(&reader_addr, e);
-                }
-                let id = u64::from_le_bytes(frame[..8].try_into().unwrap());
-                let reply = match frame[8] {
-                    0 => {
-                        frame.drain(..9);
-                        Ok(frame)
+                match read_reply(&mut rd, &reader_pending).await {
+                    Ok((tx, reply)) => {
+                        let reply = reply.map_err(|e| protocol_error(&reader_addr, e));
+                        let _ = tx.send(reply.and_then(|r| r));
                     }
-                    1 => match protocol::get_error(&mut Decoder::new(&frame[9..])) {
-                        Ok(e) => Err(e),
-                        Err(e) => Err(protocol_error(&reader_addr, e)),
-                    },
-                    s => Err(protocol_error(&reader_addr, format!("status byte {s}"))),
-                };
-                if let Some(tx) = reader_pending.lock().remove(&id) {
-                    let _ = tx.send(reply);
+                    Err(ReadFailure::Io(e)) => break lost(&reader_addr, e),
+                    Err(ReadFailure::Protocol(e)) => break protocol_error(&reader_addr, e),
                 }
             };
             reader_broken.store(true, Ordering::Release);
-            for (_, tx) in reader_pending.lock().drain() {
-                let _ = tx.send(Err(lost(&reader_addr, &why)));
+            for (_, p) in reader_pending.lock().drain() {
+                let _ = p.tx.send(Err(copy_error(&why)));
             }
         });
 
-        let mut conn = Conn { frames, pending, broken, handle: 0 };
-        let mut open = Encoder::default();
-        open.u64(self.geometry.cell_count()).u32(self.geometry.cell_size());
-        open.u16(self.name.len() as u16).bytes(self.name.as_bytes());
-        let answer = self.call_on(&conn, op::OPEN, open).await?;
+        let mut conn = Conn { frames, pending, broken, handle: 0, max_frame };
+        let open = Request::Open {
+            cell_count: self.geometry.cell_count(),
+            cell_size: self.geometry.cell_size(),
+            name: self.name.clone(),
+        };
+        let answer = self.call_on(&conn, &open, 4).await?;
         let mut d = Decoder::new(&answer);
         conn.handle = d.u32().map_err(|e| protocol_error(addr, e))?;
+        d.end().map_err(|e| protocol_error(addr, e))?;
         Ok(conn)
     }
 
-    /// Sends one request on `conn` and waits for its answer.
-    async fn call_on(&self, conn: &Conn, op: u8, body: Encoder) -> Result<Vec<u8>> {
+    /// Sends one request on `conn` and waits for its answer, whose ok body may be at most
+    /// `max_ok` bytes.
+    async fn call_on(&self, conn: &Conn, req: &Request, max_ok: usize) -> Result<Vec<u8>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut frame = Encoder::frame();
-        frame.u64(id).u8(op).bytes(&body.0);
-        let frame = frame.finish()?;
+        let frame = req.frame(id, conn.max_frame)?;
         let (tx, rx) = oneshot::channel();
-        conn.pending.lock().insert(id, tx);
+        conn.pending.lock().insert(id, Pending { tx, max_ok });
         if conn.broken.load(Ordering::Acquire) || conn.frames.send(frame).is_err() {
             conn.pending.lock().remove(&id);
             conn.broken.store(true, Ordering::Release);
@@ -215,13 +284,11 @@ impl RemoteStore {
         }
     }
 
-    /// One request on the array: `body` follows the handle.
-    async fn call(&self, op: u8, body: impl FnOnce(&mut Encoder)) -> Result<Vec<u8>> {
+    /// One request on the array, built for the connection's handle.
+    async fn call(&self, max_ok: usize, req: impl FnOnce(u32) -> Request) -> Result<Vec<u8>> {
         let conn = self.connection().await?;
-        let mut e = Encoder::default();
-        e.u32(conn.handle);
-        body(&mut e);
-        self.call_on(&conn, op, e).await
+        let req = req(conn.handle);
+        self.call_on(&conn, &req, max_ok).await
     }
 
     /// Cuts a concatenated answer into buffers of the given lengths.
@@ -242,6 +309,69 @@ impl RemoteStore {
     }
 }
 
+/// Why the reader stopped.
+enum ReadFailure {
+    Io(std::io::Error),
+    Protocol(String),
+}
+
+/// The same error again, for every request that was in flight when the connection failed.
+fn copy_error(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Io { context, source, retryable } => StoreError::Io {
+            context: context.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+            retryable: *retryable,
+        },
+        StoreError::Remote { message, retryable } => {
+            StoreError::Remote { message: message.clone(), retryable: *retryable }
+        }
+        other => StoreError::Remote { message: other.to_string(), retryable: true },
+    }
+}
+
+/// The reply to one request whose ok body must be at most `max_ok` bytes, from the bytes
+/// of a frame after its length: `Err` if it is no valid reply to that request. Every length
+/// is checked before anything is allocated for it.
+pub(crate) fn check_reply_len(len: usize, status: u8, max_ok: usize) -> Result<(), String> {
+    let body = len - protocol::FRAME_HEAD;
+    let max = match status {
+        0 => max_ok,
+        1 => protocol::MAX_ERROR_BODY,
+        s => return Err(format!("status byte {s}")),
+    };
+    if body > max {
+        return Err(format!("an answer of {body} bytes where at most {max} may come"));
+    }
+    Ok(())
+}
+
+/// Reads one reply frame; returns the waiting request's sender and what the reply says.
+async fn read_reply(
+    rd: &mut (impl AsyncRead + Unpin),
+    pending: &Mutex<HashMap<u64, Pending>>,
+) -> std::result::Result<(oneshot::Sender<Reply>, std::result::Result<Reply, String>), ReadFailure>
+{
+    let len = rd.read_u32_le().await.map_err(ReadFailure::Io)? as usize;
+    if len < protocol::FRAME_HEAD {
+        return Err(ReadFailure::Protocol(format!("a frame of {len} bytes")));
+    }
+    let id = rd.read_u64_le().await.map_err(ReadFailure::Io)?;
+    let status = rd.read_u8().await.map_err(ReadFailure::Io)?;
+    let Some(p) = pending.lock().remove(&id) else {
+        return Err(ReadFailure::Protocol(format!(
+            "an answer to request {id}, which was not sent"
+        )));
+    };
+    if let Err(e) = check_reply_len(len, status, p.max_ok) {
+        let _ = p.tx.send(Err(StoreError::Remote { message: e.clone(), retryable: false }));
+        return Err(ReadFailure::Protocol(e));
+    }
+    let mut body = vec![0u8; len - protocol::FRAME_HEAD];
+    rd.read_exact(&mut body).await.map_err(ReadFailure::Io)?;
+    Ok((p.tx, protocol::decode_reply(status, body)))
+}
+
 #[async_trait]
 impl Store for RemoteStore {
     fn geometry(&self) -> Geometry {
@@ -255,15 +385,13 @@ impl Store for RemoteStore {
         if cells.is_empty() {
             return Ok(Vec::new());
         }
+        let size = self.geometry.cell_size() as usize;
         let answer = self
-            .call(op::READ, |e| {
-                e.u32(cells.len() as u32);
-                for c in cells {
-                    e.u64(c.0);
-                }
+            .call(size.saturating_mul(cells.len()), |handle| Request::Read {
+                handle,
+                cells: cells.to_vec(),
             })
             .await?;
-        let size = self.geometry.cell_size() as usize;
         self.split(answer, std::iter::repeat_n(size, cells.len()))
     }
 
@@ -274,7 +402,10 @@ impl Store for RemoteStore {
         if ranges.is_empty() {
             return Ok(Vec::new());
         }
-        let answer = self.call(op::READ_RANGES, |e| protocol::put_ranges(e, ranges)).await?;
+        let total = ranges.iter().map(|r| r.len as usize).fold(0usize, usize::saturating_add);
+        let answer = self
+            .call(total, |handle| Request::ReadRanges { handle, ranges: ranges.to_vec() })
+            .await?;
         self.split(answer, ranges.iter().map(|r| r.len as usize))
     }
 
@@ -285,17 +416,7 @@ impl Store for RemoteStore {
         if cells.is_empty() {
             return Ok(());
         }
-        let answer = self
-            .call(op::WRITE, |e| {
-                e.u32(cells.len() as u32);
-                for (c, data) in &cells {
-                    e.u64(c.0).u32(data.len() as u32);
-                }
-                for (_, data) in &cells {
-                    e.bytes(data);
-                }
-            })
-            .await?;
+        let answer = self.call(0, |handle| Request::Write { handle, cells }).await?;
         if !answer.is_empty() {
             return Err(protocol_error(&self.addr, "a write answered with data"));
         }
@@ -303,7 +424,11 @@ impl Store for RemoteStore {
     }
 
     async fn flush(&self) -> Result<()> {
-        self.call(op::FLUSH, |_| {}).await.map(drop)
+        let answer = self.call(0, |handle| Request::Flush { handle }).await?;
+        if !answer.is_empty() {
+            return Err(protocol_error(&self.addr, "a flush answered with data"));
+        }
+        Ok(())
     }
 }
 
@@ -314,7 +439,9 @@ impl XorStore for RemoteStore {
         if ranges.is_empty() {
             return Ok(Vec::new());
         }
-        let answer = self.call(op::READ_XOR, |e| protocol::put_ranges(e, ranges)).await?;
+        let answer = self
+            .call(len as usize, |handle| Request::ReadXor { handle, ranges: ranges.to_vec() })
+            .await?;
         if answer.len() != len as usize {
             return Err(protocol_error(&self.addr, "an XOR answer of the wrong length"));
         }

@@ -3,11 +3,14 @@
 //!
 //! The untrusted storage server runs as its own process (`blindfold storage-server --listen
 //! ADDR --store memory:|file:///dir`, or in-process with the `blindfold-server` crate); a
-//! gateway reaches it with the store URL `remote://host:port`. The server offers the
+//! gateway reaches it with the store URL `remote://host:port?key_file=/path` (the key file is
+//! the server's `--auth-key-file`, see [`AuthKey`]). The server offers the
 //! [`XorStore`](crate::XorStore) capability, which it computes next to the data, so XOR Ring
 //! ORAM's online read returns one block instead of a path of them.
 
+mod auth;
 mod client;
 pub mod protocol;
 
+pub use auth::{nonce, AuthKey};
 pub use client::RemoteStore;

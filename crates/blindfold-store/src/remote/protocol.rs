@@ -1,13 +1,27 @@
 //! The wire protocol between [`RemoteStore`](super::RemoteStore) and `blindfold storage-server`
-//! (version 1). Every integer is little-endian; `docs/design.md` draws the same bytes.
+//! (version 2). Every integer is little-endian; `docs/design.md` draws the same bytes.
 //!
-//! # Connection
+//! # Connection and handshake
 //!
-//! The client opens a TCP connection and sends a 20-byte hello: the magic
-//! `"blindfold-store\0"` (16 bytes) and the protocol version (u32, 1). The server answers with
-//! the same 20 bytes carrying its own version, and closes the connection if it cannot speak the
-//! client's. After that both sides exchange *frames*: a u32 length (of what follows, at most
-//! [`MAX_FRAME`]) and that many bytes.
+//! ```text
+//! client → server  hello      magic "blindfold-store\0" (16) | version u32 (2)
+//! server → client  hello      the same 20 bytes with the server's version
+//! server → client  challenge  auth u8 (0 none, 1 pre-shared key) | server nonce (32)
+//! client → server  response   client nonce (32) | proof (32)
+//! server → client  verdict    0 | server proof (32) | max_frame u32      (accepted)
+//!                             1 | msg_len u16 | msg (UTF-8, ≤ 1024)      (refused; then close)
+//! ```
+//!
+//! With a key `K`, the client's proof is `HMAC-SHA256(K, "blindfold-storage-auth v2 client" |
+//! server nonce | client nonce)` and the server's the same with `… server`; each side checks
+//! the other's in constant time, so both prove they hold `K` and neither proof can be replayed
+//! on another connection (the other side's nonce is fresh). A server started with
+//! `--insecure-no-auth` sends auth 0 and a zero nonce, ignores the response and sends a zero
+//! proof; a client that holds a key refuses such a server, one without a key refuses a server
+//! that asks for one. The server closes the connection if the versions differ. `max_frame` is
+//! the largest frame the server accepts, so the client refuses a larger batch before sending
+//! it. After the handshake both sides exchange *frames*: a u32 length (of what follows) and
+//! that many bytes.
 //!
 //! # Requests and responses
 //!
@@ -35,8 +49,8 @@
 //! shape fails.
 //!
 //! An error body is `kind u8 | retryable u8 | a u64 | b u64 | c u32 | d u32 | msg_len u32 |
-//! msg (UTF-8)`; the numbers carry the fields of the [`StoreError`] variant named by `kind`
-//! (unused ones are 0):
+//! msg (UTF-8)`, at most [`MAX_ERROR_BODY`] bytes; the numbers carry the fields of the
+//! [`StoreError`] variant named by `kind` (unused ones are 0):
 //!
 //! | kind | error | a | b | c | d |
 //! |---|---|---|---|---|---|
@@ -51,11 +65,21 @@
 //! | 8 | timed out | | | | |
 //! | 9 | invalid geometry | | | | |
 //!
+//! # Sizes
+//!
+//! Every length is checked before anything is allocated for it: a frame against the reader's
+//! limit (the server's `max_frame`; on the client, the answer its request can have — an ok
+//! body exactly as long as the request asks for, an error body at most [`MAX_ERROR_BODY`]), a
+//! count against the bytes left in the frame.
+//!
 //! # Security
 //!
-//! The protocol adds neither encryption nor authentication: everything it carries is already
-//! sealed by the layers above, and the server and the network are untrusted by design. What
-//! the server learns is exactly what a [`Store`](crate::Store) learns, plus the array names.
+//! The handshake authenticates both ends; it does not encrypt or authenticate the frames that
+//! follow. Everything they carry is sealed by the layers above (so tampering is detected
+//! there), and the server is untrusted by design; what an attacker on the network can do to the
+//! frames is what the server itself could. What the key keeps away is the use of the server by
+//! anyone else: a peer without it is refused after the handshake and can neither read, write
+//! nor exhaust the arrays.
 
 use std::path::PathBuf;
 
@@ -64,12 +88,35 @@ use crate::{ByteRange, CellId, StoreError};
 /// First 16 bytes of each side's hello.
 pub const MAGIC: [u8; 16] = *b"blindfold-store\0";
 /// The protocol version this build speaks.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Length of a hello: magic and version.
 pub const HELLO_LEN: usize = 20;
-/// Largest frame either side accepts (1 GiB); a larger request fails with
-/// [`StoreError::InvalidRequest`] before it is sent.
+/// Largest frame this build can send or accept (1 GiB); a server may accept less (it says so in
+/// the handshake), and a larger request fails with [`StoreError::InvalidRequest`] before it is
+/// sent.
 pub const MAX_FRAME: usize = 1 << 30;
+/// Smallest frame: a request's id and op, a response's id and status.
+pub const FRAME_HEAD: usize = 9;
+/// Largest error body (header and message).
+pub const MAX_ERROR_BODY: usize = 30 + MAX_ERROR_MESSAGE;
+/// Longest message in an error body; longer ones are cut.
+pub const MAX_ERROR_MESSAGE: usize = 4096;
+/// Length of each side's nonce.
+pub const NONCE_LEN: usize = 32;
+/// Length of each side's proof.
+pub const PROOF_LEN: usize = 32;
+/// Length of the server's challenge: auth mode and nonce.
+pub const CHALLENGE_LEN: usize = 1 + NONCE_LEN;
+/// Length of the client's response: nonce and proof.
+pub const RESPONSE_LEN: usize = NONCE_LEN + PROOF_LEN;
+/// Length of an accepting verdict after its status byte: server proof and max frame.
+pub const ACCEPT_LEN: usize = PROOF_LEN + 4;
+/// Longest refusal message.
+pub const MAX_REFUSAL: usize = 1024;
+/// Challenge auth mode: the server takes anyone (`--insecure-no-auth`).
+pub const AUTH_NONE: u8 = 0;
+/// Challenge auth mode: the client must prove it holds the pre-shared key.
+pub const AUTH_KEY: u8 = 1;
 
 /// Operation codes.
 pub mod op {
@@ -101,6 +148,246 @@ pub fn parse_hello(h: &[u8; HELLO_LEN]) -> Result<u32, String> {
         return Err("the peer does not speak the blindfold storage protocol".into());
     }
     Ok(u32::from_le_bytes(h[16..].try_into().unwrap()))
+}
+
+/// The server's challenge.
+pub fn challenge(auth: u8, nonce: &[u8; NONCE_LEN]) -> [u8; CHALLENGE_LEN] {
+    let mut c = [0u8; CHALLENGE_LEN];
+    c[0] = auth;
+    c[1..].copy_from_slice(nonce);
+    c
+}
+
+/// Whether the server asks for a key (and its nonce), or why the bytes are no challenge.
+pub fn parse_challenge(c: &[u8; CHALLENGE_LEN]) -> Result<(bool, [u8; NONCE_LEN]), String> {
+    let keyed = match c[0] {
+        AUTH_NONE => false,
+        AUTH_KEY => true,
+        m => return Err(format!("unknown authentication mode {m}")),
+    };
+    Ok((keyed, c[1..].try_into().unwrap()))
+}
+
+/// An accepting verdict: status 0, the server's proof, its largest frame.
+pub fn accept(proof: &[u8; PROOF_LEN], max_frame: u32) -> Vec<u8> {
+    let mut e = Encoder::default();
+    e.u8(0).bytes(proof).u32(max_frame);
+    e.0
+}
+
+/// A refusing verdict: status 1 and a message (cut to [`MAX_REFUSAL`] bytes).
+pub fn refuse(message: &str) -> Vec<u8> {
+    let msg = cut(message, MAX_REFUSAL);
+    let mut e = Encoder::default();
+    e.u8(1).u16(msg.len() as u16).bytes(msg.as_bytes());
+    e.0
+}
+
+/// The body of an accepting verdict (after its status byte): the server's proof and its
+/// largest frame (which must be at least [`FRAME_HEAD`] bytes and at most [`MAX_FRAME`]).
+pub fn parse_accept(b: &[u8; ACCEPT_LEN]) -> Result<([u8; PROOF_LEN], usize), String> {
+    let proof = b[..PROOF_LEN].try_into().unwrap();
+    let max_frame = u32::from_le_bytes(b[PROOF_LEN..].try_into().unwrap()) as usize;
+    if !(FRAME_HEAD..=MAX_FRAME).contains(&max_frame) {
+        return Err(format!("a largest frame of {max_frame} bytes"));
+    }
+    Ok((proof, max_frame))
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// One request, as the client sends it and the server decodes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Open (creating if missing) the array `name` of this shape.
+    Open {
+        /// Number of cells.
+        cell_count: u64,
+        /// Bytes per cell.
+        cell_size: u32,
+        /// The array's name.
+        name: String,
+    },
+    /// Read whole cells.
+    Read {
+        /// From `open`.
+        handle: u32,
+        /// The cells.
+        cells: Vec<CellId>,
+    },
+    /// Read byte ranges.
+    ReadRanges {
+        /// From `open`.
+        handle: u32,
+        /// The ranges.
+        ranges: Vec<ByteRange>,
+    },
+    /// Write whole cells.
+    Write {
+        /// From `open`.
+        handle: u32,
+        /// The cells and their new contents.
+        cells: Vec<(CellId, Vec<u8>)>,
+    },
+    /// Durability barrier.
+    Flush {
+        /// From `open`.
+        handle: u32,
+    },
+    /// XOR byte ranges on the server.
+    ReadXor {
+        /// From `open`.
+        handle: u32,
+        /// The ranges, all of one length.
+        ranges: Vec<ByteRange>,
+    },
+}
+
+impl Request {
+    /// Its operation code.
+    pub fn op(&self) -> u8 {
+        match self {
+            Request::Open { .. } => op::OPEN,
+            Request::Read { .. } => op::READ,
+            Request::ReadRanges { .. } => op::READ_RANGES,
+            Request::Write { .. } => op::WRITE,
+            Request::Flush { .. } => op::FLUSH,
+            Request::ReadXor { .. } => op::READ_XOR,
+        }
+    }
+
+    /// Appends its body.
+    pub fn encode_body(&self, e: &mut Encoder) {
+        match self {
+            Request::Open { cell_count, cell_size, name } => {
+                e.u64(*cell_count).u32(*cell_size).u16(name.len() as u16).bytes(name.as_bytes());
+            }
+            Request::Read { handle, cells } => {
+                e.u32(*handle).u32(cells.len() as u32);
+                for c in cells {
+                    e.u64(c.0);
+                }
+            }
+            Request::ReadRanges { handle, ranges } | Request::ReadXor { handle, ranges } => {
+                e.u32(*handle);
+                put_ranges(e, ranges);
+            }
+            Request::Write { handle, cells } => {
+                e.u32(*handle).u32(cells.len() as u32);
+                for (c, data) in cells {
+                    e.u64(c.0).u32(data.len() as u32);
+                }
+                for (_, data) in cells {
+                    e.bytes(data);
+                }
+            }
+            Request::Flush { handle } => {
+                e.u32(*handle);
+            }
+        }
+    }
+
+    /// Its whole frame (length, id, op, body); fails if it is longer than `max_frame`.
+    pub fn frame(&self, id: u64, max_frame: usize) -> Result<Vec<u8>, StoreError> {
+        let mut e = Encoder::frame();
+        e.u64(id).u8(self.op());
+        self.encode_body(&mut e);
+        e.finish_within(max_frame)
+    }
+
+    /// Decodes the body of a request with operation `op`. Counts are checked against the
+    /// bytes left before anything is allocated for them.
+    pub fn decode(op: u8, body: &[u8]) -> Result<Self, StoreError> {
+        let bad = StoreError::InvalidRequest;
+        let mut d = Decoder::new(body);
+        let req = match op {
+            op::OPEN => {
+                let cell_count = d.u64().map_err(bad)?;
+                let cell_size = d.u32().map_err(bad)?;
+                let n = d.u16().map_err(bad)? as usize;
+                let name = std::str::from_utf8(d.take(n).map_err(bad)?)
+                    .map_err(|_| bad("array name is not UTF-8".into()))?
+                    .to_string();
+                Request::Open { cell_count, cell_size, name }
+            }
+            op::READ => {
+                let handle = d.u32().map_err(bad)?;
+                Request::Read { handle, cells: d.cells().map_err(bad)? }
+            }
+            op::READ_RANGES => {
+                let handle = d.u32().map_err(bad)?;
+                Request::ReadRanges { handle, ranges: d.ranges().map_err(bad)? }
+            }
+            op::READ_XOR => {
+                let handle = d.u32().map_err(bad)?;
+                Request::ReadXor { handle, ranges: d.ranges().map_err(bad)? }
+            }
+            op::WRITE => {
+                let handle = d.u32().map_err(bad)?;
+                let n = d.count(12).map_err(bad)?;
+                let mut heads = Vec::with_capacity(n);
+                for _ in 0..n {
+                    heads.push((d.u64().map_err(bad)?, d.u32().map_err(bad)? as usize));
+                }
+                let mut cells = Vec::with_capacity(n);
+                for (c, len) in heads {
+                    cells.push((CellId(c), d.take(len).map_err(bad)?.to_vec()));
+                }
+                Request::Write { handle, cells }
+            }
+            op::FLUSH => Request::Flush { handle: d.u32().map_err(bad)? },
+            other => {
+                return Err(StoreError::Unsupported(format!(
+                    "operation {other} of the storage protocol"
+                )))
+            }
+        };
+        d.end().map_err(bad)?;
+        Ok(req)
+    }
+}
+
+/// The frame answering request `id`: its ok body or its error.
+pub fn reply_frame(id: u64, answer: Result<Vec<u8>, StoreError>) -> Vec<u8> {
+    let error_frame = |err: &StoreError| {
+        let mut out = Encoder::frame();
+        out.u64(id).u8(1);
+        put_error(&mut out, err);
+        out.finish().expect("an error frame is small")
+    };
+    match answer {
+        Ok(body) => {
+            let mut out = Encoder::frame();
+            out.u64(id).u8(0).bytes(&body);
+            out.finish().unwrap_or_else(|e| error_frame(&e))
+        }
+        Err(e) => error_frame(&e),
+    }
+}
+
+/// What a response says, from its status byte and body: the ok body, or the error it carries;
+/// `Err` if it is no valid response.
+pub fn decode_reply(status: u8, body: Vec<u8>) -> Result<Result<Vec<u8>, StoreError>, String> {
+    match status {
+        0 => Ok(Ok(body)),
+        1 => {
+            let mut d = Decoder::new(&body);
+            let err = get_error(&mut d)?;
+            d.end()?;
+            Ok(Err(err))
+        }
+        s => Err(format!("status byte {s}")),
+    }
 }
 
 /// A little-endian writer into a growing buffer.
@@ -138,12 +425,18 @@ impl Encoder {
         self
     }
     /// Fills in the frame length; fails if the frame is larger than [`MAX_FRAME`].
-    pub fn finish(mut self) -> Result<Vec<u8>, StoreError> {
+    pub fn finish(self) -> Result<Vec<u8>, StoreError> {
+        self.finish_within(MAX_FRAME)
+    }
+    /// Fills in the frame length; fails if the frame is larger than `max_frame` (or
+    /// [`MAX_FRAME`]).
+    pub fn finish_within(mut self, max_frame: usize) -> Result<Vec<u8>, StoreError> {
         let len = self.0.len() - 4;
-        if len > MAX_FRAME {
+        let max = max_frame.min(MAX_FRAME);
+        if len > max {
             return Err(StoreError::InvalidRequest(format!(
-                "a request of {len} bytes is larger than the protocol's {MAX_FRAME}-byte frames; \
-                 split the batch"
+                "a request of {len} bytes is larger than the storage server's {max}-byte \
+                 frames; split the batch (or raise the server's --max-frame-mib)"
             )));
         }
         self.0[..4].copy_from_slice(&(len as u32).to_le_bytes());
@@ -261,6 +554,7 @@ pub fn put_error(e: &mut Encoder, err: &StoreError) {
         StoreError::GeometryMismatch { path, .. } => path.display().to_string(),
         other => other.to_string(),
     };
+    let msg = cut(&msg, MAX_ERROR_MESSAGE);
     e.u8(kind).u8(u8::from(err.is_retryable())).u64(a).u64(b).u32(c).u32(d);
     e.u32(msg.len() as u32).bytes(msg.as_bytes());
 }
