@@ -476,25 +476,46 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     })
 }
 
-/// Whether a request is signed with legacy SigV2, whose signature `s3s` compares in
-/// non-constant time. Such requests are refused before they reach it.
-pub fn is_sigv2<B>(req: &hyper::Request<B>) -> bool {
-    let header_v2 = req
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("AWS "));
-    let query = req.uri().query().unwrap_or("");
-    let query_v2 = query.split('&').any(|p| p.starts_with("Signature="))
-        && !query.split('&').any(|p| p.starts_with("X-Amz-Signature="));
-    header_v2 || query_v2
+/// Why the gateway refuses a request before `s3s` authenticates it, if it does.
+///
+/// `s3s` compares legacy SigV2 signatures with ordinary equality (a timing side channel), so
+/// nothing it would authenticate as SigV2 may reach it. This mirrors how `s3s` 0.14 picks the
+/// scheme (`SignatureContext::check`), on the request as `s3s` parses it, erring towards refusal:
+///
+/// - a POST with a `multipart/form-data` body (a browser-form upload) is authenticated from
+///   its form fields, as SigV2 when it has a `signature` field and no `x-amz-signature`. The
+///   fields are known only once the body has been read, so every form POST is refused;
+/// - a query string that, decoded as `s3s` decodes it, has a parameter named `Signature`
+///   (a SigV2 presigned URL; `s3s` tries it before `X-Amz-Signature`);
+/// - an `Authorization` header in the SigV2 form `AWS <access key>:<signature>`.
+pub fn refusal<B>(req: &hyper::Request<B>) -> Option<&'static str> {
+    let headers = |name| req.headers().get_all(name).into_iter().map(|v| v.as_bytes());
+    let form = req.method() == hyper::Method::POST
+        && headers(hyper::header::CONTENT_TYPE).any(|v| {
+            let v = String::from_utf8_lossy(v).trim().to_ascii_lowercase();
+            v.starts_with("multipart/form-data")
+        });
+    if form {
+        return Some(
+            "Browser-form (POST) uploads are not accepted; upload with a SigV4-signed PUT",
+        );
+    }
+    // A query that does not decode is refused by `s3s` (InvalidURI) before any signature check.
+    let query_v2 = req.uri().query().is_some_and(|q| {
+        serde_urlencoded::from_str::<Vec<(String, String)>>(q)
+            .is_ok_and(|pairs| pairs.iter().any(|(name, _)| name == "Signature"))
+    });
+    let header_v2 = headers(hyper::header::AUTHORIZATION).any(|v| v.starts_with(b"AWS "));
+    (query_v2 || header_v2)
+        .then_some("Signature Version 2 is not accepted; sign requests with SigV4")
 }
 
-fn sigv2_refused() -> s3s::HttpResponse {
-    let xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code>\
-               <Message>Signature Version 2 is not accepted; sign requests with SigV4</Message>\
-               </Error>";
-    let mut resp = hyper::Response::new(s3s::Body::from(bytes::Bytes::from_static(xml.as_bytes())));
+fn refused(message: &str) -> s3s::HttpResponse {
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code>\
+         <Message>{message}</Message></Error>"
+    );
+    let mut resp = hyper::Response::new(s3s::Body::from(xml));
     *resp.status_mut() = hyper::StatusCode::FORBIDDEN;
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -546,7 +567,7 @@ impl http_body::Body for TrackedBody {
     }
 }
 
-/// Answers one HTTP request: SigV2 is refused, everything else goes to the S3 service.
+/// Answers one HTTP request: what [`refusal`] names is refused, everything else goes to the S3 service.
 ///
 /// The response says `Connection: close` when the connection cannot carry another request
 /// cleanly (RFC 9110 §10.1.1):
@@ -567,8 +588,8 @@ async fn handle(
     let expect_continue = expects_continue(&req);
     let empty = hyper::body::Body::is_end_stream(req.body());
     let read_all = Arc::new(AtomicBool::new(empty));
-    let mut resp = if is_sigv2(&req) {
-        sigv2_refused()
+    let mut resp = if let Some(why) = refusal(&req) {
+        refused(why)
     } else {
         let tracked = Arc::clone(&read_all);
         let req = req.map(|inner| s3s::Body::http_body(TrackedBody { inner, read_all: tracked }));
@@ -725,21 +746,54 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
 mod tests {
     use super::*;
 
-    fn req(auth: Option<&str>, uri: &str) -> hyper::Request<()> {
-        let mut b = hyper::Request::builder().uri(uri);
-        if let Some(a) = auth {
-            b = b.header("authorization", a);
+    fn req(method: &str, headers: &[(&str, &str)], uri: &str) -> hyper::Request<()> {
+        let mut b = hyper::Request::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            b = b.header(*name, *value);
         }
         b.body(()).unwrap()
     }
 
+    fn get(auth: Option<&str>, uri: &str) -> hyper::Request<()> {
+        let auth: Vec<_> = auth.map(|a| ("authorization", a)).into_iter().collect();
+        req("GET", &auth, uri)
+    }
+
     #[test]
-    fn sigv2_is_recognised_and_sigv4_is_not() {
-        assert!(is_sigv2(&req(Some("AWS AKID:c2lnbmF0dXJl"), "/b/k")));
-        assert!(is_sigv2(&req(None, "/b/k?AWSAccessKeyId=A&Expires=1&Signature=abc")));
-        assert!(!is_sigv2(&req(Some("AWS4-HMAC-SHA256 Credential=A/2026/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=ab"), "/b/k")));
-        assert!(!is_sigv2(&req(None, "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=ab")));
-        assert!(!is_sigv2(&req(None, "/b/k")));
+    fn what_s3s_would_check_as_sigv2_is_refused() {
+        let v2 = |r: &hyper::Request<()>| refusal(r).is_some_and(|m| m.contains("Version 2"));
+        assert!(v2(&get(Some("AWS AKID:c2lnbmF0dXJl"), "/b/k")));
+        assert!(v2(&get(None, "/b/k?AWSAccessKeyId=A&Expires=1&Signature=abc")));
+        // The parameter name as s3s decodes it, not as sent.
+        assert!(v2(&get(None, "/b/k?AWSAccessKeyId=A&Expires=1&%53ignature=abc")));
+        assert!(v2(&get(None, "/b/k?AWSAccessKeyId=A&Expires=1&Sig%6eature=abc")));
+        // s3s tries SigV2 before SigV4: a dummy X-Amz-Signature does not make it SigV4.
+        assert!(v2(&get(None, "/b/k?AWSAccessKeyId=A&Expires=1&Signature=a&X-Amz-Signature=b")));
+        // Any Authorization header in the SigV2 form, even beside another one.
+        let two = [("authorization", "AWS4-HMAC-SHA256 x"), ("authorization", "AWS A:s")];
+        assert!(v2(&req("GET", &two, "/b/k")));
+    }
+
+    #[test]
+    fn browser_form_posts_are_refused() {
+        for ct in ["multipart/form-data; boundary=x", " Multipart/Form-Data;boundary=x"] {
+            let r = req("POST", &[("content-type", ct)], "/b");
+            assert!(refusal(&r).is_some_and(|m| m.contains("POST")), "{ct:?}");
+        }
+        // Other POSTs (multipart uploads, DeleteObjects) are not form uploads.
+        assert_eq!(refusal(&req("POST", &[("content-type", "application/xml")], "/b?delete")), None);
+        assert_eq!(refusal(&req("POST", &[], "/b/k?uploads")), None);
+    }
+
+    #[test]
+    fn sigv4_and_anonymous_requests_pass() {
+        let v4 = "AWS4-HMAC-SHA256 Credential=A/2026/us-east-1/s3/aws4_request, \
+                  SignedHeaders=host, Signature=ab";
+        assert_eq!(refusal(&get(Some(v4), "/b/k")), None);
+        let presigned = "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=ab";
+        assert_eq!(refusal(&get(None, presigned)), None);
+        assert_eq!(refusal(&get(None, "/b/k?signature=lower-case-is-not-sigv2")), None);
+        assert_eq!(refusal(&get(None, "/b/k")), None);
     }
 
     #[test]

@@ -145,18 +145,81 @@ async fn requests_without_a_body_keep_the_connection() {
     g.stop().await;
 }
 
+/// Sends one request on a new connection and reads the response.
+async fn exchange(g: &Running, request: &[u8]) -> (String, String) {
+    let mut sock = TcpStream::connect(g.addr).await.unwrap();
+    sock.write_all(request).await.unwrap();
+    let (head, body) = response(&mut sock).await;
+    (head, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn refused_as_sigv2(head: &str, body: &str) -> bool {
+    head.starts_with("http/1.1 403") && body.contains("Signature Version 2 is not accepted")
+}
+
 #[tokio::test]
 async fn sigv2_is_refused_with_a_reason() {
     let g = Running::start().await;
-    let mut sock = TcpStream::connect(g.addr).await.unwrap();
-    sock.write_all(
+    let (head, body) = exchange(
+        &g,
         b"GET /bucket/k HTTP/1.1\r\nHost: gw\r\nAuthorization: AWS AKIDHTTPTEST:c2ln\r\n\r\n",
     )
-    .await
-    .unwrap();
-    let (head, body) = response(&mut sock).await;
-    assert!(head.starts_with("http/1.1 403"), "{head}");
-    assert!(String::from_utf8_lossy(&body).contains("SigV4"));
+    .await;
+    assert!(refused_as_sigv2(&head, &body), "{head}{body}");
+    g.stop().await;
+}
+
+/// SigV2 presigned-URL parameters with a real access key and an expiry far ahead: what would
+/// reach the SigV2 signature comparison if it were not refused.
+const V2_QUERY: &str = "AWSAccessKeyId=AKIDHTTPTEST&Expires=4102444800";
+
+#[tokio::test]
+async fn sigv2_with_a_percent_encoded_parameter_name_is_refused() {
+    let g = Running::start().await;
+    for name in ["%53ignature", "Sig%6Eature", "%53%69%67%6e%61%74%75%72%65"] {
+        let req = format!("GET /bucket/k?{V2_QUERY}&{name}=c2ln HTTP/1.1\r\nHost: gw\r\n\r\n");
+        let (head, body) = exchange(&g, req.as_bytes()).await;
+        assert!(refused_as_sigv2(&head, &body), "{name}: {head}{body}");
+    }
+    g.stop().await;
+}
+
+#[tokio::test]
+async fn sigv2_beside_a_dummy_sigv4_signature_is_refused() {
+    let g = Running::start().await;
+    let req = format!(
+        "GET /bucket/k?{V2_QUERY}&Signature=c2ln&X-Amz-Signature=00 HTTP/1.1\r\nHost: gw\r\n\r\n"
+    );
+    let (head, body) = exchange(&g, req.as_bytes()).await;
+    assert!(refused_as_sigv2(&head, &body), "{head}{body}");
+    g.stop().await;
+}
+
+#[tokio::test]
+async fn a_browser_form_post_with_a_sigv2_signature_is_refused() {
+    let g = Running::start().await;
+    let policy = "eyJleHBpcmF0aW9uIjoiMjEwMC0wMS0wMVQwMDowMDowMFoiLCJjb25kaXRpb25zIjpbXX0=";
+    let mut form = String::new();
+    for (name, value) in [
+        ("key", "k"),
+        ("AWSAccessKeyId", "AKIDHTTPTEST"),
+        ("policy", policy),
+        ("signature", "c2lnbmF0dXJl"),
+    ] {
+        form += &format!(
+            "--XYZ\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+        );
+    }
+    form += "--XYZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\
+             Content-Type: text/plain\r\n\r\ndata\r\n--XYZ--\r\n";
+    let req = format!(
+        "POST /bucket HTTP/1.1\r\nHost: gw\r\nContent-Type: multipart/form-data; boundary=XYZ\r\n\
+         Content-Length: {}\r\n\r\n{form}",
+        form.len()
+    );
+    let (head, body) = exchange(&g, req.as_bytes()).await;
+    assert!(head.starts_with("http/1.1 403"), "{head}{body}");
+    assert!(body.contains("Browser-form (POST) uploads are not accepted"), "{body}");
     g.stop().await;
 }
 
