@@ -511,17 +511,83 @@ pub fn refusal<B>(req: &hyper::Request<B>) -> Option<&'static str> {
 }
 
 fn refused(message: &str) -> s3s::HttpResponse {
+    error_response(hyper::StatusCode::FORBIDDEN, "AccessDenied", message)
+}
+
+/// An S3 error answered by the gateway itself, before `s3s`.
+fn error_response(status: hyper::StatusCode, code: &str, message: &str) -> s3s::HttpResponse {
     let xml = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code>\
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>\
          <Message>{message}</Message></Error>"
     );
     let mut resp = hyper::Response::new(s3s::Body::from(xml));
-    *resp.status_mut() = hyper::StatusCode::FORBIDDEN;
+    *resp.status_mut() = status;
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/xml"),
     );
     resp
+}
+
+/// The most a request body sent without a length (chunked transfer encoding, no
+/// `Content-Length`) may hold.
+pub const UNSIZED_BODY_LIMIT: usize = 16 << 20;
+
+/// Whether a request body comes without the length `s3s` needs to check its payload hash:
+/// chunked transfer encoding, no `Content-Length`, and no `aws-chunked` framing (which
+/// carries its own decoded length). Such a body is read into memory first, up to
+/// [`UNSIZED_BODY_LIMIT`].
+fn needs_length(req: &hyper::Request<hyper::body::Incoming>) -> bool {
+    use hyper::body::Body as _;
+    let headers = req.headers();
+    let streaming = headers
+        .get("x-amz-content-sha256")
+        .is_some_and(|v| v.as_bytes().starts_with(b"STREAMING-"));
+    !headers.contains_key(hyper::header::CONTENT_LENGTH)
+        && !streaming
+        && !req.body().is_end_stream()
+        && req.body().size_hint().exact().is_none()
+}
+
+/// Why a body without a length was not read.
+#[derive(Debug)]
+enum UnsizedBody {
+    TooLarge,
+    Broken,
+}
+
+/// Reads a whole body of at most `limit` bytes.
+async fn read_limited(
+    mut body: hyper::body::Incoming,
+    limit: usize,
+) -> std::result::Result<bytes::Bytes, UnsizedBody> {
+    use hyper::body::Body as _;
+    let mut out = bytes::BytesMut::new();
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(|_| UnsizedBody::Broken)?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > limit {
+                return Err(UnsizedBody::TooLarge);
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out.freeze())
+}
+
+fn unsized_refused(e: UnsizedBody) -> s3s::HttpResponse {
+    match e {
+        UnsizedBody::TooLarge => error_response(
+            hyper::StatusCode::LENGTH_REQUIRED,
+            "MissingContentLength",
+            "A body sent without Content-Length may hold at most 16 MiB; send Content-Length",
+        ),
+        UnsizedBody::Broken => error_response(
+            hyper::StatusCode::BAD_REQUEST,
+            "IncompleteBody",
+            "The request body could not be read to its end",
+        ),
+    }
 }
 
 /// Whether a request asks for `100 Continue` before it sends its body.
@@ -590,16 +656,116 @@ async fn handle(
     let read_all = Arc::new(AtomicBool::new(empty));
     let mut resp = if let Some(why) = refusal(&req) {
         refused(why)
+    } else if needs_length(&req) {
+        let (parts, body) = req.into_parts();
+        match read_limited(body, UNSIZED_BODY_LIMIT).await {
+            Ok(body) => {
+                read_all.store(true, Ordering::Release);
+                let req = hyper::Request::from_parts(parts, s3s::Body::from(body));
+                service.call(req).await?
+            }
+            Err(e) => unsized_refused(e),
+        }
     } else {
         let tracked = Arc::clone(&read_all);
         let req = req.map(|inner| s3s::Body::http_body(TrackedBody { inner, read_all: tracked }));
         service.call(req).await?
     };
+    if resp.status().is_client_error() || resp.status().is_server_error() {
+        explain(&mut resp);
+    }
     if (expect_continue && empty) || !read_all.load(Ordering::Acquire) {
         resp.headers_mut()
             .insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
     }
     Ok(resp)
+}
+
+/// The standard message of an S3 error code, as S3 words it.
+fn standard_message(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "AccessDenied" => "Access Denied",
+        "BadDigest" => "The Content-MD5 you specified did not match what we received.",
+        "BucketAlreadyOwnedByYou" => {
+            "Your previous request to create the named bucket succeeded and you already own it."
+        }
+        "BucketNotEmpty" => "The bucket you tried to delete is not empty",
+        "EntityTooLarge" => "Your proposed upload exceeds the maximum allowed object size.",
+        "EntityTooSmall" => "Your proposed upload is smaller than the minimum allowed object size.",
+        "IncompleteBody" => {
+            "You did not provide the number of bytes specified by the Content-Length HTTP header."
+        }
+        "InternalError" => "We encountered an internal error. Please try again.",
+        "InvalidAccessKeyId" => "The AWS Access Key Id you provided does not exist in our records.",
+        "InvalidArgument" => "Invalid Argument",
+        "InvalidBucketName" => "The specified bucket is not valid.",
+        "InvalidDigest" => "The Content-MD5 you specified is not valid.",
+        "InvalidPart" => {
+            "One or more of the specified parts could not be found. The part may not have been \
+             uploaded, or the specified entity tag may not match the part's entity tag."
+        }
+        "InvalidPartOrder" => {
+            "The list of parts was not in ascending order. The parts list must be specified in \
+             order by part number."
+        }
+        "InvalidRange" => "The requested range is not satisfiable",
+        "InvalidRequest" => "Invalid Request",
+        "InvalidURI" => "Couldn't parse the specified URI.",
+        "KeyTooLongError" => "Your key is too long.",
+        "MalformedXML" => {
+            "The XML you provided was not well-formed or did not validate against our published \
+             schema."
+        }
+        "MaxMessageLengthExceeded" => "Your request was too big.",
+        "MethodNotAllowed" => "The specified method is not allowed against this resource.",
+        "MissingContentLength" => "You must provide the Content-Length HTTP header.",
+        "NoSuchBucket" => "The specified bucket does not exist",
+        "NoSuchKey" => "The specified key does not exist.",
+        "NoSuchUpload" => {
+            "The specified multipart upload does not exist. The upload ID might be invalid, or \
+             the multipart upload might have been aborted or completed."
+        }
+        "NotImplemented" => "A header you provided implies functionality that is not implemented.",
+        "PreconditionFailed" => "At least one of the preconditions you specified did not hold.",
+        "RequestTimeTooSkewed" => {
+            "The difference between the request time and the current time is too large."
+        }
+        "SignatureDoesNotMatch" => {
+            "The request signature we calculated does not match the signature you provided. \
+             Check your key and signing method."
+        }
+        "XAmzContentSHA256Mismatch" => {
+            "The provided 'x-amz-content-sha256' header does not match what was computed."
+        }
+        _ => return None,
+    })
+}
+
+/// Gives an S3 error response without a `<Message>` (as `s3s` sends its own errors and codes
+/// raised without one) the standard message of its code, so that clients print more than
+/// "Unknown"; and logs the refusal once, at debug level for a client error.
+fn explain(resp: &mut s3s::HttpResponse) {
+    let status = resp.status().as_u16();
+    let Some(xml) = resp.body().bytes() else { return };
+    let text = String::from_utf8_lossy(&xml);
+    let code = text
+        .split_once("<Code>")
+        .and_then(|(_, rest)| rest.split_once("</Code>"))
+        .map(|(code, _)| code.to_string());
+    match &code {
+        Some(code) if status < 500 => tracing::debug!(status, code, "request refused"),
+        Some(code) => tracing::warn!(status, code, "request failed"),
+        None => tracing::debug!(status, "request refused"),
+    }
+    let Some(message) = code.as_deref().and_then(standard_message) else { return };
+    if text.contains("<Message>") {
+        return;
+    }
+    let tag = "</Code>";
+    let Some(at) = text.find(tag).map(|i| i + tag.len()) else { return };
+    let body = format!("{}<Message>{message}</Message>{}", &text[..at], &text[at..]);
+    *resp.body_mut() = s3s::Body::from(body);
+    resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
 }
 
 /// Builds the S3 service for an opened gateway.
@@ -781,7 +947,10 @@ mod tests {
             assert!(refusal(&r).is_some_and(|m| m.contains("POST")), "{ct:?}");
         }
         // Other POSTs (multipart uploads, DeleteObjects) are not form uploads.
-        assert_eq!(refusal(&req("POST", &[("content-type", "application/xml")], "/b?delete")), None);
+        assert_eq!(
+            refusal(&req("POST", &[("content-type", "application/xml")], "/b?delete")),
+            None
+        );
         assert_eq!(refusal(&req("POST", &[], "/b/k?uploads")), None);
     }
 
