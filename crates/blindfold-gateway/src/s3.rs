@@ -19,6 +19,8 @@ const PREFETCH: usize = 1 << 20;
 const MAX_KEYS: usize = 1000;
 /// Parts in one ListParts answer, as in S3.
 const MAX_PARTS: usize = 1000;
+/// The smallest part of a multipart upload other than the last, as in S3.
+const MIN_PART_SIZE: u64 = 5 << 20;
 
 /// The S3 service.
 #[derive(Debug, Clone)]
@@ -62,40 +64,252 @@ fn etag(meta: &ObjectMeta) -> ETag {
     ETag::Strong(meta.etag.clone())
 }
 
-fn metadata_map(m: Option<Metadata>) -> BTreeMap<String, String> {
-    m.map(|m| m.into_iter().collect()).unwrap_or_default()
+/// Client metadata (`x-amz-meta-*`) as stored, with the standard headers added.
+fn metadata_map(m: Option<Metadata>, standard: StandardHeaders) -> BTreeMap<String, String> {
+    let mut map: BTreeMap<String, String> = m
+        .map(|m| m.into_iter().filter(|(k, _)| !k.starts_with(STANDARD_PREFIX)).collect())
+        .unwrap_or_default();
+    standard.store(&mut map);
+    map
 }
 
+/// The client metadata of a stored map, without the standard headers.
 fn to_metadata(m: &BTreeMap<String, String>) -> Option<Metadata> {
-    (!m.is_empty()).then(|| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    let user: Metadata = m
+        .iter()
+        .filter(|(k, _)| !k.starts_with(STANDARD_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    (!user.is_empty()).then_some(user)
 }
 
-/// Checks If-Match / If-None-Match for a read. Returns NotModified as an error for 304.
-fn check_conditions(
-    meta: &ObjectMeta,
-    if_match: Option<&IfMatch>,
-    if_none_match: Option<&IfNoneMatch>,
+/// Standard headers are kept in an object's metadata map under names that start with this:
+/// no header name (so no `x-amz-meta-*` name) contains a colon.
+const STANDARD_PREFIX: &str = ":";
+
+/// The standard HTTP headers an object keeps from its upload and returns on GET and HEAD
+/// (Content-Type has a field of its own).
+#[derive(Debug, Default, Clone)]
+struct StandardHeaders {
+    cache_control: Option<String>,
+    content_disposition: Option<String>,
+    content_encoding: Option<String>,
+    content_language: Option<String>,
+    expires: Option<Timestamp>,
+}
+
+impl StandardHeaders {
+    const NAMES: [&'static str; 5] = [
+        ":cache-control",
+        ":content-disposition",
+        ":content-encoding",
+        ":content-language",
+        ":expires",
+    ];
+
+    fn new(
+        cache_control: Option<String>,
+        content_disposition: Option<String>,
+        content_encoding: Option<String>,
+        content_language: Option<String>,
+        expires: Option<Timestamp>,
+    ) -> Self {
+        // `aws-chunked` describes how the request body was sent, not the object.
+        let content_encoding = content_encoding.and_then(|e| {
+            let kept: Vec<&str> = e
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
+                .collect();
+            (!kept.is_empty()).then(|| kept.join(", "))
+        });
+        Self { cache_control, content_disposition, content_encoding, content_language, expires }
+    }
+
+    fn store(self, map: &mut BTreeMap<String, String>) {
+        let expires = self.expires.and_then(|t| {
+            let mut text = Vec::new();
+            t.format(TimestampFormat::HttpDate, &mut text).ok()?;
+            String::from_utf8(text).ok()
+        });
+        let values = [
+            self.cache_control,
+            self.content_disposition,
+            self.content_encoding,
+            self.content_language,
+            expires,
+        ];
+        for (name, value) in Self::NAMES.into_iter().zip(values) {
+            if let Some(v) = value {
+                map.insert(name.to_string(), v);
+            }
+        }
+    }
+
+    fn of(meta: &ObjectMeta) -> Self {
+        let get = |i: usize| meta.metadata.get(Self::NAMES[i]).cloned();
+        Self {
+            cache_control: get(0),
+            content_disposition: get(1),
+            content_encoding: get(2),
+            content_language: get(3),
+            expires: get(4).and_then(|t| Timestamp::parse(TimestampFormat::HttpDate, &t).ok()),
+        }
+    }
+}
+
+/// What a request's preconditions say about an existing object (RFC 9110 §13.2.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Precondition {
+    /// Go on.
+    Holds,
+    /// If-None-Match or If-Modified-Since: 304 for a read, 412 otherwise.
+    NotModified,
+    /// If-Match or If-Unmodified-Since: 412.
+    Fails,
+}
+
+/// The four conditional headers of a request (or the four `x-amz-copy-source-if-*` ones).
+#[derive(Debug, Default, Clone, Copy)]
+struct Conditions<'a> {
+    if_match: Option<&'a ETagCondition>,
+    if_none_match: Option<&'a ETagCondition>,
+    if_modified_since: Option<&'a Timestamp>,
+    if_unmodified_since: Option<&'a Timestamp>,
+}
+
+impl Conditions<'_> {
+    /// Evaluates the conditions on `meta` in the order of RFC 9110: If-Match, else
+    /// If-Unmodified-Since; then If-None-Match, else If-Modified-Since. Dates compare in whole
+    /// seconds, the precision of Last-Modified.
+    fn evaluate(&self, meta: &ObjectMeta) -> Precondition {
+        let ours = etag(meta);
+        let modified = meta.modified_ns.div_euclid(1_000_000_000);
+        let secs =
+            |t: &Timestamp| i128::from(time::OffsetDateTime::from(t.clone()).unix_timestamp());
+        match self.if_match {
+            Some(ETagCondition::Any) => {}
+            Some(ETagCondition::ETag(t)) if t.strong_cmp(&ours) => {}
+            Some(_) => return Precondition::Fails,
+            None => {
+                if self.if_unmodified_since.is_some_and(|t| modified > secs(t)) {
+                    return Precondition::Fails;
+                }
+            }
+        }
+        match self.if_none_match {
+            Some(ETagCondition::Any) => return Precondition::NotModified,
+            Some(ETagCondition::ETag(t)) if t.weak_cmp(&ours) => return Precondition::NotModified,
+            Some(_) => {}
+            None => {
+                if self.if_modified_since.is_some_and(|t| modified <= secs(t)) {
+                    return Precondition::NotModified;
+                }
+            }
+        }
+        Precondition::Holds
+    }
+
+    /// For a GET or HEAD: 304 or 412 as an error.
+    fn check_read(&self, meta: &ObjectMeta) -> S3Result<()> {
+        match self.evaluate(meta) {
+            Precondition::Holds => Ok(()),
+            Precondition::NotModified => {
+                let mut e = S3Error::new(S3ErrorCode::NotModified);
+                let mut headers = hyper::HeaderMap::new();
+                if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("\"{}\"", meta.etag)) {
+                    headers.insert(hyper::header::ETAG, v);
+                }
+                e.set_headers(headers);
+                Err(e)
+            }
+            Precondition::Fails => Err(precondition_failed()),
+        }
+    }
+
+    /// For a write or a copy source: anything but [`Precondition::Holds`] is 412.
+    fn check_write(&self, meta: &ObjectMeta) -> S3Result<()> {
+        match self.evaluate(meta) {
+            Precondition::Holds => Ok(()),
+            _ => Err(precondition_failed()),
+        }
+    }
+}
+
+fn precondition_failed() -> S3Error {
+    s3_error!(PreconditionFailed)
+}
+
+/// Checks a write's If-Match / If-None-Match against the object it would replace, if any.
+/// If-Match needs an object (NoSuchKey without one, as S3 answers); If-None-Match: * needs
+/// there to be none.
+fn check_destination(
+    existing: Option<&ObjectMeta>,
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
 ) -> S3Result<()> {
-    let ours = etag(meta);
-    if let Some(cond) = if_match {
-        let ok = match cond {
-            ETagCondition::Any => true,
-            ETagCondition::ETag(t) => t.strong_cmp(&ours),
-        };
-        if !ok {
-            return Err(s3_error!(PreconditionFailed));
-        }
+    let conditions = Conditions { if_match, if_none_match, ..Default::default() };
+    match existing {
+        Some(meta) => conditions.check_write(meta),
+        None if if_match.is_some() => Err(s3_error!(NoSuchKey)),
+        None => Ok(()),
     }
-    if let Some(cond) = if_none_match {
-        let hit = match cond {
-            ETagCondition::Any => true,
-            ETagCondition::ETag(t) => t.weak_cmp(&ours),
-        };
-        if hit {
-            return Err(S3Error::new(S3ErrorCode::NotModified));
-        }
+}
+
+/// Parses `x-amz-copy-source-range`, which must be `bytes=first-last` inside the source.
+fn copy_range(range: &str, size: u64) -> S3Result<std::ops::Range<u64>> {
+    let malformed = || {
+        s3_error!(
+            InvalidArgument,
+            "The x-amz-copy-source-range value must be of the form bytes=first-last where first \
+             and last are the zero-based offsets of the first and last bytes to copy"
+        )
+    };
+    let (first, last) =
+        range.strip_prefix("bytes=").and_then(|r| r.split_once('-')).ok_or_else(malformed)?;
+    let number = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().ok())
+            .flatten()
+            .ok_or_else(malformed)
+    };
+    let (first, last) = (number(first)?, number(last)?);
+    if first > last {
+        return Err(malformed());
     }
-    Ok(())
+    if last >= size {
+        return Err(s3_error!(InvalidRange, "The requested range is not satisfiable"));
+    }
+    Ok(first..last + 1)
+}
+
+/// Whether a listing asks for `encoding-type=url`; any other value is refused.
+fn url_encoding(encoding: Option<&EncodingType>) -> S3Result<bool> {
+    match encoding {
+        None => Ok(false),
+        Some(e) if e.as_str() == EncodingType::URL => Ok(true),
+        Some(_) => Err(s3_error!(InvalidArgument, "Invalid Encoding Method specified in Request")),
+    }
+}
+
+/// Percent-encodes a key, prefix, delimiter or marker for `encoding-type=url` answers, keeping
+/// what needs no encoding in a URL path.
+fn encode_url(s: &str) -> String {
+    use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+    const KEEP: &AsciiSet =
+        &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b'/');
+    utf8_percent_encode(s, KEEP).to_string()
+}
+
+/// Applies [`encode_url`] when `on`.
+fn encoder(on: bool) -> impl Fn(String) -> String {
+    move |s| if on { encode_url(&s) } else { s }
+}
+
+fn receiver_stream(
+    rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, GatewayError>>,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, GatewayError>> + Unpin {
+    Box::pin(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) }))
 }
 
 fn body_stream(
@@ -110,9 +324,7 @@ fn body_stream(
 fn receiver_blob(
     rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, GatewayError>>,
 ) -> StreamingBlob {
-    let stream =
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
-    StreamingBlob::wrap(stream)
+    StreamingBlob::wrap(receiver_stream(rx))
 }
 
 /// One page of a multipart upload's parts: those numbered above `after`, at most `max` of
@@ -132,6 +344,47 @@ fn object_entry(key: String, meta: &ObjectMeta) -> Object {
         storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
         ..Default::default()
     }
+}
+
+/// The ETag of the object a multipart upload of these (number, ETag) parts makes, if every
+/// part has an MD5 ETag.
+fn multipart_etag(parts: &[(i32, Option<String>)]) -> Option<String> {
+    use md5::{Digest, Md5};
+    let mut md5s = Vec::new();
+    for (_, etag) in parts {
+        let raw = hex::decode(etag.as_deref()?.trim_matches('"')).ok()?;
+        if raw.len() != 16 {
+            return None;
+        }
+        md5s.extend_from_slice(&raw);
+    }
+    Some(format!("{}-{}", hex::encode(Md5::digest(&md5s)), parts.len()))
+}
+
+/// `max-keys`: at most [`MAX_KEYS`], never negative.
+fn max_keys(m: Option<i32>) -> S3Result<usize> {
+    match m {
+        Some(m) if m < 0 => Err(s3_error!(InvalidArgument, "max-keys must not be negative")),
+        Some(m) => Ok((m as usize).min(MAX_KEYS)),
+        None => Ok(MAX_KEYS),
+    }
+}
+
+/// A continuation token: the hex form of the last name answered.
+fn decode_token(t: &str) -> S3Result<String> {
+    let bad = || s3_error!(InvalidArgument, "The continuation token provided is incorrect");
+    String::from_utf8(hex::decode(t).map_err(|_| bad())?).map_err(|_| bad())
+}
+
+fn encode_objects(objects: Vec<Object>, enc: &impl Fn(String) -> String) -> Vec<Object> {
+    objects.into_iter().map(|o| Object { key: o.key.map(enc), ..o }).collect()
+}
+
+fn encode_prefixes(
+    prefixes: Vec<CommonPrefix>,
+    enc: &impl Fn(String) -> String,
+) -> Vec<CommonPrefix> {
+    prefixes.into_iter().map(|p| CommonPrefix { prefix: p.prefix.map(enc) }).collect()
 }
 
 /// A listing: objects and common prefixes, whether truncated, and the last key consumed.
@@ -157,6 +410,10 @@ impl Gateway {
         let delimiter = delimiter.filter(|d| !d.is_empty());
         let mut out =
             Listing { objects: Vec::new(), prefixes: Vec::new(), truncated: false, last: None };
+        // S3 answers max-keys=0 with nothing, not truncated.
+        if max_keys == 0 {
+            return Ok(out);
+        }
         let mut cursor = after.to_string();
         // Continuing after a common prefix: skip every key under it, not just the prefix.
         if let Some(d) = delimiter {
@@ -213,9 +470,34 @@ impl Gateway {
 impl S3 for Gateway {
     async fn list_buckets(
         &self,
-        _req: S3Request<ListBucketsInput>,
+        req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        let buckets = self.objects.directory().buckets().map_err(s3)?;
+        let input = req.input;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let max = match input.max_buckets {
+            Some(m) if !(1..=10_000).contains(&m) => {
+                return Err(s3_error!(InvalidArgument, "max-buckets must be 1 to 10000"))
+            }
+            Some(m) => m as usize,
+            None => usize::MAX,
+        };
+        let after = match &input.continuation_token {
+            Some(t) => Some(decode_token(t)?),
+            None => None,
+        };
+        let mut buckets: Vec<_> = self
+            .objects
+            .directory()
+            .buckets()
+            .map_err(s3)?
+            .into_iter()
+            .filter(|(name, _)| name.starts_with(&prefix))
+            .filter(|(name, _)| after.as_ref().is_none_or(|a| name > a))
+            .collect();
+        buckets.sort_by(|a, b| a.0.cmp(&b.0));
+        let more = buckets.len() > max;
+        buckets.truncate(max);
+        let next = more.then(|| buckets.last().map(|(n, _)| hex::encode(n.as_bytes()))).flatten();
         let list = buckets
             .into_iter()
             .map(|(name, meta)| Bucket {
@@ -227,7 +509,12 @@ impl S3 for Gateway {
                 ..Default::default()
             })
             .collect();
-        Ok(S3Response::new(ListBucketsOutput { buckets: Some(list), ..Default::default() }))
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(list),
+            continuation_token: next,
+            prefix: input.prefix,
+            ..Default::default()
+        }))
     }
 
     async fn create_bucket(
@@ -271,17 +558,16 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let input = req.input;
+        // If-None-Match: * is checked again when the object is published, atomically.
         let if_none_match = matches!(input.if_none_match, Some(ETagCondition::Any));
-        if let Some(cond) = &input.if_match {
-            let meta = self.objects.directory().object(&input.bucket, &input.key).map_err(s3)?;
-            let ok = match (cond, &meta) {
-                (_, None) => false,
-                (ETagCondition::Any, Some(_)) => true,
-                (ETagCondition::ETag(t), Some(m)) => t.strong_cmp(&etag(m)),
-            };
-            if !ok {
-                return Err(s3_error!(PreconditionFailed));
-            }
+        if input.if_match.is_some() || input.if_none_match.is_some() {
+            let existing =
+                self.objects.directory().object(&input.bucket, &input.key).map_err(s3)?;
+            check_destination(
+                existing.as_ref(),
+                input.if_match.as_ref(),
+                input.if_none_match.as_ref(),
+            )?;
         }
         if let Some(len) = input.content_length {
             if len as u64 > crate::objects::MAX_OBJECT_SIZE {
@@ -295,7 +581,16 @@ impl S3 for Gateway {
                 &input.key,
                 body_stream(input.body),
                 input.content_type,
-                metadata_map(input.metadata),
+                metadata_map(
+                    input.metadata,
+                    StandardHeaders::new(
+                        input.cache_control,
+                        input.content_disposition,
+                        input.content_encoding,
+                        input.content_language,
+                        input.expires,
+                    ),
+                ),
                 if_none_match,
             )
             .await
@@ -318,7 +613,13 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
         let (meta, _pin) = self.head_for_read(&input.bucket, &input.key)?;
-        check_conditions(&meta, input.if_match.as_ref(), input.if_none_match.as_ref())?;
+        Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        }
+        .check_read(&meta)?;
         let (range, content_range) = match &input.range {
             Some(r) => {
                 let rg = r.check(meta.size).map_err(|_| s3_error!(InvalidRange))?;
@@ -329,11 +630,19 @@ impl S3 for Gateway {
         };
         let len = range.end - range.start;
         let rx = self.objects.read_range(&meta, range, PREFETCH).await.map_err(s3)?;
+        // response-* query parameters override what the object says (S3 honours them on
+        // signed requests, which every request here is).
+        let std = StandardHeaders::of(&meta);
         Ok(S3Response::new(GetObjectOutput {
             body: Some(receiver_blob(rx)),
             content_length: Some(len as i64),
             content_range,
-            content_type: meta.content_type.clone(),
+            content_type: input.response_content_type.or_else(|| meta.content_type.clone()),
+            cache_control: input.response_cache_control.or(std.cache_control),
+            content_disposition: input.response_content_disposition.or(std.content_disposition),
+            content_encoding: input.response_content_encoding.or(std.content_encoding),
+            content_language: input.response_content_language.or(std.content_language),
+            expires: input.response_expires.or(std.expires),
             e_tag: Some(etag(&meta)),
             last_modified: Some(Timestamp::from(meta.modified())),
             metadata: to_metadata(&meta.metadata),
@@ -348,10 +657,22 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
         let meta = self.head(&input.bucket, &input.key)?;
-        check_conditions(&meta, input.if_match.as_ref(), input.if_none_match.as_ref())?;
+        Conditions {
+            if_match: input.if_match.as_ref(),
+            if_none_match: input.if_none_match.as_ref(),
+            if_modified_since: input.if_modified_since.as_ref(),
+            if_unmodified_since: input.if_unmodified_since.as_ref(),
+        }
+        .check_read(&meta)?;
+        let std = StandardHeaders::of(&meta);
         Ok(S3Response::new(HeadObjectOutput {
             content_length: Some(meta.size as i64),
             content_type: meta.content_type.clone(),
+            cache_control: std.cache_control,
+            content_disposition: std.content_disposition,
+            content_encoding: std.content_encoding,
+            content_language: std.content_language,
+            expires: std.expires,
             e_tag: Some(etag(&meta)),
             last_modified: Some(Timestamp::from(meta.modified())),
             metadata: to_metadata(&meta.metadata),
@@ -374,6 +695,9 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         let input = req.input;
         self.objects.directory().require_bucket(&input.bucket).map_err(s3)?;
+        if input.delete.objects.len() > MAX_KEYS {
+            return Err(s3_error!(MalformedXML, "A DeleteObjects request names at most 1000 keys"));
+        }
         let quiet = input.delete.quiet.unwrap_or(false);
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
@@ -411,19 +735,35 @@ impl S3 for Gateway {
             }
         };
         let (src, _pin) = self.head_for_read(&src_bucket, &src_key)?;
-        if let Some(cond) = &input.copy_source_if_match {
-            if !matches!(cond, ETagCondition::Any)
-                && !matches!(cond, ETagCondition::ETag(t) if t.strong_cmp(&etag(&src)))
-            {
-                return Err(s3_error!(PreconditionFailed));
-            }
+        Conditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
         }
+        .check_write(&src)?;
         let replace = input
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-        let metadata =
-            replace.then(|| (input.content_type.clone(), metadata_map(input.metadata.clone())));
+        if !replace && src_bucket == input.bucket && src_key == input.key {
+            return Err(s3_error!(
+                InvalidRequest,
+                "This copy request is illegal because it is trying to copy an object to itself \
+                 without changing the object's metadata, storage class, website redirect \
+                 location or encryption attributes."
+            ));
+        }
+        let metadata = replace.then(|| {
+            let standard = StandardHeaders::new(
+                input.cache_control.clone(),
+                input.content_disposition.clone(),
+                input.content_encoding.clone(),
+                input.content_language.clone(),
+                input.expires.clone(),
+            );
+            (input.content_type.clone(), metadata_map(input.metadata.clone(), standard))
+        });
         let meta = self
             .objects
             .copy_object(&src, &input.bucket, &input.key, metadata)
@@ -444,8 +784,10 @@ impl S3 for Gateway {
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         let input = req.input;
+        let url = url_encoding(input.encoding_type.as_ref())?;
+        let enc = encoder(url);
         let prefix = input.prefix.clone().unwrap_or_default();
-        let max = input.max_keys.map(|m| m.clamp(0, MAX_KEYS as i32) as usize).unwrap_or(MAX_KEYS);
+        let max = max_keys(input.max_keys)?;
         let after = input.marker.clone().unwrap_or_default();
         let l = self
             .list(&input.bucket, &prefix, input.delimiter.as_deref(), &after, max)
@@ -453,14 +795,17 @@ impl S3 for Gateway {
         let delimited = input.delimiter.as_deref().is_some_and(|d| !d.is_empty());
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(input.bucket),
+            // botocore decodes Marker, NextMarker, Delimiter and keys of a v1 listing, and not
+            // Prefix, which S3 does not encode there.
             prefix: Some(prefix),
-            marker: input.marker,
+            marker: Some(enc(input.marker.unwrap_or_default())),
             max_keys: Some(max as i32),
             is_truncated: Some(l.truncated),
-            next_marker: if l.truncated && delimited { l.last.clone() } else { None },
-            contents: Some(l.objects),
-            common_prefixes: Some(l.prefixes),
-            delimiter: input.delimiter,
+            next_marker: if l.truncated && delimited { l.last.clone().map(&enc) } else { None },
+            contents: Some(encode_objects(l.objects, &enc)),
+            common_prefixes: Some(encode_prefixes(l.prefixes, &enc)),
+            delimiter: input.delimiter.filter(|d| !d.is_empty()).map(&enc),
+            encoding_type: input.encoding_type,
             ..Default::default()
         }))
     }
@@ -470,13 +815,12 @@ impl S3 for Gateway {
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let input = req.input;
+        let url = url_encoding(input.encoding_type.as_ref())?;
+        let enc = encoder(url);
         let prefix = input.prefix.clone().unwrap_or_default();
-        let max = input.max_keys.map(|m| m.clamp(0, MAX_KEYS as i32) as usize).unwrap_or(MAX_KEYS);
+        let max = max_keys(input.max_keys)?;
         let after = match &input.continuation_token {
-            Some(t) => String::from_utf8(
-                hex::decode(t).map_err(|_| s3_error!(InvalidArgument, "bad continuation token"))?,
-            )
-            .map_err(|_| s3_error!(InvalidArgument, "bad continuation token"))?,
+            Some(t) => decode_token(t)?,
             None => input.start_after.clone().unwrap_or_default(),
         };
         let l = self
@@ -485,7 +829,7 @@ impl S3 for Gateway {
         let key_count = (l.objects.len() + l.prefixes.len()) as i32;
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(input.bucket),
-            prefix: Some(prefix),
+            prefix: Some(enc(prefix)),
             max_keys: Some(max as i32),
             key_count: Some(key_count),
             continuation_token: input.continuation_token,
@@ -495,10 +839,11 @@ impl S3 for Gateway {
             } else {
                 None
             },
-            contents: Some(l.objects),
-            common_prefixes: Some(l.prefixes),
-            delimiter: input.delimiter,
-            start_after: input.start_after,
+            contents: Some(encode_objects(l.objects, &enc)),
+            common_prefixes: Some(encode_prefixes(l.prefixes, &enc)),
+            delimiter: input.delimiter.filter(|d| !d.is_empty()).map(&enc),
+            start_after: input.start_after.map(&enc),
+            encoding_type: input.encoding_type,
             ..Default::default()
         }))
     }
@@ -514,7 +859,16 @@ impl S3 for Gateway {
                 &input.bucket,
                 &input.key,
                 input.content_type,
-                metadata_map(input.metadata),
+                metadata_map(
+                    input.metadata,
+                    StandardHeaders::new(
+                        input.cache_control,
+                        input.content_disposition,
+                        input.content_encoding,
+                        input.content_language,
+                        input.expires,
+                    ),
+                ),
             )
             .map_err(s3)?;
         Ok(S3Response::new(CreateMultipartUploadOutput {
@@ -571,15 +925,151 @@ impl S3 for Gateway {
         if parts.is_empty() {
             return Err(s3_error!(MalformedXML, "no parts listed"));
         }
-        let meta = self
+        let dir = self.objects.directory();
+        if input.if_match.is_some() || input.if_none_match.is_some() {
+            let existing = dir.object(&input.bucket, &input.key).map_err(s3)?;
+            check_destination(
+                existing.as_ref(),
+                input.if_match.as_ref(),
+                input.if_none_match.as_ref(),
+            )?;
+        }
+        // Every part but the last must hold 5 MiB (parts that are missing or do not match are
+        // left to the object layer, which says InvalidPart).
+        if let Some(up) = dir.upload(&input.upload_id).map_err(s3)? {
+            let (_, init) = parts.split_last().expect("parts is not empty");
+            if init
+                .iter()
+                .any(|(n, _)| up.parts.get(n).is_some_and(|p| p.extent.len < MIN_PART_SIZE))
+            {
+                return Err(s3_error!(
+                    EntityTooSmall,
+                    "Your proposed upload is smaller than the minimum allowed object size."
+                ));
+            }
+        }
+        let meta = match self
             .objects
             .complete_upload(&input.bucket, &input.key, &input.upload_id, &parts)
             .await
-            .map_err(s3)?;
+        {
+            Ok(meta) => meta,
+            // Completing again an upload that is done succeeds, as in S3, while the object it
+            // made is still there: the listed parts' ETags give the object's ETag.
+            Err(GatewayError::NoSuchUpload) => dir
+                .object(&input.bucket, &input.key)
+                .map_err(s3)?
+                .filter(|m| Some(&m.etag) == multipart_etag(&parts).as_ref())
+                .ok_or_else(|| s3_error!(NoSuchUpload))?,
+            Err(e) => return Err(s3(e)),
+        };
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(input.bucket),
             key: Some(input.key),
             e_tag: Some(etag(&meta)),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let input = req.input;
+        if !(1..=10_000).contains(&input.part_number) {
+            return Err(s3_error!(InvalidArgument, "part numbers are 1 to 10000"));
+        }
+        let (src_bucket, src_key) = match &input.copy_source {
+            CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+            _ => {
+                return Err(s3_error!(NotImplemented, "only bucket/key copy sources are supported"))
+            }
+        };
+        let (src, _pin) = self.head_for_read(&src_bucket, &src_key)?;
+        Conditions {
+            if_match: input.copy_source_if_match.as_ref(),
+            if_none_match: input.copy_source_if_none_match.as_ref(),
+            if_modified_since: input.copy_source_if_modified_since.as_ref(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+        }
+        .check_write(&src)?;
+        let range = match &input.copy_source_range {
+            Some(r) => copy_range(r, src.size)?,
+            None => 0..src.size,
+        };
+        let rx = self.objects.read_range(&src, range, 0).await.map_err(s3)?;
+        let part = self
+            .objects
+            .upload_part(
+                &input.bucket,
+                &input.key,
+                &input.upload_id,
+                input.part_number,
+                receiver_stream(rx),
+            )
+            .await
+            .map_err(s3)?;
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: Some(ETag::Strong(part.etag)),
+                last_modified: Some(Timestamp::from(
+                    std::time::SystemTime::UNIX_EPOCH
+                        + std::time::Duration::from_nanos(part.modified_ns.max(0) as u64),
+                )),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    /// Buckets are not versioned: every object is its one version, `null`.
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let input = req.input;
+        let url = url_encoding(input.encoding_type.as_ref())?;
+        let enc = encoder(url);
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let max = max_keys(input.max_keys)?;
+        let after = input.key_marker.clone().unwrap_or_default();
+        let l = self
+            .list(&input.bucket, &prefix, input.delimiter.as_deref(), &after, max)
+            .map_err(s3)?;
+        let last_is_object = l
+            .objects
+            .last()
+            .and_then(|o| o.key.as_ref())
+            .is_some_and(|k| Some(k) == l.last.as_ref());
+        let versions = l
+            .objects
+            .into_iter()
+            .map(|o| ObjectVersion {
+                key: o.key.map(&enc),
+                size: o.size,
+                e_tag: o.e_tag,
+                last_modified: o.last_modified,
+                is_latest: Some(true),
+                version_id: Some("null".into()),
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(input.bucket),
+            prefix: Some(enc(prefix)),
+            key_marker: input.key_marker.map(&enc),
+            version_id_marker: input.version_id_marker,
+            max_keys: Some(max as i32),
+            is_truncated: Some(l.truncated),
+            next_key_marker: if l.truncated { l.last.clone().map(&enc) } else { None },
+            next_version_id_marker: (l.truncated && last_is_object).then(|| "null".into()),
+            versions: Some(versions),
+            common_prefixes: Some(encode_prefixes(l.prefixes, &enc)),
+            delimiter: input.delimiter.filter(|d| !d.is_empty()).map(&enc),
+            encoding_type: input.encoding_type,
             ..Default::default()
         }))
     }
@@ -711,6 +1201,410 @@ mod tests {
             .unwrap();
         let layer = Arc::new(ObjectLayer::new(directory, engine, false));
         (Gateway::new(layer), dir)
+    }
+
+    fn req<T>(input: T) -> S3Request<T> {
+        S3Request {
+            input,
+            method: hyper::Method::GET,
+            uri: hyper::Uri::from_static("/"),
+            headers: Default::default(),
+            extensions: Default::default(),
+            credentials: None,
+            region: None,
+            service: None,
+            trailing_headers: None,
+        }
+    }
+
+    fn blob(data: &[u8]) -> Option<StreamingBlob> {
+        Some(StreamingBlob::from(s3s::Body::from(bytes::Bytes::copy_from_slice(data))))
+    }
+
+    async fn read(body: Option<StreamingBlob>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut body = body.unwrap();
+        while let Some(chunk) = body.next().await {
+            out.extend_from_slice(&chunk.unwrap());
+        }
+        out
+    }
+
+    fn code<T: std::fmt::Debug>(r: S3Result<T>) -> S3ErrorCode {
+        r.expect_err("an error").code().clone()
+    }
+
+    /// A gateway with room for a few 5 MiB parts (64 KiB blocks).
+    async fn roomy() -> (Gateway, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = PathOramConfig::builder(512, 64 << 10).build().unwrap();
+        let store = Arc::new(MemoryStore::new(SealedPathOram::geometry(&config).unwrap()));
+        let key = MasterKey::generate();
+        let engine = DurablePathOram::create(
+            &dir.path().join("oram"),
+            config,
+            store,
+            &key,
+            StoreId::random(),
+        )
+        .await
+        .unwrap();
+        let directory = Directory::open(&dir.path().join("meta.redb"), 512, &key).unwrap();
+        directory.create_bucket("b").unwrap();
+        let layer = Arc::new(ObjectLayer::new(directory, engine, false));
+        (Gateway::new(layer), dir)
+    }
+
+    async fn put(g: &Gateway, key: &str, data: &[u8]) -> ETag {
+        let input = PutObjectInput {
+            bucket: "b".into(),
+            key: key.into(),
+            body: blob(data),
+            ..Default::default()
+        };
+        g.put_object(req(input)).await.unwrap().output.e_tag.unwrap()
+    }
+
+    fn get_input(key: &str) -> GetObjectInput {
+        GetObjectInput { bucket: "b".into(), key: key.into(), ..Default::default() }
+    }
+
+    fn source(key: &str) -> CopySource {
+        CopySource::Bucket { bucket: "b".into(), key: key.into(), version_id: None }
+    }
+
+    fn copy_input(from: &str, to: &str) -> CopyObjectInput {
+        let b = CopyObjectInput::builder().bucket("b".into()).key(to.into());
+        b.copy_source(source(from)).build().unwrap()
+    }
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from(time::OffsetDateTime::from_unix_timestamp(secs).unwrap())
+    }
+
+    #[tokio::test]
+    async fn reads_honour_dates_and_etags_in_rfc_order() {
+        let (g, _d) = roomy().await;
+        let tag = put(&g, "k", b"data").await;
+        let meta = g.head("b", "k").unwrap();
+        let t = (meta.modified_ns / 1_000_000_000) as i64;
+        let other = ETagCondition::ETag(ETag::Strong("0000".into()));
+        let ours = ETagCondition::ETag(tag.clone());
+        let get = |f: fn(&mut GetObjectInput, i64, &ETagCondition, &ETagCondition)| {
+            let mut input = get_input("k");
+            f(&mut input, t, &ours, &other);
+            g.get_object(req(input))
+        };
+        // If-Modified-Since: not modified since its own Last-Modified (304), modified since
+        // a second earlier.
+        assert_eq!(
+            code(get(|i, t, _, _| i.if_modified_since = Some(at(t))).await),
+            S3ErrorCode::NotModified
+        );
+        assert!(get(|i, t, _, _| i.if_modified_since = Some(at(t - 1))).await.is_ok());
+        // If-Unmodified-Since: fails for a second before, holds from Last-Modified on.
+        assert_eq!(
+            code(get(|i, t, _, _| i.if_unmodified_since = Some(at(t - 1))).await),
+            S3ErrorCode::PreconditionFailed
+        );
+        assert!(get(|i, t, _, _| i.if_unmodified_since = Some(at(t))).await.is_ok());
+        // A matching If-Match overrides a failing If-Unmodified-Since; a non-matching
+        // If-None-Match overrides a failing If-Modified-Since.
+        assert!(get(|i, t, ours, _| {
+            i.if_match = Some(ours.clone());
+            i.if_unmodified_since = Some(at(t - 1));
+        })
+        .await
+        .is_ok());
+        assert!(get(|i, t, _, other| {
+            i.if_none_match = Some(other.clone());
+            i.if_modified_since = Some(at(t));
+        })
+        .await
+        .is_ok());
+        // HEAD answers the same.
+        let head = HeadObjectInput {
+            bucket: "b".into(),
+            key: "k".into(),
+            if_modified_since: Some(at(t)),
+            ..Default::default()
+        };
+        assert_eq!(code(g.head_object(req(head)).await), S3ErrorCode::NotModified);
+    }
+
+    #[tokio::test]
+    async fn conditional_writes() {
+        let (g, _d) = roomy().await;
+        let tag = put(&g, "k", b"one").await;
+        // If-None-Match with the current ETag refuses the PUT.
+        let input = PutObjectInput {
+            bucket: "b".into(),
+            key: "k".into(),
+            body: blob(b"two"),
+            if_none_match: Some(ETagCondition::ETag(tag.clone())),
+            ..Default::default()
+        };
+        assert_eq!(code(g.put_object(req(input)).await), S3ErrorCode::PreconditionFailed);
+        // If-Match on a key with no object: NoSuchKey, as S3 answers.
+        let input = PutObjectInput {
+            bucket: "b".into(),
+            key: "missing".into(),
+            body: blob(b"two"),
+            if_match: Some(ETagCondition::Any),
+            ..Default::default()
+        };
+        assert_eq!(code(g.put_object(req(input)).await), S3ErrorCode::NoSuchKey);
+        // Copy-source conditions: a matching If-None-Match and a future If-Modified-Since
+        // both refuse the copy with 412.
+        let copy = |f: fn(&mut CopyObjectInput, &ETag)| {
+            let mut input = copy_input("k", "dst");
+            f(&mut input, &tag);
+            g.copy_object(req(input))
+        };
+        assert_eq!(
+            code(
+                copy(|i, t| i.copy_source_if_none_match = Some(ETagCondition::ETag(t.clone())))
+                    .await
+            ),
+            S3ErrorCode::PreconditionFailed
+        );
+        assert_eq!(
+            code(copy(|i, _| i.copy_source_if_modified_since = Some(at(4_102_444_800))).await),
+            S3ErrorCode::PreconditionFailed
+        );
+        assert!(copy(|i, _| i.copy_source_if_unmodified_since = Some(at(4_102_444_800)))
+            .await
+            .is_ok());
+    }
+
+    #[tokio::test]
+    async fn standard_headers_are_kept_and_returned() {
+        let (g, _d) = roomy().await;
+        let expires = at(4_102_444_800);
+        let mut metadata = Metadata::new();
+        metadata.insert("user".into(), "yes".into());
+        let input = PutObjectInput {
+            bucket: "b".into(),
+            key: "k".into(),
+            body: blob(b"x"),
+            cache_control: Some("no-cache".into()),
+            content_disposition: Some("attachment".into()),
+            content_encoding: Some("gzip, aws-chunked".into()),
+            content_language: Some("eo".into()),
+            expires: Some(expires.clone()),
+            metadata: Some(metadata.clone()),
+            ..Default::default()
+        };
+        g.put_object(req(input)).await.unwrap();
+        let head = HeadObjectInput { bucket: "b".into(), key: "k".into(), ..Default::default() };
+        let h = g.head_object(req(head.clone())).await.unwrap().output;
+        assert_eq!(h.cache_control.as_deref(), Some("no-cache"));
+        assert_eq!(h.content_disposition.as_deref(), Some("attachment"));
+        assert_eq!(h.content_encoding.as_deref(), Some("gzip"));
+        assert_eq!(h.content_language.as_deref(), Some("eo"));
+        assert_eq!(h.expires, Some(expires));
+        assert_eq!(h.metadata, Some(metadata));
+        // response-* parameters override them on GET.
+        let input = GetObjectInput {
+            response_cache_control: Some("max-age=1".into()),
+            response_content_type: Some("foo/bar".into()),
+            ..get_input("k")
+        };
+        let o = g.get_object(req(input)).await.unwrap().output;
+        assert_eq!(o.cache_control.as_deref(), Some("max-age=1"));
+        assert_eq!(o.content_type.as_deref(), Some("foo/bar"));
+        assert_eq!(o.content_language.as_deref(), Some("eo"));
+        // Copying onto itself needs a metadata REPLACE, which replaces them.
+        let copy = |replace: bool| CopyObjectInput {
+            metadata_directive: replace
+                .then(|| MetadataDirective::from_static(MetadataDirective::REPLACE)),
+            cache_control: Some("private".into()),
+            ..copy_input("k", "k")
+        };
+        assert_eq!(code(g.copy_object(req(copy(false))).await), S3ErrorCode::InvalidRequest);
+        g.copy_object(req(copy(true))).await.unwrap();
+        let h = g.head_object(req(head)).await.unwrap().output;
+        assert_eq!(h.cache_control.as_deref(), Some("private"));
+        assert_eq!((h.content_language, h.metadata), (None, None));
+    }
+
+    #[test]
+    fn copy_source_ranges() {
+        assert_eq!(copy_range("bytes=0-4", 5).unwrap(), 0..5);
+        assert_eq!(copy_range("bytes=2-2", 5).unwrap(), 2..3);
+        assert_eq!(code(copy_range("bytes=0-21", 5)), S3ErrorCode::InvalidRange);
+        for bad in [
+            "0-2",
+            "bytes=0",
+            "bytes=hello-world",
+            "bytes=0-bar",
+            "bytes=hello-",
+            "bytes=0-",
+            "bytes=-2",
+            "bytes=0-2,3-5",
+            "bytes=3-2",
+            "bytes=+1-2",
+        ] {
+            assert_eq!(code(copy_range(bad, 5)), S3ErrorCode::InvalidArgument, "{bad}");
+        }
+    }
+
+    async fn start_upload(g: &Gateway, key: &str) -> String {
+        let input = CreateMultipartUploadInput {
+            bucket: "b".into(),
+            key: key.into(),
+            ..Default::default()
+        };
+        g.create_multipart_upload(req(input)).await.unwrap().output.upload_id.unwrap()
+    }
+
+    async fn part(g: &Gateway, key: &str, id: &str, n: i32, data: &[u8]) -> CompletedPart {
+        let input = UploadPartInput {
+            bucket: "b".into(),
+            key: key.into(),
+            upload_id: id.into(),
+            part_number: n,
+            body: blob(data),
+            ..Default::default()
+        };
+        let tag = g.upload_part(req(input)).await.unwrap().output.e_tag;
+        CompletedPart { part_number: Some(n), e_tag: tag, ..Default::default() }
+    }
+
+    fn complete(key: &str, id: &str, parts: Vec<CompletedPart>) -> CompleteMultipartUploadInput {
+        CompleteMultipartUploadInput {
+            bucket: "b".into(),
+            key: key.into(),
+            upload_id: id.into(),
+            multipart_upload: Some(CompletedMultipartUpload { parts: Some(parts) }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn multipart_rules() {
+        let (g, _d) = roomy().await;
+        // Parts under 5 MiB are refused unless last.
+        let id = start_upload(&g, "small").await;
+        let parts =
+            vec![part(&g, "small", &id, 1, b"a").await, part(&g, "small", &id, 2, b"b").await];
+        assert_eq!(
+            code(g.complete_multipart_upload(req(complete("small", &id, parts.clone()))).await),
+            S3ErrorCode::EntityTooSmall
+        );
+        let big = vec![7u8; 5 << 20];
+        let parts = vec![part(&g, "small", &id, 1, &big).await, parts[1].clone()];
+        g.complete_multipart_upload(req(complete("small", &id, parts.clone()))).await.unwrap();
+        // Completing it again answers the same object.
+        let again = g.complete_multipart_upload(req(complete("small", &id, parts))).await.unwrap();
+        assert_eq!(again.output.e_tag, Some(etag(&g.head("b", "small").unwrap())));
+        // If-None-Match: * refuses to complete onto an existing key.
+        let id = start_upload(&g, "small").await;
+        let parts = vec![part(&g, "small", &id, 1, b"c").await];
+        let input = CompleteMultipartUploadInput {
+            if_none_match: Some(ETagCondition::Any),
+            ..complete("small", &id, parts)
+        };
+        assert_eq!(
+            code(g.complete_multipart_upload(req(input)).await),
+            S3ErrorCode::PreconditionFailed
+        );
+    }
+
+    #[tokio::test]
+    async fn upload_part_copy_with_and_without_ranges() {
+        let (g, _d) = roomy().await;
+        put(&g, "src", b"0123456789").await;
+        let id = start_upload(&g, "dst").await;
+        let copy = |n: i32, range: Option<&str>| {
+            let b = UploadPartCopyInput::builder().bucket("b".into()).key("dst".into());
+            let b = b.upload_id(id.clone()).part_number(n).copy_source(source("src"));
+            UploadPartCopyInput { copy_source_range: range.map(String::from), ..b.build().unwrap() }
+        };
+        let whole = g.upload_part_copy(req(copy(1, None))).await.unwrap().output;
+        let tail = g.upload_part_copy(req(copy(2, Some("bytes=7-9")))).await.unwrap().output;
+        assert_eq!(
+            code(g.upload_part_copy(req(copy(3, Some("bytes=5-10")))).await),
+            S3ErrorCode::InvalidRange
+        );
+        assert_eq!(
+            code(g.upload_part_copy(req(copy(3, Some("bytes=5-")))).await),
+            S3ErrorCode::InvalidArgument
+        );
+        // The first part is under 5 MiB, so complete through the object layer.
+        let parts: Vec<(i32, Option<String>)> = [whole, tail]
+            .into_iter()
+            .zip(1..)
+            .map(|(o, n)| (n, o.copy_part_result.unwrap().e_tag.map(|t| t.value().to_string())))
+            .collect();
+        g.objects.complete_upload("b", "dst", &id, &parts).await.unwrap();
+        let o = g.get_object(req(get_input("dst"))).await.unwrap().output;
+        assert_eq!(read(o.body).await, b"0123456789789");
+    }
+
+    #[tokio::test]
+    async fn listing_details() {
+        let keys = ["a b/1", "a+b", "c%d", "e/f"];
+        let (g, _d) = gateway(&keys).await;
+        let v2 = |f: fn(&mut ListObjectsV2Input)| {
+            let mut input = ListObjectsV2Input { bucket: "b".into(), ..Default::default() };
+            f(&mut input);
+            g.list_objects_v2(req(input))
+        };
+        let l = v2(|i| {
+            i.delimiter = Some("/".into());
+            i.encoding_type = Some(EncodingType::from_static(EncodingType::URL));
+        })
+        .await
+        .unwrap()
+        .output;
+        let keys: Vec<_> = l.contents.unwrap().into_iter().map(|o| o.key.unwrap()).collect();
+        assert_eq!(keys, ["a%2Bb", "c%25d"]);
+        let prefixes: Vec<_> =
+            l.common_prefixes.unwrap().into_iter().map(|p| p.prefix.unwrap()).collect();
+        assert_eq!(prefixes, ["a%20b/", "e/"]);
+        // max-keys=0: nothing, not truncated. An empty delimiter is no delimiter, not echoed.
+        let l = v2(|i| i.max_keys = Some(0)).await.unwrap().output;
+        assert_eq!((l.contents.unwrap().len(), l.is_truncated), (0, Some(false)));
+        let l = v2(|i| i.delimiter = Some(String::new())).await.unwrap().output;
+        assert_eq!((l.contents.unwrap().len(), l.delimiter), (4, None));
+        // v1 always answers a Marker.
+        let input = ListObjectsInput { bucket: "b".into(), ..Default::default() };
+        assert_eq!(g.list_objects(req(input)).await.unwrap().output.marker.as_deref(), Some(""));
+        // Every object is its one version, null.
+        let input =
+            ListObjectVersionsInput { bucket: "b".into(), max_keys: Some(3), ..Default::default() };
+        let v = g.list_object_versions(req(input)).await.unwrap().output;
+        assert_eq!(v.versions.unwrap().len(), 3);
+        assert_eq!((v.is_truncated, v.next_key_marker.as_deref()), (Some(true), Some("c%d")));
+        // DeleteObjects names at most 1000 keys.
+        let many = (0..1001).map(|i| ObjectIdentifier { key: i.to_string(), ..Default::default() });
+        let delete = Delete { objects: many.collect(), quiet: None };
+        let input =
+            DeleteObjectsInput::builder().bucket("b".into()).delete(delete).build().unwrap();
+        assert_eq!(code(g.delete_objects(req(input)).await), S3ErrorCode::MalformedXML);
+    }
+
+    #[tokio::test]
+    async fn buckets_are_listed_in_pages() {
+        let (g, _d) = gateway(&[]).await;
+        for name in ["c", "a"] {
+            g.objects.directory().create_bucket(name).unwrap();
+        }
+        let page = |token: Option<String>| ListBucketsInput {
+            max_buckets: Some(2),
+            continuation_token: token,
+            ..Default::default()
+        };
+        let first = g.list_buckets(req(page(None))).await.unwrap().output;
+        let names = |o: &ListBucketsOutput| -> Vec<String> {
+            o.buckets.clone().unwrap().into_iter().map(|b| b.name.unwrap()).collect()
+        };
+        assert_eq!(names(&first), ["a", "b"]);
+        let second =
+            g.list_buckets(req(page(first.continuation_token.clone()))).await.unwrap().output;
+        assert_eq!(names(&second), ["c"]);
+        assert_eq!(second.continuation_token, None);
     }
 
     fn names(l: &Listing) -> (Vec<String>, Vec<String>) {

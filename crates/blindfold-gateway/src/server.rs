@@ -495,31 +495,118 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     })
 }
 
-/// Whether a request is signed with legacy SigV2, whose signature `s3s` compares in
-/// non-constant time. Such requests are refused before they reach it.
-pub fn is_sigv2<B>(req: &hyper::Request<B>) -> bool {
-    let header_v2 = req
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("AWS "));
-    let query = req.uri().query().unwrap_or("");
-    let query_v2 = query.split('&').any(|p| p.starts_with("Signature="))
-        && !query.split('&').any(|p| p.starts_with("X-Amz-Signature="));
-    header_v2 || query_v2
+/// Why the gateway refuses a request before `s3s` authenticates it, if it does.
+///
+/// `s3s` compares legacy SigV2 signatures with ordinary equality (a timing side channel), so
+/// nothing it would authenticate as SigV2 may reach it. This mirrors how `s3s` 0.14 picks the
+/// scheme (`SignatureContext::check`), on the request as `s3s` parses it, erring towards refusal:
+///
+/// - a POST with a `multipart/form-data` body (a browser-form upload) is authenticated from
+///   its form fields, as SigV2 when it has a `signature` field and no `x-amz-signature`. The
+///   fields are known only once the body has been read, so every form POST is refused;
+/// - a query string that, decoded as `s3s` decodes it, has a parameter named `Signature`
+///   (a SigV2 presigned URL; `s3s` tries it before `X-Amz-Signature`);
+/// - an `Authorization` header in the SigV2 form `AWS <access key>:<signature>`.
+pub fn refusal<B>(req: &hyper::Request<B>) -> Option<&'static str> {
+    let headers = |name| req.headers().get_all(name).into_iter().map(|v| v.as_bytes());
+    let form = req.method() == hyper::Method::POST
+        && headers(hyper::header::CONTENT_TYPE).any(|v| {
+            let v = String::from_utf8_lossy(v).trim().to_ascii_lowercase();
+            v.starts_with("multipart/form-data")
+        });
+    if form {
+        return Some(
+            "Browser-form (POST) uploads are not accepted; upload with a SigV4-signed PUT",
+        );
+    }
+    // A query that does not decode is refused by `s3s` (InvalidURI) before any signature check.
+    let query_v2 = req.uri().query().is_some_and(|q| {
+        serde_urlencoded::from_str::<Vec<(String, String)>>(q)
+            .is_ok_and(|pairs| pairs.iter().any(|(name, _)| name == "Signature"))
+    });
+    let header_v2 = headers(hyper::header::AUTHORIZATION).any(|v| v.starts_with(b"AWS "));
+    (query_v2 || header_v2)
+        .then_some("Signature Version 2 is not accepted; sign requests with SigV4")
 }
 
-fn sigv2_refused() -> s3s::HttpResponse {
-    let xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code>\
-               <Message>Signature Version 2 is not accepted; sign requests with SigV4</Message>\
-               </Error>";
-    let mut resp = hyper::Response::new(s3s::Body::from(bytes::Bytes::from_static(xml.as_bytes())));
-    *resp.status_mut() = hyper::StatusCode::FORBIDDEN;
+fn refused(message: &str) -> s3s::HttpResponse {
+    error_response(hyper::StatusCode::FORBIDDEN, "AccessDenied", message)
+}
+
+/// An S3 error answered by the gateway itself, before `s3s`.
+fn error_response(status: hyper::StatusCode, code: &str, message: &str) -> s3s::HttpResponse {
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>\
+         <Message>{message}</Message></Error>"
+    );
+    let mut resp = hyper::Response::new(s3s::Body::from(xml));
+    *resp.status_mut() = status;
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/xml"),
     );
     resp
+}
+
+/// The most a request body sent without a length (chunked transfer encoding, no
+/// `Content-Length`) may hold.
+pub const UNSIZED_BODY_LIMIT: usize = 16 << 20;
+
+/// Whether a request body comes without the length `s3s` needs to check its payload hash:
+/// chunked transfer encoding, no `Content-Length`, and no `aws-chunked` framing (which
+/// carries its own decoded length). Such a body is read into memory first, up to
+/// [`UNSIZED_BODY_LIMIT`].
+fn needs_length(req: &hyper::Request<hyper::body::Incoming>) -> bool {
+    use hyper::body::Body as _;
+    let headers = req.headers();
+    let streaming = headers
+        .get("x-amz-content-sha256")
+        .is_some_and(|v| v.as_bytes().starts_with(b"STREAMING-"));
+    !headers.contains_key(hyper::header::CONTENT_LENGTH)
+        && !streaming
+        && !req.body().is_end_stream()
+        && req.body().size_hint().exact().is_none()
+}
+
+/// Why a body without a length was not read.
+#[derive(Debug)]
+enum UnsizedBody {
+    TooLarge,
+    Broken,
+}
+
+/// Reads a whole body of at most `limit` bytes.
+async fn read_limited(
+    mut body: hyper::body::Incoming,
+    limit: usize,
+) -> std::result::Result<bytes::Bytes, UnsizedBody> {
+    use hyper::body::Body as _;
+    let mut out = bytes::BytesMut::new();
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(|_| UnsizedBody::Broken)?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > limit {
+                return Err(UnsizedBody::TooLarge);
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out.freeze())
+}
+
+fn unsized_refused(e: UnsizedBody) -> s3s::HttpResponse {
+    match e {
+        UnsizedBody::TooLarge => error_response(
+            hyper::StatusCode::LENGTH_REQUIRED,
+            "MissingContentLength",
+            "A body sent without Content-Length may hold at most 16 MiB; send Content-Length",
+        ),
+        UnsizedBody::Broken => error_response(
+            hyper::StatusCode::BAD_REQUEST,
+            "IncompleteBody",
+            "The request body could not be read to its end",
+        ),
+    }
 }
 
 /// Whether a request asks for `100 Continue` before it sends its body.
@@ -565,7 +652,7 @@ impl http_body::Body for TrackedBody {
     }
 }
 
-/// Answers one HTTP request: SigV2 is refused, everything else goes to the S3 service.
+/// Answers one HTTP request: what [`refusal`] names is refused, everything else goes to the S3 service.
 ///
 /// The response says `Connection: close` when the connection cannot carry another request
 /// cleanly (RFC 9110 §10.1.1):
@@ -586,18 +673,118 @@ async fn handle(
     let expect_continue = expects_continue(&req);
     let empty = hyper::body::Body::is_end_stream(req.body());
     let read_all = Arc::new(AtomicBool::new(empty));
-    let mut resp = if is_sigv2(&req) {
-        sigv2_refused()
+    let mut resp = if let Some(why) = refusal(&req) {
+        refused(why)
+    } else if needs_length(&req) {
+        let (parts, body) = req.into_parts();
+        match read_limited(body, UNSIZED_BODY_LIMIT).await {
+            Ok(body) => {
+                read_all.store(true, Ordering::Release);
+                let req = hyper::Request::from_parts(parts, s3s::Body::from(body));
+                service.call(req).await?
+            }
+            Err(e) => unsized_refused(e),
+        }
     } else {
         let tracked = Arc::clone(&read_all);
         let req = req.map(|inner| s3s::Body::http_body(TrackedBody { inner, read_all: tracked }));
         service.call(req).await?
     };
+    if resp.status().is_client_error() || resp.status().is_server_error() {
+        explain(&mut resp);
+    }
     if (expect_continue && empty) || !read_all.load(Ordering::Acquire) {
         resp.headers_mut()
             .insert(hyper::header::CONNECTION, hyper::header::HeaderValue::from_static("close"));
     }
     Ok(resp)
+}
+
+/// The standard message of an S3 error code, as S3 words it.
+fn standard_message(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "AccessDenied" => "Access Denied",
+        "BadDigest" => "The Content-MD5 you specified did not match what we received.",
+        "BucketAlreadyOwnedByYou" => {
+            "Your previous request to create the named bucket succeeded and you already own it."
+        }
+        "BucketNotEmpty" => "The bucket you tried to delete is not empty",
+        "EntityTooLarge" => "Your proposed upload exceeds the maximum allowed object size.",
+        "EntityTooSmall" => "Your proposed upload is smaller than the minimum allowed object size.",
+        "IncompleteBody" => {
+            "You did not provide the number of bytes specified by the Content-Length HTTP header."
+        }
+        "InternalError" => "We encountered an internal error. Please try again.",
+        "InvalidAccessKeyId" => "The AWS Access Key Id you provided does not exist in our records.",
+        "InvalidArgument" => "Invalid Argument",
+        "InvalidBucketName" => "The specified bucket is not valid.",
+        "InvalidDigest" => "The Content-MD5 you specified is not valid.",
+        "InvalidPart" => {
+            "One or more of the specified parts could not be found. The part may not have been \
+             uploaded, or the specified entity tag may not match the part's entity tag."
+        }
+        "InvalidPartOrder" => {
+            "The list of parts was not in ascending order. The parts list must be specified in \
+             order by part number."
+        }
+        "InvalidRange" => "The requested range is not satisfiable",
+        "InvalidRequest" => "Invalid Request",
+        "InvalidURI" => "Couldn't parse the specified URI.",
+        "KeyTooLongError" => "Your key is too long.",
+        "MalformedXML" => {
+            "The XML you provided was not well-formed or did not validate against our published \
+             schema."
+        }
+        "MaxMessageLengthExceeded" => "Your request was too big.",
+        "MethodNotAllowed" => "The specified method is not allowed against this resource.",
+        "MissingContentLength" => "You must provide the Content-Length HTTP header.",
+        "NoSuchBucket" => "The specified bucket does not exist",
+        "NoSuchKey" => "The specified key does not exist.",
+        "NoSuchUpload" => {
+            "The specified multipart upload does not exist. The upload ID might be invalid, or \
+             the multipart upload might have been aborted or completed."
+        }
+        "NotImplemented" => "A header you provided implies functionality that is not implemented.",
+        "PreconditionFailed" => "At least one of the preconditions you specified did not hold.",
+        "RequestTimeTooSkewed" => {
+            "The difference between the request time and the current time is too large."
+        }
+        "SignatureDoesNotMatch" => {
+            "The request signature we calculated does not match the signature you provided. \
+             Check your key and signing method."
+        }
+        "XAmzContentSHA256Mismatch" => {
+            "The provided 'x-amz-content-sha256' header does not match what was computed."
+        }
+        _ => return None,
+    })
+}
+
+/// Gives an S3 error response without a `<Message>` (as `s3s` sends its own errors and codes
+/// raised without one) the standard message of its code, so that clients print more than
+/// "Unknown"; and logs the refusal once, at debug level for a client error.
+fn explain(resp: &mut s3s::HttpResponse) {
+    let status = resp.status().as_u16();
+    let Some(xml) = resp.body().bytes() else { return };
+    let text = String::from_utf8_lossy(&xml);
+    let code = text
+        .split_once("<Code>")
+        .and_then(|(_, rest)| rest.split_once("</Code>"))
+        .map(|(code, _)| code.to_string());
+    match &code {
+        Some(code) if status < 500 => tracing::debug!(status, code, "request refused"),
+        Some(code) => tracing::warn!(status, code, "request failed"),
+        None => tracing::debug!(status, "request refused"),
+    }
+    let Some(message) = code.as_deref().and_then(standard_message) else { return };
+    if text.contains("<Message>") {
+        return;
+    }
+    let tag = "</Code>";
+    let Some(at) = text.find(tag).map(|i| i + tag.len()) else { return };
+    let body = format!("{}<Message>{message}</Message>{}", &text[..at], &text[at..]);
+    *resp.body_mut() = s3s::Body::from(body);
+    resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
 }
 
 /// Builds the S3 service for an opened gateway.
@@ -854,21 +1041,57 @@ fn sync_dir(dir: &Path) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn req(auth: Option<&str>, uri: &str) -> hyper::Request<()> {
-        let mut b = hyper::Request::builder().uri(uri);
-        if let Some(a) = auth {
-            b = b.header("authorization", a);
+    fn req(method: &str, headers: &[(&str, &str)], uri: &str) -> hyper::Request<()> {
+        let mut b = hyper::Request::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            b = b.header(*name, *value);
         }
         b.body(()).unwrap()
     }
 
+    fn get(auth: Option<&str>, uri: &str) -> hyper::Request<()> {
+        let auth: Vec<_> = auth.map(|a| ("authorization", a)).into_iter().collect();
+        req("GET", &auth, uri)
+    }
+
     #[test]
-    fn sigv2_is_recognised_and_sigv4_is_not() {
-        assert!(is_sigv2(&req(Some("AWS AKID:c2lnbmF0dXJl"), "/b/k")));
-        assert!(is_sigv2(&req(None, "/b/k?AWSAccessKeyId=A&Expires=1&Signature=abc")));
-        assert!(!is_sigv2(&req(Some("AWS4-HMAC-SHA256 Credential=A/2026/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=ab"), "/b/k")));
-        assert!(!is_sigv2(&req(None, "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=ab")));
-        assert!(!is_sigv2(&req(None, "/b/k")));
+    fn what_s3s_would_check_as_sigv2_is_refused() {
+        let v2 = |r: &hyper::Request<()>| refusal(r).is_some_and(|m| m.contains("Version 2"));
+        assert!(v2(&get(Some("AWS AKID:c2lnbmF0dXJl"), "/b/k")));
+        assert!(v2(&get(None, "/b/k?AWSAccessKeyId=A&Expires=1&Signature=abc")));
+        // The parameter name as s3s decodes it, not as sent.
+        assert!(v2(&get(None, "/b/k?AWSAccessKeyId=A&Expires=1&%53ignature=abc")));
+        assert!(v2(&get(None, "/b/k?AWSAccessKeyId=A&Expires=1&Sig%6eature=abc")));
+        // s3s tries SigV2 before SigV4: a dummy X-Amz-Signature does not make it SigV4.
+        assert!(v2(&get(None, "/b/k?AWSAccessKeyId=A&Expires=1&Signature=a&X-Amz-Signature=b")));
+        // Any Authorization header in the SigV2 form, even beside another one.
+        let two = [("authorization", "AWS4-HMAC-SHA256 x"), ("authorization", "AWS A:s")];
+        assert!(v2(&req("GET", &two, "/b/k")));
+    }
+
+    #[test]
+    fn browser_form_posts_are_refused() {
+        for ct in ["multipart/form-data; boundary=x", " Multipart/Form-Data;boundary=x"] {
+            let r = req("POST", &[("content-type", ct)], "/b");
+            assert!(refusal(&r).is_some_and(|m| m.contains("POST")), "{ct:?}");
+        }
+        // Other POSTs (multipart uploads, DeleteObjects) are not form uploads.
+        assert_eq!(
+            refusal(&req("POST", &[("content-type", "application/xml")], "/b?delete")),
+            None
+        );
+        assert_eq!(refusal(&req("POST", &[], "/b/k?uploads")), None);
+    }
+
+    #[test]
+    fn sigv4_and_anonymous_requests_pass() {
+        let v4 = "AWS4-HMAC-SHA256 Credential=A/2026/us-east-1/s3/aws4_request, \
+                  SignedHeaders=host, Signature=ab";
+        assert_eq!(refusal(&get(Some(v4), "/b/k")), None);
+        let presigned = "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=ab";
+        assert_eq!(refusal(&get(None, presigned)), None);
+        assert_eq!(refusal(&get(None, "/b/k?signature=lower-case-is-not-sigv2")), None);
+        assert_eq!(refusal(&get(None, "/b/k")), None);
     }
 
     #[test]
