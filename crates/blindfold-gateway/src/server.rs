@@ -153,6 +153,10 @@ pub struct Opened {
     pub credentials: (String, String),
     /// Whether this start generated the credentials (show the secret once, now).
     pub new_credentials: bool,
+    /// The first error after which the engine refuses all work (integrity violation,
+    /// poisoned driver), once there is one: the server should stop (a restart reloads the
+    /// trusted state from the data directory).
+    pub stopped: tokio::sync::watch::Receiver<Option<String>>,
     /// The master key.
     pub key: Arc<MasterKey>,
     /// The data directory.
@@ -801,13 +805,17 @@ async fn assemble(
     let snapshots =
         crate::snapshot::open(&store_url, &key, params.blocks, cells, cached_bytes(&config))
             .await?;
-    let objects = Arc::new(ObjectLayer::with_engine(directory, engine, params.pad_objects));
+    let watched = crate::engine::Watched::new(engine);
+    let stopped = watched.subscribe();
+    let objects =
+        Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
     Ok(Opened {
         objects,
         params,
         notes: Vec::new(),
         credentials,
         new_credentials: false,
+        stopped,
         key: Arc::new(key),
         data_dir: dir.clone(),
         snapshots,

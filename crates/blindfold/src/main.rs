@@ -120,7 +120,7 @@ struct ServeArgs {
     secret_key: Option<String>,
     /// Logical capacity of a new store [default: 1GiB]: a bare number is bytes; KiB, MiB,
     /// GiB, TiB are powers of 1024, KB, MB, GB, TB powers of 1000; decimals are accepted
-    /// (1.5GiB). The store takes about 2.1 times this on its disk (the banner says exactly).
+    /// (1.5GiB). The store takes about 2.2 times this (the banner says exactly).
     #[arg(long, value_parser = blindfold_gateway::server::parse_size)]
     capacity: Option<u64>,
     /// ORAM block size of a new store, in bytes [default: 4096]. Every block carries fixed
@@ -627,7 +627,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
                 bail!(
                     "this store would take {} in the store for {} of capacity ({:.1}× — each \
                      {}-byte block carries fixed overhead: its seal and its share of the tree); \
-                     use a larger --block-size (4096 takes about 2.1×), or pass \
+                     use a larger --block-size (4096 takes about 2×), or pass \
                      --allow-overhead",
                     human_bytes(f.oram_bytes),
                     human_bytes(f.capacity_bytes),
@@ -680,16 +680,29 @@ async fn serve(a: ServeArgs) -> Result<()> {
             cfg.data_dir.join("credentials.json").display()
         );
     }
+    let mut stopped = opened.stopped.clone();
     let shutdown = async move {
         let ctrl_c = tokio::signal::ctrl_c();
         tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            _ = ctrl_c => eprintln!("blindfold: shutting down"),
+            _ = term.recv() => eprintln!("blindfold: shutting down"),
+            _ = stopped.wait_for(|v| v.is_some()) => {}
         }
-        eprintln!("blindfold: shutting down");
     };
     let data_dir = cfg.data_dir.clone();
-    blindfold_gateway::server::run(opened, listener, shutdown).await?;
+    let stopped = opened.stopped.clone();
+    let served = blindfold_gateway::server::run(opened, listener, shutdown).await;
+    if let Some(why) = stopped.borrow().clone() {
+        let d = data_dir.display();
+        bail!(
+            "stopped serving: {why}. The trusted state may no longer match the store, so every \
+             request would fail. Next: start `blindfold serve` again (it reloads the trusted \
+             state and replays the redo log); run `blindfold verify --data-dir {d}` to find the \
+             damaged cells; if every cell fails, check that key.json is this store's key; to \
+             rebuild the data directory from the store's snapshot, use `blindfold recover`"
+        );
+    }
+    served?;
     let now = time::OffsetDateTime::now_utc().to_string();
     let _ = std::fs::write(data_dir.join(CLEAN_STOP_FILE), now + "\n");
     Ok(())

@@ -217,6 +217,8 @@ fn bench_concurrency_smoke_run_writes_rows_csv_and_plots() {
 struct Served {
     child: std::process::Child,
     banner: String,
+    /// Kept open: the gateway may print more after the banner.
+    _stdout: std::io::BufReader<std::process::ChildStdout>,
 }
 
 impl Served {
@@ -262,7 +264,7 @@ fn serve(args: &[&str]) -> Served {
             break;
         }
     }
-    Served { child, banner }
+    Served { child, banner, _stdout: stdout }
 }
 
 /// `serve` that is expected to fail at start.
