@@ -4,7 +4,9 @@
 //! <data-dir>/
 //!   key.json           master key (0600) — losing it loses the data
 //!   credentials.json   S3 access key and secret (0600), generated on first start if not given
-//!   gateway.json       public parameters fixed at creation (store URL, block size, capacity, …)
+//!   gateway.json       public parameters fixed at creation (store URL, block size, capacity, …);
+//!                      written last on first start: its presence marks a directory holding a store
+//!   key-check.json     a known text sealed under the key: recognises a key from another store
 //!   meta.redb          the directory (buckets, objects, uploads, block allocator)
 //!   oram/              ORAM trusted state: checkpoint.bin, redo.log
 //!   cells/             the default untrusted store (file backend): oram.cells
