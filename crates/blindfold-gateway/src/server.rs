@@ -589,7 +589,12 @@ async fn open_existing(
         notes.push(format!("generated S3 credentials in {}", cred_path.display()));
         opened.new_credentials = true;
     }
-    if checked.is_none() {
+    // A directory made before key checks existed gets one, but only once the key is known to
+    // be right (it authenticates a snapshot in the store): a check made with a wrong key would
+    // lock the right one out.
+    if checked.is_none()
+        && crate::snapshot::latest_seq(&*opened.snapshots, &opened.key).await.is_some()
+    {
         let check = key_check(&opened.key, id)?;
         write_private(
             &dir.join(KEY_CHECK_FILE),

@@ -310,6 +310,12 @@ fn a_lost_or_wrong_key_is_refused_and_never_replaced() {
     std::fs::remove_file(&key).unwrap();
     std::fs::write(&key, original).unwrap();
     serve(&strs(&args)).stop();
+    // A directory made before key checks existed is accepted and gets one.
+    let check = d.join("key-check.json");
+    let made = std::fs::read(&check).unwrap();
+    std::fs::remove_file(&check).unwrap();
+    serve(&strs(&args)).stop();
+    assert_eq!(std::fs::read(&check).unwrap().len(), made.len());
 }
 
 #[test]
