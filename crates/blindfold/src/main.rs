@@ -785,11 +785,21 @@ async fn verify(a: GatewayArgs) -> Result<()> {
     if !cfg.data_dir.join("gateway.json").exists() {
         bail!("{} is not a blindfold data directory (no gateway.json)", cfg.data_dir.display());
     }
+    eprintln!("blindfold verify: opening {}", cfg.data_dir.display());
     let opened = blindfold_gateway::server::open(&cfg).await?;
-    let pb = indicatif::ProgressBar::new(0);
+    eprintln!("blindfold verify: reading every cell of {}", opened.params.store);
+    // A bar on a terminal; elsewhere (logs, pipes) a line every tenth of the way.
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let pb = if tty { indicatif::ProgressBar::new(0) } else { indicatif::ProgressBar::hidden() };
+    let mut tenths = 0;
     let report = blindfold_gateway::verify::verify(&opened, |done, total| {
         pb.set_length(total);
         pb.set_position(done);
+        let t = (done * 10).checked_div(total).unwrap_or(10);
+        if !tty && t > tenths {
+            tenths = t;
+            eprintln!("  checked {done} of {total} cells");
+        }
     })
     .await?;
     pb.finish_and_clear();

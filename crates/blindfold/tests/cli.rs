@@ -404,6 +404,9 @@ fn the_secret_is_shown_once_flags_must_agree_and_status_tells_all() {
         let out = serve_fails(&a);
         assert!(out.contains("contradict") && out.contains(flag), "{flag}: {out}");
     }
+    let o = blindfold(&["verify", "--data-dir", ds]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("reading every cell") && text(&o).contains("cells"), "{}", text(&o));
     let o = blindfold(&["status", "--data-dir", ds]);
     assert!(o.status.success(), "{}", text(&o));
     let out = text(&o);
