@@ -11,6 +11,7 @@
 //! obliviousness costs end to end.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use blindfold_oram::{BlockId, Op};
 use blindfold_proxy::{
@@ -360,5 +361,87 @@ impl SharedEngine for DirectEngine {
         progress: &'a mut dyn FnMut(u64, u64),
     ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
         Box::pin(self.inner.verify(progress))
+    }
+}
+
+/// Passes every call to an engine and reports, once, the first error after which the engine
+/// refuses further work: an integrity violation or a poisoned driver. The serving process
+/// watches [`Watched::subscribe`] and stops rather than answer every later request with an
+/// error.
+#[derive(Debug)]
+pub struct Watched {
+    inner: Arc<dyn SharedEngine>,
+    tripped: tokio::sync::watch::Sender<Option<String>>,
+}
+
+impl Watched {
+    /// Watches `inner`.
+    pub fn new(inner: Arc<dyn SharedEngine>) -> Self {
+        Self { inner, tripped: tokio::sync::watch::channel(None).0 }
+    }
+
+    /// Receives the first fatal error's message (`None` while there is none).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.tripped.subscribe()
+    }
+
+    fn note<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r {
+            if e.is_integrity() || matches!(e, ProxyError::Poisoned) {
+                let msg = e.to_string();
+                self.tripped.send_if_modified(|v| {
+                    if v.is_none() {
+                        tracing::error!(error = %msg, "the engine stopped: its trusted state may no longer match the store");
+                        *v = Some(msg);
+                        true
+                    } else {
+                        false
+                    }
+                });
+            }
+        }
+        r
+    }
+}
+
+#[async_trait::async_trait]
+impl SharedEngine for Watched {
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn durable(&self) -> bool {
+        self.inner.durable()
+    }
+
+    fn batch_blocks(&self) -> usize {
+        self.inner.batch_blocks()
+    }
+
+    async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        self.note(self.inner.read_many(blocks).await)
+    }
+
+    async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        self.note(self.inner.write_many(blocks).await)
+    }
+
+    async fn commit(&self) -> Result<()> {
+        self.note(self.inner.commit().await)
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        self.inner.shutdown().await
+    }
+
+    fn verify<'a>(
+        &'a self,
+        progress: &'a mut dyn FnMut(u64, u64),
+    ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
+        self.inner.verify(progress)
     }
 }

@@ -4,7 +4,9 @@
 //! <data-dir>/
 //!   key.json           master key (0600) — losing it loses the data
 //!   credentials.json   S3 access key and secret (0600), generated on first start if not given
-//!   gateway.json       public parameters fixed at creation (store URL, block size, capacity, …)
+//!   gateway.json       public parameters fixed at creation (store URL, block size, capacity, …);
+//!                      written last on first start: its presence marks a directory holding a store
+//!   key-check.json     a known text sealed under the key: recognises a key from another store
 //!   meta.redb          the directory (buckets, objects, uploads, block allocator)
 //!   oram/              ORAM trusted state: checkpoint.bin, redo.log
 //!   cells/             the default untrusted store (file backend): oram.cells
@@ -17,7 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use blindfold_crypto::{create_key_file, load_key_file, MasterKey, Passphrase, StoreId};
+use blindfold_crypto::{
+    create_key_file, load_key_file, CellAd, CellSealer, MasterKey, Passphrase, StoreId,
+};
 use blindfold_oram::{PathOramConfig, PosMapMode};
 use blindfold_proxy::{DurablePathOram, DurableTao, SealedDirect, SealedPathOram, TaoConfig};
 use blindfold_store::{open_store, StoreUrl};
@@ -162,6 +166,12 @@ pub struct Opened {
     pub notes: Vec<String>,
     /// Credentials in force.
     pub credentials: (String, String),
+    /// Whether this start generated the credentials (show the secret once, now).
+    pub new_credentials: bool,
+    /// The first error after which the engine refuses all work (integrity violation,
+    /// poisoned driver), once there is one: the server should stop (a restart reloads the
+    /// trusted state from the data directory).
+    pub stopped: tokio::sync::watch::Receiver<Option<String>>,
     /// The master key.
     pub key: Arc<MasterKey>,
     /// The data directory.
@@ -195,21 +205,42 @@ fn random_token(len: usize, alphabet: &[u8]) -> String {
     (0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())] as char).collect()
 }
 
-/// Parses sizes like `1GiB`, `64MiB`, `512k`, `1000000`.
+/// Parses a size: a number of bytes, optionally with a decimal fraction and a unit.
+///
+/// `KiB`, `MiB`, `GiB`, `TiB` (and `K`, `M`, `G`, `T`) are powers of 1024; `KB`, `MB`, `GB`,
+/// `TB` powers of 1000; a bare number is bytes. `1.5GiB`, `2GB`, `64MiB`, `4096`. A fraction
+/// of a byte is rounded down.
 pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let t = s.trim().replace('_', "");
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (try 1GiB, 64MiB, 4096)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+    let bad = || format!("{s:?} is not a size (try 1GiB, 1.5GB, 64MiB or 4096 for bytes)");
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty() && frac.is_empty() || frac.len() > 18 {
+        return Err(bad());
+    }
+    let int: u128 = if int.is_empty() { 0 } else { int.parse().map_err(|_| bad())? };
+    let frac_n: u128 = if frac.is_empty() { 0 } else { frac.parse().map_err(|_| bad())? };
+    let mult: u128 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("unknown size unit {other:?} in {s:?} (use KiB, MiB, GiB)")),
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {s:?} (use KiB, MiB, GiB, TiB or KB, MB, GB, TB)"
+            ))
+        }
     };
-    n.checked_mul(mult).ok_or_else(|| format!("{s} is too large"))
+    let too_large = || format!("{s} is too large");
+    let whole = int.checked_mul(mult).ok_or_else(too_large)?;
+    let part = frac_n * mult / 10u128.pow(frac.len() as u32);
+    u64::try_from(whole + part).map_err(|_| too_large())
 }
 
 fn tao_config(params: &GatewayParams) -> Result<TaoConfig> {
@@ -292,12 +323,200 @@ impl std::fmt::Debug for OpenHooks {
     }
 }
 
+/// File in the data directory holding the key check value: a known text sealed under the key
+/// for this store, so a key that does not belong to the directory is recognised at start.
+pub const KEY_CHECK_FILE: &str = "key-check.json";
+
+/// What the key check seals. The cell address `u64::MAX` is never an ORAM cell.
+const KEY_CHECK_TEXT: &[u8] = b"blindfold key check v1";
+const KEY_CHECK_AD: CellAd = CellAd { cell: u64::MAX, version: u64::MAX, segment: u32::MAX };
+
+#[derive(Serialize, Deserialize)]
+struct KeyCheck {
+    /// The store id (hex) the check is bound to.
+    store_id: String,
+    /// `KEY_CHECK_TEXT` sealed under the store's cell key (hex).
+    sealed: String,
+}
+
+fn key_check(key: &MasterKey, store_id: StoreId) -> Result<KeyCheck> {
+    let sealed = CellSealer::new(key, store_id, 0)
+        .seal(&KEY_CHECK_AD, KEY_CHECK_TEXT)
+        .map_err(|e| GatewayError::Config(format!("sealing the key check: {e}")))?;
+    Ok(KeyCheck { store_id: store_id.to_hex(), sealed: hex::encode(sealed) })
+}
+
+/// Whether `key` opens the key check of the data directory `dir` (true when there is none).
+fn key_matches(dir: &Path, key: &MasterKey, store_id: StoreId) -> Result<Option<bool>> {
+    let path = dir.join(KEY_CHECK_FILE);
+    let raw = match std::fs::read(&path) {
+        Ok(raw) => raw,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(GatewayError::Config(format!("reading {}: {e}", path.display()))),
+    };
+    let bad = |why: &str| GatewayError::Config(format!("{}: {why}", path.display()));
+    let check: KeyCheck = serde_json::from_slice(&raw).map_err(|_| bad("not a key check file"))?;
+    if check.store_id != store_id.to_hex() {
+        return Err(bad("made for another store (its store id differs from gateway.json)"));
+    }
+    let sealed = hex::decode(&check.sealed).map_err(|_| bad("not a key check file"))?;
+    let opened = CellSealer::new(key, store_id, 0).open(&KEY_CHECK_AD, &sealed);
+    Ok(Some(opened.is_ok_and(|t| t == KEY_CHECK_TEXT)))
+}
+
+/// Reads `<dir>/gateway.json`, if there is one.
+pub fn read_params(dir: &Path) -> Result<Option<GatewayParams>> {
+    let path = dir.join("gateway.json");
+    let raw = match std::fs::read(&path) {
+        Ok(raw) => raw,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(GatewayError::Config(format!("reading {}: {e}", path.display()))),
+    };
+    serde_json::from_slice(&raw)
+        .map(Some)
+        .map_err(|e| GatewayError::Config(format!("{}: {e}", path.display())))
+}
+
+/// What a store takes: in the untrusted store and in the gateway's trusted memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Footprint {
+    /// Logical blocks.
+    pub blocks: u64,
+    /// Bytes per block.
+    pub block_size: u32,
+    /// Object data it holds: blocks × block size.
+    pub capacity_bytes: u64,
+    /// Bytes the untrusted store holds once every cell is written (ORAM cells and room for
+    /// the encrypted snapshot).
+    pub store_bytes: u64,
+    /// Of which the ORAM's cells.
+    pub oram_bytes: u64,
+    /// Estimated trusted memory: position map, cell versions, tree top kept in memory.
+    pub trusted_bytes: u64,
+}
+
+impl Footprint {
+    /// Bytes of ORAM cells per byte of capacity (the snapshot's room is left out: it is
+    /// mostly a fixed megabyte).
+    pub fn ratio(&self) -> f64 {
+        self.oram_bytes as f64 / self.capacity_bytes.max(1) as f64
+    }
+}
+
+fn cached_bytes(config: &PathOramConfig) -> u64 {
+    config
+        .trees()
+        .iter()
+        .map(|t| (1u64 << config.cache_levels().min(t.shape.levels())) - 1)
+        .sum::<u64>()
+        * config.bucket_bytes() as u64
+}
+
+/// The footprint of a store with these parameters.
+pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
+    let config = oram_config(params)?;
+    let (geometry, cells) = match params.engine {
+        OramEngine::PathOram => (SealedPathOram::geometry(&config)?, config.total_cells()),
+        OramEngine::Tao => {
+            let t = tao_config(params)?;
+            (t.geometry()?, t.tree().total_cells())
+        }
+    };
+    let cached = cached_bytes(&config);
+    let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
+    let bytes = |g: &blindfold_store::Geometry| g.cell_count() * u64::from(g.cell_size());
+    let posmap = if params.engine == OramEngine::PathOram && params.blocks > 1 << 20 {
+        1 << 19 // recursive: 2^16 entries in memory
+    } else {
+        params.blocks * 8
+    };
+    Ok(Footprint {
+        blocks: params.blocks,
+        block_size: params.block_size,
+        capacity_bytes: params.blocks * u64::from(params.block_size),
+        store_bytes: bytes(&geometry) + bytes(&snap),
+        oram_bytes: bytes(&geometry),
+        trusted_bytes: posmap + cells * 8 + cached,
+    })
+}
+
+/// Formats a byte count for people: `16 KiB`, `2.1 GiB`, `10 bytes`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} bytes");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v} {}", UNITS[unit])
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// The parameters of a new data directory, checked, with nothing created yet.
+pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
+    if cfg.block_size < 64 {
+        return Err(GatewayError::Config("--block-size must be at least 64 bytes".into()));
+    }
+    let blocks = cfg.capacity / u64::from(cfg.block_size);
+    if blocks == 0 {
+        return Err(GatewayError::Config(format!(
+            "--capacity {} is less than one block of {} bytes (a bare number is bytes: did you \
+             mean {}MiB or {}GiB?)",
+            cfg.capacity, cfg.block_size, cfg.capacity, cfg.capacity
+        )));
+    }
+    let abs_dir = std::path::absolute(&cfg.data_dir)
+        .map_err(|e| GatewayError::Config(format!("resolving {}: {e}", cfg.data_dir.display())))?;
+    // Recorded in gateway.json: absolute, so a later start from another directory finds it.
+    let store_url = cfg.store.clone().unwrap_or(StoreUrl::File {
+        dir: abs_dir.join("cells"),
+        sync: blindfold_store::SyncMode::OnFlush,
+    });
+    let p = GatewayParams {
+        format: "blindfold-gateway".into(),
+        version: 1,
+        store: store_url.to_string(),
+        store_id: StoreId::random().to_hex(),
+        block_size: cfg.block_size,
+        blocks,
+        z: 4,
+        pad_objects: cfg.pad_objects,
+        cache_levels: 0,
+        engine: cfg.engine,
+        generation: 0,
+    };
+    let p = match cfg.engine {
+        OramEngine::PathOram => {
+            GatewayParams { cache_levels: cache_levels_for(&p, cfg.cache_mib << 20)?, ..p }
+        }
+        OramEngine::Tao => {
+            tao_config(&p)?;
+            p
+        }
+    };
+    oram_config(&p)?;
+    Ok(p)
+}
+
 /// Opens the data directory, creating everything missing on first start.
 pub async fn open(cfg: &ServeConfig) -> Result<Opened> {
     open_with(cfg, OpenHooks::default()).await
 }
 
 /// [`open`] with a choice of engine and a wrapper around the store.
+///
+/// An existing data directory (one with `gateway.json`) is only ever opened: a missing key
+/// file is an error, never a reason to make a new key. A new one is created in an order that
+/// leaves nothing behind if any step fails: parameters are checked and the store and engine
+/// opened first; the key, the credentials and the key check are written next, and
+/// `gateway.json`, which marks the directory as holding a store, last.
 pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     let dir = &cfg.data_dir;
     if hooks.engine == EngineKind::DirectBaseline && dir.join("meta.redb").exists() {
@@ -307,115 +526,255 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
             dir.display()
         )));
     }
-    std::fs::create_dir_all(dir)
-        .map_err(|e| GatewayError::Config(format!("creating {}: {e}", dir.display())))?;
-    let mut notes = Vec::new();
+    match read_params(dir)? {
+        Some(params) => open_existing(cfg, hooks, params).await,
+        None => create(cfg, hooks).await,
+    }
+}
 
-    // Key.
+fn read_credentials(path: &Path) -> Result<(String, String)> {
+    let raw = std::fs::read(path)
+        .map_err(|e| GatewayError::Config(format!("reading {}: {e}", path.display())))?;
+    let c: Credentials = serde_json::from_slice(&raw)
+        .map_err(|e| GatewayError::Config(format!("{}: {e}", path.display())))?;
+    Ok((c.access_key, c.secret_key))
+}
+
+fn new_credentials() -> Credentials {
+    Credentials {
+        access_key: random_token(20, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"),
+        secret_key: random_token(
+            40,
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+        ),
+    }
+}
+
+fn store_id(params: &GatewayParams) -> Result<StoreId> {
+    StoreId::from_hex(&params.store_id).map_err(|e| GatewayError::Config(e.to_string()))
+}
+
+async fn open_existing(
+    cfg: &ServeConfig,
+    hooks: OpenHooks,
+    params: GatewayParams,
+) -> Result<Opened> {
+    let dir = &cfg.data_dir;
+    if let Some(url) = &cfg.store {
+        if params.store != url.to_string() {
+            return Err(GatewayError::Config(format!(
+                "{} was created for store {}, not {url}: leave out --store to use it, or give \
+                 another --data-dir to create a new store",
+                dir.display(),
+                params.store,
+            )));
+        }
+    }
+    let key_path = cfg.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
+    if !key_path.exists() {
+        return Err(GatewayError::Config(format!(
+            "{} is missing — restore it from your backup (or name it with --key-file). {} \
+             already holds a store, which only its own key can read, so no new key is made; \
+             nothing was changed",
+            key_path.display(),
+            dir.display()
+        )));
+    }
+    let key = load_key_file(&key_path, cfg.passphrase.as_deref())
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    let id = store_id(&params)?;
+    let checked = key_matches(dir, &key, id)?;
+    if checked == Some(false) {
+        return Err(GatewayError::Config(format!(
+            "the key in {} does not belong to the store in {} (its key check does not match): \
+             use the key file backed up with this data directory; nothing was changed",
+            key_path.display(),
+            dir.display()
+        )));
+    }
+    let mut notes = Vec::new();
+    let cred_path = dir.join("credentials.json");
+    let mut generated = None;
+    let credentials = match &cfg.credentials {
+        Some(c) => c.clone(),
+        None if cred_path.exists() => read_credentials(&cred_path)?,
+        None => {
+            let c = new_credentials();
+            let pair = (c.access_key.clone(), c.secret_key.clone());
+            generated = Some(c);
+            pair
+        }
+    };
+    let mut opened = assemble(cfg, hooks, params, key, credentials, false, &mut notes).await?;
+    if let Some(c) = generated {
+        write_private(&cred_path, &serde_json::to_vec_pretty(&c).expect("json"))?;
+        notes.push(format!("generated S3 credentials in {}", cred_path.display()));
+        opened.new_credentials = true;
+    }
+    // A directory made before key checks existed gets one, but only once the key is known to
+    // be right (it authenticates a snapshot in the store): a check made with a wrong key would
+    // lock the right one out.
+    if checked.is_none()
+        && crate::snapshot::latest_seq(&*opened.snapshots, &opened.key).await.is_some()
+    {
+        let check = key_check(&opened.key, id)?;
+        write_private(
+            &dir.join(KEY_CHECK_FILE),
+            &serde_json::to_vec_pretty(&check).expect("json"),
+        )?;
+    }
+    opened.notes = notes;
+    Ok(opened)
+}
+
+/// Paths a first start created, removed again if it fails.
+#[derive(Default)]
+struct Debris {
+    paths: Vec<PathBuf>,
+    armed: bool,
+}
+
+impl Debris {
+    fn add(&mut self, p: PathBuf) {
+        self.armed = true;
+        self.paths.push(p);
+    }
+}
+
+impl Drop for Debris {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        for p in self.paths.iter().rev() {
+            let _ = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
+        }
+    }
+}
+
+/// Creates a directory (and records it as debris) unless it exists.
+fn make_dir(path: &Path, debris: &mut Debris) -> Result<()> {
+    if !path.exists() {
+        // Record the topmost directory that did not exist, so cleaning removes all of it.
+        let mut top = path.to_path_buf();
+        while let Some(parent) = top.parent() {
+            if parent.as_os_str().is_empty() || parent.exists() {
+                break;
+            }
+            top = parent.to_path_buf();
+        }
+        std::fs::create_dir_all(path)
+            .map_err(|e| GatewayError::Config(format!("creating {}: {e}", path.display())))?;
+        debris.add(top);
+    }
+    Ok(())
+}
+
+async fn create(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
+    let dir = &cfg.data_dir;
+    let params = new_params(cfg)?;
+    let store_url: StoreUrl = params
+        .store
+        .parse()
+        .map_err(|e: blindfold_store::StoreError| GatewayError::Config(e.to_string()))?;
+    let mut debris = Debris::default();
+    make_dir(dir, &mut debris)?;
+    let mut notes = Vec::new();
+    // What a first start that failed before writing gateway.json left behind holds no data
+    // anyone was told about.
+    let mut leftovers = false;
+    for p in [dir.join("oram"), dir.join("meta.redb"), dir.join(KEY_CHECK_FILE)] {
+        if p.exists() {
+            leftovers = true;
+            let r = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+            r.map_err(|e| GatewayError::Config(format!("removing {}: {e}", p.display())))?;
+        }
+    }
+    if leftovers {
+        notes.push("removed the leftovers of a first start that did not finish".to_string());
+    }
+    if let StoreUrl::File { dir: cells, .. } = &store_url {
+        make_dir(cells, &mut debris)?;
+    }
+    // The key: an existing key file is used; a new one is written beside its final name and
+    // moved there only when everything else worked.
     let key_path = cfg.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
     let pass = cfg.passphrase.as_deref();
-    let key: MasterKey = if key_path.exists() {
-        load_key_file(&key_path, pass).map_err(|e| GatewayError::Config(e.to_string()))?
+    let (key, new_key) = if key_path.exists() {
+        (load_key_file(&key_path, pass).map_err(|e| GatewayError::Config(e.to_string()))?, None)
     } else {
-        let k =
-            create_key_file(&key_path, pass).map_err(|e| GatewayError::Config(e.to_string()))?;
+        if let Some(parent) = key_path.parent() {
+            if !parent.as_os_str().is_empty() {
+                make_dir(parent, &mut debris)?;
+            }
+        }
+        let mut tmp = key_path.clone().into_os_string();
+        tmp.push(".new");
+        let tmp = PathBuf::from(tmp);
+        let _ = std::fs::remove_file(&tmp);
+        let k = create_key_file(&tmp, pass).map_err(|e| GatewayError::Config(e.to_string()))?;
+        debris.add(tmp.clone());
+        (k, Some(tmp))
+    };
+    debris.add(dir.join("oram"));
+    debris.add(dir.join("meta.redb"));
+    let credentials = match &cfg.credentials {
+        Some(c) => (c.clone(), None),
+        None => {
+            let c = new_credentials();
+            ((c.access_key.clone(), c.secret_key.clone()), Some(c))
+        }
+    };
+    let id = store_id(&params)?;
+    let check = key_check(&key, id)?;
+    let mut opened =
+        assemble(cfg, hooks, params.clone(), key, credentials.0, true, &mut notes).await?;
+    // Everything opened: now the files that make the directory usable, gateway.json last.
+    let cred_path = dir.join("credentials.json");
+    if let Some(c) = credentials.1 {
+        debris.add(cred_path.clone());
+        write_private(&cred_path, &serde_json::to_vec_pretty(&c).expect("json"))?;
+        notes.push(format!("generated S3 credentials in {}", cred_path.display()));
+        opened.new_credentials = true;
+    }
+    debris.add(dir.join(KEY_CHECK_FILE));
+    write_private(&dir.join(KEY_CHECK_FILE), &serde_json::to_vec_pretty(&check).expect("json"))?;
+    if let Some(tmp) = new_key {
+        std::fs::rename(&tmp, &key_path)
+            .map_err(|e| GatewayError::Config(format!("writing {}: {e}", key_path.display())))?;
+        debris.add(key_path.clone());
         notes.push(format!(
             "created a new key at {} — back it up: without it the stored data cannot be read",
             key_path.display()
         ));
-        k
-    };
+    }
+    let f = footprint(&params)?;
+    write_private(&dir.join("gateway.json"), &serde_json::to_vec_pretty(&params).expect("json"))?;
+    debris.armed = false;
+    notes.push(format!(
+        "created an oblivious store of {} ({} blocks of {} bytes) at {}, taking up to {} there",
+        human_bytes(f.capacity_bytes),
+        f.blocks,
+        f.block_size,
+        params.store,
+        human_bytes(f.store_bytes)
+    ));
+    opened.notes = notes;
+    Ok(opened)
+}
 
-    // Credentials.
-    let cred_path = dir.join("credentials.json");
-    let credentials = match &cfg.credentials {
-        Some(c) => c.clone(),
-        None if cred_path.exists() => {
-            let raw = std::fs::read(&cred_path).map_err(|e| {
-                GatewayError::Config(format!("reading {}: {e}", cred_path.display()))
-            })?;
-            let c: Credentials = serde_json::from_slice(&raw)
-                .map_err(|e| GatewayError::Config(format!("{}: {e}", cred_path.display())))?;
-            (c.access_key, c.secret_key)
-        }
-        None => {
-            let c = Credentials {
-                access_key: random_token(20, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"),
-                secret_key: random_token(
-                    40,
-                    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
-                ),
-            };
-            write_private(&cred_path, &serde_json::to_vec_pretty(&c).expect("json"))?;
-            notes.push(format!("generated S3 credentials in {}", cred_path.display()));
-            (c.access_key, c.secret_key)
-        }
-    };
-
-    // Parameters.
-    let params_path = dir.join("gateway.json");
-    // Recorded in gateway.json: absolute, so a later start from another directory finds it.
-    let abs_dir = std::path::absolute(dir)
-        .map_err(|e| GatewayError::Config(format!("resolving {}: {e}", dir.display())))?;
-    let store_url = cfg.store.clone().unwrap_or(StoreUrl::File {
-        dir: abs_dir.join("cells"),
-        sync: blindfold_store::SyncMode::OnFlush,
-    });
-    let params: GatewayParams = if params_path.exists() {
-        let raw = std::fs::read(&params_path)
-            .map_err(|e| GatewayError::Config(format!("reading {}: {e}", params_path.display())))?;
-        let p: GatewayParams = serde_json::from_slice(&raw)
-            .map_err(|e| GatewayError::Config(format!("{}: {e}", params_path.display())))?;
-        if cfg.store.is_some() && p.store != store_url.to_string() {
-            return Err(GatewayError::Config(format!(
-                "{} was created for store {}, not {}",
-                dir.display(),
-                p.store,
-                store_url
-            )));
-        }
-        p
-    } else {
-        if cfg.block_size < 64 {
-            return Err(GatewayError::Config("--block-size must be at least 64 bytes".into()));
-        }
-        let blocks = cfg.capacity / u64::from(cfg.block_size);
-        if blocks == 0 {
-            return Err(GatewayError::Config("--capacity must hold at least one block".into()));
-        }
-        let p = GatewayParams {
-            format: "blindfold-gateway".into(),
-            version: 1,
-            store: store_url.to_string(),
-            store_id: StoreId::random().to_hex(),
-            block_size: cfg.block_size,
-            blocks,
-            z: 4,
-            pad_objects: cfg.pad_objects,
-            cache_levels: 0,
-            engine: cfg.engine,
-            generation: 0,
-        };
-        let p = match cfg.engine {
-            OramEngine::PathOram => {
-                GatewayParams { cache_levels: cache_levels_for(&p, cfg.cache_mib << 20)?, ..p }
-            }
-            OramEngine::Tao => {
-                tao_config(&p)?;
-                p
-            }
-        };
-        oram_config(&p)?; // validate before writing anything
-        write_private(&params_path, &serde_json::to_vec_pretty(&p).expect("json"))?;
-        notes.push(format!(
-            "created a {} MiB oblivious store ({} blocks of {} bytes) at {}",
-            (blocks * u64::from(cfg.block_size)) >> 20,
-            blocks,
-            cfg.block_size,
-            p.store
-        ));
-        p
-    };
+/// Opens the store, the engine (creating it if `creating`), the directory and the snapshot
+/// array.
+async fn assemble(
+    cfg: &ServeConfig,
+    hooks: OpenHooks,
+    params: GatewayParams,
+    key: MasterKey,
+    credentials: (String, String),
+    creating: bool,
+    notes: &mut Vec<String>,
+) -> Result<Opened> {
+    let dir = &cfg.data_dir;
     let store_url: StoreUrl = params
         .store
         .parse()
@@ -429,66 +788,60 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     };
     let store = open_store(&store_url, &array, geometry)
         .await
-        .map_err(|e| GatewayError::Config(format!("opening the store: {e}")))?;
+        .map_err(|e| GatewayError::Config(format!("opening the store {store_url}: {e}")))?;
     let store = match &hooks.wrap_store {
         Some(wrap) => wrap(store),
         None => store,
     };
     let oram_dir = dir.join("oram");
-    let engine: Arc<dyn SharedEngine> = if hooks.engine == EngineKind::DirectBaseline {
-        let id =
-            StoreId::from_hex(&params.store_id).map_err(|e| GatewayError::Config(e.to_string()))?;
-        let sealer = blindfold_crypto::CellSealer::new(&key, id, 0);
-        Arc::new(DirectEngine::new(SealedDirect::new(store, sealer, params.block_size)?))
-    } else if params.engine == OramEngine::Tao {
-        if DurableTao::exists(&oram_dir) {
-            let (engine, rec) = DurableTao::open(&oram_dir, store, &key).await?;
-            if rec.replayed > 0 || rec.torn_bytes > 0 {
-                notes.push(format!(
-                    "recovered after an unclean stop: replayed {} log records ({} cells)",
-                    rec.replayed, rec.cells_rewritten
-                ));
-            }
-            Arc::new(engine)
-        } else {
-            let id = StoreId::from_hex(&params.store_id)
-                .map_err(|e| GatewayError::Config(e.to_string()))?;
-            Arc::new(DurableTao::create(&oram_dir, tao_config(&params)?, store, &key, id).await?)
-        }
-    } else if DurablePathOram::exists(&oram_dir) {
-        let (engine, rec) = DurablePathOram::open(&oram_dir, store, &key).await?;
+    let id = store_id(&params)?;
+    let recovered = |rec: blindfold_proxy::Recovery, notes: &mut Vec<String>| {
         if rec.replayed > 0 || rec.torn_bytes > 0 {
             notes.push(format!(
                 "recovered after an unclean stop: replayed {} log records ({} cells)",
                 rec.replayed, rec.cells_rewritten
             ));
         }
-        Arc::new(Serialized::new(engine))
-    } else {
-        let id =
-            StoreId::from_hex(&params.store_id).map_err(|e| GatewayError::Config(e.to_string()))?;
+    };
+    let engine: Arc<dyn SharedEngine> = if hooks.engine == EngineKind::DirectBaseline {
+        let sealer = blindfold_crypto::CellSealer::new(&key, id, 0);
+        Arc::new(DirectEngine::new(SealedDirect::new(store, sealer, params.block_size)?))
+    } else if params.engine == OramEngine::Tao {
+        if creating {
+            Arc::new(DurableTao::create(&oram_dir, tao_config(&params)?, store, &key, id).await?)
+        } else {
+            let (engine, rec) = DurableTao::open(&oram_dir, store, &key).await?;
+            recovered(rec, notes);
+            Arc::new(engine)
+        }
+    } else if creating {
         Arc::new(Serialized::new(
             DurablePathOram::create(&oram_dir, config.clone(), store, &key, id).await?,
         ))
+    } else {
+        let (engine, rec) = DurablePathOram::open(&oram_dir, store, &key).await?;
+        recovered(rec, notes);
+        Arc::new(Serialized::new(engine))
     };
     let directory = Directory::open(&dir.join("meta.redb"), params.blocks, &key)?;
-    let cached = config
-        .trees()
-        .iter()
-        .map(|t| (1u64 << config.cache_levels().min(t.shape.levels())) - 1)
-        .sum::<u64>()
-        * config.bucket_bytes() as u64;
     let cells = match params.engine {
         OramEngine::PathOram => config.total_cells(),
         OramEngine::Tao => tao_config(&params)?.tree().total_cells(),
     };
-    let snapshots = crate::snapshot::open(&store_url, &key, params.blocks, cells, cached).await?;
-    let objects = Arc::new(ObjectLayer::with_engine(directory, engine, params.pad_objects));
+    let snapshots =
+        crate::snapshot::open(&store_url, &key, params.blocks, cells, cached_bytes(&config))
+            .await?;
+    let watched = crate::engine::Watched::new(engine);
+    let stopped = watched.subscribe();
+    let objects =
+        Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
     Ok(Opened {
         objects,
         params,
-        notes,
+        notes: Vec::new(),
         credentials,
+        new_credentials: false,
+        stopped,
         key: Arc::new(key),
         data_dir: dir.clone(),
         snapshots,
@@ -1102,5 +1455,12 @@ mod tests {
         assert_eq!(parse_size("4096"), Ok(4096));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("1XB").is_err());
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size("1.5KB"), Ok(1500));
+        assert_eq!(parse_size("0.5"), Ok(0));
+        assert!(parse_size(".").is_err());
+        assert!(parse_size("1.2.3GiB").is_err());
+        assert!(parse_size("99999999999TiB").is_err());
     }
 }

@@ -32,6 +32,9 @@ enum Command {
     Serve(ServeArgs),
     /// Check every stored cell's integrity and the trusted state's consistency.
     Verify(GatewayArgs),
+    /// Show a data directory: capacity, how full it is, engine, geometry, disk use, last clean
+    /// stop. Reads only the trusted state; touches no store.
+    Status(StatusArgs),
     /// Rebuild a lost data directory from the store's encrypted snapshot and the key alone.
     ///
     /// Needs --store (where the cells are) and --key-file; writes a new data directory, then
@@ -93,6 +96,20 @@ struct StorageServerArgs {
 }
 
 #[derive(Args, Debug)]
+struct StatusArgs {
+    /// Trusted state directory.
+    #[arg(long, default_value = "blindfold-data", env = "BLINDFOLD_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Key file (the directory database is sealed under it); default `<data-dir>/key.json`.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// The key file is protected by a passphrase: read it from $BLINDFOLD_PASSPHRASE, or else
+    /// one line of standard input.
+    #[arg(long)]
+    passphrase: bool,
+}
+
+#[derive(Args, Debug)]
 struct KeyArgs {
     /// The key file.
     #[arg(long, default_value = "blindfold-data/key.json")]
@@ -108,8 +125,11 @@ struct GatewayArgs {
     /// Trusted state directory (key, credentials, directory, ORAM state, default store).
     #[arg(long, default_value = "blindfold-data", env = "BLINDFOLD_DATA_DIR")]
     data_dir: PathBuf,
-    /// Untrusted store, fixed when the data directory is created: `file:///dir`, `memory:`
-    /// (default: files in <data-dir>/cells).
+    /// Untrusted store, fixed when the data directory is created (default: files in
+    /// <data-dir>/cells): `file:///dir` (its parent must exist; `?sync=none|flush|always`),
+    /// `s3://bucket/prefix?endpoint=http://host:port&region=…` (any S3-compatible store;
+    /// credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), `redis://host:port/db`,
+    /// `remote://host:port` (a `blindfold storage-server`), or `memory:` (lost on exit; tests).
     #[arg(long)]
     store: Option<StoreUrl>,
     /// Key file (default: <data-dir>/key.json, created on first start).
@@ -125,8 +145,9 @@ struct GatewayArgs {
 struct ServeArgs {
     #[command(flatten)]
     gateway: GatewayArgs,
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:9100", env = "BLINDFOLD_LISTEN")]
+    /// Address to listen on: `host:port` (a name or an IP address) or a bare port (on
+    /// 127.0.0.1).
+    #[arg(long, default_value = "127.0.0.1:9100", env = "BLINDFOLD_LISTEN", value_parser = parse_listen)]
     listen: std::net::SocketAddr,
     /// S3 access key (default: from <data-dir>/credentials.json, generated on first start).
     #[arg(long, env = "BLINDFOLD_ACCESS_KEY", requires = "secret_key")]
@@ -134,25 +155,32 @@ struct ServeArgs {
     /// S3 secret key.
     #[arg(long, env = "BLINDFOLD_SECRET_KEY", requires = "access_key", hide_env_values = true)]
     secret_key: Option<String>,
-    /// Logical capacity of a new store (e.g. 1GiB, 256MiB). The store holds about twice this.
-    #[arg(long, default_value = "1GiB", value_parser = blindfold_gateway::server::parse_size)]
-    capacity: u64,
-    /// ORAM block size of a new store, in bytes.
-    #[arg(long, default_value_t = 4096)]
-    block_size: u32,
+    /// Logical capacity of a new store [default: 1GiB]: a bare number is bytes; KiB, MiB,
+    /// GiB, TiB are powers of 1024, KB, MB, GB, TB powers of 1000; decimals are accepted
+    /// (1.5GiB). The store takes about 2.2 times this (the banner says exactly).
+    #[arg(long, value_parser = blindfold_gateway::server::parse_size)]
+    capacity: Option<u64>,
+    /// ORAM block size of a new store, in bytes [default: 4096]. Every block carries fixed
+    /// overhead (sealing, tree slots): small blocks make the store many times the capacity.
+    #[arg(long)]
+    block_size: Option<u32>,
+    /// Create a new store even if it takes more than 3 bytes of store per byte of capacity
+    /// (small blocks).
+    #[arg(long)]
+    allow_overhead: bool,
     /// Pad every object to a power-of-two number of blocks, so the store learns only each
     /// object's size class (costs up to 2× space and traffic). Fixed at creation.
     #[arg(long)]
     pad_objects: bool,
     /// Trusted memory (MiB) for the top levels of the ORAM tree of a new store: each cached
-    /// level saves one bucket of storage traffic per access. Fixed at creation.
-    #[arg(long, default_value_t = blindfold_gateway::server::DEFAULT_CACHE_MIB)]
-    cache_mib: u64,
+    /// level saves one bucket of storage traffic per access. Fixed at creation [default: 32].
+    #[arg(long)]
+    cache_mib: Option<u64>,
     /// Oblivious engine of a new store: `tao` (concurrent, TaoStore design: many block
     /// accesses in flight at once) or `path-oram` (sequential Path ORAM; honours --cache-mib).
-    /// Fixed at creation.
-    #[arg(long, default_value_t = blindfold_gateway::server::OramEngine::Tao)]
-    engine: blindfold_gateway::server::OramEngine,
+    /// Fixed at creation [default: tao].
+    #[arg(long)]
+    engine: Option<blindfold_gateway::server::OramEngine>,
 }
 
 #[derive(Args, Debug)]
@@ -545,45 +573,233 @@ fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeConfi
     })
 }
 
+/// Parses `--listen`: `host:port` (host a name or an address) or a bare port on 127.0.0.1.
+fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let s = s.trim();
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    let bad = || {
+        format!("{s:?} is not an address to listen on (try 9100, localhost:9100 or 0.0.0.0:9100)")
+    };
+    if !s.contains(':') {
+        return Err(bad());
+    }
+    let mut addrs = s.to_socket_addrs().map_err(|e| format!("{}: {e}", bad()))?;
+    addrs.next().ok_or_else(bad)
+}
+
+/// Flags that fix a new store's shape must agree with an existing data directory.
+fn check_flags_against(a: &ServeArgs, p: &blindfold_gateway::server::GatewayParams) -> Result<()> {
+    let mut clashes = Vec::new();
+    if let Some(c) = a.capacity {
+        let blocks = c / u64::from(a.block_size.unwrap_or(p.block_size));
+        if blocks != p.blocks {
+            clashes.push(format!(
+                "--capacity {c} (it holds {} bytes)",
+                p.blocks * u64::from(p.block_size)
+            ));
+        }
+    }
+    if let Some(b) = a.block_size.filter(|&b| b != p.block_size) {
+        clashes.push(format!("--block-size {b} (it uses {})", p.block_size));
+    }
+    if a.pad_objects && !p.pad_objects {
+        clashes.push("--pad-objects (it was created without padding)".into());
+    }
+    if let Some(e) = a.engine.filter(|&e| e != p.engine) {
+        clashes.push(format!("--engine {e} (it uses {})", p.engine));
+    }
+    if a.cache_mib.is_some() && p.engine == blindfold_gateway::server::OramEngine::Tao {
+        clashes.push("--cache-mib (the tao engine keeps no tree top in memory)".into());
+    } else if a.cache_mib.is_some() {
+        clashes.push(format!("--cache-mib (it keeps {} tree levels in memory)", p.cache_levels));
+    }
+    if !clashes.is_empty() {
+        bail!(
+            "{} already holds a store, whose shape was fixed when it was created; these flags \
+             contradict it: {}. Leave them out to use the store as it is, or give another \
+             --data-dir to create a new one",
+            a.gateway.data_dir.display(),
+            clashes.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// File recording the time of the last clean stop in a data directory.
+const CLEAN_STOP_FILE: &str = "last-clean-stop";
+
 async fn serve(a: ServeArgs) -> Result<()> {
+    use blindfold_gateway::server::{footprint, human_bytes, new_params, read_params};
     let mut cfg = serve_config(&a.gateway)?;
     cfg.listen = a.listen;
-    cfg.credentials = a.access_key.zip(a.secret_key);
-    cfg.capacity = a.capacity;
-    cfg.block_size = a.block_size;
+    cfg.credentials = a.access_key.clone().zip(a.secret_key.clone());
+    cfg.capacity = a.capacity.unwrap_or(1 << 30);
+    cfg.block_size = a.block_size.unwrap_or(4096);
     cfg.pad_objects = a.pad_objects;
-    cfg.cache_mib = a.cache_mib;
-    cfg.engine = a.engine;
-    let opened = blindfold_gateway::server::open(&cfg).await?;
-    for note in &opened.notes {
-        eprintln!("blindfold: {note}");
+    cfg.cache_mib = a.cache_mib.unwrap_or(blindfold_gateway::server::DEFAULT_CACHE_MIB);
+    cfg.engine = a.engine.unwrap_or_default();
+    // Everything that can be checked is checked before anything is created.
+    match read_params(&cfg.data_dir)? {
+        Some(p) => check_flags_against(&a, &p)?,
+        None => {
+            // A mistyped `file://` path is not silently made: its parent must exist.
+            if let Some(StoreUrl::File { dir, .. }) = &cfg.store {
+                let parent_ok = dir.parent().is_none_or(|p| p.as_os_str().is_empty() || p.exists());
+                if !dir.exists() && !parent_ok {
+                    bail!(
+                        "the store directory {} does not exist, nor does its parent: check the \
+                         path, or create the parent directory first",
+                        dir.display()
+                    );
+                }
+            }
+            let f = footprint(&new_params(&cfg)?)?;
+            if f.ratio() > 3.0 && !a.allow_overhead {
+                bail!(
+                    "this store would take {} in the store for {} of capacity ({:.1}× — each \
+                     {}-byte block carries fixed overhead: its seal and its share of the tree); \
+                     use a larger --block-size (4096 takes about 2×), or pass \
+                     --allow-overhead",
+                    human_bytes(f.oram_bytes),
+                    human_bytes(f.capacity_bytes),
+                    f.ratio(),
+                    f.block_size
+                );
+            }
+        }
     }
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("listening on {}", cfg.listen))?;
     let addr = listener.local_addr()?;
+    let opened = blindfold_gateway::server::open(&cfg).await?;
+    for note in &opened.notes {
+        eprintln!("blindfold: {note}");
+    }
+    let _ = std::fs::remove_file(cfg.data_dir.join(CLEAN_STOP_FILE));
+    // Installed before the banner: a SIGTERM right after it stops the gateway cleanly.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let f = footprint(&opened.params)?;
     let (ak, sk) = opened.credentials.clone();
-    println!("blindfold serving S3 at http://{addr}");
-    println!("  data directory: {}", cfg.data_dir.display());
-    println!("  store: {}", opened.params.store);
+    println!("blindfold {} serving S3 at http://{addr}", env!("CARGO_PKG_VERSION"));
+    println!("  data directory: {} (back up key.json)", cfg.data_dir.display());
+    println!("  store: {} ({} engine)", opened.params.store, opened.params.engine);
     println!(
-        "  capacity: {} blocks of {} bytes{}",
-        opened.params.blocks,
-        opened.params.block_size,
+        "  capacity: {} ({} blocks of {} bytes){}",
+        human_bytes(f.capacity_bytes),
+        f.blocks,
+        f.block_size,
         if opened.params.pad_objects { ", object sizes padded" } else { "" }
     );
-    println!("  try: AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1 aws --endpoint-url http://{addr} s3 ls");
-    let shutdown = async {
+    println!(
+        "  store use: up to {}; trusted memory: about {}",
+        human_bytes(f.store_bytes),
+        human_bytes(f.trusted_bytes)
+    );
+    if opened.new_credentials {
+        println!(
+            "  S3 credentials (saved in {}): access key {ak}, secret key {sk}",
+            cfg.data_dir.join("credentials.json").display()
+        );
+        println!("  try: AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1 aws --endpoint-url http://{addr} s3 ls");
+    } else if a.access_key.is_some() {
+        println!("  S3 credentials: access key {ak} (from --access-key / $BLINDFOLD_ACCESS_KEY)");
+    } else {
+        println!(
+            "  S3 credentials: access key {ak}, secret key in {}",
+            cfg.data_dir.join("credentials.json").display()
+        );
+    }
+    let mut stopped = opened.stopped.clone();
+    let shutdown = async move {
         let ctrl_c = tokio::signal::ctrl_c();
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("signal handler");
         tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            _ = ctrl_c => eprintln!("blindfold: shutting down"),
+            _ = term.recv() => eprintln!("blindfold: shutting down"),
+            _ = stopped.wait_for(|v| v.is_some()) => {}
         }
-        eprintln!("blindfold: shutting down");
     };
-    blindfold_gateway::server::run(opened, listener, shutdown).await?;
+    let data_dir = cfg.data_dir.clone();
+    let stopped = opened.stopped.clone();
+    let served = blindfold_gateway::server::run(opened, listener, shutdown).await;
+    if let Some(why) = stopped.borrow().clone() {
+        let d = data_dir.display();
+        bail!(
+            "stopped serving: {why}. The trusted state may no longer match the store, so every \
+             request would fail. Next: start `blindfold serve` again (it reloads the trusted \
+             state and replays the redo log); run `blindfold verify --data-dir {d}` to find the \
+             damaged cells; if every cell fails, check that key.json is this store's key; to \
+             rebuild the data directory from the store's snapshot, use `blindfold recover`"
+        );
+    }
+    served?;
+    let now = time::OffsetDateTime::now_utc().to_string();
+    let _ = std::fs::write(data_dir.join(CLEAN_STOP_FILE), now + "\n");
+    Ok(())
+}
+
+fn status(a: StatusArgs) -> Result<()> {
+    use blindfold_gateway::server::{footprint, human_bytes, read_params};
+    let dir = &a.data_dir;
+    let Some(p) = read_params(dir)? else {
+        bail!("{} is not a blindfold data directory (no gateway.json)", dir.display());
+    };
+    let f = footprint(&p)?;
+    println!("blindfold status {}", dir.display());
+    println!("  store: {} ({} engine)", p.store, p.engine);
+    println!(
+        "  capacity: {} ({} blocks of {} bytes, Z = {}{}{})",
+        human_bytes(f.capacity_bytes),
+        f.blocks,
+        f.block_size,
+        p.z,
+        if p.cache_levels > 0 {
+            format!(", {} tree levels in memory", p.cache_levels)
+        } else {
+            String::new()
+        },
+        if p.pad_objects { ", object sizes padded" } else { "" }
+    );
+    println!(
+        "  store use: up to {}; trusted memory: about {}",
+        human_bytes(f.store_bytes),
+        human_bytes(f.trusted_bytes)
+    );
+    let key_path = a.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
+    let pass = if a.passphrase { Some(read_passphrase()?) } else { None };
+    let opened = load_key_file(&key_path, pass.as_ref())
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .and_then(|key| {
+            blindfold_gateway::Directory::open(&dir.join("meta.redb"), p.blocks, &key)
+                .map_err(|e| anyhow::anyhow!("{e}"))
+        });
+    match opened {
+        Ok(d) => {
+            let (buckets, objects) = d.counts()?;
+            let used = p.blocks - d.free_blocks();
+            println!(
+                "  used: {} of {} blocks ({:.1}%), {buckets} buckets, {objects} objects",
+                used,
+                p.blocks,
+                100.0 * used as f64 / p.blocks as f64
+            );
+        }
+        Err(e) => println!("  used: unknown ({e}; is a gateway running on it?)"),
+    }
+    match std::fs::read_to_string(dir.join(CLEAN_STOP_FILE)) {
+        Ok(t) => println!("  last clean stop: {}", t.trim()),
+        Err(_) => println!(
+            "  last clean stop: none since the last start (running now, or it stopped \
+             uncleanly: the next start replays the redo log)"
+        ),
+    }
     Ok(())
 }
 
@@ -614,11 +830,21 @@ async fn verify(a: GatewayArgs) -> Result<()> {
     if !cfg.data_dir.join("gateway.json").exists() {
         bail!("{} is not a blindfold data directory (no gateway.json)", cfg.data_dir.display());
     }
+    eprintln!("blindfold verify: opening {}", cfg.data_dir.display());
     let opened = blindfold_gateway::server::open(&cfg).await?;
-    let pb = indicatif::ProgressBar::new(0);
+    eprintln!("blindfold verify: reading every cell of {}", opened.params.store);
+    // A bar on a terminal; elsewhere (logs, pipes) a line every tenth of the way.
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let pb = if tty { indicatif::ProgressBar::new(0) } else { indicatif::ProgressBar::hidden() };
+    let mut tenths = 0;
     let report = blindfold_gateway::verify::verify(&opened, |done, total| {
         pb.set_length(total);
         pb.set_position(done);
+        let t = (done * 10).checked_div(total).unwrap_or(10);
+        if !tty && t > tenths {
+            tenths = t;
+            eprintln!("  checked {done} of {total} cells");
+        }
     })
     .await?;
     pb.finish_and_clear();
@@ -774,7 +1000,13 @@ fn main() -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log))
         .context("invalid --log filter")?;
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colour codes only where a person reads them, not in a log file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
     match cli.command {
         Command::Serve(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -789,6 +1021,7 @@ fn main() -> Result<()> {
             rt.block_on(recover(a))
         }
         Command::Init(a) => init(a),
+        Command::Status(a) => status(a),
         Command::CheckKey(a) => check_key(a),
         Command::StorageServer(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -816,6 +1049,15 @@ fn main() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_addresses_parse() {
+        assert_eq!(parse_listen("19412").unwrap(), "127.0.0.1:19412".parse().unwrap());
+        assert_eq!(parse_listen("0.0.0.0:80").unwrap(), "0.0.0.0:80".parse().unwrap());
+        assert!(parse_listen("localhost:19412").unwrap().ip().is_loopback());
+        assert!(parse_listen("nonsense").is_err());
+        assert!(parse_listen("99999").is_err());
+    }
 
     #[test]
     fn counts_parse() {

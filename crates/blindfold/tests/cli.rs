@@ -212,3 +212,210 @@ fn bench_concurrency_smoke_run_writes_rows_csv_and_plots() {
         assert!(out_dir.join(f).exists(), "{f} missing");
     }
 }
+
+/// A `blindfold serve` started by a test; stopped cleanly (SIGTERM) by [`Served::stop`].
+struct Served {
+    child: std::process::Child,
+    banner: String,
+    /// Kept open: the gateway may print more after the banner.
+    _stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Served {
+    /// Stops it with SIGTERM; returns everything it printed to standard error.
+    fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let out = std::mem::replace(
+            &mut self.child,
+            Command::new("true").spawn().unwrap(), // placeholder, reaped below
+        )
+        .wait_with_output()
+        .unwrap();
+        let _ = self.child.wait();
+        assert!(out.status.success(), "serve did not stop cleanly: {}", text(&out));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+/// Starts `serve` on a free port and waits for its banner; panics with its output if it exits.
+fn serve(args: &[&str]) -> Served {
+    use std::io::BufRead;
+    let port: &[&str] = if args.contains(&"--listen") { &[] } else { &["--listen", "127.0.0.1:0"] };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_blindfold"))
+        .arg("serve")
+        .args(port)
+        .args(args)
+        .env_remove("BLINDFOLD_PASSPHRASE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run blindfold serve");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut banner = String::new();
+    loop {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            let out = child.wait_with_output().unwrap();
+            panic!("serve exited: {banner}{}", text(&out));
+        }
+        banner.push_str(&line);
+        if line.trim_start().starts_with("S3 credentials") {
+            break;
+        }
+    }
+    Served { child, banner, _stdout: stdout }
+}
+
+/// `serve` that is expected to fail at start.
+fn serve_fails(args: &[&str]) -> String {
+    let mut all = vec!["serve"];
+    if !args.contains(&"--listen") {
+        all.extend(["--listen", "127.0.0.1:0"]);
+    }
+    all.extend_from_slice(args);
+    let o = blindfold(&all);
+    assert!(!o.status.success(), "serve should have failed: {}", text(&o));
+    text(&o)
+}
+
+fn small_store(dir: &std::path::Path) -> Vec<String> {
+    vec!["--data-dir".into(), dir.to_str().unwrap().into(), "--capacity".into(), "1MiB".into()]
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn a_lost_or_wrong_key_is_refused_and_never_replaced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("d3");
+    let args = small_store(&d);
+    serve(&strs(&args)).stop();
+    let key = d.join("key.json");
+    let original = std::fs::read(&key).unwrap();
+    std::fs::remove_file(&key).unwrap();
+    let before: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let out = serve_fails(&strs(&args));
+    assert!(out.contains("key.json is missing") && out.contains("backup"), "{out}");
+    assert!(!key.exists(), "no new key may be made for a directory that holds a store");
+    let after: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(before, after, "a refused start changes nothing");
+    // A key from another backup is recognised as such, not reported as tampering.
+    assert!(blindfold(&["init", "--key-file", key.to_str().unwrap()]).status.success());
+    let out = serve_fails(&strs(&args));
+    assert!(out.contains("does not belong"), "{out}");
+    assert!(!out.contains("integrity"), "{out}");
+    std::fs::remove_file(&key).unwrap();
+    std::fs::write(&key, original).unwrap();
+    serve(&strs(&args)).stop();
+    // A directory made before key checks existed is accepted and gets one.
+    let check = d.join("key-check.json");
+    let made = std::fs::read(&check).unwrap();
+    std::fs::remove_file(&check).unwrap();
+    serve(&strs(&args)).stop();
+    assert_eq!(std::fs::read(&check).unwrap().len(), made.len());
+}
+
+#[test]
+fn a_failed_first_start_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("data");
+    // The port is taken: nothing is created.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    let mut args = small_store(&d);
+    args.extend(["--listen".into(), port]);
+    let out = serve_fails(&strs(&args));
+    assert!(out.contains("listening on"), "{out}");
+    assert!(!d.exists(), "a failed start must not create the data directory");
+    // An unreachable store: nothing is created, and the corrected command then works.
+    let out =
+        serve_fails(&[&strs(&small_store(&d))[..], &["--store", "remote://127.0.0.1:1"]].concat());
+    assert!(out.contains("store"), "{out}");
+    assert!(!d.exists(), "a failed start must not create the data directory");
+    std::fs::create_dir(&d).unwrap();
+    let out =
+        serve_fails(&[&strs(&small_store(&d))[..], &["--store", "remote://127.0.0.1:1"]].concat());
+    assert!(out.contains("store"), "{out}");
+    assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0, "an existing directory stays empty");
+    serve(&strs(&small_store(&d))).stop();
+    // A mistyped file:// path is not created.
+    let d2 = tmp.path().join("d2");
+    let typo = format!("file://{}", tmp.path().join("no/such/dir").display());
+    let out = serve_fails(&[&strs(&small_store(&d2))[..], &["--store", &typo]].concat());
+    assert!(out.contains("does not exist"), "{out}");
+    assert!(!tmp.path().join("no").exists() && !d2.exists());
+}
+
+#[test]
+fn sizes_and_addresses_are_read_as_documented_and_absurd_shapes_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("d");
+    let ds = d.to_str().unwrap();
+    let out = serve_fails(&["--data-dir", ds, "--capacity", "10"]);
+    assert!(out.contains("less than one block") && out.contains("bytes"), "{out}");
+    let out = serve_fails(&["--data-dir", ds, "--capacity", "4MiB", "--block-size", "100"]);
+    assert!(out.contains("--allow-overhead") && out.contains("--block-size"), "{out}");
+    assert!(!d.exists());
+    let o = blindfold(&["serve", "--help"]);
+    let help = text(&o);
+    for s in ["s3://", "redis://", "remote://", "file://", "bare number is bytes", "GB"] {
+        assert!(help.contains(s), "serve --help lacks {s}: {help}");
+    }
+    // Decimal sizes, a bare port and a host name.
+    let s = serve(&["--data-dir", ds, "--capacity", "1.5MiB", "--listen", "0"]);
+    assert!(s.banner.contains("1.5 MiB (384 blocks of 4096 bytes)"), "{}", s.banner);
+    assert!(s.banner.contains(env!("CARGO_PKG_VERSION")), "{}", s.banner);
+    assert!(s.banner.contains("store use: up to") && s.banner.contains("trusted memory"));
+    s.stop();
+    serve(&["--data-dir", ds, "--listen", "localhost:0"]).stop();
+}
+
+#[test]
+fn the_secret_is_shown_once_flags_must_agree_and_status_tells_all() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("d");
+    let ds = d.to_str().unwrap();
+    let args = small_store(&d);
+    let first = serve(&strs(&args));
+    let creds: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("credentials.json")).unwrap()).unwrap();
+    let secret = creds["secret_key"].as_str().unwrap().to_string();
+    assert!(first.banner.contains(&secret), "{}", first.banner);
+    let log = first.stop();
+    assert!(!log.contains('\u{1b}'), "colour codes in a log that is not a terminal: {log}");
+    let second = serve(&["--data-dir", ds, "--log", "info"]);
+    assert!(!second.banner.contains(&secret), "{}", second.banner);
+    assert!(second.banner.contains("credentials.json"), "{}", second.banner);
+    let log = second.stop();
+    assert!(!log.contains('\u{1b}'), "colour codes in a log that is not a terminal: {log}");
+    for (flag, value) in [
+        ("--engine", "path-oram"),
+        ("--cache-mib", "8"),
+        ("--capacity", "2MiB"),
+        ("--pad-objects", ""),
+    ] {
+        let mut a = vec!["--data-dir", ds, flag];
+        if !value.is_empty() {
+            a.push(value);
+        }
+        let out = serve_fails(&a);
+        assert!(out.contains("contradict") && out.contains(flag), "{flag}: {out}");
+    }
+    let o = blindfold(&["verify", "--data-dir", ds]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("reading every cell") && text(&o).contains("cells"), "{}", text(&o));
+    let o = blindfold(&["status", "--data-dir", ds]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    for s in [
+        "1 MiB (256 blocks of 4096 bytes",
+        "tao engine",
+        "used: 0 of 256 blocks",
+        "last clean stop: 2",
+    ] {
+        assert!(out.contains(s), "status lacks {s}: {out}");
+    }
+}
