@@ -216,7 +216,8 @@ async fn lost_timeline_substitution(engine: OramEngine) {
     let opened = server::open(&cfg(&second, &cells, &key)).await.unwrap();
     let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await.unwrap();
     assert_eq!(
-        report.cells_ok, 0,
+        report.cells_ok,
+        0,
         "{} cells of the lost timeline authenticated in the recovered one ({} refused)",
         report.cells_ok,
         report.bad_cells.len()

@@ -47,9 +47,7 @@ use blindfold_store::{CellId, Store};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-use crate::durable::{
-    load_saved_path_oram, save_rebuilt_path_oram, write_batches, SavedPathOram,
-};
+use crate::durable::{load_saved_path_oram, save_rebuilt_path_oram, write_batches, SavedPathOram};
 use crate::durable_tao::{load_saved_tao, save_rebuilt_tao, SavedTao};
 use crate::path::{open_cell, seal_cells, with_retry, RetryPolicy};
 use crate::{ProxyError, Result, TaoState, TaoStats, VersionTable};
@@ -178,7 +176,12 @@ pub async fn rebuild_tao(
     };
     save_rebuilt_tao(
         dir,
-        SavedTao { store_id: saved.store_id, state, next_epoch: next_epoch(epoch)?, seq: saved.seq },
+        SavedTao {
+            store_id: saved.store_id,
+            state,
+            next_epoch: next_epoch(epoch)?,
+            seq: saved.seq,
+        },
     )?;
     Ok(report)
 }

@@ -138,10 +138,15 @@ async fn path_oram_recover_fetches_no_snapshot_leaf_again() {
         (root.path().join("lost"), root.path().join("snap"), root.path().join("new"));
     let store = Arc::new(RecordingStore::new(MemoryStore::new(g)));
     {
-        let mut oram =
-            DurablePathOram::create(&lost_dir, config.clone(), store.clone(), &key, StoreId::random())
-                .await
-                .unwrap();
+        let mut oram = DurablePathOram::create(
+            &lost_dir,
+            config.clone(),
+            store.clone(),
+            &key,
+            StoreId::random(),
+        )
+        .await
+        .unwrap();
         for i in 0..BLOCKS {
             oram.write(BlockId(i), block(i, 1)).await.unwrap();
         }
@@ -164,9 +169,7 @@ async fn path_oram_recover_fetches_no_snapshot_leaf_again() {
     copy_checkpoint(&snap_dir, &new_dir);
     let fresh = Arc::new(RecordingStore::new(MemoryStore::new(g)));
     let rebuilt =
-        rebuild_path_oram(&new_dir, at_snapshot, fresh.clone(), &key, fresh_epoch())
-            .await
-            .unwrap();
+        rebuild_path_oram(&new_dir, at_snapshot, fresh.clone(), &key, fresh_epoch()).await.unwrap();
     assert_eq!(rebuilt.blocks_found, BLOCKS);
     assert!(rebuilt.lost.is_empty() && rebuilt.unreadable_cells.is_empty(), "{rebuilt:?}");
     let mark = fresh.trace().len();
@@ -192,9 +195,10 @@ async fn cells_rewritten_after_the_snapshot_are_reported_lost() {
     let (lost_dir, new_dir) = (root.path().join("lost"), root.path().join("new"));
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
     {
-        let tao = DurableTao::create(&lost_dir, config.clone(), store.clone(), &key, StoreId::random())
-            .await
-            .unwrap();
+        let tao =
+            DurableTao::create(&lost_dir, config.clone(), store.clone(), &key, StoreId::random())
+                .await
+                .unwrap();
         for i in 0..BLOCKS {
             tao.write_many(vec![(BlockId(i), block(i, 1))]).await.unwrap();
         }
