@@ -336,7 +336,7 @@ mod tests {
         assert_eq!(read_latest(&b_store, &key).await.unwrap().oram_checkpoint[0], 0xbb);
         // The store puts timeline A's third chunk under timeline B's header.
         let per_slot = g.cell_count() / 2;
-        let base = (7 % 2) * per_slot;
+        let base = per_slot; // seq 7 is odd: the second slot
         let chunk = CellId(base + 3);
         let from_a = a_store.read(&[chunk]).await.unwrap().pop().unwrap();
         b_store.write(vec![(chunk, from_a)]).await.unwrap();
