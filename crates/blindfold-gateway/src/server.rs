@@ -775,6 +775,11 @@ async fn assemble(
     notes: &mut Vec<String>,
 ) -> Result<Opened> {
     let dir = &cfg.data_dir;
+    // The data directory is private: 0700, its files 0600 (tightened, with a warning, if not).
+    for warning in blindfold_proxy::make_private(dir)? {
+        tracing::warn!("{warning}");
+        notes.push(warning);
+    }
     let store_url: StoreUrl = params
         .store
         .parse()

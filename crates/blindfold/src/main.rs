@@ -997,8 +997,12 @@ async fn bench_concurrency(args: ConcurrencyArgs) -> Result<()> {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    // `s3s` logs every refused request at ERROR under `s3s::ops`; the gateway logs each one
+    // itself, once, at the level it deserves, so that target is off unless asked for.
+    let directives =
+        if cli.log.contains("s3s") { cli.log.clone() } else { format!("{},s3s::ops=off", cli.log) };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log))
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&directives))
         .context("invalid --log filter")?;
     // Colour codes only where a person reads them, not in a log file.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
