@@ -177,7 +177,9 @@ pub struct Opened {
     /// The data directory.
     pub data_dir: PathBuf,
     /// The array holding the encrypted snapshot of the trusted state.
-    pub snapshots: Arc<dyn blindfold_store::Store>,
+    /// `None` when it could not be opened (damaged): the gateway serves anyway, but writes no
+    /// snapshot at shutdown.
+    pub snapshots: Option<Arc<dyn blindfold_store::Store>>,
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -614,9 +616,11 @@ async fn open_existing(
     // A directory made before key checks existed gets one, but only once the key is known to
     // be right (it authenticates a snapshot in the store): a check made with a wrong key would
     // lock the right one out.
-    if checked.is_none()
-        && crate::snapshot::latest_seq(&*opened.snapshots, &opened.key).await.is_some()
-    {
+    let snapshot_found = match &opened.snapshots {
+        Some(s) => crate::snapshot::latest_seq(&**s, &opened.key).await.is_some(),
+        None => false,
+    };
+    if checked.is_none() && snapshot_found {
         let check = key_check(&opened.key, id)?;
         write_private(
             &dir.join(KEY_CHECK_FILE),
@@ -833,9 +837,24 @@ async fn assemble(
         OramEngine::PathOram => config.total_cells(),
         OramEngine::Tao => tao_config(&params)?.tree().total_cells(),
     };
+    // The snapshot is needed only at shutdown and by `recover`: damage to it must not stop
+    // the gateway from serving.
     let snapshots =
-        crate::snapshot::open(&store_url, &key, params.blocks, cells, cached_bytes(&config))
-            .await?;
+        match crate::snapshot::open(&store_url, &key, params.blocks, cells, cached_bytes(&config))
+            .await
+        {
+            Ok(s) => Some(s),
+            Err(e) => {
+                let warning = format!(
+                    "the snapshot area in the store cannot be opened ({e}); serving anyway, but \
+                     no snapshot will be written at shutdown, so `blindfold recover` would \
+                     only find an older one: run `blindfold verify`"
+                );
+                tracing::warn!("{warning}");
+                notes.push(warning);
+                None
+            }
+        };
     let watched = crate::engine::Watched::new(engine);
     let stopped = watched.subscribe();
     let objects =
@@ -1219,7 +1238,11 @@ pub async fn run(
     let objects = Arc::clone(&opened.objects);
     objects.shutdown().await?;
     if objects.engine_is_durable() {
-        write_snapshot(&opened).await?;
+        if opened.snapshots.is_some() {
+            write_snapshot(&opened).await?;
+        } else {
+            tracing::warn!("no snapshot written: the snapshot area could not be opened at start");
+        }
     }
     Ok(())
 }
@@ -1227,7 +1250,12 @@ pub async fn run(
 /// Writes the encrypted snapshot of the trusted state to the store. Call with the ORAM
 /// committed and checkpointed and no traffic (clean shutdown).
 pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
-    let seq = crate::snapshot::latest_seq(&*opened.snapshots, &opened.key).await.unwrap_or(0) + 1;
+    let Some(snapshots) = &opened.snapshots else {
+        return Err(GatewayError::Config(
+            "the snapshot area could not be opened at start; no snapshot written".into(),
+        ));
+    };
+    let seq = crate::snapshot::latest_seq(&**snapshots, &opened.key).await.unwrap_or(0) + 1;
     let ckpt_path = opened.data_dir.join("oram").join("checkpoint.bin");
     let oram_checkpoint = std::fs::read(&ckpt_path)
         .map_err(|e| GatewayError::Config(format!("reading {}: {e}", ckpt_path.display())))?;
@@ -1238,7 +1266,7 @@ pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
         oram_checkpoint,
         directory: opened.objects.directory().dump()?,
     };
-    crate::snapshot::write(&*opened.snapshots, &opened.key, &snap).await?;
+    crate::snapshot::write(&**snapshots, &opened.key, &snap).await?;
     tracing::info!(seq, "wrote the encrypted snapshot of the trusted state to the store");
     Ok(seq)
 }
