@@ -221,7 +221,8 @@ start_server() { # data-dir
   SERVER_PID=$!
   local i
   for ((i = 0; i < 1200; i++)); do
-    ENDPOINT=$(sed -n 's/^blindfold serving S3 at \(http:[^ ]*\).*/\1/p' "$WORK/server.out")
+    # The banner: "blindfold <version> serving S3 at http://host:port".
+    ENDPOINT=$(sed -n 's/^blindfold .*serving S3 at \(http:[^ ]*\).*/\1/p' "$WORK/server.out")
     [[ -n $ENDPOINT ]] && return 0
     kill -0 "$SERVER_PID" 2>/dev/null || break
     sleep 0.05

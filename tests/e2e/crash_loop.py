@@ -99,7 +99,8 @@ class Server:
         while time.monotonic() - t0 < timeout:
             with open(out, "rb") as f:
                 for line in f.read().decode(errors="replace").splitlines():
-                    if line.startswith("blindfold serving S3 at "):
+                    # The banner: "blindfold <version> serving S3 at http://host:port".
+                    if line.startswith("blindfold ") and " serving S3 at " in line:
                         self.endpoint = line.split()[-1]
                         return time.monotonic() - t0
             if self.proc.poll() is not None:

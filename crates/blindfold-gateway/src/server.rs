@@ -667,7 +667,13 @@ fn make_dir(path: &Path, debris: &mut Debris) -> Result<()> {
             }
             top = parent.to_path_buf();
         }
-        std::fs::create_dir_all(path)
+        // Private from the start (0700): it will hold the key and the trusted state.
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder
+            .create(path)
             .map_err(|e| GatewayError::Config(format!("creating {}: {e}", path.display())))?;
         debris.add(top);
     }

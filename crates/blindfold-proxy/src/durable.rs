@@ -211,7 +211,7 @@ pub(crate) fn create_private(path: &Path) -> std::io::Result<File> {
 }
 
 /// Makes `dir` (created if missing) and every file directly in it private to the owner: the
-/// directory 0700, files 0600. Returns one warning per path whose mode had to be tightened.
+/// directory 0700, files 0600 (subdirectories are not touched). Returns one warning per path whose mode had to be tightened.
 pub fn make_private(dir: &Path) -> Result<Vec<String>> {
     let mut warnings = Vec::new();
     #[cfg(unix)]
@@ -241,10 +241,10 @@ pub fn make_private(dir: &Path) -> Result<Vec<String>> {
         for entry in std::fs::read_dir(dir).map_err(|e| io(dir, "listing", e))? {
             let entry = entry.map_err(|e| io(dir, "listing", e))?;
             let kind = entry.file_type().map_err(|e| io(&entry.path(), "inspecting", e))?;
+            // Subdirectories are left to their owners (the ORAM state directory makes itself
+            // private; a `cells` directory of the file store holds only sealed cells).
             if kind.is_file() {
                 tighten(&entry.path(), 0o600)?;
-            } else if kind.is_dir() {
-                tighten(&entry.path(), 0o700)?;
             }
         }
     }
