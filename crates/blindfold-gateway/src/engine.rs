@@ -59,6 +59,13 @@ pub trait SharedEngine: Send + Sync + std::fmt::Debug {
         &'a self,
         progress: &'a mut dyn FnMut(u64, u64),
     ) -> LocalBoxFuture<'a, Result<VerifyReport>>;
+
+    /// The blocks that cannot be read while the cells `bad` are damaged (their current path
+    /// crosses one of them), or `None` if the engine cannot tell (e.g. a recursive position
+    /// map). Only after [`SharedEngine::verify`] (quiescent).
+    async fn blocks_through(&self, _bad: &[u64]) -> Option<Vec<u64>> {
+        None
+    }
 }
 
 fn check_distinct(blocks: impl Iterator<Item = BlockId>) -> Result<()> {
@@ -104,6 +111,10 @@ impl<E: BlockEngine> Serialized<E> {
 impl<E: BlockEngine + Sync> SharedEngine for Serialized<E> {
     fn block_size(&self) -> usize {
         self.block_size
+    }
+
+    async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
+        self.inner.lock().await.blocks_through(bad)
     }
 
     fn kind(&self) -> &'static str {
@@ -190,6 +201,11 @@ pub trait BlockEngine: Send + std::fmt::Debug {
         Ok(out)
     }
 
+    /// See [`SharedEngine::blocks_through`].
+    fn blocks_through(&self, _bad: &[u64]) -> Option<Vec<u64>> {
+        None
+    }
+
     /// Writes distinct blocks; engines that can batch the work override this.
     async fn write_many(&mut self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
         for (b, data) in blocks {
@@ -215,6 +231,10 @@ pub trait BlockEngine: Send + std::fmt::Debug {
 impl BlockEngine for DurablePathOram {
     fn block_size(&self) -> usize {
         self.oram().config().block_size() as usize
+    }
+
+    fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
+        DurablePathOram::blocks_through(self, bad)
     }
 
     fn kind(&self) -> &'static str {
@@ -263,6 +283,10 @@ impl BlockEngine for DurablePathOram {
 impl SharedEngine for DurableTao {
     fn block_size(&self) -> usize {
         self.engine().config().block_size() as usize
+    }
+
+    async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
+        Some(self.engine().blocks_through(bad))
     }
 
     fn kind(&self) -> &'static str {
@@ -408,6 +432,10 @@ impl Watched {
 impl SharedEngine for Watched {
     fn block_size(&self) -> usize {
         self.inner.block_size()
+    }
+
+    async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
+        self.inner.blocks_through(bad).await
     }
 
     fn kind(&self) -> &'static str {

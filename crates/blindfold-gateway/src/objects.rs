@@ -167,6 +167,11 @@ impl ObjectLayer {
         Ok(self.engine.verify(&mut progress).await?)
     }
 
+    /// The blocks that cannot be read while the cells `bad` are damaged, if the engine can tell.
+    pub async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
+        self.engine.blocks_through(bad).await
+    }
+
     /// Commits pending ORAM work and writes a checkpoint (clean shutdown).
     pub async fn shutdown(&self) -> Result<()> {
         Ok(self.engine.shutdown().await?)

@@ -19,6 +19,10 @@ pub struct Report {
     pub bad_cells: Vec<(u64, String)>,
     /// Directory inconsistencies.
     pub directory_problems: Vec<String>,
+    /// Objects (`bucket/key`) that cannot be read while the bad cells are damaged: a block of
+    /// theirs lies on a path through one.
+    /// `None` when the engine cannot tell (a recursive position map).
+    pub damaged_objects: Option<Vec<String>>,
 }
 
 impl Report {
@@ -34,6 +38,24 @@ pub async fn verify(opened: &Opened, progress: impl FnMut(u64, u64)) -> Result<R
     let (buckets, objects) = dir.counts()?;
     let directory_problems = dir.check()?;
     let cells = opened.objects.verify_cells(progress).await?;
+    let damaged_objects = if cells.failures.is_empty() {
+        Some(Vec::new())
+    } else {
+        let bad: Vec<u64> = cells.failures.iter().map(|f| f.0).collect();
+        match opened.objects.blocks_through(&bad).await {
+            Some(blocks) => {
+                let blocks: std::collections::HashSet<u64> = blocks.into_iter().collect();
+                let mut names = Vec::new();
+                for (bucket, key, meta) in dir.all_objects()? {
+                    if meta.blocks().any(|b| blocks.contains(&b)) {
+                        names.push(format!("{bucket}/{key}"));
+                    }
+                }
+                Some(names)
+            }
+            None => None,
+        }
+    };
     Ok(Report {
         buckets,
         objects,
@@ -41,5 +63,6 @@ pub async fn verify(opened: &Opened, progress: impl FnMut(u64, u64)) -> Result<R
         cells_unused: cells.never_written,
         bad_cells: cells.failures,
         directory_problems,
+        damaged_objects,
     })
 }

@@ -792,6 +792,38 @@ impl DurablePathOram {
             + self.overlay.values().map(|v| v.len() as u64).sum::<u64>()
     }
 
+    /// Blocks whose current path crosses one of the cells `bad` (which, while those cells are
+    /// damaged, cannot be read), sorted; `None` with a recursive position map (the map itself
+    /// lives in the damaged tree). Blocks in the stash are not among them.
+    pub fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
+        let config = self.oram.config();
+        if config.trees().len() != 1 {
+            return None;
+        }
+        let tree = config.trees()[0];
+        let state = self.oram.export_state().ok()?;
+        let stash: std::collections::HashSet<u64> =
+            state.stashes.first().into_iter().flatten().map(|e| e.0).collect();
+        let bad: std::collections::HashSet<u64> = bad.iter().copied().collect();
+        let shape = tree.shape;
+        let mut out: Vec<u64> = state
+            .top
+            .iter()
+            .enumerate()
+            .filter(|(id, &v)| {
+                v > 0
+                    && !stash.contains(&(*id as u64))
+                    && (0..shape.levels()).any(|l| {
+                        let b = shape.bucket_on_path(blindfold_oram::Leaf(u64::from(v - 1)), l);
+                        bad.contains(&(tree.base + b.0))
+                    })
+            })
+            .map(|(id, _)| id as u64)
+            .collect();
+        out.sort_unstable();
+        Some(out)
+    }
+
     /// Reads a block (zeros if never written).
     pub async fn read(&mut self, block: BlockId) -> Result<Vec<u8>> {
         self.access(block, Op::Read).await

@@ -800,6 +800,26 @@ impl TaoOram {
             + s.versions.trusted_bytes()
     }
 
+    /// Blocks whose current path crosses one of the cells `bad` (which, while those cells are
+    /// damaged, cannot be read), sorted. Blocks in the stash are not among them.
+    pub fn blocks_through(&self, bad: &[u64]) -> Vec<u64> {
+        let bad: std::collections::HashSet<u64> = bad.iter().copied().collect();
+        let s = self.shared.state.lock();
+        let mut out: Vec<u64> = s
+            .posmap
+            .iter()
+            .enumerate()
+            .filter(|(id, &v)| {
+                v > 0
+                    && !s.stash.contains_key(&(*id as u64))
+                    && self.shared.path_buckets(Leaf(u64::from(v - 1))).any(|b| bad.contains(&b))
+            })
+            .map(|(id, _)| id as u64)
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     /// Whether a failure poisoned the instance.
     pub fn is_poisoned(&self) -> bool {
         self.shared.state.lock().poisoned

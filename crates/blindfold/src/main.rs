@@ -734,8 +734,9 @@ async fn serve(a: ServeArgs) -> Result<()> {
         bail!(
             "stopped serving: {why}. The trusted state may no longer match the store, so every \
              request would fail. Next: start `blindfold serve` again (it reloads the trusted \
-             state and replays the redo log); run `blindfold verify --data-dir {d}` to find the \
-             damaged cells; if every cell fails, check that key.json is this store's key; to \
+             state and replays the redo log); run `blindfold verify --data-dir {d}` to list the \
+             damaged cells and name the objects they make unreadable (names stay out of this \
+             log); if every cell fails, check that key.json is this store's key; to \
              rebuild the data directory from the store's snapshot, use `blindfold recover`"
         );
     }
@@ -853,6 +854,17 @@ async fn verify(a: GatewayArgs) -> Result<()> {
     println!("  cells authenticated: {}, never written: {}", report.cells_ok, report.cells_unused);
     for (cell, e) in &report.bad_cells {
         println!("  BAD cell {cell}: {e}");
+    }
+    match &report.damaged_objects {
+        Some(names) => {
+            for name in names {
+                println!("  DAMAGED object (unreadable while those cells are bad): {name}");
+            }
+        }
+        None => println!(
+            "  the objects affected cannot be named with a recursive position map; every \
+             object may be"
+        ),
     }
     for p in &report.directory_problems {
         println!("  DIRECTORY: {p}");

@@ -1,0 +1,110 @@
+//! `verify` names the objects a damaged cell makes unreadable: every object it names fails
+//! to read, every other object reads back.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use blindfold_gateway::server::{self, OpenHooks, OramEngine, ServeConfig};
+use blindfold_store::{CellId, Store, StoreUrl};
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+fn cfg(root: &std::path::Path, engine: OramEngine) -> ServeConfig {
+    ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: root.join("data"),
+        store: Some(StoreUrl::File {
+            dir: root.join("cells"),
+            sync: blindfold_store::SyncMode::OnFlush,
+        }),
+        key_file: Some(root.join("key.json")),
+        passphrase: None,
+        credentials: Some(("ak".into(), "sk".into())),
+        capacity: 1 << 20,
+        block_size: 1024,
+        pad_objects: false,
+        cache_mib: 0,
+        engine,
+    }
+}
+
+async fn open(cfg: &ServeConfig) -> (server::Opened, Arc<dyn Store>) {
+    let slot: Arc<Mutex<Option<Arc<dyn Store>>>> = Arc::new(Mutex::new(None));
+    let keep = Arc::clone(&slot);
+    let hooks = OpenHooks {
+        wrap_store: Some(Box::new(move |inner| {
+            *keep.lock() = Some(Arc::clone(&inner));
+            inner
+        })),
+        ..OpenHooks::default()
+    };
+    let opened = server::open_with(cfg, hooks).await.unwrap();
+    let store = slot.lock().take().unwrap();
+    (opened, store)
+}
+
+async fn get(opened: &server::Opened, key: &str) -> Result<Vec<u8>, String> {
+    let meta = opened.objects.directory().object("b", key).unwrap().expect("object");
+    let mut rx =
+        opened.objects.read_range(&meta, 0..meta.size, 0).await.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    while let Some(c) = rx.recv().await {
+        out.extend_from_slice(&c.map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+async fn check(engine: OramEngine) {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = cfg(root.path(), engine);
+    let (opened, store) = open(&cfg).await;
+    opened.objects.directory().create_bucket("b").unwrap();
+    let n = 80u8;
+    for i in 0..n {
+        let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(vec![i; 1000]))]);
+        opened
+            .objects
+            .put_object("b", &format!("k{i}"), body, None, BTreeMap::new(), false)
+            .await
+            .unwrap();
+    }
+    opened.objects.shutdown().await.unwrap();
+    // Damage one written bucket of the fourth level (it lies on one eighth of the paths).
+    let mut damaged = None;
+    for cell in 7..15u64 {
+        let mut bytes = store.read(&[CellId(cell)]).await.unwrap().pop().unwrap();
+        if bytes.iter().any(|&b| b != 0) {
+            let at = bytes.len() / 2;
+            bytes[at] ^= 1;
+            store.write(vec![(CellId(cell), bytes)]).await.unwrap();
+            damaged = Some(cell);
+            break;
+        }
+    }
+    let damaged = damaged.expect("a written bucket on level 3");
+    let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await.unwrap();
+    assert_eq!(report.bad_cells.len(), 1);
+    assert_eq!(report.bad_cells[0].0, damaged);
+    let named = report.damaged_objects.expect("a position map in memory names them");
+    assert!(!named.is_empty(), "{engine:?}: about a tenth of 80 objects lie under that bucket");
+    assert!(named.len() < n as usize / 2, "{engine:?}: {} named", named.len());
+    // Every other object reads back; a named one does not.
+    for i in 0..n {
+        let key = format!("k{i}");
+        if !named.contains(&format!("b/{key}")) {
+            assert_eq!(get(&opened, &key).await.unwrap(), vec![i; 1000], "{engine:?} {key}");
+        }
+    }
+    let first = named[0].strip_prefix("b/").unwrap().to_owned();
+    assert!(get(&opened, &first).await.is_err(), "{engine:?}: {first} is named but reads");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_names_the_damaged_objects_tao() {
+    check(OramEngine::Tao).await;
+}
+
+#[tokio::test]
+async fn verify_names_the_damaged_objects_path_oram() {
+    check(OramEngine::PathOram).await;
+}
