@@ -60,6 +60,23 @@ fn s3(e: GatewayError) -> S3Error {
     }
 }
 
+/// [`s3`] for an error reading one object: an integrity failure names the object to the
+/// client that asked for it (its own name; the log stays free of names) and the next step.
+fn s3_for_object(e: GatewayError, bucket: &str, key: &str) -> S3Error {
+    if !e.is_integrity() {
+        return s3(e);
+    }
+    tracing::error!("integrity violation detected in the untrusted store while reading an object");
+    S3Error::with_message(
+        S3ErrorCode::InternalError,
+        format!(
+            "object {bucket}/{key} cannot be read: a cell holding it failed authentication (the \
+             store modified, swapped or rolled it back). The gateway stops; the operator can run \
+             `blindfold verify` to list the damaged objects, then restart or `blindfold recover`"
+        ),
+    )
+}
+
 fn etag(meta: &ObjectMeta) -> ETag {
     ETag::Strong(meta.etag.clone())
 }
@@ -629,7 +646,11 @@ impl S3 for Gateway {
             None => (0..meta.size, None),
         };
         let len = range.end - range.start;
-        let rx = self.objects.read_range(&meta, range, PREFETCH).await.map_err(s3)?;
+        let rx = self
+            .objects
+            .read_range(&meta, range, PREFETCH)
+            .await
+            .map_err(|e| s3_for_object(e, &input.bucket, &input.key))?;
         // response-* query parameters override what the object says (S3 honours them on
         // signed requests, which every request here is).
         let std = StandardHeaders::of(&meta);
@@ -1253,6 +1274,37 @@ mod tests {
         directory.create_bucket("b").unwrap();
         let layer = Arc::new(ObjectLayer::new(directory, engine, false));
         (Gateway::new(layer), dir)
+    }
+
+    /// A GET that meets a tampered cell names the object to its client (not in the log).
+    #[tokio::test]
+    async fn an_integrity_failure_names_the_object_to_its_client() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = PathOramConfig::builder(64, 1024).build().unwrap();
+        let store = Arc::new(MemoryStore::new(SealedPathOram::geometry(&config).unwrap()));
+        let key = MasterKey::generate();
+        let engine = DurablePathOram::create(
+            &dir.path().join("oram"),
+            config,
+            store.clone(),
+            &key,
+            StoreId::random(),
+        )
+        .await
+        .unwrap();
+        let directory = Directory::open(&dir.path().join("meta.redb"), 64, &key).unwrap();
+        directory.create_bucket("b").unwrap();
+        let layer = Arc::new(ObjectLayer::new(directory, engine, false));
+        let g = Gateway::new(layer);
+        put(&g, "photos/cat.jpg", &[7u8; 3000]).await;
+        // The root bucket is on every path.
+        let root = blindfold_store::CellId(0);
+        let mut cell = blindfold_store::Store::read(&*store, &[root]).await.unwrap().pop().unwrap();
+        cell[40] ^= 1;
+        blindfold_store::Store::write(&*store, vec![(root, cell)]).await.unwrap();
+        let err = g.get_object(req(get_input("photos/cat.jpg"))).await.expect_err("tampered");
+        let msg = err.message().unwrap_or_default().to_owned();
+        assert!(msg.contains("b/photos/cat.jpg") && msg.contains("blindfold verify"), "{msg}");
     }
 
     async fn put(g: &Gateway, key: &str, data: &[u8]) -> ETag {
