@@ -883,6 +883,27 @@ impl DurablePathOram {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
+        // Refuse invalid accesses before logging them: a logged batch is repeated at every
+        // start until committed, so it must be one that can run.
+        let config = self.oram.config();
+        for (block, op) in &ops {
+            if block.0 >= config.blocks() {
+                return Err(blindfold_oram::OramError::BlockOutOfRange {
+                    block: block.0,
+                    blocks: config.blocks(),
+                }
+                .into());
+            }
+            if let Op::Write(d) = op {
+                if d.len() != config.block_size() as usize {
+                    return Err(blindfold_oram::OramError::WrongBlockSize {
+                        got: d.len(),
+                        expected: config.block_size(),
+                    }
+                    .into());
+                }
+            }
+        }
         if self.journal {
             let mut seed = [0u8; 32];
             rand::rngs::OsRng.fill_bytes(&mut seed);
@@ -1210,6 +1231,25 @@ mod hostile_input {
         fn random_checkpoint_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             prop_assert!(decode_checkpoint::<Checkpoint>(&bytes, CHECKPOINT_MAGIC, &sealer()).is_err());
         }
+    }
+
+    #[tokio::test]
+    async fn invalid_accesses_are_refused_before_they_are_logged() {
+        let key = MasterKey::from_bytes([3; 32]);
+        let dir = tempfile::tempdir().unwrap();
+        let config = PathOramConfig::builder(16, 8).build().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(blindfold_store::MemoryStore::new(SealedPathOram::geometry(&config).unwrap()));
+        let mut o =
+            DurablePathOram::create(dir.path(), config, store.clone(), &key, StoreId::random())
+                .await
+                .unwrap();
+        assert!(o.read(BlockId(16)).await.is_err());
+        assert!(o.write(BlockId(1), vec![0; 7]).await.is_err());
+        drop(o);
+        // Nothing was logged that the next start would have to (and could not) repeat.
+        let (_, rec) = DurablePathOram::open(dir.path(), store, &key).await.unwrap();
+        assert_eq!(rec.reaccessed, 0);
     }
 
     #[test]
