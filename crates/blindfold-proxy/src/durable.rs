@@ -350,6 +350,18 @@ pub(crate) fn decode_checkpoint<T: serde::de::DeserializeOwned>(
     magic: &[u8; 8],
     sealer: &StateSealer,
 ) -> std::result::Result<T, String> {
+    let body = checkpoint_body(buf, magic)?;
+    let plain = sealer.open(magic, body).map_err(|_| {
+        "does not authenticate: damaged, or sealed with another key (is this the data \
+         directory's own key file?)"
+            .to_string()
+    })?;
+    decode_bounded(&plain).map_err(|e| format!("cannot decode: {e}"))
+}
+
+/// The body of checkpoint file bytes framed by `magic`, its length and its CRC (sealed or,
+/// from an earlier version, not); the length is checked against the bytes present.
+fn checkpoint_body<'a>(buf: &'a [u8], magic: &[u8; 8]) -> std::result::Result<&'a [u8], String> {
     if buf.len() < 20 || &buf[..8] != magic {
         return Err(format!(
             "not a checkpoint of this engine (expected {:?})",
@@ -365,17 +377,17 @@ pub(crate) fn decode_checkpoint<T: serde::de::DeserializeOwned>(
     if crc32fast::hash(body) != crc {
         return Err("checksum mismatch (damaged)".into());
     }
-    let plain = sealer.open(magic, body).map_err(|_| {
-        "does not authenticate: damaged, or sealed with another key (is this the data \
-         directory's own key file?)"
-            .to_string()
-    })?;
+    Ok(body)
+}
+
+/// Decodes `bytes` as bincode (the encoding of `bincode::serialize`), allocating no more than
+/// the input could hold.
+fn decode_bounded<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> bincode::Result<T> {
     bincode::DefaultOptions::new()
         .with_fixint_encoding()
         .allow_trailing_bytes()
-        .with_limit(plain.len() as u64)
-        .deserialize(&plain)
-        .map_err(|e| format!("cannot decode: {e}"))
+        .with_limit(bytes.len() as u64)
+        .deserialize(bytes)
 }
 
 /// The error of a start-up replay of logged reveals that could not complete. The engine
@@ -422,19 +434,8 @@ pub(crate) fn decode_legacy_checkpoint<T: serde::de::DeserializeOwned>(
     buf: &[u8],
     magic: &[u8; 8],
 ) -> std::result::Result<T, String> {
-    if buf.len() < 20 || &buf[..8] != magic {
-        return Err("not a checkpoint of this engine".into());
-    }
-    let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
-    let crc = u32::from_le_bytes(buf[16..20].try_into().expect("4 bytes"));
-    let body = usize::try_from(len)
-        .ok()
-        .and_then(|len| buf.get(20..20usize.checked_add(len)?))
-        .ok_or("truncated")?;
-    if crc32fast::hash(body) != crc {
-        return Err("checksum mismatch (damaged)".into());
-    }
-    decode_record(body).map_err(|e| format!("cannot decode: {e}"))
+    let body = checkpoint_body(buf, magic)?;
+    decode_bounded(body).map_err(|e| format!("cannot decode: {e}"))
 }
 
 /// The checkpoint of `dir` decoded as `T` (sealed, `magic`) or, from an older version, as
@@ -584,12 +585,7 @@ pub(crate) fn decode_frames(
 pub(crate) fn decode_record<T: serde::de::DeserializeOwned>(
     body: &[u8],
 ) -> std::result::Result<T, String> {
-    bincode::DefaultOptions::new()
-        .with_fixint_encoding()
-        .allow_trailing_bytes()
-        .with_limit(body.len() as u64)
-        .deserialize(body)
-        .map_err(|e| format!("bad redo record: {e}"))
+    decode_bounded(body).map_err(|e| format!("bad redo record: {e}"))
 }
 
 impl DurablePathOram {
