@@ -204,10 +204,12 @@ async fn check(kind: Kind, write: bool, seed: u64) {
         _ => path_config(kind).cells_per_access() as f64,
     };
     let (c, n) = (mean(&crashed), mean(&calm));
-    // Two independent random paths share about two buckets per tree; a re-fetched path shares
-    // all of them. The tolerance is several standard errors of the difference of the means.
+    // Two independent random paths share about two buckets per tree (about 4.8 of the 10
+    // cells of the recursive map's three trees); a re-fetched access shares all of them. The
+    // tolerance is several standard errors of the difference of the means; the second bound
+    // is far below the whole access, which is what a re-fetch gives every time.
     assert!(
-        (c - n).abs() < 1.0 && c < path_len / 2.0,
+        (c - n).abs() < 1.0 && c < path_len * 0.75,
         "{kind:?} write={write}: mean overlap {c:.2} after a crash vs {n:.2} without \
          (whole access: {path_len} cells)"
     );
