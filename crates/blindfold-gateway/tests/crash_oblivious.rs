@@ -5,31 +5,15 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+mod common;
+
 use blindfold_gateway::server::{self, OpenHooks, OramEngine, ServeConfig};
-use blindfold_store::{CellId, RecordingStore, Store, StoreUrl, TraceOp};
+use blindfold_store::{CellId, RecordingStore, Store, TraceOp};
 use bytes::Bytes;
+use common::{file_cfg, read_object};
 use parking_lot::Mutex;
 
 type Rec = Arc<RecordingStore<Arc<dyn Store>>>;
-
-fn cfg(root: &std::path::Path, engine: OramEngine) -> ServeConfig {
-    ServeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: root.join("data"),
-        store: Some(StoreUrl::File {
-            dir: root.join("cells"),
-            sync: blindfold_store::SyncMode::OnFlush,
-        }),
-        key_file: Some(root.join("key.json")),
-        passphrase: None,
-        credentials: Some(("ak".into(), "sk".into())),
-        capacity: 1 << 20,
-        block_size: 1024,
-        pad_objects: false,
-        cache_mib: 0,
-        engine,
-    }
-}
 
 /// Opens the gateway with a recording store in front of its ORAM store.
 async fn open(cfg: &ServeConfig) -> (server::Opened, Rec) {
@@ -48,23 +32,13 @@ async fn open(cfg: &ServeConfig) -> (server::Opened, Rec) {
     (opened, rec)
 }
 
-async fn get(opened: &server::Opened, key: &str) -> Vec<u8> {
-    let meta = opened.objects.directory().object("b", key).unwrap().expect("object");
-    let mut rx = opened.objects.read_range(&meta, 0..meta.size, 0).await.unwrap();
-    let mut out = Vec::new();
-    while let Some(c) = rx.recv().await {
-        out.extend_from_slice(&c.unwrap());
-    }
-    out
-}
-
 fn reads(rec: &Rec) -> HashSet<CellId> {
     rec.take_trace().into_iter().filter(|e| e.op == TraceOp::Read).flat_map(|e| e.cells).collect()
 }
 
 async fn check(engine: OramEngine) {
     let root = tempfile::tempdir().unwrap();
-    let cfg = cfg(root.path(), engine);
+    let cfg = file_cfg(root.path(), engine);
     let (mut opened, mut rec) = open(&cfg).await;
     opened.objects.directory().create_bucket("b").unwrap();
     let data = vec![7u8; 6 * 1024]; // six blocks
@@ -76,7 +50,7 @@ async fn check(engine: OramEngine) {
         let d = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(vec![1u8; 10]))]);
         opened.objects.put_object("b", "d", d, None, BTreeMap::new(), false).await.unwrap();
         rec.clear();
-        assert_eq!(get(&opened, "k").await, data);
+        assert_eq!(read_object(&opened, "k").await.unwrap(), data);
         let first = reads(&rec);
         if trial % 2 == 0 {
             // kill -9: nothing is committed, shut down or snapshotted.
@@ -85,7 +59,7 @@ async fn check(engine: OramEngine) {
             (opened, rec) = open(&cfg).await;
             rec.clear();
         }
-        assert_eq!(get(&opened, "k").await, data);
+        assert_eq!(read_object(&opened, "k").await.unwrap(), data);
         let second = reads(&rec);
         let share = first.intersection(&second).count() as f64 / first.len() as f64;
         if trial % 2 == 0 {

@@ -3,33 +3,16 @@
 
 use std::collections::BTreeMap;
 
-use blindfold_gateway::server::{self, OramEngine, ServeConfig};
-use blindfold_store::StoreUrl;
-use bytes::Bytes;
+mod common;
 
-fn cfg(root: &std::path::Path) -> ServeConfig {
-    ServeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: root.join("data"),
-        store: Some(StoreUrl::File {
-            dir: root.join("cells"),
-            sync: blindfold_store::SyncMode::OnFlush,
-        }),
-        key_file: Some(root.join("key.json")),
-        passphrase: None,
-        credentials: Some(("ak".into(), "sk".into())),
-        capacity: 1 << 20,
-        block_size: 1024,
-        pad_objects: false,
-        cache_mib: 0,
-        engine: OramEngine::Tao,
-    }
-}
+use blindfold_gateway::server::{self, OramEngine};
+use bytes::Bytes;
+use common::{file_cfg, read_object};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_snapshot_file_does_not_stop_the_gateway() {
     let root = tempfile::tempdir().unwrap();
-    let cfg = cfg(root.path());
+    let cfg = file_cfg(root.path(), OramEngine::Tao);
     let data = vec![5u8; 3000];
     {
         let opened = server::open(&cfg).await.unwrap();
@@ -50,12 +33,7 @@ async fn a_damaged_snapshot_file_does_not_stop_the_gateway() {
         "the operator is told: {:?}",
         opened.notes
     );
-    let meta = opened.objects.directory().object("b", "k").unwrap().expect("object");
-    let mut rx = opened.objects.read_range(&meta, 0..meta.size, 0).await.unwrap();
-    let mut out = Vec::new();
-    while let Some(c) = rx.recv().await {
-        out.extend_from_slice(&c.unwrap());
-    }
+    let out = read_object(&opened, "k").await.unwrap();
     assert_eq!(out, data);
     // Shutting down cleanly still works; it only skips the snapshot.
     opened.objects.shutdown().await.unwrap();

@@ -4,29 +4,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use blindfold_gateway::server::{self, OpenHooks, OramEngine, ServeConfig};
-use blindfold_store::{CellId, Store, StoreUrl};
-use bytes::Bytes;
-use parking_lot::Mutex;
+mod common;
 
-fn cfg(root: &std::path::Path, engine: OramEngine) -> ServeConfig {
-    ServeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: root.join("data"),
-        store: Some(StoreUrl::File {
-            dir: root.join("cells"),
-            sync: blindfold_store::SyncMode::OnFlush,
-        }),
-        key_file: Some(root.join("key.json")),
-        passphrase: None,
-        credentials: Some(("ak".into(), "sk".into())),
-        capacity: 1 << 20,
-        block_size: 1024,
-        pad_objects: false,
-        cache_mib: 0,
-        engine,
-    }
-}
+use blindfold_gateway::server::{self, OpenHooks, OramEngine, ServeConfig};
+use blindfold_store::{CellId, Store};
+use bytes::Bytes;
+use common::{file_cfg, read_object};
+use parking_lot::Mutex;
 
 async fn open(cfg: &ServeConfig) -> (server::Opened, Arc<dyn Store>) {
     let slot: Arc<Mutex<Option<Arc<dyn Store>>>> = Arc::new(Mutex::new(None));
@@ -43,20 +27,9 @@ async fn open(cfg: &ServeConfig) -> (server::Opened, Arc<dyn Store>) {
     (opened, store)
 }
 
-async fn get(opened: &server::Opened, key: &str) -> Result<Vec<u8>, String> {
-    let meta = opened.objects.directory().object("b", key).unwrap().expect("object");
-    let mut rx =
-        opened.objects.read_range(&meta, 0..meta.size, 0).await.map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    while let Some(c) = rx.recv().await {
-        out.extend_from_slice(&c.map_err(|e| e.to_string())?);
-    }
-    Ok(out)
-}
-
 async fn check(engine: OramEngine) {
     let root = tempfile::tempdir().unwrap();
-    let cfg = cfg(root.path(), engine);
+    let cfg = file_cfg(root.path(), engine);
     let (opened, store) = open(&cfg).await;
     opened.objects.directory().create_bucket("b").unwrap();
     let n = 80u8;
@@ -92,11 +65,15 @@ async fn check(engine: OramEngine) {
     for i in 0..n {
         let key = format!("k{i}");
         if !named.contains(&format!("b/{key}")) {
-            assert_eq!(get(&opened, &key).await.unwrap(), vec![i; 1000], "{engine:?} {key}");
+            assert_eq!(
+                read_object(&opened, &key).await.unwrap(),
+                vec![i; 1000],
+                "{engine:?} {key}"
+            );
         }
     }
     let first = named[0].strip_prefix("b/").unwrap().to_owned();
-    assert!(get(&opened, &first).await.is_err(), "{engine:?}: {first} is named but reads");
+    assert!(read_object(&opened, &first).await.is_err(), "{engine:?}: {first} is named but reads");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
