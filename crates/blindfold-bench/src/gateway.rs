@@ -73,6 +73,9 @@ pub struct GatewayBench {
     /// The gateway's ORAM engine.
     #[serde(serialize_with = "display")]
     pub engine: blindfold_gateway::server::OramEngine,
+    /// One copy of each ORAM cell, overwritten in place after the redo log carries it (as
+    /// `serve --in-place`), instead of two slots per cell.
+    pub in_place: bool,
     /// Emulated network between each gateway and its store (both sides alike): round trip,
     /// milliseconds (0: none).
     pub rtt_ms: u64,
@@ -103,6 +106,7 @@ impl Default for GatewayBench {
             block_size: 4096,
             cache_mib: blindfold_gateway::server::DEFAULT_CACHE_MIB,
             engine: Default::default(),
+            in_place: false,
             rtt_ms: 0,
             mbit: None,
             seed: 1,
@@ -430,6 +434,7 @@ async fn run_side_in(
         pad_objects: false,
         cache_mib: p.cache_mib,
         engine: p.engine,
+        in_place: p.in_place,
     };
     type Counting = CountingStore<Arc<dyn Store>>;
     let link = (p.rtt_ms > 0 || p.mbit.is_some()).then(|| {

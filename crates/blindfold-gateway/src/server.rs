@@ -63,6 +63,10 @@ pub struct ServeConfig {
     pub cache_mib: u64,
     /// The ORAM engine of a new data directory.
     pub engine: OramEngine,
+    /// Lay a new data directory's ORAM out with one copy per cell, overwritten in place
+    /// (half the store, but every commit writes its cells to the local redo log first),
+    /// instead of two slots per cell.
+    pub in_place: bool,
 }
 
 /// The oblivious engine under the object layer, fixed when a data directory is created.
@@ -108,12 +112,18 @@ fn path_oram_engine() -> OramEngine {
 /// Default of [`ServeConfig::cache_mib`].
 pub const DEFAULT_CACHE_MIB: u64 = 32;
 
+/// Format version of new data directories (see [`GatewayParams::version`]).
+pub const PARAMS_VERSION: u32 = 2;
+
 /// Public parameters fixed when a data directory is created.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct GatewayParams {
     /// Always "blindfold-gateway".
     pub format: String,
-    /// Format version.
+    /// Format version: 1 = the ORAM's store holds one copy of each cell, overwritten in place
+    /// (commits log every cell first); 2 = two slots per cell (commits write the free slot
+    /// and log only which cells moved; see `blindfold_proxy::SlottedStore`). New directories
+    /// are made at [`PARAMS_VERSION`]; older ones keep their layout.
     pub version: u32,
     /// The store URL (display form).
     pub store: String,
@@ -270,10 +280,19 @@ fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
 
 /// The store shape of the gateway's ORAM engine.
 fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::Geometry> {
-    Ok(match params.engine {
-        OramEngine::PathOram => SealedPathOram::geometry(&oram_config(params)?)?,
-        OramEngine::Tao => tao_config(params)?.geometry()?,
+    Ok(match (params.engine, params.two_slots()) {
+        (OramEngine::PathOram, true) => DurablePathOram::geometry(&oram_config(params)?)?,
+        (OramEngine::PathOram, false) => SealedPathOram::geometry(&oram_config(params)?)?,
+        (OramEngine::Tao, true) => DurableTao::geometry(&tao_config(params)?)?,
+        (OramEngine::Tao, false) => tao_config(params)?.geometry()?,
     })
+}
+
+impl GatewayParams {
+    /// Whether the ORAM's store holds two slots per cell (format version 2 and later).
+    pub fn two_slots(&self) -> bool {
+        self.version >= 2
+    }
 }
 
 /// The most top levels of the data tree whose buckets fit in `budget` bytes, leaving at least
@@ -375,8 +394,26 @@ pub fn read_params(dir: &Path) -> Result<Option<GatewayParams>> {
         Err(e) => return Err(GatewayError::Config(format!("reading {}: {e}", path.display()))),
     };
     serde_json::from_slice(&raw)
-        .map(Some)
         .map_err(|e| GatewayError::Config(format!("{}: {e}", path.display())))
+        .and_then(|p: GatewayParams| {
+            if p.format != "blindfold-gateway" {
+                return Err(GatewayError::Config(format!(
+                    "{}: not a blindfold gateway's parameters (format {:?})",
+                    path.display(),
+                    p.format
+                )));
+            }
+            if p.version == 0 || p.version > PARAMS_VERSION {
+                return Err(GatewayError::Config(format!(
+                    "{}: format version {} was made by a newer blindfold (this one, {}, reads \
+                     versions 1 to {PARAMS_VERSION}); run the newer version",
+                    path.display(),
+                    p.version,
+                    env!("CARGO_PKG_VERSION")
+                )));
+            }
+            Ok(Some(p))
+        })
 }
 
 /// What a store takes: in the untrusted store and in the gateway's trusted memory.
@@ -417,12 +454,10 @@ fn cached_bytes(config: &PathOramConfig) -> u64 {
 /// The footprint of a store with these parameters.
 pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
     let config = oram_config(params)?;
-    let (geometry, cells) = match params.engine {
-        OramEngine::PathOram => (SealedPathOram::geometry(&config)?, config.total_cells()),
-        OramEngine::Tao => {
-            let t = tao_config(params)?;
-            (t.geometry()?, t.tree().total_cells())
-        }
+    let geometry = oram_geometry(params)?;
+    let cells = match params.engine {
+        OramEngine::PathOram => config.total_cells(),
+        OramEngine::Tao => tao_config(params)?.tree().total_cells(),
     };
     let cached = cached_bytes(&config);
     let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
@@ -483,7 +518,7 @@ pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
     });
     let p = GatewayParams {
         format: "blindfold-gateway".into(),
-        version: 1,
+        version: if cfg.in_place { 1 } else { PARAMS_VERSION },
         store: store_url.to_string(),
         store_id: StoreId::random().to_hex(),
         block_size: cfg.block_size,

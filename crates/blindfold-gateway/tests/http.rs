@@ -29,6 +29,7 @@ impl Running {
             pad_objects: false,
             cache_mib: server::DEFAULT_CACHE_MIB,
             engine: Default::default(),
+            in_place: false,
         };
         let opened = server::open(&cfg).await.unwrap();
         let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();

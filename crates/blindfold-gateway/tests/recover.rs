@@ -29,6 +29,7 @@ fn cfg_with(
         // must bring back both.
         cache_mib: 1,
         engine,
+        in_place: false,
     }
 }
 

@@ -265,6 +265,7 @@ fn hostile_s3_requests_get_well_formed_answers() {
         pad_objects: false,
         cache_mib: server::DEFAULT_CACHE_MIB,
         engine: Default::default(),
+        in_place: false,
     };
     let opened = rt.block_on(server::open(&cfg)).unwrap();
     let service = server::service(&opened);

@@ -15,6 +15,7 @@ fn config(dir: &std::path::Path) -> ServeConfig {
         pad_objects: false,
         cache_mib: 0,
         engine: Default::default(),
+        in_place: false,
     }
 }
 

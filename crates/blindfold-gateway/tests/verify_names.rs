@@ -42,15 +42,22 @@ async fn check(engine: OramEngine) {
             .unwrap();
     }
     opened.objects.shutdown().await.unwrap();
-    // Damage one written bucket of the fourth level (it lies on one eighth of the paths).
+    // Damage one written bucket of the fourth level (it lies on one eighth of the paths): both
+    // of its copies, as the store keeps two slots per cell (store cell `c + n` is the second).
+    assert!(opened.params.two_slots());
+    let slot = store.geometry().cell_count() / 2;
     let mut damaged = None;
     for cell in 7..15u64 {
-        let mut bytes = store.read(&[CellId(cell)]).await.unwrap().pop().unwrap();
-        if bytes.iter().any(|&b| b != 0) {
-            let at = bytes.len() / 2;
-            bytes[at] ^= 1;
-            store.write(vec![(CellId(cell), bytes)]).await.unwrap();
-            damaged = Some(cell);
+        for copy in [cell, cell + slot] {
+            let mut bytes = store.read(&[CellId(copy)]).await.unwrap().pop().unwrap();
+            if bytes.iter().any(|&b| b != 0) {
+                let at = bytes.len() / 2;
+                bytes[at] ^= 1;
+                store.write(vec![(CellId(copy), bytes)]).await.unwrap();
+                damaged = Some(cell);
+            }
+        }
+        if damaged.is_some() {
             break;
         }
     }

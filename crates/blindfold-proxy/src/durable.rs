@@ -45,12 +45,19 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::path::{check_geometry, open_cells, seal_cells, with_retry, write_sealed, RetryPolicy};
+use crate::slots::{slotted_geometry, SlotMap, SlottedStore};
 use crate::{ProxyError, Result, SealedPathOram, VersionTable};
 
 pub(crate) const CHECKPOINT: &str = "checkpoint.bin";
 pub(crate) const REDO_LOG: &str = "redo.log";
-const CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT02";
+/// Version 03 adds the slot map of two-slot stores (see [`crate::slots`]).
+const CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT03";
+/// Sealed checkpoints of blindfold 0.2 (no slot map), migrated on open.
+const PREV_CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT02";
+/// A commit of an in-place store: the cells' sealed contents travel in the record.
 const RECORD_MAGIC: u32 = 0xB1F0_0D02;
+/// A commit of a two-slot store: the cells are already in the store; the record names them.
+const SLOT_RECORD_MAGIC: u32 = 0xB1F0_0D03;
 const REVEAL_MAGIC: u32 = 0xB1F0_0E02;
 /// Unsealed checkpoint and commit records of blindfold 0.1, migrated on open.
 const LEGACY_CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT01";
@@ -66,9 +73,21 @@ struct Checkpoint {
     store_id: [u8; 16],
     oram: PathOramState,
     versions: VersionTable,
+    /// Which slot holds each cell, for a two-slot store; `None` for an in-place one.
+    slots: Option<SlotMap>,
     /// First key epoch no run has sealed with.
     next_epoch: u32,
     /// Sequence number of the last redo record folded into this checkpoint.
+    seq: u64,
+}
+
+/// A sealed checkpoint of blindfold 0.2 (in-place stores only).
+#[derive(Deserialize)]
+struct PrevCheckpoint {
+    store_id: [u8; 16],
+    oram: PathOramState,
+    versions: VersionTable,
+    next_epoch: u32,
     seq: u64,
 }
 
@@ -95,6 +114,60 @@ struct Record {
     epoch_high: u32,
     delta: OramDelta,
     cells: Vec<LoggedCell>,
+}
+
+/// A commit of a two-slot store: every cell written since the previous commit, with the version
+/// and key epoch it was sealed under and the slot it now occupies. The cells themselves were
+/// written to the store and flushed before this record was logged.
+#[derive(Serialize, Deserialize)]
+struct SlotRecord {
+    seq: u64,
+    /// Highest key epoch sealed with so far.
+    epoch_high: u32,
+    delta: OramDelta,
+    cells: Vec<SlotCell>,
+}
+
+/// One cell of a [`SlotRecord`].
+#[derive(Serialize, Deserialize)]
+pub(crate) struct SlotCell {
+    pub(crate) cell: u64,
+    pub(crate) version: u64,
+    pub(crate) epoch: u32,
+    pub(crate) slot: u8,
+}
+
+/// Applies the cells of a replayed [`SlotRecord`] to the trusted versions and slot map,
+/// checking each against them (the record comes from the data directory).
+pub(crate) fn apply_slot_cells(
+    cells: &[SlotCell],
+    versions: &mut VersionTable,
+    slots: &mut SlotMap,
+) -> std::result::Result<(), String> {
+    for c in cells {
+        if c.cell >= versions.len() || c.cell >= slots.len() || c.slot > 1 {
+            return Err(format!("cell {} or slot {} out of range", c.cell, c.slot));
+        }
+        versions.set(c.cell, c.version);
+        versions.set_epoch(c.cell, c.epoch);
+        slots.set(c.cell, c.slot);
+    }
+    Ok(())
+}
+
+/// The commit-record cells of the writes `slotted` holds pending, with their trusted
+/// versions and epochs.
+pub(crate) fn pending_slot_cells(slotted: &SlottedStore, versions: &VersionTable) -> Vec<SlotCell> {
+    slotted
+        .pending()
+        .into_iter()
+        .map(|(cell, slot)| SlotCell {
+            cell,
+            version: versions.get(cell),
+            epoch: versions.epoch(cell),
+            slot,
+        })
+        .collect()
 }
 
 /// Logged before the paths of a batch of accesses are read: the seed the accesses draw their
@@ -163,7 +236,9 @@ pub struct VerifyReport {
 /// Path ORAM whose trusted state survives crashes; see the module documentation.
 pub struct DurablePathOram {
     oram: PathOram,
+    /// The store the engine reads and writes: `slotted` if the store has two slots per cell.
     store: Arc<dyn Store>,
+    slotted: Option<Arc<SlottedStore>>,
     sealer: CellSealer,
     /// Seals the checkpoint and the redo log.
     state_sealer: StateSealer,
@@ -413,6 +488,20 @@ pub(crate) fn replay_failed(e: ProxyError) -> ProxyError {
 /// The checkpoint of `dir`, sealed or (migrating) unsealed from an earlier version; the
 /// second value says whether it was the latter.
 fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<(Checkpoint, bool)> {
+    if let Some(prev) = read_prev_checkpoint::<PrevCheckpoint>(dir, PREV_CHECKPOINT_MAGIC, sealer)?
+    {
+        return Ok((
+            Checkpoint {
+                store_id: prev.store_id,
+                oram: prev.oram,
+                versions: prev.versions,
+                slots: None,
+                next_epoch: prev.next_epoch,
+                seq: prev.seq,
+            },
+            true,
+        ));
+    }
     read_any_checkpoint(
         dir,
         CHECKPOINT_MAGIC,
@@ -422,10 +511,37 @@ fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<(Checkpoint, bool
             store_id: old.store_id,
             oram: old.oram,
             versions: VersionTable::from_legacy(old.versions.versions),
+            slots: None,
             next_epoch: old.next_epoch,
             seq: old.seq,
         },
     )
+}
+
+/// The checkpoint of `dir` if it is a sealed one of the previous format (`magic`), to be
+/// converted by the caller and rewritten in the current format; `None` if it is not.
+pub(crate) fn read_prev_checkpoint<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    magic: &[u8; 8],
+    sealer: &StateSealer,
+) -> Result<Option<T>> {
+    let path = dir.join(CHECKPOINT);
+    let mut head = [0u8; 8];
+    let is_prev = File::open(&path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .map(|()| &head == magic)
+        .unwrap_or(false);
+    if !is_prev {
+        return Ok(None);
+    }
+    let buf = std::fs::read(&path).map_err(|e| io(&path, "reading", e))?;
+    let old = decode_checkpoint(&buf, magic, sealer)
+        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
+    tracing::info!(
+        path = %path.display(),
+        "checkpoint of an earlier version: it is rewritten in the current format now"
+    );
+    Ok(Some(old))
 }
 
 /// Decodes an unsealed checkpoint of blindfold 0.1 before its state was sealed (`magic`,
@@ -591,6 +707,12 @@ pub(crate) fn decode_record<T: serde::de::DeserializeOwned>(
 impl DurablePathOram {
     /// Creates a new, empty ORAM whose trusted state lives in `dir` (created if needed, mode
     /// 0700; must not already hold a checkpoint).
+    ///
+    /// The store's shape chooses how commits are made durable: a store of
+    /// [`DurablePathOram::geometry`] (two slots per cell) takes each commit's cells in the
+    /// slots not holding the committed copies and the redo log only names them; a store of
+    /// [`SealedPathOram::geometry`] (one copy per cell, as directories made before two slots
+    /// existed) is overwritten in place, so the redo log carries every cell first.
     pub async fn create(
         dir: &Path,
         config: PathOramConfig,
@@ -600,10 +722,13 @@ impl DurablePathOram {
     ) -> Result<Self> {
         prepare_new_dir(dir)?;
         let oram = PathOram::new(config);
+        let cells = oram.config().total_cells();
+        let two_slots = store.geometry() == Self::geometry(oram.config())?;
         let ckpt = Checkpoint {
             store_id: store_id.0,
             oram: oram.export_state()?,
-            versions: VersionTable::new(oram.config().total_cells()),
+            versions: VersionTable::new(cells),
+            slots: two_slots.then(|| SlotMap::new(cells)),
             next_epoch: 0,
             seq: 0,
         };
@@ -627,11 +752,26 @@ impl DurablePathOram {
         let store_id = StoreId(ckpt.store_id);
         let mut oram = PathOram::from_state(ckpt.oram, ChaCha20Rng::from_entropy())?;
         let mut versions = ckpt.versions;
-        check_geometry(store.geometry(), SealedPathOram::geometry(oram.config())?)?;
+        let mut slots = ckpt.slots;
+        let logical = SealedPathOram::geometry(oram.config())?;
+        match &slots {
+            Some(map) => {
+                check_geometry(store.geometry(), slotted_geometry(logical)?)?;
+                if map.len() != versions.len() {
+                    return Err(ProxyError::State(format!(
+                        "{}: slot map of {} cells for {} cells",
+                        dir.join(CHECKPOINT).display(),
+                        map.len(),
+                        versions.len()
+                    )));
+                }
+            }
+            None => check_geometry(store.geometry(), logical)?,
+        }
         let log_path = dir.join(REDO_LOG);
         let (frames, good_bytes, torn_bytes) = read_frames_with_legacy(
             &log_path,
-            &[RECORD_MAGIC, REVEAL_MAGIC],
+            &[RECORD_MAGIC, SLOT_RECORD_MAGIC, REVEAL_MAGIC],
             &[LEGACY_RECORD_MAGIC],
             &state_sealer,
         )?;
@@ -645,6 +785,25 @@ impl DurablePathOram {
             if frame.magic == REVEAL_MAGIC {
                 reveals.push(decode_record(&frame.body).map_err(bad)?);
                 continue;
+            }
+            if frame.magic == SLOT_RECORD_MAGIC {
+                let rec: SlotRecord = decode_record(&frame.body).map_err(bad)?;
+                if rec.seq <= seq {
+                    continue;
+                }
+                let map = slots
+                    .as_mut()
+                    .ok_or_else(|| bad("two-slot redo record for an in-place store".into()))?;
+                apply_slot_cells(&rec.cells, &mut versions, map)
+                    .map_err(|m| bad(format!("redo record: {m}")))?;
+                oram.apply_delta(rec.delta)?;
+                next_epoch = next_epoch.max(rec.epoch_high.saturating_add(1));
+                seq = rec.seq;
+                recovery.replayed += 1;
+                continue;
+            }
+            if slots.is_some() {
+                return Err(bad("in-place redo record for a two-slot store".into()));
             }
             let rec: Record = decode_record(&frame.body).map_err(bad)?;
             if rec.seq <= seq {
@@ -679,6 +838,7 @@ impl DurablePathOram {
             store_id: store_id.0,
             oram: oram.export_state()?,
             versions,
+            slots,
             next_epoch: epoch
                 .checked_add(1)
                 .ok_or(ProxyError::State("key epochs exhausted".into()))?,
@@ -701,9 +861,18 @@ impl DurablePathOram {
         let log_bytes = kept.iter().map(|f| f.len() as u64).sum();
         let oram_state = after.oram;
         let oram = PathOram::from_state(oram_state, ChaCha20Rng::from_entropy())?;
+        let slotted = match after.slots {
+            Some(map) => Some(Arc::new(SlottedStore::new(Arc::clone(&store), map)?)),
+            None => None,
+        };
+        let store = match &slotted {
+            Some(s) => Arc::clone(s) as Arc<dyn Store>,
+            None => store,
+        };
         let mut this = Self {
             oram,
             store,
+            slotted,
             sealer,
             state_sealer,
             store_id,
@@ -751,6 +920,18 @@ impl DurablePathOram {
         dir.join(CHECKPOINT).exists()
     }
 
+    /// The store shape of a new engine of `config`: two slots per cell (see
+    /// [`crate::slots`]), so commits never overwrite committed cells and the redo log carries
+    /// no cell contents.
+    pub fn geometry(config: &PathOramConfig) -> Result<blindfold_store::Geometry> {
+        slotted_geometry(SealedPathOram::geometry(config)?)
+    }
+
+    /// Whether the store holds two slots per cell (else commits overwrite it in place).
+    pub fn two_slots(&self) -> bool {
+        self.slotted.is_some()
+    }
+
     /// Writes a checkpoint once the redo log exceeds `bytes` (default 256 MiB).
     pub fn set_log_limit(&mut self, bytes: u64) {
         self.log_limit = bytes;
@@ -785,6 +966,7 @@ impl DurablePathOram {
     pub fn trusted_bytes(&self) -> u64 {
         self.oram.trusted_bytes()
             + self.versions.trusted_bytes()
+            + self.slotted.as_ref().map_or(0, |s| s.trusted_bytes())
             + self.overlay.values().map(|v| v.len() as u64).sum::<u64>()
     }
 
@@ -1040,6 +1222,16 @@ impl DurablePathOram {
         if self.overlay.is_empty() && delta.top.is_empty() {
             return Ok(());
         }
+        if let Some(slotted) = self.slotted.clone() {
+            if let Err(e) = self.commit_slotted(&slotted, delta).await {
+                self.poison(&e);
+                return Err(e);
+            }
+            if self.log_bytes > self.log_limit {
+                self.checkpoint()?;
+            }
+            return Ok(());
+        }
         let mut cells: Vec<LoggedCell> = self
             .overlay
             .drain()
@@ -1058,6 +1250,31 @@ impl DurablePathOram {
         if self.log_bytes > self.log_limit {
             self.checkpoint()?;
         }
+        Ok(())
+    }
+
+    /// A commit of a two-slot store: the dirty cells go to their free slots and are flushed;
+    /// then the record naming them is logged; only then do they become the committed copies.
+    async fn commit_slotted(&mut self, slotted: &SlottedStore, delta: OramDelta) -> Result<()> {
+        let mut cells: Vec<(CellId, Vec<u8>)> =
+            self.overlay.drain().map(|(c, sealed)| (CellId(c), sealed)).collect();
+        cells.sort_unstable_by_key(|c| c.0);
+        write_batches(&*self.store, self.retry, cells).await?;
+        let store = Arc::clone(&self.store);
+        with_retry(self.retry, || store.flush()).await?;
+        let record = SlotRecord {
+            seq: self.seq + 1,
+            epoch_high: self.sealer.current_epoch(),
+            delta,
+            cells: pending_slot_cells(slotted, &self.versions),
+        };
+        let len =
+            append_record(&self.log, &self.dir, SLOT_RECORD_MAGIC, &record, &self.state_sealer)
+                .await?;
+        // Durable from here on: the record says where every cell's newest copy is.
+        self.log_bytes += len;
+        self.seq = record.seq;
+        slotted.publish();
         Ok(())
     }
 
@@ -1084,6 +1301,7 @@ impl DurablePathOram {
             store_id: self.store_id.0,
             oram: self.oram.export_state()?,
             versions: self.versions.clone(),
+            slots: self.slotted.as_ref().map(|s| s.map()),
             next_epoch: self.next_epoch.max(self.sealer.current_epoch().saturating_add(1)),
             seq: self.seq,
         };
@@ -1200,6 +1418,7 @@ mod hostile_input {
         #[test]
         fn random_record_bodies(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode_record::<Record>(&bytes);
+            let _ = decode_record::<SlotRecord>(&bytes);
             let _ = decode_record::<Reveal>(&bytes);
         }
 
@@ -1212,6 +1431,7 @@ mod hostile_input {
                 store_id: [0; 16],
                 oram: oram.export_state().unwrap(),
                 versions: VersionTable::new(oram.config().total_cells()),
+                slots: Some(SlotMap::new(oram.config().total_cells())),
                 next_epoch: 1,
                 seq: 0,
             };
@@ -1332,6 +1552,47 @@ mod migration {
         let bytes = std::fs::read(&ckpt_path).unwrap();
         assert_eq!(&bytes[..8], CHECKPOINT_MAGIC, "rewritten sealed");
     }
+
+    /// A sealed checkpoint of blindfold 0.2 (no slot map) opens as an in-place store, its
+    /// redo log replays, and it is rewritten in the current format.
+    #[tokio::test]
+    async fn sealed_checkpoint_without_slot_map_is_migrated() {
+        let key = MasterKey::generate();
+        let s = StateSealer::new(&key);
+        let dir = tempfile::tempdir().unwrap();
+        let config = PathOramConfig::builder(32, 16).build().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(MemoryStore::new(SealedPathOram::geometry(&config).unwrap()));
+        {
+            let mut o =
+                DurablePathOram::create(dir.path(), config, store.clone(), &key, StoreId::random())
+                    .await
+                    .unwrap();
+            for i in 0..32u8 {
+                o.write(BlockId(u64::from(i)), vec![i; 16]).await.unwrap();
+            }
+            o.commit().await.unwrap();
+            o.checkpoint().unwrap();
+            o.write(BlockId(5), vec![55; 16]).await.unwrap();
+            o.commit().await.unwrap();
+        }
+        let ckpt_path = dir.path().join(CHECKPOINT);
+        let c: Checkpoint =
+            decode_checkpoint(&std::fs::read(&ckpt_path).unwrap(), CHECKPOINT_MAGIC, &s).unwrap();
+        assert!(c.slots.is_none());
+        // The 0.2 layout: the same fields without the slot map.
+        let prev = (c.store_id, c.oram, c.versions, c.next_epoch, c.seq);
+        write_checkpoint_as(dir.path(), PREV_CHECKPOINT_MAGIC, &prev, &s).unwrap();
+        let (mut o, rec) = DurablePathOram::open(dir.path(), store, &key).await.unwrap();
+        assert_eq!(rec.replayed, 1);
+        assert!(!o.two_slots());
+        for i in 0..32u8 {
+            let want = if i == 5 { vec![55; 16] } else { vec![i; 16] };
+            assert_eq!(o.read(BlockId(u64::from(i))).await.unwrap(), want);
+        }
+        let bytes = std::fs::read(&ckpt_path).unwrap();
+        assert_eq!(&bytes[..8], CHECKPOINT_MAGIC, "rewritten in the current format");
+    }
 }
 
 // ---- For `rebuild` (recover): the saved state's parts, and a checkpoint of a rebuilt tree.
@@ -1342,6 +1603,7 @@ pub(crate) struct SavedPathOram {
     pub(crate) store_id: StoreId,
     pub(crate) oram: PathOramState,
     pub(crate) versions: VersionTable,
+    pub(crate) slots: Option<SlotMap>,
     pub(crate) next_epoch: u32,
     pub(crate) seq: u64,
 }
@@ -1354,6 +1616,7 @@ pub(crate) fn load_saved_path_oram(dir: &Path, key: &MasterKey) -> Result<SavedP
         store_id: StoreId(c.store_id),
         oram: c.oram,
         versions: c.versions,
+        slots: c.slots,
         next_epoch: c.next_epoch,
         seq: c.seq,
     })
@@ -1369,6 +1632,7 @@ pub(crate) fn save_rebuilt_path_oram(
         store_id: saved.store_id.0,
         oram: saved.oram,
         versions: saved.versions,
+        slots: saved.slots,
         next_epoch: saved.next_epoch,
         seq: saved.seq,
     };

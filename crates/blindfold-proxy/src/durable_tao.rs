@@ -45,17 +45,25 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::durable::{
-    append_frame, append_record, decode_record, empty_log, encode_frame, prepare_new_dir,
-    read_any_checkpoint, read_frames_with_legacy, replace_log, verify_cells, write_batches,
-    write_checkpoint_as, LegacyVersions, LoggedCell, CHECKPOINT, REDO_LOG,
+    append_frame, append_record, apply_slot_cells, decode_record, empty_log, encode_frame,
+    pending_slot_cells, prepare_new_dir, read_any_checkpoint, read_frames_with_legacy,
+    read_prev_checkpoint, replace_log, verify_cells, write_batches, write_checkpoint_as,
+    LegacyVersions, LoggedCell, SlotCell, CHECKPOINT, REDO_LOG,
 };
 use crate::path::{with_retry, RetryPolicy};
+use crate::slots::{slotted_geometry, SlotMap, SlottedStore};
 use crate::{
     ProxyError, Recovery, Result, Reveal, TaoConfig, TaoOram, TaoState, TaoStats, VerifyReport,
 };
 
-const CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK2";
+/// Version 3 adds the slot map of two-slot stores (see [`crate::slots`]).
+const CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK3";
+/// Sealed checkpoints of blindfold 0.2 (no slot map), migrated on open.
+const PREV_CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK2";
+/// A commit of an in-place store: the cells' sealed contents travel in the record.
 const RECORD_MAGIC: u32 = 0xB1F0_7A02;
+/// A commit of a two-slot store: the cells are already in the store; the record names them.
+const SLOT_RECORD_MAGIC: u32 = 0xB1F0_7A03;
 const REVEAL_MAGIC: u32 = 0xB1F0_7B02;
 /// Unsealed checkpoint and commit records of blindfold 0.1, migrated on open.
 const LEGACY_CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK1";
@@ -69,9 +77,20 @@ const DEFAULT_MAX_OVERLAY: usize = 8192;
 struct Checkpoint {
     store_id: [u8; 16],
     state: TaoState,
+    /// Which slot holds each cell, for a two-slot store; `None` for an in-place one.
+    slots: Option<SlotMap>,
     /// First key epoch no run has sealed with.
     next_epoch: u32,
     /// Sequence number of the last redo record folded into this checkpoint.
+    seq: u64,
+}
+
+/// A sealed checkpoint of blindfold 0.2 (in-place stores only).
+#[derive(Deserialize)]
+struct PrevCheckpoint {
+    store_id: [u8; 16],
+    state: TaoState,
+    next_epoch: u32,
     seq: u64,
 }
 
@@ -104,6 +123,21 @@ struct Record {
     stash: Vec<(u64, u32, Vec<u8>)>,
     stats: TaoStats,
     cells: Vec<LoggedCell>,
+}
+
+/// A commit of a two-slot store: the state change and the cells written (to their free slots,
+/// flushed before this record was logged).
+#[derive(Serialize, Deserialize)]
+struct SlotRecord {
+    seq: u64,
+    /// Highest key epoch sealed with so far.
+    epoch_high: u32,
+    /// Changed position-map entries: (block, leaf + 1).
+    posmap: Vec<(u32, u32)>,
+    /// The stash, whole.
+    stash: Vec<(u64, u32, Vec<u8>)>,
+    stats: TaoStats,
+    cells: Vec<SlotCell>,
 }
 
 /// What requests revealed since the last commit, logged before their paths are read: one
@@ -276,7 +310,9 @@ struct Committer {
 pub struct DurableTao {
     tao: TaoOram,
     overlay: Arc<OverlayStore>,
+    /// The store commits write to: `slotted` if the store has two slots per cell.
     store: Arc<dyn Store>,
+    slotted: Option<Arc<SlottedStore>>,
     /// Requests hold it shared; a commit holds it exclusively.
     gate: tokio::sync::RwLock<()>,
     committer: tokio::sync::Mutex<Committer>,
@@ -302,7 +338,9 @@ impl std::fmt::Debug for DurableTao {
 
 impl DurableTao {
     /// Creates a new, empty engine whose trusted state lives in `dir` (created if needed; must
-    /// not already hold a checkpoint).
+    /// not already hold a checkpoint). As [`crate::DurablePathOram::create`], a store of
+    /// [`DurableTao::geometry`] (two slots per cell) keeps cell contents out of the redo log;
+    /// one of [`TaoConfig::geometry`] is overwritten in place.
     pub async fn create(
         dir: &Path,
         config: TaoConfig,
@@ -311,6 +349,8 @@ impl DurableTao {
         store_id: StoreId,
     ) -> Result<Self> {
         prepare_new_dir(dir)?;
+        let two_slots = store.geometry() == Self::geometry(&config)?;
+        let cells = config.tree().total_cells();
         let state = TaoState {
             posmap: vec![0; config.blocks() as usize],
             stash: Vec::new(),
@@ -318,7 +358,13 @@ impl DurableTao {
             stats: TaoStats::default(),
             config,
         };
-        let ckpt = Checkpoint { store_id: store_id.0, state, next_epoch: 0, seq: 0 };
+        let ckpt = Checkpoint {
+            store_id: store_id.0,
+            state,
+            slots: two_slots.then(|| SlotMap::new(cells)),
+            next_epoch: 0,
+            seq: 0,
+        };
         write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &StateSealer::new(key))?;
         let _ = std::fs::remove_file(dir.join(REDO_LOG));
         Self::open(dir, store, key).await.map(|(t, _)| t)
@@ -327,6 +373,16 @@ impl DurableTao {
     /// Whether `dir` holds trusted state (of some engine).
     pub fn exists(dir: &Path) -> bool {
         dir.join(CHECKPOINT).exists()
+    }
+
+    /// The store shape of a new engine of `config`: two slots per cell (see [`crate::slots`]).
+    pub fn geometry(config: &TaoConfig) -> Result<Geometry> {
+        slotted_geometry(config.geometry()?)
+    }
+
+    /// Whether the store holds two slots per cell (else commits overwrite it in place).
+    pub fn two_slots(&self) -> bool {
+        self.slotted.is_some()
     }
 
     /// Opens the engine in `dir`: loads the checkpoint, replays the redo log into the store and
@@ -343,10 +399,11 @@ impl DurableTao {
         let ckpt = load_checkpoint(dir, &state_sealer)?;
         let store_id = StoreId(ckpt.store_id);
         let mut state = ckpt.state;
+        let mut slots = ckpt.slots;
         let log_path = dir.join(REDO_LOG);
         let (frames, _, torn_bytes) = read_frames_with_legacy(
             &log_path,
-            &[RECORD_MAGIC, REVEAL_MAGIC],
+            &[RECORD_MAGIC, SLOT_RECORD_MAGIC, REVEAL_MAGIC],
             &[LEGACY_RECORD_MAGIC],
             &state_sealer,
         )?;
@@ -360,6 +417,26 @@ impl DurableTao {
             if frame.magic == REVEAL_MAGIC {
                 revealed.push(decode_record(&frame.body).map_err(|m| bad(&m))?);
                 continue;
+            }
+            if frame.magic == SLOT_RECORD_MAGIC {
+                let rec: SlotRecord = decode_record(&frame.body).map_err(|m| bad(&m))?;
+                if rec.seq <= seq {
+                    continue;
+                }
+                let map = slots.as_mut().ok_or_else(|| bad("two-slot record, in-place store"))?;
+                apply_slot_cells(&rec.cells, &mut state.versions, map).map_err(|m| bad(&m))?;
+                for (i, v) in rec.posmap {
+                    *state.posmap.get_mut(i as usize).ok_or_else(|| bad("block out of range"))? = v;
+                }
+                state.stash = rec.stash;
+                state.stats = rec.stats;
+                next_epoch = next_epoch.max(rec.epoch_high.saturating_add(1));
+                seq = rec.seq;
+                recovery.replayed += 1;
+                continue;
+            }
+            if slots.is_some() {
+                return Err(bad("in-place record, two-slot store"));
             }
             let rec: Record = decode_record(&frame.body).map_err(|m| bad(&m))?;
             if rec.seq <= seq {
@@ -389,9 +466,20 @@ impl DurableTao {
         }
         // Reserve this run's epoch before sealing anything under it.
         let epoch = next_epoch;
+        if let Some(map) = &slots {
+            if map.len() != state.versions.len() {
+                return Err(ProxyError::State(format!(
+                    "{}: slot map of {} cells for {} cells",
+                    dir.join(CHECKPOINT).display(),
+                    map.len(),
+                    state.versions.len()
+                )));
+            }
+        }
         let after = Checkpoint {
             store_id: store_id.0,
             state,
+            slots,
             next_epoch: epoch
                 .checked_add(1)
                 .ok_or(ProxyError::State("key epochs exhausted".into()))?,
@@ -405,6 +493,14 @@ impl DurableTao {
             .collect::<Result<_>>()?;
         let log = replace_log(dir, &kept)?;
         let log_bytes = kept.iter().map(|f| f.len() as u64).sum();
+        let slotted = match after.slots {
+            Some(map) => Some(Arc::new(SlottedStore::new(Arc::clone(&store), map)?)),
+            None => None,
+        };
+        let store = match &slotted {
+            Some(s) => Arc::clone(s) as Arc<dyn Store>,
+            None => store,
+        };
         let overlay = Arc::new(OverlayStore::new(Arc::clone(&store)));
         let posmap = after.state.posmap.clone();
         let tao = TaoOram::from_state(
@@ -418,6 +514,7 @@ impl DurableTao {
             tao,
             overlay,
             store,
+            slotted,
             gate: tokio::sync::RwLock::new(()),
             committer: tokio::sync::Mutex::new(Committer {
                 dir: dir.to_path_buf(),
@@ -484,6 +581,7 @@ impl DurableTao {
     /// Bytes of trusted memory held now (the engine's, plus the overlay of sealed cells).
     pub fn trusted_bytes(&self) -> u64 {
         self.tao.trusted_bytes()
+            + self.slotted.as_ref().map_or(0, |s| s.trusted_bytes())
             + self.overlay.len() as u64 * u64::from(self.store.geometry().cell_size())
     }
 
@@ -597,6 +695,32 @@ impl DurableTao {
         if cells.is_empty() && posmap.is_empty() {
             return Ok(());
         }
+        if let Some(slotted) = &self.slotted {
+            // The cells go to their free slots first; the record naming them makes them the
+            // committed copies.
+            let cells = cells.into_iter().map(|(c, sealed)| (CellId(c), sealed));
+            write_batches(&*self.store, self.retry, cells).await?;
+            let store = Arc::clone(&self.store);
+            with_retry(self.retry, || store.flush()).await?;
+            let record = SlotRecord {
+                seq: c.seq + 1,
+                epoch_high: self.tao.current_epoch(),
+                posmap,
+                stash: state.stash,
+                stats: state.stats,
+                cells: pending_slot_cells(slotted, &state.versions),
+            };
+            c.log_bytes +=
+                append_record(&c.log, &c.dir, SLOT_RECORD_MAGIC, &record, &c.sealer).await?;
+            c.seq = record.seq;
+            slotted.publish();
+            self.journal.after.store(c.seq, Ordering::SeqCst);
+            c.posmap = state.posmap;
+            if c.log_bytes > self.log_limit {
+                self.checkpoint_locked(c)?;
+            }
+            return Ok(());
+        }
         let record = Record {
             seq: c.seq + 1,
             epoch_high: self.tao.current_epoch(),
@@ -635,6 +759,7 @@ impl DurableTao {
         let ckpt = Checkpoint {
             store_id: c.store_id.0,
             state,
+            slots: self.slotted.as_ref().map(|s| s.map()),
             next_epoch: c.next_epoch.max(self.tao.current_epoch().saturating_add(1)),
             seq: c.seq,
         };
@@ -671,12 +796,23 @@ impl DurableTao {
 pub(crate) struct SavedTao {
     pub(crate) store_id: StoreId,
     pub(crate) state: TaoState,
+    pub(crate) slots: Option<SlotMap>,
     pub(crate) next_epoch: u32,
     pub(crate) seq: u64,
 }
 
 /// The checkpoint of `dir`, sealed or (migrating) unsealed from an earlier version.
 fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
+    if let Some(prev) = read_prev_checkpoint::<PrevCheckpoint>(dir, PREV_CHECKPOINT_MAGIC, sealer)?
+    {
+        return Ok(Checkpoint {
+            store_id: prev.store_id,
+            state: prev.state,
+            slots: None,
+            next_epoch: prev.next_epoch,
+            seq: prev.seq,
+        });
+    }
     let (ckpt, _) = read_any_checkpoint(
         dir,
         CHECKPOINT_MAGIC,
@@ -691,6 +827,7 @@ fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
                 versions: crate::VersionTable::from_legacy(old.state.versions.versions),
                 stats: old.state.stats,
             },
+            slots: None,
             next_epoch: old.next_epoch,
             seq: old.seq,
         },
@@ -705,6 +842,7 @@ pub(crate) fn load_saved_tao(dir: &Path, key: &MasterKey) -> Result<SavedTao> {
     Ok(SavedTao {
         store_id: StoreId(c.store_id),
         state: c.state,
+        slots: c.slots,
         next_epoch: c.next_epoch,
         seq: c.seq,
     })
@@ -715,6 +853,7 @@ pub(crate) fn save_rebuilt_tao(dir: &Path, saved: SavedTao, key: &MasterKey) -> 
     let ckpt = Checkpoint {
         store_id: saved.store_id.0,
         state: saved.state,
+        slots: saved.slots,
         next_epoch: saved.next_epoch,
         seq: saved.seq,
     };

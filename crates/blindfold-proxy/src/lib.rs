@@ -45,6 +45,7 @@ mod error;
 mod path;
 pub mod rebuild;
 mod ring;
+mod slots;
 pub mod tao;
 mod versions;
 
@@ -54,6 +55,7 @@ pub use durable_tao::{DurableTao, OverlayStore};
 pub use error::ProxyError;
 pub use path::{SealedPathOram, SealedPathState};
 pub use ring::{AccessTiming, RingData, RingPhaseTimes, SealedRingOram, SealedRingState};
+pub use slots::{slotted_geometry, SlotMap, SlottedStore};
 pub use tao::{Reply, Reveal, TaoConfig, TaoOram, TaoState, TaoStats};
 pub use versions::VersionTable;
 

@@ -50,6 +50,7 @@ use rand_chacha::ChaCha20Rng;
 use crate::durable::{load_saved_path_oram, save_rebuilt_path_oram, write_batches, SavedPathOram};
 use crate::durable_tao::{load_saved_tao, save_rebuilt_tao, SavedTao};
 use crate::path::{open_cell, seal_cells, with_retry, RetryPolicy};
+use crate::slots::{SlotMap, SlottedStore};
 use crate::{ProxyError, Result, TaoState, TaoStats, VersionTable};
 
 /// Cells read or written per store request during a rebuild.
@@ -105,6 +106,7 @@ pub async fn rebuild_path_oram(
     let mut report = Rebuilt { epoch, ..Rebuilt::default() };
     let data = config.trees()[0];
     let data_cells = data.base..data.base + data.shape.buckets();
+    let (old, new) = slotted_pair(old, new, saved.slots)?;
     read_old(&*old, &opener, &saved.versions, &mut report, |cell, plain| {
         if data_cells.contains(&cell) {
             found.bucket(plain)?;
@@ -123,7 +125,7 @@ pub async fn rebuild_path_oram(
     report.lost = found.lost(in_memory.then_some(&saved.oram.top[..]));
     report.blocks_found = found.blocks.len() as u64;
     let sealer = CellSealer::new(key, saved.store_id, epoch);
-    let (oram, versions, written) = load_new(&config, found, &*new, &sealer).await?;
+    let (oram, versions, written) = load_new(&config, found, &new, &sealer).await?;
     report.cells_written = written;
     save_rebuilt_path_oram(
         dir,
@@ -131,6 +133,7 @@ pub async fn rebuild_path_oram(
             store_id: saved.store_id,
             oram,
             versions,
+            slots: new.slots(),
             next_epoch: next_epoch(epoch)?,
             seq: saved.seq,
         },
@@ -158,6 +161,7 @@ pub async fn rebuild_tao(
     let opener = CellSealer::new(key, saved.store_id, saved.next_epoch);
     let mut found = Found::new(&tree);
     let mut report = Rebuilt { epoch, ..Rebuilt::default() };
+    let (old, new) = slotted_pair(old, new, saved.slots)?;
     read_old(&*old, &opener, &state.versions, &mut report, |_, plain| found.bucket(plain)).await?;
     for (id, _, d) in state.stash {
         found.block(id, d)?;
@@ -165,7 +169,7 @@ pub async fn rebuild_tao(
     report.lost = found.lost(Some(&state.posmap));
     report.blocks_found = found.blocks.len() as u64;
     let sealer = CellSealer::new(key, saved.store_id, epoch);
-    let (oram, versions, written) = load_new(&tree, found, &*new, &sealer).await?;
+    let (oram, versions, written) = load_new(&tree, found, &new, &sealer).await?;
     report.cells_written = written;
     let stash = oram.stashes.into_iter().next().unwrap_or_default();
     let state = TaoState {
@@ -180,12 +184,58 @@ pub async fn rebuild_tao(
         SavedTao {
             store_id: saved.store_id,
             state,
+            slots: new.slots(),
             next_epoch: next_epoch(epoch)?,
             seq: saved.seq,
         },
         key,
     )?;
     Ok(report)
+}
+
+/// The new array of a rebuild: written through a fresh slot map if the engine keeps two slots
+/// per cell (the cells land in slot 1, published once the whole tree is written), else in
+/// place.
+enum NewArray {
+    InPlace(Arc<dyn Store>),
+    Slotted(Arc<SlottedStore>),
+}
+
+impl NewArray {
+    fn store(&self) -> &dyn Store {
+        match self {
+            Self::InPlace(s) => &**s,
+            Self::Slotted(s) => &**s,
+        }
+    }
+
+    /// The slot map to save, every written cell published.
+    fn slots(&self) -> Option<SlotMap> {
+        match self {
+            Self::InPlace(_) => None,
+            Self::Slotted(s) => {
+                s.publish();
+                Some(s.map())
+            }
+        }
+    }
+}
+
+/// The old array as the saved state sees it (through its slot map) and the new array laid
+/// out the same way.
+fn slotted_pair(
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    slots: Option<SlotMap>,
+) -> Result<(Arc<dyn Store>, NewArray)> {
+    Ok(match slots {
+        Some(map) => {
+            let cells = map.len();
+            let old = Arc::new(SlottedStore::new(old, map)?) as Arc<dyn Store>;
+            (old, NewArray::Slotted(Arc::new(SlottedStore::new(new, SlotMap::new(cells))?)))
+        }
+        None => (old, NewArray::InPlace(new)),
+    })
 }
 
 fn next_epoch(epoch: u32) -> Result<u32> {
@@ -295,9 +345,10 @@ impl Found {
 async fn load_new(
     config: &PathOramConfig,
     found: Found,
-    new: &dyn Store,
+    new: &NewArray,
     sealer: &CellSealer,
 ) -> Result<(PathOramState, VersionTable, u64)> {
+    let new = new.store();
     crate::path::check_geometry(new.geometry(), crate::SealedPathOram::geometry(config)?)?;
     let mut oram = PathOram::with_rng(config.clone(), ChaCha20Rng::from_entropy());
     let mut versions = VersionTable::new(config.total_cells());

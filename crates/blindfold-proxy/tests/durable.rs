@@ -32,16 +32,23 @@ fn config_cached(levels: u32) -> PathOramConfig {
 async fn committed_writes_survive_a_crash_at_any_point() {
     let key = MasterKey::generate();
     let mut rng = ChaCha8Rng::seed_from_u64(1);
-    for trial in 0..60u64 {
-        // Every third trial caches the top two levels of each tree in trusted memory.
+    for trial in 0..80u64 {
+        // Every third trial caches the top two levels of each tree in trusted memory. Even
+        // trials keep two slots per cell (commits log no cell contents), odd ones overwrite
+        // cells in place after logging them.
         let config = config_cached(if trial % 3 == 2 { 2 } else { 0 });
         let dir = tempfile::tempdir().unwrap();
-        let geometry = blindfold_proxy::SealedPathOram::geometry(&config).unwrap();
+        let geometry = if trial % 2 == 0 {
+            DurablePathOram::geometry(&config).unwrap()
+        } else {
+            blindfold_proxy::SealedPathOram::geometry(&config).unwrap()
+        };
         let backing: Arc<dyn Store> = Arc::new(MemoryStore::new(geometry));
         let mut oram =
             DurablePathOram::create(dir.path(), config, backing.clone(), &key, StoreId::random())
                 .await
                 .unwrap();
+        assert_eq!(oram.two_slots(), trial % 2 == 0);
         let mut acked: HashMap<u64, Vec<u8>> = HashMap::new();
         // Some committed history, with occasional checkpoints.
         for i in 0..rng.gen_range(1..20) {
@@ -303,4 +310,74 @@ async fn a_batch_is_one_read_whose_size_does_not_depend_on_the_blocks() {
         mean_union[0],
         mean_union[1]
     );
+}
+
+/// With two slots per cell, the store holds a committed copy and an older (or newer,
+/// uncommitted) one of every written cell. Damage to the committed copy is caught; damage to
+/// the other copy is harmless; serving the other copy in place of the committed one (a
+/// rollback, or swapping the two slots) is caught.
+#[tokio::test]
+async fn two_slots_detect_tampering_rollback_and_swaps() {
+    let key = MasterKey::generate();
+    let config = PathOramConfig::builder(64, 32).build().unwrap();
+    let n = config.total_cells();
+    let raw = Arc::new(MemoryStore::new(DurablePathOram::geometry(&config).unwrap()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut oram =
+        DurablePathOram::create(dir.path(), config, raw.clone(), &key, StoreId::random())
+            .await
+            .unwrap();
+    assert!(oram.two_slots());
+    // Several commits: the root (cell 0) is on every path, so both of its slots get written.
+    for i in 0..6u8 {
+        oram.write(BlockId(u64::from(i)), vec![i; 32]).await.unwrap();
+        oram.commit().await.unwrap();
+    }
+    oram.checkpoint().unwrap();
+    drop(oram);
+    let get = |c: u64| {
+        let raw = raw.clone();
+        async move { raw.read(&[CellId(c)]).await.unwrap().pop().unwrap() }
+    };
+    let put = |c: u64, d: Vec<u8>| {
+        let raw = raw.clone();
+        async move { raw.write(vec![(CellId(c), d)]).await.unwrap() }
+    };
+    let (slot0, slot1) = (get(0).await, get(n).await);
+    assert_ne!(slot0, slot1, "both slots of the root were written");
+    assert!(failures(dir.path(), raw.clone(), &key).await.is_empty());
+
+    // Flip a byte in each slot in turn: exactly one of them (the committed copy) matters.
+    let mut caught = Vec::new();
+    for (phys, original) in [(0, &slot0), (n, &slot1)] {
+        let mut bad = original.clone();
+        bad[40] ^= 1;
+        put(phys, bad).await;
+        caught.push(failures(dir.path(), raw.clone(), &key).await == vec![0]);
+        put(phys, original.clone()).await;
+    }
+    assert_eq!(caught.iter().filter(|c| **c).count(), 1, "{caught:?}");
+    let (current, other) = if caught[0] { (0, n) } else { (n, 0) };
+
+    // Rollback: the older copy served as the committed one.
+    let older = get(other).await;
+    let newer = get(current).await;
+    put(current, older.clone()).await;
+    assert_eq!(failures(dir.path(), raw.clone(), &key).await, vec![0]);
+    // Swapping the two slots is no better.
+    put(other, newer.clone()).await;
+    assert_eq!(failures(dir.path(), raw.clone(), &key).await, vec![0]);
+    // Put back, all is well again; an access through the root then works.
+    put(current, newer).await;
+    put(other, older).await;
+    let (mut oram, _) = DurablePathOram::open(dir.path(), raw.clone(), &key).await.unwrap();
+    assert_eq!(oram.read(BlockId(3)).await.unwrap(), vec![3; 32]);
+    oram.commit().await.unwrap();
+    assert!(oram.verify(|_, _| {}).await.unwrap().failures.is_empty());
+}
+
+/// The cells `verify` finds damaged after reopening `dir` over `raw`.
+async fn failures(dir: &std::path::Path, raw: Arc<MemoryStore>, key: &MasterKey) -> Vec<u64> {
+    let (mut oram, _) = DurablePathOram::open(dir, raw, key).await.unwrap();
+    oram.verify(|_, _| {}).await.unwrap().failures.into_iter().map(|f| f.0).collect()
 }

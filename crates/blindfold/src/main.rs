@@ -157,7 +157,8 @@ struct ServeArgs {
     secret_key: Option<String>,
     /// Logical capacity of a new store [default: 1GiB]: a bare number is bytes; KiB, MiB,
     /// GiB, TiB are powers of 1024, KB, MB, GB, TB powers of 1000; decimals are accepted
-    /// (1.5GiB). The store takes about 2.2 times this (the banner says exactly).
+    /// (1.5GiB). The store takes about 4.4 times this, 2.2 with --in-place (the banner says
+    /// exactly).
     #[arg(long, value_parser = blindfold_gateway::server::parse_size)]
     capacity: Option<u64>,
     /// ORAM block size of a new store, in bytes [default: 4096]. Every block carries fixed
@@ -181,6 +182,11 @@ struct ServeArgs {
     /// Fixed at creation [default: tao].
     #[arg(long)]
     engine: Option<blindfold_gateway::server::OramEngine>,
+    /// Lay a new store out with one copy of each ORAM cell, overwritten in place: half the
+    /// store size, but every commit first writes its cells to the local redo log (the
+    /// default keeps two slots per cell and logs only which cells moved). Fixed at creation.
+    #[arg(long)]
+    in_place: bool,
 }
 
 #[derive(Args, Debug)]
@@ -359,6 +365,10 @@ struct GatewayBenchArgs {
     /// The gateway's engine, as `serve --engine`: tao or path-oram.
     #[arg(long, default_value_t = blindfold_gateway::server::OramEngine::Tao)]
     engine: blindfold_gateway::server::OramEngine,
+    /// The ORAM side keeps one copy of each cell, overwritten in place after the redo log
+    /// carries it, as `serve --in-place` (default: two slots per cell, cells never in the log).
+    #[arg(long)]
+    in_place: bool,
     /// Emulate a network between each gateway and its store: round trip in milliseconds,
     /// applied to both sides alike (e.g. 20 for a cloud region nearby).
     #[arg(long, default_value_t = 0)]
@@ -543,6 +553,7 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
         block_size: args.block_size,
         cache_mib: args.cache_mib,
         engine: args.engine,
+        in_place: args.in_place,
         rtt_ms: args.rtt_ms,
         mbit: args.mbit,
         seed: args.seed,
@@ -570,6 +581,7 @@ fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeConfi
         pad_objects: false,
         cache_mib: blindfold_gateway::server::DEFAULT_CACHE_MIB,
         engine: Default::default(),
+        in_place: false,
     })
 }
 
@@ -611,6 +623,9 @@ fn check_flags_against(a: &ServeArgs, p: &blindfold_gateway::server::GatewayPara
     if a.pad_objects && !p.pad_objects {
         clashes.push("--pad-objects (it was created without padding)".into());
     }
+    if a.in_place && p.two_slots() {
+        clashes.push("--in-place (it keeps two slots per cell)".into());
+    }
     if let Some(e) = a.engine.filter(|&e| e != p.engine) {
         clashes.push(format!("--engine {e} (it uses {})", p.engine));
     }
@@ -644,6 +659,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
     cfg.pad_objects = a.pad_objects;
     cfg.cache_mib = a.cache_mib.unwrap_or(blindfold_gateway::server::DEFAULT_CACHE_MIB);
     cfg.engine = a.engine.unwrap_or_default();
+    cfg.in_place = a.in_place;
     // Everything that can be checked is checked before anything is created.
     match read_params(&cfg.data_dir)? {
         Some(p) => check_flags_against(&a, &p)?,
@@ -659,17 +675,26 @@ async fn serve(a: ServeArgs) -> Result<()> {
                     );
                 }
             }
-            let f = footprint(&new_params(&cfg)?)?;
-            if f.ratio() > 3.0 && !a.allow_overhead {
+            let p = new_params(&cfg)?;
+            let f = footprint(&p)?;
+            // Per copy of each cell: the two-slot layout doubles every block's share.
+            let copies = if p.two_slots() { 2.0 } else { 1.0 };
+            if f.ratio() > 3.0 * copies && !a.allow_overhead {
                 bail!(
                     "this store would take {} in the store for {} of capacity ({:.1}× — each \
-                     {}-byte block carries fixed overhead: its seal and its share of the tree); \
-                     use a larger --block-size (4096 takes about 2×), or pass \
+                     {}-byte block carries fixed overhead: its seal and its share of the tree, \
+                     {}); use a larger --block-size (4096 takes about {}×), or pass \
                      --allow-overhead",
                     human_bytes(f.oram_bytes),
                     human_bytes(f.capacity_bytes),
                     f.ratio(),
-                    f.block_size
+                    f.block_size,
+                    if p.two_slots() {
+                        "twice: two slots per cell (--in-place keeps one)"
+                    } else {
+                        "once: one copy per cell"
+                    },
+                    2 * copies as u32
                 );
             }
         }

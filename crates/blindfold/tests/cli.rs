@@ -396,6 +396,7 @@ fn the_secret_is_shown_once_flags_must_agree_and_status_tells_all() {
         ("--cache-mib", "8"),
         ("--capacity", "2MiB"),
         ("--pad-objects", ""),
+        ("--in-place", ""),
     ] {
         let mut a = vec!["--data-dir", ds, flag];
         if !value.is_empty() {
@@ -418,4 +419,35 @@ fn the_secret_is_shown_once_flags_must_agree_and_status_tells_all() {
     ] {
         assert!(out.contains(s), "status lacks {s}: {out}");
     }
+    // A directory written by a newer blindfold (a higher format version) is refused, saying
+    // so, and left as it is.
+    let params = d.join("gateway.json");
+    let json = std::fs::read_to_string(&params).unwrap();
+    assert!(json.contains("\"version\": 2"), "new directories keep two slots per cell: {json}");
+    let newer = json.replace("\"version\": 2", "\"version\": 99");
+    std::fs::write(&params, &newer).unwrap();
+    let out = serve_fails(&["--data-dir", ds]);
+    assert!(out.contains("newer blindfold") && out.contains("99"), "{out}");
+    assert_eq!(std::fs::read_to_string(&params).unwrap(), newer);
+}
+
+#[test]
+fn in_place_layout_is_half_the_store_and_serves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let size = |d: &std::path::Path| -> u64 {
+        std::fs::read_dir(d.join("cells"))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum()
+    };
+    let (two, one) = (tmp.path().join("two"), tmp.path().join("one"));
+    serve(&strs(&small_store(&two))).stop();
+    let mut args = small_store(&one);
+    args.push("--in-place".into());
+    serve(&strs(&args)).stop();
+    let json = std::fs::read_to_string(one.join("gateway.json")).unwrap();
+    assert!(json.contains("\"version\": 1"), "{json}");
+    let o = blindfold(&["verify", "--data-dir", one.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(size(&two) > size(&one), "{} vs {}", size(&two), size(&one));
 }

@@ -22,6 +22,7 @@ pub fn file_cfg(root: &std::path::Path, engine: OramEngine) -> ServeConfig {
         pad_objects: false,
         cache_mib: 0,
         engine,
+        in_place: false,
     }
 }
 
