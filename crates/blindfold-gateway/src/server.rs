@@ -59,7 +59,7 @@ pub struct ServeConfig {
     /// Pad object sizes to power-of-two block counts (used when creating).
     pub pad_objects: bool,
     /// Trusted memory, in MiB, for keeping the top of the ORAM tree (used when creating;
-    /// the sequential Path ORAM only).
+    /// with the TaoStore engine only on a two-slot store, the default).
     pub cache_mib: u64,
     /// The ORAM engine of a new data directory.
     pub engine: OramEngine,
@@ -138,7 +138,7 @@ pub struct GatewayParams {
     /// Whether object sizes are padded.
     pub pad_objects: bool,
     /// Top levels of the ORAM tree kept in trusted memory (0 in directories made before
-    /// this option existed, and with the TaoStore engine).
+    /// this option existed, and with the TaoStore engine before format version 2).
     #[serde(default)]
     pub cache_levels: u32,
     /// The ORAM engine (directories made before there was a choice use Path ORAM).
@@ -304,6 +304,18 @@ fn cache_levels_for(params: &GatewayParams, budget: u64) -> Result<u32> {
     let bucket = config.bucket_bytes() as u64;
     let mut l = 0;
     while l + 1 < levels && ((1u64 << (l + 1)) - 1).saturating_mul(bucket) <= budget {
+        l += 1;
+    }
+    Ok(l)
+}
+
+/// As [`cache_levels_for`], for the TaoStore engine's tree (its sealed cells are what it keeps).
+fn tao_pinned_levels_for(params: &GatewayParams, budget: u64) -> Result<u32> {
+    let t = tao_config(params)?;
+    let levels = t.shape().levels();
+    let cell = u64::from(t.geometry()?.cell_size());
+    let mut l = 0;
+    while l + 1 < levels && ((1u64 << (l + 1)) - 1).saturating_mul(cell) <= budget {
         l += 1;
     }
     Ok(l)
@@ -533,9 +545,13 @@ pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
         OramEngine::PathOram => {
             GatewayParams { cache_levels: cache_levels_for(&p, cfg.cache_mib << 20)?, ..p }
         }
-        OramEngine::Tao => {
+        // Keeping the tree top in memory needs two slots per cell (see DurableTao).
+        OramEngine::Tao if cfg.in_place => {
             tao_config(&p)?;
             p
+        }
+        OramEngine::Tao => {
+            GatewayParams { cache_levels: tao_pinned_levels_for(&p, cfg.cache_mib << 20)?, ..p }
         }
     };
     oram_config(&p)?;
@@ -858,7 +874,9 @@ async fn assemble(
         Arc::new(DirectEngine::new(SealedDirect::new(store, sealer, params.block_size)?))
     } else if params.engine == OramEngine::Tao {
         if creating {
-            Arc::new(DurableTao::create(&oram_dir, tao_config(&params)?, store, &key, id).await?)
+            let config = tao_config(&params)?;
+            let pinned = params.cache_levels;
+            Arc::new(DurableTao::create_pinned(&oram_dir, config, store, &key, id, pinned).await?)
         } else {
             let (engine, rec) = DurableTao::open(&oram_dir, store, &key).await?;
             recovered(rec, notes);

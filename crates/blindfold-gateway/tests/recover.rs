@@ -216,9 +216,15 @@ async fn lost_timeline_substitution(engine: OramEngine) {
     }
     let opened = server::open(&cfg(&second, &cells, &key)).await.unwrap();
     let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await.unwrap();
+    // The TaoStore engine keeps the top of its tree in trusted memory, out of the store's
+    // reach: those cells are checked from memory and authenticate; none of the store's may.
+    let pinned = match engine {
+        OramEngine::Tao => (1u64 << opened.params.cache_levels) - 1,
+        OramEngine::PathOram => 0,
+    };
     assert_eq!(
         report.cells_ok,
-        0,
+        pinned,
         "{} cells of the lost timeline authenticated in the recovered one ({} refused)",
         report.cells_ok,
         report.bad_cells.len()

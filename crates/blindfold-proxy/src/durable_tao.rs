@@ -51,6 +51,7 @@ use crate::durable::{
     LegacyVersions, LoggedCell, SlotCell, CHECKPOINT, REDO_LOG,
 };
 use crate::path::{with_retry, RetryPolicy};
+use crate::pinned::{PinnedCells, PinnedStore};
 use crate::slots::{slotted_geometry, SlotMap, SlottedStore};
 use crate::{
     ProxyError, Recovery, Result, Reveal, TaoConfig, TaoOram, TaoState, TaoStats, VerifyReport,
@@ -79,6 +80,8 @@ struct Checkpoint {
     state: TaoState,
     /// Which slot holds each cell, for a two-slot store; `None` for an in-place one.
     slots: Option<SlotMap>,
+    /// The top of the tree, kept in trusted memory (two-slot stores only).
+    pinned: PinnedCells,
     /// First key epoch no run has sealed with.
     next_epoch: u32,
     /// Sequence number of the last redo record folded into this checkpoint.
@@ -138,6 +141,8 @@ struct SlotRecord {
     stash: Vec<(u64, u32, Vec<u8>)>,
     stats: TaoStats,
     cells: Vec<SlotCell>,
+    /// The pinned cells (top of the tree) this commit changed, with their sealed bytes.
+    pinned: Vec<LoggedCell>,
 }
 
 /// What requests revealed since the last commit, logged before their paths are read: one
@@ -310,9 +315,11 @@ struct Committer {
 pub struct DurableTao {
     tao: TaoOram,
     overlay: Arc<OverlayStore>,
-    /// The store commits write to: `slotted` if the store has two slots per cell.
+    /// The store commits write to: `pinned` if the top of the tree is kept in memory, else
+    /// `slotted` if the store has two slots per cell, else the store itself.
     store: Arc<dyn Store>,
     slotted: Option<Arc<SlottedStore>>,
+    pinned: Option<Arc<PinnedStore>>,
     /// Requests hold it shared; a commit holds it exclusively.
     gate: tokio::sync::RwLock<()>,
     committer: tokio::sync::Mutex<Committer>,
@@ -348,8 +355,33 @@ impl DurableTao {
         key: &MasterKey,
         store_id: StoreId,
     ) -> Result<Self> {
-        prepare_new_dir(dir)?;
+        Self::create_pinned(dir, config, store, key, store_id, 0).await
+    }
+
+    /// As [`DurableTao::create`], keeping the top `pinned_levels` levels of the tree in trusted
+    /// memory (see [`crate::pinned`]); needs a two-slot store.
+    pub async fn create_pinned(
+        dir: &Path,
+        config: TaoConfig,
+        store: Arc<dyn Store>,
+        key: &MasterKey,
+        store_id: StoreId,
+        pinned_levels: u32,
+    ) -> Result<Self> {
         let two_slots = store.geometry() == Self::geometry(&config)?;
+        if pinned_levels > 0 && !two_slots {
+            return Err(ProxyError::State(
+                "keeping the top of the tree in memory needs a store with two slots per cell"
+                    .into(),
+            ));
+        }
+        if pinned_levels >= config.shape().levels() {
+            return Err(ProxyError::State(format!(
+                "{pinned_levels} levels in memory leave none of the tree's {} in the store",
+                config.shape().levels()
+            )));
+        }
+        prepare_new_dir(dir)?;
         let cells = config.tree().total_cells();
         let state = TaoState {
             posmap: vec![0; config.blocks() as usize],
@@ -362,6 +394,13 @@ impl DurableTao {
             store_id: store_id.0,
             state,
             slots: two_slots.then(|| SlotMap::new(cells)),
+            pinned: PinnedCells {
+                levels: pinned_levels,
+                cells: Some(vec![
+                    serde_bytes::ByteBuf::new();
+                    PinnedCells::count(pinned_levels) as usize
+                ]),
+            },
             next_epoch: 0,
             seq: 0,
         };
@@ -400,6 +439,15 @@ impl DurableTao {
         let store_id = StoreId(ckpt.store_id);
         let mut state = ckpt.state;
         let mut slots = ckpt.slots;
+        let pinned_cells = ckpt.pinned;
+        if pinned_cells.levels > 0 && slots.is_none() {
+            return Err(ProxyError::State(format!(
+                "{}: pinned tree levels on an in-place store",
+                dir.join(CHECKPOINT).display()
+            )));
+        }
+        // Pinned cells changed by replayed commits, put back once the pinned store is up.
+        let mut pinned_logged: HashMap<u64, Vec<u8>> = HashMap::new();
         let log_path = dir.join(REDO_LOG);
         let (frames, _, torn_bytes) = read_frames_with_legacy(
             &log_path,
@@ -425,6 +473,13 @@ impl DurableTao {
                 }
                 let map = slots.as_mut().ok_or_else(|| bad("two-slot record, in-place store"))?;
                 apply_slot_cells(&rec.cells, &mut state.versions, map).map_err(|m| bad(&m))?;
+                for c in rec.pinned {
+                    if c.cell >= PinnedCells::count(pinned_cells.levels) {
+                        return Err(bad("pinned cell out of range"));
+                    }
+                    state.versions.record(c.cell, c.version, &c.sealed);
+                    pinned_logged.insert(c.cell, c.sealed);
+                }
                 for (i, v) in rec.posmap {
                     *state.posmap.get_mut(i as usize).ok_or_else(|| bad("block out of range"))? = v;
                 }
@@ -476,10 +531,32 @@ impl DurableTao {
                 )));
             }
         }
+        // The layers under the engine: the store, its slot map, the pinned top of the tree
+        // (with the changes the replayed records logged, so the checkpoint below has them).
+        let slotted = match &slots {
+            Some(map) => Some(Arc::new(SlottedStore::new(Arc::clone(&store), map.clone())?)),
+            None => None,
+        };
+        let store = match &slotted {
+            Some(s) => Arc::clone(s) as Arc<dyn Store>,
+            None => store,
+        };
+        let pinned = if pinned_cells.levels > 0 {
+            let p = PinnedStore::new(Arc::clone(&store), pinned_cells).await?;
+            p.restore(pinned_logged.into_iter().collect())?;
+            Some(Arc::new(p))
+        } else {
+            None
+        };
+        let store = match &pinned {
+            Some(p) => Arc::clone(p) as Arc<dyn Store>,
+            None => store,
+        };
         let after = Checkpoint {
             store_id: store_id.0,
             state,
             slots,
+            pinned: pinned.as_ref().map(|p| p.export()).unwrap_or_default(),
             next_epoch: epoch
                 .checked_add(1)
                 .ok_or(ProxyError::State("key epochs exhausted".into()))?,
@@ -493,14 +570,6 @@ impl DurableTao {
             .collect::<Result<_>>()?;
         let log = replace_log(dir, &kept)?;
         let log_bytes = kept.iter().map(|f| f.len() as u64).sum();
-        let slotted = match after.slots {
-            Some(map) => Some(Arc::new(SlottedStore::new(Arc::clone(&store), map)?)),
-            None => None,
-        };
-        let store = match &slotted {
-            Some(s) => Arc::clone(s) as Arc<dyn Store>,
-            None => store,
-        };
         let overlay = Arc::new(OverlayStore::new(Arc::clone(&store)));
         let posmap = after.state.posmap.clone();
         let tao = TaoOram::from_state(
@@ -515,6 +584,7 @@ impl DurableTao {
             overlay,
             store,
             slotted,
+            pinned,
             gate: tokio::sync::RwLock::new(()),
             committer: tokio::sync::Mutex::new(Committer {
                 dir: dir.to_path_buf(),
@@ -582,6 +652,7 @@ impl DurableTao {
     pub fn trusted_bytes(&self) -> u64 {
         self.tao.trusted_bytes()
             + self.slotted.as_ref().map_or(0, |s| s.trusted_bytes())
+            + self.pinned.as_ref().map_or(0, |p| p.trusted_bytes())
             + self.overlay.len() as u64 * u64::from(self.store.geometry().cell_size())
     }
 
@@ -702,6 +773,7 @@ impl DurableTao {
             write_batches(&*self.store, self.retry, cells).await?;
             let store = Arc::clone(&self.store);
             with_retry(self.retry, || store.flush()).await?;
+            let pinned = self.pinned.as_ref().map(|p| p.take_dirty()).unwrap_or_default();
             let record = SlotRecord {
                 seq: c.seq + 1,
                 epoch_high: self.tao.current_epoch(),
@@ -709,6 +781,14 @@ impl DurableTao {
                 stash: state.stash,
                 stats: state.stats,
                 cells: pending_slot_cells(slotted, &state.versions),
+                pinned: pinned
+                    .into_iter()
+                    .map(|(cell, sealed)| LoggedCell {
+                        cell,
+                        version: state.versions.get(cell),
+                        sealed,
+                    })
+                    .collect(),
             };
             c.log_bytes +=
                 append_record(&c.log, &c.dir, SLOT_RECORD_MAGIC, &record, &c.sealer).await?;
@@ -760,6 +840,7 @@ impl DurableTao {
             store_id: c.store_id.0,
             state,
             slots: self.slotted.as_ref().map(|s| s.map()),
+            pinned: self.pinned.as_ref().map(|p| p.export()).unwrap_or_default(),
             next_epoch: c.next_epoch.max(self.tao.current_epoch().saturating_add(1)),
             seq: c.seq,
         };
@@ -797,6 +878,7 @@ pub(crate) struct SavedTao {
     pub(crate) store_id: StoreId,
     pub(crate) state: TaoState,
     pub(crate) slots: Option<SlotMap>,
+    pub(crate) pinned: PinnedCells,
     pub(crate) next_epoch: u32,
     pub(crate) seq: u64,
 }
@@ -809,6 +891,7 @@ fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
             store_id: prev.store_id,
             state: prev.state,
             slots: None,
+            pinned: PinnedCells::default(),
             next_epoch: prev.next_epoch,
             seq: prev.seq,
         });
@@ -828,6 +911,7 @@ fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
                 stats: old.state.stats,
             },
             slots: None,
+            pinned: PinnedCells::default(),
             next_epoch: old.next_epoch,
             seq: old.seq,
         },
@@ -843,6 +927,7 @@ pub(crate) fn load_saved_tao(dir: &Path, key: &MasterKey) -> Result<SavedTao> {
         store_id: StoreId(c.store_id),
         state: c.state,
         slots: c.slots,
+        pinned: c.pinned,
         next_epoch: c.next_epoch,
         seq: c.seq,
     })
@@ -854,6 +939,7 @@ pub(crate) fn save_rebuilt_tao(dir: &Path, saved: SavedTao, key: &MasterKey) -> 
         store_id: saved.store_id.0,
         state: saved.state,
         slots: saved.slots,
+        pinned: saved.pinned,
         next_epoch: saved.next_epoch,
         seq: saved.seq,
     };

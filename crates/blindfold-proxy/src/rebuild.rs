@@ -50,6 +50,7 @@ use rand_chacha::ChaCha20Rng;
 use crate::durable::{load_saved_path_oram, save_rebuilt_path_oram, write_batches, SavedPathOram};
 use crate::durable_tao::{load_saved_tao, save_rebuilt_tao, SavedTao};
 use crate::path::{open_cell, seal_cells, with_retry, RetryPolicy};
+use crate::pinned::{PinnedCells, PinnedStore};
 use crate::slots::{SlotMap, SlottedStore};
 use crate::{ProxyError, Result, TaoState, TaoStats, VersionTable};
 
@@ -162,6 +163,11 @@ pub async fn rebuild_tao(
     let mut found = Found::new(&tree);
     let mut report = Rebuilt { epoch, ..Rebuilt::default() };
     let (old, new) = slotted_pair(old, new, saved.slots)?;
+    // The pinned top of the tree is read from the checkpoint; the rebuilt tree writes every
+    // cell to the new array, and the next start reads its top back into memory once.
+    let levels = saved.pinned.levels;
+    let old: Arc<dyn Store> =
+        if levels > 0 { Arc::new(PinnedStore::new(old, saved.pinned).await?) } else { old };
     read_old(&*old, &opener, &state.versions, &mut report, |_, plain| found.bucket(plain)).await?;
     for (id, _, d) in state.stash {
         found.block(id, d)?;
@@ -185,6 +191,7 @@ pub async fn rebuild_tao(
             store_id: saved.store_id,
             state,
             slots: new.slots(),
+            pinned: PinnedCells { levels, cells: None },
             next_epoch: next_epoch(epoch)?,
             seq: saved.seq,
         },

@@ -174,11 +174,12 @@ struct ServeArgs {
     #[arg(long)]
     pad_objects: bool,
     /// Trusted memory (MiB) for the top levels of the ORAM tree of a new store: each cached
-    /// level saves one bucket of storage traffic per access. Fixed at creation [default: 32].
+    /// level saves one bucket of storage traffic per access, for either engine (with `tao`,
+    /// not on an --in-place store). Fixed at creation [default: 32].
     #[arg(long)]
     cache_mib: Option<u64>,
     /// Oblivious engine of a new store: `tao` (concurrent, TaoStore design: many block
-    /// accesses in flight at once) or `path-oram` (sequential Path ORAM; honours --cache-mib).
+    /// accesses in flight at once) or `path-oram` (sequential Path ORAM).
     /// Fixed at creation [default: tao].
     #[arg(long)]
     engine: Option<blindfold_gateway::server::OramEngine>,
@@ -629,9 +630,7 @@ fn check_flags_against(a: &ServeArgs, p: &blindfold_gateway::server::GatewayPara
     if let Some(e) = a.engine.filter(|&e| e != p.engine) {
         clashes.push(format!("--engine {e} (it uses {})", p.engine));
     }
-    if a.cache_mib.is_some() && p.engine == blindfold_gateway::server::OramEngine::Tao {
-        clashes.push("--cache-mib (the tao engine keeps no tree top in memory)".into());
-    } else if a.cache_mib.is_some() {
+    if a.cache_mib.is_some() {
         clashes.push(format!("--cache-mib (it keeps {} tree levels in memory)", p.cache_levels));
     }
     if !clashes.is_empty() {

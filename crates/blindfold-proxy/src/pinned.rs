@@ -1,0 +1,258 @@
+//! The top of the tree kept in trusted memory: cells that every path crosses are never fetched
+//! from or written to the store.
+//!
+//! The top `k` levels of a Path ORAM tree (heap order: cells `0 .. 2^k - 1`) lie on every
+//! path, so keeping them in the gateway hides nothing the store would otherwise learn (every
+//! access reads and writes all of them) and saves `k` buckets of traffic and a share of the
+//! requests on every access. [`PinnedStore`] serves those cells from memory, still sealed, and
+//! passes every other cell through. The pinned cells are trusted state: a durable engine logs
+//! the ones a commit changed in its commit record and all of them in its checkpoint.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use blindfold_store::{ByteRange, CellId, Geometry, Store};
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+
+use crate::{ProxyError, Result};
+
+/// The pinned cells of a durable engine, as its checkpoint holds them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedCells {
+    /// Levels of the tree kept in memory: cells `0 .. 2^levels - 1`.
+    pub levels: u32,
+    /// Each pinned cell's sealed bytes (empty: never written); `None` after a rebuild, which
+    /// wrote them to the store: the next start reads them from there once.
+    pub cells: Option<Vec<serde_bytes::ByteBuf>>,
+}
+
+impl PinnedCells {
+    /// Cells pinned with `levels` levels.
+    pub fn count(levels: u32) -> u64 {
+        if levels == 0 {
+            0
+        } else {
+            (1u64 << levels.min(63)) - 1
+        }
+    }
+}
+
+/// A store whose cells below [`PinnedStore::count`] live in memory; see the module
+/// documentation.
+#[derive(Debug)]
+pub struct PinnedStore {
+    inner: Arc<dyn Store>,
+    levels: u32,
+    cells: RwLock<Vec<Vec<u8>>>,
+    /// Pinned cells written since the last [`PinnedStore::take_dirty`].
+    dirty: Mutex<BTreeSet<u64>>,
+}
+
+impl PinnedStore {
+    /// Pins the top `pinned.levels` levels over `inner`. Pinned cells not in `pinned` (after a
+    /// rebuild) are read from `inner` now, once, in cell order.
+    pub async fn new(inner: Arc<dyn Store>, pinned: PinnedCells) -> Result<Self> {
+        let count = PinnedCells::count(pinned.levels);
+        let g = inner.geometry();
+        if count >= g.cell_count() {
+            return Err(ProxyError::State(format!(
+                "{} pinned levels leave no level of the {}-cell tree in the store",
+                pinned.levels,
+                g.cell_count()
+            )));
+        }
+        let cells = match pinned.cells {
+            Some(cells) => {
+                let size = g.cell_size() as usize;
+                if cells.len() as u64 != count
+                    || cells.iter().any(|c| !c.is_empty() && c.len() != size)
+                {
+                    return Err(ProxyError::State(format!(
+                        "pinned cells: {} of them for {} levels, or of the wrong size",
+                        cells.len(),
+                        pinned.levels
+                    )));
+                }
+                cells.into_iter().map(|c| c.into_vec()).collect()
+            }
+            None => {
+                let ids: Vec<CellId> = (0..count).map(CellId).collect();
+                let mut cells = Vec::with_capacity(ids.len());
+                for chunk in ids.chunks(256) {
+                    cells.extend(inner.read(chunk).await?);
+                }
+                cells
+            }
+        };
+        Ok(Self {
+            inner,
+            levels: pinned.levels,
+            cells: RwLock::new(cells),
+            dirty: Mutex::new(BTreeSet::new()),
+        })
+    }
+
+    /// Number of pinned cells.
+    pub fn count(&self) -> u64 {
+        PinnedCells::count(self.levels)
+    }
+
+    /// Every pinned cell, for a checkpoint.
+    pub fn export(&self) -> PinnedCells {
+        PinnedCells {
+            levels: self.levels,
+            cells: Some(
+                self.cells.read().iter().map(|c| serde_bytes::ByteBuf::from(c.clone())).collect(),
+            ),
+        }
+    }
+
+    /// The pinned cells written since the last call, with their bytes, sorted.
+    pub fn take_dirty(&self) -> Vec<(u64, Vec<u8>)> {
+        let dirty = std::mem::take(&mut *self.dirty.lock());
+        let cells = self.cells.read();
+        dirty.into_iter().map(|c| (c, cells[c as usize].clone())).collect()
+    }
+
+    /// Puts back cells a replayed commit record logged.
+    pub fn restore(&self, logged: Vec<(u64, Vec<u8>)>) -> Result<()> {
+        let size = self.inner.geometry().cell_size() as usize;
+        let mut cells = self.cells.write();
+        for (c, data) in logged {
+            if c >= self.count() || data.len() != size {
+                return Err(ProxyError::State(format!("logged pinned cell {c} out of range")));
+            }
+            cells[c as usize] = data;
+        }
+        Ok(())
+    }
+
+    /// Bytes of trusted memory held.
+    pub fn trusted_bytes(&self) -> u64 {
+        self.cells.read().iter().map(|c| c.len() as u64).sum()
+    }
+}
+
+#[async_trait]
+impl Store for PinnedStore {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+
+    async fn read(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        let g = self.inner.geometry();
+        let count = self.count();
+        let outside: Vec<CellId> = cells.iter().copied().filter(|c| c.0 >= count).collect();
+        let mut fetched = if outside.is_empty() {
+            Vec::new().into_iter()
+        } else {
+            self.inner.read(&outside).await?.into_iter()
+        };
+        let pinned = self.cells.read();
+        cells
+            .iter()
+            .map(|c| {
+                g.check_cell(*c)?;
+                Ok(if c.0 < count {
+                    let cell = &pinned[c.0 as usize];
+                    if cell.is_empty() {
+                        vec![0; g.cell_size() as usize]
+                    } else {
+                        cell.clone()
+                    }
+                } else {
+                    fetched.next().expect("one fetched cell per cell outside the top")
+                })
+            })
+            .collect()
+    }
+
+    async fn read_ranges(&self, ranges: &[ByteRange]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        let count = self.count();
+        let outside: Vec<ByteRange> =
+            ranges.iter().copied().filter(|r| r.cell.0 >= count).collect();
+        let mut fetched = if outside.is_empty() {
+            Vec::new().into_iter()
+        } else {
+            self.inner.read_ranges(&outside).await?.into_iter()
+        };
+        let g = self.inner.geometry();
+        let pinned = self.cells.read();
+        ranges
+            .iter()
+            .map(|r| {
+                if r.cell.0 >= count {
+                    return Ok(fetched.next().expect("one fetched range per range outside"));
+                }
+                g.check_range(r)?;
+                let cell = &pinned[r.cell.0 as usize];
+                let (from, to) = (r.offset as usize, (r.offset + r.len) as usize);
+                Ok(if cell.is_empty() { vec![0; to - from] } else { cell[from..to].to_vec() })
+            })
+            .collect()
+    }
+
+    async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
+        let g = self.inner.geometry();
+        let count = self.count();
+        let mut outside = Vec::with_capacity(cells.len());
+        {
+            let mut pinned = self.cells.write();
+            let mut dirty = self.dirty.lock();
+            for (c, data) in cells {
+                g.check_write(c, &data)?;
+                if c.0 < count {
+                    pinned[c.0 as usize] = data;
+                    dirty.insert(c.0);
+                } else {
+                    outside.push((c, data));
+                }
+            }
+        }
+        if outside.is_empty() {
+            return Ok(());
+        }
+        self.inner.write(outside).await
+    }
+
+    async fn flush(&self) -> blindfold_store::Result<()> {
+        self.inner.flush().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use blindfold_store::MemoryStore;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn top_cells_never_reach_the_store() {
+        let inner = Arc::new(blindfold_store::RecordingStore::new(MemoryStore::new(
+            Geometry::new(15, 4).unwrap(),
+        )));
+        let p =
+            PinnedStore::new(inner.clone(), PinnedCells { levels: 2, cells: Some(vec![]) }).await;
+        assert!(p.is_err(), "three pinned cells need three entries");
+        let p =
+            PinnedStore::new(inner.clone(), PinnedCells { levels: 2, cells: None }).await.unwrap();
+        assert_eq!(p.count(), 3);
+        inner.clear();
+        p.write(vec![(CellId(1), vec![1; 4]), (CellId(9), vec![9; 4])]).await.unwrap();
+        let got = p.read(&[CellId(0), CellId(1), CellId(9)]).await.unwrap();
+        assert_eq!(got, vec![vec![0; 4], vec![1; 4], vec![9; 4]]);
+        // The store saw cell 9 only.
+        let seen: Vec<u64> =
+            inner.take_trace().into_iter().flat_map(|e| e.cells).map(|c| c.0).collect();
+        assert_eq!(seen, vec![9, 9]);
+        assert_eq!(p.take_dirty(), vec![(1, vec![1; 4])]);
+        assert!(p.take_dirty().is_empty());
+        let saved = p.export();
+        let back = PinnedStore::new(inner.clone(), saved).await.unwrap();
+        assert_eq!(back.read(&[CellId(1)]).await.unwrap(), vec![vec![1; 4]]);
+        assert!(back.restore(vec![(3, vec![0; 4])]).is_err());
+        assert!(PinnedStore::new(inner, PinnedCells { levels: 4, cells: None }).await.is_err());
+    }
+}
