@@ -131,7 +131,7 @@ trap 'exit 130' INT TERM
 
 AK=e2eaccesskey
 SK=e2e-secret-key-0123456789abcdefghijklmnop
-CAPACITY=256MiB # 64 MiB uploads fit; the store preallocates ~2x on disk (deleting it is slow on ext4 with discard)
+CAPACITY=256MiB # 64 MiB uploads fit; the store preallocates ~4x on disk (two slots per cell) (deleting it is slow on ext4 with discard)
 
 # Isolate every client from the machine's own AWS/rclone/s3cmd/git configuration.
 export AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1

@@ -157,7 +157,7 @@ struct ServeArgs {
     secret_key: Option<String>,
     /// Logical capacity of a new store [default: 1GiB]: a bare number is bytes; KiB, MiB,
     /// GiB, TiB are powers of 1024, KB, MB, GB, TB powers of 1000; decimals are accepted
-    /// (1.5GiB). The store takes about 4.4 times this, 2.2 with --in-place (the banner says
+    /// (1.5GiB). The store takes about 4.2 times this, 2.1 with --in-place (the banner says
     /// exactly).
     #[arg(long, value_parser = blindfold_gateway::server::parse_size)]
     capacity: Option<u64>,
