@@ -322,6 +322,9 @@ pub struct DurableTao {
     pinned: Option<Arc<PinnedStore>>,
     /// Requests hold it shared; a commit holds it exclusively.
     gate: tokio::sync::RwLock<()>,
+    /// Held while a batch waits for room in trusted memory and is submitted, so batches are
+    /// admitted one at a time ([`TaoOram::wait_for_room`]).
+    admission: tokio::sync::Mutex<()>,
     committer: tokio::sync::Mutex<Committer>,
     /// Opens cells for `verify` (never seals).
     opener: CellSealer,
@@ -586,6 +589,7 @@ impl DurableTao {
             slotted,
             pinned,
             gate: tokio::sync::RwLock::new(()),
+            admission: tokio::sync::Mutex::new(()),
             committer: tokio::sync::Mutex::new(Committer {
                 dir: dir.to_path_buf(),
                 log,
@@ -668,11 +672,16 @@ impl DurableTao {
         self.check()?;
         let writes = ops.iter().any(|o| matches!(o.1, Op::Write(_)));
         let out = {
+            // Back-pressure: wait (before taking the gate, so commits go on) until the batch
+            // fits under the engine's trusted-memory mark; one batch admitted at a time.
+            let admitted = self.admission.lock().await;
+            self.tao.wait_for_room(ops.len()).await;
             let _shared = self.gate.read().await;
             // The batch's reveals are queued in arrival order and made durable (grouped with
             // other batches' into one fsync) before any of its paths is read.
             let mut upto = 0;
             let (replies, go) = self.tao.submit_gated(ops, |r| upto = self.journal.push(r))?;
+            drop(admitted);
             if let Err(e) = self.journal.sync(upto).await {
                 self.poisoned.store(true, Ordering::SeqCst);
                 tracing::error!(error = %e, "cannot log reveals; refusing further accesses");

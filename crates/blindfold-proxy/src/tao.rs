@@ -598,6 +598,26 @@ impl TaoOram {
         Ok((replies, go))
     }
 
+    /// Waits until `n` more requests fit under the trusted-memory high-water mark: half of
+    /// `subtree_limit`, counting the buckets held plus a whole path for every request in
+    /// flight and for each of the `n`. Always admits when nothing is in flight (then the
+    /// subtree can only shrink by the requests finishing and their write-backs), so it never
+    /// waits forever. Callers that admit one at a time (a mutex over this call and the
+    /// `submit`) keep the subtree below the mark plus one batch of paths, whatever the load:
+    /// back-pressure instead of [`ProxyError::Capacity`].
+    pub async fn wait_for_room(&self, n: usize) {
+        let sh = &self.shared;
+        let per_path = sh.shape().levels() as usize;
+        let high = sh.config.subtree_limit / 2;
+        sh.wait_until(|s| {
+            s.poisoned
+                || s.in_flight == 0
+                || s.subtree.len().saturating_add((s.in_flight + n).saturating_mul(per_path))
+                    <= high
+        })
+        .await
+    }
+
     /// After a crash: moves every block named in `reveals` (logged by
     /// [`TaoOram::submit_gated`] since the state this engine was loaded from) to its last
     /// logged new leaf. Reads the path of every logged reveal again, in order — paths the

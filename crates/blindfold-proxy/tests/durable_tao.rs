@@ -261,3 +261,51 @@ async fn pinned_top_levels_never_reach_the_store() {
         .collect();
     assert!(later.is_empty(), "after the start the store saw pinned cells {later:?}");
 }
+
+/// Back-pressure: many clients at once over a slow store, with a small bound on the engine's
+/// in-memory subtree. Requests wait for room instead of failing with a capacity error, and the
+/// subtree stays under its bound. (Without admission control the clients' paths pile up in the
+/// subtree and the requests fail with `ProxyError::Capacity`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_clients_waits_instead_of_overflowing_trusted_memory() {
+    use blindfold_store::{LatencyStore, LinkConfig};
+    let key = MasterKey::generate();
+    let dir = tempfile::tempdir().unwrap();
+    // 1024 blocks: a tree of 511 buckets, 9 on a path; 16 clients with 4 paths each in flight
+    // would want up to 576 of them.
+    let limit = 64;
+    let config =
+        TaoConfig::builder(1024, BS).write_back_every(4).subtree_limit(limit).build().unwrap();
+    let link = LinkConfig::new(std::time::Duration::from_millis(2), None, None).unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(LatencyStore::new(MemoryStore::new(DurableTao::geometry(&config).unwrap()), link));
+    let tao = Arc::new(
+        DurableTao::create(dir.path(), config, store, &key, StoreId::random()).await.unwrap(),
+    );
+    let mut tasks = Vec::new();
+    for c in 0..16u64 {
+        let tao = Arc::clone(&tao);
+        tasks.push(tokio::spawn(async move {
+            for i in 0..6u64 {
+                let blocks: Vec<(BlockId, Vec<u8>)> = (0..4)
+                    .map(|j| (BlockId(c * 4 + j), vec![(c + i) as u8; BS as usize]))
+                    .collect();
+                tao.write_many(blocks).await?;
+                if i % 3 == 2 {
+                    tao.commit().await?;
+                }
+            }
+            Ok::<_, ProxyError>(())
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().expect("no request fails for lack of room");
+    }
+    let stats = tao.engine().stats();
+    assert!(stats.max_subtree <= limit, "subtree reached {} buckets", stats.max_subtree);
+    tao.commit().await.unwrap();
+    for c in 0..16u64 {
+        let got = tao.read_many(&[BlockId(c * 4)]).await.unwrap();
+        assert_eq!(got[0], vec![(c + 5) as u8; BS as usize], "client {c}");
+    }
+}
