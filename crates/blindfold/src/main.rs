@@ -778,7 +778,12 @@ fn status(a: StatusArgs) -> Result<()> {
     };
     let f = footprint(&p)?;
     println!("blindfold status {}", dir.display());
-    println!("  store: {} ({} engine)", p.store, p.engine);
+    println!(
+        "  store: {} ({} engine, {})",
+        p.store,
+        p.engine,
+        if p.two_slots() { "two slots per cell" } else { "cells overwritten in place" }
+    );
     println!(
         "  capacity: {} ({} blocks of {} bytes, Z = {}{}{})",
         human_bytes(f.capacity_bytes),

@@ -413,7 +413,7 @@ fn the_secret_is_shown_once_flags_must_agree_and_status_tells_all() {
     let out = text(&o);
     for s in [
         "1 MiB (256 blocks of 4096 bytes",
-        "tao engine",
+        "tao engine, two slots per cell",
         "used: 0 of 256 blocks",
         "last clean stop: 2",
     ] {
