@@ -8,17 +8,24 @@
 //! between commits, so the store always holds the state of the last commit.
 //!
 //! [`DurableTao::commit`] stops new requests, waits for the ones in flight, makes the engine
-//! write back its whole subtree (into the overlay) and exports its trusted state; then, as
-//! [`crate::DurablePathOram`] does:
+//! write back its whole subtree (into the overlay) and exports its trusted state. Then, on a
+//! store with two slots per cell (the default; see [`crate::slots`]), it lets requests go on
+//! and, while they run:
 //!
-//! 1. appends one redo record — the overlay's sealed cells with their versions, the changed
-//!    position-map entries, the stash — to `redo.log` and fsyncs it;
-//! 2. writes the cells to the store and flushes it;
-//! 3. empties the overlay and lets requests in again.
+//! 1. writes the overlay's cells (moved aside, still visible to reads) to the slots that do not
+//!    hold the committed copies, and flushes the store;
+//! 2. appends one redo record — which cells moved, their versions, the changed position-map
+//!    entries, the stash, the changed cells of the tree top kept in memory — and fsyncs it;
+//! 3. switches the slots and forgets the moved-aside cells.
 //!
-//! A crash before step 1 completes loses only unacknowledged work; after it, the next start
-//! replays the record. Commits are grouped: one that finds its caller's writes already covered
-//! by another caller's commit returns at once. Between commits, requests run fully
+//! Requests served meanwhile log their reveals as following the commit being made; if it
+//! never becomes durable, the next start replays them after the earlier ones. On an in-place
+//! store (and when a checkpoint is due) requests stay stopped throughout, and the record
+//! carries the sealed cells themselves before they overwrite the store.
+//!
+//! A crash before the record is durable loses only unacknowledged work; after it, the next
+//! start replays the record. Commits are grouped: one that finds its caller's writes already
+//! covered by another caller's commit returns at once. Between commits, requests run fully
 //! concurrently; a commit (or an overlay grown past its bound) is a short pause for everyone.
 //!
 //! # Security
@@ -208,34 +215,73 @@ impl Journal {
 }
 
 /// A store whose writes stay in memory until [`OverlayStore::take`]: reads go to the inner
-/// store and see the overlay's newer copies.
+/// store and see the overlay's newer copies. A commit that lets requests go on while it writes
+/// moves the waiting cells aside ([`OverlayStore::begin_commit`]); reads keep seeing them there
+/// until [`OverlayStore::end_commit`], once the store holds them as committed.
 #[derive(Debug)]
 pub struct OverlayStore {
     inner: Arc<dyn Store>,
-    overlay: Mutex<HashMap<u64, Vec<u8>>>,
+    overlay: Mutex<Layers>,
+}
+
+#[derive(Debug, Default)]
+struct Layers {
+    /// Written since the last commit began.
+    current: HashMap<u64, Vec<u8>>,
+    /// Taken by the commit in progress, until it is durable.
+    committing: HashMap<u64, Vec<u8>>,
+}
+
+impl Layers {
+    fn newest(&self, cell: u64) -> Option<&Vec<u8>> {
+        self.current.get(&cell).or_else(|| self.committing.get(&cell))
+    }
 }
 
 impl OverlayStore {
     /// An empty overlay over `inner`.
     pub fn new(inner: Arc<dyn Store>) -> Self {
-        Self { inner, overlay: Mutex::new(HashMap::new()) }
+        Self { inner, overlay: Mutex::new(Layers::default()) }
     }
 
-    /// Cells waiting in the overlay.
+    /// Cells waiting in the overlay (not counting a commit in progress).
     pub fn len(&self) -> usize {
-        self.overlay.lock().len()
+        self.overlay.lock().current.len()
     }
 
-    /// Whether no cell waits in the overlay.
+    /// Whether no cell waits in the overlay (not counting a commit in progress).
     pub fn is_empty(&self) -> bool {
-        self.overlay.lock().is_empty()
+        self.overlay.lock().current.is_empty()
+    }
+
+    /// Cells held in memory, a commit in progress included.
+    pub fn held(&self) -> usize {
+        let o = self.overlay.lock();
+        o.current.len() + o.committing.len()
     }
 
     /// Takes every waiting cell, sorted by cell.
     pub fn take(&self) -> Vec<(u64, Vec<u8>)> {
-        let mut cells: Vec<_> = std::mem::take(&mut *self.overlay.lock()).into_iter().collect();
+        let mut cells: Vec<_> =
+            std::mem::take(&mut self.overlay.lock().current).into_iter().collect();
         cells.sort_unstable_by_key(|c| c.0);
         cells
+    }
+
+    /// Moves every waiting cell aside for a commit (reads still see them) and returns copies,
+    /// sorted by cell. One commit at a time.
+    pub fn begin_commit(&self) -> Vec<(u64, Vec<u8>)> {
+        let mut o = self.overlay.lock();
+        debug_assert!(o.committing.is_empty(), "one commit at a time");
+        o.committing = std::mem::take(&mut o.current);
+        let mut cells: Vec<_> = o.committing.iter().map(|(&c, d)| (c, d.clone())).collect();
+        cells.sort_unstable_by_key(|c| c.0);
+        cells
+    }
+
+    /// Forgets the cells of the commit in progress: the store now holds them as committed.
+    pub fn end_commit(&self) {
+        self.overlay.lock().committing.clear();
     }
 }
 
@@ -249,7 +295,7 @@ impl Store for OverlayStore {
         // The copies current when the read is issued, as a store would answer.
         let newer: Vec<Option<Vec<u8>>> = {
             let o = self.overlay.lock();
-            cells.iter().map(|c| o.get(&c.0).cloned()).collect()
+            cells.iter().map(|c| o.newest(c.0).cloned()).collect()
         };
         let mut fetched = self.inner.read(cells).await?;
         for (buf, newer) in fetched.iter_mut().zip(newer) {
@@ -266,7 +312,7 @@ impl Store for OverlayStore {
             ranges
                 .iter()
                 .map(|r| {
-                    o.get(&r.cell.0)
+                    o.newest(r.cell.0)
                         .map(|c| c[r.offset as usize..(r.offset + r.len) as usize].to_vec())
                 })
                 .collect()
@@ -287,7 +333,7 @@ impl Store for OverlayStore {
         }
         let mut o = self.overlay.lock();
         for (c, data) in cells {
-            o.insert(c.0, data);
+            o.current.insert(c.0, data);
         }
         Ok(())
     }
@@ -295,6 +341,14 @@ impl Store for OverlayStore {
     async fn flush(&self) -> blindfold_store::Result<()> {
         Ok(())
     }
+}
+
+/// A commit whose cells and state were taken with requests stopped, to be written with
+/// requests running.
+struct Prepared {
+    cells: Vec<(u64, Vec<u8>)>,
+    posmap: Vec<(u32, u32)>,
+    state: TaoState,
 }
 
 /// What only a commit touches.
@@ -518,7 +572,10 @@ impl DurableTao {
             seq = rec.seq;
             recovery.replayed += 1;
         }
-        revealed.retain(|r| r.after == seq);
+        // Reveals logged after the last durable commit: those that follow it, and those of
+        // requests that ran while a later commit was being written (which never became
+        // durable), in log order.
+        revealed.retain(|r| r.after >= seq);
         if recovery.replayed > 0 {
             with_retry(retry, || store.flush()).await?;
         }
@@ -657,7 +714,7 @@ impl DurableTao {
         self.tao.trusted_bytes()
             + self.slotted.as_ref().map_or(0, |s| s.trusted_bytes())
             + self.pinned.as_ref().map_or(0, |p| p.trusted_bytes())
-            + self.overlay.len() as u64 * u64::from(self.store.geometry().cell_size())
+            + self.overlay.held() as u64 * u64::from(self.store.geometry().cell_size())
     }
 
     fn check(&self) -> Result<()> {
@@ -741,11 +798,94 @@ impl DurableTao {
 
     /// With the committer held: stops requests, commits everything written so far, and
     /// records what it covered for the grouping in [`DurableTao::commit`].
+    ///
+    /// On a two-slot store (and with no checkpoint due) requests are stopped only while the
+    /// engine writes back into the overlay and its state is exported; the store writes, the
+    /// flush and the record's fsync then run while requests go on (see [`DurableTao::prepare`]).
     async fn commit_all(&self, c: &mut Committer) -> Result<()> {
+        if self.slotted.is_some() && c.log_bytes <= self.log_limit {
+            let (covered, prepared) = {
+                let _exclusive = self.gate.write().await;
+                self.check()?;
+                let covered = self.written.load(Ordering::SeqCst);
+                (covered, self.prepare(c).await)
+            };
+            let r = match prepared {
+                Ok(Some(p)) => self.finish_prepared(c, p).await,
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = &r {
+                self.poisoned.store(true, Ordering::SeqCst);
+                tracing::error!(error = %e, "commit failed; refusing further accesses until restart");
+            }
+            r?;
+            self.committed.store(covered, Ordering::SeqCst);
+            return Ok(());
+        }
         let _exclusive = self.gate.write().await;
         let covered = self.written.load(Ordering::SeqCst);
         self.commit_locked(c).await?;
         self.committed.store(covered, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// With the gate held exclusively, on a two-slot store: writes the engine's subtree back
+    /// into the overlay, exports the state and moves the overlay's cells aside for the commit
+    /// (`None`: nothing to commit). Requests that run after this, while the commit writes,
+    /// log their reveals as following the commit being made (`after` = its sequence number):
+    /// if it never becomes durable, the next start replays them after the earlier ones (see
+    /// [`DurableTao::open`]).
+    async fn prepare(&self, c: &mut Committer) -> Result<Option<Prepared>> {
+        self.tao.flush().await?;
+        let state = self.tao.export_state()?;
+        let posmap: Vec<(u32, u32)> = state
+            .posmap
+            .iter()
+            .zip(&c.posmap)
+            .enumerate()
+            .filter(|(_, (now, before))| now != before)
+            .map(|(i, (&now, _))| (i as u32, now))
+            .collect();
+        if self.overlay.is_empty() && posmap.is_empty() {
+            return Ok(None);
+        }
+        let cells = self.overlay.begin_commit();
+        self.journal.after.store(c.seq + 1, Ordering::SeqCst);
+        Ok(Some(Prepared { cells, posmap, state }))
+    }
+
+    /// Without the gate: the prepared cells to their free slots, the flush, the record; then
+    /// the slots switch and the overlay forgets the cells.
+    async fn finish_prepared(&self, c: &mut Committer, p: Prepared) -> Result<()> {
+        let slotted = self.slotted.as_ref().expect("prepared commits are two-slot ones");
+        let Prepared { cells, posmap, state } = p;
+        let cells = cells.into_iter().map(|(c, sealed)| (CellId(c), sealed));
+        write_batches(&*self.store, self.retry, cells).await?;
+        let store = Arc::clone(&self.store);
+        with_retry(self.retry, || store.flush()).await?;
+        let pinned = self.pinned.as_ref().map(|p| p.take_dirty()).unwrap_or_default();
+        let record = SlotRecord {
+            seq: c.seq + 1,
+            epoch_high: self.tao.current_epoch(),
+            posmap,
+            stash: state.stash,
+            stats: state.stats,
+            cells: pending_slot_cells(slotted, &state.versions),
+            pinned: pinned
+                .into_iter()
+                .map(|(cell, sealed)| LoggedCell {
+                    cell,
+                    version: state.versions.get(cell),
+                    sealed,
+                })
+                .collect(),
+        };
+        c.log_bytes += append_record(&c.log, &c.dir, SLOT_RECORD_MAGIC, &record, &c.sealer).await?;
+        c.seq = record.seq;
+        slotted.publish();
+        self.overlay.end_commit();
+        c.posmap = state.posmap;
         Ok(())
     }
 
