@@ -16,6 +16,8 @@
 //! * [`TaoOram`] — the concurrent TaoStore-style engine: many requests in flight over one
 //!   Path ORAM tree, a sequencer, fake reads, an in-memory subtree and batched background
 //!   write-backs (see [`tao`]).
+//! * [`slots`] — two copies per cell, so commits never overwrite committed cells and the redo
+//!   log carries no cell contents; [`pinned`] — the top of the tree kept in trusted memory.
 //! * [`rebuild`] — rebuilding a durable engine's tree into a new store array under a fresh
 //!   key epoch, with fresh random leaves (`blindfold recover`).
 //! * [`SealedDirect`] — the baseline: the same blocks sealed and stored at fixed places with
@@ -43,10 +45,10 @@ mod durable;
 mod durable_tao;
 mod error;
 mod path;
-mod pinned;
+pub mod pinned;
 pub mod rebuild;
 mod ring;
-mod slots;
+pub mod slots;
 pub mod tao;
 mod versions;
 
