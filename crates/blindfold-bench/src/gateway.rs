@@ -197,6 +197,9 @@ pub struct SideReport {
     pub store_bytes_down: u64,
     /// Store calls (round trips) while measuring.
     pub store_round_trips: u64,
+    /// Billable units of the measured phase (one GET per cell read, one PUT per cell written,
+    /// as an object store bills them), for the cost comparison.
+    pub usage: crate::cost::Usage,
     /// Seconds of the measured phase (final commit included).
     pub seconds: f64,
     /// Seconds to load every object first (not measured).
@@ -239,6 +242,8 @@ pub struct GatewayReport {
     pub p50_ratio: f64,
     /// Peak resident memory of the whole process, bytes.
     pub peak_rss_bytes: u64,
+    /// Both sides priced at cloud list prices (the built-in table of docs/cost.md).
+    pub cost: crate::cost::CostReport,
 }
 
 /// Reference slowdowns from the thesis in seed 003 ("Oblivious RAM in practice", home-user
@@ -493,6 +498,8 @@ async fn run_side_in(
         .unwrap_or(0.0);
     pb.finish_and_clear();
     let c: Counts = counts.counts();
+    let usage =
+        crate::cost::Usage::from_counts(&c, w.ops.len() as u64, counts.geometry().total_bytes());
     let kind = objects.engine().kind().to_string();
 
     drop(s3); // closes the client's connections, so the server's connection tasks end
@@ -546,6 +553,7 @@ async fn run_side_in(
         store_bytes_up: c.bytes_up(),
         store_bytes_down: c.bytes_down(),
         store_round_trips: c.round_trips,
+        usage,
         seconds,
         load_seconds,
         cpu_seconds: cpu,
@@ -592,6 +600,12 @@ pub async fn run(params: GatewayBench) -> Result<GatewayReport> {
         slowdown: baseline.ops_per_sec / oram.ops_per_sec,
         p50_ratio: oram.p50_ms / baseline.p50_ms,
         peak_rss_bytes: peak_rss_bytes(),
+        cost: crate::cost::compare(
+            &crate::cost::PriceTable::builtin(),
+            &oram.usage,
+            &baseline.usage,
+            w.sizes.iter().sum(),
+        ),
         oram,
         baseline,
         params,
@@ -732,5 +746,6 @@ pub fn render(r: &GatewayReport) -> String {
         )
     };
     kv(&mut s, "", note);
+    s.push_str(&crate::cost::render(&r.cost));
     s
 }

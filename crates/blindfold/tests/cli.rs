@@ -166,6 +166,13 @@ fn bench_gateway_smoke_run_writes_the_promised_json() {
     let base = v["baseline"]["bandwidth_overhead"].as_f64().unwrap();
     assert!((0.5..3.0).contains(&base), "{v}");
     assert_eq!(v["get"]["count"].as_u64().unwrap() + v["put"]["count"].as_u64().unwrap(), 24);
+    // Both sides priced: the ORAM issues more requests per operation than the baseline.
+    let aws = &v["cost"]["providers"][0];
+    assert!(aws["multiplier"].as_f64().is_some_and(|m| m > 1.0), "{v}");
+    assert!(
+        v["usage"]["gets"].as_u64().unwrap() > v["baseline"]["usage"]["gets"].as_u64().unwrap()
+    );
+    assert!(out.contains("multiplier"), "{out}");
     // Each side's store files are removed afterwards.
     assert_eq!(std::fs::read_dir(dir.path().join("cells")).unwrap().count(), 0);
 }
