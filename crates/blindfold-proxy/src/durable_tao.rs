@@ -343,6 +343,16 @@ impl Store for OverlayStore {
     }
 }
 
+/// The position-map entries of `now` that differ from `before`, as (block, leaf + 1).
+fn changed_posmap(now: &[u32], before: &[u32]) -> Vec<(u32, u32)> {
+    now.iter()
+        .zip(before)
+        .enumerate()
+        .filter(|(_, (now, before))| now != before)
+        .map(|(i, (&now, _))| (i as u32, now))
+        .collect()
+}
+
 /// A commit whose cells and state were taken with requests stopped, to be written with
 /// requests running.
 struct Prepared {
@@ -839,14 +849,7 @@ impl DurableTao {
     async fn prepare(&self, c: &mut Committer) -> Result<Option<Prepared>> {
         self.tao.flush().await?;
         let state = self.tao.export_state()?;
-        let posmap: Vec<(u32, u32)> = state
-            .posmap
-            .iter()
-            .zip(&c.posmap)
-            .enumerate()
-            .filter(|(_, (now, before))| now != before)
-            .map(|(i, (&now, _))| (i as u32, now))
-            .collect();
+        let posmap = changed_posmap(&state.posmap, &c.posmap);
         if self.overlay.is_empty() && posmap.is_empty() {
             return Ok(None);
         }
@@ -901,53 +904,22 @@ impl DurableTao {
     }
 
     async fn commit_inner(&self, c: &mut Committer) -> Result<()> {
-        self.tao.flush().await?;
-        let state = self.tao.export_state()?;
-        let cells = self.overlay.take();
-        let posmap: Vec<(u32, u32)> = state
-            .posmap
-            .iter()
-            .zip(&c.posmap)
-            .enumerate()
-            .filter(|(_, (now, before))| now != before)
-            .map(|(i, (&now, _))| (i as u32, now))
-            .collect();
-        if cells.is_empty() && posmap.is_empty() {
-            return Ok(());
-        }
-        if let Some(slotted) = &self.slotted {
-            // The cells go to their free slots first; the record naming them makes them the
-            // committed copies.
-            let cells = cells.into_iter().map(|(c, sealed)| (CellId(c), sealed));
-            write_batches(&*self.store, self.retry, cells).await?;
-            let store = Arc::clone(&self.store);
-            with_retry(self.retry, || store.flush()).await?;
-            let pinned = self.pinned.as_ref().map(|p| p.take_dirty()).unwrap_or_default();
-            let record = SlotRecord {
-                seq: c.seq + 1,
-                epoch_high: self.tao.current_epoch(),
-                posmap,
-                stash: state.stash,
-                stats: state.stats,
-                cells: pending_slot_cells(slotted, &state.versions),
-                pinned: pinned
-                    .into_iter()
-                    .map(|(cell, sealed)| LoggedCell {
-                        cell,
-                        version: state.versions.get(cell),
-                        sealed,
-                    })
-                    .collect(),
-            };
-            c.log_bytes +=
-                append_record(&c.log, &c.dir, SLOT_RECORD_MAGIC, &record, &c.sealer).await?;
-            c.seq = record.seq;
-            slotted.publish();
-            self.journal.after.store(c.seq, Ordering::SeqCst);
-            c.posmap = state.posmap;
+        if self.slotted.is_some() {
+            // As a non-stop commit, but with requests stopped throughout (the caller holds
+            // the gate): shutdown, verify, or a commit that checkpoints.
+            if let Some(p) = self.prepare(c).await? {
+                self.finish_prepared(c, p).await?;
+            }
             if c.log_bytes > self.log_limit {
                 self.checkpoint_locked(c)?;
             }
+            return Ok(());
+        }
+        self.tao.flush().await?;
+        let state = self.tao.export_state()?;
+        let cells = self.overlay.take();
+        let posmap = changed_posmap(&state.posmap, &c.posmap);
+        if cells.is_empty() && posmap.is_empty() {
             return Ok(());
         }
         let record = Record {
