@@ -19,6 +19,8 @@ use blindfold_proxy::{
 };
 use futures::future::LocalBoxFuture;
 
+use crate::observe::{EngineGauges, Observer};
+
 /// Storage of fixed-size logical blocks that many requests use at once.
 ///
 /// Batches name distinct blocks (an engine may refuse a batch that repeats one). Writes become
@@ -66,6 +68,12 @@ pub trait SharedEngine: Send + Sync + std::fmt::Debug {
     async fn blocks_through(&self, _bad: &[u64]) -> Option<Vec<u64>> {
         None
     }
+
+    /// The engine's state for the metrics (stash, subtree, trusted memory); cheap, never
+    /// waits for the engine.
+    fn gauges(&self) -> EngineGauges {
+        EngineGauges::default()
+    }
 }
 
 fn check_distinct(blocks: impl Iterator<Item = BlockId>) -> Result<()> {
@@ -91,6 +99,8 @@ pub struct Serialized<E> {
     written: AtomicU64,
     /// Value of `written` that the last commit covered.
     committed: AtomicU64,
+    /// The engine's gauges when the lock was last free.
+    gauges: parking_lot::Mutex<EngineGauges>,
 }
 
 impl<E: BlockEngine> Serialized<E> {
@@ -103,6 +113,7 @@ impl<E: BlockEngine> Serialized<E> {
             inner: tokio::sync::Mutex::new(engine),
             written: AtomicU64::new(0),
             committed: AtomicU64::new(0),
+            gauges: parking_lot::Mutex::new(EngineGauges::default()),
         }
     }
 }
@@ -115,6 +126,14 @@ impl<E: BlockEngine + Sync> SharedEngine for Serialized<E> {
 
     async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
         self.inner.lock().await.blocks_through(bad)
+    }
+
+    fn gauges(&self) -> EngineGauges {
+        let mut cached = self.gauges.lock();
+        if let Ok(e) = self.inner.try_lock() {
+            *cached = e.gauges();
+        }
+        *cached
     }
 
     fn kind(&self) -> &'static str {
@@ -206,6 +225,11 @@ pub trait BlockEngine: Send + std::fmt::Debug {
         None
     }
 
+    /// See [`SharedEngine::gauges`].
+    fn gauges(&self) -> EngineGauges {
+        EngineGauges::default()
+    }
+
     /// Writes distinct blocks; engines that can batch the work override this.
     async fn write_many(&mut self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
         for (b, data) in blocks {
@@ -235,6 +259,16 @@ impl BlockEngine for DurablePathOram {
 
     fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
         DurablePathOram::blocks_through(self, bad)
+    }
+
+    fn gauges(&self) -> EngineGauges {
+        let oram = self.oram();
+        EngineGauges {
+            stash: oram.stash_sizes().iter().sum::<usize>() as u64,
+            stash_max: oram.stats().max_stash as u64,
+            subtree: 0,
+            trusted_bytes: self.trusted_bytes(),
+        }
     }
 
     fn kind(&self) -> &'static str {
@@ -287,6 +321,16 @@ impl SharedEngine for DurableTao {
 
     async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
         Some(self.engine().blocks_through(bad))
+    }
+
+    fn gauges(&self) -> EngineGauges {
+        let e = self.engine();
+        EngineGauges {
+            stash: e.stash_len() as u64,
+            stash_max: e.stats().max_stash as u64,
+            subtree: e.subtree_len() as u64,
+            trusted_bytes: self.trusted_bytes(),
+        }
     }
 
     fn kind(&self) -> &'static str {
@@ -396,12 +440,18 @@ impl SharedEngine for DirectEngine {
 pub struct Watched {
     inner: Arc<dyn SharedEngine>,
     tripped: tokio::sync::watch::Sender<Option<String>>,
+    observer: Arc<Observer>,
 }
 
 impl Watched {
     /// Watches `inner`.
     pub fn new(inner: Arc<dyn SharedEngine>) -> Self {
-        Self { inner, tripped: tokio::sync::watch::channel(None).0 }
+        Self::observed(inner, Arc::new(Observer::new()))
+    }
+
+    /// Watches `inner` and reports its block traffic, commits and errors to `observer`.
+    pub fn observed(inner: Arc<dyn SharedEngine>, observer: Arc<Observer>) -> Self {
+        Self { inner, tripped: tokio::sync::watch::channel(None).0, observer }
     }
 
     /// Receives the first fatal error's message (`None` while there is none).
@@ -411,7 +461,11 @@ impl Watched {
 
     fn note<T>(&self, r: Result<T>) -> Result<T> {
         if let Err(e) = &r {
+            if e.is_integrity() {
+                self.observer.integrity_error();
+            }
             if e.is_integrity() || matches!(e, ProxyError::Poisoned) {
+                self.observer.set_poisoned();
                 let msg = e.to_string();
                 self.tripped.send_if_modified(|v| {
                     if v.is_none() {
@@ -450,16 +504,27 @@ impl SharedEngine for Watched {
         self.inner.batch_blocks()
     }
 
+    fn gauges(&self) -> EngineGauges {
+        self.inner.gauges()
+    }
+
     async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        self.observer.blocks(blocks.iter().map(|b| b.0), false, self.inner.block_size());
         self.note(self.inner.read_many(blocks).await)
     }
 
     async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        self.observer.blocks(blocks.iter().map(|b| b.0 .0), true, self.inner.block_size());
         self.note(self.inner.write_many(blocks).await)
     }
 
     async fn commit(&self) -> Result<()> {
-        self.note(self.inner.commit().await)
+        let started = std::time::Instant::now();
+        let r = self.note(self.inner.commit().await);
+        if r.is_ok() {
+            self.observer.commit(started.elapsed());
+        }
+        r
     }
 
     async fn shutdown(&self) -> Result<()> {

@@ -19,10 +19,12 @@
 //! [`server::open`] prepares a data directory (key, credentials, parameters) and
 //! [`server::run`] serves it.
 
+pub mod admin;
 mod directory;
 pub mod engine;
 mod error;
 pub mod objects;
+pub mod observe;
 mod s3;
 pub mod sealed_file;
 pub mod server;

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::directory::Directory;
 use crate::engine::{DirectEngine, Serialized, SharedEngine};
 use crate::objects::ObjectLayer;
+use crate::observe::{Observer, PhysicalView};
 use crate::s3::Gateway;
 use crate::{GatewayError, Result};
 
@@ -190,6 +191,8 @@ pub struct Opened {
     /// `None` when it could not be opened (damaged): the gateway serves anyway, but writes no
     /// snapshot at shutdown.
     pub snapshots: Option<Arc<dyn blindfold_store::Store>>,
+    /// Metrics and recordings of this gateway (see [`crate::observe`]).
+    pub observer: Arc<Observer>,
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -859,6 +862,32 @@ async fn assemble(
         Some(wrap) => wrap(store),
         None => store,
     };
+    // The operator's view: every store request is counted (and fed to recording windows).
+    let (view, engine_name, layout) = match hooks.engine {
+        EngineKind::DirectBaseline => {
+            (PhysicalView::Flat { cells: params.blocks }, "direct".to_owned(), "flat".to_owned())
+        }
+        EngineKind::PathOram => {
+            let (copy_cells, leaves) = match params.engine {
+                OramEngine::PathOram => (config.total_cells(), config.trees()[0].shape.leaves()),
+                OramEngine::Tao => {
+                    let t = tao_config(&params)?;
+                    (t.tree().total_cells(), t.shape().leaves())
+                }
+            };
+            let layout = if params.two_slots() { "two-slots" } else { "in-place" };
+            (
+                PhysicalView::Tree { copy_cells, leaves },
+                params.engine.to_string(),
+                layout.to_owned(),
+            )
+        }
+    };
+    let mut observer = Observer::new();
+    observer.set_info(&engine_name, &layout, params.block_size);
+    let observer = Arc::new(observer);
+    let stored_bytes = geometry.total_bytes();
+    let store = observer.wrap_store(store, view, stored_bytes);
     let oram_dir = dir.join("oram");
     let id = store_id(&params)?;
     let recovered = |rec: blindfold_proxy::Recovery, notes: &mut Vec<String>| {
@@ -914,7 +943,7 @@ async fn assemble(
                 None
             }
         };
-    let watched = crate::engine::Watched::new(engine);
+    let watched = crate::engine::Watched::observed(engine, Arc::clone(&observer));
     let stopped = watched.subscribe();
     let objects =
         Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
@@ -928,6 +957,7 @@ async fn assemble(
         key: Arc::new(key),
         data_dir: dir.clone(),
         snapshots,
+        observer,
     })
 }
 
@@ -1057,6 +1087,7 @@ fn expects_continue<B>(req: &hyper::Request<B>) -> bool {
 struct TrackedBody {
     inner: hyper::body::Incoming,
     read_all: Arc<AtomicBool>,
+    observer: Arc<Observer>,
 }
 
 impl http_body::Body for TrackedBody {
@@ -1068,6 +1099,11 @@ impl http_body::Body for TrackedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<std::result::Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                self.observer.s3_received(data.len() as u64);
+            }
+        }
         let ended = match &polled {
             Poll::Ready(None) => true,
             Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
@@ -1104,6 +1140,87 @@ impl http_body::Body for TrackedBody {
 ///   timeout (60 s). Closing makes botocore drop the connection and that state with it.
 async fn handle(
     service: s3s::service::S3Service,
+    observer: Arc<Observer>,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> std::result::Result<s3s::HttpResponse, s3s::HttpError> {
+    let started = std::time::Instant::now();
+    let operation = s3_operation(&req);
+    let name = observer.recording().then(|| object_name(req.uri().path()));
+    // A HEAD answer carries the object's Content-Length but no body.
+    let head = req.method() == hyper::Method::HEAD;
+    let resp = handle_inner(service, Arc::clone(&observer), req).await?;
+    let sent = resp
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .filter(|_| !head)
+        .unwrap_or(0);
+    observer.s3_sent(sent);
+    observer.s3(operation, resp.status().as_u16(), started.elapsed(), name);
+    Ok(resp)
+}
+
+/// The S3 operation a request asks for, from its method, path and query (a fixed set of
+/// names, so it can label a metric; never the bucket or key).
+pub fn s3_operation<B>(req: &hyper::Request<B>) -> &'static str {
+    use hyper::Method;
+    let path = req.uri().path().trim_start_matches('/');
+    let query = req.uri().query().unwrap_or("");
+    let has = |k: &str| query.split('&').any(|p| p.split('=').next().is_some_and(|name| name == k));
+    let (bucket, key) = match path.split_once('/') {
+        Some((b, k)) => (b, k),
+        None => (path, ""),
+    };
+    let copy = req.headers().contains_key("x-amz-copy-source");
+    let m = req.method();
+    if bucket.is_empty() {
+        return if *m == Method::GET { "ListBuckets" } else { "Other" };
+    }
+    if key.is_empty() {
+        return match *m {
+            Method::GET if has("uploads") => "ListMultipartUploads",
+            Method::GET if has("location") => "GetBucketLocation",
+            Method::GET if has("versioning") => "GetBucketVersioning",
+            Method::GET if has("list-type") => "ListObjectsV2",
+            Method::GET
+                if query.is_empty() || has("prefix") || has("delimiter") || has("marker") =>
+            {
+                "ListObjects"
+            }
+            Method::PUT if query.is_empty() => "CreateBucket",
+            Method::HEAD => "HeadBucket",
+            Method::DELETE if query.is_empty() => "DeleteBucket",
+            Method::POST if has("delete") => "DeleteObjects",
+            _ => "OtherBucket",
+        };
+    }
+    match *m {
+        Method::GET if has("uploadId") => "ListParts",
+        Method::GET if query.is_empty() || !has("tagging") && !has("acl") => "GetObject",
+        Method::HEAD => "HeadObject",
+        Method::PUT if has("partNumber") && has("uploadId") && copy => "UploadPartCopy",
+        Method::PUT if has("partNumber") && has("uploadId") => "UploadPart",
+        Method::PUT if copy => "CopyObject",
+        Method::PUT if query.is_empty() => "PutObject",
+        Method::POST if has("uploads") => "CreateMultipartUpload",
+        Method::POST if has("uploadId") => "CompleteMultipartUpload",
+        Method::DELETE if has("uploadId") => "AbortMultipartUpload",
+        Method::DELETE => "DeleteObject",
+        _ => "OtherObject",
+    }
+}
+
+/// `bucket/key` of a path-style request, decoded, for a recording window (bounded length).
+fn object_name(path: &str) -> String {
+    let decoded = percent_encoding::percent_decode_str(path.trim_start_matches('/'))
+        .decode_utf8_lossy()
+        .into_owned();
+    decoded.chars().take(256).collect()
+}
+
+async fn handle_inner(
+    service: s3s::service::S3Service,
+    observer: Arc<Observer>,
     req: hyper::Request<hyper::body::Incoming>,
 ) -> std::result::Result<s3s::HttpResponse, s3s::HttpError> {
     let expect_continue = expects_continue(&req);
@@ -1115,6 +1232,7 @@ async fn handle(
         let (parts, body) = req.into_parts();
         match read_limited(body, UNSIZED_BODY_LIMIT).await {
             Ok(body) => {
+                observer.s3_received(body.len() as u64);
                 read_all.store(true, Ordering::Release);
                 let req = hyper::Request::from_parts(parts, s3s::Body::from(body));
                 service.call(req).await?
@@ -1123,7 +1241,8 @@ async fn handle(
         }
     } else {
         let tracked = Arc::clone(&read_all);
-        let req = req.map(|inner| s3s::Body::http_body(TrackedBody { inner, read_all: tracked }));
+        let req = req
+            .map(|inner| s3s::Body::http_body(TrackedBody { inner, read_all: tracked, observer }));
         service.call(req).await?
     };
     if resp.status().is_client_error() || resp.status().is_server_error() {
@@ -1264,6 +1383,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let service = service(&opened);
+    let observer = Arc::clone(&opened.observer);
     let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);
     loop {
@@ -1282,7 +1402,10 @@ pub async fn run(
                     tracing::debug!(error = %e, "could not set TCP_NODELAY");
                 }
                 let service = service.clone();
-                let svc = hyper::service::service_fn(move |req| handle(service.clone(), req));
+                let observer = Arc::clone(&observer);
+                let svc = hyper::service::service_fn(move |req| {
+                    handle(service.clone(), Arc::clone(&observer), req)
+                });
                 let conn = http.serve_connection(TokioIo::new(socket), svc).into_owned();
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {

@@ -1,0 +1,899 @@
+//! What an operator can see of a running gateway: Prometheus metrics, a short history for the
+//! dashboard, and recording windows for the access-pattern visualizer.
+//!
+//! One [`Observer`] per gateway collects:
+//!
+//! - S3 requests by operation and status, their latency, bytes in and out ([`Observer::s3`],
+//!   called by the HTTP loop);
+//! - every request to the untrusted store, by kind, with cells and bytes ([`TappedStore`],
+//!   wrapped around the engine's store, above a [`CountingStore`]);
+//! - logical block traffic, commits and their duration, integrity errors (the engine watcher
+//!   in `engine.rs`);
+//! - gauges read when scraped: stash, subtree, trusted memory, resident memory, poisoned.
+//!
+//! No label ever carries an object name, bucket name or key: operations, statuses and request
+//! kinds are fixed, small sets. Object names appear only in a [recording window](Window),
+//! which the operator starts on purpose, which lives in the gateway's memory only, and which
+//! the admin listener shows only to a caller holding the credentials.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use blindfold_store::{ByteRange, CellId, CountingStore, Counts, Geometry, Store};
+use parking_lot::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+
+/// Most events a recording window keeps of each kind (physical, logical); later ones are
+/// counted but dropped, so a window costs at most a few MiB of trusted memory.
+pub const WINDOW_EVENT_CAP: usize = 200_000;
+/// Most S3 requests a window keeps.
+pub const WINDOW_REQUEST_CAP: usize = 5_000;
+/// Longest recording window.
+pub const WINDOW_MAX: Duration = Duration::from_secs(600);
+/// Bins of the uniformity test over the store's view.
+pub const UNIFORMITY_BINS: u64 = 32;
+/// Points of dashboard history (one per second).
+pub const HISTORY_POINTS: usize = 600;
+
+/// How the store's cells map to what a request targets, for the uniformity test.
+///
+/// A tree ORAM reads whole paths: every path touches the root, so raw cell counts are never
+/// uniform; what must look uniform is the leaf each path reaches. A flat store (no ORAM) is
+/// targeted cell by cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum PhysicalView {
+    /// A binary tree of buckets, one cell per bucket, heap order, data tree first; a two-slot
+    /// store keeps the second copies after the first `copy_cells`.
+    Tree {
+        /// Cells of one copy of the trees.
+        copy_cells: u64,
+        /// Leaves of the data tree.
+        leaves: u64,
+    },
+    /// One cell per block.
+    Flat {
+        /// Cells.
+        cells: u64,
+    },
+}
+
+impl PhysicalView {
+    /// Number of distinct targets (leaves, or cells).
+    pub fn targets(&self) -> u64 {
+        match *self {
+            Self::Tree { leaves, .. } => leaves,
+            Self::Flat { cells } => cells,
+        }
+    }
+
+    /// The target a read of `cell` reaches, if the cell says (a leaf bucket of the data tree,
+    /// or any cell of a flat store).
+    pub fn target_of(&self, cell: CellId) -> Option<u64> {
+        match *self {
+            Self::Tree { copy_cells, leaves } => {
+                let c = if copy_cells == 0 { cell.0 } else { cell.0 % copy_cells };
+                let first_leaf = leaves - 1;
+                (c >= first_leaf && c < first_leaf + leaves).then(|| c - first_leaf)
+            }
+            Self::Flat { cells } => (cell.0 < cells).then_some(cell.0),
+        }
+    }
+}
+
+/// Pearson's chi-square test of `counts` against the uniform distribution.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct Uniformity {
+    /// Samples.
+    pub samples: u64,
+    /// The statistic.
+    pub chi_square: f64,
+    /// Degrees of freedom.
+    pub dof: f64,
+    /// Probability of a statistic at least this large if the targets were uniform; `None`
+    /// with fewer than 5 expected samples per bin (the test would mean nothing).
+    pub p_value: Option<f64>,
+}
+
+/// Chi-square uniformity of a histogram.
+pub fn uniformity(counts: &[u64]) -> Uniformity {
+    use statrs::distribution::{ChiSquared, ContinuousCDF};
+    let samples: u64 = counts.iter().sum();
+    let bins = counts.len().max(1) as f64;
+    let expected = samples as f64 / bins;
+    let chi_square = if expected > 0.0 {
+        counts.iter().map(|&c| (c as f64 - expected).powi(2) / expected).sum()
+    } else {
+        0.0
+    };
+    let dof = bins - 1.0;
+    let p_value = (expected >= 5.0 && dof >= 1.0)
+        .then(|| ChiSquared::new(dof).map(|d| 1.0 - d.cdf(chi_square)).ok())
+        .flatten();
+    Uniformity { samples, chi_square, dof, p_value }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    operation: &'static str,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabel {
+    operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabel {
+    provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InfoLabels {
+    version: &'static str,
+    engine: String,
+    layout: String,
+    block_size: u32,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 18))
+}
+
+/// Engine state read when the metrics are scraped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EngineGauges {
+    /// Blocks in the stash now.
+    pub stash: u64,
+    /// Largest stash seen.
+    pub stash_max: u64,
+    /// Buckets held in the concurrent engine's subtree now (0 for Path ORAM).
+    pub subtree: u64,
+    /// Bytes of trusted memory the engine's state takes.
+    pub trusted_bytes: u64,
+}
+
+/// Prices the store traffic so far: `(provider id, dollars of requests and transfer for these
+/// counts, dollars per month for storing `stored_bytes`)`.
+pub type CostModel = Arc<dyn Fn(&Counts, u64) -> (f64, f64) + Send + Sync>;
+
+/// One recorded physical request (what the store saw).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct PhysicalEvent {
+    /// Milliseconds since the window started.
+    pub t_ms: u32,
+    /// `true` for a write.
+    pub write: bool,
+    /// The target reached (leaf or cell), if any of the request's cells names one.
+    pub target: Option<u64>,
+    /// Cells in the request.
+    pub cells: u32,
+}
+
+/// One recorded logical block access (what the gateway asked of the engine).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct LogicalEvent {
+    /// Milliseconds since the window started.
+    pub t_ms: u32,
+    /// The block.
+    pub block: u64,
+    /// `true` for a write.
+    pub write: bool,
+}
+
+/// One recorded S3 request: the operator's view, names included.
+#[derive(Clone, Debug, Serialize)]
+pub struct RequestEvent {
+    /// Milliseconds since the window started.
+    pub t_ms: u32,
+    /// S3 operation.
+    pub operation: &'static str,
+    /// `bucket/key` as requested (the operator's own data).
+    pub name: String,
+    /// HTTP status.
+    pub status: u16,
+}
+
+/// A recording of what the gateway was asked and what the store saw, for a chosen time.
+#[derive(Debug)]
+pub struct Window {
+    started: Instant,
+    length: Duration,
+    physical: Vec<PhysicalEvent>,
+    logical: Vec<LogicalEvent>,
+    requests: Vec<RequestEvent>,
+    dropped: u64,
+    histogram: Vec<u64>,
+    view: PhysicalView,
+    label: String,
+}
+
+/// A window as the visualizer receives it.
+#[derive(Clone, Debug, Serialize)]
+pub struct WindowReport {
+    /// What was recorded (the live gateway, or a demo run).
+    pub label: String,
+    /// Whether it is still recording.
+    pub recording: bool,
+    /// Milliseconds recorded so far.
+    pub elapsed_ms: u64,
+    /// Chosen length in milliseconds.
+    pub length_ms: u64,
+    /// How the store's cells map to targets.
+    pub view: PhysicalView,
+    /// Targets (leaves or cells) the heat map's rows span.
+    pub targets: u64,
+    /// Reads per target bin ([`UNIFORMITY_BINS`] bins).
+    pub histogram: Vec<u64>,
+    /// The uniformity test over `histogram`.
+    pub uniformity: Uniformity,
+    /// Physical requests.
+    pub physical: Vec<PhysicalEvent>,
+    /// Logical block accesses.
+    pub logical: Vec<LogicalEvent>,
+    /// S3 requests.
+    pub requests: Vec<RequestEvent>,
+    /// Events not kept (over the cap).
+    pub dropped: u64,
+}
+
+impl Window {
+    fn new(view: PhysicalView, length: Duration, label: String) -> Self {
+        Self {
+            started: Instant::now(),
+            length,
+            physical: Vec::new(),
+            logical: Vec::new(),
+            requests: Vec::new(),
+            dropped: 0,
+            histogram: vec![0; UNIFORMITY_BINS as usize],
+            view,
+            label,
+        }
+    }
+
+    fn open(&self) -> bool {
+        self.started.elapsed() < self.length
+    }
+
+    fn t_ms(&self) -> u32 {
+        self.started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32
+    }
+
+    fn physical(&mut self, write: bool, cells: &[CellId]) {
+        let t_ms = self.t_ms();
+        let mut targets: Vec<u64> = cells.iter().filter_map(|&c| self.view.target_of(c)).collect();
+        targets.dedup();
+        if targets.is_empty() {
+            targets.push(u64::MAX);
+        }
+        let n = self.view.targets().max(1);
+        for target in targets {
+            let target = (target != u64::MAX).then_some(target);
+            if let (false, Some(t)) = (write, target) {
+                let bin = (t.min(n - 1) * UNIFORMITY_BINS / n) as usize;
+                self.histogram[bin] += 1;
+            }
+            if self.physical.len() < WINDOW_EVENT_CAP {
+                self.physical.push(PhysicalEvent {
+                    t_ms,
+                    write,
+                    target,
+                    cells: cells.len() as u32,
+                });
+            } else {
+                self.dropped += 1;
+            }
+        }
+    }
+
+    fn logical(&mut self, block: u64, write: bool) {
+        let t_ms = self.t_ms();
+        if self.logical.len() < WINDOW_EVENT_CAP {
+            self.logical.push(LogicalEvent { t_ms, block, write });
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    fn report(&self) -> WindowReport {
+        let elapsed = self.started.elapsed().min(self.length);
+        WindowReport {
+            label: self.label.clone(),
+            recording: self.open(),
+            elapsed_ms: elapsed.as_millis() as u64,
+            length_ms: self.length.as_millis() as u64,
+            view: self.view,
+            targets: self.view.targets(),
+            histogram: self.histogram.clone(),
+            uniformity: uniformity(&self.histogram),
+            physical: self.physical.clone(),
+            logical: self.logical.clone(),
+            requests: self.requests.clone(),
+            dropped: self.dropped,
+        }
+    }
+}
+
+/// One second of dashboard history.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HistoryPoint {
+    /// Unix time, seconds.
+    pub t: u64,
+    /// S3 requests per second.
+    pub requests_per_s: f64,
+    /// S3 bytes in + out per second.
+    pub s3_bytes_per_s: f64,
+    /// Store bytes (both directions) per second.
+    pub store_bytes_per_s: f64,
+    /// Latency percentiles of the S3 requests that ended in this second, milliseconds.
+    pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Store bytes per logical block byte since start.
+    pub blowup: f64,
+    /// Stash blocks now.
+    pub stash: u64,
+    /// Dollars of store requests and transfer since start.
+    pub cost_dollars: f64,
+    /// Resident memory of the process, bytes.
+    pub resident_bytes: u64,
+}
+
+/// The metrics and recordings of one gateway. Cheap to update from every request.
+pub struct Observer {
+    registry: Registry,
+    s3_requests: Family<RequestLabels, Counter>,
+    s3_latency: Family<OperationLabel, Histogram, fn() -> Histogram>,
+    s3_in: Counter,
+    s3_out: Counter,
+    store_requests: Family<KindLabel, Counter>,
+    store_cells: Family<KindLabel, Counter>,
+    store_bytes: Family<DirectionLabel, Counter>,
+    block_bytes: Family<DirectionLabel, Counter>,
+    blowup: Gauge<f64, AtomicU64>,
+    commits: Counter,
+    commit_seconds: Histogram,
+    integrity_errors: Counter,
+    poisoned: Gauge,
+    stash: Gauge,
+    stash_max: Gauge,
+    subtree: Gauge,
+    trusted: Gauge,
+    resident: Gauge,
+    cost: Family<ProviderLabel, Gauge<f64, AtomicU64>>,
+    storage_cost: Family<ProviderLabel, Gauge<f64, AtomicU64>>,
+    s3_total: AtomicU64,
+    counting: Mutex<Option<Arc<Counted>>>,
+    stored_bytes: AtomicU64,
+    recent_latencies: Mutex<Vec<f32>>,
+    window: Mutex<Option<Window>>,
+    window_on: AtomicBool,
+    view: Mutex<Option<PhysicalView>>,
+    history: Mutex<std::collections::VecDeque<HistoryPoint>>,
+    last: Mutex<(u64, u64, u64)>,
+    cost_model: Mutex<Option<(String, CostModel)>>,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
+}
+
+impl Default for Observer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Observer {
+    /// A new observer with every metric registered at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("blindfold");
+        let s3_requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "s3_requests",
+            "S3 requests answered, by operation and HTTP status",
+            s3_requests.clone(),
+        );
+        let s3_latency =
+            Family::<OperationLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
+        registry.register(
+            "s3_request_duration_seconds",
+            "Time from receiving an S3 request to its response headers, by operation",
+            s3_latency.clone(),
+        );
+        let s3_in = Counter::default();
+        registry.register(
+            "s3_received_bytes",
+            "Request body bytes received from S3 clients",
+            s3_in.clone(),
+        );
+        let s3_out = Counter::default();
+        registry.register(
+            "s3_sent_bytes",
+            "Response body bytes sent to S3 clients (by Content-Length)",
+            s3_out.clone(),
+        );
+        let store_requests = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "store_requests",
+            "Requests to the untrusted store, by kind (read, read_ranges, write, flush)",
+            store_requests.clone(),
+        );
+        let store_cells = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "store_cells",
+            "Cells read from or written to the untrusted store",
+            store_cells.clone(),
+        );
+        let store_bytes = Family::<DirectionLabel, Counter>::default();
+        registry.register(
+            "store_bytes",
+            "Bytes moved to (up) and from (down) the untrusted store",
+            store_bytes.clone(),
+        );
+        let block_bytes = Family::<DirectionLabel, Counter>::default();
+        registry.register(
+            "block_bytes",
+            "Logical block bytes the object layer read from or wrote to the engine",
+            block_bytes.clone(),
+        );
+        let blowup = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "bandwidth_blowup",
+            "Store bytes (both directions) per logical block byte, since start",
+            blowup.clone(),
+        );
+        let commits = Counter::default();
+        registry.register(
+            "commits",
+            "Commits of the engine (writes made durable)",
+            commits.clone(),
+        );
+        let commit_seconds = Histogram::new(exponential_buckets(0.000_25, 2.0, 18));
+        registry.register(
+            "commit_duration_seconds",
+            "Time each commit took, as its caller waited",
+            commit_seconds.clone(),
+        );
+        let integrity_errors = Counter::default();
+        registry.register(
+            "integrity_errors",
+            "Engine errors that mean the store's data failed authentication or rolled back",
+            integrity_errors.clone(),
+        );
+        let poisoned = Gauge::default();
+        registry.register(
+            "engine_poisoned",
+            "1 once the engine refuses all work (integrity violation or a poisoned driver)",
+            poisoned.clone(),
+        );
+        let stash = Gauge::default();
+        registry.register("stash_blocks", "Blocks in the ORAM stash now", stash.clone());
+        let stash_max = Gauge::default();
+        registry.register(
+            "stash_blocks_max",
+            "Largest ORAM stash seen since start",
+            stash_max.clone(),
+        );
+        let subtree = Gauge::default();
+        registry.register(
+            "subtree_buckets",
+            "Buckets held in the concurrent engine's subtree now",
+            subtree.clone(),
+        );
+        let trusted = Gauge::default();
+        registry.register(
+            "trusted_memory_bytes",
+            "Bytes of trusted memory the engine's state takes (position map, stash, caches)",
+            trusted.clone(),
+        );
+        let resident = Gauge::default();
+        registry.register(
+            "process_resident_bytes",
+            "Resident memory of the gateway process",
+            resident.clone(),
+        );
+        let cost = Family::<ProviderLabel, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "store_cost_dollars",
+            "Dollars of store requests and transfer since start, at the chosen price table",
+            cost.clone(),
+        );
+        let storage_cost = Family::<ProviderLabel, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "storage_cost_dollars_per_month",
+            "Dollars per month of storing the store's cells, at the chosen price table",
+            storage_cost.clone(),
+        );
+        Self {
+            registry,
+            s3_requests,
+            s3_latency,
+            s3_in,
+            s3_out,
+            store_requests,
+            store_cells,
+            store_bytes,
+            block_bytes,
+            blowup,
+            commits,
+            commit_seconds,
+            integrity_errors,
+            poisoned,
+            stash,
+            stash_max,
+            subtree,
+            trusted,
+            resident,
+            cost,
+            storage_cost,
+            s3_total: AtomicU64::new(0),
+            counting: Mutex::new(None),
+            stored_bytes: AtomicU64::new(0),
+            recent_latencies: Mutex::new(Vec::new()),
+            window: Mutex::new(None),
+            window_on: AtomicBool::new(false),
+            view: Mutex::new(None),
+            history: Mutex::new(std::collections::VecDeque::new()),
+            last: Mutex::new((0, 0, 0)),
+            cost_model: Mutex::new(None),
+        }
+    }
+
+    /// Registers the engine's identity as `blindfold_info{engine, layout, block_size}`.
+    pub fn set_info(&mut self, engine: &str, layout: &str, block_size: u32) {
+        let info = Family::<InfoLabels, Gauge>::default();
+        info.get_or_create(&InfoLabels {
+            version: env!("CARGO_PKG_VERSION"),
+            engine: engine.to_owned(),
+            layout: layout.to_owned(),
+            block_size,
+        })
+        .set(1);
+        self.registry.register("info", "The gateway's version, engine and layout", info);
+    }
+
+    /// Wraps the engine's store: counts every request and feeds recording windows.
+    /// `stored_bytes` is the size of the array (for the storage cost).
+    pub fn wrap_store(
+        self: &Arc<Self>,
+        store: Arc<dyn Store>,
+        view: PhysicalView,
+        stored_bytes: u64,
+    ) -> Arc<dyn Store> {
+        let counting = Arc::new(CountingStore::new(store));
+        *self.counting.lock() = Some(Arc::clone(&counting));
+        *self.view.lock() = Some(view);
+        self.stored_bytes.store(stored_bytes, Ordering::Relaxed);
+        Arc::new(TappedStore { inner: counting, observer: Arc::clone(self) })
+    }
+
+    /// Prices the store traffic with `model` under the provider name `provider`.
+    pub fn set_cost_model(&self, provider: String, model: CostModel) {
+        *self.cost_model.lock() = Some((provider, model));
+    }
+
+    /// The store counts so far (zero if no store is wrapped).
+    pub fn store_counts(&self) -> Counts {
+        self.counting.lock().as_ref().map(|c| c.counts()).unwrap_or_default()
+    }
+
+    /// Records one answered S3 request.
+    pub fn s3(
+        &self,
+        operation: &'static str,
+        status: u16,
+        elapsed: Duration,
+        name: Option<String>,
+    ) {
+        self.s3_requests.get_or_create(&RequestLabels { operation, status }).inc();
+        self.s3_total.fetch_add(1, Ordering::Relaxed);
+        let secs = elapsed.as_secs_f64();
+        self.s3_latency.get_or_create(&OperationLabel { operation }).observe(secs);
+        {
+            let mut recent = self.recent_latencies.lock();
+            if recent.len() < 100_000 {
+                recent.push((secs * 1000.0) as f32);
+            }
+        }
+        if self.window_on.load(Ordering::Relaxed) {
+            let mut w = self.window.lock();
+            if let Some(w) = w.as_mut().filter(|w| w.open()) {
+                if w.requests.len() < WINDOW_REQUEST_CAP {
+                    let t_ms = w.t_ms();
+                    w.requests.push(RequestEvent {
+                        t_ms,
+                        operation,
+                        name: name.unwrap_or_default(),
+                        status,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Whether a recording window is open (callers skip work for it otherwise).
+    pub fn recording(&self) -> bool {
+        self.window_on.load(Ordering::Relaxed)
+    }
+
+    /// Counts request body bytes received.
+    pub fn s3_received(&self, bytes: u64) {
+        self.s3_in.inc_by(bytes);
+    }
+
+    /// Counts response body bytes sent.
+    pub fn s3_sent(&self, bytes: u64) {
+        self.s3_out.inc_by(bytes);
+    }
+
+    /// Records logical block accesses.
+    pub fn blocks(&self, blocks: impl Iterator<Item = u64>, write: bool, block_size: usize) {
+        let mut n = 0u64;
+        if self.window_on.load(Ordering::Relaxed) {
+            let mut w = self.window.lock();
+            if let Some(w) = w.as_mut().filter(|w| w.open()) {
+                for b in blocks {
+                    w.logical(b, write);
+                    n += 1;
+                }
+            } else {
+                n = blocks.count() as u64;
+            }
+        } else {
+            n = blocks.count() as u64;
+        }
+        let direction = if write { "written" } else { "read" };
+        self.block_bytes.get_or_create(&DirectionLabel { direction }).inc_by(n * block_size as u64);
+    }
+
+    /// Records one commit.
+    pub fn commit(&self, took: Duration) {
+        self.commits.inc();
+        self.commit_seconds.observe(took.as_secs_f64());
+    }
+
+    /// Counts an integrity error.
+    pub fn integrity_error(&self) {
+        self.integrity_errors.inc();
+    }
+
+    /// Marks the engine as refusing all work.
+    pub fn set_poisoned(&self) {
+        self.poisoned.set(1);
+    }
+
+    /// Whether the engine refuses all work.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.get() != 0
+    }
+
+    fn physical(&self, write: bool, cells: &[CellId]) {
+        if self.window_on.load(Ordering::Relaxed) {
+            let mut w = self.window.lock();
+            if let Some(w) = w.as_mut().filter(|w| w.open()) {
+                w.physical(write, cells);
+            }
+        }
+    }
+
+    /// Opens a recording window of `length` (at most [`WINDOW_MAX`]) over this observer's
+    /// store, replacing any earlier one. Errors if no store is wrapped.
+    pub fn start_window(&self, length: Duration, label: &str) -> Result<(), String> {
+        let view = (*self.view.lock()).ok_or("no store to watch")?;
+        self.start_window_with(view, length, label);
+        Ok(())
+    }
+
+    fn start_window_with(&self, view: PhysicalView, length: Duration, label: &str) {
+        let length = length.min(WINDOW_MAX).max(Duration::from_millis(100));
+        *self.window.lock() = Some(Window::new(view, length, label.to_owned()));
+        self.window_on.store(true, Ordering::Relaxed);
+    }
+
+    /// The current (or last) window.
+    pub fn window(&self) -> Option<WindowReport> {
+        let w = self.window.lock();
+        let report = w.as_ref().map(Window::report);
+        if report.as_ref().is_some_and(|r| !r.recording) {
+            self.window_on.store(false, Ordering::Relaxed);
+        }
+        report
+    }
+
+    /// Updates the gauges read at scrape time.
+    pub fn refresh(&self, engine: EngineGauges) {
+        self.stash.set(engine.stash as i64);
+        self.stash_max.set(engine.stash_max as i64);
+        self.subtree.set(engine.subtree as i64);
+        self.trusted.set(engine.trusted_bytes as i64);
+        self.resident.set(resident_bytes() as i64);
+        let counts = self.store_counts();
+        self.store_requests
+            .get_or_create(&KindLabel { kind: "read" })
+            .inner()
+            .store(counts.read_requests, Ordering::Relaxed);
+        self.store_requests
+            .get_or_create(&KindLabel { kind: "read_ranges" })
+            .inner()
+            .store(counts.range_requests, Ordering::Relaxed);
+        self.store_requests
+            .get_or_create(&KindLabel { kind: "write" })
+            .inner()
+            .store(counts.write_requests, Ordering::Relaxed);
+        self.store_requests
+            .get_or_create(&KindLabel { kind: "flush" })
+            .inner()
+            .store(counts.flushes, Ordering::Relaxed);
+        self.store_cells
+            .get_or_create(&KindLabel { kind: "read" })
+            .inner()
+            .store(counts.cells_read + counts.ranges_read, Ordering::Relaxed);
+        self.store_cells
+            .get_or_create(&KindLabel { kind: "write" })
+            .inner()
+            .store(counts.cells_written, Ordering::Relaxed);
+        self.store_bytes
+            .get_or_create(&DirectionLabel { direction: "down" })
+            .inner()
+            .store(counts.bytes_down(), Ordering::Relaxed);
+        self.store_bytes
+            .get_or_create(&DirectionLabel { direction: "up" })
+            .inner()
+            .store(counts.bytes_up(), Ordering::Relaxed);
+        // One guard at a time: a family's read guard held while another entry is created
+        // would deadlock.
+        let read = self.block_bytes.get_or_create_owned(&DirectionLabel { direction: "read" });
+        let written =
+            self.block_bytes.get_or_create_owned(&DirectionLabel { direction: "written" });
+        let logical = read.get() + written.get();
+        let store = counts.bytes_down() + counts.bytes_up();
+        self.blowup.set(if logical > 0 { store as f64 / logical as f64 } else { 0.0 });
+        if let Some((provider, model)) = self.cost_model.lock().as_ref() {
+            let (dollars, monthly) = model(&counts, self.stored_bytes.load(Ordering::Relaxed));
+            let label = ProviderLabel { provider: provider.clone() };
+            self.cost.get_or_create(&label).set(dollars);
+            self.storage_cost.get_or_create(&label).set(monthly);
+        }
+    }
+
+    /// The metrics in Prometheus text format (call [`Observer::refresh`] first).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Appends one second of history (called once a second by the admin listener).
+    pub fn sample(&self, engine: EngineGauges) {
+        self.refresh(engine);
+        let counts = self.store_counts();
+        let requests = self.s3_total.load(Ordering::Relaxed);
+        let s3_bytes = self.s3_in.get() + self.s3_out.get();
+        let store_bytes = counts.bytes_down() + counts.bytes_up();
+        let mut last = self.last.lock();
+        let (r0, s0, b0) = *last;
+        *last = (requests, s3_bytes, store_bytes);
+        drop(last);
+        let mut lat = std::mem::take(&mut *self.recent_latencies.lock());
+        lat.sort_by(f32::total_cmp);
+        let pct = |p: f64| -> f64 {
+            if lat.is_empty() {
+                0.0
+            } else {
+                f64::from(lat[((lat.len() - 1) as f64 * p).round() as usize])
+            }
+        };
+        let cost = self
+            .cost_model
+            .lock()
+            .as_ref()
+            .map(|(_, m)| m(&counts, self.stored_bytes.load(Ordering::Relaxed)).0)
+            .unwrap_or(0.0);
+        let point = HistoryPoint {
+            t: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            requests_per_s: requests.saturating_sub(r0) as f64,
+            s3_bytes_per_s: s3_bytes.saturating_sub(s0) as f64,
+            store_bytes_per_s: store_bytes.saturating_sub(b0) as f64,
+            p50_ms: pct(0.5),
+            p90_ms: pct(0.9),
+            p99_ms: pct(0.99),
+            blowup: self.blowup.get(),
+            stash: engine.stash,
+            cost_dollars: cost,
+            resident_bytes: resident_bytes(),
+        };
+        let mut h = self.history.lock();
+        if h.len() >= HISTORY_POINTS {
+            h.pop_front();
+        }
+        h.push_back(point);
+    }
+
+    /// The dashboard history, oldest first.
+    pub fn history(&self) -> Vec<HistoryPoint> {
+        self.history.lock().iter().cloned().collect()
+    }
+}
+
+/// The store beneath the tap, counted.
+type Counted = CountingStore<Arc<dyn Store>>;
+
+/// Resident memory of this process in bytes (0 where `/proc` is not available).
+pub fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map(|pages| pages * 4096)
+        .unwrap_or(0)
+}
+
+/// Feeds an [`Observer`]'s recording windows with every request to the store (the counting
+/// is done by the [`CountingStore`] beneath).
+#[derive(Debug)]
+pub struct TappedStore {
+    inner: Arc<Counted>,
+    observer: Arc<Observer>,
+}
+
+#[async_trait]
+impl Store for TappedStore {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+
+    async fn read(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        self.observer.physical(false, cells);
+        self.inner.read(cells).await
+    }
+
+    async fn read_ranges(&self, ranges: &[ByteRange]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        if self.observer.recording() {
+            let cells: Vec<CellId> = ranges.iter().map(|r| r.cell).collect();
+            self.observer.physical(false, &cells);
+        }
+        self.inner.read_ranges(ranges).await
+    }
+
+    async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
+        if self.observer.recording() {
+            let ids: Vec<CellId> = cells.iter().map(|c| c.0).collect();
+            self.observer.physical(true, &ids);
+        }
+        self.inner.write(cells).await
+    }
+
+    async fn flush(&self) -> blindfold_store::Result<()> {
+        self.inner.flush().await
+    }
+}
