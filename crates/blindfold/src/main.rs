@@ -9,6 +9,8 @@ use blindfold_crypto::{create_key_file, key_file_permissions_ok, load_key_file, 
 use blindfold_store::StoreUrl;
 use clap::{Args, Parser, Subcommand};
 
+mod config;
+
 /// blindfold keeps data in untrusted storage through Oblivious RAM: the store sees only
 /// uniformly random-looking, fixed-size, authenticated-encrypted requests.
 #[derive(Parser, Debug)]
@@ -17,6 +19,11 @@ struct Cli {
     /// Log filter (also RUST_LOG), e.g. `info`, `debug`, `blindfold_proxy=debug`.
     #[arg(long, global = true, default_value = "warn")]
     log: String,
+
+    /// Log line format on standard error: `text` (for people) or `json` (one JSON object per
+    /// line, for log collectors).
+    #[arg(long, global = true, default_value = "text", env = "BLINDFOLD_LOG_FORMAT")]
+    log_format: LogFormat,
 
     #[command(subcommand)]
     command: Command,
@@ -141,8 +148,23 @@ struct GatewayArgs {
     passphrase: bool,
 }
 
+/// Format of log lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
 #[derive(Args, Debug)]
 struct ServeArgs {
+    /// Read settings from a TOML file: each key is a long flag of `blindfold serve` without
+    /// its dashes (`data-dir = "/var/lib/blindfold"`, `admin-listen = "127.0.0.1:9101"`,
+    /// `in-place = true`). Flags and environment variables given as well override it.
+    /// `docs/blindfold.example.toml` lists every key.
+    #[arg(long, env = "BLINDFOLD_CONFIG")]
+    config: Option<PathBuf>,
     #[command(flatten)]
     gateway: GatewayArgs,
     /// Address to listen on: `host:port` (a name or an IP address) or a bare port (on
@@ -188,6 +210,23 @@ struct ServeArgs {
     /// default keeps two slots per cell and logs only which cells moved). Fixed at creation.
     #[arg(long)]
     in_place: bool,
+    /// Also serve the admin listener on this address: Prometheus `/metrics`, `/healthz`,
+    /// `/readyz`, the dashboard (`/`) and the access-pattern visualizer (`/visualizer`).
+    /// Everything but the probes needs the S3 keys (HTTP Basic) or --admin-token. Off by
+    /// default; keep it on a private address.
+    #[arg(long, env = "BLINDFOLD_ADMIN_LISTEN", value_parser = parse_listen)]
+    admin_listen: Option<std::net::SocketAddr>,
+    /// A token that also opens the admin listener (`Authorization: Bearer TOKEN`), so a
+    /// Prometheus server need not hold the S3 secret.
+    #[arg(long, env = "BLINDFOLD_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Price table entry for the cost metrics: aws-s3, gcs, azure-blob, ibm-cos,
+    /// backblaze-b2 or cloudflare-r2 (see docs/cost.md), or an id from --prices.
+    #[arg(long, default_value = "aws-s3")]
+    price_provider: String,
+    /// Override the built-in prices (JSON or TOML, as for `bench gateway --prices`).
+    #[arg(long)]
+    prices: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -741,6 +780,30 @@ async fn serve(a: ServeArgs) -> Result<()> {
             cfg.data_dir.join("credentials.json").display()
         );
     }
+    if let Some(admin_addr) = a.admin_listen {
+        let model = cost_model(&a.price_provider, a.prices.as_deref())?;
+        opened.observer.set_cost_model(a.price_provider.clone(), model);
+        let admin = tokio::net::TcpListener::bind(admin_addr).await.with_context(|| {
+            format!("--admin-listen {admin_addr}: cannot listen there (in use, or not ours)")
+        })?;
+        let admin_addr = admin.local_addr()?;
+        let auth = blindfold_gateway::admin::AdminAuth {
+            credentials: opened.credentials.clone(),
+            token: a.admin_token.clone(),
+        };
+        let state = blindfold_gateway::admin::AdminState::new(
+            &opened,
+            auth,
+            Some(a.price_provider.clone()),
+        );
+        tokio::spawn(blindfold_gateway::admin::serve(admin, state));
+        println!(
+            "  admin: http://{admin_addr}/ (dashboard, /visualizer, /metrics; log in with the S3 \
+             keys{})",
+            if a.admin_token.is_some() { " or the admin token" } else { "" }
+        );
+        tracing::info!(address = %admin_addr, "admin listener started");
+    }
     let mut stopped = opened.stopped.clone();
     let shutdown = async move {
         let ctrl_c = tokio::signal::ctrl_c();
@@ -768,6 +831,31 @@ async fn serve(a: ServeArgs) -> Result<()> {
     let now = time::OffsetDateTime::now_utc().to_string();
     let _ = std::fs::write(data_dir.join(CLEAN_STOP_FILE), now + "\n");
     Ok(())
+}
+
+/// The cost metrics' price model: dollars of requests and transfer for store counts, and
+/// dollars per month of storage, at one provider's list prices.
+fn cost_model(
+    provider: &str,
+    prices: Option<&std::path::Path>,
+) -> Result<blindfold_gateway::observe::CostModel> {
+    use blindfold_bench::cost::{PriceTable, Usage};
+    let table = match prices {
+        Some(path) => PriceTable::load(path)?,
+        None => PriceTable::builtin(),
+    };
+    let Some(p) = table.providers.iter().find(|p| p.id == provider).cloned() else {
+        let ids: Vec<&str> = table.providers.iter().map(|p| p.id.as_str()).collect();
+        bail!(
+            "--price-provider {provider:?} is not in the price table (it has {})",
+            ids.join(", ")
+        );
+    };
+    Ok(std::sync::Arc::new(move |counts: &blindfold_store::Counts, stored: u64| {
+        let usage = Usage::from_counts(counts, 1, stored);
+        let (requests, transfer) = usage.dollars_per_op(&p);
+        (requests + transfer, usage.storage_per_month(&p))
+    }))
 }
 
 fn status(a: StatusArgs) -> Result<()> {
@@ -1037,7 +1125,14 @@ async fn bench_concurrency(args: ConcurrencyArgs) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
+    let args = match config::apply_config_file(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("blindfold: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     // `s3s` logs every refused request at ERROR under `s3s::ops`; the gateway logs each one
     // itself, once, at the level it deserves, so that target is off unless asked for.
     let directives =
@@ -1047,11 +1142,19 @@ fn main() -> Result<()> {
         .context("invalid --log filter")?;
     // Colour codes only where a person reads them, not in a log file.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .init();
+    match cli.log_format {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_current_span(false)
+            .init(),
+    }
     match cli.command {
         Command::Serve(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
