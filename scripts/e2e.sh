@@ -2,19 +2,23 @@
 # End-to-end tests: real S3 clients against a live `blindfold serve`.
 #
 #   aws CLI, a boto3 script (tests/e2e/boto3_check.py), rclone, restic, s3cmd, git through
-#   git-remote-s3, then a crash loop (tests/e2e/crash_loop.py) that kill -9s the server under
-#   concurrent writes and checks every acknowledged write.
+#   git-remote-s3, then the admin listener under load (tests/e2e/soak.py: 256 concurrent boto3
+#   clients, beside tests/browser/check.mjs: headless Chromium on the dashboard and visualizer),
+#   then a crash loop (tests/e2e/crash_loop.py) that kill -9s the server under concurrent writes
+#   and checks every acknowledged write.
 #
 # Installs the clients it needs when missing (apt: rclone restic s3cmd git curl; pip: awscli boto3
 # git-remote-s3, into a virtualenv under the cargo target dir if the system Python is managed by
-# apt), builds the `blindfold` binary (debug profile; honours CARGO_TARGET_DIR), starts it on a
+# apt; chromium, nodejs and npm for the browser checks, and `npm ci` in tests/browser), builds the `blindfold` binary (debug profile; honours CARGO_TARGET_DIR), starts it on a
 # free 127.0.0.1 port with a fresh data directory, and prints one line per check (`ok - name` or
 # `FAIL - name: reason`) and a closing `N passed, M failed`. Exits non-zero if any check failed.
 # Servers are killed and the work directory (under $TMPDIR or /tmp) removed on any exit.
 #
 # Knobs (environment): BLINDFOLD_BIN (use this binary, skip the build), E2E_KEEP=1 (keep the
-# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git crash" (run a subset),
-# E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE (see finish below).
+# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git observe crash" (run a
+# subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
+# <target>/browser-artefacts), E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE
+# (see finish below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -45,7 +49,24 @@ command -v python3 >/dev/null || apt_need+=(python3)
 for tool in rclone restic s3cmd git curl; do
   command -v "$tool" >/dev/null || apt_need+=("$tool")
 done
+if only observe; then
+  CHROMIUM=${CHROMIUM:-}
+  if [[ -z $CHROMIUM ]]; then
+    for c in chromium chromium-browser google-chrome; do
+      command -v "$c" >/dev/null && { CHROMIUM=$(command -v "$c"); break; }
+    done
+  fi
+  [[ -n $CHROMIUM ]] || apt_need+=(chromium)
+  command -v node >/dev/null || apt_need+=(nodejs)
+  command -v npm >/dev/null || apt_need+=(npm)
+fi
 if ((${#apt_need[@]})); then apt_install "${apt_need[@]}" ca-certificates; fi
+if only observe; then
+  [[ -n $CHROMIUM ]] || CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
+  export CHROMIUM
+  # playwright-core only (no browser download): it drives the system's Chromium.
+  (cd tests/browser && npm ci --silent --no-audit --no-fund) || echo "npm ci failed in tests/browser"
+fi
 
 # Console scripts pip installs land next to the interpreter (pyenv shims may not know them yet).
 PY_SCRIPTS=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
@@ -73,10 +94,11 @@ if ((${#pip_need[@]})); then
   hash -r
 fi
 
-for tool in aws s3cmd git-remote-s3 rclone restic git curl; do
+for tool in aws s3cmd git-remote-s3 rclone restic git curl node; do
   printf '  %-14s %s\n' "$tool" "$(command -v "$tool" || echo MISSING)"
 done
 printf '  %-14s %s\n' boto3 "$(python3 -c 'import boto3; print(boto3.__version__)' 2>&1)"
+only observe && printf '  %-14s %s\n' chromium "${CHROMIUM:-MISSING}"
 
 # The counts: a closing `N passed, M failed`, or with E2E_COUNTS_FILE set (scripts/test.sh,
 # which prints one closing line for everything) "N M" in that file and a line of another form.
@@ -110,6 +132,9 @@ echo "  binary: $BIN"
 
 # ---------------------------------------------------------------------------------------------
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/blindfold-e2e.XXXXXX")
+ART_TARGET=${CARGO_TARGET_DIR:-target}
+[[ $ART_TARGET == /* ]] || ART_TARGET=$ROOT/$ART_TARGET
+ARTEFACTS=${E2E_ARTEFACTS:-$ART_TARGET/browser-artefacts}
 SERVER_PID=
 cleanup() {
   if [[ -n $SERVER_PID ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -214,16 +239,20 @@ run_checks() {
 # ---------------------------------------------------------------------------------------------
 # The server.
 ENDPOINT=
+ADMIN=
 start_server() { # data-dir
   : >"$WORK/server.out"
   "$BIN" serve --data-dir "$1" --capacity "$CAPACITY" --listen 127.0.0.1:0 \
+    --admin-listen 127.0.0.1:0 \
     --access-key "$AK" --secret-key "$SK" >"$WORK/server.out" 2>>"$WORK/server.err" &
   SERVER_PID=$!
   local i
   for ((i = 0; i < 1200; i++)); do
     # The banner: "blindfold <version> serving S3 at http://host:port".
     ENDPOINT=$(sed -n 's/^blindfold .*serving S3 at \(http:[^ ]*\).*/\1/p' "$WORK/server.out")
-    [[ -n $ENDPOINT ]] && return 0
+    # and "  admin: http://host:port/ (dashboard, …)".
+    ADMIN=$(sed -n 's/^  admin: \(http:[^ ]*\)\/ .*/\1/p' "$WORK/server.out")
+    [[ -n $ENDPOINT && -n $ADMIN ]] && return 0
     kill -0 "$SERVER_PID" 2>/dev/null || break
     sleep 0.05
   done
@@ -582,6 +611,18 @@ git_push_pull() {
 }
 
 # =============================================================================================
+# The admin listener: probes answer anyone, everything else wants the S3 keys.
+admin_probes() {
+  curl -fsS "$ADMIN/healthz" | grep -q ok || die "/healthz did not answer ok"
+  local code
+  code=$(curl -s -o /dev/null -w '%{http_code}' "$ADMIN/metrics")
+  [[ $code == 401 ]] || die "/metrics without credentials got HTTP $code, expected 401"
+  curl -fsS -u "$AK:$SK" "$ADMIN/metrics" >"$WORK/metrics.txt"
+  grep -q '^blindfold_s3_requests_total' "$WORK/metrics.txt" || die "no blindfold_s3_requests_total in /metrics"
+  grep -q '^blindfold_store_requests_total' "$WORK/metrics.txt" || die "no blindfold_store_requests_total in /metrics"
+}
+
+# =============================================================================================
 # After the clients: a clean stop (in this shell: the server is its child), then verify.
 STOP_STATUS=
 server_stopped_cleanly() {
@@ -639,6 +680,27 @@ else
     step "e2e: git-remote-s3"
     check "git: push to s3://, clone" git_push_clone
     check "git: push a commit, pull in the clone" git_push_pull
+  fi
+  if only observe; then
+    step "e2e: admin listener under load (soak + browser)"
+    echo "  admin: $ADMIN"
+    check "admin: /healthz open, /metrics refused without credentials" admin_probes
+    # The soak runs in the background; the browser checks run against the loaded gateway.
+    python3 "$ROOT/tests/e2e/soak.py" --endpoint "$ENDPOINT" --admin "$ADMIN" \
+      --access-key "$AK" --secret-key "$SK" --clients "${E2E_SOAK_CLIENTS:-256}" \
+      --seconds "${E2E_SOAK_SECONDS:-45}" --max-rss-mib 2048 >"$WORK/soak.out" 2>&1 &
+    SOAK_PID=$!
+    sleep 3
+    run_checks browser timeout -k 10 600 node "$ROOT/tests/browser/check.mjs" --admin "$ADMIN" \
+      --user "$AK" --password "$SK" --out "$ARTEFACTS" --chromium "${CHROMIUM:-/usr/bin/chromium}"
+    echo "  browser screenshots: $ARTEFACTS"
+    wait "$SOAK_PID"
+    SOAK_RC=$?
+    run_checks soak cat "$WORK/soak.out"
+    if ((SOAK_RC != 0)) && ! grep -q '^FAIL - ' "$WORK/soak.out"; then
+      echo "FAIL - soak: exited with status $SOAK_RC without reporting a failed check"
+      FAILED=$((FAILED + 1))
+    fi
   fi
   step "e2e: stop and verify"
   stop_server >"$WORK/stop.log" 2>&1

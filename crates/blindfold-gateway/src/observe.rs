@@ -897,3 +897,132 @@ impl Store for TappedStore {
         self.inner.flush().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blindfold_store::MemoryStore;
+
+    #[test]
+    fn uniformity_tells_uniform_from_skewed() {
+        let flat = uniformity(&[100; 32]);
+        assert_eq!(flat.samples, 3200);
+        assert_eq!(flat.chi_square, 0.0);
+        assert!(flat.p_value.unwrap() > 0.99, "{flat:?}");
+        let mut skewed = vec![100u64; 32];
+        skewed[3] = 400;
+        let skewed = uniformity(&skewed);
+        assert!(skewed.p_value.unwrap() < 1e-9, "{skewed:?}");
+        // Under 5 expected per bin the test means nothing and says so.
+        assert_eq!(uniformity(&[1; 32]).p_value, None);
+        assert_eq!(uniformity(&[]).p_value, None);
+    }
+
+    #[test]
+    fn tree_view_maps_leaf_cells_of_either_copy_to_leaves() {
+        // A tree of 4 leaves: 7 buckets in heap order, leaves at cells 3..7; a second copy
+        // after them.
+        let v = PhysicalView::Tree { copy_cells: 7, leaves: 4 };
+        assert_eq!(v.targets(), 4);
+        assert_eq!(v.target_of(CellId(0)), None);
+        assert_eq!(v.target_of(CellId(2)), None);
+        assert_eq!(v.target_of(CellId(3)), Some(0));
+        assert_eq!(v.target_of(CellId(6)), Some(3));
+        assert_eq!(v.target_of(CellId(7 + 4)), Some(1));
+        let flat = PhysicalView::Flat { cells: 10 };
+        assert_eq!(flat.target_of(CellId(9)), Some(9));
+        assert_eq!(flat.target_of(CellId(10)), None);
+    }
+
+    fn flat_store(observer: &Arc<Observer>, cells: u64) -> Arc<dyn Store> {
+        let geometry = Geometry::new(cells, 64).unwrap();
+        let raw: Arc<dyn Store> = Arc::new(MemoryStore::new(geometry));
+        observer.wrap_store(raw, PhysicalView::Flat { cells }, geometry.total_bytes())
+    }
+
+    #[tokio::test]
+    async fn a_window_records_only_while_open_and_bins_reads() {
+        let observer = Arc::new(Observer::new());
+        let store = flat_store(&observer, 64);
+        // Before any window: counted, not recorded.
+        store.read(&[CellId(1)]).await.unwrap();
+        assert!(observer.window().is_none());
+        observer.start_window(Duration::from_millis(300), "t").unwrap();
+        for c in 0..64 {
+            store.read(&[CellId(c)]).await.unwrap();
+        }
+        store.read(&[CellId(0)]).await.unwrap();
+        store.write(vec![(CellId(5), vec![0; 64])]).await.unwrap();
+        let r = observer.window().unwrap();
+        assert!(r.recording);
+        assert_eq!(r.physical.len(), 66);
+        assert_eq!(r.physical.iter().filter(|e| e.write).count(), 1);
+        // 64 cells in 32 bins: two reads per bin, one more in bin 0; writes are not binned.
+        assert_eq!(r.histogram[0], 3);
+        assert!(r.histogram[1..].iter().all(|&c| c == 2), "{:?}", r.histogram);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        store.read(&[CellId(7)]).await.unwrap();
+        let r = observer.window().unwrap();
+        assert!(!r.recording);
+        assert_eq!(r.physical.len(), 66, "recorded after the window closed");
+        assert!(!observer.recording());
+        // The counts beneath saw everything.
+        let counts = observer.store_counts();
+        assert_eq!(counts.read_requests, 67);
+        assert_eq!(counts.write_requests, 1);
+    }
+
+    #[tokio::test]
+    async fn metrics_carry_operations_and_never_names() {
+        let mut observer = Observer::new();
+        observer.set_info("path", "two slots per cell", 4096);
+        let observer = Arc::new(observer);
+        let store = flat_store(&observer, 8);
+        observer.start_window(Duration::from_secs(5), "t").unwrap();
+        let secret = "payroll-bucket/2026/salaries.xlsx";
+        observer.s3("PutObject", 200, Duration::from_millis(3), Some(secret.into()));
+        observer.s3("GetObject", 404, Duration::from_millis(1), Some(secret.into()));
+        observer.s3_received(1000);
+        observer.blocks([1u64, 2].into_iter(), true, 4096);
+        observer.commit(Duration::from_millis(2));
+        store.read(&[CellId(1), CellId(2)]).await.unwrap();
+        observer.refresh(EngineGauges { stash: 3, stash_max: 9, ..Default::default() });
+        let text = observer.encode();
+        for needle in [
+            "blindfold_s3_requests_total{operation=\"PutObject\",status=\"200\"} 1",
+            "blindfold_s3_requests_total{operation=\"GetObject\",status=\"404\"} 1",
+            "blindfold_s3_received_bytes_total 1000",
+            "blindfold_block_bytes_total{direction=\"written\"} 8192",
+            "blindfold_store_requests_total{kind=\"read\"} 1",
+            "blindfold_store_cells_total{kind=\"read\"} 2",
+            "blindfold_commits_total 1",
+            "blindfold_stash_blocks 3",
+            "blindfold_stash_blocks_max 9",
+            "blindfold_info{version=",
+            "engine=\"path\"",
+            "blindfold_s3_request_duration_seconds_bucket{le=",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from\n{text}");
+        }
+        for word in ["payroll", "salaries", "2026"] {
+            assert!(!text.contains(word), "{word:?} leaked into the metrics");
+        }
+        // The names are in the window, which only the operator starts.
+        let w = observer.window().unwrap();
+        assert_eq!(w.requests.len(), 2);
+        assert_eq!(w.requests[0].name, secret);
+    }
+
+    #[test]
+    fn history_keeps_the_last_points_only() {
+        let observer = Observer::new();
+        for _ in 0..HISTORY_POINTS + 5 {
+            observer.s3("GetObject", 200, Duration::from_millis(10), None);
+            observer.sample(EngineGauges::default());
+        }
+        let h = observer.history();
+        assert_eq!(h.len(), HISTORY_POINTS);
+        assert_eq!(h.last().unwrap().requests_per_s, 1.0);
+        assert!((h.last().unwrap().p50_ms - 10.0).abs() < 0.5);
+    }
+}

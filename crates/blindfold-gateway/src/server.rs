@@ -1623,6 +1623,44 @@ mod tests {
     }
 
     #[test]
+    fn s3_operations_are_named_from_method_path_and_query() {
+        let copy = [("x-amz-copy-source", "/b/src")];
+        for (method, headers, uri, want) in [
+            ("GET", &[][..], "/", "ListBuckets"),
+            ("PUT", &[][..], "/b", "CreateBucket"),
+            ("HEAD", &[][..], "/b", "HeadBucket"),
+            ("DELETE", &[][..], "/b", "DeleteBucket"),
+            ("GET", &[][..], "/b?list-type=2&prefix=x", "ListObjectsV2"),
+            ("GET", &[][..], "/b?prefix=x", "ListObjects"),
+            ("GET", &[][..], "/b?location", "GetBucketLocation"),
+            ("GET", &[][..], "/b?uploads", "ListMultipartUploads"),
+            ("POST", &[][..], "/b?delete", "DeleteObjects"),
+            ("GET", &[][..], "/b/k/with/slashes", "GetObject"),
+            ("GET", &[][..], "/b/k?versionId=null", "GetObject"),
+            ("GET", &[][..], "/b/k?tagging", "OtherObject"),
+            ("HEAD", &[][..], "/b/k", "HeadObject"),
+            ("PUT", &[][..], "/b/k", "PutObject"),
+            ("PUT", &copy[..], "/b/k", "CopyObject"),
+            ("PUT", &[][..], "/b/k?partNumber=2&uploadId=u", "UploadPart"),
+            ("PUT", &copy[..], "/b/k?partNumber=2&uploadId=u", "UploadPartCopy"),
+            ("POST", &[][..], "/b/k?uploads", "CreateMultipartUpload"),
+            ("POST", &[][..], "/b/k?uploadId=u", "CompleteMultipartUpload"),
+            ("GET", &[][..], "/b/k?uploadId=u", "ListParts"),
+            ("DELETE", &[][..], "/b/k?uploadId=u", "AbortMultipartUpload"),
+            ("DELETE", &[][..], "/b/k", "DeleteObject"),
+            ("PATCH", &[][..], "/", "Other"),
+        ] {
+            assert_eq!(s3_operation(&req(method, headers, uri)), want, "{method} {uri}");
+        }
+    }
+
+    #[test]
+    fn object_names_for_windows_are_decoded_and_bounded() {
+        assert_eq!(object_name("/b/a%20b/%C3%A9"), "b/a b/é");
+        assert_eq!(object_name(&format!("/b/{}", "x".repeat(1000))).chars().count(), 256);
+    }
+
+    #[test]
     fn what_s3s_would_check_as_sigv2_is_refused() {
         let v2 = |r: &hyper::Request<()>| refusal(r).is_some_and(|m| m.contains("Version 2"));
         assert!(v2(&get(Some("AWS AKID:c2lnbmF0dXJl"), "/b/k")));

@@ -9,6 +9,8 @@ use tokio::net::TcpStream;
 
 struct Running {
     addr: std::net::SocketAddr,
+    /// The admin listener (S3 keys, or the token "admin-test-token").
+    admin: std::net::SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
@@ -34,6 +36,14 @@ impl Running {
         let opened = server::open(&cfg).await.unwrap();
         let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin = admin_listener.local_addr().unwrap();
+        let auth = blindfold_gateway::admin::AdminAuth {
+            credentials: cfg.credentials.clone().unwrap(),
+            token: Some("admin-test-token".into()),
+        };
+        let state = blindfold_gateway::admin::AdminState::new(&opened, auth, None);
+        tokio::spawn(blindfold_gateway::admin::serve(admin_listener, state));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             server::run(opened, listener, async {
@@ -42,7 +52,7 @@ impl Running {
             .await
             .unwrap();
         });
-        Self { addr, stop: Some(tx), task, _dir: dir }
+        Self { addr, admin, stop: Some(tx), task, _dir: dir }
     }
 
     async fn stop(mut self) {
@@ -311,4 +321,171 @@ async fn a_chunked_body_without_a_length_is_stored() {
     assert!(head.starts_with("http/1.1 200"), "{head}{body}");
     assert_eq!(body, "abcdefg");
     g.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The admin listener.
+
+/// One request to the admin listener; returns the status line, the head and the body.
+async fn admin_exchange(g: &Running, method: &str, path: &str, headers: &str) -> (String, String) {
+    let mut sock = TcpStream::connect(g.admin).await.unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\n{headers}Content-Length: 0\r\n\
+         Connection: close\r\n\r\n"
+    );
+    sock.write_all(req.as_bytes()).await.unwrap();
+    let (head, body) = response(&mut sock).await;
+    (head, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    let b = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Authorization: Basic {b}\r\n")
+}
+
+fn keys() -> String {
+    basic("AKIDHTTPTEST", "http-test-secret")
+}
+
+#[tokio::test]
+async fn admin_probes_are_open_and_everything_else_wants_credentials() {
+    let g = Running::start().await;
+    let (head, body) = admin_exchange(&g, "GET", "/healthz", "").await;
+    assert!(head.starts_with("http/1.1 200") && body == "ok\n", "{head}{body}");
+    let (head, body) = admin_exchange(&g, "GET", "/readyz", "").await;
+    assert!(head.starts_with("http/1.1 200") && body == "ready\n", "{head}{body}");
+    for path in ["/metrics", "/", "/visualizer", "/api/summary", "/api/window", "/assets/app.js"] {
+        for auth in [
+            String::new(),
+            basic("AKIDHTTPTEST", "wrong-secret"),
+            basic("AKIDHTTPTEST", "http-test-secreT"),
+            basic("someone", "http-test-secret"),
+            "Authorization: Bearer admin-test-tokeN\r\n".into(),
+            "Authorization: Bearer http-test-secret\r\n".into(),
+            "Authorization: Basic !!!\r\n".into(),
+            "Authorization: Digest x\r\n".into(),
+        ] {
+            let (head, body) = admin_exchange(&g, "GET", path, &auth).await;
+            assert!(head.starts_with("http/1.1 401"), "{path} with {auth:?}: {head}");
+            assert!(head.contains("www-authenticate: basic"), "{head}");
+            assert!(!body.contains("blindfold_"), "{path}: {body}");
+        }
+    }
+    for auth in [
+        keys(),
+        "Authorization: Bearer admin-test-token\r\n".into(),
+        basic("anyone", "admin-test-token"),
+    ] {
+        let (head, body) = admin_exchange(&g, "GET", "/metrics", &auth).await;
+        assert!(head.starts_with("http/1.1 200"), "{auth:?}: {head}{body}");
+        assert!(body.contains("blindfold_info{"), "{body}");
+    }
+    g.stop().await;
+}
+
+#[tokio::test]
+async fn admin_posts_need_the_header_and_sane_parameters() {
+    let g = Running::start().await;
+    let (head, body) = admin_exchange(&g, "POST", "/api/window?seconds=5", &keys()).await;
+    assert!(head.starts_with("http/1.1 403"), "{head}");
+    assert!(body.contains("X-Blindfold-Admin: 1"), "{body}");
+    let with = format!("{}X-Blindfold-Admin: 1\r\n", keys());
+    for bad in ["/api/window?seconds=abc", "/api/window?seconds=100000", "/api/demo?oram=maybe"] {
+        let (head, body) = admin_exchange(&g, "POST", bad, &with).await;
+        assert!(head.starts_with("http/1.1 400"), "{bad}: {head}{body}");
+    }
+    let (head, body) = admin_exchange(&g, "POST", "/api/window?seconds=5", &with).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}{body}");
+    assert!(body.contains("\"recording\":true"), "{body}");
+    let (head, _) = admin_exchange(&g, "GET", "/nothing-here", &keys()).await;
+    assert!(head.starts_with("http/1.1 404"), "{head}");
+    g.stop().await;
+}
+
+/// S3 traffic shows in the metrics by operation and status, and bucket and object names never
+/// do; a recording window the operator opened holds the names.
+#[tokio::test]
+async fn metrics_count_s3_traffic_without_names() {
+    let g = Running::start().await;
+    let with = format!("{}X-Blindfold-Admin: 1\r\n", keys());
+    let (head, _) = admin_exchange(&g, "POST", "/api/window?seconds=30", &with).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let (head, body) =
+        exchange(&g, format!("{}\r\n", signed("PUT", "/payroll", "")).as_bytes()).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}{body}");
+    let put = signed("PUT", "/payroll/salaries.xlsx", "Content-Length: 5000\r\n");
+    let mut req = format!("{put}\r\n").into_bytes();
+    req.extend(std::iter::repeat_n(b'x', 5000));
+    let (head, body) = exchange(&g, &req).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}{body}");
+    let (head, body) =
+        exchange(&g, format!("{}\r\n", signed("GET", "/payroll/salaries.xlsx", "")).as_bytes())
+            .await;
+    assert!(head.starts_with("http/1.1 200") && body.len() == 5000, "{head}");
+    let (head, _) =
+        exchange(&g, format!("{}\r\n", signed("GET", "/payroll/missing", "")).as_bytes()).await;
+    assert!(head.starts_with("http/1.1 404"), "{head}");
+
+    let (_, metrics) = admin_exchange(&g, "GET", "/metrics", &keys()).await;
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("{series} missing from\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        value("blindfold_s3_requests_total{operation=\"CreateBucket\",status=\"200\"}"),
+        1.0
+    );
+    assert_eq!(value("blindfold_s3_requests_total{operation=\"PutObject\",status=\"200\"}"), 1.0);
+    assert_eq!(value("blindfold_s3_requests_total{operation=\"GetObject\",status=\"200\"}"), 1.0);
+    assert_eq!(value("blindfold_s3_requests_total{operation=\"GetObject\",status=\"404\"}"), 1.0);
+    assert!(value("blindfold_s3_received_bytes_total") >= 5000.0);
+    assert!(value("blindfold_s3_sent_bytes_total") >= 5000.0);
+    assert!(value("blindfold_store_requests_total{kind=\"write\"}") > 0.0);
+    assert!(value("blindfold_block_bytes_total{direction=\"written\"}") >= 5000.0);
+    assert!(value("blindfold_commits_total") >= 1.0);
+    assert!(value("blindfold_bandwidth_blowup") > 1.0);
+    assert!(value("blindfold_process_resident_bytes") > 0.0);
+    assert_eq!(value("blindfold_engine_poisoned"), 0.0);
+    for word in ["payroll", "salaries", "xlsx", "missing"] {
+        assert!(!metrics.contains(word), "{word:?} is in the metrics");
+    }
+    // The summary says what the engine is, and carries no names either.
+    let (_, summary) = admin_exchange(&g, "GET", "/api/summary", &keys()).await;
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    assert_eq!(summary["block_size"], 4096);
+    assert!(!summary.to_string().contains("payroll"));
+    // The window has the names (and the store's view of the same time).
+    let (_, window) = admin_exchange(&g, "GET", "/api/window", &keys()).await;
+    let window: serde_json::Value = serde_json::from_str(&window).unwrap();
+    let names: Vec<&str> =
+        window["requests"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+    assert!(names.contains(&"payroll/salaries.xlsx"), "{names:?}");
+    assert!(!window["physical"].as_array().unwrap().is_empty());
+    assert!(!window["logical"].as_array().unwrap().is_empty());
+    g.stop().await;
+}
+
+/// The visualizer's demo: the same skewed workload through Path ORAM looks uniform to the
+/// store, and without it does not.
+#[tokio::test]
+async fn the_demo_shows_uniform_targets_with_oram_and_skew_without() {
+    use blindfold_gateway::admin::start_demo;
+    let on = start_demo(true, Duration::from_secs(4)).unwrap();
+    let off = start_demo(false, Duration::from_secs(4)).unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let on = on.window().unwrap();
+    let off = off.window().unwrap();
+    assert!(!on.recording && !off.recording);
+    let p_on = on.uniformity.p_value.expect("enough samples with ORAM");
+    let p_off = off.uniformity.p_value.expect("enough samples without ORAM");
+    // With ORAM the test may reject by chance with probability 1e-4; without, the Zipf skew
+    // gives p far below 1e-6 at these sample counts.
+    assert!(p_on > 1e-4, "ORAM looked skewed: {:?} {:?}", on.uniformity, on.histogram);
+    assert!(p_off < 1e-6, "no ORAM looked uniform: {:?} {:?}", off.uniformity, off.histogram);
 }
