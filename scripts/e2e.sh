@@ -618,7 +618,7 @@ admin_probes() {
   code=$(curl -s -o /dev/null -w '%{http_code}' "$ADMIN/metrics")
   [[ $code == 401 ]] || die "/metrics without credentials got HTTP $code, expected 401"
   curl -fsS -u "$AK:$SK" "$ADMIN/metrics" >"$WORK/metrics.txt"
-  grep -q '^blindfold_s3_requests_total' "$WORK/metrics.txt" || die "no blindfold_s3_requests_total in /metrics"
+  grep -q '^blindfold_info{' "$WORK/metrics.txt" || die "no blindfold_info in /metrics"
   grep -q '^blindfold_store_requests_total' "$WORK/metrics.txt" || die "no blindfold_store_requests_total in /metrics"
 }
 
@@ -688,7 +688,7 @@ else
     # The soak runs in the background; the browser checks run against the loaded gateway.
     python3 "$ROOT/tests/e2e/soak.py" --endpoint "$ENDPOINT" --admin "$ADMIN" \
       --access-key "$AK" --secret-key "$SK" --clients "${E2E_SOAK_CLIENTS:-256}" \
-      --seconds "${E2E_SOAK_SECONDS:-45}" --max-rss-mib 2048 >"$WORK/soak.out" 2>&1 &
+      --seconds "${E2E_SOAK_SECONDS:-45}" --max-rss-mib 2048 >"$WORK/soak-run.out" 2>&1 &
     SOAK_PID=$!
     sleep 3
     run_checks browser timeout -k 10 600 node "$ROOT/tests/browser/check.mjs" --admin "$ADMIN" \
@@ -696,8 +696,8 @@ else
     echo "  browser screenshots: $ARTEFACTS"
     wait "$SOAK_PID"
     SOAK_RC=$?
-    run_checks soak cat "$WORK/soak.out"
-    if ((SOAK_RC != 0)) && ! grep -q '^FAIL - ' "$WORK/soak.out"; then
+    run_checks soak cat "$WORK/soak-run.out"
+    if ((SOAK_RC != 0)) && ! grep -q '^FAIL - ' "$WORK/soak-run.out"; then
       echo "FAIL - soak: exited with status $SOAK_RC without reporting a failed check"
       FAILED=$((FAILED + 1))
     fi
