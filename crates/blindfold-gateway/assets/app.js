@@ -35,6 +35,8 @@ function lineChart(canvas, xs, series, opts) {
   for (const s of series) for (const v of s.values) if (isFinite(v) && v > max) max = v;
   if (max <= 0) max = 1;
   max *= 1.1;
+  // Whole-number series (digits 0): whole-number grid lines.
+  if (opts && opts.digits === 0) max = Math.max(4, Math.ceil(max / 4) * 4);
   ctx.strokeStyle = "#d9dee5"; ctx.fillStyle = "#5d6b7c"; ctx.lineWidth = 1;
   for (let i = 0; i <= 4; i++) {
     const y = T + (H - T - B) * (1 - i / 4);
