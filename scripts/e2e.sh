@@ -15,7 +15,7 @@
 # Servers are killed and the work directory (under $TMPDIR or /tmp) removed on any exit.
 #
 # Knobs (environment): BLINDFOLD_BIN (use this binary, skip the build), E2E_KEEP=1 (keep the
-# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git observe crash" (run a
+# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git observe tls crash" (run a
 # subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
 # <target>/browser-artefacts), E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE
 # (see finish below).
@@ -49,6 +49,7 @@ command -v python3 >/dev/null || apt_need+=(python3)
 for tool in rclone restic s3cmd git curl; do
   command -v "$tool" >/dev/null || apt_need+=("$tool")
 done
+only tls && ! command -v openssl >/dev/null && apt_need+=(openssl)
 if only observe; then
   CHROMIUM=${CHROMIUM:-}
   if [[ -z $CHROMIUM ]]; then
@@ -240,18 +241,20 @@ run_checks() {
 # The server.
 ENDPOINT=
 ADMIN=
-start_server() { # data-dir
+start_server() { # data-dir [more serve flags…]
+  local data=$1
+  shift
   : >"$WORK/server.out"
-  "$BIN" serve --data-dir "$1" --capacity "$CAPACITY" --listen 127.0.0.1:0 \
-    --admin-listen 127.0.0.1:0 \
+  "$BIN" serve --data-dir "$data" --capacity "$CAPACITY" --listen 127.0.0.1:0 \
+    --admin-listen 127.0.0.1:0 "$@" \
     --access-key "$AK" --secret-key "$SK" >"$WORK/server.out" 2>>"$WORK/server.err" &
   SERVER_PID=$!
   local i
   for ((i = 0; i < 1200; i++)); do
     # The banner: "blindfold <version> serving S3 at http://host:port".
-    ENDPOINT=$(sed -n 's/^blindfold .*serving S3 at \(http:[^ ]*\).*/\1/p' "$WORK/server.out")
+    ENDPOINT=$(sed -n 's/^blindfold .*serving S3 at \(https\{0,1\}:[^ ]*\).*/\1/p' "$WORK/server.out")
     # and "  admin: http://host:port/ (dashboard, …)".
-    ADMIN=$(sed -n 's/^  admin: \(http:[^ ]*\)\/ .*/\1/p' "$WORK/server.out")
+    ADMIN=$(sed -n 's/^  admin: \(https\{0,1\}:[^ ]*\)\/ .*/\1/p' "$WORK/server.out")
     [[ -n $ENDPOINT && -n $ADMIN ]] && return 0
     kill -0 "$SERVER_PID" 2>/dev/null || break
     sleep 0.05
@@ -611,6 +614,117 @@ git_push_pull() {
 }
 
 # =============================================================================================
+# HTTPS: a second server with --tls self-signed; each client trusts its certificate explicitly.
+TLS_CERT=
+tls_banner() {
+  grep -q "^blindfold .*serving S3 at https://" "$WORK/server.out" || die "banner does not say https"
+  local fp want
+  fp=$(sed -n 's/^  TLS: .* (SHA-256 \([0-9A-F:]*\))$/\1/p' "$WORK/server.out")
+  want=$(openssl x509 -in "$TLS_CERT" -noout -fingerprint -sha256 | sed 's/.*=//')
+  [[ -n $fp && $fp == "$want" ]] || die "banner fingerprint '$fp', certificate's '$want'"
+  [[ $(stat -c %a "$(dirname "$TLS_CERT")/key.pem") == 600 ]] || die "key.pem is not mode 0600"
+  curl -fsS --cacert "$TLS_CERT" "$ADMIN/healthz" | grep -q ok || die "admin /healthz over HTTPS"
+}
+tls_plain_refused() {
+  local plain=${ENDPOINT/https:/http:} code
+  code=$(curl -s -o "$WORK/tls-plain.out" -w '%{http_code}' "$plain/" || true)
+  [[ $code == 400 ]] || die "plain HTTP on the HTTPS port got HTTP $code, expected 400"
+  grep -q 'https://' "$WORK/tls-plain.out" || die "the 400 does not say to use https://"
+  # Without trusting the certificate, clients refuse the gateway.
+  if curl -fsS --cacert /etc/ssl/certs/ca-certificates.crt "$ENDPOINT/" -o /dev/null 2>/dev/null; then
+    die "curl accepted the self-signed certificate without being told to trust it"
+  fi
+}
+tls_aws() {
+  local e=(--ca-bundle "$TLS_CERT" --endpoint-url "$ENDPOINT")
+  aws "${e[@]}" s3 mb s3://e2e-tls
+  rand_file "$WORK/tls-file" 3000000
+  aws "${e[@]}" s3 cp "$WORK/tls-file" s3://e2e-tls/dir/file
+  aws "${e[@]}" s3 cp s3://e2e-tls/dir/file "$WORK/tls-file.back"
+  same_file "$WORK/tls-file" "$WORK/tls-file.back"
+  aws "${e[@]}" s3 ls s3://e2e-tls/dir/ | grep -q ' 3000000 file$' || die "ls does not show the object"
+}
+tls_rclone() {
+  rclone_env
+  rclone --ca-cert "$TLS_CERT" mkdir bf:e2e-tls-rclone
+  gen_tree "$WORK/tls-rclone-tree"
+  rclone --ca-cert "$TLS_CERT" sync "$WORK/tls-rclone-tree" bf:e2e-tls-rclone/tree
+  rclone --ca-cert "$TLS_CERT" check --download "$WORK/tls-rclone-tree" bf:e2e-tls-rclone/tree
+}
+tls_restic() {
+  restic_env
+  export RESTIC_REPOSITORY="s3:$ENDPOINT/e2e-tls-restic" RESTIC_CACHE_DIR=$WORK/tls-restic-cache
+  restic --cacert "$TLS_CERT" init
+  mkdir -p "$WORK/tls-restic"
+  gen_tree "$WORK/tls-restic/data"
+  (cd "$WORK/tls-restic" && restic --cacert "$TLS_CERT" backup --host e2e data)
+  restic --cacert "$TLS_CERT" check --read-data
+  rm -rf "$WORK/tls-restic-restore"
+  restic --cacert "$TLS_CERT" restore latest --target "$WORK/tls-restic-restore"
+  same_tree "$WORK/tls-restic/data" "$WORK/tls-restic-restore/data"
+}
+tls_s3cmd() {
+  s3cmd_cfg
+  sed -i -e 's/^use_https = False/use_https = True/' \
+    -e 's/^check_ssl_certificate = False/check_ssl_certificate = True/' \
+    -e "s|^host_base = https://|host_base = |; s|^host_bucket = https://|host_bucket = |" "$WORK/s3cfg"
+  echo "ca_certs_file = $TLS_CERT" >>"$WORK/s3cfg"
+  s3cmd mb s3://e2e-tls-s3cmd
+  rand_file "$WORK/tls-s3cmd" 77777
+  s3cmd put "$WORK/tls-s3cmd" s3://e2e-tls-s3cmd/x
+  rm -f "$WORK/tls-s3cmd.back"
+  s3cmd get s3://e2e-tls-s3cmd/x "$WORK/tls-s3cmd.back"
+  same_file "$WORK/tls-s3cmd" "$WORK/tls-s3cmd.back"
+}
+tls_git() {
+  export AWS_ENDPOINT_URL=$ENDPOINT AWS_CA_BUNDLE=$TLS_CERT
+  aws s3 mb s3://e2e-tls-git
+  local a=$WORK/tls-git-a b=$WORK/tls-git-b
+  mkdir -p "$a"
+  git -C "$a" init -q
+  rand_file "$a/blob.bin" 100000
+  echo "over https" >"$a/README"
+  git -C "$a" add -A
+  git -C "$a" commit -q -m "first"
+  git -C "$a" remote add origin s3://e2e-tls-git/repo
+  git -C "$a" push -u origin main
+  git clone -q s3://e2e-tls-git/repo "$b"
+  [[ $(git -C "$a" rev-parse HEAD) == "$(git -C "$b" rev-parse HEAD)" ]] || die "cloned HEAD differs"
+  diff -r --exclude=.git "$a" "$b" || die "cloned work tree differs"
+}
+tls_reload() {
+  local dir new_fp served_fp
+  dir=$(dirname "$TLS_CERT")
+  # A new certificate written over the files (as a renewal would), then SIGHUP.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj /CN=renewed -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+    -keyout "$WORK/renewed-key.pem" -out "$WORK/renewed-cert.pem" 2>/dev/null
+  cp "$WORK/renewed-key.pem" "$dir/key.pem"
+  cp "$WORK/renewed-cert.pem" "$dir/cert.pem"
+  new_fp=$(openssl x509 -in "$WORK/renewed-cert.pem" -noout -fingerprint -sha256 | sed 's/.*=//')
+  kill -HUP "$SERVER_PID"
+  local i
+  for ((i = 0; i < 50; i++)); do
+    served_fp=$(openssl s_client -connect "${ENDPOINT#https://}" </dev/null 2>/dev/null |
+      openssl x509 -noout -fingerprint -sha256 2>/dev/null | sed 's/.*=//')
+    [[ $served_fp == "$new_fp" ]] && break
+    sleep 0.1
+  done
+  [[ $served_fp == "$new_fp" ]] || die "after SIGHUP the server presents '$served_fp', not the new '$new_fp'"
+  grep -q "SIGHUP: reloaded the certificate" "$WORK/server.err" || die "no reload message"
+  aws --ca-bundle "$WORK/renewed-cert.pem" --endpoint-url "$ENDPOINT" s3 ls s3://e2e-tls/dir/ | grep -q file
+  # A broken file: the reload is refused and the renewed certificate stays.
+  echo broken >"$dir/key.pem"
+  kill -HUP "$SERVER_PID"
+  for ((i = 0; i < 50; i++)); do
+    grep -q "certificate not reloaded" "$WORK/server.err" && break
+    sleep 0.1
+  done
+  grep -q "certificate not reloaded" "$WORK/server.err" || die "a broken key was not reported"
+  aws --ca-bundle "$WORK/renewed-cert.pem" --endpoint-url "$ENDPOINT" s3 ls s3://e2e-tls/dir/ | grep -q file
+}
+
+# =============================================================================================
 # The admin listener: probes answer anyone, everything else wants the S3 keys.
 admin_probes() {
   curl -fsS "$ADMIN/healthz" | grep -q ok || die "/healthz did not answer ok"
@@ -710,6 +824,31 @@ else
   if ((FAILED > 0)); then
     echo "server stderr (last 40 lines):"
     tail -40 "$WORK/server.err" | sed 's/^/    | /'
+  fi
+fi
+
+if only tls; then
+  step "e2e: HTTPS (serve --tls self-signed), each client trusting the certificate"
+  if ! start_server "$WORK/tls-data" --tls self-signed; then
+    echo "FAIL - tls: server start: see above"
+    FAILED=$((FAILED + 1))
+  else
+    TLS_CERT=$WORK/tls-data/tls/cert.pem
+    echo "  endpoint: $ENDPOINT"
+    check "tls: banner says https:// and the certificate's fingerprint; key 0600; admin over HTTPS" tls_banner
+    check "tls: plain HTTP on the HTTPS port gets a 400 saying https; untrusted clients refuse" tls_plain_refused
+    check "tls: aws CLI (--ca-bundle): mb, cp up and down, ls" tls_aws
+    run_checks boto3-tls env AWS_CA_BUNDLE="$TLS_CERT" SSL_CERT_FILE="$TLS_CERT" \
+      timeout -k 10 900 python3 "$ROOT/tests/e2e/boto3_check.py" --label "over HTTPS" \
+      --endpoint "$ENDPOINT" --access-key "$AK" --secret-key "$SK"
+    check "tls: rclone (--ca-cert): sync, check --download" tls_rclone
+    check "tls: restic (--cacert): init, backup, check --read-data, restore" tls_restic
+    check "tls: s3cmd (ca_certs_file): mb, put, get" tls_s3cmd
+    check "tls: git-remote-s3 (AWS_CA_BUNDLE): push, clone" tls_git
+    check "tls: SIGHUP reloads a renewed certificate; a broken one is refused and the old kept" tls_reload
+    stop_server >"$WORK/stop.log" 2>&1
+    STOP_STATUS=$?
+    check "tls: clean exit on SIGTERM" server_stopped_cleanly
   fi
 fi
 

@@ -150,7 +150,11 @@ def main():
     ap.add_argument("--access-key", required=True)
     ap.add_argument("--secret-key", required=True)
     ap.add_argument("--bucket", default="e2e-boto3")
+    ap.add_argument("--label", help="added to every check's name (e.g. 'over HTTPS')")
     ARGS = ap.parse_args()
+    if ARGS.label:
+        global PREFIX
+        PREFIX = f"boto3 {ARGS.label}: "
     S3 = client()
     B = ARGS.bucket
     B2 = B + "-other"
@@ -555,7 +559,15 @@ def main():
                 rest += chunk
             return head, False
 
-        with socket.create_connection((u.hostname, u.port), timeout=10) as sock:
+        def connect():
+            sock = socket.create_connection((u.hostname, u.port), timeout=10)
+            if u.scheme == "https":  # trust what the clients trust ($AWS_CA_BUNDLE)
+                import ssl
+                ctx = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE"))
+                sock = ctx.wrap_socket(sock, server_hostname=u.hostname)
+            return sock
+
+        with connect() as sock:
             sock.sendall(raw("PUT", f"/{B}/conn/k?partNumber=1&uploadId=no-such-upload", 4, True))
             head, closed = response(sock)
             if head.startswith(b"HTTP/1.1 100"):  # the gateway wants the body after all

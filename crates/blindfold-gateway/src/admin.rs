@@ -27,7 +27,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
 use serde::Serialize;
 
@@ -415,8 +415,13 @@ pub fn spawn_sampler(state: &Arc<AdminState>) {
     });
 }
 
-/// Serves the admin listener on `listener` until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, state: Arc<AdminState>) {
+/// Serves the admin listener on `listener` (over TLS if `tls` is given) until the process
+/// ends.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AdminState>,
+    tls: Option<crate::tls::Tls>,
+) {
     spawn_sampler(&state);
     let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     loop {
@@ -433,11 +438,6 @@ pub async fn serve(listener: tokio::net::TcpListener, state: Arc<AdminState>) {
             let state = Arc::clone(&state);
             async move { Ok::<_, std::convert::Infallible>(route(state, req).await) }
         });
-        let conn = http.serve_connection(TokioIo::new(socket), svc).into_owned();
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, peer = %peer, "admin connection ended with an error");
-            }
-        });
+        crate::tls::spawn_connection(http.clone(), socket, peer, tls.as_ref(), svc, "admin");
     }
 }

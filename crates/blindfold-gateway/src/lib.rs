@@ -29,6 +29,7 @@ mod s3;
 pub mod sealed_file;
 pub mod server;
 pub mod snapshot;
+pub mod tls;
 pub mod verify;
 
 pub use directory::{Directory, Extent, ObjectMeta};

@@ -25,7 +25,7 @@ use blindfold_crypto::{
 use blindfold_oram::{PathOramConfig, PosMapMode};
 use blindfold_proxy::{DurablePathOram, DurableTao, SealedDirect, SealedPathOram, TaoConfig};
 use blindfold_store::{open_store, StoreUrl};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 
 use crate::directory::Directory;
@@ -1382,6 +1382,17 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
+    run_tls(opened, listener, None, shutdown).await
+}
+
+/// [`run`], over TLS when `tls` is given (every connection then starts with a handshake; a
+/// client speaking plain HTTP is dropped).
+pub async fn run_tls(
+    opened: Opened,
+    listener: tokio::net::TcpListener,
+    tls: Option<crate::tls::Tls>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
     let service = service(&opened);
     let observer = Arc::clone(&opened.observer);
     let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -1389,7 +1400,7 @@ pub async fn run(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let (socket, _) = match accepted {
+                let (socket, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
@@ -1406,12 +1417,7 @@ pub async fn run(
                 let svc = hyper::service::service_fn(move |req| {
                     handle(service.clone(), Arc::clone(&observer), req)
                 });
-                let conn = http.serve_connection(TokioIo::new(socket), svc).into_owned();
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
+                crate::tls::spawn_connection(http.clone(), socket, peer, tls.as_ref(), svc, "s3");
             }
             () = &mut shutdown => break,
         }

@@ -43,7 +43,7 @@ impl Running {
             token: Some("admin-test-token".into()),
         };
         let state = blindfold_gateway::admin::AdminState::new(&opened, auth, None);
-        tokio::spawn(blindfold_gateway::admin::serve(admin_listener, state));
+        tokio::spawn(blindfold_gateway::admin::serve(admin_listener, state, None));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             server::run(opened, listener, async {

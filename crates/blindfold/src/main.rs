@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use blindfold_bench::path::{self as path_bench, PathBench};
 use blindfold_crypto::{create_key_file, key_file_permissions_ok, load_key_file, Passphrase};
+use blindfold_gateway::tls::{Tls, TlsSource};
 use blindfold_store::StoreUrl;
 use clap::{Args, Parser, Subcommand};
 
@@ -227,6 +228,30 @@ struct ServeArgs {
     /// Override the built-in prices (JSON or TOML, as for `bench gateway --prices`).
     #[arg(long)]
     prices: Option<PathBuf>,
+    /// Serve S3 (and the admin listener) over HTTPS with a self-signed certificate, made on
+    /// first start in <data-dir>/tls/ (for localhost, 127.0.0.1, ::1 and --tls-name) and
+    /// reused; the banner prints its fingerprint and how to make clients trust it. For a
+    /// certificate of your own, give --tls-cert and --tls-key instead.
+    #[arg(long, value_enum, env = "BLINDFOLD_TLS", conflicts_with_all = ["tls_cert", "tls_key"])]
+    tls: Option<TlsMode>,
+    /// Serve over HTTPS with this certificate chain (PEM, leaf first). Reloaded with its key
+    /// on SIGHUP: new connections get the new certificate, open ones are not dropped.
+    #[arg(long, env = "BLINDFOLD_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "BLINDFOLD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// More names (DNS names or IP addresses, comma-separated) for the self-signed
+    /// certificate of `--tls self-signed`; used when it is first made.
+    #[arg(long, value_delimiter = ',', requires = "tls")]
+    tls_name: Vec<String>,
+}
+
+/// How `serve` gets a TLS certificate without --tls-cert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum TlsMode {
+    /// Make a self-signed certificate on first start and keep it in <data-dir>/tls/.
+    SelfSigned,
 }
 
 #[derive(Args, Debug)]
@@ -737,11 +762,27 @@ async fn serve(a: ServeArgs) -> Result<()> {
             }
         }
     }
+    // Certificate files of the operator's are checked before anything is created.
+    let mut tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            Tls::load(TlsSource::Files { cert: cert.clone(), key: key.clone() })
+                .context("--tls-cert/--tls-key")?,
+        ),
+        _ => None,
+    };
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("listening on {}", cfg.listen))?;
     let addr = listener.local_addr()?;
     let opened = blindfold_gateway::server::open(&cfg).await?;
+    if a.tls == Some(TlsMode::SelfSigned) {
+        let dir = cfg.data_dir.join("tls");
+        tls = Some(
+            Tls::load(TlsSource::SelfSigned { dir: dir.clone(), names: a.tls_name.clone() })
+                .with_context(|| format!("--tls self-signed (in {})", dir.display()))?,
+        );
+    }
+    let scheme = if tls.is_some() { "https" } else { "http" };
     for note in &opened.notes {
         eprintln!("blindfold: {note}");
     }
@@ -751,7 +792,20 @@ async fn serve(a: ServeArgs) -> Result<()> {
         .context("installing the SIGTERM handler")?;
     let f = footprint(&opened.params)?;
     let (ak, sk) = opened.credentials.clone();
-    println!("blindfold {} serving S3 at http://{addr}", env!("CARGO_PKG_VERSION"));
+    println!("blindfold {} serving S3 at {scheme}://{addr}", env!("CARGO_PKG_VERSION"));
+    if let Some(t) = &tls {
+        let (cert, key) = t.source().files();
+        println!("  TLS: {} (SHA-256 {})", cert.display(), t.fingerprint());
+        if matches!(t.source(), TlsSource::SelfSigned { .. }) {
+            println!(
+                "  trust it: aws --ca-bundle {c} | AWS_CA_BUNDLE={c} (boto3, git-remote-s3) | \
+                 rclone --ca-cert {c} | restic --cacert {c} | s3cmd --ca-certs={c} | curl --cacert {c}",
+                c = cert.display()
+            );
+        } else {
+            println!("  key: {} (both reloaded on SIGHUP)", key.display());
+        }
+    }
     println!("  data directory: {} (back up key.json)", cfg.data_dir.display());
     println!("  store: {} ({} engine)", opened.params.store, opened.params.engine);
     println!(
@@ -771,7 +825,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
             "  S3 credentials (saved in {}): access key {ak}, secret key {sk}",
             cfg.data_dir.join("credentials.json").display()
         );
-        println!("  try: AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1 aws --endpoint-url http://{addr} s3 ls");
+        println!("  try: AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1 aws --endpoint-url {scheme}://{addr} s3 ls{}", if tls.is_some() { " (with --ca-bundle, above)" } else { "" });
     } else if a.access_key.is_some() {
         println!("  S3 credentials: access key {ak} (from --access-key / $BLINDFOLD_ACCESS_KEY)");
     } else {
@@ -796,9 +850,9 @@ async fn serve(a: ServeArgs) -> Result<()> {
             auth,
             Some(a.price_provider.clone()),
         );
-        tokio::spawn(blindfold_gateway::admin::serve(admin, state));
+        tokio::spawn(blindfold_gateway::admin::serve(admin, state, tls.clone()));
         println!(
-            "  admin: http://{admin_addr}/ (dashboard, /visualizer, /metrics; log in with the S3 \
+            "  admin: {scheme}://{admin_addr}/ (dashboard, /visualizer, /metrics; log in with the S3 \
              keys{})",
             if a.admin_token.is_some() { " or the admin token" } else { "" }
         );
@@ -815,7 +869,11 @@ async fn serve(a: ServeArgs) -> Result<()> {
     };
     let data_dir = cfg.data_dir.clone();
     let stopped = opened.stopped.clone();
-    let served = blindfold_gateway::server::run(opened, listener, shutdown).await;
+    if let Some(t) = &tls {
+        blindfold_gateway::tls::reload_on_sighup(vec![t.clone()])
+            .context("installing the SIGHUP handler")?;
+    }
+    let served = blindfold_gateway::server::run_tls(opened, listener, tls, shutdown).await;
     if let Some(why) = stopped.borrow().clone() {
         let d = data_dir.display();
         bail!(
