@@ -15,7 +15,7 @@
 # Servers are killed and the work directory (under $TMPDIR or /tmp) removed on any exit.
 #
 # Knobs (environment): BLINDFOLD_BIN (use this binary, skip the build), E2E_KEEP=1 (keep the
-# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git observe tls crash" (run a
+# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git users observe tls crash" (run a
 # subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
 # <target>/browser-artefacts), E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE
 # (see finish below).
@@ -614,6 +614,59 @@ git_push_pull() {
 }
 
 # =============================================================================================
+# Several users: `blindfold user` on the live server's data directory, the aws CLI as each.
+users_policy() {
+  local out
+  out=$("$BIN" user add alice --buckets 'e2e-team-*' --data-dir "$WORK/data")
+  local aak ask
+  aak=$(sed -n 's/^  access key: //p' <<<"$out")
+  ask=$(sed -n 's/^  secret key: \([^ ]*\).*/\1/p' <<<"$out")
+  out=$("$BIN" user add bob --buckets e2e-team-shared --read-only --data-dir "$WORK/data")
+  local bak bsk
+  bak=$(sed -n 's/^  access key: //p' <<<"$out")
+  bsk=$(sed -n 's/^  secret key: \([^ ]*\).*/\1/p' <<<"$out")
+  "$BIN" user list --data-dir "$WORK/data" | grep -q "^bob .*e2e-team-shared (read only)" || die "user list"
+  if "$BIN" user list --data-dir "$WORK/data" | grep -q "$ask"; then die "user list shows a secret"; fi
+  sleep 1.2 # the gateway looks at the users file once a second
+  as() { env AWS_ACCESS_KEY_ID="$1" AWS_SECRET_ACCESS_KEY="$2" aws --endpoint-url "$ENDPOINT" "${@:3}"; }
+  aws --endpoint-url "$ENDPOINT" s3 mb s3://e2e-admin-only
+  rand_file "$WORK/users-file" 12345
+  aws --endpoint-url "$ENDPOINT" s3 cp "$WORK/users-file" s3://e2e-admin-only/secret
+  as "$aak" "$ask" s3 mb s3://e2e-team-shared
+  as "$aak" "$ask" s3 cp "$WORK/users-file" s3://e2e-team-shared/doc
+  as "$bak" "$bsk" s3 cp s3://e2e-team-shared/doc "$WORK/users-file.back"
+  same_file "$WORK/users-file" "$WORK/users-file.back"
+  # Outside a policy: AccessDenied, and nothing changes.
+  if as "$aak" "$ask" s3 cp s3://e2e-admin-only/secret - >/dev/null 2>"$WORK/users.err"; then
+    die "alice read a bucket outside her policy"
+  fi
+  grep -q "Forbidden\|AccessDenied" "$WORK/users.err" || die "alice's refusal: $(cat "$WORK/users.err")"
+  if as "$bak" "$bsk" s3 cp "$WORK/users-file" s3://e2e-team-shared/new 2>"$WORK/users.err"; then
+    die "read-only bob wrote"
+  fi
+  grep -q AccessDenied "$WORK/users.err" || die "bob's refusal: $(cat "$WORK/users.err")"
+  if as "$aak" "$ask" s3api copy-object --copy-source e2e-admin-only/secret --bucket e2e-team-shared \
+    --key stolen 2>"$WORK/users.err"; then die "alice copied from a bucket outside her policy"; fi
+  # Listings: each user sees only the buckets its policy covers.
+  [[ $(as "$aak" "$ask" s3 ls | awk '{print $3}' | tr '\n' ' ') == "e2e-team-shared " ]] || die "alice's bucket list"
+  [[ $(as "$bak" "$bsk" s3 ls | awk '{print $3}' | tr '\n' ' ') == "e2e-team-shared " ]] || die "bob's bucket list"
+  aws --endpoint-url "$ENDPOINT" s3 ls | grep -q e2e-admin-only || die "the administrator's list"
+  # Rotation and removal take effect on the running gateway.
+  out=$("$BIN" user rotate alice --data-dir "$WORK/data")
+  local ask2
+  ask2=$(sed -n 's/^  secret key: \([^ ]*\).*/\1/p' <<<"$out")
+  "$BIN" user remove bob --data-dir "$WORK/data"
+  sleep 1.2
+  if as "$aak" "$ask" s3 ls >/dev/null 2>&1; then die "alice's old secret still works"; fi
+  as "$aak" "$ask2" s3 ls | grep -q e2e-team-shared || die "alice's new secret"
+  if as "$bak" "$bsk" s3 ls >/dev/null 2>"$WORK/users.err"; then die "removed bob still signs in"; fi
+  grep -q InvalidAccessKeyId "$WORK/users.err" || die "bob's refusal: $(cat "$WORK/users.err")"
+  as "$aak" "$ask2" s3 rm --recursive s3://e2e-team-shared
+  as "$aak" "$ask2" s3 rb s3://e2e-team-shared
+  aws --endpoint-url "$ENDPOINT" s3 rb --force s3://e2e-admin-only
+}
+
+# =============================================================================================
 # HTTPS: a second server with --tls self-signed; each client trusts its certificate explicitly.
 TLS_CERT=
 tls_banner() {
@@ -794,6 +847,10 @@ else
     step "e2e: git-remote-s3"
     check "git: push to s3://, clone" git_push_clone
     check "git: push a commit, pull in the clone" git_push_pull
+  fi
+  if only users; then
+    step "e2e: several users (blindfold user …, the aws CLI as each)"
+    check "users: policies enforced (buckets, read-only, copy source), listings filtered, rotate and remove live" users_policy
   fi
   if only observe; then
     step "e2e: admin listener under load (soak + browser)"

@@ -30,6 +30,7 @@ pub mod sealed_file;
 pub mod server;
 pub mod snapshot;
 pub mod tls;
+pub mod users;
 pub mod verify;
 
 pub use directory::{Directory, Extent, ObjectMeta};

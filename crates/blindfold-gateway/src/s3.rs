@@ -26,12 +26,19 @@ const MIN_PART_SIZE: u64 = 5 << 20;
 #[derive(Debug, Clone)]
 pub struct Gateway {
     objects: Arc<ObjectLayer>,
+    access: Option<Arc<crate::users::Access>>,
 }
 
 impl Gateway {
     /// Serves `objects`.
     pub fn new(objects: Arc<ObjectLayer>) -> Self {
-        Self { objects }
+        Self { objects, access: None }
+    }
+
+    /// Lists to each user only the buckets its policy covers.
+    pub fn with_access(mut self, access: Arc<crate::users::Access>) -> Self {
+        self.access = Some(access);
+        self
     }
 }
 
@@ -489,6 +496,9 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let caller = req.credentials.as_ref().map(|c| c.access_key.clone());
+        let visible =
+            |name: &str| self.access.as_ref().is_none_or(|a| a.may_see(caller.as_deref(), name));
         let input = req.input;
         let prefix = input.prefix.clone().unwrap_or_default();
         let max = match input.max_buckets {
@@ -510,6 +520,7 @@ impl S3 for Gateway {
             .into_iter()
             .filter(|(name, _)| name.starts_with(&prefix))
             .filter(|(name, _)| after.as_ref().is_none_or(|a| name > a))
+            .filter(|(name, _)| visible(name))
             .collect();
         buckets.sort_by(|a, b| a.0.cmp(&b.0));
         let more = buckets.len() > max;

@@ -400,6 +400,24 @@ fn key_matches(dir: &Path, key: &MasterKey, store_id: StoreId) -> Result<Option<
     Ok(Some(opened.is_ok_and(|t| t == KEY_CHECK_TEXT)))
 }
 
+/// Checks that `key` is the key of the data directory `dir`, which must hold a store: for
+/// commands that seal state of their own (`blindfold user`) under that key.
+pub fn check_data_dir_key(dir: &Path, key: &MasterKey) -> Result<()> {
+    let params = read_params(dir)?.ok_or_else(|| {
+        GatewayError::Config(format!(
+            "{} holds no store (no gateway.json): start `blindfold serve` there first",
+            dir.display()
+        ))
+    })?;
+    match key_matches(dir, key, store_id(&params)?)? {
+        Some(false) => Err(GatewayError::Config(format!(
+            "this key is not the key of {} (its key check does not open)",
+            dir.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Reads `<dir>/gateway.json`, if there is one.
 pub fn read_params(dir: &Path) -> Result<Option<GatewayParams>> {
     let path = dir.join("gateway.json");
@@ -1342,38 +1360,18 @@ fn explain(resp: &mut s3s::HttpResponse) {
     resp.headers_mut().remove(hyper::header::CONTENT_LENGTH);
 }
 
-/// Builds the S3 service for an opened gateway.
+/// Builds the S3 service for an opened gateway: the administrator's keys and the users of
+/// `<data-dir>/users.sealed` sign requests; each user's policy is enforced on every operation.
 pub fn service(opened: &Opened) -> s3s::service::S3Service {
-    let mut b = s3s::service::S3ServiceBuilder::new(Gateway::new(Arc::clone(&opened.objects)));
-    b.set_auth(SingleKeyAuth {
-        access_key: opened.credentials.0.clone(),
-        secret_key: opened.credentials.1.clone().into(),
-    });
+    let access = crate::users::SharedAccess(Arc::new(crate::users::Access::new(
+        opened.credentials.clone(),
+        Some(crate::users::UserFile::new(&opened.data_dir, &opened.key)),
+    )));
+    let gateway = Gateway::new(Arc::clone(&opened.objects)).with_access(Arc::clone(&access.0));
+    let mut b = s3s::service::S3ServiceBuilder::new(gateway);
+    b.set_auth(access.clone());
+    b.set_access(access);
     b.build()
-}
-
-/// The gateway's one pair of S3 credentials.
-///
-/// Unlike `s3s::auth::SimpleAuth`, which answers `NotSignedUp`, an unknown access key gets
-/// `InvalidAccessKeyId`, as from S3: clients explain that error to their users.
-#[derive(Debug)]
-struct SingleKeyAuth {
-    access_key: String,
-    secret_key: s3s::auth::SecretKey,
-}
-
-#[async_trait::async_trait]
-impl s3s::auth::S3Auth for SingleKeyAuth {
-    async fn get_secret_key(&self, access_key: &str) -> s3s::S3Result<s3s::auth::SecretKey> {
-        if access_key == self.access_key {
-            Ok(self.secret_key.clone())
-        } else {
-            Err(s3s::S3Error::with_message(
-                s3s::S3ErrorCode::InvalidAccessKeyId,
-                "The access key ID you provided does not exist in our records.",
-            ))
-        }
-    }
 }
 
 /// Serves S3 on `listener` until `shutdown` resolves, then commits and checkpoints.

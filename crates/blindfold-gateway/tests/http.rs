@@ -9,6 +9,9 @@ use tokio::net::TcpStream;
 
 struct Running {
     addr: std::net::SocketAddr,
+    /// The data directory (for `blindfold user`'s file).
+    data_dir: std::path::PathBuf,
+    key: std::sync::Arc<blindfold_crypto::MasterKey>,
     /// The admin listener (S3 keys, or the token "admin-test-token").
     admin: std::net::SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -34,6 +37,7 @@ impl Running {
             in_place: false,
         };
         let opened = server::open(&cfg).await.unwrap();
+        let key = std::sync::Arc::clone(&opened.key);
         let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -52,7 +56,7 @@ impl Running {
             .await
             .unwrap();
         });
-        Self { addr, admin, stop: Some(tx), task, _dir: dir }
+        Self { addr, admin, data_dir: cfg.data_dir.clone(), key, stop: Some(tx), task, _dir: dir }
     }
 
     async fn stop(mut self) {
@@ -257,12 +261,26 @@ async fn an_unknown_access_key_is_invalid_access_key_id() {
 
 /// A SigV4-signed request (header auth, unsigned payload) for the test credentials.
 fn signed(method: &str, path: &str, extra_headers: &str) -> String {
+    signed_as(("AKIDHTTPTEST", "http-test-secret"), method, path, extra_headers)
+}
+
+/// A SigV4-signed request (header auth, unsigned payload) for `(access key, secret key)`.
+fn signed_as(keys: (&str, &str), method: &str, path: &str, extra_headers: &str) -> String {
     use ring::{digest, hmac};
     let now = time::OffsetDateTime::now_utc();
     let day = format!("{:04}{:02}{:02}", now.year(), u8::from(now.month()), now.day());
     let stamp = format!("{day}T{:02}{:02}{:02}Z", now.hour(), now.minute(), now.second());
+    // The query (plain names and values only, as these tests use) in canonical order.
+    let (bare, query) = path.split_once('?').unwrap_or((path, ""));
+    let mut params: Vec<String> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| if p.contains('=') { p.to_owned() } else { format!("{p}=") })
+        .collect();
+    params.sort();
+    let query = params.join("&");
     let canonical = format!(
-        "{method}\n{path}\n\nhost:gw\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{stamp}\n\n\
+        "{method}\n{bare}\n{query}\nhost:gw\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{stamp}\n\n\
          host;x-amz-content-sha256;x-amz-date\nUNSIGNED-PAYLOAD"
     );
     let scope = format!("{day}/us-east-1/s3/aws4_request");
@@ -273,7 +291,7 @@ fn signed(method: &str, path: &str, extra_headers: &str) -> String {
     let mac = |key: &[u8], data: &str| {
         hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data.as_bytes()).as_ref().to_vec()
     };
-    let mut key = mac(b"AWS4http-test-secret", &day);
+    let mut key = mac(format!("AWS4{}", keys.1).as_bytes(), &day);
     for part in ["us-east-1", "s3", "aws4_request"] {
         key = mac(&key, part);
     }
@@ -281,8 +299,9 @@ fn signed(method: &str, path: &str, extra_headers: &str) -> String {
     format!(
         "{method} {path} HTTP/1.1\r\nHost: gw\r\nx-amz-date: {stamp}\r\n\
          x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n{extra_headers}\
-         Authorization: AWS4-HMAC-SHA256 Credential=AKIDHTTPTEST/{scope}, \
-         SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}\r\n"
+         Authorization: AWS4-HMAC-SHA256 Credential={}/{scope}, \
+         SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}\r\n",
+        keys.0
     )
 }
 
@@ -488,4 +507,154 @@ async fn the_demo_shows_uniform_targets_with_oram_and_skew_without() {
     // gives p far below 1e-6 at these sample counts.
     assert!(p_on > 1e-4, "ORAM looked skewed: {:?} {:?}", on.uniformity, on.histogram);
     assert!(p_off < 1e-6, "no ORAM looked uniform: {:?} {:?}", off.uniformity, off.histogram);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several users.
+
+/// Sends a request signed with `keys` (with `body` if any); returns the status line and body.
+async fn as_user(
+    g: &Running,
+    keys: (&str, &str),
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> (String, String) {
+    let extra = if body.is_empty() && method != "PUT" {
+        headers.to_owned()
+    } else {
+        format!("{headers}Content-Length: {}\r\n", body.len())
+    };
+    let mut req = format!("{}\r\n", signed_as(keys, method, path, &extra)).into_bytes();
+    req.extend_from_slice(body);
+    if method == "HEAD" {
+        // No body follows a HEAD answer, whatever its Content-Length says.
+        let mut sock = TcpStream::connect(g.addr).await.unwrap();
+        sock.write_all(&req).await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut byte))
+                .await
+                .expect("an answer within 10 s")
+                .unwrap();
+            assert_eq!(n, 1, "connection closed");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        return (head.lines().next().unwrap_or("").to_owned(), String::new());
+    }
+    let (head, body) = exchange(g, &req).await;
+    (head.lines().next().unwrap_or("").to_owned(), body)
+}
+
+fn status(r: &(String, String)) -> u16 {
+    r.0.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn users_see_and_touch_only_their_buckets() {
+    use blindfold_gateway::users::UserFile;
+    let g = Running::start().await;
+    let admin = ("AKIDHTTPTEST", "http-test-secret");
+    let file = UserFile::new(&g.data_dir, &g.key);
+    let alice = file.add("alice", vec!["team-*".into(), "alice".into()], false).unwrap();
+    let bob = file.add("bob", vec!["team-shared".into()], true).unwrap();
+    let a = (alice.access_key.as_str(), alice.secret_key());
+    let b = (bob.access_key.as_str(), bob.secret_key());
+
+    assert_eq!(status(&as_user(&g, admin, "PUT", "/payroll", "", b"").await), 200);
+    assert_eq!(status(&as_user(&g, admin, "PUT", "/payroll/salaries", "", b"secret").await), 200);
+    assert_eq!(status(&as_user(&g, a, "PUT", "/team-shared", "", b"").await), 200);
+    assert_eq!(status(&as_user(&g, a, "PUT", "/team-shared/doc", "", b"hello").await), 200);
+    assert_eq!(status(&as_user(&g, a, "PUT", "/alice", "", b"").await), 200);
+
+    // Outside the policy: AccessDenied, for every kind of operation.
+    for (method, path) in [
+        ("PUT", "/elsewhere"),
+        ("GET", "/payroll/salaries"),
+        ("HEAD", "/payroll/salaries"),
+        ("GET", "/payroll?list-type=2"),
+        ("PUT", "/payroll/mine"),
+        ("DELETE", "/payroll/salaries"),
+        ("DELETE", "/payroll"),
+        ("GET", "/payroll?uploads"),
+        ("POST", "/payroll/x?uploads"),
+    ] {
+        let r = as_user(&g, a, method, path, "", b"").await;
+        assert_eq!(status(&r), 403, "alice {method} {path}: {r:?}");
+        if method != "HEAD" {
+            assert!(r.1.contains("<Code>AccessDenied</Code>"), "{}", r.1);
+            assert!(!r.1.contains("salaries"), "{}", r.1);
+        }
+    }
+    // A copy whose source is outside the policy, into a bucket inside it.
+    let copy = as_user(
+        &g,
+        a,
+        "PUT",
+        "/team-shared/stolen",
+        "x-amz-copy-source: /payroll/salaries\r\n",
+        b"",
+    )
+    .await;
+    assert_eq!(status(&copy), 403, "{copy:?}");
+    let copy =
+        as_user(&g, a, "PUT", "/team-shared/copy", "x-amz-copy-source: /team-shared/doc\r\n", b"")
+            .await;
+    assert_eq!(status(&copy), 200, "{copy:?}");
+
+    // A read-only user reads, and writes nothing.
+    let r = as_user(&g, b, "GET", "/team-shared/doc", "", b"").await;
+    assert_eq!((status(&r), r.1.as_str()), (200, "hello"));
+    assert_eq!(status(&as_user(&g, b, "GET", "/team-shared?list-type=2", "", b"").await), 200);
+    for (method, path) in
+        [("PUT", "/team-shared/x"), ("DELETE", "/team-shared/doc"), ("PUT", "/team-other")]
+    {
+        let r = as_user(&g, b, method, path, "", b"").await;
+        assert_eq!(status(&r), 403, "bob {method} {path}: {r:?}");
+    }
+    let r = as_user(&g, b, "GET", "/team-shared/doc", "", b"").await;
+    assert_eq!(r.1, "hello", "a refused DELETE deleted");
+
+    // ListBuckets: each sees its own buckets only; the administrator sees all.
+    let names = |body: &str| -> Vec<String> {
+        body.split("<Name>")
+            .skip(1)
+            .filter_map(|s| s.split("</Name>").next())
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(names(&as_user(&g, a, "GET", "/", "", b"").await.1), ["alice", "team-shared"]);
+    assert_eq!(names(&as_user(&g, b, "GET", "/", "", b"").await.1), ["team-shared"]);
+    assert_eq!(
+        names(&as_user(&g, admin, "GET", "/", "", b"").await.1),
+        ["alice", "payroll", "team-shared"]
+    );
+
+    // Rotation: the old secret stops working, the new one works; removal: the key is unknown.
+    let rotated = file.rotate("alice").unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = as_user(&g, a, "GET", "/team-shared/doc", "", b"").await;
+    assert_eq!(status(&r), 403, "old secret still works: {r:?}");
+    assert!(r.1.contains("SignatureDoesNotMatch"), "{}", r.1);
+    let a2 = (rotated.access_key.as_str(), rotated.secret_key());
+    assert_eq!(status(&as_user(&g, a2, "GET", "/team-shared/doc", "", b"").await), 200);
+    file.remove("alice").unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = as_user(&g, a2, "GET", "/team-shared/doc", "", b"").await;
+    assert!(r.1.contains("InvalidAccessKeyId"), "removed user still signs in: {r:?}");
+
+    // A damaged users file: no user signs in, the administrator still does.
+    let path = g.data_dir.join(blindfold_gateway::users::USERS_FILE);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = as_user(&g, b, "GET", "/team-shared/doc", "", b"").await;
+    assert!(r.1.contains("InvalidAccessKeyId"), "a user signed in from a damaged file: {r:?}");
+    assert_eq!(status(&as_user(&g, admin, "GET", "/team-shared/doc", "", b"").await), 200);
+    g.stop().await;
 }

@@ -29,10 +29,15 @@ pub fn apply_config_file(args: Vec<OsString>) -> Result<Vec<OsString>> {
         return Ok(args);
     };
     let serve = cmd.find_subcommand("serve").context("the serve command")?;
+    // Asking the top-level matches about an argument it does not have panics (in debug
+    // builds): only the global ones are asked there.
+    let top_ids: Vec<String> = cmd.get_arguments().map(|a| a.get_id().to_string()).collect();
     let flags = flags_from_file(
         &path,
         |id| {
-            let source = sub.value_source(id).or_else(|| matches.value_source(id));
+            let top =
+                || top_ids.iter().any(|t| t == id).then(|| matches.value_source(id)).flatten();
+            let source = sub.value_source(id).or_else(top);
             matches!(source, Some(ValueSource::CommandLine | ValueSource::EnvVariable))
         },
         serve,

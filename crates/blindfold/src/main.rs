@@ -52,6 +52,11 @@ enum Command {
     Init(InitArgs),
     /// Check that a key file loads (and that its permissions are private).
     CheckKey(KeyArgs),
+    /// Manage S3 users besides the administrator's keys: each with its own keys, the buckets
+    /// it may use and whether it only reads. Kept sealed in <data-dir>/users.sealed; a running
+    /// gateway picks up changes within a second.
+    #[command(subcommand)]
+    User(UserCommand),
     /// Run a benchmark; results print as a table and can be saved as JSON.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -115,6 +120,108 @@ struct StatusArgs {
     /// one line of standard input.
     #[arg(long)]
     passphrase: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum UserCommand {
+    /// Add a user; prints its access key and secret key (once: they are not shown again).
+    Add {
+        /// Its name (a-z, 0-9, '.', '_', '-').
+        name: String,
+        /// Buckets it may use, comma-separated: names, prefixes ending in '*' (`team-*`), or
+        /// '*' for all. It may create and delete the buckets these cover (unless --read-only).
+        #[arg(long, value_delimiter = ',', required = true)]
+        buckets: Vec<String>,
+        /// Only reads: GET, HEAD and listings; every write is AccessDenied.
+        #[arg(long)]
+        read_only: bool,
+        #[command(flatten)]
+        dir: UserDirArgs,
+    },
+    /// List the users: names, access keys, buckets, read-only (never secrets).
+    List {
+        #[command(flatten)]
+        dir: UserDirArgs,
+    },
+    /// Remove a user: its keys stop working within a second. Its buckets and objects stay.
+    Remove {
+        /// The user's name.
+        name: String,
+        #[command(flatten)]
+        dir: UserDirArgs,
+    },
+    /// Give a user a new secret key (the access key stays); prints it once. The old secret
+    /// stops working within a second.
+    Rotate {
+        /// The user's name.
+        name: String,
+        #[command(flatten)]
+        dir: UserDirArgs,
+    },
+}
+
+#[derive(Args, Debug)]
+struct UserDirArgs {
+    /// The gateway's data directory.
+    #[arg(long, default_value = "blindfold-data", env = "BLINDFOLD_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Key file (default: <data-dir>/key.json).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// The key file is protected by a passphrase: read it from $BLINDFOLD_PASSPHRASE, or else
+    /// one line of standard input.
+    #[arg(long)]
+    passphrase: bool,
+}
+
+fn user_file(a: &UserDirArgs) -> Result<blindfold_gateway::users::UserFile> {
+    let key_file = a.key_file.clone().unwrap_or_else(|| a.data_dir.join("key.json"));
+    let pass = if a.passphrase { Some(read_passphrase()?) } else { None };
+    let key = load_key_file(&key_file, pass.as_ref())
+        .with_context(|| format!("loading the key {}", key_file.display()))?;
+    blindfold_gateway::server::check_data_dir_key(&a.data_dir, &key)?;
+    Ok(blindfold_gateway::users::UserFile::new(&a.data_dir, &key))
+}
+
+fn user(cmd: UserCommand) -> Result<()> {
+    match cmd {
+        UserCommand::Add { name, buckets, read_only, dir } => {
+            let u = user_file(&dir)?.add(&name, buckets, read_only)?;
+            println!("added user {}", u.name);
+            println!("  access key: {}", u.access_key);
+            println!("  secret key: {} (shown once)", u.secret_key());
+            println!(
+                "  buckets: {}{}",
+                u.buckets.join(","),
+                if u.read_only { " (read only)" } else { "" }
+            );
+        }
+        UserCommand::List { dir } => {
+            let users = user_file(&dir)?.read()?;
+            if users.is_empty() {
+                println!("no users besides the administrator (credentials.json)");
+            }
+            for u in users {
+                println!(
+                    "{:<20} {:<22} {}{}",
+                    u.name,
+                    u.access_key,
+                    u.buckets.join(","),
+                    if u.read_only { " (read only)" } else { "" }
+                );
+            }
+        }
+        UserCommand::Remove { name, dir } => {
+            let u = user_file(&dir)?.remove(&name)?;
+            println!("removed user {} (access key {})", u.name, u.access_key);
+        }
+        UserCommand::Rotate { name, dir } => {
+            let u = user_file(&dir)?.rotate(&name)?;
+            println!("new secret key for {} (access key {})", u.name, u.access_key);
+            println!("  secret key: {} (shown once)", u.secret_key());
+        }
+    }
+    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -1229,6 +1336,7 @@ fn main() -> Result<()> {
         Command::Init(a) => init(a),
         Command::Status(a) => status(a),
         Command::CheckKey(a) => check_key(a),
+        Command::User(c) => user(c),
         Command::StorageServer(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(storage_server(a))

@@ -1,0 +1,606 @@
+//! Several S3 users: access keys with a small policy, kept sealed in the data directory.
+//!
+//! The gateway's own credentials (`credentials.json`) are the administrator's: every bucket,
+//! every operation. `blindfold user add|list|remove|rotate` manages more users in
+//! `<data-dir>/users.sealed`; each has an access key, a secret key, the buckets it may use
+//! (exact names, `prefix*` patterns, or `*`) and whether it may only read. A running gateway
+//! notices a changed file within a second.
+//!
+//! Enforcement ([`Access`]): a request signed by a user reaches an S3 operation only if its
+//! bucket (and, for copies, the source bucket) matches the user's patterns, and only if it
+//! reads when the user is read-only; otherwise `AccessDenied`. `ListBuckets` shows a user only
+//! the buckets it may use, so one user's bucket names never reach another.
+//!
+//! File format (`users.sealed`, mode 0600): `BFUSERS1` | nonce (12) | AES-256-GCM(JSON) with
+//! tag, additional data `BFUSERS1`, under HKDF(master key, label "blindfold users v1"). Written
+//! to a temporary file, fsynced, renamed; edits hold an exclusive `flock` on `users.lock`.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use blindfold_crypto::{derive_key, MasterKey};
+use parking_lot::RwLock;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use ring::rand::{SecureRandom, SystemRandom};
+use s3s::access::{S3Access, S3AccessContext};
+use s3s::dto::{CopyObjectInput, CopySource, UploadPartCopyInput};
+use s3s::path::S3Path;
+use s3s::{s3_error, S3Request, S3Result};
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+/// The users file in a data directory.
+pub const USERS_FILE: &str = "users.sealed";
+const LOCK_FILE: &str = "users.lock";
+const MAGIC: &[u8; 8] = b"BFUSERS1";
+const KEY_LABEL: &str = "blindfold users v1";
+/// Largest users file read (a few thousand users).
+const MAX_FILE: u64 = 16 << 20;
+/// How often a running gateway looks at the file.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// Errors of the users file.
+#[derive(Debug, thiserror::Error)]
+pub enum UsersError {
+    /// Reading or writing failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file does not open under this key, or is not a users file.
+    #[error("{0}")]
+    Damaged(String),
+    /// A request the file cannot take (a duplicate name, an unknown user, a bad pattern).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+type Result<T> = std::result::Result<T, UsersError>;
+
+/// One user.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct User {
+    /// A short name (`[a-z0-9][a-z0-9._-]*`, at most 64).
+    pub name: String,
+    /// The S3 access key.
+    pub access_key: String,
+    secret_key: String,
+    /// Buckets the user may use: exact names, `prefix*`, or `*` for all.
+    pub buckets: Vec<String>,
+    /// Only reads (GET, HEAD, listings).
+    pub read_only: bool,
+}
+
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .field("access_key", &self.access_key)
+            .field("buckets", &self.buckets)
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
+    }
+}
+
+impl User {
+    /// The secret key (show it once, when made).
+    pub fn secret_key(&self) -> &str {
+        &self.secret_key
+    }
+
+    /// Whether the user may use `bucket` at all.
+    pub fn may_use(&self, bucket: &str) -> bool {
+        self.buckets.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => bucket.starts_with(prefix),
+            None => p == bucket,
+        })
+    }
+}
+
+fn random_token(len: usize, alphabet: &[u8]) -> String {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    (0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())] as char).collect()
+}
+
+const KEY_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+const SECRET_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(UsersError::Invalid(format!(
+            "user name {name:?}: use 1 to 64 of a-z, 0-9, '.', '_', '-', starting with a letter or digit"
+        )))
+    }
+}
+
+fn check_patterns(buckets: &[String]) -> Result<()> {
+    if buckets.is_empty() {
+        return Err(UsersError::Invalid(
+            "say which buckets the user may use: --buckets NAME,PREFIX*,… (or '*' for all)".into(),
+        ));
+    }
+    for p in buckets {
+        let stem = p.strip_suffix('*').unwrap_or(p);
+        let ok = !p.is_empty()
+            && p.len() <= 63
+            && !stem.contains('*')
+            && stem
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b".-".contains(&b));
+        if !ok {
+            return Err(UsersError::Invalid(format!(
+                "bucket pattern {p:?}: a bucket name, a prefix ending in '*', or '*'"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The users of a data directory, read and written under the master key.
+#[derive(Debug)]
+pub struct UserFile {
+    dir: PathBuf,
+    key: Zeroizing<[u8; 32]>,
+}
+
+impl UserFile {
+    /// The users file of `data_dir`, sealed under a key derived from `master`.
+    pub fn new(data_dir: &Path, master: &MasterKey) -> Self {
+        Self { dir: data_dir.to_owned(), key: derive_key(master, MAGIC, KEY_LABEL) }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.join(USERS_FILE)
+    }
+
+    fn aead(&self) -> LessSafeKey {
+        // A 32-byte key is always a valid AES-256 key.
+        LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &self.key[..]).expect("AES-256 key"))
+    }
+
+    /// Every user (none if there is no file).
+    pub fn read(&self) -> Result<Vec<User>> {
+        let path = self.path();
+        let io = |e| UsersError::Io { path: path.clone(), source: e };
+        let bytes = match std::fs::File::open(&path) {
+            Ok(f) => {
+                use std::io::Read as _;
+                let mut buf = Vec::new();
+                f.take(MAX_FILE + 1).read_to_end(&mut buf).map_err(io)?;
+                buf
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io(e)),
+        };
+        let damaged = |why: &str| {
+            UsersError::Damaged(format!("{}: {why}; it was not changed", path.display()))
+        };
+        if bytes.len() as u64 > MAX_FILE {
+            return Err(damaged("larger than a users file can be"));
+        }
+        if bytes.len() < MAGIC.len() + NONCE_LEN + 16 || &bytes[..8] != MAGIC {
+            return Err(damaged("not a blindfold users file"));
+        }
+        let nonce = Nonce::try_assume_unique_for_key(&bytes[8..8 + NONCE_LEN])
+            .map_err(|_| damaged("bad nonce"))?;
+        let mut sealed = bytes[8 + NONCE_LEN..].to_vec();
+        let plain =
+            self.aead().open_in_place(nonce, Aad::from(MAGIC), &mut sealed).map_err(|_| {
+                damaged("does not open under this key (another store's key, or damaged)")
+            })?;
+        serde_json::from_slice(plain).map_err(|e| damaged(&format!("unreadable contents: {e}")))
+    }
+
+    fn write(&self, users: &[User]) -> Result<()> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = self.path();
+        let tmp = self.dir.join(format!("{USERS_FILE}.tmp"));
+        let io = |p: &Path| {
+            let p = p.to_owned();
+            move |e| UsersError::Io { path: p, source: e }
+        };
+        let mut nonce = [0u8; NONCE_LEN];
+        SystemRandom::new()
+            .fill(&mut nonce)
+            .map_err(|_| UsersError::Invalid("the system's random source failed".into()))?;
+        let mut body = Zeroizing::new(serde_json::to_vec(users).expect("users serialise"));
+        let tag = self
+            .aead()
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(MAGIC),
+                &mut body,
+            )
+            .map_err(|_| UsersError::Invalid("sealing failed".into()))?;
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io(&tmp))?;
+        f.write_all(MAGIC).map_err(io(&tmp))?;
+        f.write_all(&nonce).map_err(io(&tmp))?;
+        f.write_all(&body).map_err(io(&tmp))?;
+        f.write_all(tag.as_ref()).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        std::fs::File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io(&self.dir))?;
+        Ok(())
+    }
+
+    /// Runs `f` on the users under an exclusive lock and writes the result.
+    fn edit<R>(&self, f: impl FnOnce(&mut Vec<User>) -> Result<R>) -> Result<R> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let lock_path = self.dir.join(LOCK_FILE);
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(|e| UsersError::Io { path: lock_path.clone(), source: e })?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| UsersError::Io { path: lock_path, source: e.into() })?;
+        let mut users = self.read()?;
+        let r = f(&mut users)?;
+        self.write(&users)?;
+        Ok(r)
+    }
+
+    /// Adds a user with new keys; returns it (with its secret).
+    pub fn add(&self, name: &str, buckets: Vec<String>, read_only: bool) -> Result<User> {
+        check_name(name)?;
+        check_patterns(&buckets)?;
+        self.edit(|users| {
+            if users.iter().any(|u| u.name == name) {
+                return Err(UsersError::Invalid(format!(
+                    "a user {name:?} exists already (`blindfold user rotate {name}` gives it new keys)"
+                )));
+            }
+            let user = User {
+                name: name.to_owned(),
+                access_key: format!("BF{}", random_token(18, KEY_ALPHABET)),
+                secret_key: random_token(40, SECRET_ALPHABET),
+                buckets,
+                read_only,
+            };
+            users.push(user.clone());
+            Ok(user)
+        })
+    }
+
+    /// Removes a user; its keys stop working within a second on a running gateway.
+    pub fn remove(&self, name: &str) -> Result<User> {
+        self.edit(|users| {
+            let at = users
+                .iter()
+                .position(|u| u.name == name)
+                .ok_or_else(|| UsersError::Invalid(format!("no user {name:?}")))?;
+            Ok(users.remove(at))
+        })
+    }
+
+    /// Gives a user a new secret key (the access key stays); returns it.
+    pub fn rotate(&self, name: &str) -> Result<User> {
+        self.edit(|users| {
+            let u = users
+                .iter_mut()
+                .find(|u| u.name == name)
+                .ok_or_else(|| UsersError::Invalid(format!("no user {name:?}")))?;
+            u.secret_key = random_token(40, SECRET_ALPHABET);
+            Ok(u.clone())
+        })
+    }
+}
+
+#[derive(Default)]
+struct Cached {
+    /// The file's (modified time, length) when read.
+    stamp: Option<(SystemTime, u64)>,
+    checked: Option<Instant>,
+    by_access_key: HashMap<String, User>,
+}
+
+/// Who may sign requests and what each may do: the administrator's keys and the users file.
+pub struct Access {
+    admin_access_key: String,
+    admin_secret_key: s3s::auth::SecretKey,
+    file: Option<UserFile>,
+    cache: RwLock<Cached>,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access").field("admin_access_key", &self.admin_access_key).finish()
+    }
+}
+
+/// Operations that only read (a read-only user may run these and no others).
+const READ_OPERATIONS: &[&str] = &[
+    "GetObject",
+    "HeadObject",
+    "GetObjectAttributes",
+    "GetObjectTagging",
+    "GetObjectAcl",
+    "ListObjects",
+    "ListObjectsV2",
+    "ListObjectVersions",
+    "ListMultipartUploads",
+    "ListParts",
+    "ListBuckets",
+    "HeadBucket",
+    "GetBucketLocation",
+    "GetBucketVersioning",
+    "GetBucketAcl",
+    "GetBucketPolicy",
+    "GetBucketTagging",
+    "GetBucketCors",
+];
+
+impl Access {
+    /// The administrator's keys, and users from `file` (none if `None`).
+    pub fn new(admin: (String, String), file: Option<UserFile>) -> Self {
+        Self {
+            admin_access_key: admin.0,
+            admin_secret_key: admin.1.into(),
+            file,
+            cache: RwLock::new(Cached::default()),
+        }
+    }
+
+    /// Re-reads the users file if it changed (looked at most once a second). A file that
+    /// cannot be read leaves no user able to sign in (the administrator still can).
+    fn refresh(&self) {
+        let Some(file) = &self.file else { return };
+        if self.cache.read().checked.is_some_and(|t| t.elapsed() < RECHECK) {
+            return;
+        }
+        let mut cache = self.cache.write();
+        if cache.checked.is_some_and(|t| t.elapsed() < RECHECK) {
+            return;
+        }
+        cache.checked = Some(Instant::now());
+        let stamp = std::fs::metadata(file.path())
+            .ok()
+            .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
+        if stamp == cache.stamp {
+            return;
+        }
+        cache.stamp = stamp;
+        match file.read() {
+            Ok(users) => {
+                tracing::info!(users = users.len(), "users file (re)loaded");
+                cache.by_access_key =
+                    users.into_iter().map(|u| (u.access_key.clone(), u)).collect();
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "users file unreadable: only the administrator can sign in");
+                cache.by_access_key.clear();
+            }
+        }
+    }
+
+    /// The user holding `access_key` (`None` for the administrator or an unknown key).
+    fn user(&self, access_key: &str) -> Option<User> {
+        self.refresh();
+        self.cache.read().by_access_key.get(access_key).cloned()
+    }
+
+    /// Whether the holder of `access_key` may see `bucket` (in ListBuckets).
+    pub fn may_see(&self, access_key: Option<&str>, bucket: &str) -> bool {
+        match access_key {
+            None => false,
+            Some(k) if k == self.admin_access_key => true,
+            Some(k) => self.user(k).is_some_and(|u| u.may_use(bucket)),
+        }
+    }
+
+    fn check_bucket(&self, access_key: &str, bucket: &str, reads: bool) -> S3Result<()> {
+        if access_key == self.admin_access_key {
+            return Ok(());
+        }
+        let Some(user) = self.user(access_key) else {
+            return Err(s3_error!(AccessDenied, "Access Denied"));
+        };
+        if !user.may_use(bucket) || (user.read_only && !reads) {
+            tracing::debug!(user = %user.name, "request outside the user's policy refused");
+            return Err(s3_error!(AccessDenied, "Access Denied"));
+        }
+        Ok(())
+    }
+
+    fn check_copy_source<T>(&self, req: &S3Request<T>, source: &CopySource) -> S3Result<()> {
+        let Some(creds) = &req.credentials else {
+            return Err(s3_error!(AccessDenied, "Signature is required"));
+        };
+        match source {
+            CopySource::Bucket { bucket, .. } => self.check_bucket(&creds.access_key, bucket, true),
+            _ => Err(s3_error!(AccessDenied, "Access Denied")),
+        }
+    }
+}
+
+/// [`Access`] shared between the auth and access hooks of the S3 service and the gateway.
+#[derive(Clone, Debug)]
+pub struct SharedAccess(pub std::sync::Arc<Access>);
+
+#[async_trait::async_trait]
+impl s3s::auth::S3Auth for SharedAccess {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<s3s::auth::SecretKey> {
+        let a = &self.0;
+        if access_key == a.admin_access_key {
+            return Ok(a.admin_secret_key.clone());
+        }
+        match a.user(access_key) {
+            Some(u) => Ok(u.secret_key.clone().into()),
+            // As S3 answers: clients explain this error to their users.
+            None => Err(s3s::S3Error::with_message(
+                s3s::S3ErrorCode::InvalidAccessKeyId,
+                "The access key ID you provided does not exist in our records.",
+            )),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl S3Access for SharedAccess {
+    async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        let Some(creds) = cx.credentials() else {
+            return Err(s3_error!(AccessDenied, "Signature is required"));
+        };
+        let op = cx.s3_op().name();
+        let reads = READ_OPERATIONS.contains(&op);
+        match cx.s3_path() {
+            // ListBuckets (filtered by the gateway); nothing else works on the root.
+            S3Path::Root => {
+                if op == "ListBuckets" || creds.access_key == self.0.admin_access_key {
+                    Ok(())
+                } else {
+                    Err(s3_error!(AccessDenied, "Access Denied"))
+                }
+            }
+            S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => {
+                self.0.check_bucket(&creds.access_key, bucket, reads)
+            }
+        }
+    }
+
+    async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {
+        let source = req.input.copy_source.clone();
+        self.0.check_copy_source(req, &source)
+    }
+
+    async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {
+        let source = req.input.copy_source.clone();
+        self.0.check_copy_source(req, &source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(dir: &Path) -> UserFile {
+        UserFile::new(dir, &MasterKey::from_bytes([9u8; 32]))
+    }
+
+    #[test]
+    fn users_are_added_listed_rotated_and_removed_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(dir.path());
+        assert!(f.read().unwrap().is_empty());
+        let a = f.add("alice", vec!["team-*".into()], false).unwrap();
+        let b = f.add("bob", vec!["*".into()], true).unwrap();
+        assert_ne!(a.access_key, b.access_key);
+        assert_eq!(a.secret_key().len(), 40);
+        assert_eq!(f.read().unwrap(), vec![a.clone(), b.clone()]);
+        // Sealed: neither names, keys nor secrets are in the file.
+        let raw = std::fs::read(dir.path().join(USERS_FILE)).unwrap();
+        for needle in
+            [a.name.as_bytes(), a.access_key.as_bytes(), a.secret_key().as_bytes(), b"team-"]
+        {
+            assert!(!raw.windows(needle.len()).any(|w| w == needle), "{needle:?} in the file");
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(USERS_FILE)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let r = f.rotate("alice").unwrap();
+        assert_eq!(r.access_key, a.access_key);
+        assert_ne!(r.secret_key(), a.secret_key());
+        assert!(f.add("alice", vec!["x".into()], false).is_err(), "duplicate name");
+        assert!(f.rotate("carol").is_err());
+        assert_eq!(f.remove("bob").unwrap().name, "bob");
+        assert!(f.remove("bob").is_err());
+        assert_eq!(f.read().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn bad_names_and_patterns_are_refused_and_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(dir.path());
+        for name in ["", "Alice", "-x", "a b", "a/b", &"x".repeat(65)] {
+            assert!(f.add(name, vec!["b".into()], false).is_err(), "{name:?}");
+        }
+        for pattern in ["", "a*b", "**", "Upper", "a/b"] {
+            assert!(f.add("u", vec![pattern.into()], false).is_err(), "{pattern:?}");
+        }
+        assert!(f.add("u", vec![], false).is_err());
+        assert!(!dir.path().join(USERS_FILE).exists());
+    }
+
+    #[test]
+    fn a_wrong_key_or_a_damaged_file_is_an_error_not_an_empty_list() {
+        let dir = tempfile::tempdir().unwrap();
+        file(dir.path()).add("alice", vec!["b".into()], false).unwrap();
+        let other = UserFile::new(dir.path(), &MasterKey::from_bytes([8u8; 32]));
+        let e = other.read().unwrap_err().to_string();
+        assert!(e.contains("does not open under this key"), "{e}");
+        // Editing under the wrong key is refused too (the file is not replaced).
+        assert!(other.add("mallory", vec!["*".into()], false).is_err());
+        assert_eq!(file(dir.path()).read().unwrap().len(), 1);
+        let path = dir.path().join(USERS_FILE);
+        let mut raw = std::fs::read(&path).unwrap();
+        raw[30] ^= 0x40;
+        std::fs::write(&path, &raw).unwrap();
+        assert!(file(dir.path()).read().is_err());
+        std::fs::write(&path, b"short").unwrap();
+        assert!(file(dir.path())
+            .read()
+            .unwrap_err()
+            .to_string()
+            .contains("not a blindfold users file"));
+    }
+
+    #[test]
+    fn patterns_match_names_prefixes_and_everything() {
+        let u = |b: &[&str]| User {
+            name: "u".into(),
+            access_key: "k".into(),
+            secret_key: "s".into(),
+            buckets: b.iter().map(|s| s.to_string()).collect(),
+            read_only: false,
+        };
+        assert!(u(&["team-*"]).may_use("team-a"));
+        assert!(u(&["team-*"]).may_use("team-"));
+        assert!(!u(&["team-*"]).may_use("tea"));
+        assert!(!u(&["team"]).may_use("team-a"));
+        assert!(u(&["team"]).may_use("team"));
+        assert!(u(&["*"]).may_use("anything"));
+        assert!(!u(&[]).may_use("x"));
+        // The secret never shows in Debug.
+        assert!(!format!("{:?}", u(&["b"])).contains("secret_key"));
+    }
+
+    #[test]
+    fn access_answers_for_the_administrator_users_and_strangers() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(dir.path());
+        let a = f.add("alice", vec!["team-*".into()], true).unwrap();
+        let access = Access::new(("ADMIN".into(), "s".into()), Some(file(dir.path())));
+        assert!(access.may_see(Some("ADMIN"), "payroll"));
+        assert!(access.may_see(Some(&a.access_key), "team-a"));
+        assert!(!access.may_see(Some(&a.access_key), "payroll"));
+        assert!(!access.may_see(Some("NOBODY"), "team-a"));
+        assert!(!access.may_see(None, "team-a"));
+        assert!(access.check_bucket(&a.access_key, "team-a", true).is_ok());
+        assert!(access.check_bucket(&a.access_key, "team-a", false).is_err(), "read-only wrote");
+        assert!(access.check_bucket(&a.access_key, "payroll", true).is_err());
+        assert!(access.check_bucket("ADMIN", "payroll", false).is_ok());
+        assert!(access.check_bucket("NOBODY", "team-a", true).is_err());
+    }
+}
