@@ -175,6 +175,13 @@ struct UserDirArgs {
 }
 
 fn user_file(a: &UserDirArgs) -> Result<blindfold_gateway::users::UserFile> {
+    if !a.data_dir.join("gateway.json").exists() {
+        bail!(
+            "{} holds no gateway (no gateway.json): give --data-dir of a gateway that has \
+             started at least once",
+            a.data_dir.display()
+        );
+    }
     let key_file = a.key_file.clone().unwrap_or_else(|| a.data_dir.join("key.json"));
     let pass = if a.passphrase { Some(read_passphrase()?) } else { None };
     let key = load_key_file(&key_file, pass.as_ref())

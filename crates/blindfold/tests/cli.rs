@@ -458,3 +458,49 @@ fn in_place_layout_is_half_the_store_and_serves() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(size(&two) > size(&one), "{} vs {}", size(&two), size(&one));
 }
+
+#[test]
+fn user_commands_manage_sealed_users_and_refuse_a_wrong_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("users");
+    let dir = d.to_str().unwrap();
+    let out = text(&blindfold(&["user", "list", "--data-dir", dir]));
+    assert!(out.contains("holds no gateway"), "{out}");
+    serve(&strs(&small_store(&d))).stop();
+    let o = blindfold(&["user", "add", "alice", "--buckets", "team-*,alice", "--data-dir", dir]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    let secret = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("secret key: "))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the secret is shown")
+        .to_owned();
+    assert_eq!(secret.len(), 40, "{out}");
+    let list = text(&blindfold(&["user", "list", "--data-dir", dir]));
+    assert!(list.contains("alice") && list.contains("team-*,alice"), "{list}");
+    assert!(!list.contains(&secret), "list shows the secret: {list}");
+    let o = blindfold(&["user", "add", "alice", "--buckets", "x", "--data-dir", dir]);
+    assert!(!o.status.success() && text(&o).contains("exists already"), "{}", text(&o));
+    let o = blindfold(&["user", "add", "Bad Name", "--buckets", "x", "--data-dir", dir]);
+    assert!(!o.status.success() && text(&o).contains("user name"), "{}", text(&o));
+    // Another key is refused before anything is written.
+    let other = tmp.path().join("other.json");
+    assert!(blindfold(&["init", "--key-file", other.to_str().unwrap()]).status.success());
+    let o = blindfold(&[
+        "user",
+        "add",
+        "mallory",
+        "--buckets",
+        "*",
+        "--data-dir",
+        dir,
+        "--key-file",
+        other.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success() && text(&o).contains("not the key"), "{}", text(&o));
+    let o = blindfold(&["user", "remove", "alice", "--data-dir", dir]);
+    assert!(o.status.success(), "{}", text(&o));
+    let list = text(&blindfold(&["user", "list", "--data-dir", dir]));
+    assert!(list.contains("no users"), "{list}");
+}
