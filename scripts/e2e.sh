@@ -625,8 +625,11 @@ users_policy() {
   local bak bsk
   bak=$(sed -n 's/^  access key: //p' <<<"$out")
   bsk=$(sed -n 's/^  secret key: \([^ ]*\).*/\1/p' <<<"$out")
-  "$BIN" user list --data-dir "$WORK/data" | grep -q "^bob .*e2e-team-shared (read only)" || die "user list"
-  if "$BIN" user list --data-dir "$WORK/data" | grep -q "$ask"; then die "user list shows a secret"; fi
+  # (Output is captured before grep: `grep -q` closing the pipe early fails a pipefail.)
+  local list
+  list=$("$BIN" user list --data-dir "$WORK/data")
+  grep -q "^bob .*e2e-team-shared (read only)" <<<"$list" || die "user list: $list"
+  if grep -q "$ask" <<<"$list"; then die "user list shows a secret"; fi
   sleep 1.2 # the gateway looks at the users file once a second
   as() { env AWS_ACCESS_KEY_ID="$1" AWS_SECRET_ACCESS_KEY="$2" aws --endpoint-url "$ENDPOINT" "${@:3}"; }
   aws --endpoint-url "$ENDPOINT" s3 mb s3://e2e-admin-only
@@ -650,7 +653,8 @@ users_policy() {
   # Listings: each user sees only the buckets its policy covers.
   [[ $(as "$aak" "$ask" s3 ls | awk '{print $3}' | tr '\n' ' ') == "e2e-team-shared " ]] || die "alice's bucket list"
   [[ $(as "$bak" "$bsk" s3 ls | awk '{print $3}' | tr '\n' ' ') == "e2e-team-shared " ]] || die "bob's bucket list"
-  aws --endpoint-url "$ENDPOINT" s3 ls | grep -q e2e-admin-only || die "the administrator's list"
+  list=$(aws --endpoint-url "$ENDPOINT" s3 ls)
+  grep -q ' e2e-admin-only$' <<<"$list" || die "the administrator's list: $list"
   # Rotation and removal take effect on the running gateway.
   out=$("$BIN" user rotate alice --data-dir "$WORK/data")
   local ask2
@@ -658,7 +662,8 @@ users_policy() {
   "$BIN" user remove bob --data-dir "$WORK/data"
   sleep 1.2
   if as "$aak" "$ask" s3 ls >/dev/null 2>&1; then die "alice's old secret still works"; fi
-  as "$aak" "$ask2" s3 ls | grep -q e2e-team-shared || die "alice's new secret"
+  list=$(as "$aak" "$ask2" s3 ls)
+  grep -q ' e2e-team-shared$' <<<"$list" || die "alice's new secret: $list"
   if as "$bak" "$bsk" s3 ls >/dev/null 2>"$WORK/users.err"; then die "removed bob still signs in"; fi
   grep -q InvalidAccessKeyId "$WORK/users.err" || die "bob's refusal: $(cat "$WORK/users.err")"
   as "$aak" "$ask2" s3 rm --recursive s3://e2e-team-shared
@@ -695,7 +700,7 @@ tls_aws() {
   aws "${e[@]}" s3 cp "$WORK/tls-file" s3://e2e-tls/dir/file
   aws "${e[@]}" s3 cp s3://e2e-tls/dir/file "$WORK/tls-file.back"
   same_file "$WORK/tls-file" "$WORK/tls-file.back"
-  aws "${e[@]}" s3 ls s3://e2e-tls/dir/ | grep -q ' 3000000 file$' || die "ls does not show the object"
+  grep -q ' 3000000 file$' <<<"$(aws "${e[@]}" s3 ls s3://e2e-tls/dir/)" || die "ls does not show the object"
 }
 tls_rclone() {
   rclone_env
@@ -765,7 +770,8 @@ tls_reload() {
   done
   [[ $served_fp == "$new_fp" ]] || die "after SIGHUP the server presents '$served_fp', not the new '$new_fp'"
   grep -q "SIGHUP: reloaded the certificate" "$WORK/server.err" || die "no reload message"
-  aws --ca-bundle "$WORK/renewed-cert.pem" --endpoint-url "$ENDPOINT" s3 ls s3://e2e-tls/dir/ | grep -q file
+  grep -q ' file$' <<<"$(aws --ca-bundle "$WORK/renewed-cert.pem" --endpoint-url "$ENDPOINT" s3 ls s3://e2e-tls/dir/)" ||
+    die "listing with the renewed certificate"
   # A broken file: the reload is refused and the renewed certificate stays.
   echo broken >"$dir/key.pem"
   kill -HUP "$SERVER_PID"
@@ -774,7 +780,8 @@ tls_reload() {
     sleep 0.1
   done
   grep -q "certificate not reloaded" "$WORK/server.err" || die "a broken key was not reported"
-  aws --ca-bundle "$WORK/renewed-cert.pem" --endpoint-url "$ENDPOINT" s3 ls s3://e2e-tls/dir/ | grep -q file
+  grep -q ' file$' <<<"$(aws --ca-bundle "$WORK/renewed-cert.pem" --endpoint-url "$ENDPOINT" s3 ls s3://e2e-tls/dir/)" ||
+    die "listing with the renewed certificate"
 }
 
 # =============================================================================================
