@@ -214,7 +214,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn random_token(len: usize, alphabet: &[u8]) -> String {
+pub(crate) fn random_token(len: usize, alphabet: &[u8]) -> String {
     use rand::Rng;
     let mut rng = rand::thread_rng();
     (0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())] as char).collect()

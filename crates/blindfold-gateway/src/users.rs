@@ -31,6 +31,8 @@ use s3s::{s3_error, S3Request, S3Result};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
+use crate::server::random_token;
+
 /// The users file in a data directory.
 pub const USERS_FILE: &str = "users.sealed";
 const LOCK_FILE: &str = "users.lock";
@@ -100,12 +102,6 @@ impl User {
             None => p == bucket,
         })
     }
-}
-
-fn random_token(len: usize, alphabet: &[u8]) -> String {
-    use rand::Rng;
-    let mut rng = rand::thread_rng();
-    (0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())] as char).collect()
 }
 
 const KEY_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";

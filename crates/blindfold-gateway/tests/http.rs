@@ -3,65 +3,19 @@
 
 use std::time::Duration;
 
-use blindfold_gateway::server::{self, ServeConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-struct Running {
-    addr: std::net::SocketAddr,
-    /// The data directory (for `blindfold user`'s file).
-    data_dir: std::path::PathBuf,
-    key: std::sync::Arc<blindfold_crypto::MasterKey>,
-    /// The admin listener (S3 keys, or the token "admin-test-token").
-    admin: std::net::SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
-}
+mod common;
+
+/// The test credentials.
+const KEYS: (&str, &str) = ("AKIDHTTPTEST", "http-test-secret");
+
+struct Running;
 
 impl Running {
-    async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = ServeConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().join("data"),
-            store: None,
-            key_file: None,
-            passphrase: None,
-            credentials: Some(("AKIDHTTPTEST".into(), "http-test-secret".into())),
-            capacity: 1 << 20,
-            block_size: 4096,
-            pad_objects: false,
-            cache_mib: server::DEFAULT_CACHE_MIB,
-            engine: Default::default(),
-            in_place: false,
-        };
-        let opened = server::open(&cfg).await.unwrap();
-        let key = std::sync::Arc::clone(&opened.key);
-        let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let admin = admin_listener.local_addr().unwrap();
-        let auth = blindfold_gateway::admin::AdminAuth {
-            credentials: cfg.credentials.clone().unwrap(),
-            token: Some("admin-test-token".into()),
-        };
-        let state = blindfold_gateway::admin::AdminState::new(&opened, auth, None);
-        tokio::spawn(blindfold_gateway::admin::serve(admin_listener, state, None));
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            server::run(opened, listener, async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-        });
-        Self { addr, admin, data_dir: cfg.data_dir.clone(), key, stop: Some(tx), task, _dir: dir }
-    }
-
-    async fn stop(mut self) {
-        self.stop.take().unwrap().send(()).unwrap();
-        (&mut self.task).await.unwrap();
+    async fn start() -> common::Running {
+        common::Running::start(KEYS, None).await
     }
 }
 
@@ -161,7 +115,7 @@ async fn requests_without_a_body_keep_the_connection() {
 }
 
 /// Sends one request on a new connection and reads the response.
-async fn exchange(g: &Running, request: &[u8]) -> (String, String) {
+async fn exchange(g: &common::Running, request: &[u8]) -> (String, String) {
     let mut sock = TcpStream::connect(g.addr).await.unwrap();
     sock.write_all(request).await.unwrap();
     let (head, body) = response(&mut sock).await;
@@ -261,7 +215,7 @@ async fn an_unknown_access_key_is_invalid_access_key_id() {
 
 /// A SigV4-signed request (header auth, unsigned payload) for the test credentials.
 fn signed(method: &str, path: &str, extra_headers: &str) -> String {
-    signed_as(("AKIDHTTPTEST", "http-test-secret"), method, path, extra_headers)
+    signed_as(KEYS, method, path, extra_headers)
 }
 
 /// A SigV4-signed request (header auth, unsigned payload) for `(access key, secret key)`.
@@ -346,7 +300,12 @@ async fn a_chunked_body_without_a_length_is_stored() {
 // The admin listener.
 
 /// One request to the admin listener; returns the status line, the head and the body.
-async fn admin_exchange(g: &Running, method: &str, path: &str, headers: &str) -> (String, String) {
+async fn admin_exchange(
+    g: &common::Running,
+    method: &str,
+    path: &str,
+    headers: &str,
+) -> (String, String) {
     let mut sock = TcpStream::connect(g.admin).await.unwrap();
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: admin\r\n{headers}Content-Length: 0\r\n\
@@ -514,7 +473,7 @@ async fn the_demo_shows_uniform_targets_with_oram_and_skew_without() {
 
 /// Sends a request signed with `keys` (with `body` if any); returns the status line and body.
 async fn as_user(
-    g: &Running,
+    g: &common::Running,
     keys: (&str, &str),
     method: &str,
     path: &str,

@@ -6,55 +6,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blindfold_gateway::server::{self, ServeConfig};
 use blindfold_gateway::tls::{fingerprint, Tls, TlsSource};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-struct Running {
-    addr: std::net::SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
-}
+mod common;
 
-impl Running {
-    async fn start(tls: Tls) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = ServeConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().join("data"),
-            store: None,
-            key_file: None,
-            passphrase: None,
-            credentials: Some(("AKIDTLSTEST".into(), "tls-test-secret".into())),
-            capacity: 1 << 20,
-            block_size: 4096,
-            pad_objects: false,
-            cache_mib: server::DEFAULT_CACHE_MIB,
-            engine: Default::default(),
-            in_place: false,
-        };
-        let opened = server::open(&cfg).await.unwrap();
-        let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            server::run_tls(opened, listener, Some(tls), async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap();
-        });
-        Self { addr, stop: Some(tx), task, _dir: dir }
-    }
-
-    async fn stop(mut self) {
-        self.stop.take().unwrap().send(()).unwrap();
-        (&mut self.task).await.unwrap();
-    }
+async fn start(tls: Tls) -> common::Running {
+    common::Running::start(("AKIDTLSTEST", "tls-test-secret"), Some(tls)).await
 }
 
 /// Writes a new self-signed certificate for localhost/127.0.0.1 and its key to `cert`, `key`.
@@ -131,7 +92,7 @@ async fn s3_over_tls_and_a_hint_for_plain_http() {
     let dir = tempfile::tempdir().unwrap();
     let tls =
         Tls::load(TlsSource::SelfSigned { dir: dir.path().join("tls"), names: vec![] }).unwrap();
-    let g = Running::start(tls).await;
+    let g = start(tls).await;
     let cert = cert_of(&dir.path().join("tls/cert.pem"));
     let mut conn = connect(g.addr, &[cert]).await;
     // An unsigned request reaches the S3 layer, which refuses it as S3 does.
@@ -188,7 +149,7 @@ async fn reload_serves_the_new_certificate_and_keeps_open_connections() {
     make_cert(&cert, &key);
     let first = cert_of(&cert);
     let tls = Tls::load(TlsSource::Files { cert: cert.clone(), key: key.clone() }).unwrap();
-    let g = Running::start(tls.clone()).await;
+    let g = start(tls.clone()).await;
 
     // Replace the files: the listener still presents the old one until the reload.
     let fresh = tempfile::tempdir().unwrap();

@@ -37,3 +37,68 @@ pub async fn read_object(opened: &server::Opened, key: &str) -> Result<Vec<u8>, 
     }
     Ok(out)
 }
+
+/// A gateway serving S3 (plain, or over `tls`) and its admin listener on free 127.0.0.1 ports,
+/// with the credentials `access_key`/`secret_key` (admin token "admin-test-token").
+pub struct Running {
+    pub addr: std::net::SocketAddr,
+    /// The admin listener.
+    pub admin: std::net::SocketAddr,
+    /// The data directory (for the users file).
+    pub data_dir: std::path::PathBuf,
+    pub key: std::sync::Arc<blindfold_crypto::MasterKey>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    /// Starts a 1 MiB gateway of 4 KiB blocks.
+    pub async fn start(
+        (access_key, secret_key): (&str, &str),
+        tls: Option<blindfold_gateway::tls::Tls>,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = ServeConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().join("data"),
+            store: None,
+            key_file: None,
+            passphrase: None,
+            credentials: Some((access_key.into(), secret_key.into())),
+            capacity: 1 << 20,
+            block_size: 4096,
+            pad_objects: false,
+            cache_mib: server::DEFAULT_CACHE_MIB,
+            engine: Default::default(),
+            in_place: false,
+        };
+        let opened = server::open(&cfg).await.unwrap();
+        let key = std::sync::Arc::clone(&opened.key);
+        let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin = admin_listener.local_addr().unwrap();
+        let auth = blindfold_gateway::admin::AdminAuth {
+            credentials: cfg.credentials.clone().unwrap(),
+            token: Some("admin-test-token".into()),
+        };
+        let state = blindfold_gateway::admin::AdminState::new(&opened, auth, None);
+        tokio::spawn(blindfold_gateway::admin::serve(admin_listener, state, tls.clone()));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server::run_tls(opened, listener, tls, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        Self { addr, admin, data_dir: cfg.data_dir.clone(), key, stop: Some(tx), task, _dir: dir }
+    }
+
+    /// Stops it (a clean shutdown) and waits.
+    pub async fn stop(mut self) {
+        self.stop.take().unwrap().send(()).unwrap();
+        (&mut self.task).await.unwrap();
+    }
+}
