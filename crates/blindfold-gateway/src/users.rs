@@ -306,8 +306,9 @@ impl UserFile {
 
 #[derive(Default)]
 struct Cached {
-    /// The file's (modified time, length) when read.
-    stamp: Option<(SystemTime, u64)>,
+    /// The file's (inode, modified time, length) when read: every edit renames a new file
+    /// into place, so the inode alone tells, whatever the clock's resolution.
+    stamp: Option<(u64, SystemTime, u64)>,
     checked: Option<Instant>,
     by_access_key: HashMap<String, User>,
 }
@@ -371,9 +372,10 @@ impl Access {
             return;
         }
         cache.checked = Some(Instant::now());
-        let stamp = std::fs::metadata(file.path())
-            .ok()
-            .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
+        let stamp = std::fs::metadata(file.path()).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt as _;
+            (m.ino(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len())
+        });
         if stamp == cache.stamp {
             return;
         }
