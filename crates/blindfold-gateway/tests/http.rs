@@ -21,28 +21,7 @@ impl Running {
 
 /// Reads one response head (status line and headers, lower-cased) and its body.
 async fn response(sock: &mut TcpStream) -> (String, Vec<u8>) {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        let n = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut byte))
-            .await
-            .expect("a response within 10 s")
-            .unwrap();
-        assert!(
-            n == 1,
-            "connection closed before a response; got {:?}",
-            String::from_utf8_lossy(&buf)
-        );
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8(buf).unwrap().to_ascii_lowercase();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    let mut body = vec![0u8; len];
-    sock.read_exact(&mut body).await.unwrap();
-    (head, body)
+    common::read_response(sock, false).await
 }
 
 /// Whether the server closes the connection within 10 s (reads return end of stream).
@@ -491,17 +470,7 @@ async fn as_user(
         // No body follows a HEAD answer, whatever its Content-Length says.
         let mut sock = TcpStream::connect(g.addr).await.unwrap();
         sock.write_all(&req).await.unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            let n = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut byte))
-                .await
-                .expect("an answer within 10 s")
-                .unwrap();
-            assert_eq!(n, 1, "connection closed");
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        let (head, _) = common::read_response(&mut sock, true).await;
         return (head.lines().next().unwrap_or("").to_owned(), String::new());
     }
     let (head, body) = exchange(g, &req).await;

@@ -9,7 +9,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use blindfold_gateway::server::{self, ServeConfig};
+mod common;
+
+use blindfold_gateway::server;
 use blindfold_testkit::fuzz;
 use http_body_util::BodyExt;
 use proptest::prelude::*;
@@ -253,20 +255,7 @@ fn hostile_s3_requests_get_well_formed_answers() {
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = ServeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.path().join("data"),
-        store: None,
-        key_file: None,
-        passphrase: None,
-        credentials: Some((ACCESS.into(), SECRET.into())),
-        capacity: 1 << 20,
-        block_size: 4096,
-        pad_objects: false,
-        cache_mib: server::DEFAULT_CACHE_MIB,
-        engine: Default::default(),
-        in_place: false,
-    };
+    let cfg = common::memory_cfg(dir.path(), ACCESS, SECRET);
     let opened = rt.block_on(server::open(&cfg)).unwrap();
     let service = server::service(&opened);
     // A bucket and an object for the random requests to find.

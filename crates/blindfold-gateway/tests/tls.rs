@@ -67,23 +67,7 @@ async fn request(conn: &mut Conn, path: &str) -> (String, String) {
     conn.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
         .await
         .unwrap();
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut byte))
-            .await
-            .expect("an answer within 10 s")
-            .unwrap();
-        assert_eq!(n, 1, "connection closed; got {:?}", String::from_utf8_lossy(&buf));
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8(buf).unwrap().to_ascii_lowercase();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    let mut body = vec![0u8; len];
-    conn.read_exact(&mut body).await.unwrap();
+    let (head, body) = common::read_response(conn, false).await;
     (head.lines().next().unwrap().to_owned(), String::from_utf8_lossy(&body).into_owned())
 }
 

@@ -59,20 +59,7 @@ impl Running {
         tls: Option<blindfold_gateway::tls::Tls>,
     ) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = ServeConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            data_dir: dir.path().join("data"),
-            store: None,
-            key_file: None,
-            passphrase: None,
-            credentials: Some((access_key.into(), secret_key.into())),
-            capacity: 1 << 20,
-            block_size: 4096,
-            pad_objects: false,
-            cache_mib: server::DEFAULT_CACHE_MIB,
-            engine: Default::default(),
-            in_place: false,
-        };
+        let cfg = memory_cfg(dir.path(), access_key, secret_key);
         let opened = server::open(&cfg).await.unwrap();
         let key = std::sync::Arc::clone(&opened.key);
         let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
@@ -101,4 +88,57 @@ impl Running {
         self.stop.take().unwrap().send(()).unwrap();
         (&mut self.task).await.unwrap();
     }
+}
+
+/// A 1 MiB gateway of 4 KiB blocks with the default engine and store, everything under `root`.
+pub fn memory_cfg(root: &std::path::Path, access_key: &str, secret_key: &str) -> ServeConfig {
+    ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: root.join("data"),
+        store: None,
+        key_file: None,
+        passphrase: None,
+        credentials: Some((access_key.into(), secret_key.into())),
+        capacity: 1 << 20,
+        block_size: 4096,
+        pad_objects: false,
+        cache_mib: server::DEFAULT_CACHE_MIB,
+        engine: Default::default(),
+        in_place: false,
+    }
+}
+
+/// Reads one HTTP/1.1 response from `conn`: its head (status line and headers, lower-cased)
+/// and, unless `head_only` (the answer to a HEAD), the body its Content-Length announces.
+/// Panics if nothing comes within 10 s or the connection closes first.
+pub async fn read_response<R: tokio::io::AsyncRead + Unpin>(
+    conn: &mut R,
+    head_only: bool,
+) -> (String, Vec<u8>) {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), conn.read(&mut byte))
+            .await
+            .expect("a response within 10 s")
+            .unwrap();
+        assert!(
+            n == 1,
+            "connection closed before a response; got {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap().to_ascii_lowercase();
+    if head_only {
+        return (head, Vec::new());
+    }
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0u8; len];
+    conn.read_exact(&mut body).await.unwrap();
+    (head, body)
 }
