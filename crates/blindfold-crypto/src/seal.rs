@@ -125,6 +125,9 @@ pub struct CellSealer {
     /// Seals reserved so far; seal number `n` uses epoch `base_epoch + n / seals_per_epoch`.
     seals: AtomicU64,
     keys: RwLock<BTreeMap<u32, LessSafeKey>>,
+    /// The master key being retired during a key rotation, as its own key chain: segments
+    /// that do not open under the current master are tried under it.
+    previous: Option<Box<CellSealer>>,
 }
 
 impl CellSealer {
@@ -148,7 +151,27 @@ impl CellSealer {
             seals_per_epoch: DEFAULT_SEALS_PER_EPOCH,
             seals: AtomicU64::new(0),
             keys: RwLock::new(BTreeMap::from([(epoch, first_key)])),
+            previous: None,
         }
+    }
+
+    /// Also opens segments sealed under `previous`, the master key a key rotation is retiring
+    /// (for any epoch up to the current one); seals stay under the current master.
+    ///
+    /// # Security
+    ///
+    /// A segment now authenticates under either key, so a forgery has two keys to hit instead
+    /// of one: negligible, and only until the rotation ends and the sealer is made without it.
+    /// Opening an old segment costs one extra copy and a failed authentication first.
+    #[must_use]
+    pub fn with_previous_key(mut self, previous: &MasterKey) -> Self {
+        self.previous = Some(Box::new(Self::new(previous, self.store, 0)));
+        self
+    }
+
+    /// Whether segments sealed under a retiring master key are opened too.
+    pub fn has_previous_key(&self) -> bool {
+        self.previous.is_some()
     }
 
     /// Moves to the next epoch after every `seals_per_epoch` seals (default 2^31).
@@ -310,11 +333,29 @@ impl CellSealer {
         if epoch > self.current_epoch() {
             return Err(integrity);
         }
-        let nonce = Nonce::try_assume_unique_for_key(nonce).expect("12-byte nonce");
         let aad = cell_ad_bytes(&self.store, ad);
-        // On failure ring zeroes the decrypted region before returning.
-        self.with_key(epoch, |key| key.open_in_place(nonce, Aad::from(&aad[..]), body))
-            .map_err(|_| integrity)
+        let Some(previous) = &self.previous else {
+            let nonce = Nonce::try_assume_unique_for_key(nonce).expect("12-byte nonce");
+            // On failure ring zeroes the decrypted region before returning.
+            return self
+                .with_key(epoch, |key| key.open_in_place(nonce, Aad::from(&aad[..]), body))
+                .map_err(|_| integrity);
+        };
+        // A failed attempt zeroes the region, so the retiring key gets a copy.
+        let copy = Zeroizing::new(body.to_vec());
+        let nonce = Nonce::try_assume_unique_for_key(nonce).expect("12-byte nonce");
+        let mut opened = self.with_key(epoch, |key| {
+            key.open_in_place(nonce, Aad::from(&aad[..]), &mut *body).map(|p| p.len())
+        });
+        if opened.is_err() {
+            body.copy_from_slice(&copy);
+            let nonce = Nonce::try_assume_unique_for_key(nonce_of(header)).expect("12-byte nonce");
+            opened = previous.with_key(epoch, |key| {
+                key.open_in_place(nonce, Aad::from(&aad[..]), &mut *body).map(|p| p.len())
+            });
+        }
+        let len = opened.map_err(|_| integrity)?;
+        Ok(&mut body[..len])
     }
 
     /// Runs `f` with the key of `epoch`, deriving and caching it if needed.
@@ -354,6 +395,11 @@ impl fmt::Debug for CellSealer {
             .field("keys", &"<redacted>")
             .finish()
     }
+}
+
+/// The nonce bytes of a segment header.
+fn nonce_of(header: &[u8; HEADER_LEN]) -> &[u8] {
+    &header[EPOCH_LEN..]
 }
 
 fn check_len(len: usize) -> Result<(), CryptoError> {
@@ -438,6 +484,29 @@ mod tests {
     /// info=b"blindfold/seal/v1"+struct.pack("<I",7)
     /// print(hmac.new(prk,info+b"\x01",hashlib.sha256).hexdigest())'
     /// ```
+    #[test]
+    fn a_retiring_master_key_still_opens_but_never_seals() {
+        let old = master();
+        let new = MasterKey::from_bytes([0x55; 32]);
+        let ad = CellAd { cell: 3, version: 2, segment: 0 };
+        let before = CellSealer::new(&old, store(), 4).seal(&ad, b"bucket").unwrap();
+        let rotating = CellSealer::new(&new, store(), 5).with_previous_key(&old);
+        assert!(rotating.has_previous_key());
+        assert_eq!(rotating.open(&ad, &before).unwrap(), b"bucket");
+        let mut in_place = before.clone();
+        assert_eq!(rotating.open_in_place(&ad, &mut in_place).unwrap(), b"bucket");
+        let after = rotating.seal(&ad, b"bucket").unwrap();
+        assert_eq!(CellSealer::new(&new, store(), 5).open(&ad, &after).unwrap(), b"bucket");
+        assert!(CellSealer::new(&old, store(), 5).open(&ad, &after).is_err());
+        assert!(CellSealer::new(&new, store(), 5).open(&ad, &before).is_err());
+        // Binding and tampering still fail under both keys.
+        let other = CellAd { version: 1, ..ad };
+        assert!(rotating.open(&other, &before).is_err(), "rollback detected");
+        let mut bad = before.clone();
+        bad[20] ^= 1;
+        assert!(rotating.open(&ad, &bad).is_err(), "tampering detected");
+    }
+
     #[test]
     fn epoch_key_known_answer() {
         let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &store().0).extract(master().expose_bytes());

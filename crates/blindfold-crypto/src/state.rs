@@ -32,6 +32,9 @@ const TAG_LEN: usize = 16;
 pub struct StateSealer {
     key: LessSafeKey,
     rng: SystemRandom,
+    /// The state key of a master key being retired by a key rotation: what does not open
+    /// under `key` is tried under it. Nothing is sealed under it.
+    previous: Option<LessSafeKey>,
 }
 
 impl std::fmt::Debug for StateSealer {
@@ -46,17 +49,38 @@ impl StateSealer {
 
     /// The state sealer of `master`.
     pub fn new(master: &MasterKey) -> Self {
-        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, SALT).extract(master.expose_bytes());
-        let mut bytes = Zeroizing::new([0u8; 32]);
-        prk.expand(&[INFO], HkdfLen(32))
-            .and_then(|okm| okm.fill(&mut bytes[..]))
-            .expect("HKDF-SHA256 can expand to 32 bytes");
-        let key = LessSafeKey::new(
-            UnboundKey::new(&AES_256_GCM, &bytes[..]).expect("a 32-byte AES-256 key"),
-        );
-        Self { key, rng: SystemRandom::new() }
+        Self { key: state_key(master), rng: SystemRandom::new(), previous: None }
     }
 
+    /// Also opens what was sealed under `previous`, the master key a key rotation is
+    /// retiring; seals stay under the current master.
+    #[must_use]
+    pub fn with_previous_key(mut self, previous: &MasterKey) -> Self {
+        self.previous = Some(state_key(previous));
+        self
+    }
+
+    /// As [`StateSealer::new`], plus [`StateSealer::with_previous_key`] when `previous` is
+    /// given.
+    pub fn with_keys(master: &MasterKey, previous: Option<&MasterKey>) -> Self {
+        let s = Self::new(master);
+        match previous {
+            Some(p) => s.with_previous_key(p),
+            None => s,
+        }
+    }
+}
+
+fn state_key(master: &MasterKey) -> LessSafeKey {
+    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, SALT).extract(master.expose_bytes());
+    let mut bytes = Zeroizing::new([0u8; 32]);
+    prk.expand(&[INFO], HkdfLen(32))
+        .and_then(|okm| okm.fill(&mut bytes[..]))
+        .expect("HKDF-SHA256 can expand to 32 bytes");
+    LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &bytes[..]).expect("a 32-byte AES-256 key"))
+}
+
+impl StateSealer {
     /// Seals `plaintext`, bound to `aad`.
     pub fn seal(&self, aad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, CryptoError> {
         let mut out = Vec::with_capacity(plaintext.len() + Self::OVERHEAD);
@@ -87,18 +111,23 @@ impl StateSealer {
             )));
         }
         let (nonce, body) = sealed.split_at(NONCE_LEN);
-        let nonce = Nonce::try_assume_unique_for_key(nonce).expect("12-byte nonce");
+        let nonce: [u8; NONCE_LEN] = nonce.try_into().expect("12-byte nonce");
         let mut body = body.to_vec();
-        let plain = self
+        let mut opened = self
             .key
-            .open_in_place(nonce, Aad::from(aad), &mut body)
-            .map_err(|_| {
-                CryptoError::Malformed(
-                    "sealed state does not authenticate (damaged, or sealed with another key)"
-                        .into(),
-                )
-            })?
-            .len();
+            .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut body)
+            .map(|p| p.len());
+        if let (Err(_), Some(previous)) = (&opened, &self.previous) {
+            body.copy_from_slice(&sealed[NONCE_LEN..]);
+            opened = previous
+                .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut body)
+                .map(|p| p.len());
+        }
+        let plain = opened.map_err(|_| {
+            CryptoError::Malformed(
+                "sealed state does not authenticate (damaged, or sealed with another key)".into(),
+            )
+        })?;
         body.truncate(plain);
         Ok(body)
     }
@@ -125,5 +154,21 @@ mod tests {
         }
         assert!(s.open(b"ckpt", &sealed[..10]).is_err());
         assert!(!sealed.windows(8).any(|w| w == b"position"), "no plaintext in the output");
+    }
+
+    #[test]
+    fn a_retiring_key_still_opens_but_never_seals() {
+        let (old, new) = (MasterKey::generate(), MasterKey::generate());
+        let before = StateSealer::new(&old).seal(b"ckpt", b"stash").unwrap();
+        let rotating = StateSealer::with_keys(&new, Some(&old));
+        assert_eq!(rotating.open(b"ckpt", &before).unwrap(), b"stash");
+        let after = rotating.seal(b"ckpt", b"stash").unwrap();
+        assert_eq!(StateSealer::new(&new).open(b"ckpt", &after).unwrap(), b"stash");
+        assert!(StateSealer::new(&old).open(b"ckpt", &after).is_err(), "sealed under the new key");
+        assert!(StateSealer::new(&new).open(b"ckpt", &before).is_err());
+        let mut bad = before.clone();
+        bad[20] ^= 1;
+        assert!(rotating.open(b"ckpt", &bad).is_err(), "tampering fails under both keys");
+        assert!(rotating.open(b"redo", &before).is_err(), "aad still bound");
     }
 }

@@ -340,7 +340,10 @@ impl PathOramStats {
 
 #[derive(Debug)]
 struct Cursor {
+    /// `None` for a sweep ([`PathOram::start_sweep`]) and once the data tree has taken it.
     op: Option<Op>,
+    /// A sweep: read and write back one public path, remapping no block.
+    sweep: bool,
     /// Block id in each tree on the way from the data down to the top of the recursion.
     ids: Vec<u64>,
     tree: usize,
@@ -699,9 +702,63 @@ impl PathOram {
         self.top[slot] = new_leaf.0 as u32 + 1;
         self.dirty_top.push(slot as u32);
         let read = self.trees[top_tree].path_cells(leaf);
-        self.cur =
-            Some(Cursor { op: Some(op), ids, tree: top_tree, leaf, new_leaf, expect: read.len() });
+        self.cur = Some(Cursor {
+            op: Some(op),
+            sweep: false,
+            ids,
+            tree: top_tree,
+            leaf,
+            new_leaf,
+            expect: read.len(),
+        });
         Ok(read)
+    }
+
+    /// Paths a sweep covers: every leaf of every tree (data tree first, then the position-map
+    /// trees). Every stored cell lies on at least one of them.
+    pub fn sweep_paths(&self) -> u64 {
+        self.trees.iter().map(|t| t.layout.shape.leaves()).sum()
+    }
+
+    /// Begins the `index`-th path of a sweep (`index < sweep_paths()`): the path to leaf
+    /// `index` of the data tree, then those of the position-map trees in order. It is read into
+    /// the stash and written back (evicting what fits, as any access does), with no block
+    /// remapped; [`PathOram::feed`] then returns [`Progress::Done`] with empty data.
+    ///
+    /// A sweep rewrites every stored cell once, in an order fixed in advance, e.g. to re-seal
+    /// them all under a new key. Which path it reads depends only on `index`, so the store
+    /// learns nothing from it but that a sweep is running; the leaves of ordinary accesses
+    /// stay fresh and uniform, as no block's leaf is read or changed.
+    pub fn start_sweep(&mut self, index: u64) -> Result<Vec<CellId>> {
+        if self.cur.is_some() {
+            return Err(OramError::Protocol("an access is already in progress".into()));
+        }
+        if self.loading.is_some() {
+            return Err(OramError::Protocol("a bulk load is in progress".into()));
+        }
+        let mut rest = index;
+        for (k, t) in self.trees.iter().enumerate() {
+            let leaves = t.layout.shape.leaves();
+            if rest < leaves {
+                let leaf = Leaf(rest);
+                let read = t.path_cells(leaf);
+                self.cur = Some(Cursor {
+                    op: None,
+                    sweep: true,
+                    ids: Vec::new(),
+                    tree: k,
+                    leaf,
+                    new_leaf: leaf,
+                    expect: read.len(),
+                });
+                return Ok(read);
+            }
+            rest -= leaves;
+        }
+        Err(OramError::Protocol(format!(
+            "sweep path {index} out of range (a sweep has {} paths)",
+            self.sweep_paths()
+        )))
     }
 
     /// Feeds the plaintext of the cells last asked for, in order (`None` for a cell that was
@@ -722,6 +779,12 @@ impl PathOram {
         }
         let k = cur.tree;
         self.absorb(k, cur.leaf, fetched)?;
+        if cur.sweep {
+            let writes = self.evict(k, cur.leaf);
+            let t = &mut self.trees[k];
+            t.max_stash = t.max_stash.max(t.stash.len());
+            return Ok(Progress::Done { writes, data: Vec::new() });
+        }
 
         let id = cur.ids[k];
         let new_leaf = cur.new_leaf.0 as u32;

@@ -747,7 +747,20 @@ impl DurablePathOram {
         store: Arc<dyn Store>,
         key: &MasterKey,
     ) -> Result<(Self, Recovery)> {
-        let state_sealer = StateSealer::new(key);
+        Self::open_rotating(dir, store, key, None).await
+    }
+
+    /// As [`DurablePathOram::open`], in the middle of a key rotation: what was sealed under
+    /// `previous` (cells, checkpoint, redo log) still opens, while everything sealed from now
+    /// on is sealed under `key`. A [`DurablePathOram::sweep`] over every path, then a commit,
+    /// leaves nothing under `previous`.
+    pub async fn open_rotating(
+        dir: &Path,
+        store: Arc<dyn Store>,
+        key: &MasterKey,
+        previous: Option<&MasterKey>,
+    ) -> Result<(Self, Recovery)> {
+        let state_sealer = StateSealer::with_keys(key, previous);
         let (ckpt, migrating) = load_checkpoint(dir, &state_sealer)?;
         let store_id = StoreId(ckpt.store_id);
         let mut oram = PathOram::from_state(ckpt.oram, ChaCha20Rng::from_entropy())?;
@@ -833,7 +846,7 @@ impl DurablePathOram {
         }
         // Reserve this run's epoch before sealing anything under it.
         let epoch = next_epoch;
-        let sealer = CellSealer::new(key, store_id, epoch);
+        let sealer = cell_sealer(key, previous, store_id, epoch);
         let after = Checkpoint {
             store_id: store_id.0,
             oram: oram.export_state()?,
@@ -1210,6 +1223,33 @@ impl DurablePathOram {
                 (None, None) => unreachable!("progress is either more reads or done"),
             }
         }
+    }
+
+    /// Paths a sweep covers ([`PathOram::sweep_paths`]): every leaf of every tree.
+    pub fn sweep_paths(&self) -> u64 {
+        self.oram.sweep_paths()
+    }
+
+    /// Reads and writes back the sweep's paths `range` (see [`PathOram::start_sweep`]),
+    /// re-sealing every cell on them under the current key; durable after the next
+    /// [`DurablePathOram::commit`]. Call it between accesses: it reveals no block's leaf, so
+    /// nothing is logged before its reads.
+    pub async fn sweep(&mut self, range: std::ops::Range<u64>) -> Result<()> {
+        if self.poisoned {
+            return Err(ProxyError::Poisoned);
+        }
+        for index in range {
+            let read = self.oram.start_sweep(index)?;
+            if let Err(e) = self.run(read, None).await {
+                self.oram.abort();
+                self.poison(&e);
+                return Err(e);
+            }
+        }
+        if self.overlay.len() >= self.max_overlay {
+            self.commit().await?;
+        }
+        Ok(())
     }
 
     /// Makes every access so far durable: logs the overlay and the state change, then writes
@@ -1638,6 +1678,21 @@ pub(crate) fn save_rebuilt_path_oram(
     };
     remove_log(dir)?;
     write_checkpoint(dir, &ckpt, &StateSealer::new(key))
+}
+
+/// The cell sealer of a run: sealing under `key` from `epoch` on, and opening what
+/// `previous` (a key being rotated out) sealed too.
+pub(crate) fn cell_sealer(
+    key: &MasterKey,
+    previous: Option<&MasterKey>,
+    store_id: StoreId,
+    epoch: u32,
+) -> CellSealer {
+    let sealer = CellSealer::new(key, store_id, epoch);
+    match previous {
+        Some(p) => sealer.with_previous_key(p),
+        None => sealer,
+    }
 }
 
 /// Removes `dir/redo.log` if present.

@@ -52,10 +52,10 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::durable::{
-    append_frame, append_record, apply_slot_cells, decode_record, empty_log, encode_frame,
-    pending_slot_cells, prepare_new_dir, read_any_checkpoint, read_frames_with_legacy,
-    read_prev_checkpoint, replace_log, verify_cells, write_batches, write_checkpoint_as,
-    LegacyVersions, LoggedCell, SlotCell, CHECKPOINT, REDO_LOG,
+    append_frame, append_record, apply_slot_cells, cell_sealer, decode_record, empty_log,
+    encode_frame, pending_slot_cells, prepare_new_dir, read_any_checkpoint,
+    read_frames_with_legacy, read_prev_checkpoint, replace_log, verify_cells, write_batches,
+    write_checkpoint_as, LegacyVersions, LoggedCell, SlotCell, CHECKPOINT, REDO_LOG,
 };
 use crate::path::{with_retry, RetryPolicy};
 use crate::pinned::{PinnedCells, PinnedStore};
@@ -501,7 +501,20 @@ impl DurableTao {
         store: Arc<dyn Store>,
         key: &MasterKey,
     ) -> Result<(Self, Recovery)> {
-        let state_sealer = StateSealer::new(key);
+        Self::open_rotating(dir, store, key, None).await
+    }
+
+    /// As [`DurableTao::open`], in the middle of a key rotation: what was sealed under
+    /// `previous` (cells, checkpoint, redo log) still opens, while everything sealed from now
+    /// on is sealed under `key`. A [`DurableTao::sweep`] over every path, then a commit, leaves
+    /// nothing under `previous`.
+    pub async fn open_rotating(
+        dir: &Path,
+        store: Arc<dyn Store>,
+        key: &MasterKey,
+        previous: Option<&MasterKey>,
+    ) -> Result<(Self, Recovery)> {
+        let state_sealer = StateSealer::with_keys(key, previous);
         let ckpt = load_checkpoint(dir, &state_sealer)?;
         let store_id = StoreId(ckpt.store_id);
         let mut state = ckpt.state;
@@ -645,7 +658,7 @@ impl DurableTao {
         let tao = TaoOram::from_state(
             after.state,
             overlay.clone() as Arc<dyn Store>,
-            CellSealer::new(key, store_id, epoch),
+            cell_sealer(key, previous, store_id, epoch),
             ChaCha20Rng::from_entropy(),
         )?;
         let journal_log = log.try_clone().map_err(|e| crate::durable::io(dir, "cloning", e))?;
@@ -665,9 +678,9 @@ impl DurableTao {
                 next_epoch: after.next_epoch,
                 store_id,
                 posmap,
-                sealer: StateSealer::new(key),
+                sealer: StateSealer::with_keys(key, previous),
             }),
-            opener: CellSealer::new(key, store_id, epoch),
+            opener: cell_sealer(key, previous, store_id, epoch),
             journal: Journal {
                 queue: Mutex::new(JournalQueue::default()),
                 durable: AtomicU64::new(0),
@@ -772,6 +785,35 @@ impl DurableTao {
             self.commit_now().await?;
         }
         Ok(out)
+    }
+
+    /// Paths a sweep covers ([`TaoOram::sweep_paths`]): one per leaf.
+    pub fn sweep_paths(&self) -> u64 {
+        self.tao.sweep_paths()
+    }
+
+    /// Reads and writes back the sweep's paths `range` (leaves, in order; see
+    /// [`TaoOram::sweep`]), re-sealing every cell on them under the current key. Runs
+    /// alongside requests; durable after the next [`DurableTao::commit`].
+    pub async fn sweep(&self, range: std::ops::Range<u64>) -> Result<()> {
+        self.check()?;
+        {
+            let admitted = self.admission.lock().await;
+            let n = usize::try_from(range.end.saturating_sub(range.start)).unwrap_or(usize::MAX);
+            self.tao.wait_for_room(n).await;
+            let _shared = self.gate.read().await;
+            let replies: Vec<crate::tao::Reply> =
+                range.map(|leaf| self.tao.sweep(leaf)).collect::<Result<_>>()?;
+            drop(admitted);
+            for r in replies {
+                r.await?;
+            }
+            self.written.fetch_add(1, Ordering::SeqCst);
+        }
+        if self.overlay.len() >= self.max_overlay {
+            self.commit_now().await?;
+        }
+        Ok(())
     }
 
     /// Reads blocks (zeros if never written), concurrently.

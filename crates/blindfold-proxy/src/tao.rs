@@ -394,6 +394,8 @@ impl std::fmt::Debug for TaoOram {
 enum Kind {
     Real(Op),
     Fake(oneshot::Receiver<Vec<u8>>),
+    /// A sweep path ([`TaoOram::sweep`]): read and written back, answering nobody.
+    Sweep,
 }
 
 struct Begun {
@@ -556,6 +558,44 @@ impl TaoOram {
     /// even if the future is dropped.
     pub fn submit(&self, block: BlockId, op: Op) -> Result<Reply> {
         let begun = self.shared.begin(block, op)?;
+        let shared = Arc::clone(&self.shared);
+        Ok(Reply(tokio::spawn(async move { shared.finish(begun).await })))
+    }
+
+    /// Paths a sweep covers: one per leaf. Every stored cell lies on at least one.
+    pub fn sweep_paths(&self) -> u64 {
+        self.shared.shape().leaves()
+    }
+
+    /// Reads the path to `leaf` and writes it back (with the next write-back, evicting what
+    /// fits, as any request does), remapping no block: a step of a sweep that rewrites every
+    /// stored cell in a fixed order, e.g. to re-seal them under a new key. The path depends
+    /// only on `leaf`, so the store learns only that a sweep runs; the leaves of requests stay
+    /// fresh and uniform. Ordered with requests as [`TaoOram::submit`] is.
+    pub fn sweep(&self, leaf: u64) -> Result<Reply> {
+        let shape = self.shared.shape();
+        if leaf >= shape.leaves() {
+            return Err(ProxyError::State(format!(
+                "sweep path {leaf} out of range (a sweep has {} paths)",
+                shape.leaves()
+            )));
+        }
+        let begun = {
+            let mut guard = self.shared.state.lock();
+            let s = &mut *guard;
+            if s.poisoned {
+                return Err(ProxyError::Poisoned);
+            }
+            let (release, rx) = oneshot::channel();
+            let prev = s.seq_tail.replace(rx);
+            let leaf = Leaf(leaf);
+            for b in self.shared.path_buckets(leaf) {
+                *s.pins.entry(b).or_insert(0) += 1;
+            }
+            s.in_flight += 1;
+            let reveal = Reveal { block: u64::MAX, read: leaf.0 as u32, new: leaf.0 as u32 };
+            Begun { block: u64::MAX, leaf, kind: Kind::Sweep, prev, release, go: None, reveal }
+        };
         let shared = Arc::clone(&self.shared);
         Ok(Reply(tokio::spawn(async move { shared.finish(begun).await })))
     }
@@ -1034,6 +1074,7 @@ impl Shared {
         let answer = match kind {
             Kind::Real(op) => Answer::Now(self.answer(s, block, &buckets, op)?),
             Kind::Fake(rx) => Answer::Later(rx),
+            Kind::Sweep => Answer::Now(Vec::new()),
         };
         s.stats.paths_fetched += 1;
         self.evict(s, leaf, &buckets);

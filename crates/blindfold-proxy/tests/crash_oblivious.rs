@@ -42,6 +42,8 @@ fn mean(v: &[usize]) -> f64 {
 }
 
 /// The two engines behind one small interface for the trials.
+// One engine per trial, never moved around: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Engine {
     Tao(DurableTao),
     Path(DurablePathOram),
