@@ -921,7 +921,8 @@ if only crash; then
   run_checks crash-self-test python3 "$ROOT/tests/e2e/crash_loop.py" --self-test
   run_checks crash timeout -k 10 900 python3 "$ROOT/tests/e2e/crash_loop.py" \
     --bin "$BIN" --work "$WORK/crash" --pid-file "$WORK/crash.pid" \
-    --rounds "${E2E_CRASH_ROUNDS:-20}" ${E2E_CRASH_SEED:+--seed "$E2E_CRASH_SEED"}
+    --rounds "${E2E_CRASH_ROUNDS:-20}" --rotate-every "${E2E_CRASH_ROTATE_EVERY:-6}" \
+    ${E2E_CRASH_SEED:+--seed "$E2E_CRASH_SEED"}
 fi
 
 finish

@@ -26,6 +26,11 @@ with a server error (an integrity error), is a failure. The listing must match t
 At the end `blindfold verify` runs on the crashed data directory (it recovers like a restart)
 and, after a clean SIGTERM stop, once more; both must succeed.
 
+Key rotations ride along (`--rotate-every N`): every N-th round runs `blindfold rotate-key` while
+the server serves, so the following restarts re-seal the store while writers write and the kills
+land in the middle of the sweep. At the end every rotation must have finished (the gateway is
+run until it has), and `blindfold verify` with any retired key must be refused.
+
 One `ok - …` or `FAIL - …: reason` line per round and per final check. Run by scripts/e2e.sh;
 by hand: python3 tests/e2e/crash_loop.py --bin target/debug/blindfold --work /tmp/crash
 """
@@ -357,6 +362,46 @@ def run_verify(args, label):
         report(False, name, f"exit status {p.returncode}", lines[-20:])
 
 
+def rotate_key(args, retired):
+    """`blindfold rotate-key` on the live data directory; the current key is kept aside, as
+    retired, once the rotation is prepared (it fails while another is under way)."""
+    key = os.path.join(args.data_dir, "key.json")
+    with open(key, "rb") as f:
+        current = f.read()
+    p = subprocess.run([args.bin, "rotate-key", "--data-dir", args.data_dir], capture_output=True,
+                       text=True, timeout=60)
+    if p.returncode == 0:
+        path = os.path.join(args.work, f"retired-key-{len(retired) + 1}.json")
+        with open(path, "wb") as f:
+            f.write(current)
+        retired.append(path)
+        print(f"    rotate-key: prepared rotation {len(retired)}", flush=True)
+    elif "already under way" not in p.stderr:
+        report(False, "crash: blindfold rotate-key", f"exit status {p.returncode}", p.stderr.splitlines()[-5:])
+
+
+def finish_rotation(args, server, retired):
+    """Runs the gateway until no rotation is left, then stops it cleanly."""
+    marker = os.path.join(args.data_dir, "rotation.sealed")
+    t0 = time.monotonic()
+    if os.path.exists(marker):
+        server.start()
+        while os.path.exists(marker) and time.monotonic() - t0 < 600:
+            time.sleep(0.2)
+        server.stop()
+    leftovers = [p for p in (marker, os.path.join(args.data_dir, "key.json.next")) if os.path.exists(p)]
+    report(not leftovers, f"crash: {len(retired)} key rotation(s) finished across the kills "
+           f"({time.monotonic() - t0:.1f} s after the loop)", "left behind", leftovers)
+
+
+def refuse_retired_key(args, path):
+    p = subprocess.run([args.bin, "verify", "--data-dir", args.data_dir, "--key-file", path],
+                       capture_output=True, text=True, timeout=600)
+    refused = p.returncode != 0 and "does not belong" in p.stderr
+    report(refused, f"crash: a retired key ({os.path.basename(path)}) is refused",
+           f"exit status {p.returncode}", (p.stdout + p.stderr).splitlines()[-5:])
+
+
 def self_test():
     """The checker itself: histories whose allowed final states are known. Returns problems."""
     def op(key, kind, dig, start, end=INF):
@@ -404,6 +449,8 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--min-delay", type=float, default=0.2)
     ap.add_argument("--max-delay", type=float, default=3.0)
+    ap.add_argument("--rotate-every", type=int, default=0,
+                    help="run `blindfold rotate-key` every N rounds (0: never)")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -419,10 +466,13 @@ def main():
         server.start()
         client(server.endpoint).create_bucket(Bucket=BUCKET)
         model = {}
+        retired = []
         totals = {"acked": 0, "inflight": 0}
         for n in range(1, args.rounds + 1):
             t_round = time.monotonic()
             rnd = Round(n, server.endpoint, model, args, seed + n)
+            if args.rotate_every and n % args.rotate_every == 0:
+                rotate_key(args, retired)
             delay = rng.uniform(args.min_delay, args.max_delay)
             delay = rnd.traffic(delay, server)
             acked = sum(1 for op in rnd.ops if op.end != INF)
@@ -451,7 +501,11 @@ def main():
             model = {k: v for k, v in observed.items() if not isinstance(v, tuple)}
         code = server.stop()
         report(code == 0, "crash: clean exit on SIGTERM after the loop", f"exit status {code}")
+        if retired:
+            finish_rotation(args, server, retired)
         run_verify(args, "after a clean stop")
+        for path in retired:
+            refuse_retired_key(args, path)
         print(f"crash loop: {totals['acked']} acknowledged writes, {totals['inflight']} in flight at kills, "
               f"{time.monotonic() - t_all:.0f} s", flush=True)
     except Exception as e:  # noqa: BLE001

@@ -262,6 +262,28 @@ impl Directory {
         Self::from_db(open_sealed(path, master, !exists)?, capacity)
     }
 
+    /// Re-seals the directory database at `path` under `new` if it is still sealed under
+    /// `old` (a key rotation): it is copied into a new file sealed under `new`, which then
+    /// replaces it atomically (rename), so a crash leaves one or the other, both readable
+    /// while the rotation lasts. Nothing to do if it already opens under `new`.
+    pub fn rekey(path: &Path, capacity: u64, new: &MasterKey, old: &MasterKey) -> Result<bool> {
+        if !path.exists() || SealedFile::open(path, new).is_ok() {
+            return Ok(false);
+        }
+        let dump = Self::from_db(open_sealed(path, old, false)?, capacity)?.dump()?;
+        let tmp = path.with_extension("redb.rekey");
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(db_err(e)),
+            _ => {}
+        }
+        Self::write_dump(open_sealed(&tmp, new, true)?, &dump)?;
+        std::fs::rename(&tmp, path).map_err(db_err)?;
+        if let Some(parent) = path.parent() {
+            std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(db_err)?;
+        }
+        Ok(true)
+    }
+
     /// Rewrites the plaintext redb database at `path` as a sealed one, in place.
     fn seal_plaintext(path: &Path, capacity: u64, master: &MasterKey) -> Result<()> {
         let old = Database::open(path).map_err(|e| {

@@ -74,6 +74,18 @@ pub trait SharedEngine: Send + Sync + std::fmt::Debug {
     fn gauges(&self) -> EngineGauges {
         EngineGauges::default()
     }
+
+    /// Paths of a sweep that rewrites every stored cell (0 if the engine cannot sweep).
+    async fn sweep_paths(&self) -> u64 {
+        0
+    }
+
+    /// Reads and writes back the sweep's paths `range`, in order, re-sealing every cell on
+    /// them under the current key (a key rotation, see [`crate::rotation`]). Which paths it
+    /// touches depends only on `range`. Durable after the next [`SharedEngine::commit`].
+    async fn sweep(&self, _range: std::ops::Range<u64>) -> Result<()> {
+        Err(ProxyError::State(format!("the {} engine cannot sweep", self.kind())))
+    }
 }
 
 fn check_distinct(blocks: impl Iterator<Item = BlockId>) -> Result<()> {
@@ -179,6 +191,18 @@ impl<E: BlockEngine + Sync> SharedEngine for Serialized<E> {
         e.checkpoint()
     }
 
+    async fn sweep_paths(&self) -> u64 {
+        self.inner.lock().await.sweep_paths()
+    }
+
+    async fn sweep(&self, range: std::ops::Range<u64>) -> Result<()> {
+        let mut e = self.inner.lock().await;
+        e.sweep(range).await?;
+        // Counted as a write, so that the next commit covers it.
+        self.written.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
     fn verify<'a>(
         &'a self,
         progress: &'a mut dyn FnMut(u64, u64),
@@ -244,6 +268,16 @@ pub trait BlockEngine: Send + std::fmt::Debug {
     /// Saves the whole trusted state (clean shutdown). Only with nothing pending.
     fn checkpoint(&mut self) -> Result<()>;
 
+    /// See [`SharedEngine::sweep_paths`].
+    fn sweep_paths(&self) -> u64 {
+        0
+    }
+
+    /// See [`SharedEngine::sweep`].
+    async fn sweep(&mut self, _range: std::ops::Range<u64>) -> Result<()> {
+        Err(ProxyError::State(format!("the {} engine cannot sweep", self.kind())))
+    }
+
     /// Authenticates every stored cell; `progress(done, total)` is called as it goes.
     fn verify<'a>(
         &'a mut self,
@@ -304,6 +338,14 @@ impl BlockEngine for DurablePathOram {
         DurablePathOram::checkpoint(self)
     }
 
+    fn sweep_paths(&self) -> u64 {
+        DurablePathOram::sweep_paths(self)
+    }
+
+    async fn sweep(&mut self, range: std::ops::Range<u64>) -> Result<()> {
+        DurablePathOram::sweep(self, range).await
+    }
+
     fn verify<'a>(
         &'a mut self,
         progress: &'a mut dyn FnMut(u64, u64),
@@ -355,6 +397,14 @@ impl SharedEngine for DurableTao {
 
     async fn commit(&self) -> Result<()> {
         DurableTao::commit(self).await
+    }
+
+    async fn sweep_paths(&self) -> u64 {
+        DurableTao::sweep_paths(self)
+    }
+
+    async fn sweep(&self, range: std::ops::Range<u64>) -> Result<()> {
+        DurableTao::sweep(self, range).await
     }
 
     async fn shutdown(&self) -> Result<()> {
@@ -529,6 +579,14 @@ impl SharedEngine for Watched {
 
     async fn shutdown(&self) -> Result<()> {
         self.inner.shutdown().await
+    }
+
+    async fn sweep_paths(&self) -> u64 {
+        self.inner.sweep_paths().await
+    }
+
+    async fn sweep(&self, range: std::ops::Range<u64>) -> Result<()> {
+        self.note(self.inner.sweep(range).await)
     }
 
     fn verify<'a>(

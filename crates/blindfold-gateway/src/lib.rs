@@ -25,6 +25,7 @@ pub mod engine;
 mod error;
 pub mod objects;
 pub mod observe;
+pub mod rotation;
 mod s3;
 pub mod sealed_file;
 pub mod server;

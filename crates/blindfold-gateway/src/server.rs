@@ -183,8 +183,12 @@ pub struct Opened {
     /// poisoned driver), once there is one: the server should stop (a restart reloads the
     /// trusted state from the data directory).
     pub stopped: tokio::sync::watch::Receiver<Option<String>>,
-    /// The master key.
+    /// The master key: everything is sealed under it from now on.
     pub key: Arc<MasterKey>,
+    /// During a key rotation, the key being retired: what it sealed still opens.
+    pub previous_key: Option<Arc<MasterKey>>,
+    /// The key rotation under way, whose sweep [`run_tls`] runs while it serves.
+    pub rotation: Option<crate::rotation::Rotation>,
     /// The data directory.
     pub data_dir: PathBuf,
     /// The array holding the encrypted snapshot of the trusted state.
@@ -400,22 +404,40 @@ fn key_matches(dir: &Path, key: &MasterKey, store_id: StoreId) -> Result<Option<
     Ok(Some(opened.is_ok_and(|t| t == KEY_CHECK_TEXT)))
 }
 
-/// Checks that `key` is the key of the data directory `dir`, which must hold a store: for
-/// commands that seal state of their own (`blindfold user`) under that key.
-pub fn check_data_dir_key(dir: &Path, key: &MasterKey) -> Result<()> {
+/// The keys of the data directory `dir`, which must hold a store, from its key file
+/// `key_path`: the key the file holds, or during a key rotation the new key and the one being
+/// retired (see [`crate::rotation::keys`]). Checked against the directory's key check; for
+/// commands that seal state of their own (`blindfold user`, `blindfold rotate-key`).
+pub fn data_dir_keys(
+    dir: &Path,
+    key_path: &Path,
+    passphrase: Option<&Passphrase>,
+) -> Result<crate::rotation::Keys> {
     let params = read_params(dir)?.ok_or_else(|| {
         GatewayError::Config(format!(
             "{} holds no store (no gateway.json): start `blindfold serve` there first",
             dir.display()
         ))
     })?;
-    match key_matches(dir, key, store_id(&params)?)? {
-        Some(false) => Err(GatewayError::Config(format!(
-            "this key is not the key of {} (its key check does not open)",
-            dir.display()
-        ))),
-        _ => Ok(()),
+    let id = store_id(&params)?;
+    let loaded = load_key_file(key_path, passphrase).map_err(|e| {
+        GatewayError::Config(format!("loading the key {}: {e}", key_path.display()))
+    })?;
+    let keys = crate::rotation::keys(dir, key_path, loaded, |k| {
+        Ok(key_matches(dir, k, id)? == Some(true))
+    })?;
+    let mut verdict = key_matches(dir, &keys.current, id)?;
+    if let (Some(false), Some(old)) = (verdict, &keys.previous) {
+        verdict = key_matches(dir, old, id)?;
     }
+    if verdict == Some(false) {
+        return Err(GatewayError::Config(format!(
+            "the key in {} is not the key of {} (its key check does not open)",
+            key_path.display(),
+            dir.display()
+        )));
+    }
+    Ok(keys)
 }
 
 /// Reads `<dir>/gateway.json`, if there is one.
@@ -654,10 +676,48 @@ async fn open_existing(
             dir.display()
         )));
     }
-    let key = load_key_file(&key_path, cfg.passphrase.as_deref())
+    let loaded = load_key_file(&key_path, cfg.passphrase.as_deref())
         .map_err(|e| GatewayError::Config(e.to_string()))?;
     let id = store_id(&params)?;
-    let checked = key_matches(dir, &key, id)?;
+    let keys = crate::rotation::keys(dir, &key_path, loaded, |k| {
+        Ok(key_matches(dir, k, id)? == Some(true))
+    })?;
+    let key = keys.current;
+    let mut checked = key_matches(dir, &key, id)?;
+    let mut notes = Vec::new();
+    if let Some(old) = &keys.previous {
+        // A rotation: the key check may still be under the old key (the rotation file opened
+        // under it, so it is this directory's key). Everything kept locally under the master
+        // key is re-sealed under the new one now, each file atomically.
+        if checked != Some(true) {
+            checked = key_matches(dir, old, id)?;
+        }
+        if checked == Some(true) {
+            if Directory::rekey(&dir.join("meta.redb"), params.blocks, &key, old)? {
+                notes.push("key rotation: re-sealed the directory database".to_string());
+            }
+            crate::users::UserFile::new(dir, &key)
+                .rekey_from(&crate::users::UserFile::new(dir, old))
+                .map_err(|e| GatewayError::Config(e.to_string()))?;
+            if key_matches(dir, &key, id)? != Some(true) {
+                let check = key_check(&key, id)?;
+                write_private(
+                    &dir.join(KEY_CHECK_FILE),
+                    &serde_json::to_vec_pretty(&check).expect("json"),
+                )?;
+            }
+            let r = keys.rotation.as_ref().expect("a previous key comes with a rotation");
+            notes.push(format!(
+                "key rotation under way ({}): it re-seals every cell while the gateway \
+                 serves; the old key file is replaced when it ends",
+                if r.paths == 0 {
+                    "starting now".to_string()
+                } else {
+                    format!("{} of {} paths re-sealed", r.swept, r.paths)
+                }
+            ));
+        }
+    }
     if checked == Some(false) {
         return Err(GatewayError::Config(format!(
             "the key in {} does not belong to the store in {} (its key check does not match): \
@@ -666,7 +726,6 @@ async fn open_existing(
             dir.display()
         )));
     }
-    let mut notes = Vec::new();
     let cred_path = dir.join("credentials.json");
     let mut generated = None;
     let credentials = match &cfg.credentials {
@@ -679,7 +738,10 @@ async fn open_existing(
             pair
         }
     };
-    let mut opened = assemble(cfg, hooks, params, key, credentials, false, &mut notes).await?;
+    let previous = keys.previous;
+    let mut opened =
+        assemble(cfg, hooks, params, (key, previous), credentials, false, &mut notes).await?;
+    opened.rotation = keys.rotation;
     if let Some(c) = generated {
         write_private(&cred_path, &serde_json::to_vec_pretty(&c).expect("json"))?;
         notes.push(format!("generated S3 credentials in {}", cred_path.display()));
@@ -810,7 +872,7 @@ async fn create(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     let id = store_id(&params)?;
     let check = key_check(&key, id)?;
     let mut opened =
-        assemble(cfg, hooks, params.clone(), key, credentials.0, true, &mut notes).await?;
+        assemble(cfg, hooks, params.clone(), (key, None), credentials.0, true, &mut notes).await?;
     // Everything opened: now the files that make the directory usable, gateway.json last.
     let cred_path = dir.join("credentials.json");
     if let Some(c) = credentials.1 {
@@ -851,7 +913,7 @@ async fn assemble(
     cfg: &ServeConfig,
     hooks: OpenHooks,
     params: GatewayParams,
-    key: MasterKey,
+    (key, previous): (MasterKey, Option<MasterKey>),
     credentials: (String, String),
     creating: bool,
     notes: &mut Vec<String>,
@@ -925,7 +987,8 @@ async fn assemble(
             let pinned = params.cache_levels;
             Arc::new(DurableTao::create_pinned(&oram_dir, config, store, &key, id, pinned).await?)
         } else {
-            let (engine, rec) = DurableTao::open(&oram_dir, store, &key).await?;
+            let (engine, rec) =
+                DurableTao::open_rotating(&oram_dir, store, &key, previous.as_ref()).await?;
             recovered(rec, notes);
             Arc::new(engine)
         }
@@ -934,7 +997,8 @@ async fn assemble(
             DurablePathOram::create(&oram_dir, config.clone(), store, &key, id).await?,
         ))
     } else {
-        let (engine, rec) = DurablePathOram::open(&oram_dir, store, &key).await?;
+        let (engine, rec) =
+            DurablePathOram::open_rotating(&oram_dir, store, &key, previous.as_ref()).await?;
         recovered(rec, notes);
         Arc::new(Serialized::new(engine))
     };
@@ -973,6 +1037,8 @@ async fn assemble(
         new_credentials: false,
         stopped,
         key: Arc::new(key),
+        previous_key: previous.map(Arc::new),
+        rotation: None,
         data_dir: dir.clone(),
         snapshots,
         observer,
@@ -1386,11 +1452,21 @@ pub async fn run(
 /// [`run`], over TLS when `tls` is given (every connection then starts with a handshake; a
 /// client speaking plain HTTP is dropped).
 pub async fn run_tls(
-    opened: Opened,
+    mut opened: Opened,
     listener: tokio::net::TcpListener,
     tls: Option<crate::tls::Tls>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
+    let sweeper = opened.rotation.take().map(|rotation| {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let engine = Arc::clone(opened.objects.engine());
+        let task = tokio::spawn(async move {
+            if let Err(e) = crate::rotation::sweep(engine, rotation, stopped).await {
+                tracing::error!(error = %e, "the key rotation stopped; the next start resumes it");
+            }
+        });
+        (stop, task)
+    });
     let service = service(&opened);
     let observer = Arc::clone(&opened.observer);
     let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -1420,6 +1496,11 @@ pub async fn run_tls(
             () = &mut shutdown => break,
         }
     }
+    if let Some((stop, task)) = sweeper {
+        // The sweep stops between two chunks (never inside an access).
+        let _ = stop.send(true);
+        let _ = task.await;
+    }
     tracing::info!("shutting down: committing ORAM state");
     let objects = Arc::clone(&opened.objects);
     objects.shutdown().await?;
@@ -1441,7 +1522,12 @@ pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
             "the snapshot area could not be opened at start; no snapshot written".into(),
         ));
     };
-    let seq = crate::snapshot::latest_seq(&**snapshots, &opened.key).await.unwrap_or(0) + 1;
+    let mut latest = crate::snapshot::latest_seq(&**snapshots, &opened.key).await;
+    if let (None, Some(old)) = (latest, &opened.previous_key) {
+        // In a key rotation the newest snapshot may still be under the old key.
+        latest = crate::snapshot::latest_seq(&**snapshots, old).await;
+    }
+    let seq = latest.unwrap_or(0) + 1;
     let ckpt_path = opened.data_dir.join("oram").join("checkpoint.bin");
     let oram_checkpoint = std::fs::read(&ckpt_path)
         .map_err(|e| GatewayError::Config(format!("reading {}: {e}", ckpt_path.display())))?;

@@ -239,8 +239,19 @@ impl UserFile {
         Ok(())
     }
 
-    /// Runs `f` on the users under an exclusive lock and writes the result.
-    fn edit<R>(&self, f: impl FnOnce(&mut Vec<User>) -> Result<R>) -> Result<R> {
+    /// Re-seals the users file under `self`'s key if it is still sealed under `old`'s (a key
+    /// rotation), atomically and under the file's lock. Returns whether it did.
+    pub fn rekey_from(&self, old: &UserFile) -> Result<bool> {
+        if !self.path().exists() || self.read().is_ok() {
+            return Ok(false);
+        }
+        let _lock = self.lock()?;
+        let users = old.read()?;
+        self.write(&users)?;
+        Ok(true)
+    }
+
+    fn lock(&self) -> Result<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt as _;
         let lock_path = self.dir.join(LOCK_FILE);
         let lock = std::fs::OpenOptions::new()
@@ -252,6 +263,12 @@ impl UserFile {
             .map_err(|e| UsersError::Io { path: lock_path.clone(), source: e })?;
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
             .map_err(|e| UsersError::Io { path: lock_path, source: e.into() })?;
+        Ok(lock)
+    }
+
+    /// Runs `f` on the users under an exclusive lock and writes the result.
+    fn edit<R>(&self, f: impl FnOnce(&mut Vec<User>) -> Result<R>) -> Result<R> {
+        let _lock = self.lock()?;
         let mut users = self.read()?;
         let r = f(&mut users)?;
         self.write(&users)?;

@@ -57,6 +57,12 @@ enum Command {
     /// gateway picks up changes within a second.
     #[command(subcommand)]
     User(UserCommand),
+    /// Rotate the master key: make a new key (in <key-file>.next, raw or under
+    /// --new-passphrase) that replaces the current one once every cell, log and local file is
+    /// re-sealed under it. The re-sealing starts at the next start of `blindfold serve` and
+    /// runs while it serves; a crash anywhere resumes it. The store learns only that a
+    /// rotation runs (see SECURITY.md).
+    RotateKey(RotateKeyArgs),
     /// Run a benchmark; results print as a table and can be saved as JSON.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -184,10 +190,77 @@ fn user_file(a: &UserDirArgs) -> Result<blindfold_gateway::users::UserFile> {
     }
     let key_file = a.key_file.clone().unwrap_or_else(|| a.data_dir.join("key.json"));
     let pass = if a.passphrase { Some(read_passphrase()?) } else { None };
-    let key = load_key_file(&key_file, pass.as_ref())
-        .with_context(|| format!("loading the key {}", key_file.display()))?;
-    blindfold_gateway::server::check_data_dir_key(&a.data_dir, &key)?;
-    Ok(blindfold_gateway::users::UserFile::new(&a.data_dir, &key))
+    let keys = blindfold_gateway::server::data_dir_keys(&a.data_dir, &key_file, pass.as_ref())?;
+    let users = blindfold_gateway::users::UserFile::new(&a.data_dir, &keys.current);
+    if let Some(old) = &keys.previous {
+        // In a key rotation the file may still be sealed under the old key.
+        users.rekey_from(&blindfold_gateway::users::UserFile::new(&a.data_dir, old))?;
+    }
+    Ok(users)
+}
+
+#[derive(Args, Debug)]
+struct RotateKeyArgs {
+    #[command(flatten)]
+    dir: UserDirArgs,
+    /// Protect the new key file with a passphrase: read it from $BLINDFOLD_NEW_PASSPHRASE, or
+    /// else one line of standard input (after the current one, if --passphrase).
+    #[arg(long)]
+    new_passphrase: bool,
+}
+
+fn rotate_key(a: RotateKeyArgs) -> Result<()> {
+    let dir = &a.dir.data_dir;
+    if !dir.join("gateway.json").exists() {
+        bail!(
+            "{} holds no gateway (no gateway.json): give --data-dir of a gateway that has              started at least once",
+            dir.display()
+        );
+    }
+    let key_file = a.dir.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
+    let pass = if a.dir.passphrase { Some(read_passphrase()?) } else { None };
+    let keys = blindfold_gateway::server::data_dir_keys(dir, &key_file, pass.as_ref())?;
+    if let Some(r) = &keys.rotation {
+        bail!(
+            "a key rotation is already under way in {} ({} of {} paths re-sealed): start              `blindfold serve` there to let it finish",
+            dir.display(),
+            r.swept,
+            if r.paths == 0 { "?".to_string() } else { r.paths.to_string() }
+        );
+    }
+    let new_pass = if a.new_passphrase {
+        Some(match std::env::var("BLINDFOLD_NEW_PASSPHRASE") {
+            Ok(p) if !p.is_empty() => Passphrase::new(p),
+            Ok(_) => bail!("$BLINDFOLD_NEW_PASSPHRASE is empty"),
+            Err(_) => {
+                eprintln!("new passphrase:");
+                read_line_passphrase()?
+            }
+        })
+    } else {
+        None
+    };
+    let next =
+        blindfold_gateway::rotation::prepare(dir, &key_file, &keys.current, new_pass.as_ref())?;
+    let running = gateway_running(dir);
+    println!("prepared a key rotation for {}", dir.display());
+    println!("  new key file: {} (keep it as safe as the current one)", next.display());
+    println!(
+        "  {} `blindfold serve` on this data directory to begin: it re-seals every cell while \
+         it serves, then replaces {} with the new key file",
+        if running { "a gateway is running there; restart" } else { "start" },
+        key_file.display()
+    );
+    println!("  until it ends, keep both key files: the gateway needs the current one to start");
+    Ok(())
+}
+
+/// Whether a gateway holds the data directory `dir` open (its directory database is locked).
+fn gateway_running(dir: &std::path::Path) -> bool {
+    match std::fs::File::open(dir.join("meta.redb")) {
+        Ok(f) => matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+        Err(_) => false,
+    }
 }
 
 fn user(cmd: UserCommand) -> Result<()> {
@@ -645,6 +718,10 @@ fn read_passphrase() -> Result<Passphrase> {
         return Ok(Passphrase::new(p));
     }
     eprintln!("passphrase (one line on standard input):");
+    read_line_passphrase()
+}
+
+fn read_line_passphrase() -> Result<Passphrase> {
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line).context("reading the passphrase")?;
     let line = line.trim_end_matches(['\r', '\n']).to_string();
@@ -1001,7 +1078,19 @@ async fn serve(a: ServeArgs) -> Result<()> {
     }
     served?;
     let now = time::OffsetDateTime::now_utc().to_string();
-    let _ = std::fs::write(data_dir.join(CLEAN_STOP_FILE), now + "\n");
+    // Private like every file of the data directory (the start-up check would warn).
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(data_dir.join(CLEAN_STOP_FILE))?
+            .write_all((now + "\n").as_bytes())
+    };
+    let _ = write();
     Ok(())
 }
 
@@ -1344,6 +1433,7 @@ fn main() -> Result<()> {
         Command::Status(a) => status(a),
         Command::CheckKey(a) => check_key(a),
         Command::User(c) => user(c),
+        Command::RotateKey(a) => rotate_key(a),
         Command::StorageServer(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(storage_server(a))

@@ -504,3 +504,78 @@ fn user_commands_manage_sealed_users_and_refuse_a_wrong_key() {
     let list = text(&blindfold(&["user", "list", "--data-dir", dir]));
     assert!(list.contains("no users"), "{list}");
 }
+
+/// Waits until the running gateway has finished the key rotation (its file is gone).
+fn wait_for_rotation(d: &std::path::Path) {
+    let t0 = std::time::Instant::now();
+    while d.join("rotation.sealed").exists() {
+        assert!(t0.elapsed().as_secs() < 120, "the key rotation did not finish within 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn rotate_key_re_seals_everything_then_retires_the_old_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("rot");
+    let dir = d.to_str().unwrap();
+    let out = text(&blindfold(&["rotate-key", "--data-dir", dir]));
+    assert!(out.contains("holds no gateway"), "{out}");
+    let args = small_store(&d);
+    serve(&strs(&args)).stop();
+    let o = blindfold(&["user", "add", "alice", "--buckets", "team-*", "--data-dir", dir]);
+    assert!(o.status.success(), "{}", text(&o));
+    // Another key is refused, and nothing is written.
+    let other = tmp.path().join("other.json");
+    assert!(blindfold(&["init", "--key-file", other.to_str().unwrap()]).status.success());
+    let o = blindfold(&["rotate-key", "--data-dir", dir, "--key-file", other.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o).contains("not the key"), "{}", text(&o));
+    assert!(!d.join("rotation.sealed").exists());
+    let key = d.join("key.json");
+    let old = std::fs::read(&key).unwrap();
+    let o = blindfold(&["rotate-key", "--data-dir", dir]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("key.json.next") && text(&o).contains("start"), "{}", text(&o));
+    assert!(d.join("rotation.sealed").exists() && d.join("key.json.next").exists());
+    assert_eq!(std::fs::read(&key).unwrap(), old, "the key file changes only at the end");
+    let o = blindfold(&["rotate-key", "--data-dir", dir]);
+    assert!(!o.status.success() && text(&o).contains("already under way"), "{}", text(&o));
+    // Users can be managed in the middle of a rotation.
+    let list = text(&blindfold(&["user", "list", "--data-dir", dir]));
+    assert!(list.contains("alice"), "{list}");
+    let served = serve(&strs(&args));
+    wait_for_rotation(&d);
+    let log = served.stop();
+    assert!(log.contains("key rotation under way"), "{log}");
+    assert!(!d.join("key.json.next").exists(), "the new key file took the old one's place");
+    assert_ne!(std::fs::read(&key).unwrap(), old, "the key file holds the new key");
+    let list = text(&blindfold(&["user", "list", "--data-dir", dir]));
+    assert!(list.contains("alice"), "{list}");
+    let o = blindfold(&["verify", "--data-dir", dir]);
+    assert!(o.status.success() && text(&o).contains("OK:"), "{}", text(&o));
+    // The retired key opens nothing any more.
+    let retired = tmp.path().join("retired.json");
+    std::fs::write(&retired, &old).unwrap();
+    let mut with_retired = args.clone();
+    with_retired.extend(["--key-file".into(), retired.to_str().unwrap().into()]);
+    let out = serve_fails(&strs(&with_retired));
+    assert!(out.contains("does not belong"), "{out}");
+    // The next rotation puts the new key under a passphrase.
+    let o = Command::new(env!("CARGO_BIN_EXE_blindfold"))
+        .args(["rotate-key", "--data-dir", dir, "--new-passphrase"])
+        .env("BLINDFOLD_NEW_PASSPHRASE", "correct horse battery staple")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let served = serve(&strs(&args));
+    wait_for_rotation(&d);
+    served.stop();
+    let out = serve_fails(&strs(&args));
+    assert!(out.contains("passphrase"), "the new key file wants its passphrase: {out}");
+    let o = Command::new(env!("CARGO_BIN_EXE_blindfold"))
+        .args(["verify", "--data-dir", dir, "--passphrase"])
+        .env("BLINDFOLD_PASSPHRASE", "correct horse battery staple")
+        .output()
+        .unwrap();
+    assert!(o.status.success() && text(&o).contains("OK:"), "{}", text(&o));
+}

@@ -1,0 +1,384 @@
+//! Master-key rotation (`blindfold rotate-key`): every cell, and every file of the data
+//! directory sealed under the master key, re-sealed under a new one while the gateway serves.
+//!
+//! # How it goes
+//!
+//! 1. `blindfold rotate-key` (gateway stopped or running) makes the new key and writes it as a
+//!    key file beside the current one (`<key file>.next`, raw or under a new passphrase), reads
+//!    it back, and then writes [`ROTATION_FILE`] into the data directory: the new key and the
+//!    sweep's progress, sealed under the **old** key's state key. From that instant the
+//!    rotation exists; before it, nothing changed (a leftover `.next` is replaced by the next
+//!    `rotate-key`).
+//! 2. The next `blindfold serve` (a restart, when one was running) finds the file, opens it
+//!    with the key it loaded, and from then on seals everything under the new key while still
+//!    opening what the old one sealed: the directory database, the users file and the key check
+//!    are re-sealed at once (each atomically), the engine's checkpoint and log are written under
+//!    the new key as it opens, and every cell an access writes is sealed under the new key.
+//! 3. While it serves, a background task sweeps the ORAM: it reads and writes back every path
+//!    in a fixed order, a few at a time, commits, and records how far it got in the rotation
+//!    file. A crash resumes the sweep from the last recorded point.
+//! 4. When the sweep has passed every path and its last commit is durable, no cell, log record
+//!    or local file is sealed under the old key any more. The task then renames
+//!    `<key file>.next` over the key file (the old key is gone from the disk) and removes the
+//!    rotation file. A crash between the two leaves a rotation file that the new key cannot
+//!    open next to a key check that it can: the next start removes it.
+//!
+//! # What the store learns
+//!
+//! That a rotation is under way and how fast it goes: the sweep's reads and writes are of
+//! paths fixed in advance (leaf 0, 1, 2, … of each tree), interleaved with ordinary accesses,
+//! whose leaves stay fresh and uniform because a sweep neither reads nor changes any block's
+//! leaf. Cells carry their key epoch in the clear, as always; the epochs after the rotation
+//! are simply larger.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use blindfold_crypto::{create_key_file, load_key_file, MasterKey, Passphrase, StateSealer};
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+use crate::engine::SharedEngine;
+use crate::error::GatewayError;
+
+type Result<T> = std::result::Result<T, GatewayError>;
+
+/// The rotation in progress, in the data directory: the new key and the sweep's progress,
+/// sealed under the old key.
+pub const ROTATION_FILE: &str = "rotation.sealed";
+/// Associated data of the sealed rotation file.
+const AAD: &[u8] = b"blindfold rotation v1";
+/// Paths swept between two commits (and progress records).
+const SWEEP_CHUNK: u64 = 16;
+
+#[derive(Serialize, Deserialize)]
+struct Doc {
+    /// The new master key, hex.
+    new_key: String,
+    /// Paths of the sweep committed so far.
+    swept: u64,
+    /// Paths in the whole sweep (0 until the engine has said).
+    paths: u64,
+}
+
+/// Where the new key file waits until the rotation ends: `<key file>.next`.
+pub fn next_key_path(key_path: &Path) -> PathBuf {
+    let mut p = key_path.as_os_str().to_owned();
+    p.push(".next");
+    PathBuf::from(p)
+}
+
+/// The keys of a data directory: the one everything is sealed under from now on, and, during
+/// a rotation, the one being retired.
+pub struct Keys {
+    /// Seals everything from now on.
+    pub current: MasterKey,
+    /// Still opens what it sealed, until the rotation ends.
+    pub previous: Option<MasterKey>,
+    /// The rotation, if one is under way.
+    pub rotation: Option<Rotation>,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys").field("rotating", &self.rotation.is_some()).finish_non_exhaustive()
+    }
+}
+
+/// A rotation under way: where its files are and how far its sweep got.
+#[derive(Debug)]
+pub struct Rotation {
+    dir: PathBuf,
+    key_path: PathBuf,
+    /// The old key's state sealer: the rotation file is sealed under it.
+    sealer: StateSealer,
+    new_key_hex: Zeroizing<String>,
+    /// Paths swept and committed.
+    pub swept: u64,
+    /// Paths in the sweep (0 until known).
+    pub paths: u64,
+}
+
+fn config_err(path: &Path, e: impl std::fmt::Display) -> GatewayError {
+    GatewayError::Config(format!("{}: {e}", path.display()))
+}
+
+/// Writes `bytes` to `path` atomically (a private temporary file, fsync, rename, directory
+/// fsync).
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| config_err(&tmp, e))?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| config_err(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| config_err(path, e))?;
+    sync_parent(path)
+}
+
+fn sync_parent(path: &Path) -> Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(|e| config_err(parent, e))
+}
+
+impl Rotation {
+    fn save(&self) -> Result<()> {
+        let doc =
+            Doc { new_key: self.new_key_hex.to_string(), swept: self.swept, paths: self.paths };
+        let plain = Zeroizing::new(serde_json::to_vec(&doc).expect("json"));
+        let sealed = self
+            .sealer
+            .seal(AAD, &plain)
+            .map_err(|e| GatewayError::Config(format!("sealing the rotation file: {e}")))?;
+        write_atomic(&self.dir.join(ROTATION_FILE), &sealed)
+    }
+
+    /// Records that the sweep's first `swept` of `paths` paths are committed.
+    pub fn record(&mut self, swept: u64, paths: u64) -> Result<()> {
+        self.swept = swept;
+        self.paths = paths;
+        self.save()
+    }
+
+    /// Ends the rotation once everything is sealed under the new key: the new key file
+    /// replaces the old one, then the rotation file goes.
+    pub fn finish(self) -> Result<()> {
+        let next = next_key_path(&self.key_path);
+        if next.exists() {
+            std::fs::rename(&next, &self.key_path).map_err(|e| config_err(&self.key_path, e))?;
+            sync_parent(&self.key_path)?;
+        } else if !self.key_path.exists() {
+            return Err(GatewayError::Config(format!(
+                "{} and {} are both missing: the new key cannot be put in place",
+                next.display(),
+                self.key_path.display()
+            )));
+        }
+        let file = self.dir.join(ROTATION_FILE);
+        std::fs::remove_file(&file).map_err(|e| config_err(&file, e))?;
+        sync_parent(&file)
+    }
+}
+
+/// Prepares a rotation of the data directory `dir`, whose key (already checked against the
+/// directory) is `old`, loaded from `key_path`: writes the new key file beside it
+/// (`<key file>.next`, under `new_passphrase` if given) and then the rotation file. Returns
+/// the new key file's path.
+///
+/// # Errors
+///
+/// A rotation already under way; the key files cannot be written.
+pub fn prepare(
+    dir: &Path,
+    key_path: &Path,
+    old: &MasterKey,
+    new_passphrase: Option<&Passphrase>,
+) -> Result<PathBuf> {
+    let file = dir.join(ROTATION_FILE);
+    if file.exists() {
+        return Err(GatewayError::Config(format!(
+            "a key rotation is already under way in {} ({} exists): start `blindfold serve` \
+             to let it finish",
+            dir.display(),
+            file.display()
+        )));
+    }
+    let next = next_key_path(key_path);
+    // A leftover of a `rotate-key` that stopped before its rotation file: never used.
+    match std::fs::remove_file(&next) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(config_err(&next, e)),
+        _ => {}
+    }
+    let new = create_key_file(&next, new_passphrase).map_err(|e| config_err(&next, e))?;
+    let back = load_key_file(&next, new_passphrase).map_err(|e| config_err(&next, e))?;
+    if back.expose_bytes() != new.expose_bytes() {
+        return Err(GatewayError::Config(format!(
+            "{} does not read back the key just written to it",
+            next.display()
+        )));
+    }
+    let rotation = Rotation {
+        dir: dir.to_owned(),
+        key_path: key_path.to_owned(),
+        sealer: StateSealer::new(old),
+        new_key_hex: Zeroizing::new(hex::encode(new.expose_bytes())),
+        swept: 0,
+        paths: 0,
+    };
+    rotation.save()?;
+    Ok(next)
+}
+
+/// The keys of the data directory `dir` whose key file `key_path` holds `loaded`: `loaded`
+/// alone, or, during a rotation, the new key with `loaded` as the one being retired.
+///
+/// A rotation file that `loaded` cannot open is what a rotation leaves when it stops between
+/// putting the new key file in place and removing the file: `is_dir_key(loaded)` then holds
+/// (the directory's key check opens under it) and the file is removed. Otherwise it is an
+/// error: the key file does not belong to this rotation.
+pub fn keys(
+    dir: &Path,
+    key_path: &Path,
+    loaded: MasterKey,
+    is_dir_key: impl Fn(&MasterKey) -> Result<bool>,
+) -> Result<Keys> {
+    let file = dir.join(ROTATION_FILE);
+    let sealed = match std::fs::read(&file) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Keys { current: loaded, previous: None, rotation: None });
+        }
+        Err(e) => return Err(config_err(&file, e)),
+    };
+    let sealer = StateSealer::new(&loaded);
+    let Ok(plain) = sealer.open(AAD, &sealed).map(Zeroizing::new) else {
+        if is_dir_key(&loaded)? {
+            tracing::info!("removing {}, left by a key rotation that had finished", file.display());
+            std::fs::remove_file(&file).map_err(|e| config_err(&file, e))?;
+            sync_parent(&file)?;
+            return Ok(Keys { current: loaded, previous: None, rotation: None });
+        }
+        return Err(GatewayError::Config(format!(
+            "{} does not open under the key in {}: it belongs to another key (restore the key \
+             file this data directory was using when `blindfold rotate-key` ran); nothing \
+             was changed",
+            file.display(),
+            key_path.display()
+        )));
+    };
+    let doc: Doc = serde_json::from_slice(&plain).map_err(|e| config_err(&file, e))?;
+    let mut bytes = Zeroizing::new([0u8; 32]);
+    hex::decode_to_slice(&doc.new_key, &mut bytes[..])
+        .map_err(|_| config_err(&file, "the new key is not 64 hex digits"))?;
+    let current = MasterKey::from_bytes(*bytes);
+    let rotation = Rotation {
+        dir: dir.to_owned(),
+        key_path: key_path.to_owned(),
+        sealer,
+        new_key_hex: Zeroizing::new(doc.new_key),
+        swept: doc.swept,
+        paths: doc.paths,
+    };
+    Ok(Keys { current, previous: Some(loaded), rotation: Some(rotation) })
+}
+
+/// Runs the sweep of a rotation to its end while the gateway serves: a few paths at a time,
+/// each chunk committed and then recorded, and finally puts the new key file in place.
+/// Returns the number of paths swept by this run. Stops at the first engine error (the
+/// engine is then poisoned and the gateway stops; the next start resumes).
+pub async fn sweep(
+    engine: Arc<dyn SharedEngine>,
+    mut rotation: Rotation,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<u64> {
+    let paths = engine.sweep_paths().await;
+    if paths == 0 {
+        return Err(GatewayError::Config(format!(
+            "the {} engine cannot re-seal its cells; the rotation cannot finish",
+            engine.kind()
+        )));
+    }
+    let start = rotation.swept.min(paths);
+    if start > 0 {
+        tracing::info!(swept = start, paths, "resuming the key rotation's sweep");
+    } else {
+        tracing::info!(paths, "key rotation: re-sealing every cell under the new key");
+    }
+    let began = std::time::Instant::now();
+    let mut at = start;
+    let mut reported = 0;
+    while at < paths {
+        if *stop.borrow_and_update() {
+            tracing::info!(swept = at, paths, "key rotation paused; the next start resumes it");
+            return Ok(at - start);
+        }
+        let end = (at + SWEEP_CHUNK).min(paths);
+        engine.sweep(at..end).await?;
+        engine.commit().await?;
+        rotation.record(end, paths)?;
+        at = end;
+        let tenth = at * 10 / paths;
+        if tenth > reported {
+            reported = tenth;
+            tracing::info!(
+                swept = at,
+                paths,
+                "key rotation: {}% of the paths re-sealed",
+                tenth * 10
+            );
+        }
+        tokio::task::yield_now().await;
+    }
+    rotation.finish()?;
+    tracing::info!(
+        paths,
+        seconds = began.elapsed().as_secs_f64(),
+        "key rotation finished: every cell and local file is sealed under the new key, and the \
+         new key file replaced the old one"
+    );
+    Ok(paths - start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn same(a: &MasterKey, b: &MasterKey) -> bool {
+        a.expose_bytes() == b.expose_bytes()
+    }
+
+    #[test]
+    fn every_instant_of_the_file_dance_resolves_to_the_right_keys() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let key_path = dir.join("key.json");
+        let old = create_key_file(&key_path, None).unwrap();
+        // A leftover `.next` of a `rotate-key` cut short is replaced, never used.
+        std::fs::write(next_key_path(&key_path), b"junk").unwrap();
+        let next = prepare(dir, &key_path, &old, None).unwrap();
+        let new = load_key_file(&next, None).unwrap();
+        assert!(!same(&new, &old));
+        let sealed = std::fs::read(dir.join(ROTATION_FILE)).unwrap();
+        assert!(!sealed.windows(32).any(|w| w == new.expose_bytes()), "the new key is sealed");
+        assert!(prepare(dir, &key_path, &old, None).is_err(), "one rotation at a time");
+        // Under way: the new key seals, the old one opens.
+        let never = |_: &MasterKey| -> Result<bool> { panic!("not asked while the file opens") };
+        let k = keys(dir, &key_path, load_key_file(&key_path, None).unwrap(), never).unwrap();
+        assert!(same(&k.current, &new) && same(k.previous.as_ref().unwrap(), &old));
+        let mut r = k.rotation.unwrap();
+        r.record(5, 9).unwrap();
+        let k = keys(dir, &key_path, load_key_file(&key_path, None).unwrap(), never).unwrap();
+        assert_eq!(
+            (k.rotation.as_ref().unwrap().swept, k.rotation.as_ref().unwrap().paths),
+            (5, 9)
+        );
+        // A crash after the new key file took its place, before the rotation file went.
+        std::fs::rename(&next, &key_path).unwrap();
+        let loaded = load_key_file(&key_path, None).unwrap();
+        let is_new = |k: &MasterKey| Ok(same(k, &new));
+        let k = keys(dir, &key_path, loaded, is_new).unwrap();
+        assert!(same(&k.current, &new) && k.previous.is_none() && k.rotation.is_none());
+        assert!(!dir.join(ROTATION_FILE).exists(), "the stale file is removed");
+        // A key that neither opens the file nor the directory is refused, nothing removed.
+        std::fs::write(dir.join(ROTATION_FILE), &sealed).unwrap();
+        let err = keys(dir, &key_path, MasterKey::generate(), |_| Ok(false)).unwrap_err();
+        assert!(err.to_string().contains("another key"), "{err}");
+        assert!(dir.join(ROTATION_FILE).exists());
+        // finish() puts the new key in place and removes the file.
+        let k = keys(dir, &key_path, old, never).unwrap();
+        std::fs::write(next_key_path(&key_path), b"the new key file").unwrap();
+        k.rotation.unwrap().finish().unwrap();
+        assert_eq!(std::fs::read(&key_path).unwrap(), b"the new key file");
+        assert!(!dir.join(ROTATION_FILE).exists() && !next_key_path(&key_path).exists());
+    }
+}
