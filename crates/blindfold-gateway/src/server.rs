@@ -741,7 +741,12 @@ async fn open_existing(
     let previous = keys.previous;
     let mut opened =
         assemble(cfg, hooks, params, (key, previous), credentials, false, &mut notes).await?;
-    opened.rotation = keys.rotation;
+    if let Some(mut r) = keys.rotation {
+        // Recorded as begun: from now on the users file is kept under the new key.
+        let paths = opened.objects.engine().sweep_paths().await;
+        r.record(r.swept, paths)?;
+        opened.rotation = Some(r);
+    }
     if let Some(c) = generated {
         write_private(&cred_path, &serde_json::to_vec_pretty(&c).expect("json"))?;
         notes.push(format!("generated S3 credentials in {}", cred_path.display()));
@@ -1431,7 +1436,10 @@ fn explain(resp: &mut s3s::HttpResponse) {
 pub fn service(opened: &Opened) -> s3s::service::S3Service {
     let access = crate::users::SharedAccess(Arc::new(crate::users::Access::new(
         opened.credentials.clone(),
-        Some(crate::users::UserFile::new(&opened.data_dir, &opened.key)),
+        Some(
+            crate::users::UserFile::new(&opened.data_dir, &opened.key)
+                .with_previous(opened.previous_key.as_deref()),
+        ),
     )));
     let gateway = Gateway::new(Arc::clone(&opened.objects)).with_access(Arc::clone(&access.0));
     let mut b = s3s::service::S3ServiceBuilder::new(gateway);

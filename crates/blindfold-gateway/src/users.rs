@@ -146,17 +146,38 @@ fn check_patterns(buckets: &[String]) -> Result<()> {
     Ok(())
 }
 
+fn aead(key: &[u8; 32]) -> LessSafeKey {
+    // A 32-byte key is always a valid AES-256 key.
+    LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &key[..]).expect("AES-256 key"))
+}
+
 /// The users of a data directory, read and written under the master key.
-#[derive(Debug)]
 pub struct UserFile {
     dir: PathBuf,
     key: Zeroizing<[u8; 32]>,
+    /// During a key rotation, the retiring master key's users key: the file may still be
+    /// sealed under it (it is read, never written, with it).
+    previous: Option<Zeroizing<[u8; 32]>>,
+}
+
+impl std::fmt::Debug for UserFile {
+    // Never the keys.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserFile").field("dir", &self.dir).finish_non_exhaustive()
+    }
 }
 
 impl UserFile {
     /// The users file of `data_dir`, sealed under a key derived from `master`.
     pub fn new(data_dir: &Path, master: &MasterKey) -> Self {
-        Self { dir: data_dir.to_owned(), key: derive_key(master, MAGIC, KEY_LABEL) }
+        Self { dir: data_dir.to_owned(), key: derive_key(master, MAGIC, KEY_LABEL), previous: None }
+    }
+
+    /// Also reads a file sealed under `previous`, the master key a rotation is retiring.
+    #[must_use]
+    pub fn with_previous(mut self, previous: Option<&MasterKey>) -> Self {
+        self.previous = previous.map(|p| derive_key(p, MAGIC, KEY_LABEL));
+        self
     }
 
     fn path(&self) -> PathBuf {
@@ -164,8 +185,7 @@ impl UserFile {
     }
 
     fn aead(&self) -> LessSafeKey {
-        // A 32-byte key is always a valid AES-256 key.
-        LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &self.key[..]).expect("AES-256 key"))
+        aead(&self.key)
     }
 
     /// Every user (none if there is no file).
@@ -193,11 +213,24 @@ impl UserFile {
         }
         let nonce = Nonce::try_assume_unique_for_key(&bytes[8..8 + NONCE_LEN])
             .map_err(|_| damaged("bad nonce"))?;
+        let nonce_bytes: [u8; NONCE_LEN] = bytes[8..8 + NONCE_LEN].try_into().expect("12 bytes");
         let mut sealed = bytes[8 + NONCE_LEN..].to_vec();
-        let plain =
-            self.aead().open_in_place(nonce, Aad::from(MAGIC), &mut sealed).map_err(|_| {
-                damaged("does not open under this key (another store's key, or damaged)")
-            })?;
+        let mut opened =
+            self.aead().open_in_place(nonce, Aad::from(MAGIC), &mut sealed).map(|p| p.len());
+        if let (Err(_), Some(previous)) = (&opened, &self.previous) {
+            sealed.copy_from_slice(&bytes[8 + NONCE_LEN..]);
+            opened = aead(previous)
+                .open_in_place(
+                    Nonce::assume_unique_for_key(nonce_bytes),
+                    Aad::from(MAGIC),
+                    &mut sealed,
+                )
+                .map(|p| p.len());
+        }
+        let len = opened.map_err(|_| {
+            damaged("does not open under this key (another store's key, or damaged)")
+        })?;
+        let plain = &sealed[..len];
         serde_json::from_slice(plain).map_err(|e| damaged(&format!("unreadable contents: {e}")))
     }
 
@@ -242,7 +275,8 @@ impl UserFile {
     /// Re-seals the users file under `self`'s key if it is still sealed under `old`'s (a key
     /// rotation), atomically and under the file's lock. Returns whether it did.
     pub fn rekey_from(&self, old: &UserFile) -> Result<bool> {
-        if !self.path().exists() || self.read().is_ok() {
+        let under_self = Self { dir: self.dir.clone(), key: self.key.clone(), previous: None };
+        if !self.path().exists() || under_self.read().is_ok() {
             return Ok(false);
         }
         let _lock = self.lock()?;
@@ -512,6 +546,21 @@ mod tests {
 
     fn file(dir: &Path) -> UserFile {
         UserFile::new(dir, &MasterKey::from_bytes([9u8; 32]))
+    }
+
+    #[test]
+    fn in_a_key_rotation_the_old_file_reads_and_is_resealed_under_the_new_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, new) = (MasterKey::from_bytes([9u8; 32]), MasterKey::from_bytes([10u8; 32]));
+        file(dir.path()).add("alice", vec!["team".into()], false).unwrap();
+        assert!(UserFile::new(dir.path(), &new).read().is_err());
+        let rotating = UserFile::new(dir.path(), &new).with_previous(Some(&old));
+        assert_eq!(rotating.read().unwrap()[0].name, "alice");
+        assert!(format!("{rotating:?}").len() < 80, "Debug shows no key: {rotating:?}");
+        assert!(rotating.rekey_from(&UserFile::new(dir.path(), &old)).unwrap());
+        assert_eq!(UserFile::new(dir.path(), &new).read().unwrap()[0].name, "alice");
+        assert!(UserFile::new(dir.path(), &old).read().is_err(), "no longer under the old key");
+        assert!(!rotating.rekey_from(&UserFile::new(dir.path(), &old)).unwrap(), "done once");
     }
 
     #[test]

@@ -191,12 +191,15 @@ fn user_file(a: &UserDirArgs) -> Result<blindfold_gateway::users::UserFile> {
     let key_file = a.key_file.clone().unwrap_or_else(|| a.data_dir.join("key.json"));
     let pass = if a.passphrase { Some(read_passphrase()?) } else { None };
     let keys = blindfold_gateway::server::data_dir_keys(&a.data_dir, &key_file, pass.as_ref())?;
-    let users = blindfold_gateway::users::UserFile::new(&a.data_dir, &keys.current);
-    if let Some(old) = &keys.previous {
-        // In a key rotation the file may still be sealed under the old key.
-        users.rekey_from(&blindfold_gateway::users::UserFile::new(&a.data_dir, old))?;
-    }
-    Ok(users)
+    use blindfold_gateway::users::UserFile;
+    Ok(match (&keys.rotation, &keys.previous) {
+        // A rotation no gateway has begun yet: one still running reads users under the old
+        // key, so they stay under it (the gateway that begins the rotation re-seals them).
+        (Some(r), Some(old)) if r.paths == 0 => {
+            UserFile::new(&a.data_dir, old).with_previous(Some(&keys.current))
+        }
+        (_, previous) => UserFile::new(&a.data_dir, &keys.current).with_previous(previous.as_ref()),
+    })
 }
 
 #[derive(Args, Debug)]
@@ -1178,6 +1181,12 @@ fn status(a: StatusArgs) -> Result<()> {
             "  last clean stop: none since the last start (running now, or it stopped \
              uncleanly: the next start replays the redo log)"
         ),
+    }
+    if dir.join(blindfold_gateway::rotation::ROTATION_FILE).exists() {
+        println!(
+            "  key rotation: under way (`blindfold serve` re-seals the cells while it serves, \
+             then replaces the key file; keep the key file and its .next until then)"
+        );
     }
     Ok(())
 }

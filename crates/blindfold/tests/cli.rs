@@ -540,6 +540,8 @@ fn rotate_key_re_seals_everything_then_retires_the_old_key() {
     assert_eq!(std::fs::read(&key).unwrap(), old, "the key file changes only at the end");
     let o = blindfold(&["rotate-key", "--data-dir", dir]);
     assert!(!o.status.success() && text(&o).contains("already under way"), "{}", text(&o));
+    let st = text(&blindfold(&["status", "--data-dir", dir]));
+    assert!(st.contains("key rotation: under way"), "{st}");
     // Users can be managed in the middle of a rotation.
     let list = text(&blindfold(&["user", "list", "--data-dir", dir]));
     assert!(list.contains("alice"), "{list}");
