@@ -133,7 +133,7 @@ impl SecretKey {
     /// A fresh key with an `n_bits`-bit modulus (even, from `MIN_N_BITS` to `MAX_N_BITS`; 2048 is
     /// today's usual size, 1024 the reference paper's, tests use 256 or 512).
     pub fn generate<R: RngCore + CryptoRng + ?Sized>(n_bits: u32, rng: &mut R) -> Result<Self> {
-        if !(MIN_N_BITS..=MAX_N_BITS).contains(&n_bits) || n_bits % 2 != 0 {
+        if !(MIN_N_BITS..=MAX_N_BITS).contains(&n_bits) || !n_bits.is_multiple_of(2) {
             return Err(DjError::Key("modulus size must be even and within the supported range"));
         }
         loop {
@@ -243,10 +243,15 @@ impl SecretKey {
         self.public.ciphertext_from_value(c.layer - 1, inner)
     }
 
-    /// Removes every onion layer down to the innermost plaintext.
-    pub fn peel_all(&self, c: &Ciphertext) -> Result<Integer> {
+    /// Removes onion layers until the ciphertext is of layer `innermost` (the layer the onion
+    /// was started at, which the ciphertext itself cannot tell), then decrypts that.
+    pub fn peel_all(&self, c: &Ciphertext, innermost: u32) -> Result<Integer> {
+        check_layer(innermost, 1)?;
+        if innermost > c.layer {
+            return Err(DjError::Layer { layer: innermost, min: 1, max: c.layer });
+        }
         let mut c = c.clone();
-        while c.layer > 1 {
+        while c.layer > innermost {
             c = self.peel(&c)?;
         }
         Ok(self.decrypt(&c))
