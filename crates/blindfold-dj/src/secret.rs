@@ -177,6 +177,11 @@ impl SecretKey {
         Ok(())
     }
 
+    /// The associated data under which the gateway seals [`to_bytes`](Self::to_bytes) with
+    /// `blindfold_crypto::StateSealer` (a file `onion-key.sealed` in the state directory): it
+    /// names the kind of file, so no other sealed state can be passed off as this key.
+    pub const SEAL_AAD: &'static [u8] = b"blindfold/onion-key/v1";
+
     /// The public half.
     pub fn public(&self) -> &PublicKey {
         &self.public
