@@ -121,6 +121,19 @@ impl PublicKey {
         Self::from_modulus(n)
     }
 
+    /// Reads big-endian bytes as a plaintext of layer `s`, refusing a value not below `n^s`
+    /// (any [`plaintext_chunk_len`](Self::plaintext_chunk_len) bytes, or the encoding of a
+    /// layer-`(s-1)` ciphertext, always fits).
+    pub fn plaintext_from_bytes(&self, layer: u32, bytes: &[u8]) -> Result<Integer> {
+        check_layer(layer, 1)?;
+        if bytes.len() > math::byte_len(&self.pow[layer as usize]) {
+            return Err(DjError::PlaintextRange { layer });
+        }
+        let m = Integer::from_digits(bytes, Order::Msf);
+        self.check_plaintext(&m, layer)?;
+        Ok(m)
+    }
+
     fn check_plaintext(&self, m: &Integer, layer: u32) -> Result<()> {
         if *m < 0 || *m >= self.pow[layer as usize] {
             return Err(DjError::PlaintextRange { layer });

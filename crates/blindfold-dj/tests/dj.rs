@@ -272,6 +272,18 @@ fn operations_refuse_bad_operands() {
         pk.select_blocks(&[c1.clone(), c1.clone()], &[vec![int(1)], vec![int(1), int(2)]]),
         Err(DjError::Shape { .. })
     ));
+    // Plaintexts from bytes: below n^s or refused, too long refused before any arithmetic.
+    let n_bytes = pk.n().to_digits::<u8>(rug::integer::Order::Msf);
+    assert!(matches!(
+        pk.plaintext_from_bytes(1, &n_bytes),
+        Err(DjError::PlaintextRange { layer: 1 })
+    ));
+    assert!(matches!(
+        pk.plaintext_from_bytes(1, &vec![1u8; n_bytes.len() + 1]),
+        Err(DjError::PlaintextRange { .. })
+    ));
+    assert_eq!(pk.plaintext_from_bytes(2, &n_bytes).unwrap(), *pk.n());
+    assert_eq!(pk.plaintext_from_bytes(1, &[]).unwrap(), 0);
     // Randomness that is not a unit of Z_n.
     assert!(pk.encrypt_with_randomness(&int(1), 1, &int(0)).is_err());
     assert!(pk.encrypt_with_randomness(&int(1), 1, pk.n()).is_err());
