@@ -43,4 +43,17 @@ mod tests {
         assert_eq!(par_map(&items[..1], |x| x + 1), vec![1]);
         assert!(par_map(&items[..0], |x| x + 1).is_empty());
     }
+
+    #[test]
+    fn spreads_over_threads_when_cores_allow() {
+        let items: Vec<u32> = (0..8).collect();
+        let ids = par_map(&items, |_| thread::current().id());
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        let cores = thread::available_parallelism().map_or(1, |n| n.get());
+        if cores >= 2 {
+            assert!(distinct.len() >= 2, "{} thread(s) for {cores} cores", distinct.len());
+        } else {
+            assert_eq!(distinct.len(), 1);
+        }
+    }
 }
