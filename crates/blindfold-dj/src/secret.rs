@@ -51,7 +51,10 @@ impl PrimeSide {
         let reduced = Integer::from(c % modulus);
         // The exponent is secret: GMP's side-channel-silent power.
         let u = reduced.secure_pow_mod(&self.exp, modulus);
-        let x = math::one_plus_log(&self.pow, s, &u).expect("c^(p-1) is 1 mod p for a unit c");
+        // For a unit `c`, `c^(p-1)` is 1 mod p. Every `Ciphertext` was checked to be a unit for
+        // the key it was made with; one of another key may not be, and then decrypts to garbage
+        // rather than panicking.
+        let x = math::one_plus_log(&self.pow, s, &u).unwrap_or_default();
         (x * &self.unscale) % &self.pow[s as usize]
     }
 
@@ -148,6 +151,14 @@ impl SecretKey {
     /// The key of the primes `p` and `q`, after checking them: distinct probable primes of the
     /// same size making a modulus of a supported size with `gcd(n, (p-1)(q-1)) = 1`.
     pub fn from_primes(p: Integer, q: Integer) -> Result<Self> {
+        // Sizes first, so that hostile input costs no primality test of a huge number.
+        if p.significant_bits() != q.significant_bits()
+            || p.significant_bits() + q.significant_bits() > MAX_N_BITS + 1
+        {
+            return Err(DjError::Key(
+                "p and q must be of the same size, within the supported range",
+            ));
+        }
         let n = Integer::from(&p * &q);
         let key = Self {
             public: PublicKey::from_modulus_unchecked(n),

@@ -343,6 +343,25 @@ fn keys_round_trip_and_hostile_encodings_fail() {
 }
 
 #[test]
+fn a_ciphertext_of_another_key_decrypts_to_garbage_without_panicking() {
+    let mut rng = rng(13);
+    let sk = key();
+    let other = SecretKey::generate(768, &mut rng).unwrap();
+    for s in 1..=2 {
+        let c = other.public().encrypt(&int(5), s, &mut rng).unwrap();
+        let _ = sk.decrypt(&c);
+        let _ = sk.peel(&c);
+        // Even a value divisible by one of our primes (which a hostile peer could send only if
+        // it knew the factors) must not panic.
+        let bytes = sk.to_bytes();
+        let len = u32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize;
+        let p = Integer::from_digits(&bytes[12..12 + len], rug::integer::Order::Msf);
+        let c = other.public().ciphertext_from_value(s, p).unwrap();
+        let _ = sk.decrypt(&c);
+    }
+}
+
+#[test]
 fn debug_never_prints_the_primes() {
     let sk = key();
     let bytes = sk.to_bytes();
