@@ -19,6 +19,14 @@ for tool in rustfmt cargo-clippy; do
   command -v "$tool" >/dev/null || rustup component add "${tool#cargo-}"
 done
 
+# blindfold-dj links the system's GMP (docs/design.md, "Damgård–Jurik"): Debian's libgmp-dev.
+if ! { echo '#include <gmp.h>' | cc -E -x c - >/dev/null 2>&1; }; then
+  sudo=()
+  [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null && sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends libgmp-dev >/dev/null
+fi
+
 export CARGO_TERM_COLOR=never
 export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
 # A fresh clone builds everything once: incremental caches would only cost disk and time.

@@ -35,7 +35,8 @@
 //! Server-side computation is a *capability*: a trait on top of [`Store`] that only the
 //! backends able to compute implement. [`XorStore`] (XOR of byte ranges, for XOR Ring ORAM) is
 //! offered by memory, file and remote stores and passed through (counted, recorded, delayed) by
-//! the wrappers; [`open_xor_store`] opens one from a URL.
+//! the wrappers; [`open_xor_store`] opens one from a URL. [`SelectStore`] (Onion ORAM's
+//! homomorphic select over Damgård–Jurik ciphertexts) is offered by memory and file stores.
 //!
 //! ```
 //! use blindfold_store::{CellId, Geometry, MemoryStore, Store};
@@ -74,6 +75,7 @@ mod recording;
 pub mod redis;
 pub mod remote;
 pub mod s3;
+mod select;
 mod url;
 mod xor;
 
@@ -93,6 +95,7 @@ pub use memory::MemoryStore;
 pub use recording::{RecordingStore, TraceEvent, TraceOp};
 pub use remote::RemoteStore;
 pub use s3::{S3Credentials, S3Options, S3Store};
+pub use select::{check_select, select_by_reading, select_locally, SelectRequest, SelectStore};
 pub use url::{open_store, StoreUrl};
 pub use xor::{check_xor, open_xor_store, xor_buffers, xor_by_reading, xor_into, XorStore};
 
