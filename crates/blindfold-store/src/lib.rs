@@ -36,7 +36,8 @@
 //! backends able to compute implement. [`XorStore`] (XOR of byte ranges, for XOR Ring ORAM) is
 //! offered by memory, file and remote stores and passed through (counted, recorded, delayed) by
 //! the wrappers; [`open_xor_store`] opens one from a URL. [`SelectStore`] (Onion ORAM's
-//! homomorphic select over Damgård–Jurik ciphertexts) is offered by memory and file stores.
+//! homomorphic select over Damgård–Jurik ciphertexts; feature `select`) is offered by memory
+//! and file stores.
 //!
 //! ```
 //! use blindfold_store::{CellId, Geometry, MemoryStore, Store};
@@ -75,6 +76,7 @@ mod recording;
 pub mod redis;
 pub mod remote;
 pub mod s3;
+#[cfg(feature = "select")]
 mod select;
 mod url;
 mod xor;
@@ -95,6 +97,7 @@ pub use memory::MemoryStore;
 pub use recording::{RecordingStore, TraceEvent, TraceOp};
 pub use remote::RemoteStore;
 pub use s3::{S3Credentials, S3Options, S3Store};
+#[cfg(feature = "select")]
 pub use select::{check_select, select_by_reading, select_locally, SelectRequest, SelectStore};
 pub use url::{open_store, StoreUrl};
 pub use xor::{check_xor, open_xor_store, xor_buffers, xor_by_reading, xor_into, XorStore};

@@ -1,5 +1,6 @@
 //! The homomorphic-select capability: an encrypted unit vector picks exactly one slot's data out
 //! of a bucket stored in a cell, and malformed requests fail whole.
+#![cfg(feature = "select")]
 
 use std::sync::Arc;
 
