@@ -103,26 +103,6 @@ fn config_err(path: &Path, e: impl std::fmt::Display) -> GatewayError {
     GatewayError::Config(format!("{}: {e}", path.display()))
 }
 
-/// Writes `bytes` to `path` atomically (a private temporary file, fsync, rename, directory
-/// fsync).
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| config_err(&tmp, e))?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| config_err(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| config_err(path, e))?;
-    sync_parent(path)
-}
-
 fn sync_parent(path: &Path) -> Result<()> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -140,7 +120,7 @@ impl Rotation {
             .sealer
             .seal(AAD, &plain)
             .map_err(|e| GatewayError::Config(format!("sealing the rotation file: {e}")))?;
-        write_atomic(&self.dir.join(ROTATION_FILE), &sealed)
+        crate::server::write_private(&self.dir.join(ROTATION_FILE), &sealed)
     }
 
     /// Records that the sweep's first `swept` of `paths` paths are committed.

@@ -199,10 +199,14 @@ pub struct Opened {
     pub observer: Arc<Observer>,
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes `bytes` to `path` atomically and durably: a private (0600) temporary file beside it,
+/// fsync, rename, then an fsync of the directory.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -215,7 +219,13 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(|e| GatewayError::Config(format!("writing {}: {e}", tmp.display())))?;
     std::fs::rename(&tmp, path)
         .map_err(|e| GatewayError::Config(format!("writing {}: {e}", path.display())))?;
-    Ok(())
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| GatewayError::Config(format!("syncing {}: {e}", parent.display())))
 }
 
 pub(crate) fn random_token(len: usize, alphabet: &[u8]) -> String {
