@@ -702,7 +702,8 @@ async fn open_existing(
         if checked != Some(true) {
             checked = key_matches(dir, old, id)?;
         }
-        if checked == Some(true) {
+        // (`None`: a directory from before key checks; the rotation file vouches for the key.)
+        if checked != Some(false) {
             if Directory::rekey(&dir.join("meta.redb"), params.blocks, &key, old)? {
                 notes.push("key rotation: re-sealed the directory database".to_string());
             }
