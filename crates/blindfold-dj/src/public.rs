@@ -134,9 +134,17 @@ impl PublicKey {
         Ok(m)
     }
 
-    fn check_plaintext(&self, m: &Integer, layer: u32) -> Result<()> {
+    pub(crate) fn check_plaintext(&self, m: &Integer, layer: u32) -> Result<()> {
         if *m < 0 || *m >= self.pow[layer as usize] {
             return Err(DjError::PlaintextRange { layer });
+        }
+        Ok(())
+    }
+
+    /// Refuses encryption randomness that is not a unit of `Z_n`.
+    pub(crate) fn check_randomness(&self, r: &Integer) -> Result<()> {
+        if *r <= 0 || r >= self.n() || Integer::from(r.gcd_ref(self.n())) != 1 {
+            return Err(DjError::Key("randomness is not a unit of Z_n"));
         }
         Ok(())
     }
@@ -172,9 +180,7 @@ impl PublicKey {
     ) -> Result<Ciphertext> {
         check_layer(layer, 1)?;
         self.check_plaintext(m, layer)?;
-        if *r <= 0 || r >= self.n() || Integer::from(r.gcd_ref(self.n())) != 1 {
-            return Err(DjError::Key("randomness is not a unit of Z_n"));
-        }
+        self.check_randomness(r)?;
         let g = math::one_plus_pow(&self.pow, layer, m);
         let value = (g * self.blinding(r, layer)) % &self.pow[layer as usize + 1];
         Ok(Ciphertext { layer, value })

@@ -297,12 +297,8 @@ impl SecretKey {
     ) -> Result<Ciphertext> {
         check_layer(layer, 1)?;
         let pk = &self.public;
-        if *m < 0 || *m >= pk.pow[layer as usize] {
-            return Err(DjError::PlaintextRange { layer });
-        }
-        if *r <= 0 || r >= pk.n() || Integer::from(r.gcd_ref(pk.n())) != 1 {
-            return Err(DjError::Key("randomness is not a unit of Z_n"));
-        }
+        pk.check_plaintext(m, layer)?;
+        pk.check_randomness(r)?;
         let key = self.layer_key(layer);
         let s = layer as usize;
         let bp = key.p.blinding(r, layer);

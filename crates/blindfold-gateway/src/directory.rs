@@ -271,16 +271,7 @@ impl Directory {
             return Ok(false);
         }
         let dump = Self::from_db(open_sealed(path, old, false)?, capacity)?.dump()?;
-        let tmp = path.with_extension("redb.rekey");
-        match std::fs::remove_file(&tmp) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(db_err(e)),
-            _ => {}
-        }
-        Self::write_dump(open_sealed(&tmp, new, true)?, &dump)?;
-        std::fs::rename(&tmp, path).map_err(db_err)?;
-        if let Some(parent) = path.parent() {
-            std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(db_err)?;
-        }
+        Self::replace_sealed(path, &dump, new, "redb.rekey")?;
         Ok(true)
     }
 
@@ -293,18 +284,31 @@ impl Directory {
             ))
         })?;
         let dump = Self::from_db(old, capacity)?.dump()?;
-        let tmp = path.with_extension("redb.sealing");
-        // A leftover from a conversion that crashed before its rename.
+        Self::replace_sealed(path, &dump, master, "redb.sealing")?;
+        tracing::info!("the directory database is now sealed at rest");
+        Ok(())
+    }
+
+    /// Replaces the database at `path` with `dump` sealed under `master`: written to a new
+    /// file beside it (extension `tmp_ext`), which is then renamed over it and the directory
+    /// fsynced, so a crash leaves one file or the other, whole.
+    fn replace_sealed(
+        path: &Path,
+        dump: &DirectoryDump,
+        master: &MasterKey,
+        tmp_ext: &str,
+    ) -> Result<()> {
+        let tmp = path.with_extension(tmp_ext);
+        // A leftover from a replacement that crashed before its rename.
         match std::fs::remove_file(&tmp) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(db_err(e)),
             _ => {}
         }
-        Self::write_dump(open_sealed(&tmp, master, true)?, &dump)?;
+        Self::write_dump(open_sealed(&tmp, master, true)?, dump)?;
         std::fs::rename(&tmp, path).map_err(db_err)?;
         if let Some(parent) = path.parent() {
             std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(db_err)?;
         }
-        tracing::info!("the directory database is now sealed at rest");
         Ok(())
     }
 

@@ -40,6 +40,7 @@ use zeroize::Zeroizing;
 
 use crate::engine::SharedEngine;
 use crate::error::GatewayError;
+use crate::server::{sync_parent, write_private};
 
 type Result<T> = std::result::Result<T, GatewayError>;
 
@@ -103,14 +104,6 @@ fn config_err(path: &Path, e: impl std::fmt::Display) -> GatewayError {
     GatewayError::Config(format!("{}: {e}", path.display()))
 }
 
-fn sync_parent(path: &Path) -> Result<()> {
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    std::fs::File::open(parent).and_then(|d| d.sync_all()).map_err(|e| config_err(parent, e))
-}
-
 impl Rotation {
     fn save(&self) -> Result<()> {
         let doc =
@@ -120,7 +113,7 @@ impl Rotation {
             .sealer
             .seal(AAD, &plain)
             .map_err(|e| GatewayError::Config(format!("sealing the rotation file: {e}")))?;
-        crate::server::write_private(&self.dir.join(ROTATION_FILE), &sealed)
+        write_private(&self.dir.join(ROTATION_FILE), &sealed)
     }
 
     /// Records that the sweep's first `swept` of `paths` paths are committed.

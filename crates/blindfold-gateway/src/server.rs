@@ -219,6 +219,11 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(|e| GatewayError::Config(format!("writing {}: {e}", tmp.display())))?;
     std::fs::rename(&tmp, path)
         .map_err(|e| GatewayError::Config(format!("writing {}: {e}", path.display())))?;
+    sync_parent(path)
+}
+
+/// Fsyncs the directory holding `path`, so that a rename or removal there is durable.
+pub(crate) fn sync_parent(path: &Path) -> Result<()> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
