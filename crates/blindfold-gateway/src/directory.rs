@@ -144,13 +144,14 @@ pub struct Reservation {
 /// The trusted directory and block allocator.
 pub struct Directory {
     db: Database,
-    capacity: u64,
+    /// Raised (never lowered) when the store grows.
+    capacity: std::sync::atomic::AtomicU64,
     alloc: Mutex<Alloc>,
 }
 
 impl std::fmt::Debug for Directory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Directory").field("capacity", &self.capacity).finish_non_exhaustive()
+        f.debug_struct("Directory").field("capacity", &self.capacity()).finish_non_exhaustive()
     }
 }
 
@@ -335,7 +336,7 @@ impl Directory {
         }
         Ok(Self {
             db,
-            capacity,
+            capacity: capacity.into(),
             alloc: Mutex::new(Alloc {
                 next,
                 free,
@@ -347,7 +348,15 @@ impl Directory {
 
     /// Logical blocks the ORAM holds.
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.capacity.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Raises the capacity to `blocks` once the ORAM holds that many (a growth of the store);
+    /// a smaller value changes nothing.
+    pub fn grow_to(&self, blocks: u64) {
+        // Under the allocator's lock, so no allocation sees a capacity half-way.
+        let _a = self.alloc.lock();
+        self.capacity.fetch_max(blocks, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Blocks neither owned nor reserved.
@@ -355,7 +364,7 @@ impl Directory {
         let a = self.alloc.lock();
         let free_listed = a.free.iter().filter(|b| !a.reserved.contains(b)).count() as u64;
         let reserved_tail = a.reserved.iter().filter(|&&b| b >= a.next).count() as u64;
-        free_listed + (self.capacity - a.next) - reserved_tail
+        free_listed + (self.capacity() - a.next) - reserved_tail
     }
 
     /// Reserves `n` free blocks (not yet durable: a crash frees them again).
@@ -376,8 +385,8 @@ impl Directory {
             while a.reserved.contains(&next) {
                 next += 1;
             }
-            if next >= self.capacity {
-                return Err(GatewayError::Full { capacity: self.capacity });
+            if next >= self.capacity() {
+                return Err(GatewayError::Full { capacity: self.capacity() });
             }
             blocks.push(next);
             next += 1;

@@ -596,3 +596,98 @@ impl SharedEngine for Watched {
         self.inner.verify(progress)
     }
 }
+
+/// An engine that can be replaced while the gateway serves (a growth of the store, see
+/// [`crate::grow`]). Every call holds a shared lock for its whole length; [`Swappable::exclusive`]
+/// waits for the calls in flight, holds back new ones (the lock is fair: a waiting exclusive
+/// holder goes before later calls) and hands over the engine, which is then quiet until it is
+/// replaced or the lock is released.
+#[derive(Debug)]
+pub struct Swappable {
+    inner: tokio::sync::RwLock<Arc<dyn SharedEngine>>,
+    block_size: usize,
+    kind: &'static str,
+    durable: bool,
+    batch_blocks: usize,
+}
+
+impl Swappable {
+    /// Serves through `inner` until it is replaced.
+    pub fn new(inner: Arc<dyn SharedEngine>) -> Self {
+        Self {
+            block_size: inner.block_size(),
+            kind: inner.kind(),
+            durable: inner.durable(),
+            batch_blocks: inner.batch_blocks(),
+            inner: tokio::sync::RwLock::new(inner),
+        }
+    }
+
+    /// The engine, to itself: no call reaches it while the guard lives. Assigning through the
+    /// guard replaces it (with an engine of the same block size and kind).
+    pub async fn exclusive(&self) -> tokio::sync::RwLockWriteGuard<'_, Arc<dyn SharedEngine>> {
+        self.inner.write().await
+    }
+}
+
+#[async_trait::async_trait]
+impl SharedEngine for Swappable {
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn durable(&self) -> bool {
+        self.durable
+    }
+
+    fn batch_blocks(&self) -> usize {
+        self.batch_blocks
+    }
+
+    fn gauges(&self) -> EngineGauges {
+        // Never waits: during a swap the gauges read as empty.
+        self.inner.try_read().map(|e| e.gauges()).unwrap_or_default()
+    }
+
+    async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
+        self.inner.read().await.blocks_through(bad).await
+    }
+
+    async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        self.inner.read().await.read_many(blocks).await
+    }
+
+    async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        self.inner.read().await.write_many(blocks).await
+    }
+
+    async fn commit(&self) -> Result<()> {
+        self.inner.read().await.commit().await
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        self.inner.read().await.shutdown().await
+    }
+
+    async fn sweep_paths(&self) -> u64 {
+        self.inner.read().await.sweep_paths().await
+    }
+
+    async fn sweep(&self, range: std::ops::Range<u64>) -> Result<()> {
+        self.inner.read().await.sweep(range).await
+    }
+
+    fn verify<'a>(
+        &'a self,
+        progress: &'a mut dyn FnMut(u64, u64),
+    ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
+        Box::pin(async move {
+            let engine = self.inner.read().await;
+            engine.verify(progress).await
+        })
+    }
+}

@@ -30,7 +30,7 @@ pub enum GatewayError {
     #[error("a precondition failed")]
     PreconditionFailed,
     /// The ORAM has no free blocks left.
-    #[error("the oblivious store is full ({capacity} blocks); start the gateway with a larger --capacity on a new data directory")]
+    #[error("the oblivious store is full ({capacity} blocks); grow it with `blindfold grow --capacity SIZE` (the gateway may keep running), or start it with --grow-at to grow automatically")]
     Full {
         /// Capacity in blocks.
         capacity: u64,

@@ -23,6 +23,7 @@ pub mod admin;
 mod directory;
 pub mod engine;
 mod error;
+pub mod grow;
 pub mod objects;
 pub mod observe;
 pub mod rotation;

@@ -193,8 +193,14 @@ pub struct Opened {
     pub data_dir: PathBuf,
     /// The array holding the encrypted snapshot of the trusted state.
     /// `None` when it could not be opened (damaged): the gateway serves anyway, but writes no
-    /// snapshot at shutdown.
-    pub snapshots: Option<Arc<dyn blindfold_store::Store>>,
+    /// snapshot at shutdown. A growth of the store replaces it.
+    pub snapshots: crate::snapshot::SnapshotSlot,
+    /// Grows the store while the gateway serves (`None` for the baseline engine).
+    pub grower: Option<Arc<crate::grow::Grower>>,
+    /// Grow automatically (to twice the capacity) when this percentage of blocks is in use.
+    pub grow_at: Option<u8>,
+    /// The most blocks automatic growth goes to.
+    pub grow_max: Option<u64>,
     /// Metrics and recordings of this gateway (see [`crate::observe`]).
     pub observer: Arc<Observer>,
 }
@@ -277,7 +283,7 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     u64::try_from(whole + part).map_err(|_| too_large())
 }
 
-fn tao_config(params: &GatewayParams) -> Result<TaoConfig> {
+pub(crate) fn tao_config(params: &GatewayParams) -> Result<TaoConfig> {
     TaoConfig::builder(params.blocks, params.block_size)
         .z(params.z)
         .write_back_every(TAO_WRITE_BACK_EVERY)
@@ -285,7 +291,7 @@ fn tao_config(params: &GatewayParams) -> Result<TaoConfig> {
         .map_err(|e| GatewayError::Config(e.to_string()))
 }
 
-fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
+pub(crate) fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
     // Keep at most 2^16 position-map entries in memory; bigger maps are stored recursively.
     let posmap = if params.blocks > 1 << 20 {
         PosMapMode::Recursive { max_in_memory_entries: 1 << 16 }
@@ -301,7 +307,30 @@ fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
 }
 
 /// The store shape of the gateway's ORAM engine.
-fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::Geometry> {
+/// What the operator's recordings show of the ORAM's store array (see [`PhysicalView`]).
+pub(crate) fn physical_view(params: &GatewayParams) -> Result<PhysicalView> {
+    let (copy_cells, leaves) = match params.engine {
+        OramEngine::PathOram => {
+            let config = oram_config(params)?;
+            (config.total_cells(), config.trees()[0].shape.leaves())
+        }
+        OramEngine::Tao => {
+            let t = tao_config(params)?;
+            (t.tree().total_cells(), t.shape().leaves())
+        }
+    };
+    Ok(PhysicalView::Tree { copy_cells, leaves })
+}
+
+/// Logical cells of the gateway's ORAM engine (one copy of each).
+pub(crate) fn engine_cells(params: &GatewayParams) -> Result<u64> {
+    Ok(match params.engine {
+        OramEngine::PathOram => oram_config(params)?.total_cells(),
+        OramEngine::Tao => tao_config(params)?.tree().total_cells(),
+    })
+}
+
+pub(crate) fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::Geometry> {
     Ok(match (params.engine, params.two_slots()) {
         (OramEngine::PathOram, true) => DurablePathOram::geometry(&oram_config(params)?)?,
         (OramEngine::PathOram, false) => SealedPathOram::geometry(&oram_config(params)?)?,
@@ -512,7 +541,7 @@ impl Footprint {
     }
 }
 
-fn cached_bytes(config: &PathOramConfig) -> u64 {
+pub(crate) fn cached_bytes(config: &PathOramConfig) -> u64 {
     config
         .trees()
         .iter()
@@ -668,7 +697,7 @@ fn store_id(params: &GatewayParams) -> Result<StoreId> {
 async fn open_existing(
     cfg: &ServeConfig,
     hooks: OpenHooks,
-    params: GatewayParams,
+    mut params: GatewayParams,
 ) -> Result<Opened> {
     let dir = &cfg.data_dir;
     if let Some(url) = &cfg.store {
@@ -742,6 +771,14 @@ async fn open_existing(
             dir.display()
         )));
     }
+    if hooks.engine == EngineKind::PathOram {
+        // A growth a crash interrupted is finished (or redone) before the engine opens. The
+        // ORAM state is still under the key it had then: growths never overlap a rotation.
+        let state_key = keys.previous.as_ref().unwrap_or(&key);
+        let (grown, note) = crate::grow::resume(dir, params, state_key).await?;
+        params = grown;
+        notes.extend(note);
+    }
     let cred_path = dir.join("credentials.json");
     let mut generated = None;
     let credentials = match &cfg.credentials {
@@ -771,8 +808,9 @@ async fn open_existing(
     // A directory made before key checks existed gets one, but only once the key is known to
     // be right (it authenticates a snapshot in the store): a check made with a wrong key would
     // lock the right one out.
-    let snapshot_found = match &opened.snapshots {
-        Some(s) => crate::snapshot::latest_seq(&**s, &opened.key).await.is_some(),
+    let snapshots = opened.snapshots.lock().clone();
+    let snapshot_found = match snapshots {
+        Some(s) => crate::snapshot::latest_seq(&*s.store, &opened.key).await.is_some(),
         None => false,
     };
     if checked.is_none() && snapshot_found {
@@ -940,6 +978,8 @@ async fn assemble(
     notes: &mut Vec<String>,
 ) -> Result<Opened> {
     let dir = &cfg.data_dir;
+    let key = Arc::new(key);
+    let wrap_store = hooks.wrap_store.map(Arc::new);
     // The data directory is private: 0700, its files 0600 (tightened, with a warning, if not).
     for warning in blindfold_proxy::make_private(dir)? {
         tracing::warn!("{warning}");
@@ -959,7 +999,7 @@ async fn assemble(
     let store = open_store(&store_url, &array, geometry)
         .await
         .map_err(|e| GatewayError::Config(format!("opening the store {store_url}: {e}")))?;
-    let store = match &hooks.wrap_store {
+    let store = match &wrap_store {
         Some(wrap) => wrap(store),
         None => store,
     };
@@ -969,19 +1009,8 @@ async fn assemble(
             (PhysicalView::Flat { cells: params.blocks }, "direct".to_owned(), "flat".to_owned())
         }
         EngineKind::PathOram => {
-            let (copy_cells, leaves) = match params.engine {
-                OramEngine::PathOram => (config.total_cells(), config.trees()[0].shape.leaves()),
-                OramEngine::Tao => {
-                    let t = tao_config(&params)?;
-                    (t.tree().total_cells(), t.shape().leaves())
-                }
-            };
             let layout = if params.two_slots() { "two-slots" } else { "in-place" };
-            (
-                PhysicalView::Tree { copy_cells, leaves },
-                params.engine.to_string(),
-                layout.to_owned(),
-            )
+            (physical_view(&params)?, params.engine.to_string(), layout.to_owned())
         }
     };
     let mut observer = Observer::new();
@@ -1024,14 +1053,12 @@ async fn assemble(
         Arc::new(Serialized::new(engine))
     };
     let directory = Directory::open(&dir.join("meta.redb"), params.blocks, &key)?;
-    let cells = match params.engine {
-        OramEngine::PathOram => config.total_cells(),
-        OramEngine::Tao => tao_config(&params)?.tree().total_cells(),
-    };
+    let cells = engine_cells(&params)?;
     // The snapshot is needed only at shutdown and by `recover`: damage to it must not stop
     // the gateway from serving.
+    let keys: Vec<&MasterKey> = std::iter::once(&*key).chain(previous.as_ref()).collect();
     let snapshots =
-        match crate::snapshot::open(&store_url, &key, params.blocks, cells, cached_bytes(&config))
+        match crate::snapshot::open(&store_url, &keys, params.blocks, cells, cached_bytes(&config))
             .await
         {
             Ok(s) => Some(s),
@@ -1046,10 +1073,27 @@ async fn assemble(
                 None
             }
         };
-    let watched = crate::engine::Watched::observed(engine, Arc::clone(&observer));
+    let swappable = Arc::new(crate::engine::Swappable::new(engine));
+    let watched = crate::engine::Watched::observed(
+        Arc::clone(&swappable) as Arc<dyn SharedEngine>,
+        Arc::clone(&observer),
+    );
     let stopped = watched.subscribe();
     let objects =
         Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
+    let snapshots = Arc::new(parking_lot::Mutex::new(snapshots));
+    let grower = (hooks.engine == EngineKind::PathOram).then(|| {
+        Arc::new(crate::grow::Grower::new(crate::grow::GrowerParts {
+            dir: dir.clone(),
+            key: Arc::clone(&key),
+            engine: swappable,
+            objects: Arc::clone(&objects),
+            observer: Arc::clone(&observer),
+            wrap_store,
+            snapshots: Arc::clone(&snapshots),
+            rotating: previous.is_some(),
+        }))
+    });
     Ok(Opened {
         objects,
         params,
@@ -1057,11 +1101,14 @@ async fn assemble(
         credentials,
         new_credentials: false,
         stopped,
-        key: Arc::new(key),
+        key,
         previous_key: previous.map(Arc::new),
         rotation: None,
         data_dir: dir.clone(),
         snapshots,
+        grower,
+        grow_at: None,
+        grow_max: None,
         observer,
     })
 }
@@ -1491,6 +1538,12 @@ pub async fn run_tls(
         });
         (stop, task)
     });
+    let grow_watch = opened.grower.clone().map(|grower| {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task =
+            tokio::spawn(crate::grow::watch(grower, opened.grow_at, opened.grow_max, stopped));
+        (stop, task)
+    });
     let service = service(&opened);
     let observer = Arc::clone(&opened.observer);
     let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -1525,11 +1578,16 @@ pub async fn run_tls(
         let _ = stop.send(true);
         let _ = task.await;
     }
+    if let Some((stop, task)) = grow_watch {
+        // A growth under way is finished first.
+        let _ = stop.send(true);
+        let _ = task.await;
+    }
     tracing::info!("shutting down: committing ORAM state");
     let objects = Arc::clone(&opened.objects);
     objects.shutdown().await?;
     if objects.engine_is_durable() {
-        if opened.snapshots.is_some() {
+        if opened.snapshots.lock().is_some() {
             write_snapshot(&opened).await?;
         } else {
             tracing::warn!("no snapshot written: the snapshot area could not be opened at start");
@@ -1541,29 +1599,54 @@ pub async fn run_tls(
 /// Writes the encrypted snapshot of the trusted state to the store. Call with the ORAM
 /// committed and checkpointed and no traffic (clean shutdown).
 pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
-    let Some(snapshots) = &opened.snapshots else {
+    write_snapshot_to(
+        &opened.snapshots,
+        &opened.key,
+        opened.previous_key.as_deref(),
+        &opened.data_dir,
+        &opened.objects,
+        0,
+    )
+    .await
+}
+
+/// Writes a snapshot of the data directory `dir` (parameters and checkpoint as on disk, the
+/// directory of `objects`) to the array in `slot`, numbered after both the newest one there
+/// and `min_seq`; then names that array in the snapshot index.
+pub(crate) async fn write_snapshot_to(
+    slot: &crate::snapshot::SnapshotSlot,
+    key: &MasterKey,
+    previous: Option<&MasterKey>,
+    dir: &Path,
+    objects: &ObjectLayer,
+    min_seq: u64,
+) -> Result<u64> {
+    let Some(array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
             "the snapshot area could not be opened at start; no snapshot written".into(),
         ));
     };
-    let mut latest = crate::snapshot::latest_seq(&**snapshots, &opened.key).await;
-    if let (None, Some(old)) = (latest, &opened.previous_key) {
+    let mut latest = crate::snapshot::latest_seq(&*array.store, key).await;
+    if let (None, Some(old)) = (latest, previous) {
         // In a key rotation the newest snapshot may still be under the old key.
-        latest = crate::snapshot::latest_seq(&**snapshots, old).await;
+        latest = crate::snapshot::latest_seq(&*array.store, old).await;
     }
-    let seq = latest.unwrap_or(0) + 1;
-    let ckpt_path = opened.data_dir.join("oram").join("checkpoint.bin");
+    let seq = latest.unwrap_or(0).max(min_seq) + 1;
+    let ckpt_path = dir.join("oram").join("checkpoint.bin");
     let oram_checkpoint = std::fs::read(&ckpt_path)
         .map_err(|e| GatewayError::Config(format!("reading {}: {e}", ckpt_path.display())))?;
+    let params = read_params(dir)?
+        .ok_or_else(|| GatewayError::Config(format!("{}: no gateway.json", dir.display())))?;
     let snap = crate::snapshot::Snapshot {
         seq,
         created_ns: crate::directory::now_ns(),
-        params: opened.params.clone(),
+        params,
         oram_checkpoint,
-        directory: opened.objects.directory().dump()?,
+        directory: objects.directory().dump()?,
     };
-    crate::snapshot::write(&**snapshots, &opened.key, &snap).await?;
-    tracing::info!(seq, "wrote the encrypted snapshot of the trusted state to the store");
+    crate::snapshot::write(&*array.store, key, &snap).await?;
+    crate::snapshot::point_index(&array, key).await?;
+    tracing::info!(seq, array = %array.name, "wrote the encrypted snapshot of the trusted state to the store");
     Ok(seq)
 }
 

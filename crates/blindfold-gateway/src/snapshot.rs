@@ -5,7 +5,9 @@
 //! versions) and the directory. It is written at every clean shutdown, after the ORAM state is
 //! committed and checkpointed, so it matches the store exactly at that moment.
 //!
-//! Layout: a store array named `snapshot` of 64 KiB cells in two slots used alternately. A
+//! Layout: a store array named `snapshot` (or `snapshot.<cells>` after the store grew: see
+//! [`open`]) of 64 KiB cells in two slots used alternately; the array `snapshot-index` names
+//! it. A
 //! slot is a header cell followed by chunk cells. Chunks are written first, the header last, so
 //! a crash while writing leaves the previous slot intact. Every cell is sealed with the master
 //! key under a store id derived for snapshots; chunks are bound to their cell and the
@@ -101,58 +103,147 @@ fn sealer(key: &MasterKey) -> CellSealer {
     CellSealer::new(key, StoreId(id), 0)
 }
 
-/// Store array recording the snapshot array's geometry (fixed shape, so recovery can read it
-/// before knowing anything else).
+/// Store array recording which array holds the snapshots and its geometry (fixed shape, so
+/// recovery can read it before knowing anything else).
 pub const INDEX: &str = "snapshot-index";
 const INDEX_CELL: u32 = 256;
+/// Longest array name the index records.
+const MAX_NAME: usize = 64;
 
 fn index_geometry() -> Geometry {
     Geometry::new(1, INDEX_CELL + CellSealer::OVERHEAD as u32).expect("fixed geometry")
 }
 
-/// Opens (creating if needed) the snapshot array of a gateway and records its geometry in the
-/// index array.
+/// The array the snapshots go to: its name in the store, the store, and where it is.
+#[derive(Clone, Debug)]
+pub struct SnapshotArray {
+    /// Array name: [`ARRAY`], or `snapshot.<cells>` once the store has grown past the first
+    /// array's size.
+    pub name: String,
+    /// The array.
+    pub store: Arc<dyn Store>,
+    url: StoreUrl,
+}
+
+/// The snapshot array a running gateway writes to; `None` when it could not be opened. A
+/// growth of the store replaces it with a larger one.
+pub type SnapshotSlot = Arc<parking_lot::Mutex<Option<SnapshotArray>>>;
+
+fn store_err(e: blindfold_store::StoreError) -> GatewayError {
+    GatewayError::Config(format!("opening the snapshot store: {e}"))
+}
+
+/// The index's plaintext: the array's cell count, then its name (empty for [`ARRAY`], which is
+/// all that versions before growth wrote).
+fn encode_index(count: u64, name: &str) -> Vec<u8> {
+    let mut plain = count.to_le_bytes().to_vec();
+    if name != ARRAY {
+        plain.push(name.len() as u8);
+        plain.extend_from_slice(name.as_bytes());
+    }
+    plain.resize(INDEX_CELL as usize, 0);
+    plain
+}
+
+fn decode_index(plain: &[u8]) -> Result<(u64, String)> {
+    let bad = |why: &str| GatewayError::Corrupt(format!("snapshot index: {why}"));
+    if plain.len() < 9 {
+        return Err(bad("too short"));
+    }
+    let count = u64::from_le_bytes(plain[..8].try_into().expect("8 bytes"));
+    let len = plain[8] as usize;
+    if len == 0 {
+        return Ok((count, ARRAY.to_owned()));
+    }
+    let name = plain
+        .get(9..9 + len)
+        .filter(|_| len <= MAX_NAME)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .ok_or_else(|| bad("bad array name"))?;
+    let well_formed = name
+        .strip_prefix("snapshot.")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if !well_formed {
+        return Err(bad("bad array name"));
+    }
+    Ok((count, name.to_owned()))
+}
+
+/// Reads the index under `key`: `None` if there is none or it does not open under `key`.
+async fn read_index(index: &dyn Store, key: &MasterKey) -> Result<Option<(u64, String)>> {
+    let mut cell = index.read(&[CellId(0)]).await.map_err(store_err)?.pop().unwrap_or_default();
+    match sealer(key).open_in_place(&CellAd { cell: 0, version: 1, segment: 0 }, &mut cell) {
+        Ok(plain) => decode_index(plain).map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+async fn write_index(index: &dyn Store, key: &MasterKey, count: u64, name: &str) -> Result<()> {
+    let sealed = sealer(key)
+        .seal(&CellAd { cell: 0, version: 1, segment: 0 }, &encode_index(count, name))
+        .map_err(|e| GatewayError::Corrupt(e.to_string()))?;
+    index.write(vec![(CellId(0), sealed)]).await.map_err(store_err)?;
+    index.flush().await.map_err(store_err)
+}
+
+/// Opens (creating if needed) the snapshot array of a gateway of `blocks` blocks in `cells`
+/// ORAM cells with `cached` bytes of tree top in trusted memory. `keys` are the keys the index
+/// may be sealed under (the current one first; during a key rotation also the old one).
+///
+/// The index keeps naming the array that holds the newest snapshot: when the gateway has
+/// grown and needs a larger array, the new one is opened here but named in the index only
+/// once a snapshot is in it ([`point_index`]), so `recover` never finds an empty array.
 pub async fn open(
     url: &StoreUrl,
-    key: &MasterKey,
+    keys: &[&MasterKey],
     blocks: u64,
     cells: u64,
     cached: u64,
-) -> Result<Arc<dyn Store>> {
+) -> Result<SnapshotArray> {
     let g = geometry(blocks, cells, cached)?;
-    let cfg = |e: blindfold_store::StoreError| {
-        GatewayError::Config(format!("opening the snapshot store: {e}"))
+    let key = keys.first().ok_or_else(|| GatewayError::Config("no key".into()))?;
+    let index = open_store(url, INDEX, index_geometry()).await.map_err(store_err)?;
+    let mut found = None;
+    for k in keys {
+        found = read_index(&*index, k).await?;
+        if found.is_some() {
+            break;
+        }
+    }
+    let name = match found {
+        Some((count, name)) if count == g.cell_count() => {
+            // Re-sealed under the current key, which `recover` will use.
+            write_index(&*index, key, count, &name).await?;
+            name
+        }
+        Some(_) => format!("{ARRAY}.{}", g.cell_count()),
+        None => {
+            write_index(&*index, key, g.cell_count(), ARRAY).await?;
+            ARRAY.to_owned()
+        }
     };
-    let index = open_store(url, INDEX, index_geometry()).await.map_err(cfg)?;
-    let sealer = sealer(key);
-    let mut plain = g.cell_count().to_le_bytes().to_vec();
-    plain.resize(INDEX_CELL as usize, 0);
-    let sealed = sealer
-        .seal(&CellAd { cell: 0, version: 1, segment: 0 }, &plain)
-        .map_err(|e| GatewayError::Corrupt(e.to_string()))?;
-    index.write(vec![(CellId(0), sealed)]).await.map_err(cfg)?;
-    index.flush().await.map_err(cfg)?;
-    open_store(url, ARRAY, g).await.map_err(cfg)
+    let store = open_store(url, &name, g).await.map_err(store_err)?;
+    Ok(SnapshotArray { name, store, url: url.clone() })
 }
 
-/// Opens the snapshot array of an existing store for recovery, learning its size from the index.
+/// Names `array` in the index (under `key`) as the one holding the newest snapshot.
+pub async fn point_index(array: &SnapshotArray, key: &MasterKey) -> Result<()> {
+    let index = open_store(&array.url, INDEX, index_geometry()).await.map_err(store_err)?;
+    write_index(&*index, key, array.store.geometry().cell_count(), &array.name).await
+}
+
+/// Opens the snapshot array of an existing store for recovery, learning its name and size
+/// from the index.
 pub async fn open_for_recovery(url: &StoreUrl, key: &MasterKey) -> Result<Arc<dyn Store>> {
-    let cfg = |e: blindfold_store::StoreError| {
-        GatewayError::Config(format!("opening the snapshot store: {e}"))
-    };
-    let index = open_store(url, INDEX, index_geometry()).await.map_err(cfg)?;
-    let mut cell = index.read(&[CellId(0)]).await.map_err(cfg)?.pop().unwrap_or_default();
-    let plain = sealer(key)
-        .open_in_place(&CellAd { cell: 0, version: 1, segment: 0 }, &mut cell)
-        .map_err(|_| {
+    let index = open_store(url, INDEX, index_geometry()).await.map_err(store_err)?;
+    let (count, name) = read_index(&*index, key).await?.ok_or_else(|| {
         GatewayError::Config(
             "no snapshot index in this store, or it was sealed with another key".into(),
         )
     })?;
-    let count = u64::from_le_bytes(plain[..8].try_into().expect("8 bytes"));
     let g = Geometry::new(count, (CHUNK + CellSealer::OVERHEAD) as u32)
         .map_err(|e| GatewayError::Corrupt(e.to_string()))?;
-    open_store(url, ARRAY, g).await.map_err(cfg)
+    open_store(url, &name, g).await.map_err(store_err)
 }
 
 async fn read_header(store: &dyn Store, sealer: &CellSealer, slot_base: u64) -> Option<Header> {

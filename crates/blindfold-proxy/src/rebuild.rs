@@ -52,7 +52,7 @@ use crate::durable_tao::{load_saved_tao, save_rebuilt_tao, SavedTao};
 use crate::path::{open_cell, seal_cells, with_retry, RetryPolicy};
 use crate::pinned::{PinnedCells, PinnedStore};
 use crate::slots::{SlotMap, SlottedStore};
-use crate::{ProxyError, Result, TaoState, TaoStats, VersionTable};
+use crate::{ProxyError, Result, TaoConfig, TaoState, TaoStats, VersionTable};
 
 /// Cells read or written per store request during a rebuild.
 const BATCH: usize = 256;
@@ -100,14 +100,84 @@ pub async fn rebuild_path_oram(
     key: &MasterKey,
     epoch: u32,
 ) -> Result<Rebuilt> {
+    path_oram_into(dir, old, new, key, epoch, None).await
+}
+
+/// Grows the [`crate::DurablePathOram`] whose checkpoint is in `dir` (over the cells of `old`,
+/// shut down cleanly: nothing in its redo log) into `new`, a store laid out for `config`, which
+/// must hold more blocks of the same size and shape; then replaces the checkpoint. Every block
+/// keeps its contents; the blocks beyond the old capacity read as zeros. A cell that does not
+/// authenticate stops the growth before anything is replaced (see [`grow`](self#growing)).
+pub async fn grow_path_oram(
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+    config: PathOramConfig,
+) -> Result<Rebuilt> {
+    path_oram_into(dir, old, new, key, epoch, Some(config)).await
+}
+
+/// The number of blocks of the Path ORAM tree whose checkpoint is in `dir`.
+pub fn saved_path_oram_blocks(dir: &Path, key: &MasterKey) -> Result<u64> {
+    Ok(load_saved_path_oram(dir, key)?.oram.config.blocks())
+}
+
+/// The number of blocks of the TaoStore tree whose checkpoint is in `dir`.
+pub fn saved_tao_blocks(dir: &Path, key: &MasterKey) -> Result<u64> {
+    Ok(load_saved_tao(dir, key)?.state.config.blocks())
+}
+
+/// Checks that a tree of `to` can take the blocks of a tree of `from` by growing.
+fn check_growth(from: &PathOramConfig, to: &PathOramConfig) -> Result<()> {
+    if to.blocks() <= from.blocks() || to.block_size() != from.block_size() || to.z() != from.z() {
+        return Err(ProxyError::State(format!(
+            "cannot grow a tree of {} blocks of {} bytes (Z = {}) into one of {} blocks of {} \
+             bytes (Z = {}): growing adds blocks and keeps their size",
+            from.blocks(),
+            from.block_size(),
+            from.z(),
+            to.blocks(),
+            to.block_size(),
+            to.z()
+        )));
+    }
+    Ok(())
+}
+
+/// A growth copies only what authenticates: any damaged cell stops it, nothing replaced.
+fn refuse_damage(report: &Rebuilt) -> Result<()> {
+    if let Some(first) = report.unreadable_cells.first() {
+        return Err(ProxyError::State(format!(
+            "{} cells of the store do not authenticate (the first is cell {first}): growing \
+             would lose the blocks in them, so nothing was changed; run `blindfold verify`",
+            report.unreadable_cells.len()
+        )));
+    }
+    Ok(())
+}
+
+async fn path_oram_into(
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+    grow_to: Option<PathOramConfig>,
+) -> Result<Rebuilt> {
     let saved = load_saved_path_oram(dir, key)?;
     let config = saved.oram.config.clone();
+    if let Some(to) = &grow_to {
+        check_growth(&config, to)?;
+    }
+    let target = grow_to.clone().unwrap_or_else(|| config.clone());
     let opener = CellSealer::new(key, saved.store_id, saved.next_epoch);
     let mut found = Found::new(&config);
     let mut report = Rebuilt { epoch, ..Rebuilt::default() };
     let data = config.trees()[0];
     let data_cells = data.base..data.base + data.shape.buckets();
-    let (old, new) = slotted_pair(old, new, saved.slots)?;
+    let (old, new) = slotted_pair(old, new, saved.slots, target.total_cells())?;
     read_old(&*old, &opener, &saved.versions, &mut report, |cell, plain| {
         if data_cells.contains(&cell) {
             found.bucket(plain)?;
@@ -115,6 +185,9 @@ pub async fn rebuild_path_oram(
         Ok(())
     })
     .await?;
+    if grow_to.is_some() {
+        refuse_damage(&report)?;
+    }
     // The cached top of the data tree and its stash are in the checkpoint.
     for bucket in saved.oram.caches.first().into_iter().flatten() {
         found.bucket(bucket)?;
@@ -126,7 +199,7 @@ pub async fn rebuild_path_oram(
     report.lost = found.lost(in_memory.then_some(&saved.oram.top[..]));
     report.blocks_found = found.blocks.len() as u64;
     let sealer = CellSealer::new(key, saved.store_id, epoch);
-    let (oram, versions, written) = load_new(&config, found, &new, &sealer).await?;
+    let (oram, versions, written) = load_new(&target, found, &new, &sealer).await?;
     report.cells_written = written;
     save_rebuilt_path_oram(
         dir,
@@ -153,38 +226,65 @@ pub async fn rebuild_tao(
     key: &MasterKey,
     epoch: u32,
 ) -> Result<Rebuilt> {
+    tao_into(dir, old, new, key, epoch, None).await
+}
+
+/// Grows the [`crate::DurableTao`] whose checkpoint is in `dir` (shut down cleanly) into
+/// `new`, a store laid out for `config` (more blocks of the same size and shape); then
+/// replaces the checkpoint. As [`grow_path_oram`].
+pub async fn grow_tao(
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+    config: TaoConfig,
+) -> Result<Rebuilt> {
+    tao_into(dir, old, new, key, epoch, Some(config)).await
+}
+
+async fn tao_into(
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+    grow_to: Option<TaoConfig>,
+) -> Result<Rebuilt> {
     let saved = load_saved_tao(dir, key)?;
     let state = saved.state;
     let tree = state.config.tree().clone();
     if state.versions.len() != tree.total_cells() || state.posmap.len() as u64 != tree.blocks() {
         return Err(ProxyError::State("saved TaoStore state does not match its tree".into()));
     }
+    if let Some(to) = &grow_to {
+        check_growth(&tree, to.tree())?;
+    }
+    let target = grow_to.clone().unwrap_or_else(|| state.config.clone());
     let opener = CellSealer::new(key, saved.store_id, saved.next_epoch);
     let mut found = Found::new(&tree);
     let mut report = Rebuilt { epoch, ..Rebuilt::default() };
-    let (old, new) = slotted_pair(old, new, saved.slots)?;
+    let (old, new) = slotted_pair(old, new, saved.slots, target.tree().total_cells())?;
     // The pinned top of the tree is read from the checkpoint; the rebuilt tree writes every
     // cell to the new array, and the next start reads its top back into memory once.
     let levels = saved.pinned.levels;
     let old: Arc<dyn Store> =
         if levels > 0 { Arc::new(PinnedStore::new(old, saved.pinned).await?) } else { old };
     read_old(&*old, &opener, &state.versions, &mut report, |_, plain| found.bucket(plain)).await?;
+    if grow_to.is_some() {
+        refuse_damage(&report)?;
+    }
     for (id, _, d) in state.stash {
         found.block(id, d)?;
     }
     report.lost = found.lost(Some(&state.posmap));
     report.blocks_found = found.blocks.len() as u64;
     let sealer = CellSealer::new(key, saved.store_id, epoch);
-    let (oram, versions, written) = load_new(&tree, found, &new, &sealer).await?;
+    let (oram, versions, written) = load_new(target.tree(), found, &new, &sealer).await?;
     report.cells_written = written;
     let stash = oram.stashes.into_iter().next().unwrap_or_default();
-    let state = TaoState {
-        config: state.config,
-        posmap: oram.top,
-        stash,
-        versions,
-        stats: TaoStats::default(),
-    };
+    let state =
+        TaoState { config: target, posmap: oram.top, stash, versions, stats: TaoStats::default() };
     save_rebuilt_tao(
         dir,
         SavedTao {
@@ -228,18 +328,18 @@ impl NewArray {
     }
 }
 
-/// The old array as the saved state sees it (through its slot map) and the new array laid
-/// out the same way.
+/// The old array as the saved state sees it (through its slot map) and the new array (of
+/// `new_cells` logical cells) laid out the same way.
 fn slotted_pair(
     old: Arc<dyn Store>,
     new: Arc<dyn Store>,
     slots: Option<SlotMap>,
+    new_cells: u64,
 ) -> Result<(Arc<dyn Store>, NewArray)> {
     Ok(match slots {
         Some(map) => {
-            let cells = map.len();
             let old = Arc::new(SlottedStore::new(old, map)?) as Arc<dyn Store>;
-            (old, NewArray::Slotted(Arc::new(SlottedStore::new(new, SlotMap::new(cells))?)))
+            (old, NewArray::Slotted(Arc::new(SlottedStore::new(new, SlotMap::new(new_cells))?)))
         }
         None => (old, NewArray::InPlace(new)),
     })

@@ -63,6 +63,12 @@ enum Command {
     /// runs while it serves; a crash anywhere resumes it. The store learns only that a
     /// rotation runs (see SECURITY.md).
     RotateKey(RotateKeyArgs),
+    /// Grow the store to a larger capacity, in the same data directory, while the gateway
+    /// serves (or, when none runs, right here). The tree is rebuilt into a larger one in a new
+    /// store array: requests wait meanwhile (seconds per GiB), nothing else changes for
+    /// clients. The store learns that a growth happened and the new size, nothing about which
+    /// blocks are in use (see SECURITY.md). Shrinking is not supported.
+    Grow(GrowArgs),
     /// Run a benchmark; results print as a table and can be saved as JSON.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -200,6 +206,16 @@ fn user_file(a: &UserDirArgs) -> Result<blindfold_gateway::users::UserFile> {
         }
         (_, previous) => UserFile::new(&a.data_dir, &keys.current).with_previous(previous.as_ref()),
     })
+}
+
+#[derive(Args, Debug)]
+struct GrowArgs {
+    #[command(flatten)]
+    gateway: GatewayArgs,
+    /// The new logical capacity, larger than today's (`4GiB`, `1.5TiB`; a bare number is
+    /// bytes).
+    #[arg(long, value_parser = blindfold_gateway::server::parse_size)]
+    capacity: u64,
 }
 
 #[derive(Args, Debug)]
@@ -435,6 +451,14 @@ struct ServeArgs {
     /// certificate of `--tls self-signed`; used when it is first made.
     #[arg(long, value_delimiter = ',', requires = "tls")]
     tls_name: Vec<String>,
+    /// Grow the store automatically, to twice its capacity, when this percentage of its
+    /// blocks is in use (1-100; off by default). Requests wait while it grows; the store
+    /// learns when the threshold was crossed (see SECURITY.md).
+    #[arg(long, env = "BLINDFOLD_GROW_AT", value_parser = clap::value_parser!(u8).range(1..=100))]
+    grow_at: Option<u8>,
+    /// The largest capacity automatic growth goes to (default: no limit).
+    #[arg(long, requires = "grow_at", value_parser = blindfold_gateway::server::parse_size)]
+    grow_max: Option<u64>,
 }
 
 /// How `serve` gets a TLS certificate without --tls-cert.
@@ -868,12 +892,23 @@ fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
 fn check_flags_against(a: &ServeArgs, p: &blindfold_gateway::server::GatewayParams) -> Result<()> {
     let mut clashes = Vec::new();
     if let Some(c) = a.capacity {
+        // A store grown past the capacity it was made with still starts with that flag.
         let blocks = c / u64::from(a.block_size.unwrap_or(p.block_size));
-        if blocks != p.blocks {
-            clashes.push(format!(
-                "--capacity {c} (it holds {} bytes)",
+        if blocks > p.blocks {
+            bail!(
+                "--capacity {c}: {} holds {} bytes; to make it larger, run `blindfold grow \
+                 --data-dir {} --capacity {c}` (the gateway may keep running)",
+                a.gateway.data_dir.display(),
+                p.blocks * u64::from(p.block_size),
+                a.gateway.data_dir.display()
+            );
+        }
+        if blocks < p.blocks {
+            eprintln!(
+                "blindfold: --capacity {c} is below the store's {} bytes (it has grown): \
+                 starting at its size",
                 p.blocks * u64::from(p.block_size)
-            ));
+            );
         }
     }
     if let Some(b) = a.block_size.filter(|&b| b != p.block_size) {
@@ -968,7 +1003,9 @@ async fn serve(a: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("listening on {}", cfg.listen))?;
     let addr = listener.local_addr()?;
-    let opened = blindfold_gateway::server::open(&cfg).await?;
+    let mut opened = blindfold_gateway::server::open(&cfg).await?;
+    opened.grow_at = a.grow_at;
+    opened.grow_max = a.grow_max.map(|m| m / u64::from(opened.params.block_size));
     if a.tls == Some(TlsMode::SelfSigned) {
         let dir = cfg.data_dir.join("tls");
         tls = Some(
@@ -1213,6 +1250,99 @@ async fn recover(a: GatewayArgs) -> Result<()> {
     Ok(())
 }
 
+async fn grow(a: GrowArgs) -> Result<()> {
+    use blindfold_gateway::grow::{Answer, Request, REQUEST_FILE, RESULT_FILE};
+    use blindfold_gateway::server::{human_bytes, read_params};
+    let dir = &a.gateway.data_dir;
+    let Some(params) = read_params(dir)? else {
+        bail!("{} is not a blindfold data directory (no gateway.json)", dir.display());
+    };
+    let blocks = a.capacity / u64::from(params.block_size);
+    let now = params.blocks * u64::from(params.block_size);
+    if blocks <= params.blocks {
+        bail!(
+            "{} already holds {} ({} blocks of {} bytes): give a larger --capacity (shrinking \
+             is not supported); nothing was changed",
+            dir.display(),
+            human_bytes(now),
+            params.blocks,
+            params.block_size
+        );
+    }
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let spinner = |msg: String| {
+        let pb = if tty {
+            indicatif::ProgressBar::new_spinner()
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
+        pb.enable_steady_tick(std::time::Duration::from_millis(200));
+        pb.set_message(msg.clone());
+        if !tty {
+            eprintln!("{msg}");
+        }
+        pb
+    };
+    if gateway_running(dir) {
+        // The running gateway does it: it checks for a request every second.
+        let _ = std::fs::remove_file(dir.join(RESULT_FILE));
+        let request = dir.join(REQUEST_FILE);
+        let tmp = dir.join(format!("{REQUEST_FILE}.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec(&Request { blocks })?)
+            .and_then(|()| std::fs::rename(&tmp, &request))
+            .with_context(|| format!("writing {}", request.display()))?;
+        let pb = spinner(format!(
+            "blindfold grow: the gateway on {} is growing the store to {} (requests wait meanwhile)",
+            dir.display(),
+            human_bytes(blocks * u64::from(params.block_size))
+        ));
+        let started = std::time::Instant::now();
+        while request.exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            if started.elapsed() > std::time::Duration::from_secs(10) && !gateway_running(dir) {
+                pb.finish_and_clear();
+                let _ = std::fs::remove_file(&request);
+                bail!(
+                    "the gateway stopped before it answered; run `blindfold grow` again (it \
+                     grows right here when no gateway runs)"
+                );
+            }
+        }
+        pb.finish_and_clear();
+        let raw = std::fs::read(dir.join(RESULT_FILE))
+            .with_context(|| format!("reading the answer {}", dir.join(RESULT_FILE).display()))?;
+        let answer: Answer = serde_json::from_slice(&raw)?;
+        if answer.grown.is_none() {
+            bail!("{}", answer.message);
+        }
+        println!("blindfold grow: {}", answer.message);
+        return Ok(());
+    }
+    let cfg = serve_config(&a.gateway)?;
+    let opened = blindfold_gateway::server::open(&cfg).await?;
+    for note in &opened.notes {
+        eprintln!("blindfold: {note}");
+    }
+    let Some(grower) = opened.grower.clone() else {
+        bail!("this engine cannot grow");
+    };
+    let pb = spinner(format!(
+        "blindfold grow: rebuilding the tree of {} into {} blocks",
+        dir.display(),
+        blocks
+    ));
+    let grown = grower.grow(blocks).await;
+    pb.finish_and_clear();
+    let objects = std::sync::Arc::clone(&opened.objects);
+    objects.shutdown().await?;
+    if let Err(e) = blindfold_gateway::server::write_snapshot(&opened).await {
+        eprintln!("blindfold: no snapshot written: {e}");
+    }
+    let grown = grown?;
+    println!("blindfold grow: {}", grown.describe());
+    Ok(())
+}
+
 async fn verify(a: GatewayArgs) -> Result<()> {
     let cfg = serve_config(&a)?;
     if !cfg.data_dir.join("gateway.json").exists() {
@@ -1443,6 +1573,10 @@ fn main() -> Result<()> {
         Command::CheckKey(a) => check_key(a),
         Command::User(c) => user(c),
         Command::RotateKey(a) => rotate_key(a),
+        Command::Grow(a) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(grow(a))
+        }
         Command::StorageServer(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(storage_server(a))
