@@ -440,8 +440,9 @@ fn grown_report(
     }
 }
 
-/// An engine left in place when a growth failed past its point of no return: it refuses
-/// everything, so the gateway stops; the next start finishes the growth.
+/// The engine in place while a growth rebuilds the tree (no call reaches it then), and after
+/// a growth that failed past its point of no return: it refuses everything, so the gateway
+/// stops; the next start finishes the growth.
 #[derive(Debug)]
 struct Stopped {
     block_size: usize,
@@ -570,23 +571,35 @@ impl Grower {
         let started = Instant::now();
         let mut engine = self.engine.exclusive().await;
         engine.shutdown().await?;
+        // Closed, as at a clean stop: the rebuild reads its checkpoint and its store array.
+        let stopped = self.stopped(&engine);
+        drop(std::mem::replace(&mut *engine, stopped));
+        self.observer.release_store();
         let mut replaced = false;
         let grown = grow_closed(&self.dir, &params, &self.key, blocks, crash, &mut replaced).await;
         let (new_params, rebuilt) = match grown {
             Ok(v) => v,
+            // A simulated crash: the engine stays closed, as the process would be gone.
             Err(e) if crash.is_some() => return Err(e),
             Err(e) if !replaced => {
-                // Nothing changed: serve on at the old size.
-                if let Err(r) = remove_intent(&self.dir) {
-                    *engine = self.stopped(&*engine);
-                    return Err(GatewayError::Config(format!("{e}; and then {r}")));
-                }
-                tracing::warn!(error = %e, "the store was not grown");
-                return Err(e);
+                // Nothing changed: serve on at the old size, from the checkpoint just saved.
+                let reopened = match remove_intent(&self.dir) {
+                    Ok(()) => self.open_engine(&params).await,
+                    Err(r) => Err(r),
+                };
+                return match reopened {
+                    Ok(old) => {
+                        *engine = old;
+                        tracing::warn!(error = %e, "the store was not grown");
+                        Err(e)
+                    }
+                    Err(r) => Err(GatewayError::Config(format!(
+                        "{e}; and then the engine did not reopen ({r}): restart the gateway"
+                    ))),
+                };
             }
             Err(e) => {
                 // The checkpoint names the new tree: only a restart can finish the growth.
-                *engine = self.stopped(&*engine);
                 return Err(GatewayError::Config(format!(
                     "growing failed after the new tree was saved ({e}); restart the gateway to \
                      finish the growth"
@@ -596,7 +609,6 @@ impl Grower {
         match self.open_engine(&new_params).await {
             Ok(e) => *engine = e,
             Err(e) => {
-                *engine = self.stopped(&*engine);
                 return Err(GatewayError::Config(format!(
                     "the store grew, but its new engine did not open ({e}); restart the gateway"
                 )));

@@ -386,6 +386,8 @@ pub struct Observer {
     storage_cost: Family<ProviderLabel, Gauge<f64, AtomicU64>>,
     s3_total: AtomicU64,
     counting: Mutex<Option<Arc<Counted>>>,
+    /// Counts of stores no longer in use (replaced by a growth), so totals never go back.
+    carried: Mutex<Counts>,
     stored_bytes: AtomicU64,
     recent_latencies: Mutex<Vec<f32>>,
     window: Mutex<Option<Window>>,
@@ -555,6 +557,7 @@ impl Observer {
             storage_cost,
             s3_total: AtomicU64::new(0),
             counting: Mutex::new(None),
+            carried: Mutex::new(Counts::default()),
             stored_bytes: AtomicU64::new(0),
             recent_latencies: Mutex::new(Vec::new()),
             window: Mutex::new(None),
@@ -594,6 +597,16 @@ impl Observer {
         Arc::new(TappedStore { inner: counting, observer: Arc::clone(self) })
     }
 
+    /// Lets go of the wrapped store (a growth is about to replace it), keeping its counts in
+    /// the totals.
+    pub fn release_store(&self) {
+        if let Some(c) = self.counting.lock().take() {
+            let counts = c.counts();
+            let mut carried = self.carried.lock();
+            *carried = carried.plus(&counts);
+        }
+    }
+
     /// Prices the store traffic with `model` under the provider name `provider`.
     pub fn set_cost_model(&self, provider: String, model: CostModel) {
         *self.cost_model.lock() = Some((provider, model));
@@ -601,7 +614,8 @@ impl Observer {
 
     /// The store counts so far (zero if no store is wrapped).
     pub fn store_counts(&self) -> Counts {
-        self.counting.lock().as_ref().map(|c| c.counts()).unwrap_or_default()
+        let current = self.counting.lock().as_ref().map(|c| c.counts()).unwrap_or_default();
+        current.plus(&self.carried.lock())
     }
 
     /// Records one answered S3 request.

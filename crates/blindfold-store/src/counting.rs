@@ -62,21 +62,30 @@ impl Counts {
 
     /// What happened between `earlier` and `self` (field by field, saturating at zero).
     pub fn since(&self, earlier: &Counts) -> Counts {
+        self.fieldwise(earlier, u64::saturating_sub)
+    }
+
+    /// Both counts together (field by field), e.g. across a store that was replaced.
+    pub fn plus(&self, other: &Counts) -> Counts {
+        self.fieldwise(other, u64::saturating_add)
+    }
+
+    fn fieldwise(&self, o: &Counts, f: fn(u64, u64) -> u64) -> Counts {
         Counts {
-            read_requests: self.read_requests.saturating_sub(earlier.read_requests),
-            cells_read: self.cells_read.saturating_sub(earlier.cells_read),
-            bytes_read: self.bytes_read.saturating_sub(earlier.bytes_read),
-            range_requests: self.range_requests.saturating_sub(earlier.range_requests),
-            ranges_read: self.ranges_read.saturating_sub(earlier.ranges_read),
-            range_bytes_read: self.range_bytes_read.saturating_sub(earlier.range_bytes_read),
-            write_requests: self.write_requests.saturating_sub(earlier.write_requests),
-            cells_written: self.cells_written.saturating_sub(earlier.cells_written),
-            bytes_written: self.bytes_written.saturating_sub(earlier.bytes_written),
-            flushes: self.flushes.saturating_sub(earlier.flushes),
-            xor_requests: self.xor_requests.saturating_sub(earlier.xor_requests),
-            xor_ranges: self.xor_ranges.saturating_sub(earlier.xor_ranges),
-            xor_bytes_read: self.xor_bytes_read.saturating_sub(earlier.xor_bytes_read),
-            round_trips: self.round_trips.saturating_sub(earlier.round_trips),
+            read_requests: f(self.read_requests, o.read_requests),
+            cells_read: f(self.cells_read, o.cells_read),
+            bytes_read: f(self.bytes_read, o.bytes_read),
+            range_requests: f(self.range_requests, o.range_requests),
+            ranges_read: f(self.ranges_read, o.ranges_read),
+            range_bytes_read: f(self.range_bytes_read, o.range_bytes_read),
+            write_requests: f(self.write_requests, o.write_requests),
+            cells_written: f(self.cells_written, o.cells_written),
+            bytes_written: f(self.bytes_written, o.bytes_written),
+            flushes: f(self.flushes, o.flushes),
+            xor_requests: f(self.xor_requests, o.xor_requests),
+            xor_ranges: f(self.xor_ranges, o.xor_ranges),
+            xor_bytes_read: f(self.xor_bytes_read, o.xor_bytes_read),
+            round_trips: f(self.round_trips, o.round_trips),
         }
     }
 }
