@@ -15,7 +15,7 @@
 # Servers are killed and the work directory (under $TMPDIR or /tmp) removed on any exit.
 #
 # Knobs (environment): BLINDFOLD_BIN (use this binary, skip the build), E2E_KEEP=1 (keep the
-# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git users observe tls crash" (run a
+# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git users observe tls grow crash" (run a
 # subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
 # <target>/browser-artefacts), E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE
 # (see finish below).
@@ -797,6 +797,58 @@ admin_probes() {
 }
 
 # =============================================================================================
+# Growing the store (blindfold grow, serve --grow-at) while the aws CLI keeps using it.
+GROWB=s3://e2e-grow
+grow_put() { # name → uploads a fresh 256 KiB file as $GROWB/name (kept in $WORK/grow/name)
+  rand_file "$WORK/grow/$1" 262144
+  aws --endpoint-url "$ENDPOINT" s3 cp "$WORK/grow/$1" "$GROWB/$1" >/dev/null
+}
+grow_all_back() { # every file uploaded so far reads back byte for byte
+  local f
+  for f in "$WORK"/grow/*; do
+    aws --endpoint-url "$ENDPOINT" s3 cp "$GROWB/$(basename "$f")" "$WORK/grow.back" >/dev/null
+    same_file "$f" "$WORK/grow.back"
+  done
+}
+grow_capacity() { python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print(p["blocks"]*p["block_size"])' "$WORK/grow-data/gateway.json"; }
+grow_live() {
+  mkdir -p "$WORK/grow"
+  aws --endpoint-url "$ENDPOINT" s3 mb "$GROWB"
+  local i err
+  for ((i = 0; i < 100; i++)); do
+    if ! err=$(grow_put "f$i" 2>&1); then
+      rm -f "$WORK/grow/f$i"
+      break
+    fi
+  done
+  ((i >= 4 && i < 100)) || die "the 2 MiB store took $i files of 256 KiB before it was full"
+  echo "$err" | grep -q 'blindfold grow' || die "the full store's error does not say how to grow it: $err"
+  local out
+  out=$("$BIN" grow --data-dir "$WORK/grow-data" --capacity 4MiB) || die "blindfold grow failed: $out"
+  echo "$out"
+  echo "$out" | grep -q 'grew the store from 2 MiB to 4 MiB' || die "unexpected output: $out"
+  [[ $(grow_capacity) == 4194304 ]] || die "gateway.json says $(grow_capacity) bytes"
+  for ((j = 0; j < 6; j++)); do grow_put "g$j" || die "upload g$j after the growth failed"; done
+  grow_all_back
+  out=$("$BIN" grow --data-dir "$WORK/grow-data" --capacity 1MiB 2>&1) && die "shrinking was accepted: $out"
+  echo "$out" | grep -q 'shrinking is not supported' || die "unclear refusal: $out"
+}
+grow_auto() {
+  # Restarted with --grow-at 60: already past 60 %, it grows to 8 MiB within seconds.
+  local i
+  for ((i = 0; i < 100; i++)); do
+    grep -q 'grew automatically at 60% full' "$WORK/server.err" && break
+    sleep 0.2
+  done
+  grep 'grew automatically' "$WORK/server.err" || die "no automatic growth within 20 s"
+  [[ $(grow_capacity) == 8388608 ]] || die "gateway.json says $(grow_capacity) bytes"
+  for ((j = 0; j < 8; j++)); do grow_put "h$j" || die "upload h$j after the automatic growth failed"; done
+  grow_all_back
+}
+grow_verify() {
+  "$BIN" verify --data-dir "$WORK/grow-data"
+}
+
 # After the clients: a clean stop (in this shell: the server is its child), then verify.
 STOP_STATUS=
 server_stopped_cleanly() {
@@ -916,12 +968,35 @@ if only tls; then
   fi
 fi
 
+if only grow; then
+  step "e2e: growing the store while it serves (blindfold grow, serve --grow-at)"
+  if ! CAPACITY=2MiB start_server "$WORK/grow-data"; then
+    echo "FAIL - grow: server start: see above"
+    FAILED=$((FAILED + 1))
+  else
+    check "grow: aws CLI fills a 2 MiB store; blindfold grow to 4 MiB while it serves; more uploads; all read back; shrinking refused" grow_live
+    stop_server >"$WORK/stop.log" 2>&1
+    STOP_STATUS=$?
+    check "grow: clean exit on SIGTERM" server_stopped_cleanly
+    if ! CAPACITY=2MiB start_server "$WORK/grow-data" --grow-at 60; then
+      echo "FAIL - grow: restart with --grow-at: see above"
+      FAILED=$((FAILED + 1))
+    else
+      check "grow: serve --grow-at 60 grows a 4 MiB store past 60 % to 8 MiB by itself; uploads go on; all read back" grow_auto
+      stop_server >"$WORK/stop.log" 2>&1
+      STOP_STATUS=$?
+      check "grow: clean exit on SIGTERM" server_stopped_cleanly
+      check "grow: blindfold verify after the growths" grow_verify
+    fi
+  fi
+fi
+
 if only crash; then
   step "e2e: crash loop (kill -9 under concurrent writes)"
   run_checks crash-self-test python3 "$ROOT/tests/e2e/crash_loop.py" --self-test
   run_checks crash timeout -k 10 900 python3 "$ROOT/tests/e2e/crash_loop.py" \
     --bin "$BIN" --work "$WORK/crash" --pid-file "$WORK/crash.pid" \
-    --rounds "${E2E_CRASH_ROUNDS:-20}" --rotate-every "${E2E_CRASH_ROTATE_EVERY:-6}" \
+    --rounds "${E2E_CRASH_ROUNDS:-20}" --rotate-every "${E2E_CRASH_ROTATE_EVERY:-6}" --grow-every "${E2E_CRASH_GROW_EVERY:-7}" \
     ${E2E_CRASH_SEED:+--seed "$E2E_CRASH_SEED"}
 fi
 

@@ -31,6 +31,11 @@ the server serves, so the following restarts re-seal the store while writers wri
 land in the middle of the sweep. At the end every rotation must have finished (the gateway is
 run until it has), and `blindfold verify` with any retired key must be refused.
 
+Growths ride along too (`--grow-every N`): every N-th round starts `blindfold grow` (by
+`--grow-step-mib`) as the traffic starts, so the kill lands before, during or after the rebuild of
+the tree; the next start finishes or redoes an interrupted growth, and every acknowledged write
+must survive it. At the end the store must have grown.
+
 One `ok - …` or `FAIL - …: reason` line per round and per final check. Run by scripts/e2e.sh;
 by hand: python3 tests/e2e/crash_loop.py --bin target/debug/blindfold --work /tmp/crash
 """
@@ -349,6 +354,23 @@ def check_state(server, rnd, allowed):
     return observed, problems, stats
 
 
+def capacity(args):
+    import json
+    with open(os.path.join(args.data_dir, "gateway.json")) as f:
+        p = json.load(f)
+    return p["blocks"] * p["block_size"]
+
+
+def start_grow(args):
+    """`blindfold grow` in the background (it asks the running gateway, which grows while the
+    writers write); killed after the round if still waiting."""
+    target = capacity(args) + args.grow_step_mib * KB * KB
+    out = open(os.path.join(args.work, "grow.out"), "ab")
+    print(f"    grow: asking for {target // (KB * KB)} MiB", flush=True)
+    return subprocess.Popen([args.bin, "grow", "--data-dir", args.data_dir, "--capacity", str(target)],
+                            stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+
+
 def run_verify(args, label):
     t0 = time.monotonic()
     p = subprocess.run([args.bin, "verify", "--data-dir", args.data_dir], capture_output=True, text=True,
@@ -451,6 +473,9 @@ def main():
     ap.add_argument("--max-delay", type=float, default=3.0)
     ap.add_argument("--rotate-every", type=int, default=0,
                     help="run `blindfold rotate-key` every N rounds (0: never)")
+    ap.add_argument("--grow-every", type=int, default=0,
+                    help="start `blindfold grow` every N rounds, during the traffic (0: never)")
+    ap.add_argument("--grow-step-mib", type=int, default=16, help="MiB each growth adds")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -468,13 +493,20 @@ def main():
         model = {}
         retired = []
         totals = {"acked": 0, "inflight": 0}
+        first_capacity = capacity(args)
         for n in range(1, args.rounds + 1):
             t_round = time.monotonic()
             rnd = Round(n, server.endpoint, model, args, seed + n)
             if args.rotate_every and n % args.rotate_every == 0:
                 rotate_key(args, retired)
+            growing = None
+            if args.grow_every and n % args.grow_every == 0:
+                growing = start_grow(args)
             delay = rng.uniform(args.min_delay, args.max_delay)
             delay = rnd.traffic(delay, server)
+            if growing is not None:
+                growing.kill()
+                growing.wait()
             acked = sum(1 for op in rnd.ops if op.end != INF)
             inflight = len(rnd.ops) - acked
             totals["acked"] += acked
@@ -503,6 +535,11 @@ def main():
         report(code == 0, "crash: clean exit on SIGTERM after the loop", f"exit status {code}")
         if retired:
             finish_rotation(args, server, retired)
+        if args.grow_every and args.rounds >= args.grow_every:
+            last = capacity(args)
+            report(last > first_capacity, f"crash: the store grew across the kills ({first_capacity // (KB * KB)} MiB "
+                   f"→ {last // (KB * KB)} MiB) and every acknowledged write survived the growths",
+                   "it never grew")
         run_verify(args, "after a clean stop")
         for path in retired:
             refuse_retired_key(args, path)

@@ -21,7 +21,9 @@
 //!    `gateway.json` gets the new capacity and generation, then the intent is removed;
 //! 6. the engine is reopened on the new array and the directory's capacity raised; a snapshot
 //!    of the grown state goes to a snapshot array of the new size, and the snapshot index names
-//!    it once it is written. Then requests flow again.
+//!    it once it is written. Then requests flow again, and the old arrays, which nothing names
+//!    any more, are removed from the store where it can ([`blindfold_store::remove_array`]:
+//!    file stores; on S3, Redis and remote stores the operator deletes them).
 //!
 //! A crash anywhere loses nothing. Before step 5 the old checkpoint and the old array are
 //! untouched: the next start finds the intent and runs the growth again from step 3 (the half
@@ -43,9 +45,10 @@
 //! Requests wait while the tree is rebuilt: about the time to read the old array and write the
 //! new one (the README gives measured figures). Every block in use is held in memory during the
 //! rebuild, so a growth that would need more than the memory available is refused up front.
-//! The old array stays in the store until the operator deletes it (its name is reported).
-//! Shrinking is not supported. A growth waits for no key rotation: it is refused while one is
-//! under way.
+//! The store holds the old and the new array at once while it grows. Shrinking is not
+//! supported. A growth waits for a key rotation under way in the same process to end (the
+//! rebuild opens every cell under one key): `blindfold grow` keeps waiting, `--grow-at` holds
+//! off.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -120,6 +123,10 @@ pub struct Grown {
     pub cells_read: u64,
     /// Cells written to the new array.
     pub cells_written: u64,
+    /// Whether the old array was removed from the store (file stores; the others keep it
+    /// until the operator deletes it).
+    #[serde(default)]
+    pub old_array_removed: bool,
     /// How long requests waited, in seconds.
     pub seconds: f64,
 }
@@ -128,9 +135,14 @@ impl Grown {
     /// One line for the operator.
     pub fn describe(&self) -> String {
         let bytes = |b: u64| crate::server::human_bytes(b * u64::from(self.block_size));
+        let old = if self.old_array_removed {
+            format!("{} was removed from the store", self.old_array)
+        } else {
+            format!("{} is no longer used and may be deleted from the store", self.old_array)
+        };
         format!(
             "grew the store from {} to {} ({} → {} blocks) in {:.1} s: read {} cells of {}, \
-             wrote {} cells of {}; {} is no longer used and may be deleted from the store",
+             wrote {} cells of {}; {old}",
             bytes(self.from_blocks),
             bytes(self.to_blocks),
             self.from_blocks,
@@ -140,7 +152,6 @@ impl Grown {
             self.old_array,
             self.cells_written,
             self.new_array,
-            self.old_array
         )
     }
 }
@@ -436,6 +447,7 @@ fn grown_report(
         new_array: oram_array(to.generation),
         cells_read: rebuilt.cells_read,
         cells_written: rebuilt.cells_written,
+        old_array_removed: false,
         seconds: started.elapsed().as_secs_f64(),
     }
 }
@@ -542,6 +554,12 @@ impl Grower {
         *self.crash.lock() = at;
     }
 
+    /// Whether a key rotation is under way in this process (growths wait until it has ended:
+    /// the rebuild reads under one key).
+    pub fn rotating(&self) -> bool {
+        self.rotating && self.dir.join(crate::rotation::ROTATION_FILE).exists()
+    }
+
     /// The capacity now, in blocks.
     pub fn capacity(&self) -> u64 {
         self.objects.directory().capacity()
@@ -556,10 +574,10 @@ impl Grower {
     /// Grows the store to `blocks` blocks while the gateway serves; requests wait meanwhile.
     pub async fn grow(&self, blocks: u64) -> Result<Grown> {
         let _one = self.busy.lock().await;
-        if self.rotating {
+        if self.rotating() {
             return Err(GatewayError::Config(
                 "a key rotation is under way: grow the store once it has ended (the gateway \
-                 logs it), after a restart"
+                 logs it)"
                     .into(),
             ));
         }
@@ -616,13 +634,43 @@ impl Grower {
         }
         self.objects.directory().grow_to(new_params.blocks);
         // The directory and the checkpoint match while no commit can run: snapshot now.
-        if let Err(e) = self.snapshot(&new_params).await {
-            tracing::warn!(error = %e, "no snapshot of the grown store was written (the next clean stop writes one)");
-        }
+        let old_snapshots = self.snapshots.lock().as_ref().map(|a| a.name.clone());
+        let snapshot = self.snapshot(&new_params).await;
         drop(engine);
-        let grown = grown_report(&params, &new_params, &rebuilt, started);
+        let mut grown = grown_report(&params, &new_params, &rebuilt, started);
+        match snapshot {
+            // The newest snapshot names the new arrays: the old ones serve nothing any more.
+            Ok(()) => {
+                grown.old_array_removed = self.remove_old(&params, old_snapshots).await;
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "no snapshot of the grown store was written (the next clean stop writes one); \
+                 the old arrays stay in the store"
+            ),
+        }
         tracing::info!("{}", grown.describe());
         Ok(grown)
+    }
+
+    /// Removes the old tree's array (and the old snapshot array, if the snapshots moved) from
+    /// the store where the store can; returns whether the tree's array went.
+    async fn remove_old(&self, params: &GatewayParams, old_snapshots: Option<String>) -> bool {
+        let Ok(url) = params.store.parse::<StoreUrl>() else { return false };
+        let new_snapshots = self.snapshots.lock().as_ref().map(|a| a.name.clone());
+        if let Some(old) = old_snapshots.filter(|o| Some(o) != new_snapshots.as_ref()) {
+            if let Err(e) = blindfold_store::remove_array(&url, &old).await {
+                tracing::warn!(error = %e, array = %old, "the old snapshot array was not removed");
+            }
+        }
+        let name = oram_array(params.generation);
+        match blindfold_store::remove_array(&url, &name).await {
+            Ok(removed) => removed,
+            Err(e) => {
+                tracing::warn!(error = %e, array = %name, "the old tree's array was not removed");
+                false
+            }
+        }
     }
 
     fn stopped(&self, old: &Arc<dyn SharedEngine>) -> Arc<dyn SharedEngine> {
@@ -657,16 +705,24 @@ impl Grower {
     async fn snapshot(&self, params: &GatewayParams) -> Result<()> {
         let url: StoreUrl =
             params.store.parse().map_err(|e: StoreError| GatewayError::Config(e.to_string()))?;
-        let previous = self.snapshots.lock().clone();
+        let previous = self.snapshots.lock().take();
         let min_seq = match &previous {
             Some(a) => crate::snapshot::latest_seq(&*a.store, &self.key).await.unwrap_or(0),
             None => 0,
         };
         let config = oram_config(params)?;
         let cells = crate::server::engine_cells(params)?;
-        let array =
-            crate::snapshot::open(&url, &[&*self.key], params.blocks, cells, cached_bytes(&config))
-                .await?;
+        let cached = cached_bytes(&config);
+        let wanted = crate::snapshot::geometry(params.blocks, cells, cached)?;
+        let array = match previous {
+            // Still large enough (the room kept for the trusted state grew too little).
+            Some(a) if a.store.geometry() == wanted => a,
+            other => {
+                // Closed first: a file store's array takes one handle at a time.
+                drop(other);
+                crate::snapshot::open(&url, &[&*self.key], params.blocks, cells, cached).await?
+            }
+        };
         *self.snapshots.lock() = Some(array);
         crate::server::write_snapshot_to(
             &self.snapshots,
@@ -692,6 +748,7 @@ pub async fn watch(
 ) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     let mut at_limit_logged = false;
+    let mut rotation_logged = false;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -701,6 +758,13 @@ pub async fn watch(
             return;
         }
         let request_path = grower.dir.join(REQUEST_FILE);
+        if request_path.exists() && grower.rotating() {
+            if !rotation_logged {
+                eprintln!("blindfold: grow: waiting for the key rotation under way to end");
+                rotation_logged = true;
+            }
+            continue;
+        }
         if request_path.exists() {
             let answer = match std::fs::read(&request_path)
                 .map_err(|e| e.to_string())
@@ -729,7 +793,7 @@ pub async fn watch(
             }
             continue;
         }
-        let Some(percent) = grow_at else { continue };
+        let Some(percent) = grow_at.filter(|_| !grower.rotating()) else { continue };
         let capacity = grower.capacity();
         if grower.used_blocks().saturating_mul(100) < capacity.saturating_mul(u64::from(percent)) {
             continue;

@@ -129,6 +129,10 @@ async fn grows_while_serving(engine: OramEngine) {
     assert_eq!(opened.objects.directory().capacity(), blocks * 4);
     assert_eq!(server::read_params(&root.path().join("data")).unwrap().unwrap().blocks, blocks * 4);
     assert!(!root.path().join("data").join(blindfold_gateway::grow::INTENT_FILE).exists());
+    // The old tree's array is gone from the (file) store; the new one is there.
+    assert!(grown.old_array_removed, "{grown:?}");
+    assert!(!root.path().join("cells").join("oram.cells").exists());
+    assert!(root.path().join("cells").join(format!("{}.cells", grown.new_array)).exists());
     check(&opened, &model).await;
     // The new room takes objects.
     for i in 1000..1000 + model.len() {

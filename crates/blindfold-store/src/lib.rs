@@ -99,7 +99,7 @@ pub use remote::RemoteStore;
 pub use s3::{S3Credentials, S3Options, S3Store};
 #[cfg(feature = "select")]
 pub use select::{check_select, select_by_reading, select_locally, SelectRequest, SelectStore};
-pub use url::{open_store, StoreUrl};
+pub use url::{open_store, remove_array, StoreUrl};
 pub use xor::{check_xor, open_xor_store, xor_buffers, xor_by_reading, xor_into, XorStore};
 
 /// Result type of this crate.

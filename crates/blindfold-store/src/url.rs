@@ -294,6 +294,34 @@ pub async fn open_store(url: &StoreUrl, name: &str, geometry: Geometry) -> Resul
     }
 }
 
+/// Removes the array `name` from the store at `url`, if this kind of store can: returns
+/// whether it was removed. File stores delete `<name>.cells` (`false` if it is not there);
+/// memory stores keep nothing anyway; S3, Redis and remote stores are left as they are (the
+/// operator deletes the array with the store's own tools). Only for arrays nothing uses any
+/// more, such as the tree a growth replaced.
+pub async fn remove_array(url: &StoreUrl, name: &str) -> Result<bool> {
+    check_name(name)?;
+    match url {
+        StoreUrl::File { dir, .. } => {
+            let path = dir.join(format!("{name}.cells"));
+            match tokio::fs::remove_file(&path).await {
+                Ok(()) => {
+                    if let Ok(d) = std::fs::File::open(dir) {
+                        let _ = d.sync_all();
+                    }
+                    Ok(true)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(StoreError::io(format!("removing {}", path.display()), e)),
+            }
+        }
+        StoreUrl::Memory
+        | StoreUrl::Remote { .. }
+        | StoreUrl::S3 { .. }
+        | StoreUrl::Redis { .. } => Ok(false),
+    }
+}
+
 /// Parses a duration option: `30s`, `500ms`, or a plain number of seconds.
 pub(crate) fn parse_duration(value: &str) -> std::result::Result<std::time::Duration, String> {
     let bad = || format!("{value:?} is not a duration (e.g. `30s`, `500ms` or `30`)");
