@@ -76,6 +76,9 @@ pub const INTENT_FILE: &str = "growing.json";
 pub const REQUEST_FILE: &str = "grow-request.json";
 /// The answer to [`REQUEST_FILE`], written before the request is removed.
 pub const RESULT_FILE: &str = "grow-result.json";
+/// Store arrays a growth replaced, removed once a snapshot of the grown state is in the store
+/// (until then `recover` may need them).
+pub const RETIRED_FILE: &str = "retired-arrays.json";
 
 /// Generations tried for the new array when earlier growths left arrays of other sizes.
 const GENERATION_TRIES: u32 = 16;
@@ -194,6 +197,59 @@ fn remove_intent(dir: &Path) -> Result<()> {
         _ => {}
     }
     sync_parent(&path)
+}
+
+fn read_retired(dir: &Path) -> Vec<String> {
+    std::fs::read(dir.join(RETIRED_FILE))
+        .ok()
+        .and_then(|raw| serde_json::from_slice(&raw).ok())
+        .unwrap_or_default()
+}
+
+/// Records that the store array `name` is no longer used (after `gateway.json` names its
+/// successor: never before, or a crash could leave the live array listed).
+fn retire(dir: &Path, name: String) -> Result<()> {
+    let mut names = read_retired(dir);
+    if !names.contains(&name) {
+        names.push(name);
+        write_private(&dir.join(RETIRED_FILE), &serde_json::to_vec_pretty(&names).expect("json"))?;
+    }
+    Ok(())
+}
+
+/// After a snapshot naming only the arrays `in_use` is in the store: removes the retired
+/// arrays (and `replaced`, the snapshot array the index named before) where the store can.
+/// Returns the names removed. Failures are logged, never fatal: the arrays only take room.
+pub(crate) async fn remove_retired(
+    dir: &Path,
+    params: &GatewayParams,
+    replaced: Option<&str>,
+    in_use: &[String],
+) -> Vec<String> {
+    let mut names = read_retired(dir);
+    names.extend(replaced.map(str::to_owned));
+    names.retain(|n| !in_use.contains(n));
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let Ok(url) = params.store.parse::<StoreUrl>() else { return Vec::new() };
+    let mut removed = Vec::new();
+    for name in &names {
+        match blindfold_store::remove_array(&url, name).await {
+            Ok(true) => removed.push(name.clone()),
+            Ok(false) => tracing::info!(
+                array = %name,
+                "no longer used since the store grew: delete it from the store to free the room"
+            ),
+            Err(e) => tracing::warn!(error = %e, array = %name, "an unused array was not removed"),
+        }
+    }
+    if let Err(e) = std::fs::remove_file(dir.join(RETIRED_FILE)) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(error = %e, "{RETIRED_FILE} was not removed");
+        }
+    }
+    removed
 }
 
 fn write_params(dir: &Path, params: &GatewayParams) -> Result<()> {
@@ -368,6 +424,7 @@ async fn grow_closed(
         return Err(simulated(CrashPoint::AfterCheckpoint));
     }
     write_params(dir, &new_params)?;
+    retire(dir, old_name)?;
     if crash == Some(CrashPoint::AfterParams) {
         return Err(simulated(CrashPoint::AfterParams));
     }
@@ -397,6 +454,7 @@ pub(crate) async fn resume(
     };
     if params.generation == intent.to_generation {
         // gateway.json was written; only the intent was left.
+        retire(dir, oram_array(intent.from_generation))?;
         remove_intent(dir)?;
         return Ok((params, Some("finished an interrupted growth of the store".into())));
     }
@@ -409,6 +467,7 @@ pub(crate) async fn resume(
         // Past the point of no return: the checkpoint holds the new tree.
         let new_params = grown_params(&params, intent.blocks, intent.to_generation)?;
         write_params(dir, &new_params)?;
+        retire(dir, oram_array(params.generation))?;
         remove_intent(dir)?;
         return Ok((
             new_params,
@@ -634,15 +693,12 @@ impl Grower {
         }
         self.objects.directory().grow_to(new_params.blocks);
         // The directory and the checkpoint match while no commit can run: snapshot now.
-        let old_snapshots = self.snapshots.lock().as_ref().map(|a| a.name.clone());
         let snapshot = self.snapshot(&new_params).await;
         drop(engine);
         let mut grown = grown_report(&params, &new_params, &rebuilt, started);
         match snapshot {
             // The newest snapshot names the new arrays: the old ones serve nothing any more.
-            Ok(()) => {
-                grown.old_array_removed = self.remove_old(&params, old_snapshots).await;
-            }
+            Ok(removed) => grown.old_array_removed = removed.contains(&grown.old_array),
             Err(e) => tracing::warn!(
                 error = %e,
                 "no snapshot of the grown store was written (the next clean stop writes one); \
@@ -651,26 +707,6 @@ impl Grower {
         }
         tracing::info!("{}", grown.describe());
         Ok(grown)
-    }
-
-    /// Removes the old tree's array (and the old snapshot array, if the snapshots moved) from
-    /// the store where the store can; returns whether the tree's array went.
-    async fn remove_old(&self, params: &GatewayParams, old_snapshots: Option<String>) -> bool {
-        let Ok(url) = params.store.parse::<StoreUrl>() else { return false };
-        let new_snapshots = self.snapshots.lock().as_ref().map(|a| a.name.clone());
-        if let Some(old) = old_snapshots.filter(|o| Some(o) != new_snapshots.as_ref()) {
-            if let Err(e) = blindfold_store::remove_array(&url, &old).await {
-                tracing::warn!(error = %e, array = %old, "the old snapshot array was not removed");
-            }
-        }
-        let name = oram_array(params.generation);
-        match blindfold_store::remove_array(&url, &name).await {
-            Ok(removed) => removed,
-            Err(e) => {
-                tracing::warn!(error = %e, array = %name, "the old tree's array was not removed");
-                false
-            }
-        }
     }
 
     fn stopped(&self, old: &Arc<dyn SharedEngine>) -> Arc<dyn SharedEngine> {
@@ -701,8 +737,9 @@ impl Grower {
         })
     }
 
-    /// Writes a snapshot of the grown state to a snapshot array of its size.
-    async fn snapshot(&self, params: &GatewayParams) -> Result<()> {
+    /// Writes a snapshot of the grown state to a snapshot array of its size; returns the
+    /// arrays that were removed since nothing needs them any more.
+    async fn snapshot(&self, params: &GatewayParams) -> Result<Vec<String>> {
         let url: StoreUrl =
             params.store.parse().map_err(|e: StoreError| GatewayError::Config(e.to_string()))?;
         let previous = self.snapshots.lock().take();
@@ -733,7 +770,7 @@ impl Grower {
             min_seq,
         )
         .await
-        .map(|_| ())
+        .map(|(_, removed)| removed)
     }
 }
 

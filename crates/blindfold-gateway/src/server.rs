@@ -1599,7 +1599,7 @@ pub async fn run_tls(
 /// Writes the encrypted snapshot of the trusted state to the store. Call with the ORAM
 /// committed and checkpointed and no traffic (clean shutdown).
 pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
-    write_snapshot_to(
+    Ok(write_snapshot_to(
         &opened.snapshots,
         &opened.key,
         opened.previous_key.as_deref(),
@@ -1607,12 +1607,14 @@ pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
         &opened.objects,
         0,
     )
-    .await
+    .await?
+    .0)
 }
 
 /// Writes a snapshot of the data directory `dir` (parameters and checkpoint as on disk, the
 /// directory of `objects`) to the array in `slot`, numbered after both the newest one there
-/// and `min_seq`; then names that array in the snapshot index.
+/// and `min_seq`; then names that array in the snapshot index. Returns its number and the
+/// arrays a growth left behind that this snapshot made unneeded and that were removed.
 pub(crate) async fn write_snapshot_to(
     slot: &crate::snapshot::SnapshotSlot,
     key: &MasterKey,
@@ -1620,7 +1622,7 @@ pub(crate) async fn write_snapshot_to(
     dir: &Path,
     objects: &ObjectLayer,
     min_seq: u64,
-) -> Result<u64> {
+) -> Result<(u64, Vec<String>)> {
     let Some(array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
             "the snapshot area could not be opened at start; no snapshot written".into(),
@@ -1647,7 +1649,11 @@ pub(crate) async fn write_snapshot_to(
     crate::snapshot::write(&*array.store, key, &snap).await?;
     crate::snapshot::point_index(&array, key).await?;
     tracing::info!(seq, array = %array.name, "wrote the encrypted snapshot of the trusted state to the store");
-    Ok(seq)
+    // The newest snapshot names only the arrays in use now: what growths retired can go.
+    let in_use = [oram_array(snap.params.generation), array.name.clone()];
+    let removed =
+        crate::grow::remove_retired(dir, &snap.params, array.replaces.as_deref(), &in_use).await;
+    Ok((seq, removed))
 }
 
 /// Marks a data directory that `recover` is filling; removed (with `gateway.json` written)

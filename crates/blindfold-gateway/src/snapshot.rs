@@ -123,6 +123,9 @@ pub struct SnapshotArray {
     /// The array.
     pub store: Arc<dyn Store>,
     url: StoreUrl,
+    /// The array the index names until a snapshot is written here (after a growth), which
+    /// nothing needs once it is.
+    pub replaces: Option<String>,
 }
 
 /// The snapshot array a running gateway writes to; `None` when it could not be opened. A
@@ -210,20 +213,20 @@ pub async fn open(
             break;
         }
     }
-    let name = match found {
+    let (name, replaces) = match found {
         Some((count, name)) if count == g.cell_count() => {
             // Re-sealed under the current key, which `recover` will use.
             write_index(&*index, key, count, &name).await?;
-            name
+            (name, None)
         }
-        Some(_) => format!("{ARRAY}.{}", g.cell_count()),
+        Some((_, old)) => (format!("{ARRAY}.{}", g.cell_count()), Some(old)),
         None => {
             write_index(&*index, key, g.cell_count(), ARRAY).await?;
-            ARRAY.to_owned()
+            (ARRAY.to_owned(), None)
         }
     };
     let store = open_store(url, &name, g).await.map_err(store_err)?;
-    Ok(SnapshotArray { name, store, url: url.clone() })
+    Ok(SnapshotArray { name, store, url: url.clone(), replaces })
 }
 
 /// Names `array` in the index (under `key`) as the one holding the newest snapshot.

@@ -190,6 +190,13 @@ async fn a_crash_at_any_step_of_a_growth_loses_nothing() {
             put(&opened, "after", &object(7)).await.unwrap();
             model.insert("after".into(), object(7));
             stop(opened).await;
+            // Once a snapshot of the grown state is in the store, only the new tree's array is.
+            let trees: Vec<String> = std::fs::read_dir(root.path().join("cells"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("oram"))
+                .collect();
+            assert_eq!(trees, ["oram.g1.cells"], "{engine} {at:?}");
             let opened = server::open(&cfg(root.path(), engine)).await.unwrap();
             check(&opened, &model).await;
         }
