@@ -94,6 +94,8 @@ pub struct AdminState {
     observer: Arc<Observer>,
     engine: Arc<dyn SharedEngine>,
     params: GatewayParams,
+    /// The live capacity (it changes when the store grows).
+    objects: Arc<crate::objects::ObjectLayer>,
     auth: AdminAuth,
     started: Instant,
     demo: Mutex<Option<Arc<Observer>>>,
@@ -107,6 +109,7 @@ impl AdminState {
             observer: Arc::clone(&opened.observer),
             engine: Arc::clone(opened.objects.engine()),
             params: opened.params.clone(),
+            objects: Arc::clone(&opened.objects),
             auth,
             started: Instant::now(),
             demo: Mutex::new(None),
@@ -245,14 +248,15 @@ pub async fn route(state: Arc<AdminState>, req: Request<hyper::body::Incoming>) 
         (&Method::GET, "/assets/icon.svg") => reply(StatusCode::OK, "image/svg+xml", ICON_SVG),
         (&Method::GET, "/api/summary") => {
             let p = &state.params;
+            let blocks = state.objects.directory().capacity();
             json(&Summary {
                 version: env!("CARGO_PKG_VERSION"),
                 engine: p.engine.to_string(),
                 layout: if p.two_slots() { "two slots per cell" } else { "in place" },
                 store: &p.store,
                 block_size: p.block_size,
-                blocks: p.blocks,
-                capacity_bytes: p.blocks * u64::from(p.block_size),
+                blocks,
+                capacity_bytes: blocks * u64::from(p.block_size),
                 z: p.z,
                 cache_levels: p.cache_levels,
                 pad_objects: p.pad_objects,

@@ -1225,6 +1225,12 @@ fn status(a: StatusArgs) -> Result<()> {
              then replaces the key file; keep the key file and its .next until then)"
         );
     }
+    if dir.join(blindfold_gateway::grow::INTENT_FILE).exists() {
+        println!(
+            "  growth: under way, or interrupted (a running gateway finishes it; otherwise the \
+             next start of `blindfold serve` or `blindfold grow` does)"
+        );
+    }
     Ok(())
 }
 
