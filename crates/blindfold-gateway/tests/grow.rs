@@ -9,31 +9,16 @@ use std::path::Path;
 use blindfold_gateway::grow::CrashPoint;
 use blindfold_gateway::server::{self, OramEngine, ServeConfig};
 use blindfold_gateway::GatewayError;
-use blindfold_store::StoreUrl;
 use bytes::Bytes;
 
 const BLOCK: u32 = 1024;
 /// 48 blocks to start with.
 const CAPACITY: u64 = 48 * BLOCK as u64;
 
+mod common;
+
 fn cfg(root: &Path, engine: OramEngine) -> ServeConfig {
-    ServeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: root.join("data"),
-        store: Some(StoreUrl::File {
-            dir: root.join("cells"),
-            sync: blindfold_store::SyncMode::OnFlush,
-        }),
-        key_file: Some(root.join("key.json")),
-        passphrase: None,
-        credentials: Some(("ak".into(), "sk".into())),
-        capacity: CAPACITY,
-        block_size: BLOCK,
-        pad_objects: false,
-        cache_mib: 0,
-        engine,
-        in_place: false,
-    }
+    ServeConfig { capacity: CAPACITY, ..common::file_cfg(root, engine) }
 }
 
 async fn put(opened: &server::Opened, key: &str, data: &[u8]) -> Result<(), GatewayError> {
@@ -42,13 +27,7 @@ async fn put(opened: &server::Opened, key: &str, data: &[u8]) -> Result<(), Gate
 }
 
 async fn get(opened: &server::Opened, key: &str) -> Vec<u8> {
-    let meta = opened.objects.directory().object("b", key).unwrap().expect("object");
-    let mut rx = opened.objects.read_range(&meta, 0..meta.size, 0).await.unwrap();
-    let mut out = Vec::new();
-    while let Some(c) = rx.recv().await {
-        out.extend_from_slice(&c.unwrap());
-    }
-    out
+    common::read_object(opened, key).await.unwrap()
 }
 
 fn object(i: usize) -> Vec<u8> {

@@ -30,6 +30,15 @@
 //! cell of the new tree is sealed under the fresh epoch, which each cell's seal must then name
 //! exactly (see [`crate::VersionTable`]), so none of the lost timeline's ciphertexts opens.
 //!
+//! # Growing
+//!
+//! [`grow_path_oram`] and [`grow_tao`] (for `blindfold grow`) run the same two passes from a
+//! cleanly stopped engine into a tree of *more* blocks of the same size and `Z`: every block
+//! keeps its contents and gets a fresh leaf in the larger tree, the blocks past the old capacity
+//! read as zeros. Unlike a recovery, a cell that does not authenticate stops the growth before
+//! the checkpoint is replaced: a growth never loses a block silently. What the store sees is
+//! fixed by the two sizes alone.
+//!
 //! # Memory
 //!
 //! Every real block found is held in memory until the bulk load has placed it: up to
@@ -107,7 +116,7 @@ pub async fn rebuild_path_oram(
 /// shut down cleanly: nothing in its redo log) into `new`, a store laid out for `config`, which
 /// must hold more blocks of the same size and shape; then replaces the checkpoint. Every block
 /// keeps its contents; the blocks beyond the old capacity read as zeros. A cell that does not
-/// authenticate stops the growth before anything is replaced (see [`grow`](self#growing)).
+/// authenticate stops the growth before anything is replaced (see [growing](self#growing)).
 pub async fn grow_path_oram(
     dir: &Path,
     old: Arc<dyn Store>,
