@@ -15,7 +15,7 @@
 # Servers are killed and the work directory (under $TMPDIR or /tmp) removed on any exit.
 #
 # Knobs (environment): BLINDFOLD_BIN (use this binary, skip the build), E2E_KEEP=1 (keep the
-# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git users observe tls grow crash" (run a
+# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git swift users observe tls grow crash" (run a
 # subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
 # <target>/browser-artefacts), E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE
 # (see finish below).
@@ -77,6 +77,7 @@ pip_need=()
 python3 -c 'import boto3' 2>/dev/null || pip_need+=(boto3)
 command -v aws >/dev/null || pip_need+=(awscli)
 command -v git-remote-s3 >/dev/null || pip_need+=(git-remote-s3)
+command -v swift >/dev/null || pip_need+=(python-swiftclient)
 if ((${#pip_need[@]})); then
   # One resolver run, so awscli's botocore pin and git-remote-s3's boto3 floor agree. Into the
   # interpreter's own site-packages where pip may write there (pyenv, a virtualenv); else (a
@@ -89,13 +90,13 @@ if ((${#pip_need[@]})); then
     echo "  into a virtualenv: $VENV"
     python3 -m venv "$VENV" 2>/dev/null || { apt_install python3-venv python3-pip && python3 -m venv --clear "$VENV"; }
     "$VENV/bin/python3" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python3" -m pip install --quiet boto3 awscli git-remote-s3
+    "$VENV/bin/python3" -m pip install --quiet boto3 awscli git-remote-s3 python-swiftclient
     export PATH="$VENV/bin:$PATH" # its python3 has boto3; git finds git-remote-s3 here
   fi
   hash -r
 fi
 
-for tool in aws s3cmd git-remote-s3 rclone restic git curl node; do
+for tool in aws s3cmd git-remote-s3 swift rclone restic git curl node; do
   printf '  %-14s %s\n' "$tool" "$(command -v "$tool" || echo MISSING)"
 done
 printf '  %-14s %s\n' boto3 "$(python3 -c 'import boto3; print(boto3.__version__)' 2>&1)"
@@ -246,7 +247,7 @@ start_server() { # data-dir [more serve flags…]
   shift
   : >"$WORK/server.out"
   "$BIN" serve --data-dir "$data" --capacity "$CAPACITY" --listen 127.0.0.1:0 \
-    --admin-listen 127.0.0.1:0 "$@" \
+    --admin-listen 127.0.0.1:0 --swift-listen 127.0.0.1:0 "$@" \
     --access-key "$AK" --secret-key "$SK" >"$WORK/server.out" 2>>"$WORK/server.err" &
   SERVER_PID=$!
   local i
@@ -255,6 +256,8 @@ start_server() { # data-dir [more serve flags…]
     ENDPOINT=$(sed -n 's/^blindfold .*serving S3 at \(https\{0,1\}:[^ ]*\).*/\1/p' "$WORK/server.out")
     # and "  admin: http://host:port/ (dashboard, …)".
     ADMIN=$(sed -n 's/^  admin: \(https\{0,1\}:[^ ]*\)\/ .*/\1/p' "$WORK/server.out")
+    # and "  swift: http://host:port/auth/v1.0 (TempAuth: …)".
+    SWIFT_AUTH=$(sed -n 's/^  swift: \(https\{0,1\}:[^ ]*\) .*/\1/p' "$WORK/server.out")
     [[ -n $ENDPOINT && -n $ADMIN ]] && return 0
     kill -0 "$SERVER_PID" 2>/dev/null || break
     sleep 0.05
@@ -797,6 +800,74 @@ admin_probes() {
 }
 
 # =============================================================================================
+# The Swift front end, with the real python-swiftclient (`swift`), on the same objects as S3.
+swift_cli() { timeout -k 10 300 swift -A "$SWIFT_AUTH" "$@"; }
+swift_as_admin() { swift_cli -U "blindfold:$AK" -K "$SK" "$@"; }
+swift_roundtrip() {
+  [[ -n $SWIFT_AUTH ]] || die "the banner has no swift: line"
+  swift_as_admin stat
+  gen_tree "$WORK/swift-src"
+  (cd "$WORK/swift-src" && swift_as_admin upload e2e-swift .)
+  local n
+  n=$(swift_as_admin list e2e-swift | wc -l)
+  [[ $n == $(cd "$WORK/swift-src" && find . -type f | wc -l) ]] || die "swift list shows $n objects"
+  swift_as_admin list e2e-swift --prefix docs/ --delimiter / | grep -qx 'docs/deep/' || die "no docs/deep/ subdir in the delimited listing"
+  swift_as_admin stat e2e-swift | grep -q "Objects: $n" || die "container stat: $(swift_as_admin stat e2e-swift)"
+  swift_as_admin download e2e-swift -D "$WORK/swift-back"
+  same_tree "$WORK/swift-src" "$WORK/swift-back"
+}
+swift_ranges_and_s3() {
+  # A token, then raw requests: ranged GET, and the same object through S3.
+  local url token
+  eval "$(swift_as_admin auth)" # exports OS_STORAGE_URL and OS_AUTH_TOKEN
+  url=$OS_STORAGE_URL token=$OS_AUTH_TOKEN
+  curl -sf -H "X-Auth-Token: $token" -H "Range: bytes=100-1099" "$url/e2e-swift/a/b/c/big" -o "$WORK/swift-range"
+  cmp "$WORK/swift-range" <(tail -c +101 "$WORK/swift-src/a/b/c/big" | head -c 1000) || die "ranged GET differs"
+  local code
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Auth-Token: $token" -H "Range: bytes=9999999-" "$url/e2e-swift/a/b/c/big")
+  [[ $code == 416 ]] || die "unsatisfiable range answered $code"
+  aws --endpoint-url "$ENDPOINT" s3 cp "s3://e2e-swift/x y/with space.txt" "$WORK/swift-s3"
+  same_file "$WORK/swift-src/x y/with space.txt" "$WORK/swift-s3"
+  rand_file "$WORK/s3-to-swift" 5000
+  aws --endpoint-url "$ENDPOINT" s3 cp "$WORK/s3-to-swift" s3://e2e-swift/from-s3.bin
+  swift_as_admin download e2e-swift from-s3.bin -o "$WORK/s3-to-swift.back"
+  same_file "$WORK/s3-to-swift" "$WORK/s3-to-swift.back"
+  # A wrong ETag stores nothing; a non-empty container is not deleted.
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X PUT -H "X-Auth-Token: $token" -H "ETag: 00000000000000000000000000000000" --data-binary @"$WORK/s3-to-swift" "$url/e2e-swift/bad-etag")
+  [[ $code == 422 ]] || die "a wrong ETag answered $code"
+  code=$(curl -s -o /dev/null -w '%{http_code}' -I -H "X-Auth-Token: $token" "$url/e2e-swift/bad-etag")
+  [[ $code == 404 ]] || die "the object with the wrong ETag exists ($code)"
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE -H "X-Auth-Token: $token" "$url/e2e-swift")
+  [[ $code == 409 ]] || die "deleting a non-empty container answered $code"
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Auth-Token: not-a-token" "$url/e2e-swift")
+  [[ $code == 401 ]] || die "a bad token answered $code"
+}
+swift_users() {
+  local out sak ssk rak rsk
+  out=$("$BIN" user add swifty --buckets 'e2e-swift*' --data-dir "$WORK/data")
+  sak=$(sed -n 's/^  access key: //p' <<<"$out")
+  ssk=$(sed -n 's/^  secret key: \([^ ]*\).*/\1/p' <<<"$out")
+  out=$("$BIN" user add swiftro --buckets e2e-swift --read-only --data-dir "$WORK/data")
+  rak=$(sed -n 's/^  access key: //p' <<<"$out")
+  rsk=$(sed -n 's/^  secret key: \([^ ]*\).*/\1/p' <<<"$out")
+  sleep 1.2 # the gateway looks at the users file once a second
+  if swift_cli -U "blindfold:$sak" -K wrong list >/dev/null 2>&1; then die "a wrong key signed in"; fi
+  [[ $(swift_cli -U "blindfold:$sak" -K "$ssk" list | tr '\n' ' ') == "e2e-swift " ]] || die "swifty sees: $(swift_cli -U "blindfold:$sak" -K "$ssk" list)"
+  swift_cli -U "blindfold:$rak" -K "$rsk" download e2e-swift one -o "$WORK/swift-ro"
+  same_file "$WORK/swift-src/one" "$WORK/swift-ro"
+  if swift_cli -U "blindfold:$rak" -K "$rsk" upload e2e-swift "$WORK/swift-ro" >"$WORK/swift-ro.err" 2>&1; then
+    die "the read-only user uploaded"
+  fi
+  grep -q 403 "$WORK/swift-ro.err" || die "read-only refusal: $(cat "$WORK/swift-ro.err")"
+  if swift_cli -U "blindfold:$sak" -K "$ssk" list e2e-aws >/dev/null 2>&1; then die "swifty listed a bucket outside its policy"; fi
+  "$BIN" user remove swifty --data-dir "$WORK/data" >/dev/null
+  "$BIN" user remove swiftro --data-dir "$WORK/data" >/dev/null
+}
+swift_delete() {
+  swift_as_admin delete e2e-swift
+  if swift_as_admin list | grep -qx e2e-swift; then die "the container is still listed"; fi
+}
+
 # Growing the store (blindfold grow, serve --grow-at) while the aws CLI keeps using it.
 GROWB=s3://e2e-grow
 grow_put() { # name → uploads a fresh 256 KiB file as $GROWB/name (kept in $WORK/grow/name)
@@ -906,6 +977,13 @@ else
     step "e2e: git-remote-s3"
     check "git: push to s3://, clone" git_push_clone
     check "git: push a commit, pull in the clone" git_push_pull
+  fi
+  if only swift; then
+    step "e2e: Swift API (python-swiftclient) on the same objects"
+    check "swift: stat, upload a tree, list (plain, delimited), stat, download equals the source" swift_roundtrip
+    check "swift: ranged GET, 416, objects shared with S3 both ways, wrong ETag stores nothing, 409, 401" swift_ranges_and_s3
+    check "swift: users' keys and policies (buckets, read-only) apply" swift_users
+    check "swift: delete a container with its objects" swift_delete
   fi
   if only users; then
     step "e2e: several users (blindfold user …, the aws CLI as each)"

@@ -26,6 +26,9 @@ pub enum GatewayError {
     /// The requested range is outside the object.
     #[error("the requested range is not satisfiable")]
     InvalidRange,
+    /// The body's MD5 is not the one the client announced (nothing was stored).
+    #[error("the body's MD5 does not match the ETag sent with it; nothing was stored")]
+    BadDigest,
     /// A precondition (If-Match and friends) failed.
     #[error("a precondition failed")]
     PreconditionFailed,

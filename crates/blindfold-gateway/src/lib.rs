@@ -31,6 +31,7 @@ mod s3;
 pub mod sealed_file;
 pub mod server;
 pub mod snapshot;
+pub mod swift;
 pub mod tls;
 pub mod users;
 pub mod verify;

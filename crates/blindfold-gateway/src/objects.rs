@@ -274,11 +274,36 @@ impl ObjectLayer {
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
+        self.put_object_expecting(bucket, key, body, content_type, metadata, if_none_match, None)
+            .await
+    }
+
+    /// [`ObjectLayer::put_object`], refusing with [`GatewayError::BadDigest`] — nothing stored,
+    /// nothing replaced — a body whose MD5 is not `expected_md5`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn put_object_expecting<S, E>(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: S,
+        content_type: Option<String>,
+        metadata: BTreeMap<String, String>,
+        if_none_match: bool,
+        expected_md5: Option<[u8; 16]>,
+    ) -> Result<ObjectMeta>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
         self.dir.require_bucket(bucket)?;
         if if_none_match && self.dir.object(bucket, key)?.is_some() {
             return Err(GatewayError::PreconditionFailed);
         }
         let (extent, md5) = self.write_stream(body).await?;
+        if expected_md5.is_some_and(|want| want != md5) {
+            self.dir.unreserve(&extent.blocks);
+            return Err(GatewayError::BadDigest);
+        }
         let meta = ObjectMeta {
             size: extent.len,
             etag: hex::encode(md5),

@@ -53,6 +53,7 @@ fn s3(e: GatewayError) -> S3Error {
         G::InvalidPartOrder => s3_error!(InvalidPartOrder),
         G::InvalidRange => s3_error!(InvalidRange),
         G::PreconditionFailed => s3_error!(PreconditionFailed),
+        G::BadDigest => s3_error!(BadDigest),
         G::TooLarge => s3_error!(EntityTooLarge),
         G::Full { .. } => S3Error::with_message(S3ErrorCode::EntityTooLarge, e.to_string()),
         G::Body(m) => S3Error::with_message(S3ErrorCode::IncompleteBody, m),

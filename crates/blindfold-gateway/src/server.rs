@@ -201,6 +201,8 @@ pub struct Opened {
     pub grow_at: Option<u8>,
     /// The most blocks automatic growth goes to.
     pub grow_max: Option<u64>,
+    /// Where to serve the Swift API beside S3 ([`crate::swift`]), if anywhere.
+    pub swift_listener: Option<tokio::net::TcpListener>,
     /// Metrics and recordings of this gateway (see [`crate::observe`]).
     pub observer: Arc<Observer>,
 }
@@ -1109,6 +1111,7 @@ async fn assemble(
         grower,
         grow_at: None,
         grow_max: None,
+        swift_listener: None,
         observer,
     })
 }
@@ -1497,18 +1500,23 @@ fn explain(resp: &mut s3s::HttpResponse) {
 /// Builds the S3 service for an opened gateway: the administrator's keys and the users of
 /// `<data-dir>/users.sealed` sign requests; each user's policy is enforced on every operation.
 pub fn service(opened: &Opened) -> s3s::service::S3Service {
-    let access = crate::users::SharedAccess(Arc::new(crate::users::Access::new(
-        opened.credentials.clone(),
-        Some(
-            crate::users::UserFile::new(&opened.data_dir, &opened.key)
-                .with_previous(opened.previous_key.as_deref()),
-        ),
-    )));
+    let access = crate::users::SharedAccess(access(opened));
     let gateway = Gateway::new(Arc::clone(&opened.objects)).with_access(Arc::clone(&access.0));
     let mut b = s3s::service::S3ServiceBuilder::new(gateway);
     b.set_auth(access.clone());
     b.set_access(access);
     b.build()
+}
+
+/// Who may do what: the administrator's keys and the users file, for every front end.
+fn access(opened: &Opened) -> Arc<crate::users::Access> {
+    Arc::new(crate::users::Access::new(
+        opened.credentials.clone(),
+        Some(
+            crate::users::UserFile::new(&opened.data_dir, &opened.key)
+                .with_previous(opened.previous_key.as_deref()),
+        ),
+    ))
 }
 
 /// Serves S3 on `listener` until `shutdown` resolves, then commits and checkpoints.
@@ -1544,6 +1552,16 @@ pub async fn run_tls(
             tokio::spawn(crate::grow::watch(grower, opened.grow_at, opened.grow_max, stopped));
         (stop, task)
     });
+    let swift = opened.swift_listener.take().map(|listener| {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let front = Arc::new(crate::swift::Swift::new(
+            Arc::clone(&opened.objects),
+            access(&opened),
+            tls.is_some(),
+        ));
+        let task = tokio::spawn(crate::swift::serve(listener, front, tls.clone(), stopped));
+        (stop, task)
+    });
     let service = service(&opened);
     let observer = Arc::clone(&opened.observer);
     let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -1575,6 +1593,10 @@ pub async fn run_tls(
     }
     if let Some((stop, task)) = sweeper {
         // The sweep stops between two chunks (never inside an access).
+        let _ = stop.send(true);
+        let _ = task.await;
+    }
+    if let Some((stop, task)) = swift {
         let _ = stop.send(true);
         let _ = task.await;
     }

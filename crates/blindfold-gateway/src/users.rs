@@ -473,6 +473,27 @@ impl Access {
         Ok(())
     }
 
+    /// Whether `secret` is the secret key of `access_key` (compared in constant time); for
+    /// front ends that authenticate with the keys themselves (Swift's TempAuth).
+    pub fn secret_matches(&self, access_key: &str, secret: &str) -> bool {
+        use subtle::ConstantTimeEq as _;
+        let expected: Option<String> = if access_key == self.admin_access_key {
+            Some(self.admin_secret_key.expose().to_owned())
+        } else {
+            self.user(access_key).map(|u| u.secret_key().to_owned())
+        };
+        expected.is_some_and(|e| bool::from(e.as_bytes().ct_eq(secret.as_bytes())))
+    }
+
+    /// Whether the holder of `access_key` may use `bucket`, for reading only (`reads`) or also
+    /// writing: the policy [`S3Access`] enforces, for the other front ends.
+    pub fn permits(&self, access_key: &str, bucket: &str, reads: bool) -> bool {
+        if access_key == self.admin_access_key {
+            return true;
+        }
+        self.user(access_key).is_some_and(|u| u.may_use(bucket) && (reads || !u.read_only))
+    }
+
     fn check_copy_source<T>(&self, req: &S3Request<T>, source: &CopySource) -> S3Result<()> {
         let Some(creds) = &req.credentials else {
             return Err(s3_error!(AccessDenied, "Signature is required"));

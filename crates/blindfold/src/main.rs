@@ -456,6 +456,12 @@ struct ServeArgs {
     /// learns when the threshold was crossed (see SECURITY.md).
     #[arg(long, env = "BLINDFOLD_GROW_AT", value_parser = clap::value_parser!(u8).range(1..=100))]
     grow_at: Option<u8>,
+    /// Also serve the OpenStack Swift API on this address (`host:port` or a bare port), over the
+    /// same buckets and objects as S3: TempAuth sign-in at `/auth/v1.0` with
+    /// `X-Auth-User: <account>:<access key>` and `X-Auth-Key: <secret key>` (the S3 keys), e.g.
+    /// `swift -A http://ADDR/auth/v1.0 -U blindfold:AK -K SK list`. Off by default.
+    #[arg(long, env = "BLINDFOLD_SWIFT_LISTEN", value_parser = parse_listen)]
+    swift_listen: Option<std::net::SocketAddr>,
     /// The largest capacity automatic growth goes to (default: no limit).
     #[arg(long, requires = "grow_at", value_parser = blindfold_gateway::server::parse_size)]
     grow_max: Option<u64>,
@@ -1003,6 +1009,12 @@ async fn serve(a: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("listening on {}", cfg.listen))?;
     let addr = listener.local_addr()?;
+    let swift_listener = match a.swift_listen {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!("--swift-listen {addr}: cannot listen there (in use, or not ours)")
+        })?),
+        None => None,
+    };
     let mut opened = blindfold_gateway::server::open(&cfg).await?;
     opened.grow_at = a.grow_at;
     opened.grow_max = a.grow_max.map(|m| m / u64::from(opened.params.block_size));
@@ -1036,6 +1048,15 @@ async fn serve(a: ServeArgs) -> Result<()> {
         } else {
             println!("  key: {} (both reloaded on SIGHUP)", key.display());
         }
+    }
+    if let Some(l) = swift_listener {
+        let swift_addr = l.local_addr()?;
+        println!(
+            "  swift: {scheme}://{swift_addr}/auth/v1.0 (TempAuth: user blindfold:<access key>, \
+             key <secret key>; e.g. swift -A {scheme}://{swift_addr}/auth/v1.0 -U blindfold:{ak} \
+             -K … list)"
+        );
+        opened.swift_listener = Some(l);
     }
     println!("  data directory: {} (back up key.json)", cfg.data_dir.display());
     println!("  store: {} ({} engine)", opened.params.store, opened.params.engine);
