@@ -198,22 +198,25 @@ struct Listing {
 }
 
 impl Listing {
-    fn from_query(query: Option<&str>, accept: Option<&str>) -> Result<Self, Response<Body>> {
+    fn from_query(
+        query: Option<&str>,
+        accept: Option<&str>,
+    ) -> Result<Self, (StatusCode, &'static str)> {
         let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
-            .map_err(|_| text(StatusCode::BAD_REQUEST, "The query string does not decode"))?;
+            .map_err(|_| (StatusCode::BAD_REQUEST, "The query string does not decode"))?;
         let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         let limit = match get("limit") {
-            Some(l) => {
-                l.parse::<usize>().ok().filter(|&l| l <= LIST_LIMIT).ok_or_else(|| {
-                    text(StatusCode::PRECONDITION_FAILED, "limit must be 0 to 10000")
-                })?
-            }
+            Some(l) => l
+                .parse::<usize>()
+                .ok()
+                .filter(|&l| l <= LIST_LIMIT)
+                .ok_or((StatusCode::PRECONDITION_FAILED, "limit must be 0 to 10000"))?,
             None => LIST_LIMIT,
         };
         let json = match get("format").as_deref() {
             Some("json") => true,
             Some("plain") | None => accept.is_some_and(|a| a.contains("application/json")),
-            Some(_) => return Err(text(StatusCode::BAD_REQUEST, "format must be json or plain")),
+            Some(_) => return Err((StatusCode::BAD_REQUEST, "format must be json or plain")),
         };
         Ok(Self {
             prefix: get("prefix").unwrap_or_default(),
@@ -464,7 +467,7 @@ impl Swift {
                 let l =
                     match Listing::from_query(req.uri().query(), header(req.headers(), "accept")) {
                         Ok(l) => l,
-                        Err(r) => return Ok(r),
+                        Err((status, why)) => return Ok(text(status, why)),
                     };
                 let mut entries = Vec::new();
                 for (name, meta) in visible {
@@ -528,7 +531,7 @@ impl Swift {
                 let l =
                     match Listing::from_query(req.uri().query(), header(req.headers(), "accept")) {
                         Ok(l) => l,
-                        Err(r) => return Ok(r),
+                        Err((status, why)) => return Ok(text(status, why)),
                     };
                 let (entries, names) = self.list_objects(name, &l)?;
                 Ok(l.answer(&entries, names))
