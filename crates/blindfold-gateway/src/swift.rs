@@ -143,34 +143,37 @@ fn valid_container(name: &str) -> bool {
         && !name.contains("..")
 }
 
-/// A single byte range of an object of `size` bytes: `Ok(None)` without a (usable) header,
-/// `Err` when it cannot be satisfied.
+/// A single byte range of an object of `size` bytes: `Ok(None)` without a usable header (none,
+/// not in bytes, several ranges, or malformed: HTTP says to ignore those and answer the whole
+/// object), `Err` for a well-formed range that cannot be satisfied.
 fn parse_range(value: Option<&str>, size: u64) -> Result<Option<std::ops::Range<u64>>, ()> {
     let Some(spec) = value.and_then(|v| v.trim().strip_prefix("bytes=")) else {
         return Ok(None);
     };
-    if spec.contains(',') {
-        // Several ranges (multipart/byteranges): answered with the whole object, as HTTP allows.
+    let Some((a, b)) = spec.split_once('-').filter(|_| !spec.contains(',')) else {
         return Ok(None);
-    }
-    let (a, b) = spec.split_once('-').ok_or(())?;
-    let (a, b) = (a.trim(), b.trim());
-    let range = if a.is_empty() {
-        let n: u64 = b.parse().map_err(|_| ())?;
-        if n == 0 {
-            return Err(());
-        }
-        size.saturating_sub(n)..size
-    } else {
-        let start: u64 = a.parse().map_err(|_| ())?;
-        let end =
-            if b.is_empty() { size } else { b.parse::<u64>().map_err(|_| ())?.saturating_add(1) };
-        if start >= size || end <= start {
-            return Err(());
-        }
-        start..end.min(size)
     };
-    Ok(Some(range))
+    let (a, b) = (a.trim(), b.trim());
+    let num = |s: &str| s.parse::<u64>().ok();
+    Ok(Some(match (a.is_empty(), num(a), num(b)) {
+        // A suffix: the last `n` bytes.
+        (true, _, Some(0)) => return Err(()),
+        (true, _, Some(n)) if size > 0 => size.saturating_sub(n)..size,
+        (true, _, Some(_)) => return Err(()),
+        (false, Some(start), None) if b.is_empty() => {
+            if start >= size {
+                return Err(());
+            }
+            start..size
+        }
+        (false, Some(start), Some(last)) if last >= start => {
+            if start >= size {
+                return Err(());
+            }
+            start..last.saturating_add(1).min(size)
+        }
+        _ => return Ok(None),
+    }))
 }
 
 #[derive(Serialize)]
@@ -764,12 +767,18 @@ mod tests {
         assert_eq!(parse_range(Some("bytes=0-3"), 10), Ok(Some(0..4)));
         assert_eq!(parse_range(Some("bytes=5-"), 10), Ok(Some(5..10)));
         assert_eq!(parse_range(Some("bytes=-3"), 10), Ok(Some(7..10)));
+        assert_eq!(parse_range(Some("bytes=-30"), 10), Ok(Some(0..10)));
         assert_eq!(parse_range(Some("bytes=8-100"), 10), Ok(Some(8..10)));
+        // Well-formed but outside the object: 416.
         assert_eq!(parse_range(Some("bytes=10-"), 10), Err(()));
+        assert_eq!(parse_range(Some("bytes=12-20"), 10), Err(()));
         assert_eq!(parse_range(Some("bytes=-0"), 10), Err(()));
-        assert_eq!(parse_range(Some("bytes=4-2"), 10), Err(()));
-        assert_eq!(parse_range(Some("bytes=x-2"), 10), Err(()));
-        assert_eq!(parse_range(Some("bytes=0-1,4-5"), 10), Ok(None));
+        assert_eq!(parse_range(Some("bytes=-5"), 0), Err(()));
+        // Malformed, several ranges, other units: ignored (the whole object).
+        for ignored in ["bytes=4-2", "bytes=x-2", "bytes=0-1,4-5", "items=0-1", "bytes=", "bytes=-"]
+        {
+            assert_eq!(parse_range(Some(ignored), 10), Ok(None), "{ignored}");
+        }
     }
 
     #[test]
