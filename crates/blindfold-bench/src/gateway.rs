@@ -175,6 +175,8 @@ pub struct SideReport {
     pub ops_per_sec: f64,
     /// Logical (object payload) megabytes (10^6) per second, GETs and PUTs together.
     pub mb_per_sec: f64,
+    /// Mean latency over all operations, milliseconds.
+    pub mean_ms: f64,
     /// Median latency over all operations, milliseconds.
     pub p50_ms: f64,
     /// 95th-percentile latency over all operations, milliseconds.
@@ -254,20 +256,51 @@ pub const THESIS: &[(&str, f64, f64)] =
 /// The slowdown blindfold aims to stay under.
 pub const AIM: f64 = 5.0;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+/// What one measured operation does to its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Read the object and check it byte for byte.
     Get,
+    /// Store the object (replacing any at the key).
     Put,
 }
 
-struct Workload {
+/// The objects and operations of one run.
+pub struct Workload {
     sizes: Vec<u64>,
+    /// Keys `0..loaded` are PUT before measuring.
+    loaded: usize,
     ops: Vec<(usize, Kind)>,
     /// Random bytes; object `i` is `data[offset(i) .. offset(i) + size]`.
     data: Bytes,
 }
 
+impl std::fmt::Debug for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workload")
+            .field("objects", &self.sizes.len())
+            .field("loaded", &self.loaded)
+            .field("ops", &self.ops.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Workload {
+    /// Objects of `sizes` (keys are indices), the first `loaded` PUT before measuring, then
+    /// `ops` measured in order; contents drawn from `seed`.
+    pub fn from_parts(sizes: Vec<u64>, loaded: usize, ops: Vec<(usize, Kind)>, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let max = sizes.iter().copied().max().unwrap_or(0);
+        let mut data = vec![0u8; max as usize + 4096];
+        rng.fill(&mut data[..]);
+        Self { sizes, loaded, ops, data: Bytes::from(data) }
+    }
+
+    /// Sum of the sizes of the objects loaded before measuring.
+    pub fn loaded_bytes(&self) -> u64 {
+        self.sizes[..self.loaded].iter().sum()
+    }
+
     fn new(p: &GatewayBench) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
         let (lo, hi) = ((p.min_size as f64).ln(), (p.max_size as f64).ln());
@@ -286,7 +319,8 @@ impl Workload {
             .collect();
         let mut data = vec![0u8; p.max_size as usize + 4096];
         rng.fill(&mut data[..]);
-        Self { sizes, ops, data: Bytes::from(data) }
+        let loaded = p.objects as usize;
+        Self { sizes, loaded, ops, data: Bytes::from(data) }
     }
 
     fn body(&self, key: usize) -> Bytes {
@@ -303,8 +337,9 @@ fn key_path(key: usize) -> ObjectPath {
 /// client (a PUT writes new blocks before it frees the old ones), with a quarter spare.
 fn needed_capacity(p: &GatewayBench, sizes: &[u64]) -> u64 {
     let bs = u64::from(p.block_size);
+    let largest = sizes.iter().copied().max().unwrap_or(0);
     let blocks: u64 = sizes.iter().map(|s| s.div_ceil(bs).max(1)).sum::<u64>()
-        + p.concurrency as u64 * p.max_size.div_ceil(bs);
+        + p.concurrency as u64 * largest.div_ceil(bs);
     (blocks + blocks / 4 + 64) * bs
 }
 
@@ -476,7 +511,7 @@ async fn run_side_in(
     }));
 
     let s3 = Arc::new(client(addr, Duration::from_secs(3600))?);
-    let load: Vec<(usize, Kind)> = (0..w.sizes.len()).map(|k| (k, Kind::Put)).collect();
+    let load: Vec<(usize, Kind)> = (0..w.loaded).map(|k| (k, Kind::Put)).collect();
     let pb = bar(load.len() as u64, &format!("{label}: load"), p.progress);
     let t = Instant::now();
     drive(&s3, w, Arc::new(load), p.concurrency, &pb).await?;
@@ -538,6 +573,7 @@ async fn run_side_in(
         engine: kind,
         ops_per_sec: ops / seconds,
         mb_per_sec: logical as f64 / seconds / 1e6,
+        mean_ms: overall.mean_ms,
         p50_ms: overall.p50_ms,
         p95_ms: overall.p95_ms,
         p99_ms: overall.p99_ms,
@@ -564,6 +600,12 @@ async fn run_side_in(
 
 /// Runs the benchmark: the gateway over Path ORAM, then the same gateway without ORAM.
 pub async fn run(params: GatewayBench) -> Result<GatewayReport> {
+    check(&params)?;
+    let w = Workload::new(&params);
+    run_with(params, w).await
+}
+
+fn check(params: &GatewayBench) -> Result<()> {
     anyhow::ensure!(params.ops > 0, "--ops must be at least 1");
     anyhow::ensure!(params.objects > 0, "--objects must be at least 1");
     anyhow::ensure!((0.0..=1.0).contains(&params.read_ratio), "--read-ratio must be in 0..=1");
@@ -573,10 +615,18 @@ pub async fn run(params: GatewayBench) -> Result<GatewayReport> {
     );
     anyhow::ensure!(params.max_size <= 1 << 30, "--max-size must be at most 1 GiB");
     anyhow::ensure!(params.concurrency >= 1, "--concurrency must be at least 1");
+    Ok(())
+}
+
+/// [`run`] with a workload of its own (objects, what is loaded, the measured operations):
+/// `params` gives the gateway, the store and the clients; its workload fields are not used.
+pub async fn run_with(params: GatewayBench, w: Workload) -> Result<GatewayReport> {
+    anyhow::ensure!(params.concurrency >= 1, "--concurrency must be at least 1");
+    anyhow::ensure!(!w.ops.is_empty(), "the workload has no operations");
     if let StoreUrl::File { sync: SyncMode::Always, .. } = params.store {
         tracing::info!("sync=always: every store write batch is fsynced on both sides");
     }
-    let w = Arc::new(Workload::new(&params));
+    let w = Arc::new(w);
     let needed = needed_capacity(&params, &w.sizes);
     let capacity = match params.capacity {
         Some(c) if c < needed => bail!(

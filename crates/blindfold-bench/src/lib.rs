@@ -22,5 +22,6 @@ pub mod path;
 mod plots;
 mod progress;
 pub mod schemes;
+pub mod workload;
 
 pub use machine::Machine;

@@ -505,6 +505,15 @@ enum BenchCommand {
     /// sealed at fixed places (not oblivious; the baseline). Reports throughput, latency
     /// percentiles per operation, bytes moved to the store per logical byte, and the slowdown.
     Gateway(GatewayBenchArgs),
+    /// The thesis's workloads A-E (seed 003) through the gateway vs. the same gateway without
+    /// ORAM, for each engine and block size.
+    ///
+    /// The workloads are the checked-in descriptions in workloads/*.toml (stages, read and
+    /// write shares, size distributions); every size is multiplied by --scale. Prints slowdown,
+    /// response time, bandwidth overhead, outsource ratio, cost multiplier and CPU use per
+    /// engine and block size; --rtt-ms/--mbit emulate the public-cloud link (none: the private
+    /// cloud).
+    Workload(WorkloadBenchArgs),
     /// The concurrent TaoStore-style engine vs. sequential Path ORAM, by number of clients.
     ///
     /// Fills a data set (default 1 GiB of 4 KiB blocks) in a memory store behind an emulated
@@ -610,6 +619,45 @@ struct SchemesArgs {
     #[arg(long)]
     json: Option<PathBuf>,
     /// No progress lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct WorkloadBenchArgs {
+    /// The workload: A (home user), B (traveling user), C (email backup), D (code
+    /// distribution) or E (e-government).
+    #[arg(long)]
+    workload: String,
+    /// Engines, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "tao,path-oram")]
+    engine: Vec<blindfold_gateway::server::OramEngine>,
+    /// Block sizes, comma-separated (e.g. 4KiB,64KiB) [default: 4KiB,64KiB; --quick: 4KiB].
+    #[arg(long, value_delimiter = ',', value_parser = blindfold_gateway::server::parse_size)]
+    block_size: Vec<u64>,
+    /// Multiply every object size by this (the thesis's files reach 4 GB) [default: 1/64;
+    /// --quick: 1/1024].
+    #[arg(long)]
+    scale: Option<f64>,
+    /// A short run: one engine (the first), one block size, tiny objects.
+    #[arg(long)]
+    quick: bool,
+    /// Where each side's cells go: `memory:` or `file:///path/to/dir`.
+    #[arg(long, default_value = "memory:")]
+    store: StoreUrl,
+    /// Round-trip time of an emulated link to the store, ms (0: the private cloud).
+    #[arg(long, default_value_t = 0)]
+    rtt_ms: u64,
+    /// Bandwidth of the emulated link (each way), Mbit/s [default: unlimited].
+    #[arg(long)]
+    mbit: Option<u64>,
+    /// Workload seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Save the report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress bars.
     #[arg(long, short)]
     quiet: bool,
 }
@@ -852,6 +900,39 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
     println!("blindfold bench gateway");
     print!("{}", gateway_bench::render(&report));
     save_json(args.json.as_deref(), &report)?;
+    Ok(())
+}
+
+async fn bench_workload(a: WorkloadBenchArgs) -> Result<()> {
+    use blindfold_bench::workload::{self, WorkloadBench};
+    let mut engines = a.engine;
+    let mut block_sizes: Vec<u32> = a
+        .block_size
+        .iter()
+        .map(|&b| u32::try_from(b).map_err(|_| anyhow::anyhow!("--block-size {b} is too large")))
+        .collect::<Result<_>>()?;
+    if block_sizes.is_empty() {
+        block_sizes = if a.quick { vec![4096] } else { vec![4096, 65536] };
+    }
+    if a.quick {
+        engines.truncate(1);
+        block_sizes.truncate(1);
+    }
+    let params = WorkloadBench {
+        workload: a.workload,
+        engines,
+        block_sizes,
+        scale: a.scale.unwrap_or(if a.quick { 1.0 / 1024.0 } else { 1.0 / 64.0 }),
+        store: a.store,
+        rtt_ms: a.rtt_ms,
+        mbit: a.mbit,
+        seed: a.seed,
+        progress: !a.quiet,
+    };
+    let report = workload::run(params).await?;
+    println!("blindfold bench workload");
+    print!("{}", workload::render(&report));
+    save_json(a.json.as_deref(), &report)?;
     Ok(())
 }
 
@@ -1618,6 +1699,10 @@ fn main() -> Result<()> {
             // Many clients and one engine share the machine's cores.
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(bench_concurrency(a))
+        }
+        Command::Bench(BenchCommand::Workload(a)) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(bench_workload(a))
         }
         Command::Bench(BenchCommand::Gateway(a)) => {
             // Clients and gateway share the machine's cores, as a local deployment would.

@@ -122,6 +122,72 @@ fn bad_input_gets_a_clear_error() {
 }
 
 #[test]
+fn bench_workload_quick_runs_the_thesis_workload_and_writes_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("workload.json");
+    let o = blindfold(&[
+        "bench",
+        "workload",
+        "--workload",
+        "E",
+        "--quick",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("workload E (e-government") && out.contains("5 stage(s)"), "{out}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let row = &v["rows"][0];
+    for k in [
+        "slowdown",
+        "response_ms",
+        "baseline_response_ms",
+        "bandwidth_overhead",
+        "outsource_ratio",
+        "cost_multiplier",
+    ] {
+        assert!(row[k].as_f64().is_some_and(|x| x > 0.0), "{k} missing or zero in {row}");
+    }
+    assert_eq!(v["ops"], 100);
+    // A workload that does not exist is refused by name.
+    let o = blindfold(&["bench", "workload", "--workload", "Q", "--quick", "--quiet"]);
+    assert!(!o.status.success() && text(&o).contains("A, B, C, D, E"), "{}", text(&o));
+}
+
+#[test]
+fn grow_without_a_running_gateway_grows_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("d");
+    let ds = d.to_str().unwrap();
+    serve(&["--data-dir", ds, "--capacity", "1MiB"]).stop();
+    let o = blindfold(&["grow", "--data-dir", ds, "--capacity", "512KiB"]);
+    assert!(!o.status.success() && text(&o).contains("shrinking is not supported"), "{}", text(&o));
+    let o = blindfold(&["grow", "--data-dir", ds, "--capacity", "3MiB"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("grew the store from 1 MiB to 3 MiB"), "{}", text(&o));
+    let o = blindfold(&["status", "--data-dir", ds]);
+    assert!(text(&o).contains("capacity: 3 MiB (768 blocks"), "{}", text(&o));
+    // It starts at its new size, the old --capacity flag notwithstanding.
+    serve(&["--data-dir", ds, "--capacity", "1MiB"]).stop();
+    let o = blindfold(&["verify", "--data-dir", ds]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = blindfold(&[
+        "grow",
+        "--data-dir",
+        dir.path().join("none").to_str().unwrap(),
+        "--capacity",
+        "3MiB",
+    ]);
+    assert!(
+        !o.status.success() && text(&o).contains("not a blindfold data directory"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
 fn bench_gateway_smoke_run_writes_the_promised_json() {
     // Tiny sizes, so this takes a few seconds: it only keeps the benchmark from rotting.
     let dir = tempfile::tempdir().unwrap();
@@ -398,13 +464,12 @@ fn the_secret_is_shown_once_flags_must_agree_and_status_tells_all() {
     assert!(second.banner.contains("credentials.json"), "{}", second.banner);
     let log = second.stop();
     assert!(!log.contains('\u{1b}'), "colour codes in a log that is not a terminal: {log}");
-    for (flag, value) in [
-        ("--engine", "path-oram"),
-        ("--cache-mib", "8"),
-        ("--capacity", "2MiB"),
-        ("--pad-objects", ""),
-        ("--in-place", ""),
-    ] {
+    // A larger capacity is a growth, which `blindfold grow` does: the refusal says so.
+    let out = serve_fails(&["--data-dir", ds, "--capacity", "2MiB"]);
+    assert!(out.contains("blindfold grow") && out.contains("--capacity"), "{out}");
+    for (flag, value) in
+        [("--engine", "path-oram"), ("--cache-mib", "8"), ("--pad-objects", ""), ("--in-place", "")]
+    {
         let mut a = vec!["--data-dir", ds, flag];
         if !value.is_empty() {
             a.push(value);
