@@ -547,8 +547,9 @@ impl SharedEngine for Stopped {
         Err(ProxyError::Poisoned)
     }
     async fn shutdown(&self) -> blindfold_proxy::Result<()> {
-        // Nothing to save: the data directory holds the grown state.
-        Ok(())
+        // Refused, so that no snapshot pairs the saved tree with parameters a failed growth
+        // may not have updated: the next start finishes the growth first.
+        Err(ProxyError::Poisoned)
     }
     fn verify<'a>(
         &'a self,

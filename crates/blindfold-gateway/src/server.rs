@@ -308,7 +308,6 @@ pub(crate) fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
         .map_err(|e| GatewayError::Config(e.to_string()))
 }
 
-/// The store shape of the gateway's ORAM engine.
 /// What the operator's recordings show of the ORAM's store array (see [`PhysicalView`]).
 pub(crate) fn physical_view(params: &GatewayParams) -> Result<PhysicalView> {
     let (copy_cells, leaves) = match params.engine {
@@ -332,6 +331,7 @@ pub(crate) fn engine_cells(params: &GatewayParams) -> Result<u64> {
     })
 }
 
+/// The store shape of the gateway's ORAM engine.
 pub(crate) fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::Geometry> {
     Ok(match (params.engine, params.two_slots()) {
         (OramEngine::PathOram, true) => DurablePathOram::geometry(&oram_config(params)?)?,
