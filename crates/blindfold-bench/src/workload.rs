@@ -15,8 +15,14 @@
 //! the metrics are the thesis's: slowdown (runtime over the baseline's), response time,
 //! bandwidth overhead (store bytes per logical byte), outsource ratio (trusted storage over
 //! store storage), cost multiplier (the price table of `docs/cost.md`, over the baseline) and
-//! CPU use. The baseline is the thesis's second one, blocks without ORAM; the first (the store
-//! itself, without a gateway) is not run yet.
+//! CPU use. Both of the thesis's baselines run in the same invocation:
+//!
+//! 1. *the store itself*: the same operations straight against the backend with an object
+//!    client (`object_store`: in memory, local files, or the S3 server of `--store s3://…`),
+//!    each request paying the emulated link's round trip and transfer time, as every store
+//!    request of the gateway does behind `LatencyStore`;
+//! 2. *blocks without ORAM*: the same gateway with the ORAM replaced by sealed blocks at fixed
+//!    places (`DirectEngine`).
 
 use anyhow::{bail, Context, Result};
 use blindfold_gateway::server::{parse_size, OramEngine};
@@ -247,14 +253,31 @@ fn displays<T: std::fmt::Display, S: serde::Serializer>(v: &[T], s: S) -> Result
     s.collect_seq(v.iter().map(|x| x.to_string()))
 }
 
-/// One engine and block size against the baseline.
+/// The workload straight against the store (the thesis's first baseline).
+#[derive(Clone, Debug, Serialize)]
+pub struct StoreSide {
+    /// What it ran against.
+    pub store: String,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// Mean response time, milliseconds.
+    pub mean_ms: f64,
+    /// Billable units.
+    pub usage: crate::cost::Usage,
+}
+
+/// One engine and block size against the baselines.
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
     /// The engine.
     pub engine: String,
     /// Block size, bytes.
     pub block_size: u32,
-    /// Runtime over the baseline's.
+    /// Runtime over the store's own (the thesis's slowdown).
+    pub store_slowdown: f64,
+    /// Cost over the store's own at the first price table entry (the thesis's cost multiplier).
+    pub store_cost_multiplier: f64,
+    /// Runtime over the gateway without ORAM.
     pub slowdown: f64,
     /// Mean response time, milliseconds (ORAM; baseline).
     pub response_ms: f64,
@@ -292,8 +315,101 @@ pub struct WorkloadReport {
     pub ops: usize,
     /// Bytes of all objects (scaled).
     pub dataset_bytes: u64,
+    /// The store without a gateway.
+    pub store_side: StoreSide,
     /// One row per engine and block size.
     pub rows: Vec<Row>,
+}
+
+/// An object client for the store `url` names, what to call it, and a directory to remove.
+type ObjectClient = (Box<dyn object_store::ObjectStore>, String, Option<std::path::PathBuf>);
+
+/// The store of the first baseline.
+fn object_store_for(url: &StoreUrl) -> Result<ObjectClient> {
+    use object_store::aws::AmazonS3Builder;
+    Ok(match url {
+        StoreUrl::Memory => {
+            (Box::new(object_store::memory::InMemory::new()), "memory".into(), None)
+        }
+        StoreUrl::File { dir, .. } => {
+            let d = dir.join(format!("blindfold-bench-workload-{}-store", std::process::id()));
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            let fs = object_store::local::LocalFileSystem::new_with_prefix(&d)?;
+            (Box::new(fs), format!("files in {}", d.display()), Some(d))
+        }
+        StoreUrl::S3 { bucket, options, .. } => {
+            let mut b = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_region(options.region.clone().unwrap_or_else(|| "us-east-1".into()))
+                .with_virtual_hosted_style_request(options.virtual_hosted);
+            if let Some(e) = &options.endpoint {
+                b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
+            }
+            (Box::new(b.build()?), format!("s3://{bucket}"), None)
+        }
+        other => bail!("the store baseline runs on memory:, file: and s3:// stores, not {other}"),
+    })
+}
+
+/// Runs the loaded objects and the measured operations straight against the store.
+async fn store_side(p: &WorkloadBench, g: &Generated) -> Result<StoreSide> {
+    use object_store::{path::Path as ObjectPath, ObjectStoreExt as _, PutPayload};
+    let (store, label, cleanup) = object_store_for(&p.store)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(p.seed ^ 0x5eed);
+    let largest = g.sizes.iter().copied().max().unwrap_or(0) as usize;
+    let mut data = vec![0u8; largest + 4096];
+    rng.fill(&mut data[..]);
+    let data = bytes::Bytes::from(data);
+    let body = |key: usize| {
+        let off = (key * 61) % 4096;
+        data.slice(off..off + g.sizes[key] as usize)
+    };
+    let run = std::process::id();
+    let path = |key: usize| ObjectPath::from(format!("blindfold-bench-workload-{run}/{key:06}"));
+    // The link: a round trip and the transfer time per request, as `LatencyStore` charges.
+    let link = |bytes: u64| {
+        let rtt = std::time::Duration::from_millis(p.rtt_ms);
+        let xfer = p.mbit.map_or(0.0, |m| bytes as f64 * 8.0 / (m as f64 * 1e6));
+        rtt + std::time::Duration::from_secs_f64(xfer)
+    };
+    for key in 0..g.loaded {
+        store.put(&path(key), PutPayload::from(body(key))).await.context("store baseline: load")?;
+    }
+    let mut usage = crate::cost::Usage { logical_ops: g.ops.len() as u64, ..Default::default() };
+    let mut total_ms = 0.0;
+    let t = std::time::Instant::now();
+    for &(key, kind) in &g.ops {
+        let started = std::time::Instant::now();
+        let size = g.sizes[key];
+        tokio::time::sleep(link(size)).await;
+        match kind {
+            Kind::Put => {
+                store
+                    .put(&path(key), PutPayload::from(body(key)))
+                    .await
+                    .context("store baseline: PUT")?;
+                usage.puts += 1;
+                usage.bytes_in += size;
+            }
+            Kind::Get => {
+                let got =
+                    store.get(&path(key)).await.context("store baseline: GET")?.bytes().await?;
+                anyhow::ensure!(got == body(key), "store baseline: GET returned other bytes");
+                usage.gets += 1;
+                usage.bytes_out += size;
+            }
+        }
+        total_ms += started.elapsed().as_secs_f64() * 1e3;
+    }
+    let seconds = t.elapsed().as_secs_f64();
+    usage.stored_bytes = g.sizes.iter().sum();
+    for key in 0..g.sizes.len() {
+        let _ = store.delete(&path(key)).await;
+    }
+    if let Some(d) = cleanup {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    Ok(StoreSide { store: label, seconds, mean_ms: total_ms / g.ops.len().max(1) as f64, usage })
 }
 
 /// Trusted storage (position map, versions, cached tree top) over the store's bytes, as the
@@ -329,6 +445,8 @@ pub async fn run(p: WorkloadBench) -> Result<WorkloadReport> {
         largest <= 1 << 30,
         "the largest object would be {largest} bytes: use a smaller --scale (at most 1 GiB)"
     );
+    let store_side = store_side(&p, &g).await?;
+    let table = crate::cost::PriceTable::builtin();
     let mut rows = Vec::new();
     for &engine in &p.engines {
         for &block_size in &p.block_sizes {
@@ -352,9 +470,17 @@ pub async fn run(p: WorkloadBench) -> Result<WorkloadReport> {
                 .await
                 .with_context(|| format!("{engine}, {block_size}-byte blocks"))?;
             let (o, b) = (&r.oram, &r.baseline);
+            let vs_store =
+                crate::cost::compare(&table, &o.usage, &store_side.usage, r.dataset_bytes);
             rows.push(Row {
                 engine: engine.to_string(),
                 block_size,
+                store_slowdown: o.seconds / store_side.seconds.max(1e-9),
+                store_cost_multiplier: vs_store
+                    .providers
+                    .first()
+                    .and_then(|c| c.multiplier)
+                    .unwrap_or(f64::NAN),
                 slowdown: o.seconds / b.seconds.max(1e-9),
                 response_ms: o.mean_ms,
                 baseline_response_ms: b.mean_ms,
@@ -378,6 +504,7 @@ pub async fn run(p: WorkloadBench) -> Result<WorkloadReport> {
         loaded: g.loaded,
         ops: g.ops.len(),
         dataset_bytes: g.sizes.iter().sum(),
+        store_side,
         spec,
         params: p,
         rows,
@@ -407,27 +534,35 @@ pub fn render(r: &WorkloadReport) -> String {
         (rtt, None) => format!("public cloud: {rtt} ms round trip"),
         (rtt, Some(m)) => format!("public cloud: {rtt} ms round trip, {m} Mbit/s"),
     };
+    s.push_str(&format!("  store: {} — {link}\n", p.store));
     s.push_str(&format!(
-        "  store: {} — {link}; baseline: the same gateway, blocks without ORAM\n",
-        p.store
+        "  baseline 1, the store itself ({}): {:.2} s, mean response {:.1} ms\n",
+        r.store_side.store, r.store_side.seconds, r.store_side.mean_ms
     ));
+    s.push_str(
+        "  baseline 2, the same gateway with blocks but no ORAM: columns \"vs 2\", \"base ms\", \"cost2\"\n",
+    );
     s.push_str(&format!(
-        "  {:<10} {:>7} {:>9} {:>12} {:>12} {:>10} {:>10} {:>9} {:>6}\n",
+        "  {:<10} {:>7} {:>9} {:>8} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>6}\n",
         "engine",
         "block",
         "slowdown",
+        "cost ×",
+        "vs 2",
         "resp. ms",
         "base ms",
         "bandwidth",
         "outsource",
-        "cost ×",
+        "cost2 ×",
         "cores"
     ));
     for row in &r.rows {
         s.push_str(&format!(
-            "  {:<10} {:>7} {:>8.2}× {:>12.1} {:>12.1} {:>9.1}× {:>10.5} {:>8.1}× {:>6.2}\n",
+            "  {:<10} {:>7} {:>8.2}× {:>7.1}× {:>7.2}× {:>10.1} {:>10.1} {:>9.1}× {:>10.5} {:>7.1}× {:>6.2}\n",
             row.engine,
             human(u64::from(row.block_size)),
+            row.store_slowdown,
+            row.store_cost_multiplier,
             row.slowdown,
             row.response_ms,
             row.baseline_response_ms,

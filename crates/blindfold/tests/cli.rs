@@ -141,6 +141,8 @@ fn bench_workload_quick_runs_the_thesis_workload_and_writes_json() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let row = &v["rows"][0];
     for k in [
+        "store_slowdown",
+        "store_cost_multiplier",
         "slowdown",
         "response_ms",
         "baseline_response_ms",
@@ -151,6 +153,8 @@ fn bench_workload_quick_runs_the_thesis_workload_and_writes_json() {
         assert!(row[k].as_f64().is_some_and(|x| x > 0.0), "{k} missing or zero in {row}");
     }
     assert_eq!(v["ops"], 100);
+    assert!(v["store_side"]["seconds"].as_f64().is_some_and(|x| x > 0.0), "{v}");
+    assert!(out.contains("baseline 1, the store itself"), "{out}");
     // A workload that does not exist is refused by name.
     let o = blindfold(&["bench", "workload", "--workload", "Q", "--quick", "--quiet"]);
     assert!(!o.status.success() && text(&o).contains("A, B, C, D, E"), "{}", text(&o));
