@@ -365,7 +365,14 @@ async fn store_side(p: &WorkloadBench, g: &Generated) -> Result<StoreSide> {
         data.slice(off..off + g.sizes[key] as usize)
     };
     let run = std::process::id();
-    let path = |key: usize| ObjectPath::from(format!("blindfold-bench-workload-{run}/{key:06}"));
+    let under = match &p.store {
+        StoreUrl::S3 { prefix, .. } if !prefix.trim_matches('/').is_empty() => {
+            format!("{}/", prefix.trim_matches('/'))
+        }
+        _ => String::new(),
+    };
+    let path =
+        |key: usize| ObjectPath::from(format!("{under}blindfold-bench-workload-{run}/{key:06}"));
     // The link: a round trip and the transfer time per request, as `LatencyStore` charges.
     let link = |bytes: u64| {
         let rtt = std::time::Duration::from_millis(p.rtt_ms);
