@@ -353,12 +353,23 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) as f64 / 100.0
 }
 
-/// Each side's store: its own subdirectory for `file:` stores.
+/// Each side's store: its own subdirectory for `file:` stores, its own key prefix for S3 (so
+/// that runs one after the other, e.g. of other block sizes, never meet each other's arrays).
 fn side_store(url: &StoreUrl, side: &str) -> (StoreUrl, Option<PathBuf>) {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
+    let unique = format!("blindfold-bench-gateway-{}-{run}-{side}", std::process::id());
     match url {
         StoreUrl::File { dir, sync } => {
-            let d = dir.join(format!("blindfold-bench-gateway-{}-{side}", std::process::id()));
+            let d = dir.join(unique);
             (StoreUrl::File { dir: d.clone(), sync: *sync }, Some(d))
+        }
+        StoreUrl::S3 { bucket, prefix, options } => {
+            let prefix = match prefix.trim_matches('/') {
+                "" => unique,
+                p => format!("{p}/{unique}"),
+            };
+            (StoreUrl::S3 { bucket: bucket.clone(), prefix, options: options.clone() }, None)
         }
         other => (other.clone(), None),
     }
