@@ -88,7 +88,11 @@ pub struct GatewayBench {
     pub progress: bool,
 }
 
-fn display<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+/// Serializes a value by its `Display` form (store URLs, engines).
+pub(crate) fn display<T: std::fmt::Display, S: serde::Serializer>(
+    v: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     s.collect_str(v)
 }
 

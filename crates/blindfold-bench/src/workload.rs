@@ -31,7 +31,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::gateway::{GatewayBench, GatewayReport, Kind, Workload};
+use crate::gateway::{display, GatewayBench, GatewayReport, Kind, Workload};
 use crate::machine::Machine;
 
 /// The workloads, as checked in.
@@ -243,10 +243,6 @@ pub struct WorkloadBench {
     /// Draw progress bars.
     #[serde(skip)]
     pub progress: bool,
-}
-
-fn display<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(v)
 }
 
 fn displays<T: std::fmt::Display, S: serde::Serializer>(v: &[T], s: S) -> Result<S::Ok, S::Error> {

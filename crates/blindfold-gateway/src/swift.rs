@@ -430,6 +430,14 @@ impl Swift {
         (t.expires > Instant::now() && t.account == account).then(|| t.access_key.clone())
     }
 
+    /// Why an object of `container` is not there: no such container, or no such object.
+    fn missing(&self, container: &str) -> GatewayError {
+        match self.objects.directory().require_bucket(container) {
+            Err(e) => e,
+            Ok(()) => GatewayError::NoSuchKey,
+        }
+    }
+
     /// Objects and bytes in `container`.
     fn usage(&self, container: &str) -> Result<(u64, u64), GatewayError> {
         let dir = self.objects.directory();
@@ -610,8 +618,7 @@ impl Swift {
             Method::GET | Method::HEAD => self.get(req, container, key).await,
             Method::DELETE => {
                 if self.objects.directory().object(container, key)?.is_none() {
-                    self.objects.directory().require_bucket(container)?;
-                    return Err(GatewayError::NoSuchKey);
+                    return Err(self.missing(container));
                 }
                 self.objects.delete_object(container, key)?;
                 Ok(empty(StatusCode::NO_CONTENT))
@@ -645,8 +652,7 @@ impl Swift {
                 return Ok(text(StatusCode::FORBIDDEN, "Access was denied to the copy source."));
             }
             let Some((src, _pin)) = self.objects.lookup_for_read(src_c, src_o)? else {
-                self.objects.directory().require_bucket(src_c)?;
-                return Err(GatewayError::NoSuchKey);
+                return Err(self.missing(src_c));
             };
             let meta = self.objects.copy_object(&src, container, key, None).await?;
             let mut r = empty(StatusCode::CREATED);
@@ -679,8 +685,7 @@ impl Swift {
 
     async fn get(&self, req: Request<Incoming>, container: &str, key: &str) -> Answer {
         let Some((meta, _pin)) = self.objects.lookup_for_read(container, key)? else {
-            self.objects.directory().require_bucket(container)?;
-            return Err(GatewayError::NoSuchKey);
+            return Err(self.missing(container));
         };
         let range = match parse_range(header(req.headers(), "range"), meta.size) {
             Ok(r) => r,
