@@ -25,7 +25,6 @@ use blindfold_crypto::{
 use blindfold_oram::{PathOramConfig, PosMapMode};
 use blindfold_proxy::{DurablePathOram, DurableTao, SealedDirect, SealedPathOram, TaoConfig};
 use blindfold_store::{open_store, StoreUrl};
-use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 
 use crate::directory::Directory;
@@ -1564,33 +1563,11 @@ pub async fn run_tls(
     });
     let service = service(&opened);
     let observer = Arc::clone(&opened.observer);
-    let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (socket, peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                };
-                // Without this, a small response written as headers then body waits ~40 ms
-                // for the client's delayed ACK (Nagle's algorithm).
-                if let Err(e) = socket.set_nodelay(true) {
-                    tracing::debug!(error = %e, "could not set TCP_NODELAY");
-                }
-                let service = service.clone();
-                let observer = Arc::clone(&observer);
-                let svc = hyper::service::service_fn(move |req| {
-                    handle(service.clone(), Arc::clone(&observer), req)
-                });
-                crate::tls::spawn_connection(http.clone(), socket, peer, tls.as_ref(), svc, "s3");
-            }
-            () = &mut shutdown => break,
-        }
-    }
+    let make_svc = || {
+        let (service, observer) = (service.clone(), Arc::clone(&observer));
+        hyper::service::service_fn(move |req| handle(service.clone(), Arc::clone(&observer), req))
+    };
+    crate::tls::accept_until(&listener, tls.as_ref(), "s3", make_svc, shutdown).await;
     if let Some((stop, task)) = sweeper {
         // The sweep stops between two chunks (never inside an access).
         let _ = stop.send(true);

@@ -191,6 +191,26 @@ enum ObjectEntry {
     Subdir { subdir: String },
 }
 
+/// What a plain-text listing shows of an entry.
+trait Named {
+    fn name(&self) -> &str;
+}
+
+impl Named for ContainerEntry {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Named for ObjectEntry {
+    fn name(&self) -> &str {
+        match self {
+            Self::Object { name, .. } => name,
+            Self::Subdir { subdir } => subdir,
+        }
+    }
+}
+
 struct Listing {
     prefix: String,
     delimiter: Option<String>,
@@ -231,17 +251,20 @@ impl Listing {
         })
     }
 
-    fn answer<T: Serialize>(&self, entries: &[T], names: Vec<String>) -> Response<Body> {
+    fn answer<T: Serialize + Named>(&self, entries: &[T]) -> Response<Body> {
         if self.json {
             let mut r = full(StatusCode::OK, serde_json::to_vec(entries).expect("json"));
             set(&mut r, "content-type", "application/json; charset=utf-8");
             return r;
         }
-        if names.is_empty() {
+        if entries.is_empty() {
             return empty(StatusCode::NO_CONTENT);
         }
-        let mut body = names.join("\n");
-        body.push('\n');
+        let mut body = String::new();
+        for e in entries {
+            body.push_str(e.name());
+            body.push('\n');
+        }
         let mut r = full(StatusCode::OK, body);
         set(&mut r, "content-type", "text/plain; charset=utf-8");
         r
@@ -501,8 +524,7 @@ impl Swift {
                         bytes,
                     });
                 }
-                let names = entries.iter().map(|e| e.name.clone()).collect();
-                Ok(l.answer(&entries, names))
+                Ok(l.answer(&entries))
             }
             _ => Ok(text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")),
         }
@@ -544,21 +566,15 @@ impl Swift {
                         Ok(l) => l,
                         Err((status, why)) => return Ok(text(status, why)),
                     };
-                let (entries, names) = self.list_objects(name, &l)?;
-                Ok(l.answer(&entries, names))
+                Ok(l.answer(&self.list_objects(name, &l)?))
             }
             _ => Ok(text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")),
         }
     }
 
-    fn list_objects(
-        &self,
-        container: &str,
-        l: &Listing,
-    ) -> Result<(Vec<ObjectEntry>, Vec<String>), GatewayError> {
+    fn list_objects(&self, container: &str, l: &Listing) -> Result<Vec<ObjectEntry>, GatewayError> {
         let dir = self.objects.directory();
         let mut entries = Vec::new();
-        let mut names = Vec::new();
         let mut after = l.marker.clone();
         'pages: while entries.len() < l.limit {
             let batch = dir.list(container, &l.prefix, &after, 1000)?;
@@ -574,20 +590,15 @@ impl Swift {
                 if let Some(d) = &l.delimiter {
                     if let Some(i) = rest.find(d.as_str()) {
                         let subdir = format!("{}{}", l.prefix, &rest[..i + d.len()]);
-                        // Every key under it sorts right after it: skip them all. A subdir
-                        // equal to the marker was the last entry of the previous page.
+                        // Every key under it sorts right after it: skip them all (so it comes
+                        // once). One equal to the marker was the last entry of the previous page.
                         after = format!("{subdir}{}", char::MAX);
-                        if subdir != l.marker && names.last() != Some(&subdir) {
-                            names.push(subdir.clone());
+                        if subdir != l.marker {
                             entries.push(ObjectEntry::Subdir { subdir });
-                        }
-                        if entries.len() >= l.limit {
-                            break 'pages;
                         }
                         continue 'pages;
                     }
                 }
-                names.push(key.clone());
                 entries.push(ObjectEntry::Object {
                     hash: meta.etag.clone(),
                     bytes: meta.size,
@@ -603,7 +614,7 @@ impl Swift {
                 }
             }
         }
-        Ok((entries, names))
+        Ok(entries)
     }
 
     async fn object(
@@ -734,32 +745,17 @@ pub async fn serve(
     tls: Option<crate::tls::Tls>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let http = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (socket, peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "swift: accept failed");
-                        continue;
-                    }
-                };
-                let _ = socket.set_nodelay(true);
-                let swift = Arc::clone(&swift);
-                let svc = hyper::service::service_fn(move |req| {
-                    let swift = Arc::clone(&swift);
-                    async move { Ok::<_, std::convert::Infallible>(swift.handle(req).await) }
-                });
-                crate::tls::spawn_connection(http.clone(), socket, peer, tls.as_ref(), svc, "swift");
-            }
-            _ = stop.changed() => {
-                if *stop.borrow() {
-                    return;
-                }
-            }
-        }
-    }
+    let make_svc = || {
+        let swift = Arc::clone(&swift);
+        hyper::service::service_fn(move |req| {
+            let swift = Arc::clone(&swift);
+            async move { Ok::<_, std::convert::Infallible>(swift.handle(req).await) }
+        })
+    };
+    let stopped = async move {
+        let _ = stop.wait_for(|&s| s).await;
+    };
+    crate::tls::accept_until(&listener, tls.as_ref(), "swift", make_svc, stopped).await;
 }
 
 #[cfg(test)]

@@ -266,6 +266,52 @@ pub fn reload_on_sighup(tls: Vec<Tls>) -> std::io::Result<()> {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Accepts connections on `listener` until `until` resolves, serving each on its own task
+/// (over `tls` when given, see [`spawn_connection`]) with a service from `make_svc`. `what`
+/// names the listener in logs.
+pub async fn accept_until<F, S, B>(
+    listener: &tokio::net::TcpListener,
+    tls: Option<&Tls>,
+    what: &'static str,
+    mut make_svc: F,
+    until: impl std::future::Future<Output = ()>,
+) where
+    F: FnMut() -> S,
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = hyper::Response<B>,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let http = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    tokio::pin!(until);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (socket, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, listener = what, "accept failed");
+                        continue;
+                    }
+                };
+                // Without this, a small response written as headers then body waits ~40 ms
+                // for the client's delayed ACK (Nagle's algorithm).
+                if let Err(e) = socket.set_nodelay(true) {
+                    tracing::debug!(error = %e, listener = what, "could not set TCP_NODELAY");
+                }
+                spawn_connection(http.clone(), socket, peer, tls, make_svc(), what);
+            }
+            () = &mut until => return,
+        }
+    }
+}
+
 /// Serves one accepted connection on its own task: over TLS when `tls` is given (after a
 /// handshake bounded by [`HANDSHAKE_TIMEOUT`]), else in the clear. `what` names the listener in
 /// debug logs.
