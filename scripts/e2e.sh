@@ -618,16 +618,18 @@ git_push_pull() {
 
 # =============================================================================================
 # Several users: `blindfold user` on the live server's data directory, the aws CLI as each.
-users_policy() {
+user_keys() { # name [more `user add` flags…] → "ACCESS-KEY SECRET-KEY" of the new user
   local out
-  out=$("$BIN" user add alice --buckets 'e2e-team-*' --data-dir "$WORK/data")
-  local aak ask
-  aak=$(sed -n 's/^  access key: //p' <<<"$out")
-  ask=$(sed -n 's/^  secret key: \([^ ]*\).*/\1/p' <<<"$out")
-  out=$("$BIN" user add bob --buckets e2e-team-shared --read-only --data-dir "$WORK/data")
-  local bak bsk
-  bak=$(sed -n 's/^  access key: //p' <<<"$out")
-  bsk=$(sed -n 's/^  secret key: \([^ ]*\).*/\1/p' <<<"$out")
+  out=$("$BIN" user add "$@" --data-dir "$WORK/data")
+  printf '%s %s\n' "$(sed -n 's/^  access key: //p' <<<"$out")" \
+    "$(sed -n 's/^  secret key: \([^ ]*\).*/\1/p' <<<"$out")"
+}
+users_policy() {
+  local out keys aak ask bak bsk
+  keys=$(user_keys alice --buckets 'e2e-team-*')
+  read -r aak ask <<<"$keys"
+  keys=$(user_keys bob --buckets e2e-team-shared --read-only)
+  read -r bak bsk <<<"$keys"
   # (Output is captured before grep: `grep -q` closing the pipe early fails a pipefail.)
   local list
   list=$("$BIN" user list --data-dir "$WORK/data")
@@ -843,13 +845,11 @@ swift_ranges_and_s3() {
   [[ $code == 401 ]] || die "a bad token answered $code"
 }
 swift_users() {
-  local out sak ssk rak rsk
-  out=$("$BIN" user add swifty --buckets 'e2e-swift*' --data-dir "$WORK/data")
-  sak=$(sed -n 's/^  access key: //p' <<<"$out")
-  ssk=$(sed -n 's/^  secret key: \([^ ]*\).*/\1/p' <<<"$out")
-  out=$("$BIN" user add swiftro --buckets e2e-swift --read-only --data-dir "$WORK/data")
-  rak=$(sed -n 's/^  access key: //p' <<<"$out")
-  rsk=$(sed -n 's/^  secret key: \([^ ]*\).*/\1/p' <<<"$out")
+  local keys sak ssk rak rsk
+  keys=$(user_keys swifty --buckets 'e2e-swift*')
+  read -r sak ssk <<<"$keys"
+  keys=$(user_keys swiftro --buckets e2e-swift --read-only)
+  read -r rak rsk <<<"$keys"
   sleep 1.2 # the gateway looks at the users file once a second
   if swift_cli -U "blindfold:$sak" -K wrong list >/dev/null 2>&1; then die "a wrong key signed in"; fi
   [[ $(swift_cli -U "blindfold:$sak" -K "$ssk" list | tr '\n' ' ') == "e2e-swift " ]] || die "swifty sees: $(swift_cli -U "blindfold:$sak" -K "$ssk" list)"

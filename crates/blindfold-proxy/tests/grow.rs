@@ -26,54 +26,65 @@ fn tao_config(blocks: u64) -> TaoConfig {
     TaoConfig::builder(blocks, BS).write_back_every(8).build().unwrap()
 }
 
-/// Random contents for a random subset of blocks (the workload `seed` selects), written to a
-/// fresh durable Path ORAM in `dir` over `store`, then shut down cleanly. Returns the model.
+/// The writes of the workload `seed` selects: random contents for random blocks, each write
+/// followed by a commit one time in ten.
+fn writes(seed: u64) -> Vec<(u64, Vec<u8>, bool)> {
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
+    (0..BLOCKS)
+        .map(|_| {
+            let b = rng.gen_range(0..BLOCKS);
+            let data: Vec<u8> = (0..BS).map(|_| rng.gen()).collect();
+            (b, data, rng.gen_bool(0.1))
+        })
+        .collect()
+}
+
+/// What the blocks hold after `writes`.
+fn model(writes: &[(u64, Vec<u8>, bool)]) -> HashMap<u64, Vec<u8>> {
+    writes.iter().map(|(b, data, _)| (*b, data.clone())).collect()
+}
+
+/// The writes of `seed`, made to a fresh durable Path ORAM in `dir` over `store`, then shut
+/// down cleanly. Returns the model.
 async fn fill_path(
     dir: &Path,
     store: Arc<dyn Store>,
     key: &MasterKey,
     seed: u64,
 ) -> HashMap<u64, Vec<u8>> {
-    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
-    let mut model = HashMap::new();
+    let w = writes(seed);
     let mut oram = DurablePathOram::create(dir, path_config(BLOCKS), store, key, StoreId::random())
         .await
         .unwrap();
-    for _ in 0..BLOCKS {
-        let b = rng.gen_range(0..BLOCKS);
-        let data: Vec<u8> = (0..BS).map(|_| rng.gen()).collect();
-        oram.write(BlockId(b), data.clone()).await.unwrap();
-        model.insert(b, data);
-        if rng.gen_bool(0.1) {
+    for (b, data, commit) in &w {
+        oram.write(BlockId(*b), data.clone()).await.unwrap();
+        if *commit {
             oram.commit().await.unwrap();
         }
     }
     oram.commit().await.unwrap();
     oram.checkpoint().unwrap();
-    model
+    model(&w)
 }
 
+/// The same for the TaoStore engine.
 async fn fill_tao(
     dir: &Path,
     store: Arc<dyn Store>,
     key: &MasterKey,
     seed: u64,
 ) -> HashMap<u64, Vec<u8>> {
-    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
-    let mut model = HashMap::new();
+    let w = writes(seed);
     let tao =
         DurableTao::create(dir, tao_config(BLOCKS), store, key, StoreId::random()).await.unwrap();
-    for _ in 0..BLOCKS {
-        let b = rng.gen_range(0..BLOCKS);
-        let data: Vec<u8> = (0..BS).map(|_| rng.gen()).collect();
-        tao.write_many(vec![(BlockId(b), data.clone())]).await.unwrap();
-        model.insert(b, data);
-        if rng.gen_bool(0.1) {
+    for (b, data, commit) in &w {
+        tao.write_many(vec![(BlockId(*b), data.clone())]).await.unwrap();
+        if *commit {
             tao.commit().await.unwrap();
         }
     }
     tao.shutdown().await.unwrap();
-    model
+    model(&w)
 }
 
 /// What the store saw, as (operation, logical cells) in order: contents left out. Which of a
