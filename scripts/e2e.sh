@@ -15,8 +15,8 @@
 # Servers are killed and the work directory (under $TMPDIR or /tmp) removed on any exit.
 #
 # Knobs (environment): BLINDFOLD_BIN (use this binary, skip the build), E2E_KEEP=1 (keep the
-# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git swift users observe tls grow crash" (run a
-# subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
+# work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git swift users observe tls grow
+# report crash" (run a subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
 # <target>/browser-artefacts), E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE
 # (see finish below).
 set -uo pipefail
@@ -159,6 +159,10 @@ trap 'exit 130' INT TERM
 AK=e2eaccesskey
 SK=e2e-secret-key-0123456789abcdefghijklmnop
 CAPACITY=256MiB # 64 MiB uploads fit; the store preallocates ~4x on disk (two slots per cell) (deleting it is slow on ext4 with discard)
+
+# The tests' MinIO (scripts/servers.sh) is what `blindfold report` compares with: keep its
+# credentials before the clients' own replace them below.
+S3_TEST_AK=${AWS_ACCESS_KEY_ID:-} S3_TEST_SK=${AWS_SECRET_ACCESS_KEY:-}
 
 # Isolate every client from the machine's own AWS/rclone/s3cmd/git configuration.
 export AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1
@@ -1067,6 +1071,25 @@ if only grow; then
       check "grow: blindfold verify after the growths" grow_verify
     fi
   fi
+fi
+
+# `blindfold report --quick`: every experiment of the thesis at toy sizes, against the tests'
+# MinIO (the private cloud and the git workload) when there is one; the report's tables, plots
+# and JSON are checked by tests/e2e/check_report.py.
+report_quick() {
+  local out=$WORK/report s3=()
+  if [[ -n "${BLINDFOLD_TEST_S3_ENDPOINT:-}" ]]; then
+    s3=(--s3 "s3://$BLINDFOLD_TEST_S3_BUCKET/e2e-report?endpoint=$BLINDFOLD_TEST_S3_ENDPOINT")
+  fi
+  AWS_ACCESS_KEY_ID=$S3_TEST_AK AWS_SECRET_ACCESS_KEY=$S3_TEST_SK \
+    timeout -k 10 900 "$BIN" report --quick --quiet --out "$out" "${s3[@]}" || die "blindfold report --quick failed"
+  local git=--git
+  [[ ${#s3[@]} -gt 0 ]] || git=--no-git
+  python3 "$ROOT/tests/e2e/check_report.py" "$out" "$git"
+}
+if only report; then
+  step "e2e: blindfold report --quick (workloads A-E in both topologies, the git workload)"
+  check "report: --quick writes the Markdown report, its plots and JSON, the thesis's figures beside ours" report_quick
 fi
 
 if only crash; then

@@ -42,8 +42,8 @@ use crate::machine::{peak_rss_bytes, Machine};
 use crate::progress::bar;
 
 const BUCKET: &str = "bench";
-const ACCESS_KEY: &str = "BLINDFOLDBENCHKEY";
-const SECRET_KEY: &str = "blindfold-bench-secret-not-a-real-credential";
+pub(crate) const ACCESS_KEY: &str = "BLINDFOLDBENCHKEY";
+pub(crate) const SECRET_KEY: &str = "blindfold-bench-secret-not-a-real-credential";
 
 /// Parameters of one gateway benchmark.
 #[derive(Clone, Debug, Serialize)]
@@ -468,6 +468,115 @@ async fn run_side(
     result
 }
 
+/// A gateway running in this process on `127.0.0.1:0`, its store wrapped in the emulated
+/// link (if any) and a [`CountingStore`] at the trust boundary. Shared by the benchmarks that
+/// drive a live gateway with a real client.
+pub(crate) struct LiveGateway {
+    /// Where it listens (plain HTTP).
+    pub addr: SocketAddr,
+    /// Its object layer.
+    pub objects: Arc<blindfold_gateway::objects::ObjectLayer>,
+    /// Its store traffic.
+    pub counts: Arc<CountingStore<Arc<dyn Store>>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<blindfold_gateway::Result<()>>,
+}
+
+/// What a [`LiveGateway`] runs.
+pub(crate) struct LiveSetup {
+    /// Its store.
+    pub store: StoreUrl,
+    /// Its (fresh) data directory.
+    pub data_dir: PathBuf,
+    /// Logical capacity, bytes.
+    pub capacity: u64,
+    /// Block size, bytes.
+    pub block_size: u32,
+    /// Tree top in trusted memory, MiB.
+    pub cache_mib: u64,
+    /// The ORAM engine.
+    pub engine: blindfold_gateway::server::OramEngine,
+    /// ORAM or the no-ORAM baseline.
+    pub kind: EngineKind,
+    /// One copy per cell (`serve --in-place`).
+    pub in_place: bool,
+    /// Emulated round trip to the store, ms (0: none).
+    pub rtt_ms: u64,
+    /// Emulated bandwidth each way, Mbit/s.
+    pub mbit: Option<u64>,
+}
+
+impl LiveGateway {
+    /// Opens the gateway, creates `bucket`, and starts serving.
+    pub(crate) async fn start(s: LiveSetup, bucket: &str) -> Result<Self> {
+        #[cfg(unix)]
+        {
+            // A data directory holds trusted state: the gateway wants it private (and says so).
+            use std::os::unix::fs::PermissionsExt as _;
+            let private = std::fs::Permissions::from_mode(0o700);
+            std::fs::set_permissions(&s.data_dir, private)
+                .with_context(|| format!("restricting {}", s.data_dir.display()))?;
+        }
+        let cfg = ServeConfig {
+            listen: "127.0.0.1:0".parse().expect("address"),
+            data_dir: s.data_dir,
+            store: Some(s.store),
+            key_file: None,
+            passphrase: None,
+            credentials: Some((ACCESS_KEY.into(), SECRET_KEY.into())),
+            capacity: s.capacity,
+            block_size: s.block_size,
+            pad_objects: false,
+            cache_mib: s.cache_mib,
+            engine: s.engine,
+            in_place: s.in_place,
+        };
+        type Counting = CountingStore<Arc<dyn Store>>;
+        let link = (s.rtt_ms > 0 || s.mbit.is_some()).then(|| {
+            LinkConfig::new(
+                Duration::from_millis(s.rtt_ms),
+                s.mbit.map(|m| m.saturating_mul(1_000_000)),
+                s.mbit.map(|m| m.saturating_mul(1_000_000)),
+            )
+        });
+        let link = link.transpose()?;
+        let counter: Arc<OnceLock<Arc<Counting>>> = Arc::new(OnceLock::new());
+        let hook = Arc::clone(&counter);
+        let hooks = OpenHooks {
+            engine: s.kind,
+            wrap_store: Some(Box::new(move |s: Arc<dyn Store>| -> Arc<dyn Store> {
+                let s: Arc<dyn Store> = match link {
+                    Some(link) => Arc::new(LatencyStore::new(s, link)),
+                    None => s,
+                };
+                let c = Arc::new(CountingStore::new(s));
+                let _ = hook.set(Arc::clone(&c));
+                c
+            })),
+        };
+        let opened = server::open_with(&cfg, hooks).await.context("opening the gateway")?;
+        let counts = counter.get().cloned().context("the store hook was not called")?;
+        let objects = Arc::clone(&opened.objects);
+        objects.directory().create_bucket(bucket)?;
+        let listener = tokio::net::TcpListener::bind(cfg.listen).await.context("listening")?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(server::run(opened, listener, async {
+            let _ = stopped.await;
+        }));
+        Ok(Self { addr, objects, counts, stop, server })
+    }
+
+    /// Stops serving and waits for the server to end (its clients must be dropped first, so
+    /// that their connections close).
+    pub(crate) async fn stop(self) -> Result<()> {
+        let Self { objects, stop, server, .. } = self;
+        drop(objects);
+        let _ = stop.send(());
+        server.await.context("gateway task panicked")?.context("gateway shutdown")
+    }
+}
+
 async fn run_side_in(
     p: &GatewayBench,
     w: &Arc<Workload>,
@@ -477,53 +586,20 @@ async fn run_side_in(
     store: StoreUrl,
     data_dir: PathBuf,
 ) -> Result<SideReport> {
-    let cfg = ServeConfig {
-        listen: "127.0.0.1:0".parse().expect("address"),
+    let setup = LiveSetup {
+        store,
         data_dir,
-        store: Some(store),
-        key_file: None,
-        passphrase: None,
-        credentials: Some((ACCESS_KEY.into(), SECRET_KEY.into())),
         capacity,
         block_size: p.block_size,
-        pad_objects: false,
         cache_mib: p.cache_mib,
         engine: p.engine,
+        kind: engine,
         in_place: p.in_place,
+        rtt_ms: p.rtt_ms,
+        mbit: p.mbit,
     };
-    type Counting = CountingStore<Arc<dyn Store>>;
-    let link = (p.rtt_ms > 0 || p.mbit.is_some()).then(|| {
-        LinkConfig::new(
-            Duration::from_millis(p.rtt_ms),
-            p.mbit.map(|m| m.saturating_mul(1_000_000)),
-            p.mbit.map(|m| m.saturating_mul(1_000_000)),
-        )
-    });
-    let link = link.transpose()?;
-    let counter: Arc<OnceLock<Arc<Counting>>> = Arc::new(OnceLock::new());
-    let hook = Arc::clone(&counter);
-    let hooks = OpenHooks {
-        engine,
-        wrap_store: Some(Box::new(move |s: Arc<dyn Store>| -> Arc<dyn Store> {
-            let s: Arc<dyn Store> = match link {
-                Some(link) => Arc::new(LatencyStore::new(s, link)),
-                None => s,
-            };
-            let c = Arc::new(CountingStore::new(s));
-            let _ = hook.set(Arc::clone(&c));
-            c
-        })),
-    };
-    let opened = server::open_with(&cfg, hooks).await.context("opening the gateway")?;
-    let counts = counter.get().cloned().context("the store hook was not called")?;
-    let objects = Arc::clone(&opened.objects);
-    objects.directory().create_bucket(BUCKET)?;
-    let listener = tokio::net::TcpListener::bind(cfg.listen).await.context("listening")?;
-    let addr = listener.local_addr()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(server::run(opened, listener, async {
-        let _ = stopped.await;
-    }));
+    let live = LiveGateway::start(setup, BUCKET).await?;
+    let (addr, counts, objects) = (live.addr, Arc::clone(&live.counts), Arc::clone(&live.objects));
 
     let s3 = Arc::new(client(addr, Duration::from_secs(3600))?);
     let load: Vec<(usize, Kind)> = (0..w.loaded).map(|k| (k, Kind::Put)).collect();
@@ -554,8 +630,7 @@ async fn run_side_in(
 
     drop(s3); // closes the client's connections, so the server's connection tasks end
     drop(objects);
-    let _ = stop.send(());
-    server.await.context("gateway task panicked")?.context("gateway shutdown")?;
+    live.stop().await?;
 
     let mut all = Vec::new();
     let (mut gets, mut puts) = (Vec::new(), Vec::new());

@@ -11,16 +11,25 @@
 //! * [`concurrency::run`] — the TaoStore-style concurrent engine by number of clients and
 //!   write-back interval, against sequential Path ORAM over the same emulated WAN
 //!   (`blindfold bench concurrency`).
+//! * [`workload::run`] — the thesis's workloads A–E through the gateway against both of its
+//!   baselines (`blindfold bench workload`).
+//! * [`git::run`] — the thesis's git workload: push, clone, push, pull of a real repository
+//!   with git-remote-s3, through the gateway and straight against the S3 server
+//!   (`blindfold bench git`).
+//! * [`report::run`] — all of the thesis's experiments, written up with plots beside its
+//!   figures (`blindfold report`).
 //! * [`cost`] — requests and bytes by kind priced at cloud list prices, and the cost multiplier
 //!   over the same workload without ORAM.
 
 pub mod concurrency;
 pub mod cost;
 pub mod gateway;
+pub mod git;
 pub mod machine;
 pub mod path;
 mod plots;
 mod progress;
+pub mod report;
 pub mod schemes;
 pub mod workload;
 

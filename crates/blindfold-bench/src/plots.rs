@@ -124,3 +124,82 @@ pub fn draw(r: &SchemesReport, dir: &Path) -> Result<Vec<PathBuf>> {
     out.push(p);
     Ok(out)
 }
+
+/// A grouped bar plot on a logarithmic axis saved as SVG at `path`: one group per entry of
+/// `groups` along the x axis, one bar per series in each group (a missing value leaves a gap).
+/// Nothing is drawn if no value is positive.
+pub(crate) fn bar_plot(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    groups: &[String],
+    series: &[(String, Vec<Option<f64>>)],
+) -> Result<()> {
+    const PALETTE: [RGBColor; 10] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(148, 103, 189),
+        RGBColor(23, 190, 207),
+        RGBColor(188, 189, 34),
+        RGBColor(140, 86, 75),
+        RGBColor(214, 39, 40),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+    ];
+    let values = series.iter().flat_map(|s| s.1.iter().flatten().copied()).filter(|v| *v > 0.0);
+    let (lo, hi) = values.fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
+    if lo > hi || groups.is_empty() {
+        return Ok(());
+    }
+    let (y0, y1) = (lo / 2.0, hi * 3.0);
+    let n = groups.len();
+    let root = SVGBackend::new(path, (1100, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..n as f64, (y0..y1).log_scale())
+        .map_err(|e| anyhow!("{e}"))?;
+    let label = |x: &f64| -> String {
+        let i = x.floor();
+        if (x - i - 0.5).abs() < 1e-6 && (i as usize) < n {
+            groups[i as usize].clone()
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(2 * n + 1)
+        .x_label_formatter(&label)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    let width = 0.8 / series.len().max(1) as f64;
+    for (k, (name, vals)) in series.iter().enumerate() {
+        let color = PALETTE[k % PALETTE.len()];
+        let bars = vals.iter().enumerate().filter_map(|(g, v)| {
+            let v = (*v).filter(|v| *v > 0.0)?;
+            let x0 = g as f64 + 0.1 + k as f64 * width;
+            Some(Rectangle::new([(x0, y0), (x0 + width * 0.9, v)], color.filled()))
+        });
+        chart
+            .draw_series(bars)
+            .map_err(|e| anyhow!("{e}"))?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}

@@ -245,7 +245,10 @@ pub struct WorkloadBench {
     pub progress: bool,
 }
 
-fn displays<T: std::fmt::Display, S: serde::Serializer>(v: &[T], s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn displays<T: std::fmt::Display, S: serde::Serializer>(
+    v: &[T],
+    s: S,
+) -> Result<S::Ok, S::Error> {
     s.collect_seq(v.iter().map(|x| x.to_string()))
 }
 
@@ -273,6 +276,12 @@ pub struct Row {
     pub store_slowdown: f64,
     /// Cost over the store's own at the first price table entry (the thesis's cost multiplier).
     pub store_cost_multiplier: f64,
+    /// Store bytes (both ways) over the bytes the workload moved straight against the store
+    /// (the thesis's bandwidth overhead).
+    pub store_bandwidth_overhead: f64,
+    /// Mean response time over the store's own (the thesis's relative response time, taken
+    /// over all operations).
+    pub store_response_ratio: f64,
     /// Runtime over the gateway without ORAM.
     pub slowdown: f64,
     /// Mean response time, milliseconds (ORAM; baseline).
@@ -487,6 +496,9 @@ pub async fn run(p: WorkloadBench) -> Result<WorkloadReport> {
                     .first()
                     .and_then(|c| c.multiplier)
                     .unwrap_or(f64::NAN),
+                store_bandwidth_overhead: (o.store_bytes_up + o.store_bytes_down) as f64
+                    / (store_side.usage.bytes_in + store_side.usage.bytes_out).max(1) as f64,
+                store_response_ratio: o.mean_ms / store_side.mean_ms.max(1e-9),
                 slowdown: o.seconds / b.seconds.max(1e-9),
                 response_ms: o.mean_ms,
                 baseline_response_ms: b.mean_ms,

@@ -72,6 +72,14 @@ enum Command {
     /// Run a benchmark; results print as a table and can be saved as JSON.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Run the thesis's experiments (seed 003) and write a Markdown report with plots.
+    ///
+    /// Runs workloads A-E for each engine and block size in the public cloud (an in-memory
+    /// store behind an emulated link) and the private cloud (the S3 server of --s3, or an
+    /// in-memory store), then the git workload against the S3 server of --s3, and writes
+    /// report.md, report.json and SVG plots to --out, the thesis's figures beside ours.
+    /// --quick takes a few minutes on toy sizes; the full report about half an hour on two cores.
+    Report(ReportArgs),
     /// Run the untrusted storage server: serves the cell arrays of a `memory:` or `file:` store
     /// over TCP (and computes XOR on request) for gateways using
     /// `remote://host:port?key_file=PATH`.
@@ -514,6 +522,16 @@ enum BenchCommand {
     /// engine and block size; --rtt-ms/--mbit emulate the public-cloud link (none: the private
     /// cloud).
     Workload(WorkloadBenchArgs),
+    /// The thesis's git workload (seed 003): push, clone, push a commit, pull, through the
+    /// gateway and straight against the S3 server.
+    ///
+    /// Pushes the thesis's repository (the OpenStack SDK cut at 5,893 commits, --bundle) to a
+    /// bucket with the real git and git-remote-s3, clones it, pushes one new commit and pulls
+    /// it, timing each step: first against the S3 server of --store itself, then through the
+    /// gateway without ORAM, then through the gateway for each engine and block size, its cells
+    /// in the same server. Needs git and git-remote-s3 on PATH and the server's credentials in
+    /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+    Git(GitBenchArgs),
     /// The concurrent TaoStore-style engine vs. sequential Path ORAM, by number of clients.
     ///
     /// Fills a data set (default 1 GiB of 4 KiB blocks) in a memory store behind an emulated
@@ -660,6 +678,86 @@ struct WorkloadBenchArgs {
     /// No progress bars.
     #[arg(long, short)]
     quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct ReportArgs {
+    /// Toy sizes (workloads × 1/1024, one engine and block size, a generated git repository).
+    #[arg(long)]
+    quick: bool,
+    /// Directory for report.md, report.json and the plots.
+    #[arg(long, default_value = "blindfold-report")]
+    out: PathBuf,
+    /// An S3 server for the private cloud and the git workload:
+    /// s3://BUCKET?endpoint=http://HOST:PORT, its credentials in AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY (without it the git workload is skipped).
+    #[arg(long)]
+    s3: Option<StoreUrl>,
+    /// The git workload's repository (the thesis's: openstacksdk-2019.bundle).
+    #[arg(long, default_value = blindfold_bench::git::DEFAULT_BUNDLE)]
+    bundle: PathBuf,
+    /// Engines, comma-separated [default: tao,path-oram; --quick: tao].
+    #[arg(long, value_delimiter = ',')]
+    engine: Vec<blindfold_gateway::server::OramEngine>,
+    /// Block sizes, comma-separated [default: 4KiB,64KiB,256KiB; --quick: 4KiB].
+    #[arg(long, value_delimiter = ',', value_parser = parse_block_size)]
+    block_size: Vec<u32>,
+    /// Multiply every object size of the workloads by this [default: 1/64; --quick: 1/1024].
+    #[arg(long)]
+    scale: Option<f64>,
+    /// The public cloud's emulated round trip, ms.
+    #[arg(long, default_value_t = 20)]
+    rtt_ms: u64,
+    /// The public cloud's emulated bandwidth each way, Mbit/s.
+    #[arg(long, default_value_t = 100)]
+    mbit: u64,
+    /// Workload seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// No progress lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct GitBenchArgs {
+    /// The S3 server: s3://BUCKET?endpoint=http://HOST:PORT (e.g. a MinIO). The direct side
+    /// pushes there; each gateway keeps its cells under a prefix of the same bucket.
+    #[arg(long)]
+    store: StoreUrl,
+    /// The repository, a git bundle (the thesis's: openstacksdk-2019.bundle).
+    #[arg(long, default_value = blindfold_bench::git::DEFAULT_BUNDLE)]
+    bundle: PathBuf,
+    /// The branch of the bundle to push.
+    #[arg(long, default_value = blindfold_bench::git::BUNDLE_BRANCH)]
+    branch: String,
+    /// Engines, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "tao,path-oram")]
+    engine: Vec<blindfold_gateway::server::OramEngine>,
+    /// Block sizes, comma-separated (e.g. 4KiB,64KiB).
+    #[arg(long, value_delimiter = ',', default_value = "64KiB", value_parser = parse_block_size)]
+    block_size: Vec<u32>,
+    /// Trusted memory (MiB) for the top levels of the ORAM tree, as `serve --cache-mib`.
+    #[arg(long, default_value_t = blindfold_gateway::server::DEFAULT_CACHE_MIB)]
+    cache_mib: u64,
+    /// A short run: a small generated repository instead of the bundle, the first engine only.
+    #[arg(long)]
+    quick: bool,
+    /// Seed of the generated repository (--quick).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Save the report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Parses a block size (`4KiB`, `65536`) that fits the engine's 32-bit block size.
+fn parse_block_size(s: &str) -> Result<u32, String> {
+    let b = blindfold_gateway::server::parse_size(s)?;
+    u32::try_from(b).map_err(|_| format!("block size {b} is too large"))
 }
 
 #[derive(Args, Debug)]
@@ -932,6 +1030,56 @@ async fn bench_workload(a: WorkloadBenchArgs) -> Result<()> {
     let report = workload::run(params).await?;
     println!("blindfold bench workload");
     print!("{}", workload::render(&report));
+    save_json(a.json.as_deref(), &report)?;
+    Ok(())
+}
+
+async fn report(a: ReportArgs) -> Result<()> {
+    use blindfold_bench::report::{self, ReportParams};
+    let mut p = ReportParams::new(a.quick);
+    if !a.engine.is_empty() {
+        p.engines = a.engine;
+    }
+    if !a.block_size.is_empty() {
+        p.block_sizes = a.block_size;
+    }
+    if let Some(scale) = a.scale {
+        p.scale = scale;
+    }
+    p.rtt_ms = a.rtt_ms;
+    p.mbit = a.mbit;
+    p.s3 = a.s3;
+    p.bundle = a.bundle;
+    p.seed = a.seed;
+    p.progress = !a.quiet;
+    let r = report::run(p).await?;
+    let files = report::write(&r, &a.out)?;
+    println!("blindfold report: {:.0} s on {}", r.seconds, r.machine.summary());
+    for f in files {
+        println!("  wrote {}", f.display());
+    }
+    Ok(())
+}
+
+async fn bench_git(a: GitBenchArgs) -> Result<()> {
+    use blindfold_bench::git::{self, GitBench};
+    let mut engines = a.engine;
+    if a.quick {
+        engines.truncate(1);
+    }
+    let params = GitBench {
+        bundle: (!a.quick).then_some(a.bundle),
+        branch: a.branch,
+        engines,
+        block_sizes: a.block_size,
+        store: a.store,
+        cache_mib: a.cache_mib,
+        seed: a.seed,
+        progress: !a.quiet,
+    };
+    let report = git::run(params).await?;
+    println!("blindfold bench git");
+    print!("{}", git::render(&report));
     save_json(a.json.as_deref(), &report)?;
     Ok(())
 }
@@ -1689,6 +1837,10 @@ fn main() -> Result<()> {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(storage_server(a))
         }
+        Command::Report(a) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(report(a))
+        }
         Command::Bench(BenchCommand::Schemes(a)) => bench_schemes(a),
         Command::Bench(BenchCommand::Path(a)) => {
             // One core: the engine is sequential, and the figures are quoted per core.
@@ -1703,6 +1855,11 @@ fn main() -> Result<()> {
         Command::Bench(BenchCommand::Workload(a)) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(bench_workload(a))
+        }
+        Command::Bench(BenchCommand::Git(a)) => {
+            // The gateways run in this process while git runs beside them.
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(bench_git(a))
         }
         Command::Bench(BenchCommand::Gateway(a)) => {
             // Clients and gateway share the machine's cores, as a local deployment would.

@@ -161,6 +161,25 @@ fn bench_workload_quick_runs_the_thesis_workload_and_writes_json() {
 }
 
 #[test]
+fn bench_git_refuses_what_it_cannot_compare() {
+    // The direct side needs an S3 server: another store is refused with the form to use.
+    let o = blindfold(&["bench", "git", "--store", "memory:", "--quick", "--quiet"]);
+    assert!(!o.status.success() && text(&o).contains("s3://BUCKET?endpoint="), "{}", text(&o));
+    // A missing repository bundle is named, with the way out.
+    let o = Command::new(env!("CARGO_BIN_EXE_blindfold"))
+        .args(["bench", "git", "--store", "s3://bucket?endpoint=http://127.0.0.1:9", "--quiet"])
+        .args(["--bundle", "/nonexistent/sdk.bundle"])
+        .env("AWS_ACCESS_KEY_ID", "k")
+        .env("AWS_SECRET_ACCESS_KEY", "s")
+        .output()
+        .unwrap();
+    let out = text(&o);
+    let named = out.contains("/nonexistent/sdk.bundle") && out.contains("--quick");
+    // (A machine without git-remote-s3 stops one step earlier, naming it.)
+    assert!(!o.status.success() && (named || out.contains("git-remote-s3")), "{out}");
+}
+
+#[test]
 fn grow_without_a_running_gateway_grows_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("d");
