@@ -353,6 +353,10 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
     if !endpoint.is_empty() {
         direct_env.push(("AWS_ENDPOINT_URL".into(), endpoint));
     }
+    if let Some(region) = &options.region {
+        direct_env.push(("AWS_REGION".into(), region.clone()));
+        direct_env.push(("AWS_DEFAULT_REGION".into(), region.clone()));
+    }
     let (w, s, br) = (work.path().to_path_buf(), src.clone(), branch.clone());
     let remote = format!("s3://{bucket}/{under}/direct/repo");
     let progress = p.progress;

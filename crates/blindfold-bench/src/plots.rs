@@ -135,7 +135,7 @@ pub(crate) fn bar_plot(
     groups: &[String],
     series: &[(String, Vec<Option<f64>>)],
 ) -> Result<()> {
-    const PALETTE: [RGBColor; 10] = [
+    const PALETTE: [RGBColor; 14] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
@@ -146,6 +146,10 @@ pub(crate) fn bar_plot(
         RGBColor(214, 39, 40),
         RGBColor(227, 119, 194),
         RGBColor(127, 127, 127),
+        RGBColor(0, 0, 128),
+        RGBColor(128, 0, 0),
+        RGBColor(0, 100, 0),
+        RGBColor(23, 23, 23),
     ];
     let values = series.iter().flat_map(|s| s.1.iter().flatten().copied()).filter(|v| *v > 0.0);
     let (lo, hi) = values.fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));

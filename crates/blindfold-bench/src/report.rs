@@ -259,9 +259,9 @@ const METRICS: [Metric; 5] = [
     ),
     (
         "outsource-ratio",
-        |r| 1.0 / r.outsource_ratio.max(1e-12),
+        |r| 1.0 / r.outsource_ratio_thesis_capacity.max(1e-12),
         "outsource_ratio",
-        "Outsource ratio (remote storage over trusted storage; larger: less local)",
+        "Outsource ratio of a 5 GB ORAM (remote over trusted storage; larger: less local)",
     ),
 ];
 
@@ -290,6 +290,26 @@ fn thesis_of<'a>(
 ) -> impl Iterator<Item = &'a ThesisFigure> {
     let (w, s, m) = (workload.to_string(), scheme.to_string(), metric.to_string());
     t.iter().filter(move |f| f.workload == w && f.scheme == s && f.metric == m)
+}
+
+/// The thesis's figure of `metric` for one workload, scheme, block size and topology.
+fn thesis_value(
+    t: &[ThesisFigure],
+    workload: &str,
+    scheme: &str,
+    block: &str,
+    topology: &str,
+    metric: &str,
+) -> Option<f64> {
+    t.iter()
+        .find(|f| {
+            f.workload == workload
+                && f.scheme == scheme
+                && f.block == block
+                && f.topology == topology
+                && f.metric == metric
+        })
+        .map(|f| f.value)
 }
 
 /// Our best (lowest; for the outsource ratio, highest) value of `metric` for `engine` over the
@@ -364,18 +384,7 @@ pub fn write(r: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
         for (scheme, block) in [("Baseline", "-"), ("CURIOUS", "16KB"), ("ObliviStore", "64KB")] {
             let vals = ["push_repo_s", "clone_repo_s", "push_commit_s", "pull_commit_s"]
                 .iter()
-                .map(|m| {
-                    thesis
-                        .iter()
-                        .find(|f| {
-                            f.workload == "git"
-                                && f.scheme == scheme
-                                && f.block == block
-                                && f.topology == "public"
-                                && f.metric == *m
-                        })
-                        .map(|f| f.value)
-                })
+                .map(|m| thesis_value(&thesis, "git", scheme, block, "public", m))
                 .collect();
             let name = if block == "-" {
                 "thesis: no ORAM (public cloud)".to_string()
@@ -415,6 +424,7 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
     };
     push(&mut s, "# blindfold beside \"Oblivious RAM in practice\" (seed 003)\n".into());
     push(&mut s, format!("- Machine: {}", r.machine.summary()));
+    push(&mut s, format!("- Command: `{}`", command_line(p)));
     push(
         &mut s,
         format!(
@@ -462,7 +472,9 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
          was billed by IBM at the same request and transfer prices), bandwidth overhead is bytes \
          moved over bytes moved, relative response time is mean over mean, outsource ratio is \
          the store's bytes over the gateway's trusted bytes (as the thesis printed it: larger \
-         means less local storage). \"vs no ORAM\" is the slowdown against the same gateway with \
+         means less local storage), estimated for this run's capacity (sized to the workload) \
+         and for the thesis's 5 GB ORAM; the tree top the gateway keeps in trusted memory (32 MiB) \
+         is most of a small store. \"vs no ORAM\" is the slowdown against the same gateway with \
          blocks but no ORAM (the thesis's second baseline). The thesis ran workloads A–E in the \
          public cloud only; its figures are from its Appendix C (`workloads/thesis.csv` gives \
          the table and line of each)."
@@ -570,7 +582,7 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
         );
         push(
             &mut s,
-            "| topology | engine | block | slowdown | cost × | bandwidth × | response × | outsource | vs no ORAM | cores busy |"
+            "| topology | engine | block | slowdown | cost × | bandwidth × | response × | outsource (this run; 5 GB) | vs no ORAM | cores busy |"
                 .into(),
         );
         push(&mut s, "|---|---|---|---|---|---|---|---|---|---|".into());
@@ -580,7 +592,7 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
                 push(
                     &mut s,
                     format!(
-                        "| {} | {} | {} | {}× | {}× | {}× | {}× | {} | {}× | {:.2} |",
+                        "| {} | {} | {} | {}× | {}× | {}× | {}× | {}; {} | {}× | {:.2} |",
                         run.topology,
                         row.engine,
                         human(row.block_size),
@@ -589,6 +601,7 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
                         fmt(row.store_bandwidth_overhead),
                         fmt(row.store_response_ratio),
                         fmt(1.0 / row.outsource_ratio.max(1e-12)),
+                        fmt(1.0 / row.outsource_ratio_thesis_capacity.max(1e-12)),
                         fmt(row.slowdown),
                         row.cores_busy
                     ),
@@ -621,15 +634,8 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
         }
         for (scheme, block) in keys {
             let v = |m: &str| {
-                thesis
-                    .iter()
-                    .find(|f| {
-                        f.workload == name
-                            && f.scheme == scheme
-                            && f.block == block
-                            && f.metric == m
-                    })
-                    .map_or("–".to_string(), |f| fmt(f.value))
+                thesis_value(thesis, name, &scheme, &block, "public", m)
+                    .map_or("–".to_string(), fmt)
             };
             push(
                 &mut s,
@@ -706,16 +712,8 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
     }
     for (scheme, block, topology) in keys {
         let v = |m: &str| {
-            thesis
-                .iter()
-                .find(|f| {
-                    f.workload == "git"
-                        && f.scheme == scheme
-                        && f.block == block
-                        && f.topology == topology
-                        && f.metric == m
-                })
-                .map_or("–".to_string(), |f| format!("{:.1}", f.value))
+            thesis_value(thesis, "git", &scheme, &block, &topology, m)
+                .map_or("–".to_string(), |v| format!("{v:.1}"))
         };
         let who =
             if scheme == "Baseline" { "no ORAM".to_string() } else { format!("{scheme} {block}") };
@@ -731,6 +729,39 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
         );
     }
     s
+}
+
+/// The command that runs this report again (the S3 server's address as given).
+fn command_line(p: &ReportParams) -> String {
+    let defaults = ReportParams::new(p.quick);
+    let mut c = String::from("blindfold report");
+    if p.quick {
+        c.push_str(" --quick");
+    }
+    if let Some(s3) = &p.s3 {
+        c.push_str(&format!(" --s3 '{s3}'"));
+    }
+    if p.engines != defaults.engines {
+        let e: Vec<String> = p.engines.iter().map(|e| e.to_string()).collect();
+        c.push_str(&format!(" --engine {}", e.join(",")));
+    }
+    if p.block_sizes != defaults.block_sizes {
+        let b: Vec<String> = p.block_sizes.iter().map(|b| b.to_string()).collect();
+        c.push_str(&format!(" --block-size {}", b.join(",")));
+    }
+    if p.scale != defaults.scale {
+        c.push_str(&format!(" --scale {}", p.scale));
+    }
+    if (p.rtt_ms, p.mbit) != (defaults.rtt_ms, defaults.mbit) {
+        c.push_str(&format!(" --rtt-ms {} --mbit {}", p.rtt_ms, p.mbit));
+    }
+    if !p.quick && p.bundle != defaults.bundle {
+        c.push_str(&format!(" --bundle {}", p.bundle.display()));
+    }
+    if p.seed != defaults.seed {
+        c.push_str(&format!(" --seed {}", p.seed));
+    }
+    c
 }
 
 fn met(ok: bool) -> &'static str {

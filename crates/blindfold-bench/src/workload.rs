@@ -34,6 +34,9 @@ use serde::{Deserialize, Serialize};
 use crate::gateway::{display, GatewayBench, GatewayReport, Kind, Workload};
 use crate::machine::Machine;
 
+/// The logical size of every ORAM of the thesis's experiments (5 GB).
+pub const THESIS_CAPACITY: u64 = 5 << 30;
+
 /// The workloads, as checked in.
 const FILES: [(&str, &str); 5] = [
     ("A", include_str!("../../../workloads/A.toml")),
@@ -293,6 +296,9 @@ pub struct Row {
     /// Trusted storage (position map, versions, cached tree top: estimated) over the bytes the
     /// store holds.
     pub outsource_ratio: f64,
+    /// The same estimate for an ORAM of the thesis's size ([`THESIS_CAPACITY`]), whatever this
+    /// run's capacity: the thesis's proxies always held a 5 GB ORAM.
+    pub outsource_ratio_thesis_capacity: f64,
     /// Cost at the first price table entry over the baseline's.
     pub cost_multiplier: f64,
     /// Cores the whole process kept busy while measuring (ORAM side).
@@ -504,6 +510,11 @@ pub async fn run(p: WorkloadBench) -> Result<WorkloadReport> {
                 baseline_response_ms: b.mean_ms,
                 bandwidth_overhead: o.bandwidth_overhead / b.bandwidth_overhead.max(1e-9),
                 outsource_ratio: outsource_ratio(r.capacity_bytes, block_size, engine)?,
+                outsource_ratio_thesis_capacity: outsource_ratio(
+                    THESIS_CAPACITY,
+                    block_size,
+                    engine,
+                )?,
                 cost_multiplier: r
                     .cost
                     .providers
