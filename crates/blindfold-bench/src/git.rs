@@ -133,10 +133,28 @@ pub struct GitReport {
     pub sides: Vec<Side>,
 }
 
+/// The caller's AWS variables that git's children do not inherit.
+const FOREIGN_AWS: [&str; 7] = [
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_CA_BUNDLE",
+];
+
 /// Runs `git` with `args` in `dir` under `env`; its output is returned, its failure is an error
 /// with what it printed.
 fn git(dir: &Path, env: &[(String, String)], args: &[&str]) -> Result<String> {
-    let out = Command::new("git")
+    let mut cmd = Command::new("git");
+    // Nothing of the caller's AWS setup may send a side's requests elsewhere: a profile, a
+    // service-specific endpoint (it overrides AWS_ENDPOINT_URL in boto3) or a session token
+    // meant for other credentials. `env` puts back what a side needs.
+    for var in FOREIGN_AWS {
+        cmd.env_remove(var);
+    }
+    let out = cmd
         .current_dir(dir)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .args(args)
@@ -333,16 +351,8 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
         "" => run_id.clone(),
         pre => format!("{pre}/{run_id}"),
     };
-    let s3: Box<dyn object_store::ObjectStore> = {
-        let mut b = object_store::aws::AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .with_region(options.region.clone().unwrap_or_else(|| "us-east-1".into()))
-            .with_virtual_hosted_style_request(options.virtual_hosted);
-        if let Some(e) = &options.endpoint {
-            b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
-        }
-        Box::new(b.build()?)
-    };
+    let s3: Box<dyn object_store::ObjectStore> =
+        Box::new(blindfold_store::aws_builder(bucket, options).build()?);
 
     // Side 1: the S3 server itself.
     let mut direct_env = env.clone();
@@ -350,6 +360,13 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
         ("AWS_ACCESS_KEY_ID".to_string(), key),
         ("AWS_SECRET_ACCESS_KEY".to_string(), secret),
     ]);
+    // The direct side uses the caller's own credentials, temporary ones and a CA bundle
+    // included.
+    for var in ["AWS_SESSION_TOKEN", "AWS_CA_BUNDLE"] {
+        if let Ok(v) = std::env::var(var) {
+            direct_env.push((var.to_string(), v));
+        }
+    }
     if !endpoint.is_empty() {
         direct_env.push(("AWS_ENDPOINT_URL".into(), endpoint));
     }

@@ -337,7 +337,6 @@ type ObjectClient = (Box<dyn object_store::ObjectStore>, String, Option<std::pat
 
 /// The store of the first baseline.
 fn object_store_for(url: &StoreUrl) -> Result<ObjectClient> {
-    use object_store::aws::AmazonS3Builder;
     Ok(match url {
         StoreUrl::Memory => {
             (Box::new(object_store::memory::InMemory::new()), "memory".into(), None)
@@ -349,13 +348,7 @@ fn object_store_for(url: &StoreUrl) -> Result<ObjectClient> {
             (Box::new(fs), format!("files in {}", d.display()), Some(d))
         }
         StoreUrl::S3 { bucket, options, .. } => {
-            let mut b = AmazonS3Builder::from_env()
-                .with_bucket_name(bucket)
-                .with_region(options.region.clone().unwrap_or_else(|| "us-east-1".into()))
-                .with_virtual_hosted_style_request(options.virtual_hosted);
-            if let Some(e) = &options.endpoint {
-                b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
-            }
+            let b = blindfold_store::aws_builder(bucket, options);
             (Box::new(b.build()?), format!("s3://{bucket}"), None)
         }
         other => bail!("the store baseline runs on memory:, file: and s3:// stores, not {other}"),

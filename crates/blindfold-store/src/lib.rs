@@ -96,7 +96,7 @@ pub use latency::{LatencyStore, LinkConfig};
 pub use memory::MemoryStore;
 pub use recording::{RecordingStore, TraceEvent, TraceOp};
 pub use remote::RemoteStore;
-pub use s3::{S3Credentials, S3Options, S3Store};
+pub use s3::{aws_builder, S3Credentials, S3Options, S3Store};
 #[cfg(feature = "select")]
 pub use select::{check_select, select_by_reading, select_locally, SelectRequest, SelectStore};
 pub use url::{open_store, remove_array, StoreUrl};

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::{self, StreamExt, TryStreamExt};
-use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::path::Path;
 use object_store::{
@@ -74,6 +74,26 @@ impl Default for S3Options {
             retries: 3,
         }
     }
+}
+
+/// An `object_store` S3 client builder for `bucket` with these options, the credentials taken
+/// from the environment (`AWS_ACCESS_KEY_ID`, …; [`S3Store::open`] may set explicit ones).
+///
+/// An endpoint given here wins over the environment's: `object_store` would otherwise let an
+/// `AWS_ENDPOINT_URL_S3` left in the caller's environment replace it, and send the cells to
+/// another server.
+pub fn aws_builder(bucket: &str, options: &S3Options) -> AmazonS3Builder {
+    let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    if let Some(region) = &options.region {
+        b = b.with_region(region);
+    }
+    if let Some(endpoint) = &options.endpoint {
+        b = b
+            .with_endpoint(endpoint)
+            .with_config(AmazonS3ConfigKey::S3Endpoint, endpoint)
+            .with_allow_http(endpoint.starts_with("http://"));
+    }
+    b.with_virtual_hosted_style_request(options.virtual_hosted)
 }
 
 /// Credentials given explicitly (for example from command-line flags) instead of through the
@@ -167,10 +187,7 @@ impl S3Store {
             return Err(config_error("concurrency must be at least 1".into()));
         }
 
-        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-        if let Some(region) = &options.region {
-            builder = builder.with_region(region);
-        }
+        let mut builder = aws_builder(bucket, options);
         let mut client_options = ClientOptions::new()
             .with_timeout(options.timeout)
             .with_connect_timeout(Duration::from_secs(5))
@@ -187,11 +204,6 @@ impl S3Store {
             max_retries: options.retries,
             retry_timeout: options.timeout.saturating_mul(2).max(Duration::from_secs(10)),
         });
-        if let Some(endpoint) = &options.endpoint {
-            builder =
-                builder.with_endpoint(endpoint).with_allow_http(endpoint.starts_with("http://"));
-        }
-        builder = builder.with_virtual_hosted_style_request(options.virtual_hosted);
         let explicit = credentials.is_some();
         if let Some(c) = credentials {
             builder = builder
@@ -729,6 +741,24 @@ impl Store for S3Store {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_explicit_endpoint_wins_over_the_environment() {
+        // object_store gives AWS_ENDPOINT_URL_S3 precedence over `with_endpoint`; the builder
+        // must pin the service-specific key too, whatever the caller's environment holds.
+        let options = S3Options {
+            endpoint: Some("http://127.0.0.1:9000".into()),
+            region: Some("eu-west-1".into()),
+            ..S3Options::default()
+        };
+        let b = aws_builder("bucket", &options);
+        for key in [AmazonS3ConfigKey::Endpoint, AmazonS3ConfigKey::S3Endpoint] {
+            assert_eq!(b.get_config_value(&key).as_deref(), Some("http://127.0.0.1:9000"));
+        }
+        assert_eq!(b.get_config_value(&AmazonS3ConfigKey::Region).as_deref(), Some("eu-west-1"));
+        assert_eq!(b.get_config_value(&AmazonS3ConfigKey::Bucket).as_deref(), Some("bucket"));
+    }
+
     use super::*;
 
     #[test]
