@@ -66,6 +66,13 @@ pub struct GitBench {
     pub store: StoreUrl,
     /// Trusted memory for the tree top, MiB.
     pub cache_mib: u64,
+    /// Emulated round trip to the S3 server, ms (0: none, the private cloud). The direct
+    /// side's git reaches the server through a relay with this link, each gateway its store
+    /// through [`blindfold_store::LatencyStore`]; git reaches a gateway on this machine directly
+    /// (the thesis's public cloud: the proxy beside the client).
+    pub rtt_ms: u64,
+    /// Emulated bandwidth each way, Mbit/s.
+    pub mbit: Option<u64>,
     /// Seed of the generated repository.
     pub seed: u64,
     /// Print a line per step.
@@ -308,7 +315,36 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
              pip: `pip install git-remote-s3`)"
         );
     }
-    let endpoint = options.endpoint.clone().unwrap_or_default();
+    let mut endpoint = options.endpoint.clone().unwrap_or_default();
+    let link = (p.rtt_ms > 0 || p.mbit.is_some())
+        .then(|| {
+            blindfold_store::LinkConfig::new(
+                std::time::Duration::from_millis(p.rtt_ms),
+                p.mbit.map(|m| m.saturating_mul(1_000_000)),
+                p.mbit.map(|m| m.saturating_mul(1_000_000)),
+            )
+        })
+        .transpose()?;
+    // The direct side's git reaches the server through the emulated link.
+    let _relay = match link {
+        None => None,
+        Some(link) => {
+            let Some(hostport) = endpoint.strip_prefix("http://") else {
+                bail!(
+                    "an emulated link (--rtt-ms, --mbit) needs the S3 server's endpoint as                      http://HOST:PORT (the direct side's requests are relayed through it)"
+                );
+            };
+            let hostport = hostport.trim_end_matches('/');
+            let upstream = tokio::net::lookup_host(hostport)
+                .await
+                .with_context(|| format!("resolving {hostport}"))?
+                .next()
+                .with_context(|| format!("{hostport} has no address"))?;
+            let relay = crate::link::LinkProxy::start(upstream, link).await?;
+            endpoint = format!("http://{}", relay.addr);
+            Some(relay)
+        }
+    };
     let key = std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_default();
     let secret = std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or_default();
     anyhow::ensure!(
@@ -421,8 +457,8 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
             engine,
             kind,
             in_place: false,
-            rtt_ms: 0,
-            mbit: None,
+            rtt_ms: p.rtt_ms,
+            mbit: p.mbit,
         };
         let live = LiveGateway::start(setup, "bench").await.with_context(|| label.clone())?;
         let mut gw_env = env.clone();
@@ -484,6 +520,14 @@ pub fn render(r: &GitReport) -> String {
         blindfold_gateway::server::human_bytes(r.bundle_bytes),
         r.params.store
     ));
+    s.push_str(&match (r.params.rtt_ms, r.params.mbit) {
+        (0, None) => "  private cloud: no emulated link\n".to_string(),
+        (rtt, mbit) => format!(
+            "  public cloud: an emulated link of {rtt} ms round trip{} between this machine and \
+             the S3 server (git and each gateway on this machine)\n",
+            mbit.map_or(String::new(), |m| format!(", {m} Mbit/s each way"))
+        ),
+    });
     s.push_str(&format!(
         "  {:<44} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9}\n",
         "side", "push s", "clone s", "commit s", "pull s", "clone ×", "total ×", "requests"

@@ -25,6 +25,7 @@ pub mod concurrency;
 pub mod cost;
 pub mod gateway;
 pub mod git;
+mod link;
 pub mod machine;
 pub mod path;
 mod plots;

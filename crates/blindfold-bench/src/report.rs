@@ -224,6 +224,8 @@ pub async fn run(p: ReportParams) -> Result<Report> {
                 block_sizes: p.block_sizes.clone(),
                 store: s3.clone(),
                 cache_mib: blindfold_gateway::server::DEFAULT_CACHE_MIB,
+                rtt_ms: 0,
+                mbit: None,
                 seed: p.seed,
                 progress: false,
             };

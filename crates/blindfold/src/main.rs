@@ -743,6 +743,14 @@ struct GitBenchArgs {
     /// A short run: a small generated repository instead of the bundle, the first engine only.
     #[arg(long)]
     quick: bool,
+    /// Round-trip time of an emulated link to the S3 server, ms (0: the private cloud). git
+    /// reaches the server through a relay with this link, each gateway its store through the
+    /// same emulation; git reaches the gateway on this machine directly.
+    #[arg(long, default_value_t = 0)]
+    rtt_ms: u64,
+    /// Bandwidth of the emulated link (each way), Mbit/s [default: unlimited].
+    #[arg(long)]
+    mbit: Option<u64>,
     /// Seed of the generated repository (--quick).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -1074,6 +1082,8 @@ async fn bench_git(a: GitBenchArgs) -> Result<()> {
         block_sizes: a.block_size,
         store: a.store,
         cache_mib: a.cache_mib,
+        rtt_ms: a.rtt_ms,
+        mbit: a.mbit,
         seed: a.seed,
         progress: !a.quiet,
     };
