@@ -78,7 +78,7 @@ enum Command {
     /// store behind an emulated link) and the private cloud (the S3 server of --s3, or an
     /// in-memory store), then the git workload against the S3 server of --s3, and writes
     /// report.md, report.json and SVG plots to --out, the thesis's figures beside ours.
-    /// --quick takes a few minutes on toy sizes; the full report about half an hour on two cores.
+    /// --quick takes about a minute on toy sizes; the full report about 20 minutes on two cores.
     Report(ReportArgs),
     /// Run the untrusted storage server: serves the cell arrays of a `memory:` or `file:` store
     /// over TCP (and computes XOR on request) for gateways using
