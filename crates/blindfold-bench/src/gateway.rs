@@ -468,6 +468,16 @@ async fn run_side(
     result
 }
 
+/// The benches' emulated link: `rtt_ms` round trip and `mbit` Mbit/s each way; `None` when
+/// neither is set (no link at all). A zero bandwidth is refused.
+pub(crate) fn emulated_link(rtt_ms: u64, mbit: Option<u64>) -> Result<Option<LinkConfig>> {
+    if rtt_ms == 0 && mbit.is_none() {
+        return Ok(None);
+    }
+    let bits = mbit.map(|m| m.saturating_mul(1_000_000));
+    Ok(Some(LinkConfig::new(Duration::from_millis(rtt_ms), bits, bits)?))
+}
+
 /// A gateway running in this process on `127.0.0.1:0`, its store wrapped in the emulated
 /// link (if any) and a [`CountingStore`] at the trust boundary. Shared by the benchmarks that
 /// drive a live gateway with a real client.
@@ -532,14 +542,7 @@ impl LiveGateway {
             in_place: s.in_place,
         };
         type Counting = CountingStore<Arc<dyn Store>>;
-        let link = (s.rtt_ms > 0 || s.mbit.is_some()).then(|| {
-            LinkConfig::new(
-                Duration::from_millis(s.rtt_ms),
-                s.mbit.map(|m| m.saturating_mul(1_000_000)),
-                s.mbit.map(|m| m.saturating_mul(1_000_000)),
-            )
-        });
-        let link = link.transpose()?;
+        let link = emulated_link(s.rtt_ms, s.mbit)?;
         let counter: Arc<OnceLock<Arc<Counting>>> = Arc::new(OnceLock::new());
         let hook = Arc::clone(&counter);
         let hooks = OpenHooks {

@@ -140,6 +140,14 @@ pub struct GitReport {
     pub sides: Vec<Side>,
 }
 
+impl GitReport {
+    /// The fastest clone through the gateway with ORAM, over the direct clone (`None` if no
+    /// ORAM side ran).
+    pub fn best_clone_ratio(&self) -> Option<f64> {
+        self.sides.iter().filter(|s| s.engine.is_some()).map(|s| s.clone_ratio).reduce(f64::min)
+    }
+}
+
 /// The caller's AWS variables that git's children do not inherit.
 const FOREIGN_AWS: [&str; 7] = [
     "AWS_PROFILE",
@@ -316,15 +324,7 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
         );
     }
     let mut endpoint = options.endpoint.clone().unwrap_or_default();
-    let link = (p.rtt_ms > 0 || p.mbit.is_some())
-        .then(|| {
-            blindfold_store::LinkConfig::new(
-                std::time::Duration::from_millis(p.rtt_ms),
-                p.mbit.map(|m| m.saturating_mul(1_000_000)),
-                p.mbit.map(|m| m.saturating_mul(1_000_000)),
-            )
-        })
-        .transpose()?;
+    let link = crate::gateway::emulated_link(p.rtt_ms, p.mbit)?;
     // The direct side's git reaches the server through the emulated link.
     let _relay = match link {
         None => None,
@@ -545,13 +545,7 @@ pub fn render(r: &GitReport) -> String {
             side.store_requests.map_or("-".to_string(), |n| n.to_string())
         ));
     }
-    let best = r
-        .sides
-        .iter()
-        .filter(|s| s.engine.is_some())
-        .map(|s| s.clone_ratio)
-        .fold(f64::INFINITY, f64::min);
-    if best.is_finite() {
+    if let Some(best) = r.best_clone_ratio() {
         s.push_str(&format!(
             "  best clone through the gateway: {best:.2}× the direct clone (aim: at most {AIM}×; \
              thesis: {}–{} minutes for its clone of a 6.3 MB repository)\n",

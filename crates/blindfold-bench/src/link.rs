@@ -63,18 +63,19 @@ async fn relay(client: TcpStream, upstream: SocketAddr, link: LinkConfig) -> Res
     let (sr, sw) = server.into_split();
     let half = link.rtt / 2;
     let (up, down) = tokio::join!(
-        pipe(cr, sw, half, link.up_bits_per_sec),
-        pipe(sr, cw, half, link.down_bits_per_sec)
+        pipe(cr, sw, half, |n| link.up_time(n)),
+        pipe(sr, cw, half, |n| link.down_time(n))
     );
     up.and(down)
 }
 
-/// Copies `r` to `w`, each chunk delayed as the link would.
+/// Copies `r` to `w`, each chunk delayed as the link would: `on_link` is the time its bytes
+/// occupy this direction of the link.
 async fn pipe(
     mut r: impl AsyncReadExt + Unpin,
     mut w: impl AsyncWriteExt + Unpin,
     delay: Duration,
-    bits_per_sec: Option<u64>,
+    on_link: impl Fn(u64) -> Duration,
 ) -> Result<()> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(Instant, Vec<u8>)>(QUEUE);
     let reader = async move {
@@ -86,10 +87,7 @@ async fn pipe(
                 return Ok::<_, anyhow::Error>(()); // dropping `tx` ends the writer
             }
             buf.truncate(n);
-            let start = free.max(Instant::now());
-            let on_link = bits_per_sec
-                .map_or(Duration::ZERO, |b| Duration::from_secs_f64(n as f64 * 8.0 / b as f64));
-            free = start + on_link;
+            free = free.max(Instant::now()) + on_link(n as u64);
             if tx.send((free + delay, buf)).await.is_err() {
                 return Ok(()); // the other side is gone
             }

@@ -549,13 +549,7 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
             ),
         );
     }
-    if let Some(g) = &r.git {
-        let best = g
-            .sides
-            .iter()
-            .filter(|s| s.engine.is_some())
-            .map(|s| s.clone_ratio)
-            .fold(f64::INFINITY, f64::min);
+    if let Some(best) = r.git.as_ref().and_then(|g| g.best_clone_ratio()) {
         push(
             &mut s,
             format!(

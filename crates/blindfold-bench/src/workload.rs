@@ -378,11 +378,7 @@ async fn store_side(p: &WorkloadBench, g: &Generated) -> Result<StoreSide> {
     let path =
         |key: usize| ObjectPath::from(format!("{under}blindfold-bench-workload-{run}/{key:06}"));
     // The link: a round trip and the transfer time per request, as `LatencyStore` charges.
-    let link = |bytes: u64| {
-        let rtt = std::time::Duration::from_millis(p.rtt_ms);
-        let xfer = p.mbit.map_or(0.0, |m| bytes as f64 * 8.0 / (m as f64 * 1e6));
-        rtt + std::time::Duration::from_secs_f64(xfer)
-    };
+    let link = crate::gateway::emulated_link(p.rtt_ms, p.mbit)?;
     for key in 0..g.loaded {
         store.put(&path(key), PutPayload::from(body(key))).await.context("store baseline: load")?;
     }
@@ -392,9 +388,11 @@ async fn store_side(p: &WorkloadBench, g: &Generated) -> Result<StoreSide> {
     for &(key, kind) in &g.ops {
         let started = std::time::Instant::now();
         let size = g.sizes[key];
-        if p.rtt_ms > 0 || p.mbit.is_some() {
+        if let Some(link) = &link {
             // (Not even a zero sleep without a link: the timer's granularity is a millisecond.)
-            tokio::time::sleep(link(size)).await;
+            let transfer =
+                if kind == Kind::Put { link.up_time(size) } else { link.down_time(size) };
+            tokio::time::sleep(link.rtt + transfer).await;
         }
         match kind {
             Kind::Put => {
