@@ -134,6 +134,23 @@ impl PublicKey {
         Ok(m)
     }
 
+    /// Writes a plaintext as exactly `len` big-endian bytes, the inverse of
+    /// [`plaintext_from_bytes`](Self::plaintext_from_bytes) for data chunks; a negative value or
+    /// one that needs more than `len` bytes is refused.
+    pub fn plaintext_to_bytes(&self, m: &Integer, len: usize) -> Result<Vec<u8>> {
+        if *m < 0 || m.significant_bits() as usize > len * 8 {
+            return Err(DjError::Shape {
+                what: "plaintext against its byte length",
+                left: m.significant_bits() as usize,
+                right: len * 8,
+            });
+        }
+        let digits = m.to_digits::<u8>(Order::Msf);
+        let mut out = vec![0u8; len - digits.len()];
+        out.extend_from_slice(&digits);
+        Ok(out)
+    }
+
     pub(crate) fn check_plaintext(&self, m: &Integer, layer: u32) -> Result<()> {
         if *m < 0 || *m >= self.pow[layer as usize] {
             return Err(DjError::PlaintextRange { layer });

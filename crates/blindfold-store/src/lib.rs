@@ -98,7 +98,11 @@ pub use recording::{RecordingStore, TraceEvent, TraceOp};
 pub use remote::RemoteStore;
 pub use s3::{aws_builder, S3Credentials, S3Options, S3Store};
 #[cfg(feature = "select")]
-pub use select::{check_select, select_by_reading, select_locally, SelectRequest, SelectStore};
+pub use select::{
+    check_combined, check_select, check_select_writes, combine_locally, combined_by_reading,
+    select_by_reading, select_locally, write_select_by_reading, CombinedSelect, SelectRequest,
+    SelectStore, SelectWrite,
+};
 pub use url::{open_store, remove_array, StoreUrl};
 pub use xor::{check_xor, open_xor_store, xor_buffers, xor_by_reading, xor_into, XorStore};
 

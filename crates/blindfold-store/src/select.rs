@@ -4,17 +4,23 @@
 //! selector element to each chunk of its slot's data, multiplies per chunk, and returns one slot's
 //! worth of ciphertexts, which encrypt exactly the slot the client chose.
 //!
+//! Three operations, all built on one select over equal-length slots:
+//! * [`SelectStore::read_select`]: one select, answered to the client;
+//! * [`SelectStore::read_select_combined`]: Onion ORAM's access — one select per bucket of a
+//!   path (the buckets' slots may hold different onion layers), whose answers the store
+//!   combines with one more select, so one block's worth of bytes comes back;
+//! * [`SelectStore::write_select`]: Onion ORAM's triplet eviction — selects whose answers the
+//!   store keeps in cells instead of returning them.
+//!
 //! Same shape as [`XorStore`](crate::XorStore): a trait on top of [`Store`], implemented by the
-//! backends that compute locally (memory, file). Not yet: the wrappers' pass-through (counting,
-//! recording, latency, faults), the remote protocol's operation code and `open_select_store` —
-//! they come with the Onion ORAM engine that uses them.
+//! backends that compute locally (memory, file).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use blindfold_dj::{Ciphertext, DjError, Integer, PublicKey};
 
-use crate::{ByteRange, FileStore, Geometry, MemoryStore, Result, Store, StoreError};
+use crate::{ByteRange, CellId, FileStore, Geometry, MemoryStore, Result, Store, StoreError};
 
 /// One homomorphic select over stored slots.
 ///
@@ -32,6 +38,31 @@ pub struct SelectRequest {
     pub ranges: Vec<ByteRange>,
     /// Bytes per chunk of slot data.
     pub chunk_len: u32,
+}
+
+/// Several selects (typically one per bucket of a path, each over its own slots and at its own
+/// layer) combined by one more: the answer of group `g` is zero-padded at its end to the
+/// longest answer rounded up to a whole number of `plaintext_chunk_len(S)`-byte chunks (`S` the
+/// layer of `outer`), and the store returns the select of those padded answers under `outer`
+/// (one element per group), chunk by chunk: layer-`S` ciphertexts. The client peels that layer,
+/// cuts the padding (it knows the chosen group's answer length) and peels on.
+#[derive(Clone, Debug)]
+pub struct CombinedSelect {
+    /// The per-group selects; all must use the same public key.
+    pub groups: Vec<SelectRequest>,
+    /// One encrypted selector element per group, all of one layer.
+    pub outer: Vec<Ciphertext>,
+}
+
+/// One select whose answer the store keeps: computed as [`SelectStore::read_select`] would
+/// answer `request`, then written into cell `target`, zero-padded to a whole cell (the answer
+/// must fit).
+#[derive(Clone, Debug)]
+pub struct SelectWrite {
+    /// The select.
+    pub request: SelectRequest,
+    /// Where its answer goes.
+    pub target: CellId,
 }
 
 /// A store that can compute Onion ORAM's homomorphic select over its cells.
@@ -55,6 +86,16 @@ pub struct SelectRequest {
 pub trait SelectStore: Store {
     /// Computes the select of `request` over this store's cells.
     async fn read_select(&self, request: &SelectRequest) -> Result<Vec<u8>>;
+
+    /// Computes every group's select, combines the answers with `request.outer` (see
+    /// [`CombinedSelect`]) and returns the combination. A bad request fails whole.
+    async fn read_select_combined(&self, request: &CombinedSelect) -> Result<Vec<u8>>;
+
+    /// Computes the selects in order, each answer written into its target before the next
+    /// select reads (so a later select may read what an earlier one wrote). Every request is
+    /// checked before anything is computed or written: a bad one fails the batch whole. A
+    /// failure while writing may leave earlier targets written.
+    async fn write_select(&self, writes: &[SelectWrite]) -> Result<()>;
 }
 
 fn invalid(what: impl Into<String>) -> StoreError {
@@ -123,6 +164,139 @@ pub fn select_locally(request: &SelectRequest, parts: &[Vec<u8>]) -> Result<Vec<
     Ok(bytes)
 }
 
+/// Checks a combined select against `geometry`: every group as [`check_select`], one outer
+/// element per group, all of one layer, and one public key throughout.
+pub fn check_combined(geometry: &Geometry, request: &CombinedSelect) -> Result<u32> {
+    let Some(first) = request.groups.first() else {
+        return Err(invalid("combined select with no groups"));
+    };
+    if request.outer.len() != request.groups.len() {
+        return Err(invalid(format!(
+            "combined select: {} outer elements for {} groups",
+            request.outer.len(),
+            request.groups.len()
+        )));
+    }
+    for g in &request.groups {
+        if g.public_key.n() != first.public_key.n() {
+            return Err(invalid("combined select: groups under different public keys"));
+        }
+        check_select(geometry, g)?;
+    }
+    let layer = request.outer[0].layer();
+    if request.outer.iter().any(|c| c.layer() != layer) {
+        return Err(invalid("combined select: outer elements of different layers"));
+    }
+    first.public_key.plaintext_chunk_len(layer).map_err(dj_error)?;
+    Ok(layer)
+}
+
+/// Checks a batch of select writes against `geometry`: every request as [`check_select`], every
+/// target in range, and every answer no longer than a cell.
+pub fn check_select_writes(geometry: &Geometry, writes: &[SelectWrite]) -> Result<()> {
+    for w in writes {
+        let layer = check_select(geometry, &w.request)?;
+        geometry.check_cell(w.target)?;
+        let answer = answer_len(&w.request, layer)?;
+        if answer > geometry.cell_size() as usize {
+            return Err(invalid(format!(
+                "select answer of {answer} bytes does not fit a cell of {} bytes",
+                geometry.cell_size()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of the answer to a checked select of layer `layer`.
+fn answer_len(request: &SelectRequest, layer: u32) -> Result<usize> {
+    let chunks = (request.ranges[0].len / request.chunk_len) as usize;
+    Ok(chunks * request.public_key.ciphertext_len(layer).map_err(dj_error)?)
+}
+
+/// Combines group answers (already computed) with the outer selector, as [`CombinedSelect`]
+/// describes.
+pub fn combine_locally(request: &CombinedSelect, answers: Vec<Vec<u8>>) -> Result<Vec<u8>> {
+    let pk = &request.groups[0].public_key;
+    let layer = request.outer[0].layer();
+    let chunk = pk.plaintext_chunk_len(layer).map_err(dj_error)?;
+    let longest = answers.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let len = longest.div_ceil(chunk) * chunk;
+    let parts: Vec<Vec<u8>> = answers
+        .into_iter()
+        .map(|mut a| {
+            a.resize(len, 0);
+            a
+        })
+        .collect();
+    let outer = SelectRequest {
+        public_key: Arc::clone(pk),
+        selector: request.outer.clone(),
+        ranges: Vec::new(),
+        chunk_len: chunk as u32,
+    };
+    select_locally(&outer, &parts)
+}
+
+/// Runs CPU-heavy select work off the async executor.
+async fn off_executor<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        Err(join) => Err(invalid(format!("homomorphic select cancelled: {join}"))),
+    }
+}
+
+/// [`SelectStore::read_select_combined`] for any store: checks, reads every group's ranges in
+/// one batch, computes off the executor.
+pub async fn combined_by_reading<S: Store + ?Sized>(
+    store: &S,
+    request: &CombinedSelect,
+) -> Result<Vec<u8>> {
+    check_combined(&store.geometry(), request)?;
+    let ranges: Vec<ByteRange> =
+        request.groups.iter().flat_map(|g| g.ranges.iter().copied()).collect();
+    let mut parts = store.read_ranges(&ranges).await?.into_iter();
+    let grouped: Vec<Vec<Vec<u8>>> =
+        request.groups.iter().map(|g| parts.by_ref().take(g.ranges.len()).collect()).collect();
+    let request = request.clone();
+    off_executor(move || {
+        let answers = request
+            .groups
+            .iter()
+            .zip(&grouped)
+            .map(|(g, parts)| select_locally(g, parts))
+            .collect::<Result<Vec<_>>>()?;
+        combine_locally(&request, answers)
+    })
+    .await
+}
+
+/// [`SelectStore::write_select`] for any store: checks the whole batch, then for each select
+/// reads its ranges, computes off the executor and writes the padded answer.
+pub async fn write_select_by_reading<S: Store + ?Sized>(
+    store: &S,
+    writes: &[SelectWrite],
+) -> Result<()> {
+    let geometry = store.geometry();
+    check_select_writes(&geometry, writes)?;
+    for w in writes {
+        let parts = store.read_ranges(&w.request.ranges).await?;
+        let request = w.request.clone();
+        let cell = geometry.cell_size() as usize;
+        let answer = off_executor(move || {
+            let mut a = select_locally(&request, &parts)?;
+            a.resize(cell, 0);
+            Ok(a)
+        })
+        .await?;
+        store.write(vec![(w.target, answer)]).await?;
+    }
+    Ok(())
+}
+
 /// Checks, reads the ranges and computes the select off the async executor (each chunk costs
 /// milliseconds): correct for any store, and what the memory and file backends do.
 pub async fn select_by_reading<S: Store + ?Sized>(
@@ -132,17 +306,19 @@ pub async fn select_by_reading<S: Store + ?Sized>(
     check_select(&store.geometry(), request)?;
     let parts = store.read_ranges(&request.ranges).await?;
     let request = request.clone();
-    match tokio::task::spawn_blocking(move || select_locally(&request, &parts)).await {
-        Ok(result) => result,
-        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-        Err(join) => Err(invalid(format!("homomorphic select cancelled: {join}"))),
-    }
+    off_executor(move || select_locally(&request, &parts)).await
 }
 
 #[async_trait]
 impl SelectStore for MemoryStore {
     async fn read_select(&self, request: &SelectRequest) -> Result<Vec<u8>> {
         select_by_reading(self, request).await
+    }
+    async fn read_select_combined(&self, request: &CombinedSelect) -> Result<Vec<u8>> {
+        combined_by_reading(self, request).await
+    }
+    async fn write_select(&self, writes: &[SelectWrite]) -> Result<()> {
+        write_select_by_reading(self, writes).await
     }
 }
 
@@ -151,6 +327,12 @@ impl SelectStore for FileStore {
     async fn read_select(&self, request: &SelectRequest) -> Result<Vec<u8>> {
         select_by_reading(self, request).await
     }
+    async fn read_select_combined(&self, request: &CombinedSelect) -> Result<Vec<u8>> {
+        combined_by_reading(self, request).await
+    }
+    async fn write_select(&self, writes: &[SelectWrite]) -> Result<()> {
+        write_select_by_reading(self, writes).await
+    }
 }
 
 #[async_trait]
@@ -158,11 +340,23 @@ impl<S: SelectStore + ?Sized> SelectStore for Arc<S> {
     async fn read_select(&self, request: &SelectRequest) -> Result<Vec<u8>> {
         (**self).read_select(request).await
     }
+    async fn read_select_combined(&self, request: &CombinedSelect) -> Result<Vec<u8>> {
+        (**self).read_select_combined(request).await
+    }
+    async fn write_select(&self, writes: &[SelectWrite]) -> Result<()> {
+        (**self).write_select(writes).await
+    }
 }
 
 #[async_trait]
 impl<S: SelectStore + ?Sized> SelectStore for Box<S> {
     async fn read_select(&self, request: &SelectRequest) -> Result<Vec<u8>> {
         (**self).read_select(request).await
+    }
+    async fn read_select_combined(&self, request: &CombinedSelect) -> Result<Vec<u8>> {
+        (**self).read_select_combined(request).await
+    }
+    async fn write_select(&self, writes: &[SelectWrite]) -> Result<()> {
+        (**self).write_select(writes).await
     }
 }

@@ -168,3 +168,131 @@ async fn malformed_requests_fail_whole() {
     let answer = store.read_select(&good).await.unwrap();
     assert_eq!(fx.open(&answer), fx.plain[0]);
 }
+
+/// The combined select: two groups at different layers (the bucket of `fx` at layer 2, and a
+/// group of raw layer-1 chunks selected at layer 1); the outer select (Paillier, layer 1)
+/// brings back exactly the chosen group's answer, zero-padded.
+#[tokio::test]
+async fn combined_select_returns_the_chosen_groups_answer() {
+    let mut rng = ChaCha20Rng::seed_from_u64(24);
+    let fx = Fixture::new(&mut rng);
+    let store = MemoryStore::new(fx.geometry());
+    store.write(vec![(CellId(2), fx.cell(&mut rng))]).await.unwrap();
+    let pk = Arc::new(fx.sk.public().clone());
+    // Group 1: cell 3 holds two raw plaintext chunks of layer 1 per slot.
+    let raw_chunk = pk.plaintext_chunk_len(1).unwrap();
+    let mut cell3 = vec![0u8; fx.geometry().cell_size() as usize];
+    for (i, b) in cell3.iter_mut().enumerate().take(4 * raw_chunk) {
+        *b = (i % 251) as u8 + 1;
+    }
+    store.write(vec![(CellId(3), cell3.clone())]).await.unwrap();
+    let raw_group = |pick: u32, rng: &mut ChaCha20Rng| SelectRequest {
+        public_key: Arc::clone(&pk),
+        selector: fx
+            .sk
+            .encrypt_many(
+                &[Integer::from(u32::from(pick == 0)), Integer::from(u32::from(pick == 1))],
+                1,
+                rng,
+            )
+            .unwrap(),
+        ranges: (0..2)
+            .map(|i| ByteRange {
+                cell: CellId(3),
+                offset: i * 2 * raw_chunk as u32,
+                len: 2 * raw_chunk as u32,
+            })
+            .collect(),
+        chunk_len: raw_chunk as u32,
+    };
+    for (group, pick) in [(0usize, 1u32), (1, 0), (1, 1)] {
+        let groups = vec![
+            fx.request(if group == 0 { pick } else { 0 }, &mut rng),
+            raw_group(pick, &mut rng),
+        ];
+        let outer = fx
+            .sk
+            .encrypt_many(
+                &[Integer::from(u32::from(group == 0)), Integer::from(u32::from(group == 1))],
+                1,
+                &mut rng,
+            )
+            .unwrap();
+        let request = blindfold_store::CombinedSelect { groups, outer };
+        let answer = store.read_select_combined(&request).await.unwrap();
+        // Peel the outer layer chunk by chunk back into the padded group answer.
+        let outer_chunk = pk.plaintext_chunk_len(1).unwrap();
+        let clen = pk.ciphertext_len(1).unwrap();
+        let mut padded = Vec::new();
+        for c in answer.chunks(clen) {
+            let m = fx.sk.decrypt(&pk.ciphertext_from_bytes(1, c).unwrap());
+            padded.extend(pk.plaintext_to_bytes(&m, outer_chunk).unwrap());
+        }
+        if group == 0 {
+            let inner_len = pk.ciphertext_len(2).unwrap() * CHUNKS;
+            assert_eq!(fx.open(&padded[..inner_len]), fx.plain[pick as usize]);
+            assert!(padded[inner_len..].iter().all(|&b| b == 0), "padding is zeros");
+        } else {
+            let inner_len = pk.ciphertext_len(1).unwrap() * 2;
+            let mut got = Vec::new();
+            for c in padded[..inner_len].chunks(clen) {
+                let m = fx.sk.decrypt(&pk.ciphertext_from_bytes(1, c).unwrap());
+                got.extend(pk.plaintext_to_bytes(&m, raw_chunk).unwrap());
+            }
+            let start = pick as usize * 2 * raw_chunk;
+            assert_eq!(got, cell3[start..start + 2 * raw_chunk], "group 1 slot {pick}");
+        }
+    }
+    // One outer element too few fails whole.
+    let request = blindfold_store::CombinedSelect {
+        groups: vec![fx.request(0, &mut rng)],
+        outer: Vec::new(),
+    };
+    assert_invalid(store.read_select_combined(&request).await, "outer shorter than groups");
+}
+
+/// Written selects: the answer lands in the target cell, zero-padded, and a later select in the
+/// same batch reads what an earlier one wrote; a bad request fails the batch before any write.
+#[tokio::test]
+async fn write_select_keeps_answers_in_order() {
+    let mut rng = ChaCha20Rng::seed_from_u64(25);
+    let fx = Fixture::new(&mut rng);
+    let store = MemoryStore::new(fx.geometry());
+    store.write(vec![(CellId(2), fx.cell(&mut rng))]).await.unwrap();
+    let first =
+        blindfold_store::SelectWrite { request: fx.request(2, &mut rng), target: CellId(0) };
+    // The second select reads cell 0's answer (layer-2 chunks) as a one-slot bucket at layer 3.
+    let pk = Arc::new(fx.sk.public().clone());
+    let len2 = pk.ciphertext_len(2).unwrap() as u32;
+    let second = blindfold_store::SelectWrite {
+        request: SelectRequest {
+            public_key: Arc::clone(&pk),
+            selector: fx.sk.encrypt_many(&[Integer::from(1)], 3, &mut rng).unwrap(),
+            ranges: vec![ByteRange { cell: CellId(0), offset: 0, len: len2 * CHUNKS as u32 }],
+            chunk_len: len2,
+        },
+        target: CellId(1),
+    };
+    store.write_select(&[first.clone(), second]).await.unwrap();
+    let cells = store.read(&[CellId(0), CellId(1)]).await.unwrap();
+    let inner = (len2 as usize) * CHUNKS;
+    assert_eq!(fx.open(&cells[0][..inner]), fx.plain[2]);
+    assert!(cells[0][inner..].iter().all(|&b| b == 0));
+    let len3 = pk.ciphertext_len(3).unwrap();
+    let peeled: Vec<Integer> = cells[1][..len3 * CHUNKS]
+        .chunks(len3)
+        .map(|b| fx.sk.peel_all(&pk.ciphertext_from_bytes(3, b).unwrap(), 1).unwrap())
+        .collect();
+    assert_eq!(peeled, fx.plain[2], "the second select read the first one's answer");
+
+    // A batch whose second request is bad writes nothing.
+    store.write(vec![(CellId(0), vec![7; fx.geometry().cell_size() as usize])]).await.unwrap();
+    let mut bad = first.clone();
+    bad.target = CellId(99);
+    let err = store.write_select(&[first, bad]).await.unwrap_err();
+    assert!(matches!(err, StoreError::OutOfRange { .. }), "{err:?}");
+    assert_eq!(
+        store.read(&[CellId(0)]).await.unwrap()[0],
+        vec![7; fx.geometry().cell_size() as usize]
+    );
+}
