@@ -39,6 +39,22 @@ pub enum OramError {
         limit: usize,
     },
 
+    /// A bucket of a stash-less scheme (Onion ORAM) would receive more blocks than it has
+    /// slots. Nothing was written; the parameters (slots per bucket) are too small for the
+    /// load, which the defaults make improbable.
+    #[error(
+        "bucket {bucket} would receive {blocks} blocks but has {slots} slots; \
+         use more slots per bucket"
+    )]
+    Overflow {
+        /// The bucket (heap order).
+        bucket: u64,
+        /// Blocks it would have to take.
+        blocks: usize,
+        /// Its slots.
+        slots: usize,
+    },
+
     /// The driver called the state machine out of order or fed the wrong number of cells.
     #[error("ORAM driver protocol error: {0}")]
     Protocol(String),

@@ -15,6 +15,10 @@
 //!   real and `S` dummy slots per bucket, one block read per bucket, eviction every `A`
 //!   accesses in reverse-lexicographic order, early reshuffles; the XOR variant lets the store
 //!   XOR the path's slots so one block comes back.
+//! * [`OnionOram`] — Onion ORAM (Devadas et al.; seed 002, Algorithms 8–11): no stash, one
+//!   homomorphic select per access, triplet eviction in reverse-lexicographic order and leaf
+//!   stripping; the plans name which slot every select picks, the driver does the
+//!   Damgård–Jurik work.
 //!
 //! ```
 //! use blindfold_oram::{BlockId, Op, PathOram, PathOramConfig, Progress};
@@ -55,6 +59,7 @@
 
 mod bytes;
 mod error;
+pub mod onion;
 pub mod path;
 pub mod ring;
 pub mod tree;
@@ -64,6 +69,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use error::OramError;
+pub use onion::{
+    OnionOram, OnionOramConfig, OnionOramConfigBuilder, OnionOramState, OnionOramStats,
+};
 pub use path::{
     BulkLoad, OramDelta, PathOram, PathOramConfig, PathOramConfigBuilder, PathOramState,
     PathOramStats, PosMapMode,
