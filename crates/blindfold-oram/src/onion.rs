@@ -441,6 +441,15 @@ pub struct EvictionPlan {
     pub metas: Vec<(BucketId, BucketMeta)>,
 }
 
+/// Where [`OnionOram::bulk_place`] put each block.
+#[derive(Clone, Debug)]
+pub struct BulkPlacement {
+    /// Each block's cell (a stripped slot of its leaf; the block's write counter is 1).
+    pub cells: Vec<(BlockId, CellId)>,
+    /// Metadata of every leaf.
+    pub metas: Vec<(BucketId, BucketMeta)>,
+}
+
 /// Counters of what moved, as the reference paper's Table 7 counts them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OnionOramStats {
@@ -735,6 +744,53 @@ impl OnionOram {
         Ok(AccessFinish { root_cell, real, version, metas: path, evict })
     }
 
+    /// Loads a fresh ORAM with blocks `0..count` in one go: each gets a uniform leaf and the
+    /// next free slot of that leaf's stripped area (one layer, write counter 1). Returns where
+    /// each block goes and the metadata of every leaf (all leaves, so the load writes the same
+    /// metadata cells whatever the placement). Which stripped slots receive a block reveals how
+    /// many blocks each leaf got, which says nothing about later requests: leaves are drawn
+    /// independently and every block is given a fresh one when it is accessed.
+    pub fn bulk_place(&mut self, count: u64) -> Result<BulkPlacement> {
+        if self.cur.is_some() || self.accesses > 0 || !self.posmap.is_empty() {
+            return Err(protocol("bulk loading needs a fresh ORAM"));
+        }
+        if count > self.config.blocks {
+            return Err(OramError::BlockOutOfRange { block: count, blocks: self.config.blocks });
+        }
+        let c = self.config.clone();
+        let shape = c.shape();
+        let first_leaf = shape.leaves() - 1;
+        let mut metas: Vec<BucketMeta> = (0..shape.leaves())
+            .map(|l| BucketMeta::empty(c.slots_of(BucketId(first_leaf + l))))
+            .collect();
+        let mut fill = vec![0u32; shape.leaves() as usize];
+        let mut cells = Vec::with_capacity(count as usize);
+        for block in 0..count {
+            let leaf = self.rng.gen_range(0..shape.leaves());
+            let used = &mut fill[leaf as usize];
+            if *used >= c.leaf_slots {
+                return Err(OramError::Overflow {
+                    bucket: first_leaf + leaf,
+                    blocks: *used as usize + 1,
+                    slots: c.leaf_slots as usize,
+                });
+            }
+            let slot = 2 * c.half + *used;
+            *used += 1;
+            metas[leaf as usize].slots[slot as usize] = Some(SlotEntry { block, leaf });
+            self.posmap.insert(block, (leaf, 1));
+            cells.push((BlockId(block), c.cell(BucketId(first_leaf + leaf), slot)));
+        }
+        self.stats.meta_writes += shape.leaves();
+        self.stats.blocks_up += count;
+        let metas = metas
+            .into_iter()
+            .enumerate()
+            .map(|(l, m)| (BucketId(first_leaf + l as u64), m))
+            .collect();
+        Ok(BulkPlacement { cells, metas })
+    }
+
     /// The leaf of eviction number `k`: `k` in reverse-bit order over the tree's height.
     pub fn eviction_leaf(config: &OnionOramConfig, k: u64) -> Leaf {
         let h = config.height;
@@ -1009,6 +1065,25 @@ mod tests {
 
     fn config(blocks: u64) -> OnionOramConfig {
         OnionOramConfig::builder(blocks, 8).build().unwrap()
+    }
+
+    #[test]
+    fn bulk_loaded_blocks_are_found() {
+        let mut d = Plain::new(config(64), 4);
+        let placed = d.oram.bulk_place(64).unwrap();
+        for (b, cell) in &placed.cells {
+            d.cells.insert(*cell, (1, vec![b.0 as u8; 8]));
+        }
+        for (b, m) in placed.metas {
+            d.meta.insert(b, m);
+        }
+        assert!(d.oram.bulk_place(1).is_err(), "only once, on a fresh ORAM");
+        for i in 0..64u64 {
+            assert_eq!(d.access(i, None).unwrap(), vec![i as u8; 8]);
+        }
+        for i in 0..64u64 {
+            assert_eq!(d.access(63 - i, None).unwrap(), vec![(63 - i) as u8; 8]);
+        }
     }
 
     #[test]
