@@ -20,6 +20,8 @@
 //!   log carries no cell contents; [`pinned`] — the top of the tree kept in trusted memory.
 //! * [`rebuild`] — rebuilding a durable engine's tree into a new store array under a fresh
 //!   key epoch, with fresh random leaves (`blindfold recover`).
+//! * `SealedOnionOram` (feature `onion`) — Onion ORAM over a metadata array and a data array
+//!   that computes Damgård–Jurik selects (`blindfold_store::SelectStore`).
 //! * [`SealedDirect`] — the baseline: the same blocks sealed and stored at fixed places with
 //!   no ORAM, for measuring what obliviousness costs.
 //!
@@ -44,6 +46,8 @@ mod direct;
 mod durable;
 mod durable_tao;
 mod error;
+#[cfg(feature = "onion")]
+mod onion;
 mod path;
 pub mod pinned;
 pub mod rebuild;
@@ -56,6 +60,8 @@ pub use direct::SealedDirect;
 pub use durable::{make_private, DurablePathOram, Recovery, VerifyReport};
 pub use durable_tao::{DurableTao, OverlayStore};
 pub use error::ProxyError;
+#[cfg(feature = "onion")]
+pub use onion::{OnionPhaseTimes, SealedOnionOram, SealedOnionState};
 pub use path::{SealedPathOram, SealedPathState};
 pub use pinned::{PinnedCells, PinnedStore};
 pub use ring::{AccessTiming, RingData, RingPhaseTimes, SealedRingOram, SealedRingState};
