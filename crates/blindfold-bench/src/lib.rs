@@ -18,6 +18,8 @@
 //!   (`blindfold bench git`).
 //! * [`report::run`] — all of the thesis's experiments, written up with plots beside its
 //!   figures (`blindfold report`).
+//! * `onion::run` (feature `onion`) — Onion ORAM with real Damgård–Jurik, phase by phase
+//!   beside seed 002's Table 5 (`blindfold bench onion`).
 //! * [`cost`] — requests and bytes by kind priced at cloud list prices, and the cost multiplier
 //!   over the same workload without ORAM.
 
@@ -27,6 +29,8 @@ pub mod gateway;
 pub mod git;
 mod link;
 pub mod machine;
+#[cfg(feature = "onion")]
+pub mod onion;
 pub mod path;
 mod plots;
 mod progress;

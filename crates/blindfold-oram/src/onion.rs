@@ -355,7 +355,7 @@ impl BucketMeta {
                     return corrupt("leaf of an empty slot");
                 }
                 out.push(None);
-            } else if id - 1 >= config.blocks || leaf >= config.shape().leaves() {
+            } else if id > config.blocks || leaf >= config.shape().leaves() {
                 return corrupt("block or leaf out of range");
             } else {
                 out.push(Some(SlotEntry { block: id - 1, leaf }));
@@ -638,7 +638,7 @@ impl OnionOram {
         for &b in path {
             let slots = c.slots_of(b);
             let parts: Vec<std::ops::Range<u32>> = match c.kind(b) {
-                Kind::Root | Kind::Internal => vec![0..slots],
+                Kind::Root | Kind::Internal => std::iter::once(0..slots).collect(),
                 Kind::Leaf => vec![0..2 * c.half, 2 * c.half..slots],
             };
             for r in parts {

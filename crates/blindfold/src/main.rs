@@ -504,6 +504,16 @@ enum BenchCommand {
     /// papers' formulas), per-phase processing time, a link-speed sweep and server storage.
     /// Saves CSV files and SVG plots to --out-dir.
     Schemes(SchemesArgs),
+    /// Onion ORAM with real Damgård–Jurik, phase by phase beside seed 002's Table 5.
+    ///
+    /// Builds the seed's setup (1024-bit keys, 4 KiB blocks, 2047 buckets, 4096 blocks,
+    /// τ = 3), fills the store so every select works on full-size numbers, bulk loads every
+    /// block, then serves --ops requests (75 % reads) and reports the time of each phase per
+    /// request and per eviction, the amortized time per request, blocks moved and store size.
+    /// The full setup takes minutes per request on two cores: use --ops for a shorter
+    /// measurement (every access and eviction does the same work, so the means hold), or
+    /// --quick for a small run of seconds. Needs a build with `--features onion` (GMP).
+    Onion(OnionArgs),
     /// A mixed S3 workload through the gateway vs. the same gateway without ORAM.
     ///
     /// Starts a gateway in this process on 127.0.0.1 over a temporary data directory, loads
@@ -634,6 +644,40 @@ struct SchemesArgs {
     #[arg(long, default_value = "blindfold-bench-schemes")]
     out_dir: PathBuf,
     /// Save the whole report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct OnionArgs {
+    /// A run of seconds: 512-bit keys, 64 blocks of 256 bytes, height 3, 30 requests.
+    #[arg(long)]
+    quick: bool,
+    /// Damgård–Jurik modulus size in bits (the seed: 1024).
+    #[arg(long)]
+    key_bits: Option<u32>,
+    /// Requests measured (the seed: 600).
+    #[arg(long, value_parser = parse_count)]
+    ops: Option<u64>,
+    /// Logical blocks, all loaded (the seed: 4096).
+    #[arg(long, value_parser = parse_count)]
+    blocks: Option<u64>,
+    /// Bytes per block (the seed: 4096).
+    #[arg(long)]
+    block_size: Option<u32>,
+    /// Tree height: 2^height leaves (the seed's 2047 buckets: 10).
+    #[arg(long)]
+    height: Option<u32>,
+    /// Slots per half bucket (default: 2τ + 2).
+    #[arg(long)]
+    half_slots: Option<u32>,
+    /// Seed of the key, the workload and the scheme.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Save the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
     /// No progress lines.
@@ -1753,6 +1797,34 @@ fn bench_schemes(args: SchemesArgs) -> Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "onion")]
+async fn bench_onion(a: OnionArgs) -> Result<()> {
+    use blindfold_bench::onion::{self, OnionBench};
+    let mut b = if a.quick { OnionBench::quick() } else { OnionBench::default() };
+    b.key_bits = a.key_bits.unwrap_or(b.key_bits);
+    b.ops = a.ops.unwrap_or(b.ops);
+    b.blocks = a.blocks.unwrap_or(b.blocks);
+    b.block_size = a.block_size.unwrap_or(b.block_size);
+    b.height = a.height.unwrap_or(b.height);
+    b.half_slots = a.half_slots.or(b.half_slots);
+    b.seed = a.seed;
+    b.progress = !a.quiet;
+    if b.ops == 0 {
+        bail!("--ops must be at least 1");
+    }
+    let report = onion::run(&b).await?;
+    print!("{}", onion::render(&report));
+    save_json(a.json.as_deref(), &report)
+}
+
+#[cfg(not(feature = "onion"))]
+async fn bench_onion(_: OnionArgs) -> Result<()> {
+    bail!(
+        "this blindfold was built without Onion ORAM; rebuild with \
+         `cargo build --release -p blindfold --features onion` (needs libgmp-dev)"
+    )
+}
+
 async fn bench_concurrency(args: ConcurrencyArgs) -> Result<()> {
     use blindfold_bench::concurrency::{self, ConcurrencyBench};
     let mut bench = if args.quick { ConcurrencyBench::quick() } else { Default::default() };
@@ -1852,6 +1924,10 @@ fn main() -> Result<()> {
             rt.block_on(report(a))
         }
         Command::Bench(BenchCommand::Schemes(a)) => bench_schemes(a),
+        Command::Bench(BenchCommand::Onion(a)) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(bench_onion(a))
+        }
         Command::Bench(BenchCommand::Path(a)) => {
             // One core: the engine is sequential, and the figures are quoted per core.
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
