@@ -13,15 +13,24 @@
 //! - big integers are GMP's, through `rug`; `(1+n)^m` is a short binomial sum, never a power;
 //! - the key holder decrypts and encrypts modulo `p^(s+1)` and `q^(s+1)` and joins by CRT, with
 //!   the decryption exponent `p - 1` (Damgård–Jurik's digit-by-digit logarithm, base `1 + p`);
+//! - the client's batch encryption ([`SecretKey::encrypt_many`], what Onion ORAM calls for its
+//!   selectors) uses Damgård–Jurik–Nielsen's fixed base: `(1+n)^m · h_s^α` with a 256-bit `α`
+//!   and a per-layer table of powers of `h_s`, tens of multiplications instead of a power;
+//! - the server's select `Π c_i^(v_i)` is one Straus multi-exponentiation (shared squarings), and
+//!   `select_blocks` reuses each base's window table across the chunk columns;
 //! - batches (`encrypt_many`, `decrypt_many`, `select_blocks`) spread over all cores;
 //! - every value from outside is checked: keys, ciphertext lengths, ranges and invertibility.
 //!
 //! # Security
 //! Semantic security rests on the decisional composite residuosity assumption for `n`; use at
-//! least 2048-bit moduli for new data (the reference paper measured 1024 bits). Encryption is
+//! least 2048-bit moduli for new data (the reference paper measured 1024 bits). The fixed-base
+//! encryption of [`SecretKey::encrypt_many`] adds a short-exponent assumption (stated in
+//! `docs/design.md`); [`SecretKey::encrypt`], [`SecretKey::encrypt_many_uniform`] and public-key
+//! encryption draw `r` uniformly and need DCR alone. Encryption is
 //! randomized; reusing randomness through `encrypt_with_randomness` links ciphertexts. Timing:
 //! decryption uses GMP's side-channel-silent power for its secret exponent, but the rest of GMP
-//! is variable-time, and side channels on the gateway host are out of scope (SECURITY.md).
+//! is variable-time, and so is the fixed-base encryption's table lookup (indexed by the digits of
+//! the secret exponent `α`), and side channels on the gateway host are out of scope (SECURITY.md).
 //! Secret numbers are overwritten when a [`SecretKey`] is dropped; copies GMP leaves in its
 //! scratch memory while computing are not, which the safe `rug` API cannot reach.
 //!
@@ -43,6 +52,7 @@
 mod ciphertext;
 mod error;
 mod math;
+mod multiexp;
 mod parallel;
 mod public;
 mod secret;

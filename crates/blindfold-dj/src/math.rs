@@ -103,6 +103,11 @@ pub(crate) fn one_plus_pow(pow: &[Integer], s: u32, x: &Integer) -> Integer {
     let modulus = &pow[s as usize + 1];
     let mut acc = Integer::from(1);
     for k in 1..=s {
+        // C(x, k) = 0 for k > x, and then for every larger k: a small x (a selector bit) stops
+        // here instead of inverting k! modulo a large power of b.
+        if *x < k {
+            break;
+        }
         // C(x, k) b^k only matters modulo b^(s+1), so C(x, k) modulo b^(s+1-k) suffices.
         let c = binomial_mod(x, k, &pow[(s + 1 - k) as usize]);
         acc += c * &pow[k as usize];
@@ -150,6 +155,19 @@ pub(crate) fn byte_len(bound: &Integer) -> usize {
     Integer::from(bound - 1u32).significant_digits::<u8>().max(1)
 }
 
+/// A uniform integer in `[0, 2^bits)`.
+pub(crate) fn random_bits<R: RngCore + CryptoRng + ?Sized>(rng: &mut R, bits: u32) -> Integer {
+    let len = bits.div_ceil(8) as usize;
+    let mut buf = vec![0u8; len];
+    rng.fill_bytes(&mut buf);
+    if len > 0 {
+        buf[0] &= 0xff >> (len as u32 * 8 - bits);
+    }
+    let x = Integer::from_digits(&buf, Order::Msf);
+    buf.fill(0);
+    x
+}
+
 /// Overwrites the whole allocation of a secret integer before it is freed (best effort: GMP's
 /// scratch space during arithmetic is not covered, see the crate docs). Assigning a value of as
 /// many limbs as the allocation holds makes GMP copy over every limb in place.
@@ -183,6 +201,29 @@ mod tests {
                 let back = one_plus_log(&pow, s, &direct).unwrap();
                 assert_eq!(back, Integer::from(&x % &pow[s as usize]), "s = {s}");
             }
+        }
+    }
+
+    #[test]
+    fn one_plus_pow_of_small_exponents() {
+        let b = Integer::from(1_000_003u32) * 1_000_033u32;
+        let pow = powers(&b, 8);
+        for s in 1..=7 {
+            for x in 0..=9u32 {
+                let direct =
+                    Integer::from(1u32 + &b).pow_mod(&Integer::from(x), &pow[s as usize + 1]);
+                assert_eq!(one_plus_pow(&pow, s, &Integer::from(x)), direct.unwrap(), "{x}, {s}");
+            }
+        }
+    }
+
+    #[test]
+    fn random_bits_stay_below_the_bound() {
+        let mut rng = ChaCha20Rng::seed_from_u64(8);
+        for bits in [1, 7, 8, 9, 256] {
+            let xs: Vec<Integer> = (0..50).map(|_| random_bits(&mut rng, bits)).collect();
+            assert!(xs.iter().all(|x| x.significant_bits() <= bits));
+            assert!(xs.iter().any(|x| x.significant_bits() == bits), "{bits}");
         }
     }
 

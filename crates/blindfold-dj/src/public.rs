@@ -9,10 +9,15 @@ use rug::Integer;
 use crate::ciphertext::Ciphertext;
 use crate::error::{DjError, Result};
 use crate::math;
+use crate::multiexp::{self, OddPowers};
 use crate::parallel::par_map;
 use crate::{MAX_LAYER, MAX_N_BITS, MIN_N_BITS};
 
 const PUBLIC_MAGIC: &[u8; 8] = b"BFDJPK01";
+
+/// The most memory the select's tables of odd powers may take, over all bases (each base's window
+/// narrows to fit its share): 32 MiB.
+const SELECT_TABLE_BUDGET: usize = 32 << 20;
 
 /// A Damgård–Jurik public key: the modulus `n` and its powers `n^0 ..= n^(MAX_LAYER + 1)`,
 /// computed once so that every layer's moduli are at hand.
@@ -323,6 +328,10 @@ impl PublicKey {
     /// a selector that encrypts a unit vector it encrypts exactly one of `values`, and the
     /// server cannot tell which. Every `values_i` must lie in `[0, n^s)`; it is typically a
     /// ciphertext of layer `s - 1` (that is how each select adds an onion layer).
+    ///
+    /// Computed by Straus's simultaneous exponentiation: the squarings are shared by all the
+    /// terms (about `|v|` in all instead of `|v|` per term) and a zero `values_i` costs nothing.
+    /// The result is the same integer as the product of separate powers.
     pub fn select(&self, selector: &[Ciphertext], values: &[Integer]) -> Result<Ciphertext> {
         if selector.len() != values.len() || selector.is_empty() {
             return Err(DjError::Shape {
@@ -332,25 +341,45 @@ impl PublicKey {
             });
         }
         let layer = selector[0].layer;
+        self.check_select_column(selector, |i| &values[i])?;
         let modulus = &self.pow[layer as usize + 1];
-        let mut acc = Integer::from(1);
-        for (c, v) in selector.iter().zip(values) {
+        let entry = multiexp::entry_bytes(modulus);
+        let tables: Vec<Option<OddPowers>> = selector
+            .iter()
+            .zip(values)
+            .map(|(c, v)| {
+                (*v != 0).then(|| {
+                    let width =
+                        OddPowers::width_for(v.significant_bits(), 1, entry, SELECT_TABLE_BUDGET);
+                    OddPowers::new(&c.value, width, modulus)
+                })
+            })
+            .collect();
+        let terms: Vec<(Option<&OddPowers>, &Integer)> =
+            tables.iter().map(Option::as_ref).zip(values).collect();
+        Ok(Ciphertext { layer, value: multiexp::multi_pow(&terms, modulus) })
+    }
+
+    /// The checks of [`select`](Self::select), in its order: for each term, the selector's layer
+    /// and then the value's range.
+    fn check_select_column<'a>(
+        &self,
+        selector: &[Ciphertext],
+        value: impl Fn(usize) -> &'a Integer,
+    ) -> Result<()> {
+        let layer = selector[0].layer;
+        for (i, c) in selector.iter().enumerate() {
             Self::same_layer(&selector[0], c)?;
-            self.check_plaintext(v, layer)?;
-            if *v == 0 {
-                continue;
-            }
-            let term =
-                c.value.pow_mod_ref(v, modulus).map(Integer::from).expect("non-negative exponent");
-            acc *= term;
-            acc %= modulus;
+            self.check_plaintext(value(i), layer)?;
         }
-        Ok(Ciphertext { layer, value: acc })
+        Ok(())
     }
 
     /// [`select`](Self::select) over whole blocks, chunk by chunk: `blocks[i][j]` is chunk `j` of
     /// block `i`, all blocks have as many chunks, and the result's chunk `j` selects among the
-    /// blocks' chunks `j`. The chunks are computed on all cores.
+    /// blocks' chunks `j`. Each selector ciphertext's table of odd powers is built once (on all
+    /// cores) and serves every chunk column; the columns are then computed on all cores. Errors
+    /// are those `select` would give for the first failing column.
     pub fn select_blocks(
         &self,
         selector: &[Ciphertext],
@@ -371,9 +400,26 @@ impl PublicKey {
                 right: bad.len(),
             });
         }
-        let columns: Vec<Vec<Integer>> =
-            (0..chunks).map(|j| blocks.iter().map(|b| b[j].clone()).collect()).collect();
-        par_map(&columns, |column| self.select(selector, column)).into_iter().collect()
+        (0..chunks).try_for_each(|j| self.check_select_column(selector, |i| &blocks[i][j]))?;
+        let layer = selector[0].layer;
+        let modulus = &self.pow[layer as usize + 1];
+        let entry = multiexp::entry_bytes(modulus);
+        let budget = SELECT_TABLE_BUDGET / selector.len();
+        let bases: Vec<usize> = (0..selector.len()).collect();
+        // A base whose every value is zero gets no table: it costs nothing.
+        let tables: Vec<Option<OddPowers>> = par_map(&bases, |&i| {
+            let bits = blocks[i].iter().map(Integer::significant_bits).max().unwrap_or(0);
+            (bits > 0).then(|| {
+                let width = OddPowers::width_for(bits, chunks, entry, budget);
+                OddPowers::new(&selector[i].value, width, modulus)
+            })
+        });
+        let columns: Vec<usize> = (0..chunks).collect();
+        Ok(par_map(&columns, |&j| {
+            let terms: Vec<(Option<&OddPowers>, &Integer)> =
+                tables.iter().map(Option::as_ref).zip(blocks.iter().map(|b| &b[j])).collect();
+            Ciphertext { layer, value: multiexp::multi_pow(&terms, modulus) }
+        }))
     }
 }
 

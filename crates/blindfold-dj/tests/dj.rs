@@ -186,9 +186,132 @@ fn batches_match_one_at_a_time() {
     let ms: Vec<Integer> = (0..9u64).map(|i| int(i * 7919)).collect();
     let many = pk.encrypt_many(&ms, 2, &mut rng(8)).unwrap();
     assert_eq!(sk.decrypt_many(&many), ms);
-    let many_sk = sk.encrypt_many(&ms, 2, &mut rng(8)).unwrap();
+    let many_sk = sk.encrypt_many_uniform(&ms, 2, &mut rng(8)).unwrap();
     // Same seed, same randomness drawn in the same order: the very same ciphertexts.
     assert_eq!(many, many_sk);
+    // The fixed-base batch: same plaintexts, other ciphertexts, and reproducible for a seed
+    // once the key's base is drawn.
+    let fast = sk.encrypt_many(&ms, 2, &mut rng(8)).unwrap();
+    assert_eq!(sk.decrypt_many(&fast), ms);
+    assert_ne!(fast, many);
+    assert_eq!(
+        sk.encrypt_many(&ms, 2, &mut rng(9)).unwrap(),
+        sk.encrypt_many(&ms, 2, &mut rng(9)).unwrap()
+    );
+}
+
+/// Onion ORAM's selector bits at every layer it uses, through the fixed-base path, batched and
+/// alone, decrypt to the bits; ciphertexts of equal bits differ.
+#[test]
+fn fixed_base_selectors_decrypt_at_every_layer() {
+    let sk = key();
+    let mut rng = rng(21);
+    for s in [1, 2, 3, 6, 11, MAX_LAYER] {
+        let bits: Vec<Integer> = (0..5u64).map(|i| int(u64::from(i == 2))).collect();
+        let cs = sk.encrypt_many(&bits, s, &mut rng).unwrap();
+        assert!(cs.iter().all(|c| c.layer() == s));
+        assert_eq!(sk.decrypt_many(&cs), bits, "layer {s}");
+        assert_ne!(cs[0], cs[1]);
+        let one = sk.encrypt_fixed_base(&int(1), s, &mut rng).unwrap();
+        assert_eq!(sk.decrypt(&one), 1);
+    }
+    let bound = sk.public().plaintext_bound(1).unwrap().clone();
+    assert!(matches!(
+        sk.encrypt_many(&[bound], 1, &mut rng),
+        Err(DjError::PlaintextRange { layer: 1 })
+    ));
+    assert!(matches!(sk.encrypt_many(&[int(0)], 0, &mut rng), Err(DjError::Layer { .. })));
+}
+
+/// The fixed-base tables are built once and shared: many threads encrypting at once at fresh
+/// layers all get correct ciphertexts.
+#[test]
+fn fixed_base_tables_are_shared_between_threads() {
+    let sk = SecretKey::generate(256, &mut rng(22)).unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            let sk = &sk;
+            scope.spawn(move || {
+                let mut rng = rng(100 + t);
+                for s in 1..=4 {
+                    let c = sk.encrypt_fixed_base(&int(t), s, &mut rng).unwrap();
+                    assert_eq!(sk.decrypt(&c), t);
+                }
+            });
+        }
+    });
+}
+
+/// The reference select: one `pow_mod` per non-zero term, as the crate computed it before the
+/// multi-exponentiation.
+fn naive_select(pk: &PublicKey, selector: &[Ciphertext], values: &[Integer]) -> Integer {
+    let modulus = pk.ciphertext_modulus(selector[0].layer()).unwrap();
+    let mut acc = Integer::from(1);
+    for (c, v) in selector.iter().zip(values) {
+        if *v != 0 {
+            acc *= c.value().clone().pow_mod(v, modulus).unwrap();
+            acc %= modulus;
+        }
+    }
+    acc
+}
+
+/// Straus's select gives exactly the naive product, on random full-size and short values with
+/// zeros and ones among them, at several layers, alone and over blocks.
+#[test]
+fn select_is_the_product_of_powers() {
+    let sk = key();
+    let pk = sk.public();
+    let mut rng = rng(23);
+    for s in [1, 2, 3, 5] {
+        let z = 6;
+        let selector: Vec<Ciphertext> =
+            (0..z).map(|i| pk.encrypt(&int(i as u64 % 2), s, &mut rng).unwrap()).collect();
+        let len = pk.plaintext_chunk_len(s).unwrap();
+        let mut blocks: Vec<Vec<Integer>> = (0..z)
+            .map(|_| {
+                (0..4)
+                    .map(|_| {
+                        let mut bytes = vec![0u8; len];
+                        rand::RngCore::fill_bytes(&mut rng, &mut bytes);
+                        pk.plaintext_from_bytes(s, &bytes).unwrap()
+                    })
+                    .collect()
+            })
+            .collect();
+        blocks[1][0] = int(0);
+        blocks[2][1] = int(1);
+        blocks[3][2] = int(0xffff);
+        blocks[4][3] = top(pk, s);
+        blocks[5] = vec![int(0); 4]; // a block that is all zeros: no table at all
+        let out = pk.select_blocks(&selector, &blocks).unwrap();
+        for (j, got) in out.iter().enumerate() {
+            let column: Vec<Integer> = blocks.iter().map(|b| b[j].clone()).collect();
+            let want = naive_select(pk, &selector, &column);
+            assert_eq!(*got.value(), want, "layer {s}, column {j}");
+            assert_eq!(*pk.select(&selector, &column).unwrap().value(), want);
+            assert_eq!(got.layer(), s);
+        }
+        let zeros = vec![int(0); z];
+        assert_eq!(*pk.select(&selector, &zeros).unwrap().value(), 1);
+    }
+}
+
+/// `select_blocks` reports the error `select` gives for the first failing column.
+#[test]
+fn select_blocks_errors_are_select_errors() {
+    let sk = key();
+    let pk = sk.public();
+    let mut rng = rng(24);
+    let c1 = pk.encrypt(&int(1), 1, &mut rng).unwrap();
+    let c2 = pk.encrypt(&int(0), 2, &mut rng).unwrap();
+    let bound = pk.plaintext_bound(1).unwrap().clone();
+    let blocks = vec![vec![int(1), bound.clone()], vec![int(1), int(2)]];
+    let got = pk.select_blocks(&[c1.clone(), c1.clone()], &blocks).unwrap_err();
+    let want = pk.select(&[c1.clone(), c1.clone()], &[bound.clone(), int(2)]).unwrap_err();
+    assert_eq!(got, want);
+    let got = pk.select_blocks(&[c1.clone(), c2.clone()], &blocks).unwrap_err();
+    assert_eq!(got, DjError::LayerMismatch { left: 1, right: 2 });
 }
 
 #[test]

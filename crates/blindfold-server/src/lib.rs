@@ -2,10 +2,12 @@
 //!
 //! It serves the named cell arrays of one backing store (`memory:` or `file:///dir`) over TCP
 //! with the protocol of [`blindfold_store::remote::protocol`], and offers the server-side
-//! computations of the store layer: today [`XorStore::read_xor`], tomorrow Onion ORAM's
-//! homomorphic select and the TEE design's trusted component, each one more operation code
-//! dispatched to one more capability trait. A gateway reaches it with
-//! `remote://host:port?key_file=/path`.
+//! computations of the store layer: [`XorStore::read_xor`] and, with the feature `select`
+//! (which links GMP), Onion ORAM's homomorphic select (`SelectStore`: `read_select`,
+//! `read_select_combined`, `write_select`); each is an operation code dispatched to a
+//! capability trait, and the TEE design's trusted component will be one more. A build without
+//! `select` answers the select operations with [`StoreError::Unsupported`]. A gateway reaches
+//! it with `remote://host:port?key_file=/path`.
 //!
 //! Each connection starts with the protocol's handshake, in which the client proves it holds
 //! the server's pre-shared [`AuthKey`] (and the server proves it back); a peer without it gets
@@ -34,7 +36,8 @@
 //! one is skipped without being buffered and answered with an error), counts against the
 //! frame, the answer a read will need against `max_frame` as well, the bytes a connection
 //! holds in requests and answers against [`Limits::connection_buffer`] (further requests wait
-//! to be read), an array's shape against [`Limits::max_array_bytes`], the arrays of a
+//! to be read; for a select, also the data it reads and the numbers it computes with, roughly),
+//! an array's shape against [`Limits::max_array_bytes`], the arrays of a
 //! `memory:` store together against [`Limits::max_memory_bytes`], the number of arrays against
 //! [`Limits::max_arrays`] and of connections against [`Limits::max_connections`] (more are
 //! closed at once). So the server's memory stays below roughly `max_memory_bytes +
@@ -54,13 +57,30 @@ use std::sync::Arc;
 
 use blindfold_store::remote::protocol::{self, Encoder, Request};
 use blindfold_store::remote::AuthKey;
-use blindfold_store::{open_xor_store, ByteRange, Geometry, StoreError, StoreUrl, XorStore};
+use blindfold_store::{ByteRange, Geometry, StoreError, StoreUrl};
 use tokio::io::{sink, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit, Semaphore};
 
 /// Requests served at once on one connection; further ones wait to be read.
 pub const MAX_IN_FLIGHT: usize = 64;
+
+/// The store behind each array: every computation this build serves.
+#[cfg(feature = "select")]
+type Backing = dyn blindfold_store::ComputeStore;
+#[cfg(not(feature = "select"))]
+type Backing = dyn blindfold_store::XorStore;
+
+async fn open_backing(
+    url: &StoreUrl,
+    name: &str,
+    geometry: Geometry,
+) -> Result<Arc<Backing>, StoreError> {
+    #[cfg(feature = "select")]
+    return blindfold_store::open_compute_store(url, name, geometry).await;
+    #[cfg(not(feature = "select"))]
+    return blindfold_store::open_xor_store(url, name, geometry).await;
+}
 
 const MIB: usize = 1 << 20;
 
@@ -159,7 +179,7 @@ impl ServerConfig {
 #[derive(Debug)]
 struct Arrays {
     url: StoreUrl,
-    open: Mutex<HashMap<String, Arc<dyn XorStore>>>,
+    open: Mutex<HashMap<String, Arc<Backing>>>,
     /// Bytes of `memory:` arrays opened so far (by shape).
     memory: Mutex<u64>,
 }
@@ -171,7 +191,7 @@ impl Arrays {
         cells: u64,
         size: u32,
         limits: &Limits,
-    ) -> Result<Arc<dyn XorStore>, StoreError> {
+    ) -> Result<Arc<Backing>, StoreError> {
         let geometry = Geometry::new(cells, size)?;
         let mut open = self.open.lock().await;
         if let Some(store) = open.get(name) {
@@ -210,7 +230,7 @@ impl Arrays {
                 limits.max_memory_bytes, *memory
             )));
         }
-        let store = open_xor_store(&self.url, name, geometry).await?;
+        let store = open_backing(&self.url, name, geometry).await?;
         if in_memory {
             *memory += bytes;
         }
@@ -389,7 +409,7 @@ async fn serve_connection(
     });
     let budget = Arc::new(Semaphore::new(limits.connection_buffer));
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    let mut handles: Vec<Arc<dyn XorStore>> = Vec::new();
+    let mut handles: Vec<Arc<Backing>> = Vec::new();
     let mut by_name: HashMap<String, u32> = HashMap::new();
     let result = loop {
         let len = match rd.read_u32_le().await {
@@ -429,8 +449,7 @@ async fn serve_connection(
         if let Err(e) = rd.read_exact(&mut body).await {
             break Err(e);
         }
-        let request = Request::decode(op, &body);
-        drop(body);
+        let request = decode(op, body).await;
         let request = match request {
             Ok(r) => r,
             Err(e) => {
@@ -460,12 +479,12 @@ async fn serve_connection(
             }
             continue;
         }
-        let store = match handle_of(&request).and_then(|h| handles.get(h as usize)) {
+        let store = match request.handle().and_then(|h| handles.get(h as usize)) {
             Some(s) => Arc::clone(s),
             None => {
                 let err = StoreError::InvalidRequest(format!(
                     "no array with handle {:?} on this connection",
-                    handle_of(&request)
+                    request.handle()
                 ));
                 if tx.send(reply(Err(err))).await.is_err() {
                     break Ok(());
@@ -475,13 +494,16 @@ async fn serve_connection(
         };
         // The memory the answer will take, checked and reserved before the request runs.
         let needed = match answer_bytes(&request, store.geometry()) {
-            Some(n) if n <= limits.max_frame - protocol::FRAME_HEAD => n,
-            _ => {
-                let err = StoreError::InvalidRequest(format!(
-                    "the answer would be larger than this server's {}-byte frames \
-                     (--max-frame-mib); split the batch",
-                    limits.max_frame
-                ));
+            Ok(Some(n)) if n <= limits.max_frame - protocol::FRAME_HEAD => n,
+            other => {
+                let err = other.err().unwrap_or_else(|| {
+                    StoreError::InvalidRequest(format!(
+                        "the answer would be larger than this server's {}-byte frames \
+                         (--max-frame-mib; for XOR and select, with the data it is computed \
+                         from); split the batch",
+                        limits.max_frame
+                    ))
+                });
                 if tx.send(reply(Err(err))).await.is_err() {
                     break Ok(());
                 }
@@ -505,35 +527,103 @@ async fn serve_connection(
     result
 }
 
-fn handle_of(request: &Request) -> Option<u32> {
-    match request {
-        Request::Open { .. } => None,
-        Request::Read { handle, .. }
-        | Request::ReadRanges { handle, .. }
-        | Request::ReadXor { handle, .. }
-        | Request::Write { handle, .. }
-        | Request::Flush { handle } => Some(*handle),
+/// Decodes a request body. Select requests carry a public key, whose checks (a primality test)
+/// and powers cost milliseconds for large keys: they are decoded off the async executor, so the
+/// connection's reader never stalls the server's other connections.
+async fn decode(op: u8, body: Vec<u8>) -> Result<Request, StoreError> {
+    use protocol::op;
+    if ![op::READ_SELECT, op::READ_SELECT_COMBINED, op::WRITE_SELECT].contains(&op) {
+        return Request::decode(op, &body);
+    }
+    match tokio::task::spawn_blocking(move || Request::decode(op, &body)).await {
+        Ok(decoded) => decoded,
+        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        Err(join) => Err(StoreError::InvalidRequest(format!("decoding cancelled: {join}"))),
     }
 }
 
-/// Bytes a request's answer (and, for XOR, its working buffers) will take; `None` if more
-/// than a `usize` holds.
-fn answer_bytes(request: &Request, geometry: Geometry) -> Option<usize> {
+/// Bytes a request's answer (and, for XOR and select, the data it is computed from) will take;
+/// `Ok(None)` if more than a `usize` holds, an error for a request this server does not serve
+/// (or, for a select, one that fails its checks).
+fn answer_bytes(request: &Request, geometry: Geometry) -> Result<Option<usize>, StoreError> {
     let ranges_total = |ranges: &[ByteRange]| {
         ranges.iter().try_fold(0usize, |acc, r| acc.checked_add(r.len as usize))
     };
-    match request {
+    Ok(match request {
         Request::Read { cells, .. } => cells.len().checked_mul(geometry.cell_size() as usize),
         Request::ReadRanges { ranges, .. } => ranges_total(ranges),
         // Backends XOR by reading every range first.
-        Request::ReadXor { ranges, .. } => {
-            ranges_total(ranges)?.checked_add(ranges.first().map_or(0, |r| r.len as usize))
-        }
+        Request::ReadXor { ranges, .. } => ranges_total(ranges)
+            .and_then(|t| t.checked_add(ranges.first().map_or(0, |r| r.len as usize))),
         Request::Open { .. } | Request::Write { .. } | Request::Flush { .. } => Some(0),
-    }
+        #[cfg(feature = "select")]
+        Request::ReadSelect { .. }
+        | Request::ReadSelectCombined { .. }
+        | Request::WriteSelect { .. } => select_bytes(request, geometry)?,
+        _ => {
+            return Err(StoreError::Unsupported(format!(
+                "operation {} on this storage server (built without the `select` feature)",
+                request.op()
+            )))
+        }
+    })
 }
 
-async fn run(request: Request, store: &dyn XorStore) -> Result<Vec<u8>, StoreError> {
+/// The numbers of a select's public key: `n^0 ..= n^33`, about 561 times the bytes of `n`.
+#[cfg(feature = "select")]
+fn key_bytes(request: &blindfold_store::SelectRequest) -> usize {
+    (request.public_key.n_bits() as usize).div_ceil(8) * 561
+}
+
+/// Working memory of one select, roughly: its ranges as read, the same again as numbers (and
+/// their per-chunk columns), and its answer.
+#[cfg(feature = "select")]
+fn one_select(request: &blindfold_store::SelectRequest, answer: usize) -> Option<usize> {
+    let read = request.ranges.iter().try_fold(0usize, |acc, r| acc.checked_add(r.len as usize))?;
+    read.checked_mul(3)?.checked_add(answer)
+}
+
+/// What a select request will hold while it runs; checks it against the array first, so a bad
+/// one is refused before anything is reserved.
+#[cfg(feature = "select")]
+fn select_bytes(request: &Request, geometry: Geometry) -> Result<Option<usize>, StoreError> {
+    use blindfold_store::{check_select_writes, combined_answer_len, select_answer_len};
+    Ok(match request {
+        Request::ReadSelect { request, .. } => {
+            let answer = select_answer_len(&geometry, request)?;
+            one_select(request, answer).and_then(|n| n.checked_add(key_bytes(request)))
+        }
+        Request::ReadSelectCombined { request, .. } => {
+            let answer = combined_answer_len(&geometry, request)?;
+            // Every group is read and answered before the outer select runs over the answers,
+            // each padded to about the outer answer's length.
+            let mut total = Some(key_bytes(&request.groups[0]));
+            for g in &request.groups {
+                let inner = select_answer_len(&geometry, g)?;
+                total = total
+                    .and_then(|t| t.checked_add(one_select(g, inner)?))
+                    .and_then(|t| t.checked_add(answer));
+            }
+            total.and_then(|t| t.checked_add(answer))
+        }
+        Request::WriteSelect { writes, .. } => {
+            check_select_writes(&geometry, writes)?;
+            // One select at a time, its answer a cell; nothing comes back.
+            let cell = geometry.cell_size() as usize;
+            let mut most = Some(0usize);
+            for w in writes {
+                most = most.zip(one_select(&w.request, cell)).map(|(a, b)| a.max(b));
+            }
+            match writes.first() {
+                None => Some(0),
+                Some(w) => most.and_then(|m| m.checked_add(key_bytes(&w.request))),
+            }
+        }
+        _ => Some(0),
+    })
+}
+
+async fn run(request: Request, store: &Backing) -> Result<Vec<u8>, StoreError> {
     match request {
         Request::Read { cells, .. } => Ok(store.read(&cells).await?.concat()),
         Request::ReadRanges { ranges, .. } => Ok(store.read_ranges(&ranges).await?.concat()),
@@ -546,8 +636,21 @@ async fn run(request: Request, store: &dyn XorStore) -> Result<Vec<u8>, StoreErr
             store.flush().await?;
             Ok(Vec::new())
         }
+        #[cfg(feature = "select")]
+        Request::ReadSelect { request, .. } => store.read_select(&request).await,
+        #[cfg(feature = "select")]
+        Request::ReadSelectCombined { request, .. } => store.read_select_combined(&request).await,
+        #[cfg(feature = "select")]
+        Request::WriteSelect { writes, .. } => {
+            store.write_select(&writes).await?;
+            Ok(Vec::new())
+        }
         Request::Open { .. } => {
             Err(StoreError::InvalidRequest("open is answered by the reader".into()))
         }
+        other => Err(StoreError::Unsupported(format!(
+            "operation {} on this storage server (built without the `select` feature)",
+            other.op()
+        ))),
     }
 }

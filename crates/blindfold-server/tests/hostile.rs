@@ -313,3 +313,56 @@ async fn limits_that_cannot_work_together_are_refused() {
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
     }
 }
+
+/// Select requests the client would never send (it checks them first), sent raw: a selector
+/// shorter than its ranges, a body of noise, a count of groups no frame holds, a key longer
+/// than any real one. Each is answered with an error; then a good one is served.
+#[cfg(feature = "select")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_select_requests_are_answered_with_errors() {
+    use blindfold_store::remote::protocol::Request;
+    use blindfold_testkit::select;
+
+    let (addr, task) = start(StoreUrl::Memory, Limits::default()).await;
+    let (mut s, _) = connect(&addr).await;
+    let g = select::geometry();
+    let mut open = Encoder::default();
+    open.u64(g.cell_count()).u32(g.cell_size()).u16(1).bytes(b"s");
+    let (status, body) = request(&mut s, 1, op::OPEN, &open).await;
+    assert_eq!(status, 0);
+    let handle = u32::from_le_bytes(body[..4].try_into().unwrap());
+
+    let body_of = |req: Request| {
+        let frame = req.frame(0, protocol::MAX_FRAME).unwrap();
+        Encoder(frame[13..].to_vec())
+    };
+    let mut short = select::sample_request(0);
+    short.selector.pop();
+    let req = Request::ReadSelect { handle, request: short };
+    let err = error_of_request(&mut s, 2, op::READ_SELECT, &body_of(req)).await;
+    assert!(matches!(err, StoreError::InvalidRequest(_)), "{err:?}");
+
+    let mut noise = Encoder::default();
+    noise.u32(handle).bytes(&[0x5a; 300]);
+    for (id, op) in [(3, op::READ_SELECT), (4, op::READ_SELECT_COMBINED), (5, op::WRITE_SELECT)] {
+        let err = error_of_request(&mut s, id, op, &noise).await;
+        assert!(matches!(err, StoreError::InvalidRequest(_)), "op {op}: {err:?}");
+    }
+    let key = select::sample_request(0).public_key.to_bytes();
+    let mut groups = Encoder::default();
+    groups.u32(handle).u32(u32::MAX).u32(key.len() as u32).bytes(&key).u32(1);
+    let err = error_of_request(&mut s, 6, op::READ_SELECT_COMBINED, &groups).await;
+    assert!(err.to_string().contains("does not fit"), "{err}");
+    let mut long_key = Encoder::default();
+    long_key.u32(handle).u32(1 << 20).bytes(&[1; 64]);
+    let err = error_of_request(&mut s, 7, op::READ_SELECT, &long_key).await;
+    assert!(matches!(err, StoreError::InvalidRequest(_)), "{err:?}");
+
+    // A good select on the same connection: one answer of two layer-1 ciphertexts.
+    let good = Request::ReadSelect { handle, request: select::sample_request(1) };
+    let (status, body) = request(&mut s, 8, op::READ_SELECT, &body_of(good)).await;
+    assert_eq!((status, body.len()), (0, 128));
+    drop(s);
+    still_serves(&addr, "b").await;
+    task.abort();
+}

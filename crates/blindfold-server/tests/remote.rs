@@ -54,6 +54,35 @@ async fn conformance_over_memory() {
     task.abort();
 }
 
+/// The select capability over the wire: the conformance check against a server on memory and
+/// one on files (opened by URL), and the counting wrapper in front of a remote store.
+#[cfg(feature = "select")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn select_conformance_over_memory_and_files() {
+    use blindfold_store::{open_select_store, CountingStore, SelectStore};
+    use blindfold_testkit::select::{self, run_select};
+
+    let (addr, task) = server(StoreUrl::Memory).await;
+    let store = RemoteStore::open(&addr, Some(key()), "sel", select::geometry()).await.unwrap();
+    let counted = CountingStore::new(store);
+    run_select(&counted).await;
+    let c = counted.counts();
+    assert!(c.select_requests > 0 && c.select_bytes_read > 0, "{c:?}");
+    // The server's answer is exactly one slot's worth of ciphertexts.
+    let answer = counted.read_select(&select::sample_request(2)).await.unwrap();
+    assert_eq!(answer.len(), 128);
+    task.abort();
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
+    let (addr, task) = server(url).await;
+    let remote = remote_url(&addr, dir.path());
+    let store = open_select_store(&remote, "sel", select::geometry()).await.unwrap();
+    run_select(&*store).await;
+    assert!(dir.path().join("sel.cells").exists());
+    task.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_over_files() {
     let dir = tempfile::tempdir().unwrap();

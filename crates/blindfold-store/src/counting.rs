@@ -45,19 +45,43 @@ pub struct Counts {
     /// per call).
     #[serde(default)]
     pub xor_bytes_read: u64,
+    /// Calls to `SelectStore::read_select` (feature
+    /// `select`).
+    #[serde(default)]
+    pub select_requests: u64,
+    /// Calls to `SelectStore::read_select_combined`.
+    #[serde(default)]
+    pub select_combined_requests: u64,
+    /// Calls to `SelectStore::write_select`.
+    #[serde(default)]
+    pub select_write_requests: u64,
+    /// Bytes of the ranges the store reads on its side to answer selects of every kind (they
+    /// do not cross the link).
+    #[serde(default)]
+    pub select_bytes_scanned: u64,
+    /// Selector ciphertext bytes sent with selects of every kind (inner and outer selectors;
+    /// the public key and the addresses are not counted).
+    #[serde(default)]
+    pub select_bytes_sent: u64,
+    /// Bytes returned by `read_select` and `read_select_combined`.
+    #[serde(default)]
+    pub select_bytes_read: u64,
+    /// Cells written by the store with the answers of `write_select`.
+    #[serde(default)]
+    pub select_cells_written: u64,
     /// Calls of any kind: each one is a round trip to the store.
     pub round_trips: u64,
 }
 
 impl Counts {
-    /// Bytes from the store to the caller (whole-cell, ranged and XOR reads).
+    /// Bytes from the store to the caller (whole-cell, ranged, XOR and select reads).
     pub fn bytes_down(&self) -> u64 {
-        self.bytes_read + self.range_bytes_read + self.xor_bytes_read
+        self.bytes_read + self.range_bytes_read + self.xor_bytes_read + self.select_bytes_read
     }
 
-    /// Bytes from the caller to the store (written cells).
+    /// Bytes from the caller to the store (written cells and select ciphertexts).
     pub fn bytes_up(&self) -> u64 {
-        self.bytes_written
+        self.bytes_written + self.select_bytes_sent
     }
 
     /// What happened between `earlier` and `self` (field by field, saturating at zero).
@@ -85,6 +109,13 @@ impl Counts {
             xor_requests: f(self.xor_requests, o.xor_requests),
             xor_ranges: f(self.xor_ranges, o.xor_ranges),
             xor_bytes_read: f(self.xor_bytes_read, o.xor_bytes_read),
+            select_requests: f(self.select_requests, o.select_requests),
+            select_combined_requests: f(self.select_combined_requests, o.select_combined_requests),
+            select_write_requests: f(self.select_write_requests, o.select_write_requests),
+            select_bytes_scanned: f(self.select_bytes_scanned, o.select_bytes_scanned),
+            select_bytes_sent: f(self.select_bytes_sent, o.select_bytes_sent),
+            select_bytes_read: f(self.select_bytes_read, o.select_bytes_read),
+            select_cells_written: f(self.select_cells_written, o.select_cells_written),
             round_trips: f(self.round_trips, o.round_trips),
         }
     }
@@ -105,7 +136,23 @@ struct Counters {
     xor_requests: AtomicU64,
     xor_ranges: AtomicU64,
     xor_bytes_read: AtomicU64,
+    select_requests: AtomicU64,
+    select_combined_requests: AtomicU64,
+    select_write_requests: AtomicU64,
+    select_bytes_scanned: AtomicU64,
+    select_bytes_sent: AtomicU64,
+    select_bytes_read: AtomicU64,
+    select_cells_written: AtomicU64,
     round_trips: AtomicU64,
+}
+
+/// The kind of a select request, for [`CountingStore::count_select`].
+#[cfg(feature = "select")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SelectKind {
+    Read,
+    Combined,
+    Write,
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -154,6 +201,13 @@ impl<S: Store> CountingStore<S> {
             xor_requests: get(&c.xor_requests),
             xor_ranges: get(&c.xor_ranges),
             xor_bytes_read: get(&c.xor_bytes_read),
+            select_requests: get(&c.select_requests),
+            select_combined_requests: get(&c.select_combined_requests),
+            select_write_requests: get(&c.select_write_requests),
+            select_bytes_scanned: get(&c.select_bytes_scanned),
+            select_bytes_sent: get(&c.select_bytes_sent),
+            select_bytes_read: get(&c.select_bytes_read),
+            select_cells_written: get(&c.select_cells_written),
             round_trips: get(&c.round_trips),
         }
     }
@@ -175,6 +229,13 @@ impl<S: Store> CountingStore<S> {
             &c.xor_requests,
             &c.xor_ranges,
             &c.xor_bytes_read,
+            &c.select_requests,
+            &c.select_combined_requests,
+            &c.select_write_requests,
+            &c.select_bytes_scanned,
+            &c.select_bytes_sent,
+            &c.select_bytes_read,
+            &c.select_cells_written,
             &c.round_trips,
         ] {
             counter.store(0, Ordering::Relaxed);
@@ -197,6 +258,31 @@ impl<S: Store> CountingStore<S> {
     /// Counts the bytes an XOR request returned.
     pub(crate) fn count_xor_bytes(&self, bytes: usize) {
         add(&self.counters.xor_bytes_read, bytes as u64);
+    }
+
+    /// Counts a select request as it is issued: its kind, the selector bytes it sends, the
+    /// range bytes the store will read, the cells it will write.
+    #[cfg(feature = "select")]
+    pub(crate) fn count_select(&self, kind: SelectKind, sent: u64, scanned: u64, cells: u64) {
+        let c = &self.counters;
+        add(&c.round_trips, 1);
+        add(
+            match kind {
+                SelectKind::Read => &c.select_requests,
+                SelectKind::Combined => &c.select_combined_requests,
+                SelectKind::Write => &c.select_write_requests,
+            },
+            1,
+        );
+        add(&c.select_bytes_sent, sent);
+        add(&c.select_bytes_scanned, scanned);
+        add(&c.select_cells_written, cells);
+    }
+
+    /// Counts the bytes a select read returned.
+    #[cfg(feature = "select")]
+    pub(crate) fn count_select_answer(&self, bytes: usize) {
+        add(&self.counters.select_bytes_read, bytes as u64);
     }
 }
 

@@ -137,6 +137,25 @@ impl<S: Store> FaultStore<S> {
         self.before(op, fate, call).await
     }
 
+    /// Runs a write-like call (for capability traits implemented elsewhere in this crate) with
+    /// the faults of [`Store::write`]: an error or a time-out instead of the call, or a lost
+    /// acknowledgement after it.
+    pub(crate) async fn around_write(
+        &self,
+        op: &str,
+        call: impl std::future::Future<Output = Result<()>>,
+    ) -> Result<()> {
+        let (fate, n) = self.draw(true);
+        self.before(op, fate, n).await?;
+        call.await?;
+        if fate == Fate::LostAck {
+            return Err(StoreError::Injected(format!(
+                "{op} applied but its acknowledgement was lost, call #{n}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Applies a fault that happens before the store is reached, if one was drawn.
     async fn before(&self, op: &str, fate: Fate, call: u64) -> Result<()> {
         match fate {
@@ -172,15 +191,7 @@ impl<S: Store> Store for FaultStore<S> {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
-        let (fate, call) = self.draw(true);
-        self.before("write", fate, call).await?;
-        self.inner.write(cells).await?;
-        if fate == Fate::LostAck {
-            return Err(StoreError::Injected(format!(
-                "write applied but its acknowledgement was lost, call #{call}"
-            )));
-        }
-        Ok(())
+        self.around_write("write", self.inner.write(cells)).await
     }
 
     async fn flush(&self) -> Result<()> {

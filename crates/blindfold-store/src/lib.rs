@@ -36,8 +36,8 @@
 //! backends able to compute implement. [`XorStore`] (XOR of byte ranges, for XOR Ring ORAM) is
 //! offered by memory, file and remote stores and passed through (counted, recorded, delayed) by
 //! the wrappers; [`open_xor_store`] opens one from a URL. [`SelectStore`] (Onion ORAM's
-//! homomorphic select over Damgård–Jurik ciphertexts; feature `select`) is offered by memory
-//! and file stores.
+//! homomorphic select over Damgård–Jurik ciphertexts; feature `select`, which links GMP) is
+//! offered and passed through the same way, and opened by `open_select_store`.
 //!
 //! ```
 //! use blindfold_store::{CellId, Geometry, MemoryStore, Store};
@@ -99,9 +99,10 @@ pub use remote::RemoteStore;
 pub use s3::{aws_builder, S3Credentials, S3Options, S3Store};
 #[cfg(feature = "select")]
 pub use select::{
-    check_combined, check_select, check_select_writes, combine_locally, combined_by_reading,
-    select_by_reading, select_locally, write_select_by_reading, CombinedSelect, SelectRequest,
-    SelectStore, SelectWrite,
+    check_combined, check_select, check_select_writes, combine_locally, combined_answer_len,
+    combined_by_reading, open_compute_store, open_select_store, select_answer_len,
+    select_by_reading, select_locally, write_select_by_reading, CombinedSelect, ComputeStore,
+    SelectRequest, SelectStore, SelectWrite,
 };
 pub use url::{open_store, remove_array, StoreUrl};
 pub use xor::{check_xor, open_xor_store, xor_buffers, xor_by_reading, xor_into, XorStore};

@@ -21,6 +21,16 @@ pub enum TraceOp {
     /// [`XorStore::read_xor`](crate::XorStore::read_xor): the store XORs the ranges and returns
     /// one range's worth of bytes.
     ReadXor,
+    /// `SelectStore::read_select` (feature `select`): the
+    /// store reads the ranges, selects among them under the encrypted selector and returns one
+    /// slot's worth of ciphertexts.
+    ReadSelect,
+    /// `SelectStore::read_select_combined`: one
+    /// select per group of ranges ([`TraceEvent::groups`]), combined by one more.
+    ReadSelectCombined,
+    /// `SelectStore::write_select`: selects whose answers
+    /// the store writes into [`TraceEvent::targets`] instead of returning them.
+    WriteSelect,
 }
 
 /// One request as the store (the adversary) sees it.
@@ -29,21 +39,43 @@ pub struct TraceEvent {
     /// What kind of request.
     pub op: TraceOp,
     /// The cells addressed, in request order (one per range for [`TraceOp::ReadRanges`],
-    /// empty for [`TraceOp::Flush`]).
+    /// [`TraceOp::ReadXor`] and the select operations, empty for [`TraceOp::Flush`]).
     pub cells: Vec<CellId>,
-    /// `(offset, len)` inside each cell of `cells`; only for [`TraceOp::ReadRanges`] and
-    /// [`TraceOp::ReadXor`], else empty.
+    /// `(offset, len)` inside each cell of `cells`; only for [`TraceOp::ReadRanges`],
+    /// [`TraceOp::ReadXor`] and the select operations, else empty.
     pub ranges: Vec<(u32, u32)>,
     /// Payload bytes the request moves: cell bytes requested by a read, range bytes requested
     /// by a ranged read, buffer bytes sent by a write, zero for a flush, the length of one range
-    /// (what comes back) for an XOR read.
+    /// (what comes back) for an XOR read; for the select operations, the selector ciphertext
+    /// bytes sent plus, for the two reads, the answer's bytes.
     pub bytes: u64,
     /// The buffers of a write, in order; only when recording
     /// [with payloads](RecordingStore::with_payloads), else empty.
     pub payloads: Vec<Vec<u8>>,
+    /// For [`TraceOp::ReadSelectCombined`] and [`TraceOp::WriteSelect`]: how many of `ranges`
+    /// each select reads, in order (they split `ranges` into groups, resp. writes); else empty.
+    #[serde(default)]
+    pub groups: Vec<u32>,
+    /// For [`TraceOp::WriteSelect`]: the cell each select's answer is written to; else empty.
+    #[serde(default)]
+    pub targets: Vec<CellId>,
 }
 
 impl TraceEvent {
+    /// An event of `op` over `cells` and `ranges` moving `bytes`, with no payloads, groups or
+    /// targets.
+    pub fn new(op: TraceOp, cells: Vec<CellId>, ranges: Vec<(u32, u32)>, bytes: u64) -> Self {
+        Self {
+            op,
+            cells,
+            ranges,
+            bytes,
+            payloads: Vec::new(),
+            groups: Vec::new(),
+            targets: Vec::new(),
+        }
+    }
+
     /// The event without addresses or contents: kind, number of cells (or ranges), bytes.
     pub fn shape(&self) -> (TraceOp, usize, u64) {
         (self.op, self.cells.len(), self.bytes)
@@ -97,15 +129,21 @@ impl<S: Store> RecordingStore<S> {
         self.trace.lock().push(event);
     }
 
+    /// Records a request of a capability trait (implemented elsewhere in this crate) as it is
+    /// issued.
+    #[cfg(feature = "select")]
+    pub(crate) fn record_event(&self, event: TraceEvent) {
+        self.record(event);
+    }
+
     /// Records an XOR request as it is issued.
     pub(crate) fn record_xor(&self, ranges: &[ByteRange]) {
-        self.record(TraceEvent {
-            op: TraceOp::ReadXor,
-            cells: ranges.iter().map(|r| r.cell).collect(),
-            ranges: ranges.iter().map(|r| (r.offset, r.len)).collect(),
-            bytes: ranges.first().map_or(0, |r| u64::from(r.len)),
-            payloads: Vec::new(),
-        });
+        self.record(TraceEvent::new(
+            TraceOp::ReadXor,
+            ranges.iter().map(|r| r.cell).collect(),
+            ranges.iter().map(|r| (r.offset, r.len)).collect(),
+            ranges.first().map_or(0, |r| u64::from(r.len)),
+        ));
     }
 }
 
@@ -117,24 +155,22 @@ impl<S: Store> Store for RecordingStore<S> {
 
     async fn read(&self, cells: &[CellId]) -> Result<Vec<Vec<u8>>> {
         let cell_size = u64::from(self.inner.geometry().cell_size());
-        self.record(TraceEvent {
-            op: TraceOp::Read,
-            cells: cells.to_vec(),
-            ranges: Vec::new(),
-            bytes: cells.len() as u64 * cell_size,
-            payloads: Vec::new(),
-        });
+        self.record(TraceEvent::new(
+            TraceOp::Read,
+            cells.to_vec(),
+            Vec::new(),
+            cells.len() as u64 * cell_size,
+        ));
         self.inner.read(cells).await
     }
 
     async fn read_ranges(&self, ranges: &[ByteRange]) -> Result<Vec<Vec<u8>>> {
-        self.record(TraceEvent {
-            op: TraceOp::ReadRanges,
-            cells: ranges.iter().map(|r| r.cell).collect(),
-            ranges: ranges.iter().map(|r| (r.offset, r.len)).collect(),
-            bytes: ranges.iter().map(|r| u64::from(r.len)).sum(),
-            payloads: Vec::new(),
-        });
+        self.record(TraceEvent::new(
+            TraceOp::ReadRanges,
+            ranges.iter().map(|r| r.cell).collect(),
+            ranges.iter().map(|r| (r.offset, r.len)).collect(),
+            ranges.iter().map(|r| u64::from(r.len)).sum(),
+        ));
         self.inner.read_ranges(ranges).await
     }
 
@@ -142,23 +178,19 @@ impl<S: Store> Store for RecordingStore<S> {
         let payloads =
             if self.payloads { cells.iter().map(|(_, b)| b.clone()).collect() } else { Vec::new() };
         self.record(TraceEvent {
-            op: TraceOp::Write,
-            cells: cells.iter().map(|(c, _)| *c).collect(),
-            ranges: Vec::new(),
-            bytes: cells.iter().map(|(_, b)| b.len() as u64).sum(),
             payloads,
+            ..TraceEvent::new(
+                TraceOp::Write,
+                cells.iter().map(|(c, _)| *c).collect(),
+                Vec::new(),
+                cells.iter().map(|(_, b)| b.len() as u64).sum(),
+            )
         });
         self.inner.write(cells).await
     }
 
     async fn flush(&self) -> Result<()> {
-        self.record(TraceEvent {
-            op: TraceOp::Flush,
-            cells: Vec::new(),
-            ranges: Vec::new(),
-            bytes: 0,
-            payloads: Vec::new(),
-        });
+        self.record(TraceEvent::new(TraceOp::Flush, Vec::new(), Vec::new(), 0));
         self.inner.flush().await
     }
 }

@@ -12,15 +12,21 @@
 //! * [`SelectStore::write_select`]: Onion ORAM's triplet eviction — selects whose answers the
 //!   store keeps in cells instead of returning them.
 //!
-//! Same shape as [`XorStore`](crate::XorStore): a trait on top of [`Store`], implemented by the
-//! backends that compute locally (memory, file).
+//! Same shape as [`XorStore`]: a trait on top of [`Store`], implemented by the backends that
+//! compute locally (memory, file) and by [`RemoteStore`](crate::RemoteStore) (the storage server
+//! computes), passed through by the counting, recording, latency and fault wrappers, and opened
+//! from a URL by [`open_select_store`].
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use blindfold_dj::{Ciphertext, DjError, Integer, PublicKey};
 
-use crate::{ByteRange, CellId, FileStore, Geometry, MemoryStore, Result, Store, StoreError};
+use crate::{
+    ByteRange, CellId, CountingStore, FaultStore, FileStore, Geometry, LatencyStore, LinkConfig,
+    MemoryStore, RecordingStore, Result, Store, StoreError, StoreUrl, TraceEvent, TraceOp,
+    XorStore,
+};
 
 /// One homomorphic select over stored slots.
 ///
@@ -28,7 +34,7 @@ use crate::{ByteRange, CellId, FileStore, Geometry, MemoryStore, Result, Store, 
 /// numbers, each of which must lie below `n^s` (for Onion ORAM they are the encodings of
 /// layer-`(s-1)` ciphertexts, or raw data chunks at the bottom layer). The answer's chunk `j`
 /// is `Π_i selector[i] ^ chunk_j(slot i) mod n^(s+1)`, a layer-`s` ciphertext.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SelectRequest {
     /// The public key the selector was made with (only `n` is used).
     pub public_key: Arc<PublicKey>,
@@ -46,7 +52,7 @@ pub struct SelectRequest {
 /// layer of `outer`), and the store returns the select of those padded answers under `outer`
 /// (one element per group), chunk by chunk: layer-`S` ciphertexts. The client peels that layer,
 /// cuts the padding (it knows the chosen group's answer length) and peels on.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CombinedSelect {
     /// The per-group selects; all must use the same public key.
     pub groups: Vec<SelectRequest>,
@@ -57,7 +63,7 @@ pub struct CombinedSelect {
 /// One select whose answer the store keeps: computed as [`SelectStore::read_select`] would
 /// answer `request`, then written into cell `target`, zero-padded to a whole cell (the answer
 /// must fit).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SelectWrite {
     /// The select.
     pub request: SelectRequest,
@@ -210,8 +216,41 @@ pub fn check_select_writes(geometry: &Geometry, writes: &[SelectWrite]) -> Resul
 
 /// Bytes of the answer to a checked select of layer `layer`.
 fn answer_len(request: &SelectRequest, layer: u32) -> Result<usize> {
-    let chunks = (request.ranges[0].len / request.chunk_len) as usize;
-    Ok(chunks * request.public_key.ciphertext_len(layer).map_err(dj_error)?)
+    let (Some(range), true) = (request.ranges.first(), request.chunk_len > 0) else {
+        return Err(invalid("homomorphic select with no ranges or a zero chunk length"));
+    };
+    let chunks = (range.len / request.chunk_len) as usize;
+    chunks
+        .checked_mul(request.public_key.ciphertext_len(layer).map_err(dj_error)?)
+        .ok_or_else(|| invalid("homomorphic select answer too long"))
+}
+
+/// Bytes of the answer [`SelectStore::read_select`] gives for `request`, after checking it with
+/// [`check_select`].
+pub fn select_answer_len(geometry: &Geometry, request: &SelectRequest) -> Result<usize> {
+    let layer = check_select(geometry, request)?;
+    answer_len(request, layer)
+}
+
+/// Bytes of the answer [`SelectStore::read_select_combined`] gives for `request`, after checking
+/// it with [`check_combined`]: the longest group answer, padded to whole chunks of the outer
+/// layer, as that layer's ciphertexts.
+pub fn combined_answer_len(geometry: &Geometry, request: &CombinedSelect) -> Result<usize> {
+    let layer = check_combined(geometry, request)?;
+    let mut longest = 1usize;
+    for g in &request.groups {
+        // Checked above: every group has a selector, all of one layer.
+        longest = longest.max(answer_len(g, g.selector[0].layer())?);
+    }
+    let pk = &request.groups[0].public_key;
+    let chunk = pk.plaintext_chunk_len(layer).map_err(dj_error)?;
+    if chunk == 0 {
+        return Err(invalid("combined select: an outer layer with empty chunks"));
+    }
+    longest
+        .div_ceil(chunk)
+        .checked_mul(pk.ciphertext_len(layer).map_err(dj_error)?)
+        .ok_or_else(|| invalid("combined select answer too long"))
 }
 
 /// Combines group answers (already computed) with the outer selector, as [`CombinedSelect`]
@@ -359,4 +398,207 @@ impl<S: SelectStore + ?Sized> SelectStore for Box<S> {
     async fn write_select(&self, writes: &[SelectWrite]) -> Result<()> {
         (**self).write_select(writes).await
     }
+}
+
+// ---- What a select tells the wrappers -------------------------------------------------------
+
+/// Bytes of a ciphertext as the wire carries it.
+fn ciphertext_bytes(pk: &PublicKey, c: &Ciphertext) -> u64 {
+    pk.ciphertext_len(c.layer()).map_or(0, |n| n as u64)
+}
+
+/// Ciphertext bytes of a select's selector.
+fn selector_bytes(request: &SelectRequest) -> u64 {
+    request.selector.iter().map(|c| ciphertext_bytes(&request.public_key, c)).sum()
+}
+
+/// Bytes of the ranges a select reads on the store's side.
+fn scanned_bytes(request: &SelectRequest) -> u64 {
+    request.ranges.iter().map(|r| u64::from(r.len)).sum()
+}
+
+/// Bytes of a public key as [`PublicKey::to_bytes`] writes it (sent once per request).
+fn key_bytes(pk: &PublicKey) -> u64 {
+    12 + u64::from(pk.n_bits().div_ceil(8))
+}
+
+/// The cost of one select request: selector bytes sent, range bytes the store reads, ranges
+/// (and targets) addressed.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cost {
+    sent: u64,
+    scanned: u64,
+    addresses: u64,
+    key: u64,
+}
+
+impl Cost {
+    fn of(requests: impl IntoIterator<Item = impl std::borrow::Borrow<SelectRequest>>) -> Self {
+        let mut cost = Cost::default();
+        for r in requests {
+            let r = r.borrow();
+            cost.sent += selector_bytes(r);
+            cost.scanned += scanned_bytes(r);
+            cost.addresses += r.ranges.len() as u64;
+            cost.key = key_bytes(&r.public_key);
+        }
+        cost
+    }
+
+    fn of_combined(request: &CombinedSelect) -> Self {
+        let mut cost = Cost::of(&request.groups);
+        if let Some(g) = request.groups.first() {
+            cost.sent +=
+                request.outer.iter().map(|c| ciphertext_bytes(&g.public_key, c)).sum::<u64>();
+        }
+        cost
+    }
+
+    /// Bytes on the link upstream: the key, the selectors and the addresses.
+    fn up(&self) -> u64 {
+        self.key + self.sent + self.addresses * LinkConfig::ADDRESS_BYTES
+    }
+}
+
+/// What the store sees of a list of selects: their ranges, one after the other, and how many
+/// belong to each.
+fn ranges_seen<'a>(
+    requests: impl IntoIterator<Item = &'a SelectRequest>,
+) -> (Vec<CellId>, Vec<(u32, u32)>, Vec<u32>) {
+    let (mut cells, mut ranges, mut groups) = (Vec::new(), Vec::new(), Vec::new());
+    for r in requests {
+        cells.extend(r.ranges.iter().map(|r| r.cell));
+        ranges.extend(r.ranges.iter().map(|r| (r.offset, r.len)));
+        groups.push(r.ranges.len() as u32);
+    }
+    (cells, ranges, groups)
+}
+
+#[async_trait]
+impl<S: SelectStore> SelectStore for CountingStore<S> {
+    async fn read_select(&self, request: &SelectRequest) -> Result<Vec<u8>> {
+        let cost = Cost::of([request]);
+        self.count_select(crate::counting::SelectKind::Read, cost.sent, cost.scanned, 0);
+        let out = self.inner().read_select(request).await?;
+        self.count_select_answer(out.len());
+        Ok(out)
+    }
+    async fn read_select_combined(&self, request: &CombinedSelect) -> Result<Vec<u8>> {
+        let cost = Cost::of_combined(request);
+        self.count_select(crate::counting::SelectKind::Combined, cost.sent, cost.scanned, 0);
+        let out = self.inner().read_select_combined(request).await?;
+        self.count_select_answer(out.len());
+        Ok(out)
+    }
+    async fn write_select(&self, writes: &[SelectWrite]) -> Result<()> {
+        let cost = Cost::of(writes.iter().map(|w| &w.request));
+        let cells = writes.len() as u64;
+        self.count_select(crate::counting::SelectKind::Write, cost.sent, cost.scanned, cells);
+        self.inner().write_select(writes).await
+    }
+}
+
+#[async_trait]
+impl<S: SelectStore> SelectStore for RecordingStore<S> {
+    async fn read_select(&self, request: &SelectRequest) -> Result<Vec<u8>> {
+        let (cells, ranges, _) = ranges_seen([request]);
+        let answer = select_answer_len(&self.geometry(), request).unwrap_or(0) as u64;
+        let bytes = Cost::of([request]).sent + answer;
+        self.record_event(TraceEvent::new(TraceOp::ReadSelect, cells, ranges, bytes));
+        self.inner().read_select(request).await
+    }
+    async fn read_select_combined(&self, request: &CombinedSelect) -> Result<Vec<u8>> {
+        let (cells, ranges, groups) = ranges_seen(&request.groups);
+        let answer = combined_answer_len(&self.geometry(), request).unwrap_or(0) as u64;
+        let bytes = Cost::of_combined(request).sent + answer;
+        self.record_event(TraceEvent {
+            groups,
+            ..TraceEvent::new(TraceOp::ReadSelectCombined, cells, ranges, bytes)
+        });
+        self.inner().read_select_combined(request).await
+    }
+    async fn write_select(&self, writes: &[SelectWrite]) -> Result<()> {
+        let (cells, ranges, groups) = ranges_seen(writes.iter().map(|w| &w.request));
+        let bytes = Cost::of(writes.iter().map(|w| &w.request)).sent;
+        self.record_event(TraceEvent {
+            groups,
+            targets: writes.iter().map(|w| w.target).collect(),
+            ..TraceEvent::new(TraceOp::WriteSelect, cells, ranges, bytes)
+        });
+        self.inner().write_select(writes).await
+    }
+}
+
+fn answer_bytes(result: &Result<Vec<u8>>) -> u64 {
+    result.as_ref().map_or(0, |b| b.len() as u64)
+}
+
+#[async_trait]
+impl<S: SelectStore> SelectStore for LatencyStore<S> {
+    async fn read_select(&self, request: &SelectRequest) -> Result<Vec<u8>> {
+        let up = Cost::of([request]).up();
+        self.across_link(up, self.inner().read_select(request), answer_bytes).await
+    }
+    async fn read_select_combined(&self, request: &CombinedSelect) -> Result<Vec<u8>> {
+        let up = Cost::of_combined(request).up();
+        self.across_link(up, self.inner().read_select_combined(request), answer_bytes).await
+    }
+    async fn write_select(&self, writes: &[SelectWrite]) -> Result<()> {
+        let targets = writes.len() as u64 * LinkConfig::ADDRESS_BYTES;
+        let up = Cost::of(writes.iter().map(|w| &w.request)).up() + targets;
+        self.across_link(up, self.inner().write_select(writes), |_| 0).await
+    }
+}
+
+#[async_trait]
+impl<S: SelectStore> SelectStore for FaultStore<S> {
+    async fn read_select(&self, request: &SelectRequest) -> Result<Vec<u8>> {
+        self.before_read("read_select").await?;
+        self.inner().read_select(request).await
+    }
+    async fn read_select_combined(&self, request: &CombinedSelect) -> Result<Vec<u8>> {
+        self.before_read("read_select_combined").await?;
+        self.inner().read_select_combined(request).await
+    }
+    async fn write_select(&self, writes: &[SelectWrite]) -> Result<()> {
+        self.around_write("write_select", self.inner().write_select(writes)).await
+    }
+}
+
+// ---- Opening by URL ---------------------------------------------------------------------------
+
+/// Opens (creating if needed) the array `name` at `url` as a store that computes selects on its
+/// side: like [`open_xor_store`](crate::open_xor_store) — `memory:`, `file:` (computed locally)
+/// and `remote://` (computed by the storage server); S3 and Redis fail with
+/// [`StoreError::Unsupported`].
+pub async fn open_select_store(
+    url: &StoreUrl,
+    name: &str,
+    geometry: Geometry,
+) -> Result<Arc<dyn SelectStore>> {
+    Ok(match crate::xor::open_computing(url, name, geometry, "homomorphic select").await? {
+        crate::xor::Computing::Memory(s) => Arc::new(s),
+        crate::xor::Computing::File(s) => Arc::new(s),
+        crate::xor::Computing::Remote(s) => Arc::new(s),
+    })
+}
+
+/// Every server-side computation of this crate at once ([`XorStore`] and [`SelectStore`]): what
+/// the storage server offers on each array it serves.
+pub trait ComputeStore: XorStore + SelectStore {}
+
+impl<S: XorStore + SelectStore + ?Sized> ComputeStore for S {}
+
+/// Opens (creating if needed) the array `name` at `url` as a store offering every computation:
+/// the backends of [`open_select_store`].
+pub async fn open_compute_store(
+    url: &StoreUrl,
+    name: &str,
+    geometry: Geometry,
+) -> Result<Arc<dyn ComputeStore>> {
+    Ok(match crate::xor::open_computing(url, name, geometry, "server-side computation").await? {
+        crate::xor::Computing::Memory(s) => Arc::new(s),
+        crate::xor::Computing::File(s) => Arc::new(s),
+        crate::xor::Computing::Remote(s) => Arc::new(s),
+    })
 }

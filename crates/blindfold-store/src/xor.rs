@@ -4,9 +4,10 @@
 //!
 //! Capabilities are separate traits on top of [`Store`], so the trust boundary stays small and a
 //! backend that cannot compute (an object store) simply does not implement them. Later powers
-//! plug in the same way: Onion ORAM's homomorphic select and the trusted component of the TEE
-//! design will each be one more trait here, implemented by the backends and wrappers that can
-//! offer it and forwarded by the remote protocol as one more operation.
+//! plug in the same way: Onion ORAM's homomorphic select (`SelectStore`,
+//! feature `select`) is one, and the trusted component of the TEE design will be another, each
+//! implemented by the backends and wrappers that can offer it and forwarded by the remote
+//! protocol as more operations.
 
 use std::sync::Arc;
 
@@ -161,9 +162,33 @@ pub async fn open_xor_store(
     name: &str,
     geometry: Geometry,
 ) -> Result<Arc<dyn XorStore>> {
+    Ok(match open_computing(url, name, geometry, "server-side XOR").await? {
+        Computing::Memory(s) => Arc::new(s),
+        Computing::File(s) => Arc::new(s),
+        Computing::Remote(s) => Arc::new(s),
+    })
+}
+
+/// A backend that can compute on its side, as [`open_computing`] opens it; each capability's
+/// opener turns it into its own trait object.
+#[derive(Debug)]
+pub(crate) enum Computing {
+    Memory(MemoryStore),
+    File(FileStore),
+    Remote(RemoteStore),
+}
+
+/// Opens the array `name` at `url` on a backend that computes (`memory:`, `file:`, `remote://`);
+/// others fail with [`StoreError::Unsupported`] naming `what` they cannot do.
+pub(crate) async fn open_computing(
+    url: &StoreUrl,
+    name: &str,
+    geometry: Geometry,
+    what: &str,
+) -> Result<Computing> {
     crate::url::check_name(name)?;
     match url {
-        StoreUrl::Memory => Ok(Arc::new(MemoryStore::new(geometry))),
+        StoreUrl::Memory => Ok(Computing::Memory(MemoryStore::new(geometry))),
         StoreUrl::File { dir, sync } => {
             let path = dir.join(format!("{name}.cells"));
             let sync = *sync;
@@ -172,7 +197,7 @@ pub async fn open_xor_store(
             })
             .await;
             match opened {
-                Ok(store) => Ok(Arc::new(store?)),
+                Ok(store) => Ok(Computing::File(store?)),
                 Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
                 Err(join) => Err(StoreError::io(
                     format!("opening store {name:?} in {}", dir.display()),
@@ -182,12 +207,12 @@ pub async fn open_xor_store(
         }
         StoreUrl::Remote { addr, key_file } => {
             let key = key_file.as_deref().map(crate::remote::AuthKey::load).transpose()?;
-            Ok(Arc::new(RemoteStore::open(addr, key, name, geometry).await?))
+            Ok(Computing::Remote(RemoteStore::open(addr, key, name, geometry).await?))
         }
-        // Backends added later (object stores, Redis) cannot compute on their side.
+        // Object stores and Redis cannot compute on their side.
         #[allow(unreachable_patterns)]
         other => Err(StoreError::Unsupported(format!(
-            "server-side XOR on {other} (use memory:, file: or remote://)"
+            "{what} on {other} (use memory:, file: or remote://)"
         ))),
     }
 }

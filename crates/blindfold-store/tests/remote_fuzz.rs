@@ -14,7 +14,8 @@ use blindfold_testkit::fuzz;
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Bytes a decoded request holds on the heap.
+/// Bytes a decoded request holds on the heap (for selects: the wire size of the selectors,
+/// ranges and keys, each key counted once per request, as the decoder shares it).
 fn heap_bytes(r: &Request) -> usize {
     match r {
         Request::Open { name, .. } => name.len(),
@@ -22,6 +23,103 @@ fn heap_bytes(r: &Request) -> usize {
         Request::ReadRanges { ranges, .. } | Request::ReadXor { ranges, .. } => ranges.len() * 16,
         Request::Write { cells, .. } => cells.iter().map(|(_, d)| 32 + d.len()).sum(),
         Request::Flush { .. } => 0,
+        #[cfg(feature = "select")]
+        Request::ReadSelect { request, .. } => {
+            select_heap::of(&[request]) + select_heap::key(&[request])
+        }
+        #[cfg(feature = "select")]
+        Request::ReadSelectCombined { request, .. } => {
+            let groups: Vec<_> = request.groups.iter().collect();
+            select_heap::of(&groups)
+                + select_heap::key(&groups)
+                + groups.first().map_or(0, |g| select_heap::ciphertexts(g, &request.outer))
+        }
+        #[cfg(feature = "select")]
+        Request::WriteSelect { writes, .. } => {
+            let requests: Vec<_> = writes.iter().map(|w| &w.request).collect();
+            select_heap::of(&requests) + select_heap::key(&requests) + 8 * writes.len()
+        }
+        other => panic!("a request this test does not know: {other:?}"),
+    }
+}
+
+#[cfg(feature = "select")]
+mod select_heap {
+    use std::sync::{Arc, OnceLock};
+
+    use blindfold_dj::{Ciphertext, Integer, SecretKey};
+    use blindfold_store::{ByteRange, CellId, CombinedSelect, SelectRequest, SelectWrite};
+    use proptest::prelude::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha20Rng;
+
+    /// One small key for every case (generating one per case would dominate the run).
+    pub fn secret() -> &'static SecretKey {
+        static KEY: OnceLock<SecretKey> = OnceLock::new();
+        KEY.get_or_init(|| {
+            SecretKey::generate(256, &mut ChaCha20Rng::seed_from_u64(0xf022)).unwrap()
+        })
+    }
+
+    pub fn ciphertexts(r: &SelectRequest, cs: &[Ciphertext]) -> usize {
+        cs.iter().map(|c| 1 + r.public_key.ciphertext_len(c.layer()).unwrap()).sum()
+    }
+
+    pub fn of(requests: &[&SelectRequest]) -> usize {
+        requests.iter().map(|r| ciphertexts(r, &r.selector) + 16 * r.ranges.len() + 12).sum()
+    }
+
+    pub fn key(requests: &[&SelectRequest]) -> usize {
+        requests.first().map_or(0, |r| r.public_key.to_bytes().len())
+    }
+
+    /// Ciphertexts of random small values at the given layers.
+    fn encrypt(layers: &[u32], seed: u64) -> Vec<Ciphertext> {
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        layers
+            .iter()
+            .map(|&l| secret().encrypt(&Integer::from(seed % 2), l, &mut rng).unwrap())
+            .collect()
+    }
+
+    /// A select of any shape (the store, not the wire, checks shapes), with at least one
+    /// selector element and one range, as the wire requires.
+    pub fn any_select() -> impl Strategy<Value = SelectRequest> {
+        (
+            prop::collection::vec(1u32..=3, 1..4),
+            prop::collection::vec((any::<u64>(), any::<u32>(), any::<u32>()), 1..5),
+            any::<u32>(),
+            any::<u64>(),
+        )
+            .prop_map(|(layers, ranges, chunk_len, seed)| SelectRequest {
+                public_key: Arc::new(secret().public().clone()),
+                selector: encrypt(&layers, seed),
+                ranges: ranges
+                    .into_iter()
+                    .map(|(c, offset, len)| ByteRange { cell: CellId(c), offset, len })
+                    .collect(),
+                chunk_len,
+            })
+    }
+
+    pub fn any_combined() -> impl Strategy<Value = CombinedSelect> {
+        (
+            prop::collection::vec(any_select(), 0..3),
+            prop::collection::vec(1u32..=2, 0..3),
+            any::<u64>(),
+        )
+            .prop_map(|(groups, outer, seed)| {
+                let outer = if groups.is_empty() { Vec::new() } else { encrypt(&outer, seed) };
+                CombinedSelect { groups, outer }
+            })
+    }
+
+    pub fn any_writes() -> impl Strategy<Value = Vec<SelectWrite>> {
+        prop::collection::vec(
+            (any_select(), any::<u64>())
+                .prop_map(|(request, t)| SelectWrite { request, target: CellId(t) }),
+            0..3,
+        )
     }
 }
 
@@ -68,6 +166,98 @@ fn mutated(body: Vec<u8>, edits: Vec<(usize, u8)>, cut: usize, tail: Vec<u8>) ->
     b.truncate(b.len().saturating_sub(cut));
     b.extend(tail);
     b
+}
+
+#[cfg(feature = "select")]
+fn any_select_request() -> impl Strategy<Value = Request> {
+    use select_heap::{any_combined, any_select, any_writes};
+    prop_oneof![
+        (any::<u32>(), any_select())
+            .prop_map(|(handle, request)| Request::ReadSelect { handle, request }),
+        (any::<u32>(), any_combined())
+            .prop_map(|(handle, request)| Request::ReadSelectCombined { handle, request }),
+        (any::<u32>(), any_writes())
+            .prop_map(|(handle, writes)| Request::WriteSelect { handle, writes }),
+    ]
+}
+
+#[cfg(feature = "select")]
+proptest! {
+    #![proptest_config(fuzz::config_scaled(4))]
+
+    /// Select requests: keys, ciphertexts of several layers and ranges survive the wire
+    /// exactly; near misses (a flipped byte in a key or a ciphertext, a cut, a tail) decode to
+    /// a request of bounded size or fail with a clear error.
+    #[test]
+    fn select_requests_round_trip_and_near_misses_fail_cleanly(
+        req in any_select_request(),
+        edits in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+        cut in 0usize..8,
+        tail in prop::collection::vec(any::<u8>(), 0..8),
+    ) {
+        let frame = req.frame(9, protocol::MAX_FRAME).unwrap();
+        prop_assert_eq!(frame[12], req.op());
+        let body = frame[13..].to_vec();
+        prop_assert_eq!(Request::decode(req.op(), &body).unwrap(), req.clone());
+        let bad = mutated(body, edits, cut, tail);
+        match Request::decode(req.op(), &bad) {
+            Ok(r) => prop_assert!(heap_bytes(&r) <= 3 * bad.len() + 64),
+            Err(e) => prop_assert!(matches!(e, StoreError::InvalidRequest(_)), "{e:?}"),
+        }
+        prop_assert!(req.frame(9, frame.len() - 5).is_err());
+    }
+}
+
+/// What the wire cannot carry is refused before anything is sent: selects under two keys in
+/// one request, an outer selector without groups; a bare count with no key fails to decode.
+#[cfg(feature = "select")]
+#[test]
+fn select_requests_the_wire_cannot_carry_are_refused() {
+    use std::sync::Arc;
+
+    use blindfold_dj::{Integer, SecretKey};
+    use blindfold_store::{CombinedSelect, SelectRequest, SelectWrite};
+    use rand::SeedableRng;
+
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
+    let other = SecretKey::generate(256, &mut rng).unwrap();
+    let sk = select_heap::secret();
+    let select = |sk: &SecretKey, rng: &mut rand_chacha::ChaCha20Rng| SelectRequest {
+        public_key: Arc::new(sk.public().clone()),
+        selector: vec![sk.encrypt(&Integer::from(1), 1, rng).unwrap()],
+        ranges: vec![ByteRange { cell: CellId(0), offset: 0, len: 31 }],
+        chunk_len: 31,
+    };
+    let mixed = Request::WriteSelect {
+        handle: 0,
+        writes: vec![
+            SelectWrite { request: select(sk, &mut rng), target: CellId(1) },
+            SelectWrite { request: select(&other, &mut rng), target: CellId(2) },
+        ],
+    };
+    let err = mixed.frame(1, protocol::MAX_FRAME).unwrap_err();
+    assert!(matches!(err, StoreError::InvalidRequest(_)), "{err:?}");
+    let orphan = Request::ReadSelectCombined {
+        handle: 0,
+        request: CombinedSelect { groups: Vec::new(), outer: select(sk, &mut rng).selector },
+    };
+    assert!(orphan.frame(1, protocol::MAX_FRAME).is_err());
+    // A selector element made under a larger key does not fit the request key's width: it is
+    // written as zeros, which the decoder refuses (not a unit), never as another value.
+    let big = SecretKey::generate(512, &mut rng).unwrap();
+    let mut r = select(sk, &mut rng);
+    r.selector = vec![big.encrypt(&Integer::from(1), 1, &mut rng).unwrap()];
+    let req = Request::ReadSelect { handle: 0, request: r };
+    let frame = req.frame(1, protocol::MAX_FRAME).unwrap();
+    let err = Request::decode(protocol::op::READ_SELECT, &frame[13..]).unwrap_err();
+    assert!(matches!(err, StoreError::InvalidRequest(_)), "{err:?}");
+    // Groups announced with no key behind them, a key longer than any real one.
+    let mut e = Encoder::default();
+    e.u32(0).u32(3).u32(u32::MAX);
+    assert!(Request::decode(protocol::op::READ_SELECT_COMBINED, &e.0).is_err());
+    let mut e = Encoder::default();
+    e.u32(0).u32(protocol::MAX_KEY_BYTES as u32 + 1).bytes(&[1; 2000]);
+    assert!(Request::decode(protocol::op::READ_SELECT, &e.0).is_err());
 }
 
 proptest! {

@@ -3,12 +3,15 @@
 #![cfg(feature = "select")]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use blindfold_dj::{Ciphertext, Integer, SecretKey};
 use blindfold_store::{
-    ByteRange, CellId, FileStore, Geometry, MemoryStore, SelectRequest, SelectStore, Store,
-    StoreError, SyncMode,
+    open_select_store, ByteRange, CellId, CombinedSelect, CountingStore, FaultConfig, FaultStore,
+    FileStore, Geometry, LatencyStore, LinkConfig, MemoryStore, RecordingStore, SelectRequest,
+    SelectStore, SelectWrite, Store, StoreError, StoreUrl, SyncMode, TraceOp,
 };
+use blindfold_testkit::select::{self, run_select};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
@@ -295,4 +298,161 @@ async fn write_select_keeps_answers_in_order() {
         store.read(&[CellId(0)]).await.unwrap()[0],
         vec![7; fx.geometry().cell_size() as usize]
     );
+}
+
+// ---- Conformance, wrappers and URLs ----------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_and_file_stores_pass_the_select_conformance_check() {
+    run_select(&MemoryStore::new(select::geometry())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file =
+        FileStore::create_or_open(dir.path().join("s.cells"), select::geometry(), SyncMode::None)
+            .unwrap();
+    run_select(&file).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_select_store_by_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = StoreUrl::parse(&format!("file://{}", dir.path().display())).unwrap();
+    let store = open_select_store(&url, "s", select::geometry()).await.unwrap();
+    run_select(&*store).await;
+    assert!(dir.path().join("s.cells").exists());
+    let memory = open_select_store(&StoreUrl::Memory, "m", select::geometry()).await.unwrap();
+    run_select(&*memory).await;
+    assert!(open_select_store(&url, "../s", select::geometry()).await.is_err());
+    // Backends that cannot compute refuse at once, without connecting.
+    for text in ["s3://bucket/prefix?endpoint=http://127.0.0.1:9", "redis://127.0.0.1:9/0"] {
+        let url = StoreUrl::parse(text).unwrap();
+        match open_select_store(&url, "s", select::geometry()).await {
+            Err(StoreError::Unsupported(msg)) => assert!(msg.contains("select"), "{msg}"),
+            other => panic!("{text}: expected Unsupported, got {:?}", other.map(|_| ())),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrappers_pass_the_conformance_check() {
+    let shared: Arc<dyn SelectStore> = Arc::new(MemoryStore::new(select::geometry()));
+    let link = LinkConfig::unlimited(Duration::from_millis(1));
+    let store = CountingStore::new(RecordingStore::new(FaultStore::new(
+        LatencyStore::new(shared, link),
+        FaultConfig::default(),
+    )));
+    run_select(&store).await;
+    let c = store.counts();
+    assert!(c.select_requests > 0 && c.select_combined_requests > 0, "{c:?}");
+    assert!(c.select_write_requests > 0 && c.select_cells_written > 0, "{c:?}");
+    let trace = store.inner().trace();
+    assert!(trace.iter().any(|e| e.op == TraceOp::WriteSelect && !e.targets.is_empty()));
+}
+
+/// One request of each kind through counting, recording and latency wrappers: exact counts,
+/// the trace the store sees, and the link charged with the selectors and the answer.
+#[tokio::test(start_paused = true)]
+async fn wrappers_count_record_and_delay_each_kind() {
+    let mut rng = ChaCha20Rng::seed_from_u64(31);
+    let fx = Fixture::new(&mut rng);
+    // 80 kbit/s: each byte costs 100 µs either way, so the charged bytes show in the time.
+    let link = LinkConfig::symmetric(Duration::from_millis(10), 80_000);
+    let shared: Arc<dyn SelectStore> = Arc::new(MemoryStore::new(fx.geometry()));
+    shared.write(vec![(CellId(2), fx.cell(&mut rng))]).await.unwrap();
+    let store = CountingStore::new(RecordingStore::new(LatencyStore::new(shared, link)));
+    let pk = fx.sk.public();
+    let (len1, len2) = (pk.ciphertext_len(1).unwrap() as u64, pk.ciphertext_len(2).unwrap() as u64);
+    let key = pk.to_bytes().len() as u64;
+
+    let request = fx.request(1, &mut rng);
+    let start = tokio::time::Instant::now();
+    let answer = store.read_select(&request).await.unwrap();
+    let took = start.elapsed();
+    assert_eq!(fx.open(&answer), fx.plain[1]);
+    let sent = u64::from(SLOTS) * len2;
+    let answer_len = CHUNKS as u64 * len2;
+    let up = key + sent + u64::from(SLOTS) * LinkConfig::ADDRESS_BYTES;
+    let want = Duration::from_millis(10) + Duration::from_micros(100 * (up + answer_len));
+    assert!(took.abs_diff(want) < Duration::from_millis(1), "{took:?} against {want:?}");
+    let c = store.counts();
+    let scanned = u64::from(SLOTS * fx.slot_len);
+    assert_eq!(
+        (c.select_requests, c.select_bytes_sent, c.select_bytes_scanned, c.select_bytes_read),
+        (1, sent, scanned, answer_len)
+    );
+    assert_eq!((c.round_trips, c.bytes_up(), c.bytes_down()), (1, sent, answer_len));
+    let trace = store.inner().take_trace();
+    assert_eq!(trace.len(), 1);
+    assert_eq!(trace[0].shape(), (TraceOp::ReadSelect, SLOTS as usize, sent + answer_len));
+    assert_eq!(trace[0].cells, vec![CellId(2); SLOTS as usize]);
+    assert_eq!(trace[0].ranges[1], (fx.slot_len, fx.slot_len));
+
+    store.reset();
+    let outer = fx.sk.encrypt_many(&[Integer::from(0), Integer::from(1)], 1, &mut rng).unwrap();
+    let combined =
+        CombinedSelect { groups: vec![fx.request(0, &mut rng), fx.request(2, &mut rng)], outer };
+    let answer = store.read_select_combined(&combined).await.unwrap();
+    let chunk = pk.plaintext_chunk_len(1).unwrap() as u64;
+    let combined_len = answer_len.div_ceil(chunk) * len1;
+    assert_eq!(answer.len() as u64, combined_len);
+    let c = store.counts();
+    assert_eq!(
+        (c.select_combined_requests, c.select_bytes_sent, c.select_bytes_scanned),
+        (1, 2 * sent + 2 * len1, 2 * scanned)
+    );
+    assert_eq!((c.select_bytes_read, c.round_trips), (combined_len, 1));
+    let trace = store.inner().take_trace();
+    assert_eq!(trace[0].op, TraceOp::ReadSelectCombined);
+    assert_eq!(trace[0].groups, vec![SLOTS, SLOTS]);
+    assert_eq!(trace[0].bytes, 2 * sent + 2 * len1 + combined_len);
+
+    store.reset();
+    let writes = [SelectWrite { request: fx.request(0, &mut rng), target: CellId(3) }];
+    store.write_select(&writes).await.unwrap();
+    let c = store.counts();
+    assert_eq!(
+        (c.select_write_requests, c.select_cells_written, c.select_bytes_sent, c.select_bytes_read),
+        (1, 1, sent, 0)
+    );
+    let trace = store.inner().take_trace();
+    assert_eq!(trace[0].shape(), (TraceOp::WriteSelect, SLOTS as usize, sent));
+    assert_eq!((trace[0].groups.clone(), trace[0].targets.clone()), (vec![SLOTS], vec![CellId(3)]));
+    let cell = store.read(&[CellId(3)]).await.unwrap().remove(0);
+    assert_eq!(fx.open(&cell[..answer_len as usize]), fx.plain[0]);
+}
+
+#[tokio::test]
+async fn faults_are_injected_into_selects() {
+    let mut rng = ChaCha20Rng::seed_from_u64(32);
+    let fx = Fixture::new(&mut rng);
+    let inner = Arc::new(MemoryStore::new(fx.geometry()));
+    inner.write(vec![(CellId(2), fx.cell(&mut rng))]).await.unwrap();
+    let failing = FaultStore::new(
+        Arc::clone(&inner),
+        FaultConfig { error_rate: 1.0, ..FaultConfig::default() },
+    );
+    let err = failing.read_select(&fx.request(0, &mut rng)).await.unwrap_err();
+    assert!(matches!(err, StoreError::Injected(_)) && err.is_retryable(), "{err:?}");
+    let combined = CombinedSelect {
+        groups: vec![fx.request(0, &mut rng)],
+        outer: fx.sk.encrypt_many(&[Integer::from(1)], 1, &mut rng).unwrap(),
+    };
+    assert!(failing.read_select_combined(&combined).await.is_err());
+    let writes = [SelectWrite { request: fx.request(1, &mut rng), target: CellId(0) }];
+    assert!(failing.write_select(&writes).await.is_err());
+    assert_eq!(
+        inner.read(&[CellId(0)]).await.unwrap()[0],
+        vec![0; fx.geometry().cell_size() as usize]
+    );
+    assert_eq!(failing.injected(), 3);
+
+    // A lost acknowledgement: the select write happened, the caller hears an error.
+    let lossy = FaultStore::new(
+        Arc::clone(&inner),
+        FaultConfig { lost_ack_rate: 1.0, ..FaultConfig::default() },
+    );
+    let err = lossy.write_select(&writes).await.unwrap_err();
+    assert!(matches!(err, StoreError::Injected(_)), "{err:?}");
+    let cell = inner.read(&[CellId(0)]).await.unwrap().remove(0);
+    let answer_len = fx.sk.public().ciphertext_len(2).unwrap() * CHUNKS;
+    assert_eq!(fx.open(&cell[..answer_len]), fx.plain[1]);
 }

@@ -82,13 +82,7 @@ async fn counting_is_exact_for_a_known_sequence() {
 // ---- recording ------------------------------------------------------------------------------
 
 fn event(op: TraceOp, cells: &[u64], bytes: u64) -> TraceEvent {
-    TraceEvent {
-        op,
-        cells: cells.iter().map(|&c| CellId(c)).collect(),
-        ranges: Vec::new(),
-        bytes,
-        payloads: Vec::new(),
-    }
+    TraceEvent::new(op, cells.iter().map(|&c| CellId(c)).collect(), Vec::new(), bytes)
 }
 
 fn expected_trace() -> Vec<TraceEvent> {

@@ -1,11 +1,14 @@
 //! Development-only helpers shared by blindfold's tests: the store conformance suite that every
 //! backend and wrapper must pass, and the statistics used by the obliviousness tests.
 //! [`servers`] finds the real MinIO and Redis that `scripts/test.sh` starts; [`fuzz`] holds the
-//! settings of the randomised-input tests (`BLINDFOLD_FUZZ_CASES`).
+//! settings of the randomised-input tests (`BLINDFOLD_FUZZ_CASES`). [`xor`] and (feature
+//! `select`) `select` check the server-side computation capabilities.
 
 pub mod conformance;
 mod dying;
 pub mod fuzz;
+#[cfg(feature = "select")]
+pub mod select;
 pub mod servers;
 pub mod stats;
 pub mod xor;

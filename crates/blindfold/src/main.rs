@@ -81,8 +81,8 @@ enum Command {
     /// --quick takes about a minute on toy sizes; the full report about 20 minutes on two cores.
     Report(ReportArgs),
     /// Run the untrusted storage server: serves the cell arrays of a `memory:` or `file:` store
-    /// over TCP (and computes XOR on request) for gateways using
-    /// `remote://host:port?key_file=PATH`.
+    /// over TCP (and computes XOR on request, and Onion ORAM's homomorphic select in a build
+    /// with `--features select`) for gateways using `remote://host:port?key_file=PATH`.
     ///
     /// The server is untrusted by design: it only ever sees sealed cells. Clients must prove
     /// they hold the pre-shared key of `--auth-key-file` (`remote://host:port?key_file=…`).

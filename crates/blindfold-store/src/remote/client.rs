@@ -448,3 +448,42 @@ impl XorStore for RemoteStore {
         Ok(answer)
     }
 }
+
+#[cfg(feature = "select")]
+#[async_trait]
+impl crate::SelectStore for RemoteStore {
+    async fn read_select(&self, request: &crate::SelectRequest) -> Result<Vec<u8>> {
+        let len = crate::select_answer_len(&self.geometry, request)?;
+        let answer = self
+            .call(len, |handle| Request::ReadSelect { handle, request: request.clone() })
+            .await?;
+        if answer.len() != len {
+            return Err(protocol_error(&self.addr, "a select answer of the wrong length"));
+        }
+        Ok(answer)
+    }
+
+    async fn read_select_combined(&self, request: &crate::CombinedSelect) -> Result<Vec<u8>> {
+        let len = crate::combined_answer_len(&self.geometry, request)?;
+        let answer = self
+            .call(len, |handle| Request::ReadSelectCombined { handle, request: request.clone() })
+            .await?;
+        if answer.len() != len {
+            return Err(protocol_error(&self.addr, "a combined select answer of the wrong length"));
+        }
+        Ok(answer)
+    }
+
+    async fn write_select(&self, writes: &[crate::SelectWrite]) -> Result<()> {
+        crate::check_select_writes(&self.geometry, writes)?;
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let answer =
+            self.call(0, |handle| Request::WriteSelect { handle, writes: writes.to_vec() }).await?;
+        if !answer.is_empty() {
+            return Err(protocol_error(&self.addr, "a select write answered with data"));
+        }
+        Ok(())
+    }
+}

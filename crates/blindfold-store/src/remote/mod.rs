@@ -6,7 +6,8 @@
 //! gateway reaches it with the store URL `remote://host:port?key_file=/path` (the key file is
 //! the server's `--auth-key-file`, see [`AuthKey`]). The server offers the
 //! [`XorStore`](crate::XorStore) capability, which it computes next to the data, so XOR Ring
-//! ORAM's online read returns one block instead of a path of them.
+//! ORAM's online read returns one block instead of a path of them, and (feature `select`)
+//! `SelectStore`, Onion ORAM's homomorphic select.
 
 mod auth;
 mod client;

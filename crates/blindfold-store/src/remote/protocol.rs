@@ -43,10 +43,30 @@
 //! | 4 | write | handle u32, n u32, n × (cell u64, len u32), then the n buffers | empty |
 //! | 5 | flush | handle u32 | empty |
 //! | 6 | read xor | as read ranges | one range's length of bytes: the XOR of all ranges |
+//! | 7 | read select | handle u32, key, select | the select's answer |
+//! | 8 | read select combined | handle u32, g u32, key (if g > 0), g × select, outer | the combined answer |
+//! | 9 | write select | handle u32, n u32, key (if n > 0), n × (target u64, select) | empty |
 //!
 //! `open` names an array of the server's store (created with that shape if missing) and
 //! returns a handle valid on this connection only. Opening an existing array with another
 //! shape fails.
+//!
+//! Ops 7–9 carry Onion ORAM's homomorphic selects (`SelectStore`, feature
+//! `select`; a build without it answers them with "unsupported"). One Damgård–Jurik public key
+//! serves the whole request:
+//!
+//! ```text
+//! key          key_len u32 (≤ MAX_KEY_BYTES) | PublicKey::to_bytes
+//! ciphertexts  n u32 | n × (layer u8 | ciphertext: ciphertext_len(layer) bytes, big-endian)
+//! select       selector: ciphertexts (n ≥ 1) | chunk_len u32 | ranges as read ranges (≥ 1)
+//! outer        ciphertexts (none when there are no groups)
+//! ```
+//!
+//! The decoder checks the key (`PublicKey::from_bytes`) and every ciphertext (range and
+//! invertibility under the key) before the request runs; the shape of each select (one selector
+//! element per range, one layer, equal lengths, chunking) is checked by the store, as for a
+//! local one. New operation codes did not change the version: a server that does not know one
+//! answers it with an "unsupported" error and the connection goes on.
 //!
 //! An error body is `kind u8 | retryable u8 | a u64 | b u64 | c u32 | d u32 | msg_len u32 |
 //! msg (UTF-8)`, at most [`MAX_ERROR_BODY`] bytes; the numbers carry the fields of the
@@ -82,8 +102,15 @@
 //! nor exhaust the arrays.
 
 use std::path::PathBuf;
+#[cfg(feature = "select")]
+use std::sync::Arc;
+
+#[cfg(feature = "select")]
+use blindfold_dj::{Ciphertext, PublicKey};
 
 use crate::{ByteRange, CellId, StoreError};
+#[cfg(feature = "select")]
+use crate::{CombinedSelect, SelectRequest, SelectWrite};
 
 /// First 16 bytes of each side's hello.
 pub const MAGIC: [u8; 16] = *b"blindfold-store\0";
@@ -117,6 +144,9 @@ pub const MAX_REFUSAL: usize = 1024;
 pub const AUTH_NONE: u8 = 0;
 /// Challenge auth mode: the client must prove it holds the pre-shared key.
 pub const AUTH_KEY: u8 = 1;
+/// Longest encoded public key in a select request: `PublicKey::to_bytes` of the largest
+/// modulus `blindfold-dj` accepts (8192 bits).
+pub const MAX_KEY_BYTES: usize = 12 + 8192 / 8;
 
 /// Operation codes.
 pub mod op {
@@ -132,6 +162,12 @@ pub mod op {
     pub const FLUSH: u8 = 5;
     /// XOR byte ranges on the server.
     pub const READ_XOR: u8 = 6;
+    /// Homomorphic select on the server (feature `select`).
+    pub const READ_SELECT: u8 = 7;
+    /// Several selects combined by one more (feature `select`).
+    pub const READ_SELECT_COMBINED: u8 = 8;
+    /// Selects whose answers the server writes into cells (feature `select`).
+    pub const WRITE_SELECT: u8 = 9;
 }
 
 /// The hello each side sends first.
@@ -207,7 +243,11 @@ fn cut(s: &str, max: usize) -> &str {
 }
 
 /// One request, as the client sends it and the server decodes it.
+///
+/// Non-exhaustive: the select operations exist only with the `select` feature, which another
+/// crate of a build may turn on, so code outside this crate answers requests it does not know.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Request {
     /// Open (creating if missing) the array `name` of this shape.
     Open {
@@ -251,6 +291,30 @@ pub enum Request {
         /// The ranges, all of one length.
         ranges: Vec<ByteRange>,
     },
+    /// A homomorphic select on the server.
+    #[cfg(feature = "select")]
+    ReadSelect {
+        /// From `open`.
+        handle: u32,
+        /// The select.
+        request: SelectRequest,
+    },
+    /// Several selects combined by one more on the server.
+    #[cfg(feature = "select")]
+    ReadSelectCombined {
+        /// From `open`.
+        handle: u32,
+        /// The selects and the outer selector.
+        request: CombinedSelect,
+    },
+    /// Selects whose answers the server writes into cells.
+    #[cfg(feature = "select")]
+    WriteSelect {
+        /// From `open`.
+        handle: u32,
+        /// The selects and their targets.
+        writes: Vec<SelectWrite>,
+    },
 }
 
 impl Request {
@@ -263,6 +327,28 @@ impl Request {
             Request::Write { .. } => op::WRITE,
             Request::Flush { .. } => op::FLUSH,
             Request::ReadXor { .. } => op::READ_XOR,
+            #[cfg(feature = "select")]
+            Request::ReadSelect { .. } => op::READ_SELECT,
+            #[cfg(feature = "select")]
+            Request::ReadSelectCombined { .. } => op::READ_SELECT_COMBINED,
+            #[cfg(feature = "select")]
+            Request::WriteSelect { .. } => op::WRITE_SELECT,
+        }
+    }
+
+    /// The array handle it is addressed to (`None` for `open`).
+    pub fn handle(&self) -> Option<u32> {
+        match self {
+            Request::Open { .. } => None,
+            Request::Read { handle, .. }
+            | Request::ReadRanges { handle, .. }
+            | Request::ReadXor { handle, .. }
+            | Request::Write { handle, .. }
+            | Request::Flush { handle } => Some(*handle),
+            #[cfg(feature = "select")]
+            Request::ReadSelect { handle, .. }
+            | Request::ReadSelectCombined { handle, .. }
+            | Request::WriteSelect { handle, .. } => Some(*handle),
         }
     }
 
@@ -294,11 +380,81 @@ impl Request {
             Request::Flush { handle } => {
                 e.u32(*handle);
             }
+            #[cfg(feature = "select")]
+            Request::ReadSelect { handle, request } => {
+                e.u32(*handle);
+                put_key(e, &request.public_key);
+                put_select(e, &request.public_key, request);
+            }
+            #[cfg(feature = "select")]
+            Request::ReadSelectCombined { handle, request } => {
+                e.u32(*handle).u32(request.groups.len() as u32);
+                if let Some(first) = request.groups.first() {
+                    let pk = &first.public_key;
+                    put_key(e, pk);
+                    for g in &request.groups {
+                        put_select(e, pk, g);
+                    }
+                    put_ciphertexts(e, pk, &request.outer);
+                } else {
+                    // No key to encode the outer selector with: the decoder wants none.
+                    e.u32(0);
+                }
+            }
+            #[cfg(feature = "select")]
+            Request::WriteSelect { handle, writes } => {
+                e.u32(*handle).u32(writes.len() as u32);
+                if let Some(first) = writes.first() {
+                    let pk = &first.request.public_key;
+                    put_key(e, pk);
+                    for w in writes {
+                        e.u64(w.target.0);
+                        put_select(e, pk, &w.request);
+                    }
+                }
+            }
         }
     }
 
-    /// Its whole frame (length, id, op, body); fails if it is longer than `max_frame`.
+    /// Whether [`encode_body`](Self::encode_body) can write it faithfully: a select request
+    /// must use one public key throughout (the wire carries one per request) and, for a combined
+    /// select without groups, no outer selector. Only select requests can fail.
+    pub fn check_encodable(&self) -> Result<(), StoreError> {
+        #[cfg(feature = "select")]
+        {
+            let (keys, extra): (Vec<&PublicKey>, bool) = match self {
+                Request::ReadSelect { request, .. } => (vec![&*request.public_key], false),
+                Request::ReadSelectCombined { request, .. } => (
+                    request.groups.iter().map(|g| &*g.public_key).collect(),
+                    request.groups.is_empty() && !request.outer.is_empty(),
+                ),
+                Request::WriteSelect { writes, .. } => {
+                    (writes.iter().map(|w| &*w.request.public_key).collect(), false)
+                }
+                _ => return Ok(()),
+            };
+            if extra {
+                return Err(StoreError::InvalidRequest(
+                    "a combined select with an outer selector but no groups".into(),
+                ));
+            }
+            if let Some(first) = keys.first() {
+                if keys.iter().any(|k| k.n() != first.n()) {
+                    return Err(StoreError::InvalidRequest(
+                        "a select request under more than one public key (the storage \
+                         protocol carries one per request)"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Its whole frame (length, id, op, body); fails if it is longer than `max_frame` or cannot
+    /// be encoded ([`check_encodable`](Self::check_encodable)).
     pub fn frame(&self, id: u64, max_frame: usize) -> Result<Vec<u8>, StoreError> {
+        self.check_encodable()?;
         let mut e = Encoder::frame();
         e.u64(id).u8(self.op());
         self.encode_body(&mut e);
@@ -346,6 +502,50 @@ impl Request {
                 Request::Write { handle, cells }
             }
             op::FLUSH => Request::Flush { handle: d.u32().map_err(bad)? },
+            #[cfg(feature = "select")]
+            op::READ_SELECT => {
+                let handle = d.u32().map_err(bad)?;
+                let pk = get_key(&mut d).map_err(bad)?;
+                Request::ReadSelect { handle, request: get_select(&mut d, &pk).map_err(bad)? }
+            }
+            #[cfg(feature = "select")]
+            op::READ_SELECT_COMBINED => {
+                let handle = d.u32().map_err(bad)?;
+                let n = d.u32().map_err(bad)? as usize;
+                let request = if n == 0 {
+                    if d.u32().map_err(bad)? != 0 {
+                        return Err(bad("an outer selector without groups".into()));
+                    }
+                    CombinedSelect { groups: Vec::new(), outer: Vec::new() }
+                } else {
+                    let pk = get_key(&mut d).map_err(bad)?;
+                    check_count(&d, n, min_select_bytes(&pk)).map_err(bad)?;
+                    let mut groups = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        groups.push(get_select(&mut d, &pk).map_err(bad)?);
+                    }
+                    let outer = get_ciphertexts(&mut d, &pk).map_err(bad)?;
+                    CombinedSelect { groups, outer }
+                };
+                Request::ReadSelectCombined { handle, request }
+            }
+            #[cfg(feature = "select")]
+            op::WRITE_SELECT => {
+                let handle = d.u32().map_err(bad)?;
+                let n = d.u32().map_err(bad)? as usize;
+                let mut writes = Vec::new();
+                if n > 0 {
+                    let pk = get_key(&mut d).map_err(bad)?;
+                    check_count(&d, n, 8 + min_select_bytes(&pk)).map_err(bad)?;
+                    writes.reserve_exact(n);
+                    for _ in 0..n {
+                        let target = CellId(d.u64().map_err(bad)?);
+                        let request = get_select(&mut d, &pk).map_err(bad)?;
+                        writes.push(SelectWrite { request, target });
+                    }
+                }
+                Request::WriteSelect { handle, writes }
+            }
             other => {
                 return Err(StoreError::Unsupported(format!(
                     "operation {other} of the storage protocol"
@@ -518,6 +718,95 @@ impl<'a> Decoder<'a> {
             })
             .collect()
     }
+}
+
+/// Checks that `n` items of at least `item` bytes each fit in what is left of the frame.
+#[cfg(feature = "select")]
+fn check_count(d: &Decoder<'_>, n: usize, item: usize) -> Result<(), String> {
+    if n.saturating_mul(item) > d.rest().len() {
+        return Err(format!("a count of {n} items does not fit in the frame"));
+    }
+    Ok(())
+}
+
+/// Appends `key_len u32 | key`.
+#[cfg(feature = "select")]
+fn put_key(e: &mut Encoder, pk: &PublicKey) {
+    let key = pk.to_bytes();
+    e.u32(key.len() as u32).bytes(&key);
+}
+
+/// Takes `key_len u32 | key` and checks the key.
+#[cfg(feature = "select")]
+fn get_key(d: &mut Decoder<'_>) -> Result<Arc<PublicKey>, String> {
+    let len = d.u32()? as usize;
+    if len > MAX_KEY_BYTES {
+        return Err(format!("a public key of {len} bytes (at most {MAX_KEY_BYTES})"));
+    }
+    let key = PublicKey::from_bytes(d.take(len)?).map_err(|e| format!("public key: {e}"))?;
+    Ok(Arc::new(key))
+}
+
+/// Appends `n u32 | n × (layer u8 | ciphertext)`, each in its layer's width under `pk`. A
+/// ciphertext that does not fit that width (made under another key) is written as zeros, which
+/// the decoder refuses; [`Request::check_encodable`] keeps keys from being mixed.
+#[cfg(feature = "select")]
+fn put_ciphertexts(e: &mut Encoder, pk: &PublicKey, cs: &[Ciphertext]) {
+    e.u32(cs.len() as u32);
+    for c in cs {
+        let width = pk.ciphertext_len(c.layer()).unwrap_or(0);
+        e.u8(c.layer() as u8);
+        if c.value().significant_bits() as usize <= 8 * width {
+            e.bytes(&pk.ciphertext_to_bytes(c));
+        } else {
+            e.bytes(&vec![0u8; width]);
+        }
+    }
+}
+
+/// Takes `n u32 | n × (layer u8 | ciphertext)`, checking each ciphertext under `pk`.
+#[cfg(feature = "select")]
+fn get_ciphertexts(d: &mut Decoder<'_>, pk: &PublicKey) -> Result<Vec<Ciphertext>, String> {
+    let smallest = pk.ciphertext_len(1).map_err(|e| e.to_string())?;
+    let n = d.count(1 + smallest)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let layer = u32::from(d.u8()?);
+        let len = pk.ciphertext_len(layer).map_err(|e| format!("ciphertext: {e}"))?;
+        let c = pk
+            .ciphertext_from_bytes(layer, d.take(len)?)
+            .map_err(|e| format!("ciphertext: {e}"))?;
+        out.push(c);
+    }
+    Ok(out)
+}
+
+/// The fewest bytes a select under `pk` takes on the wire: one selector element of layer 1,
+/// the chunk length and one range.
+#[cfg(feature = "select")]
+fn min_select_bytes(pk: &PublicKey) -> usize {
+    4 + 1 + pk.ciphertext_len(1).unwrap_or(0) + 4 + 4 + 16
+}
+
+/// Appends a select's selector, chunk length and ranges (its key is written once per request).
+#[cfg(feature = "select")]
+fn put_select(e: &mut Encoder, pk: &PublicKey, r: &SelectRequest) {
+    put_ciphertexts(e, pk, &r.selector);
+    e.u32(r.chunk_len);
+    put_ranges(e, &r.ranges);
+}
+
+/// Takes a select under `pk`: a selector of at least one element, the chunk length and at
+/// least one range.
+#[cfg(feature = "select")]
+fn get_select(d: &mut Decoder<'_>, pk: &Arc<PublicKey>) -> Result<SelectRequest, String> {
+    let selector = get_ciphertexts(d, pk)?;
+    let chunk_len = d.u32()?;
+    let ranges = d.ranges()?;
+    if selector.is_empty() || ranges.is_empty() {
+        return Err("a select without a selector or without ranges".into());
+    }
+    Ok(SelectRequest { public_key: Arc::clone(pk), selector, ranges, chunk_len })
 }
 
 /// Appends `n u32, n × (cell u64, offset u32, len u32)`.
