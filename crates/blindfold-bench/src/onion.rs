@@ -19,7 +19,7 @@ use blindfold_crypto::{CellSealer, MasterKey, StoreId};
 use blindfold_dj::SecretKey;
 use blindfold_oram::{BlockId, BucketId, OnionOram, OnionOramConfig};
 use blindfold_proxy::{OnionPhaseTimes, SealedOnionOram};
-use blindfold_store::{CellId, MemoryStore, SelectStore, Store};
+use blindfold_store::{MemoryStore, SelectStore, Store};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
 use serde::Serialize;
@@ -183,7 +183,10 @@ pub struct OnionReport {
     pub slot_bytes_by_depth: Vec<u64>,
     /// The Table 5 comparison.
     pub table: Vec<PhaseRow>,
-    /// Whether `amortized_ms_per_access` meets the target (≤ seed / 100).
+    /// Whether this run is the seed's setup (1024-bit key, 4096 blocks of 4 KiB, height 10,
+    /// τ = 3), the only one the target applies to.
+    pub seed_setup: bool,
+    /// Whether `amortized_ms_per_access` meets the target (≤ seed / 100) on the seed's setup.
     pub target_met: bool,
 }
 
@@ -245,7 +248,11 @@ pub async fn run(p: &OnionBench) -> Result<OnionReport> {
     let t = Instant::now();
     let key = SecretKey::generate(p.key_bits, &mut rng).context("Damgård–Jurik key")?;
     let keygen = t.elapsed();
-    say(format!("generated a {}-bit Damgård–Jurik key in {:.1} s", p.key_bits, keygen.as_secs_f64()));
+    say(format!(
+        "generated a {}-bit Damgård–Jurik key in {:.1} s",
+        p.key_bits,
+        keygen.as_secs_f64()
+    ));
 
     let meta = Arc::new(MemoryStore::new(SealedOnionOram::meta_geometry(&config)?));
     let data = Arc::new(MemoryStore::new(SealedOnionOram::data_geometry(&config, key.public())?));
@@ -309,8 +316,9 @@ pub async fn run(p: &OnionBench) -> Result<OnionReport> {
     let t = sub(oram.phase_times(), &base);
     let per_access = |d: Duration| if accesses == 0 { 0.0 } else { ms(d) / accesses as f64 };
     let per_eviction = |d: Duration| if evictions == 0 { 0.0 } else { ms(d) / evictions as f64 };
-    let eviction_total =
-        per_eviction(t.eviction_vectors) + per_eviction(t.eviction_select) + per_eviction(t.leaf_strip);
+    let eviction_total = per_eviction(t.eviction_vectors)
+        + per_eviction(t.eviction_select)
+        + per_eviction(t.leaf_strip);
     let evictions_per_600 = 600.0 / f64::from(p.a);
     let amortized_eviction = eviction_total * evictions_per_600 / 600.0;
     let access_part = per_access(t.select_vectors)
@@ -320,20 +328,79 @@ pub async fn run(p: &OnionBench) -> Result<OnionReport> {
         + per_access(t.metadata);
     let amortized = access_part + amortized_eviction;
     let moved = (stats.blocks_down - before.blocks_down) + (stats.blocks_up - before.blocks_up);
-    let meta_moved = (stats.meta_reads - before.meta_reads) + (stats.meta_writes - before.meta_writes);
+    let meta_moved =
+        (stats.meta_reads - before.meta_reads) + (stats.meta_writes - before.meta_writes);
     let blocks_moved_per_access = moved as f64 / accesses.max(1) as f64;
+    let d = OnionBench::default();
+    let seed_setup = (p.key_bits, p.blocks, p.block_size, p.height, p.a)
+        == (d.key_bits, d.blocks, d.block_size, d.height, d.a);
     let table = vec![
-        PhaseRow { operation: "Construct select vector for a complete path", key: "select_vectors_ms", seed: seed::SELECT_VECTORS_MS, ours: per_access(t.select_vectors) },
-        PhaseRow { operation: "Select operation on a complete path", key: "server_select_ms", seed: seed::SERVER_SELECT_MS, ours: per_access(t.server_select) },
-        PhaseRow { operation: "Decrypt the received block", key: "decrypt_ms", seed: seed::DECRYPT_MS, ours: per_access(t.decrypt) },
-        PhaseRow { operation: "Encrypt the block for the root", key: "root_encrypt_ms", seed: seed::ROOT_ENCRYPT_MS, ours: per_access(t.root_encrypt) },
-        PhaseRow { operation: "Encrypt triplet eviction vectors for a path", key: "eviction_vectors_ms", seed: seed::EVICTION_VECTORS_MS, ours: per_eviction(t.eviction_vectors) },
-        PhaseRow { operation: "Select operations of one eviction", key: "eviction_select_ms", seed: seed::EVICTION_SELECT_MS, ours: per_eviction(t.eviction_select) },
-        PhaseRow { operation: "Strip the leaf to one layer", key: "leaf_strip_ms", seed: seed::LEAF_STRIP_MS, ours: per_eviction(t.leaf_strip) },
-        PhaseRow { operation: "Total for one eviction", key: "eviction_total_ms", seed: seed::EVICTION_TOTAL_MS, ours: eviction_total },
-        PhaseRow { operation: "Evictions for 600 requests", key: "evictions_per_600", seed: seed::EVICTIONS_PER_600, ours: evictions_per_600 },
-        PhaseRow { operation: "Amortized eviction cost per request", key: "amortized_eviction_ms", seed: seed::AMORTIZED_EVICTION_MS, ours: amortized_eviction },
-        PhaseRow { operation: "Total per request", key: "amortized_ms_per_access", seed: seed::TOTAL_MS, ours: amortized },
+        PhaseRow {
+            operation: "Construct select vector for a complete path",
+            key: "select_vectors_ms",
+            seed: seed::SELECT_VECTORS_MS,
+            ours: per_access(t.select_vectors),
+        },
+        PhaseRow {
+            operation: "Select operation on a complete path",
+            key: "server_select_ms",
+            seed: seed::SERVER_SELECT_MS,
+            ours: per_access(t.server_select),
+        },
+        PhaseRow {
+            operation: "Decrypt the received block",
+            key: "decrypt_ms",
+            seed: seed::DECRYPT_MS,
+            ours: per_access(t.decrypt),
+        },
+        PhaseRow {
+            operation: "Encrypt the block for the root",
+            key: "root_encrypt_ms",
+            seed: seed::ROOT_ENCRYPT_MS,
+            ours: per_access(t.root_encrypt),
+        },
+        PhaseRow {
+            operation: "Encrypt triplet eviction vectors for a path",
+            key: "eviction_vectors_ms",
+            seed: seed::EVICTION_VECTORS_MS,
+            ours: per_eviction(t.eviction_vectors),
+        },
+        PhaseRow {
+            operation: "Select operations of one eviction",
+            key: "eviction_select_ms",
+            seed: seed::EVICTION_SELECT_MS,
+            ours: per_eviction(t.eviction_select),
+        },
+        PhaseRow {
+            operation: "Strip the leaf to one layer",
+            key: "leaf_strip_ms",
+            seed: seed::LEAF_STRIP_MS,
+            ours: per_eviction(t.leaf_strip),
+        },
+        PhaseRow {
+            operation: "Total for one eviction",
+            key: "eviction_total_ms",
+            seed: seed::EVICTION_TOTAL_MS,
+            ours: eviction_total,
+        },
+        PhaseRow {
+            operation: "Evictions for 600 requests",
+            key: "evictions_per_600",
+            seed: seed::EVICTIONS_PER_600,
+            ours: evictions_per_600,
+        },
+        PhaseRow {
+            operation: "Amortized eviction cost per request",
+            key: "amortized_eviction_ms",
+            seed: seed::AMORTIZED_EVICTION_MS,
+            ours: amortized_eviction,
+        },
+        PhaseRow {
+            operation: "Total per request",
+            key: "amortized_ms_per_access",
+            seed: seed::TOTAL_MS,
+            ours: amortized,
+        },
     ];
     Ok(OnionReport {
         machine: Machine::current(),
@@ -364,7 +431,8 @@ pub async fn run(p: &OnionBench) -> Result<OnionReport> {
         server_bytes,
         slot_bytes_by_depth,
         table,
-        target_met: amortized <= TARGET_MS,
+        seed_setup,
+        target_met: seed_setup && amortized <= TARGET_MS,
     })
 }
 
@@ -389,8 +457,17 @@ pub fn render(r: &OnionReport) -> String {
         s,
         "Onion ORAM, Damgård–Jurik {}-bit: {} blocks of {} B, {} buckets (height {}), τ = {}, \
          half buckets of {} slots, leaves of {} + 2×{} slots; {} requests ({} evictions) measured",
-        p.key_bits, p.blocks, p.block_size, r.buckets, p.height, p.a, r.half_slots, r.leaf_slots,
-        r.half_slots, r.accesses, r.evictions
+        p.key_bits,
+        p.blocks,
+        p.block_size,
+        r.buckets,
+        p.height,
+        p.a,
+        r.half_slots,
+        r.leaf_slots,
+        r.half_slots,
+        r.accesses,
+        r.evictions
     );
     let _ = writeln!(
         s,
@@ -399,14 +476,22 @@ pub fn render(r: &OnionReport) -> String {
         r.machine.cores,
         r.machine.memory_bytes as f64 / (1u64 << 30) as f64
     );
-    let _ = writeln!(s, "\n{:<48} {:>14} {:>14} {:>10}", "operation (seed 002, Table 5)", "seed ms", "ours ms", "speed-up");
+    let _ = writeln!(
+        s,
+        "\n{:<48} {:>14} {:>14} {:>10}",
+        "operation (seed 002, Table 5)", "seed ms", "ours ms", "speed-up"
+    );
     for row in &r.table {
         let speedup = if row.ours > 0.0 && row.key != "evictions_per_600" {
             format!("{:.1}×", row.seed / row.ours)
         } else {
             "-".into()
         };
-        let _ = writeln!(s, "{:<48} {:>14.1} {:>14.1} {:>10}", row.operation, row.seed, row.ours, speedup);
+        let _ = writeln!(
+            s,
+            "{:<48} {:>14.1} {:>14.1} {:>10}",
+            row.operation, row.seed, row.ours, speedup
+        );
     }
     let _ = writeln!(
         s,
@@ -427,11 +512,60 @@ pub fn render(r: &OnionReport) -> String {
         r.slot_bytes_by_depth.last().copied().unwrap_or(0),
         r.slot_bytes_by_depth.len()
     );
-    let _ = writeln!(
-        s,
-        "target (seed / 100 = {TARGET_MS:.0} ms per request): {} ({:.0} ms)",
-        if r.target_met { "met" } else { "NOT met" },
-        r.amortized_ms_per_access
-    );
+    if r.seed_setup {
+        let _ = writeln!(
+            s,
+            "target (seed / 100 = {TARGET_MS:.0} ms per request): {} ({:.0} ms)",
+            if r.target_met { "met" } else { "NOT met" },
+            r.amortized_ms_per_access
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "(not the seed's setup: the seed's figures and the target ({TARGET_MS:.0} ms per \
+             request) are for 1024-bit keys, 4096 blocks of 4 KiB, height 10, τ = 3)"
+        );
+    }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny run: the report's counts follow from the parameters, and every phase was timed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tiny_run_reports_every_phase() {
+        let p = OnionBench {
+            key_bits: 256,
+            blocks: 8,
+            block_size: 32,
+            height: 2,
+            ops: 6,
+            progress: false,
+            ..OnionBench::default()
+        };
+        let r = run(&p).await.unwrap();
+        assert_eq!((r.accesses, r.evictions), (6, 2));
+        assert!(!r.seed_setup && !r.target_met);
+        assert_eq!(r.table.len(), 11);
+        for row in &r.table {
+            assert!(row.ours > 0.0, "{} not measured", row.operation);
+        }
+        // Per request: one block down and one up; per eviction the leaf's 2·Zh + Zl slots down
+        // and its Zl stripped slots up.
+        let per_eviction = f64::from(2 * r.half_slots + 2 * r.leaf_slots);
+        let expect = 2.0 + per_eviction * 2.0 / 6.0;
+        assert!(
+            (r.blocks_moved_per_access - expect).abs() < 1e-9,
+            "{} vs {expect}",
+            r.blocks_moved_per_access
+        );
+        assert_eq!(r.slot_bytes_by_depth.len(), 3);
+        let text = render(&r);
+        assert!(
+            text.contains("Total per request") && text.contains("not the seed's setup"),
+            "{text}"
+        );
+    }
 }
