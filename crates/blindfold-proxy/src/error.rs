@@ -1,6 +1,6 @@
 use blindfold_crypto::CryptoError;
 use blindfold_oram::OramError;
-use blindfold_store::StoreError;
+use blindfold_store::{Geometry, StoreError};
 
 /// Errors of the drivers.
 #[derive(Debug, thiserror::Error)]
@@ -58,4 +58,31 @@ impl ProxyError {
     pub fn is_integrity(&self) -> bool {
         matches!(self, ProxyError::Integrity { .. } | ProxyError::Oram(OramError::Integrity(_)))
     }
+}
+
+/// A seal that did not open: an integrity violation at `cell` when the stored bytes are to blame
+/// (wrong tag, malformed), otherwise the sealer's own error.
+pub(crate) fn integrity(cell: u64, source: CryptoError) -> ProxyError {
+    match source {
+        CryptoError::Integrity { .. } | CryptoError::Malformed(_) => {
+            ProxyError::Integrity { cell, source }
+        }
+        other => ProxyError::Crypto(other),
+    }
+}
+
+/// Checks that the array `what` (of shape `found`) can hold a scheme's array of shape `needed`:
+/// the same cell size and at least as many cells.
+pub(crate) fn check_array(found: Geometry, needed: Geometry, what: &str) -> Result<(), ProxyError> {
+    if found.cell_size() != needed.cell_size() || found.cell_count() < needed.cell_count() {
+        return Err(ProxyError::Geometry {
+            found: format!("{what}: {} cells of {} bytes", found.cell_count(), found.cell_size()),
+            needed: format!(
+                "at least {} cells of {} bytes",
+                needed.cell_count(),
+                needed.cell_size()
+            ),
+        });
+    }
+    Ok(())
 }

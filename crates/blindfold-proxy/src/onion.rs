@@ -33,7 +33,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blindfold_crypto::{CellAd, CellSealer, CryptoError};
+use blindfold_crypto::{CellAd, CellSealer};
 use blindfold_dj::{Ciphertext, DjError, Integer, PublicKey, SecretKey};
 use blindfold_oram::onion::{BucketMeta, EvictionPlan, SlotGroup};
 use blindfold_oram::{BlockId, BucketId, OnionOram, OnionOramConfig, OnionOramState, OramError};
@@ -44,6 +44,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::error::{check_array, integrity};
 use crate::{ProxyError, Result, VersionTable};
 
 /// Time spent in each phase (the reference paper's Table 5), summed over the accesses and
@@ -110,15 +111,6 @@ impl std::fmt::Debug for SealedOnionOram {
 
 fn dj(what: &str, e: DjError) -> ProxyError {
     ProxyError::Oram(OramError::Integrity(format!("{what}: {e}")))
-}
-
-fn integrity(cell: u64, source: CryptoError) -> ProxyError {
-    match source {
-        CryptoError::Integrity { .. } | CryptoError::Malformed(_) => {
-            ProxyError::Integrity { cell, source }
-        }
-        other => ProxyError::Crypto(other),
-    }
 }
 
 /// Runs `f` over `items` on all cores, keeping order.
@@ -203,25 +195,8 @@ impl SealedOnionOram {
     ) -> Result<Self> {
         let config = oram.config().clone();
         let public = Arc::new(key.public().clone());
-        let check = |found: Geometry, needed: Geometry, what: &str| {
-            if found.cell_size() != needed.cell_size() || found.cell_count() < needed.cell_count() {
-                return Err(ProxyError::Geometry {
-                    found: format!(
-                        "{what}: {} cells of {} bytes",
-                        found.cell_count(),
-                        found.cell_size()
-                    ),
-                    needed: format!(
-                        "{} cells of {} bytes",
-                        needed.cell_count(),
-                        needed.cell_size()
-                    ),
-                });
-            }
-            Ok(())
-        };
-        check(meta.geometry(), Self::meta_geometry(&config)?, "metadata array")?;
-        check(data.geometry(), Self::data_geometry(&config, &public)?, "data array")?;
+        check_array(meta.geometry(), Self::meta_geometry(&config)?, "metadata array")?;
+        check_array(data.geometry(), Self::data_geometry(&config, &public)?, "data array")?;
         let chunks = Self::chunks(&config, &public)?;
         Ok(Self {
             oram,

@@ -8,6 +8,7 @@ use blindfold_store::{CellId, Geometry, Store, StoreError};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::error::integrity;
 use crate::{ProxyError, Result, VersionTable};
 
 /// Bytes in front of the ciphertext in a sealed cell (key epoch and nonce); the rest of
@@ -54,17 +55,7 @@ where
 /// their contents are ignored (the read was still issued, so the store saw nothing special).
 /// Refuses a store whose cells are of another size than `needed`'s, or fewer.
 pub(crate) fn check_geometry(found: Geometry, needed: Geometry) -> Result<()> {
-    if found.cell_size() != needed.cell_size() || found.cell_count() < needed.cell_count() {
-        return Err(ProxyError::Geometry {
-            found: format!("{} cells of {} bytes", found.cell_count(), found.cell_size()),
-            needed: format!(
-                "at least {} cells of {} bytes",
-                needed.cell_count(),
-                needed.cell_size()
-            ),
-        });
-    }
-    Ok(())
+    crate::error::check_array(found, needed, "the store")
 }
 
 pub(crate) fn open_cells(
@@ -83,15 +74,6 @@ pub(crate) fn open_cells(
         out.push(Some(open_cell(sealer, *cell, version, versions.epoch(cell.0), buf)?));
     }
     Ok(out)
-}
-
-fn integrity(cell: u64, source: CryptoError) -> ProxyError {
-    match source {
-        CryptoError::Integrity { .. } | CryptoError::Malformed(_) => {
-            ProxyError::Integrity { cell, source }
-        }
-        other => ProxyError::Crypto(other),
-    }
 }
 
 /// Seals plaintext cells under their next versions and records those versions.

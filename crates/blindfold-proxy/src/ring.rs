@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blindfold_crypto::{CellAd, CellSealer, CryptoError, XorPads};
+use blindfold_crypto::{CellAd, CellSealer, XorPads};
 use blindfold_oram::ring::{BucketWrite, SlotRead};
 use blindfold_oram::{
     BlockId, BucketId, Op, RingInput, RingOram, RingOramConfig, RingOramState, RingPlan, RingRead,
@@ -14,6 +14,7 @@ use blindfold_store::{ByteRange, CellId, Geometry, Store, XorStore};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::error::{check_array, integrity};
 use crate::path::{open_cells, with_retry, RetryPolicy};
 use crate::{ProxyError, Result, VersionTable};
 
@@ -126,15 +127,6 @@ fn segment_len(config: &RingOramConfig) -> usize {
         }
 }
 
-fn integrity(cell: u64, source: CryptoError) -> ProxyError {
-    match source {
-        CryptoError::Integrity { .. } | CryptoError::Malformed(_) => {
-            ProxyError::Integrity { cell, source }
-        }
-        other => ProxyError::Crypto(other),
-    }
-}
-
 impl SealedRingOram {
     /// The shape of the metadata array: one cell per bucket.
     pub fn meta_geometry(config: &RingOramConfig) -> Result<Geometry> {
@@ -200,25 +192,8 @@ impl SealedRingOram {
         versions: VersionTable,
     ) -> Result<Self> {
         let config = oram.config().clone();
-        let check = |found: Geometry, needed: Geometry, what: &str| {
-            if found.cell_size() != needed.cell_size() || found.cell_count() < needed.cell_count() {
-                return Err(ProxyError::Geometry {
-                    found: format!(
-                        "{what}: {} cells of {} bytes",
-                        found.cell_count(),
-                        found.cell_size()
-                    ),
-                    needed: format!(
-                        "{} cells of {} bytes",
-                        needed.cell_count(),
-                        needed.cell_size()
-                    ),
-                });
-            }
-            Ok(())
-        };
-        check(meta.geometry(), Self::meta_geometry(&config)?, "metadata array")?;
-        check(data.store().geometry(), Self::data_geometry(&config)?, "data array")?;
+        check_array(meta.geometry(), Self::meta_geometry(&config)?, "metadata array")?;
+        check_array(data.store().geometry(), Self::data_geometry(&config)?, "data array")?;
         if config.variant() == RingVariant::XorRing {
             let Some(p) = &pads else {
                 return Err(ProxyError::State("XOR Ring ORAM needs pads".into()));
