@@ -1,5 +1,12 @@
 //! `blindfold bench schemes`: Path ORAM, Ring ORAM and XOR Ring ORAM side by side, as in seed
-//! 002's experiment (section 6; Tables 4, 6, 7, 8, 9).
+//! 002's experiment (section 6; Tables 4, 6, 7, 8, 9), and Onion ORAM's rows.
+//!
+//! Onion ORAM's rows come from its scheme (`blindfold_oram::onion`) run over the same workload
+//! without cryptography: its blocks and metadata cells moved are counted from the plans, and
+//! its link time is computed from them with the same round-trip time and speed (the seed's
+//! "without AHE": computation free, plain-size blocks). "With AHE" adds ciphertext sizes at
+//! 1024-bit keys and the processing time per request that `blindfold bench onion` measured
+//! (`onion_ahe_ms`), as the seed's Table 8 added its Table 5 total.
 //!
 //! Each scheme gets a fresh store holding `blocks` real blocks (bulk loaded), then serves the
 //! same seeded workload: `ops` requests for uniformly random blocks, `read_ratio` of them reads,
@@ -140,6 +147,9 @@ pub struct SchemesBench {
     pub store: StoreUrl,
     /// Workload and ORAM seed.
     pub seed: u64,
+    /// Onion ORAM's measured processing time per request (`amortized_ms_per_access` of a
+    /// `blindfold bench onion` report), for the "with AHE" rows; none: those rows are left out.
+    pub onion_ahe_ms: Option<f64>,
     /// Print progress lines.
     #[serde(skip)]
     pub progress: bool,
@@ -166,6 +176,7 @@ impl Default for SchemesBench {
             storage_buckets: (10..=24).step_by(2).map(|k| 1u64 << k).collect(),
             store: StoreUrl::Memory,
             seed: 1,
+            onion_ahe_ms: None,
             progress: true,
         }
     }
@@ -327,6 +338,9 @@ pub struct SchemesReport {
     pub formula: Vec<FormulaRow>,
     /// Table 9.
     pub storage: Vec<StorageRow>,
+    /// Onion ORAM's rows of Tables 4, 7, 8 and 9, without and with the cost of homomorphic
+    /// encryption.
+    pub onion: OnionRows,
     /// Wall-clock seconds the whole comparison took.
     pub elapsed_s: f64,
 }
@@ -741,6 +755,159 @@ fn storage_row(bench: &SchemesBench, buckets: u64, measured: bool) -> Result<Sto
 }
 
 /// Runs the whole comparison.
+/// Onion ORAM at one link speed.
+#[derive(Clone, Debug, Serialize)]
+pub struct OnionSpeedRow {
+    /// Link speed, bits per second.
+    pub speed_bps: u64,
+    /// Average response time without the cost of homomorphic encryption (plain-size blocks,
+    /// free computation, as the seed's Table 4 assumed), ms.
+    pub response_ms: f64,
+    /// Average system latency without it (until the block is back in the root), ms.
+    pub system_latency_ms: f64,
+    /// Response time with it: ciphertext-size transfers at 1024-bit keys plus the measured
+    /// processing per request ([`SchemesBench::onion_ahe_ms`]), ms; none without a measurement.
+    pub response_with_ahe_ms: Option<f64>,
+}
+
+/// Onion ORAM's rows (no stash: response time and system latency differ only by the write into
+/// the root).
+#[derive(Clone, Debug, Serialize)]
+pub struct OnionRows {
+    /// Slots per half bucket.
+    pub half_slots: u32,
+    /// Slots of a leaf's stripped area.
+    pub leaf_slots: u32,
+    /// Data blocks client → server over the run (Table 7).
+    pub data_blocks_up: u64,
+    /// Data blocks server → client over the run.
+    pub data_blocks_down: u64,
+    /// Metadata cells moved over the run.
+    pub meta_blocks: u64,
+    /// Evictions.
+    pub evictions: u64,
+    /// Tables 4 and 8.
+    pub sweep: Vec<OnionSpeedRow>,
+    /// Table 9: `(buckets, bytes without AHE, bytes with AHE at 1024-bit keys)`.
+    pub storage: Vec<(u64, u64, u64)>,
+}
+
+/// Bytes of a Damgård–Jurik ciphertext of layer `d` under a 1024-bit modulus.
+fn dj_ct_len(d: u32) -> u64 {
+    u64::from(d + 1) * 128
+}
+
+/// Bytes of a sealed block as stored at onion depth `d` (1024-bit keys), and its chunk count.
+fn onion_slot_len(block_size: u32, d: u32) -> u64 {
+    let chunks = (u64::from(block_size) + CellSealer::OVERHEAD as u64).div_ceil(127);
+    chunks * dj_ct_len(d)
+}
+
+fn onion_rows(bench: &SchemesBench) -> Result<OnionRows> {
+    use blindfold_oram::onion::BucketMeta;
+    use blindfold_oram::{BucketId, OnionOram, OnionOramConfig};
+    let config = OnionOramConfig::builder(bench.blocks, bench.block_size).a(bench.a).build()?;
+    let h = config.shape().height();
+    let mut oram = OnionOram::with_seed(config.clone(), bench.seed);
+    let mut metas: HashMap<BucketId, BucketMeta> = HashMap::new();
+    for (b, m) in oram.bulk_place(bench.blocks)?.metas {
+        metas.insert(b, m);
+    }
+    let base = oram.stats().clone();
+    let get = |metas: &HashMap<BucketId, BucketMeta>, bs: &[BucketId]| -> Vec<BucketMeta> {
+        bs.iter()
+            .map(|b| {
+                metas.get(b).cloned().unwrap_or_else(|| BucketMeta::empty(config.slots_of(*b)))
+            })
+            .collect()
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(bench.seed ^ 0x05c4_e3e5);
+    for _ in 0..bench.ops {
+        let _gap: f64 = rng.gen();
+        let block = rng.gen_range(0..bench.blocks);
+        let write = !rng.gen_bool(bench.read_ratio);
+        let path = oram.start(BlockId(block))?;
+        let m = get(&metas, &path);
+        oram.plan_select(m)?;
+        let fin = oram.finish(write)?;
+        metas.extend(fin.metas);
+        if fin.evict {
+            let bs = oram.start_eviction()?;
+            let m = get(&metas, &bs);
+            metas.extend(oram.plan_eviction(m)?.metas);
+        }
+    }
+    let st = oram.stats();
+    let meta_cell = (config.meta_bytes() + CellSealer::OVERHEAD) as f64;
+    let block = f64::from(bench.block_size) + CellSealer::OVERHEAD as f64;
+    let levels = f64::from(h + 1);
+    // Selection vectors and answer with AHE: one element per slot of the path at its depth + 1,
+    // one per group at layer 1; the answer is one layer-1 select over the deepest group's answer.
+    let path_slots: Vec<(u32, u32)> = {
+        let mut v = vec![(config.a(), 1)];
+        v.extend((1..h).map(|l| (2 * config.half_slots(), l + 1)));
+        v.push((2 * config.half_slots(), h + 1));
+        v.push((config.leaf_slots(), 1));
+        v
+    };
+    let selector_bytes: f64 =
+        path_slots.iter().map(|&(n, d)| f64::from(n) * dj_ct_len(d + 1) as f64).sum::<f64>()
+            + path_slots.len() as f64 * dj_ct_len(1) as f64;
+    let answer_bytes = (onion_slot_len(bench.block_size, h + 2) as f64 / 127.0).ceil() * 256.0;
+    let sweep = std::iter::once(bench.main_speed)
+        .chain(bench.speeds.iter().copied())
+        .collect::<std::collections::BTreeSet<u64>>()
+        .into_iter()
+        .map(|speed| {
+            let rtt = bench.rtt_ms;
+            let t = |bytes: f64| bytes * 8.0 / speed as f64 * 1e3;
+            // Metadata of the path, then the select, then the root and the path's metadata.
+            let response = 2.0 * rtt + t(levels * meta_cell) + t(block);
+            let latency = response + rtt + t(block) + t(levels * meta_cell);
+            let with = bench.onion_ahe_ms.map(|ahe| {
+                2.0 * rtt + t(levels * meta_cell) + t(selector_bytes) + t(answer_bytes) + ahe
+            });
+            OnionSpeedRow {
+                speed_bps: speed,
+                response_ms: response,
+                system_latency_ms: latency,
+                response_with_ahe_ms: with,
+            }
+        })
+        .collect();
+    let storage = bench
+        .storage_buckets
+        .iter()
+        .chain(std::iter::once(&config.buckets()))
+        .map(|&n| -> Result<(u64, u64, u64)> {
+            let height = (n + 1).max(2).ilog2() - 1;
+            let c = OnionOramConfig::builder(bench.blocks, bench.block_size)
+                .a(bench.a)
+                .height(height.max(1))
+                .leaf_slots(config.leaf_slots())
+                .build()?;
+            let meta = c.buckets() * (c.meta_bytes() + CellSealer::OVERHEAD) as u64;
+            let plain =
+                c.data_cells() * (u64::from(bench.block_size) + CellSealer::OVERHEAD as u64);
+            let ahe = c.data_cells() * onion_slot_len(bench.block_size, c.max_depth());
+            Ok((c.buckets(), plain + meta, ahe + meta))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut storage = storage;
+    storage.sort_unstable();
+    storage.dedup();
+    Ok(OnionRows {
+        half_slots: config.half_slots(),
+        leaf_slots: config.leaf_slots(),
+        data_blocks_up: st.blocks_up - base.blocks_up,
+        data_blocks_down: st.blocks_down - base.blocks_down,
+        meta_blocks: (st.meta_reads - base.meta_reads) + (st.meta_writes - base.meta_writes),
+        evictions: st.evictions - base.evictions,
+        sweep,
+        storage,
+    })
+}
+
 pub fn run(bench: &SchemesBench) -> Result<SchemesReport> {
     if bench.blocks == 0 || bench.ops == 0 {
         bail!("need at least one block and one request");
@@ -806,6 +973,7 @@ pub fn run(bench: &SchemesBench) -> Result<SchemesReport> {
     built.buckets = buckets;
     storage.push(built);
     storage.sort_by_key(|r| r.buckets);
+    let onion = onion_rows(bench)?;
     Ok(SchemesReport {
         machine: Machine::current(),
         params: bench.clone(),
@@ -815,6 +983,7 @@ pub fn run(bench: &SchemesBench) -> Result<SchemesReport> {
         sweep,
         formula,
         storage,
+        onion,
         elapsed_s: started.elapsed().as_secs_f64(),
     })
 }
@@ -1044,6 +1213,41 @@ pub fn render(r: &SchemesReport) -> String {
         })
         .collect();
     table(&mut out, &["buckets", "Path", "Ring", "XOR Ring", "Ring / Path"], &rows);
+    let o = &r.onion;
+    let _ = writeln!(
+        out,
+        "Onion ORAM (no stash; halves of {} slots, leaves of {} + 2×{}; {} evictions): data blocks \
+         up / down {} / {} [seed 1 400 / 1 400], metadata cells {} [25 800]",
+        o.half_slots, o.leaf_slots, o.half_slots, o.evictions, o.data_blocks_up, o.data_blocks_down, o.meta_blocks
+    );
+    let rows: Vec<Vec<String>> = o
+        .sweep
+        .iter()
+        .map(|x| {
+            vec![
+                speed_name(x.speed_bps),
+                format!("{} / {}", f(x.response_ms), f(x.system_latency_ms)),
+                x.response_with_ahe_ms.map_or("- (run bench onion, pass --onion-json)".into(), f),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &["link", "Onion w/o AHE: response / latency", "Onion with AHE: response"],
+        &rows,
+    );
+    let rows: Vec<Vec<String>> = o
+        .storage
+        .iter()
+        .map(|&(n, plain, ahe)| {
+            vec![
+                n.to_string(),
+                format!("{:.2}", plain as f64 / 1e6),
+                format!("{:.2}", ahe as f64 / 1e6),
+            ]
+        })
+        .collect();
+    table(&mut out, &["buckets", "Onion w/o AHE (MB)", "Onion with AHE, 1024-bit (MB)"], &rows);
     let path = &r.main[0];
     let _ = writeln!(
         out,
@@ -1141,6 +1345,38 @@ mod tests {
         let steady = expected_reshuffles(5, 2, 3);
         let run = expected_reshuffles_in_run(4, 2, 3, 30_000);
         assert!((run - steady).abs() / steady < 0.02, "{run} vs {steady}");
+    }
+
+    /// Onion ORAM's counts follow from its schedule: one block each way per request, and per
+    /// eviction the leaf's halves and stripped area down, its stripped area up; with AHE adds
+    /// the measured time to every speed.
+    #[test]
+    fn onion_rows_count_what_the_schedule_moves() {
+        let bench = SchemesBench {
+            blocks: 64,
+            block_size: 512,
+            ops: 30,
+            speeds: vec![1_000_000, 100_000_000],
+            storage_buckets: vec![31, 127],
+            onion_ahe_ms: Some(1000.0),
+            progress: false,
+            ..SchemesBench::default()
+        };
+        let o = onion_rows(&bench).unwrap();
+        assert_eq!(o.evictions, 10);
+        let (zh, zl) = (u64::from(o.half_slots), u64::from(o.leaf_slots));
+        assert_eq!(o.data_blocks_up, 30 + 10 * zl);
+        assert_eq!(o.data_blocks_down, 30 + 10 * (2 * zh + zl));
+        assert_eq!(o.sweep.len(), 3, "main speed and the two of the sweep");
+        for w in o.sweep.windows(2) {
+            assert!(w[0].response_ms > w[1].response_ms, "slower links take longer");
+        }
+        for x in &o.sweep {
+            assert!(x.system_latency_ms > x.response_ms);
+            assert!(x.response_with_ahe_ms.unwrap() > 1000.0 + x.response_ms);
+        }
+        assert!(o.storage.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1));
+        assert!(o.storage.iter().all(|&(_, plain, ahe)| ahe > plain));
     }
 
     #[test]

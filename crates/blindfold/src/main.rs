@@ -640,6 +640,10 @@ struct SchemesArgs {
     /// Seed of the workload and the schemes.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// A `blindfold bench onion --json` report: its measured time per request fills Onion
+    /// ORAM's "with AHE" rows (without it they are left out).
+    #[arg(long)]
+    onion_json: Option<PathBuf>,
     /// Directory for the CSV files and SVG plots.
     #[arg(long, default_value = "blindfold-bench-schemes")]
     out_dir: PathBuf,
@@ -1788,6 +1792,25 @@ fn bench_schemes(args: SchemesArgs) -> Result<()> {
     bench.store = args.store;
     bench.seed = args.seed;
     bench.progress = !args.quiet;
+    if let Some(path) = &args.onion_json {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the bench onion report {}", path.display()))?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        let ms = v
+            .get("amortized_ms_per_access")
+            .and_then(serde_json::Value::as_f64)
+            .with_context(|| {
+                format!(
+                    "{} has no amortized_ms_per_access: not a bench onion report",
+                    path.display()
+                )
+            })?;
+        if !(ms.is_finite() && ms >= 0.0) {
+            bail!("{}: amortized_ms_per_access must be a non-negative number", path.display());
+        }
+        bench.onion_ahe_ms = Some(ms);
+    }
     let report = schemes::run(&bench)?;
     print!("{}", schemes::render(&report));
     for path in schemes::save(&report, &args.out_dir)? {
