@@ -14,9 +14,9 @@
 //!   store's cells are sized for the deepest slots (a leaf's halves); shallower slots use a
 //!   prefix.
 //!
-//! The expansion is therefore `(d + 1) / 1` per chunk at depth `d` over the innermost
-//! plaintext chunk (Damgård–Jurik's `(1 + 1/s)` per layer, compounded from `s = 1`), plus the
-//! AES-GCM overhead and the rounding to whole chunks.
+//! A chunk at depth `d` is therefore `d + 1` times the size of the plaintext piece it carries
+//! (Damgård–Jurik's `(1 + 1/s)` per layer, compounded from `s = 1`), plus the AES-GCM overhead
+//! and the rounding to whole pieces.
 //!
 //! # Integrity
 //!
