@@ -543,6 +543,27 @@ impl Client {
 }
 
 /// Runs one scheme at one speed.
+/// One request of the seeded workload every scheme serves.
+struct Request {
+    /// Time since the previous arrival (Poisson process), ms.
+    gap_ms: f64,
+    /// The block.
+    block: u64,
+    /// A read (else a write).
+    read: bool,
+}
+
+/// The workload: `ops` requests for uniformly random blocks, `read_ratio` of them reads,
+/// arriving as a Poisson process; the same sequence for every scheme and speed.
+fn requests(bench: &SchemesBench) -> impl Iterator<Item = Request> + '_ {
+    let mut rng = ChaCha8Rng::seed_from_u64(bench.seed ^ 0x05c4_e3e5);
+    (0..bench.ops).map(move |_| {
+        let gap_ms = -bench.interarrival_ms * (1.0 - rng.gen::<f64>()).ln();
+        let block = rng.gen_range(0..bench.blocks);
+        Request { gap_ms, block, read: rng.gen_bool(bench.read_ratio) }
+    })
+}
+
 async fn run_one(
     bench: &SchemesBench,
     scheme: Scheme,
@@ -550,23 +571,17 @@ async fn run_one(
     run: usize,
 ) -> Result<SchemeRun> {
     let mut client = Client::build(bench, scheme, speed, run).await?;
-    let mut rng = ChaCha8Rng::seed_from_u64(bench.seed ^ 0x05c4_e3e5);
     let bs = bench.block_size as usize;
     let (mut clock, mut done_prev) = (0.0f64, 0.0f64);
     let (mut resp_sum, mut cpu_sum, mut stash_sum, mut stash_max) = (0.0, 0.0, 0u64, 0usize);
     // Blocks waiting in the stash: block -> (request index, time its answer was given).
     let mut pending: HashMap<u64, (u64, f64)> = HashMap::new();
     let (mut waits, mut rounds) = (Vec::new(), Vec::new());
-    for i in 0..bench.ops {
-        let gap = -bench.interarrival_ms * (1.0 - rng.gen::<f64>()).ln();
-        clock += gap;
+    for (i, r) in (0u64..).zip(requests(bench)) {
+        clock += r.gap_ms;
         let start = clock.max(done_prev);
-        let block = rng.gen_range(0..bench.blocks);
-        let op = if rng.gen_bool(bench.read_ratio) {
-            Op::Read
-        } else {
-            Op::Write(vec![(i % 251) as u8; bs])
-        };
+        let block = r.block;
+        let op = if r.read { Op::Read } else { Op::Write(vec![(i % 251) as u8; bs]) };
         let t = client.access(BlockId(block), op).await?;
         let answered = start + t.response;
         let done = start + t.complete;
@@ -797,7 +812,7 @@ fn dj_ct_len(d: u32) -> u64 {
     u64::from(d + 1) * 128
 }
 
-/// Bytes of a sealed block as stored at onion depth `d` (1024-bit keys), and its chunk count.
+/// Bytes of a sealed block as stored at onion depth `d` (1024-bit keys: 127-byte pieces).
 fn onion_slot_len(block_size: u32, d: u32) -> u64 {
     let chunks = (u64::from(block_size) + CellSealer::OVERHEAD as u64).div_ceil(127);
     chunks * dj_ct_len(d)
@@ -821,11 +836,8 @@ fn onion_rows(bench: &SchemesBench) -> Result<OnionRows> {
             })
             .collect()
     };
-    let mut rng = ChaCha8Rng::seed_from_u64(bench.seed ^ 0x05c4_e3e5);
-    for _ in 0..bench.ops {
-        let _gap: f64 = rng.gen();
-        let block = rng.gen_range(0..bench.blocks);
-        let write = !rng.gen_bool(bench.read_ratio);
+    for r in requests(bench) {
+        let (block, write) = (r.block, !r.read);
         let path = oram.start(BlockId(block))?;
         let m = get(&metas, &path);
         oram.plan_select(m)?;

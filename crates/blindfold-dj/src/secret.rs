@@ -301,6 +301,11 @@ impl SecretKey {
         Ok(self.decrypt(&c))
     }
 
+    /// [`peel_all`](Self::peel_all) of every ciphertext, on all cores, in order.
+    pub fn peel_all_many(&self, cs: &[Ciphertext], innermost: u32) -> Vec<Result<Integer>> {
+        par_map(cs, |c| self.peel_all(c, innermost))
+    }
+
     /// Encrypts like [`PublicKey::encrypt`] (same distribution of ciphertexts) but computes the
     /// random factor `r^(n^s)` modulo `p^(s+1)` and `q^(s+1)` with reduced exponents: several
     /// times faster, for the key holder (the ORAM client does all the encrypting).

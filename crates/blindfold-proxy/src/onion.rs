@@ -113,22 +113,6 @@ fn dj(what: &str, e: DjError) -> ProxyError {
     ProxyError::Oram(OramError::Integrity(format!("{what}: {e}")))
 }
 
-/// Runs `f` over `items` on all cores, keeping order.
-fn par_map<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec<U> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len());
-    if threads <= 1 {
-        return items.iter().map(f).collect();
-    }
-    let per = items.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = items
-            .chunks(per)
-            .map(|part| scope.spawn(|| part.iter().map(&f).collect::<Vec<U>>()))
-            .collect();
-        handles.into_iter().flat_map(|h| h.join().expect("worker panicked")).collect()
-    })
-}
-
 impl SealedOnionOram {
     /// Chunks per block: the sealed block cut into layer-1 plaintexts.
     pub fn chunks(config: &OnionOramConfig, public: &PublicKey) -> Result<usize> {
@@ -260,11 +244,6 @@ impl SealedOnionOram {
         if self.poisoned {
             return Err(ProxyError::Poisoned);
         }
-        let blocks = self.oram.config().blocks();
-        if block.0 >= blocks {
-            // Refused before anything reaches the store: the instance stays usable.
-            return Err(ProxyError::Oram(OramError::BlockOutOfRange { block: block.0, blocks }));
-        }
         if let Some(d) = &data {
             if d.len() != self.oram.config().block_size() as usize {
                 return Err(ProxyError::Oram(OramError::WrongBlockSize {
@@ -273,7 +252,10 @@ impl SealedOnionOram {
                 }));
             }
         }
-        match self.run(block, data).await {
+        // Refused requests (block out of range) fail here, before anything reaches the store,
+        // and leave the instance usable.
+        let buckets = self.oram.start(block)?;
+        match self.run(block, buckets, data).await {
             Ok(old) => Ok(old),
             Err(e) => {
                 self.oram.abort();
@@ -412,17 +394,17 @@ impl SealedOnionOram {
                 DjError::Shape { what: "slot bytes", left: bytes.len(), right: need },
             ));
         }
-        let parts: Vec<&[u8]> = bytes[..need].chunks(clen).collect();
-        let key = &self.key;
-        let public = &self.public;
-        let pieces = par_map(&parts, |b| -> std::result::Result<Vec<u8>, DjError> {
-            let c = public.ciphertext_from_bytes(depth, b)?;
-            let m = key.peel_all(&c, 1)?;
-            public.plaintext_to_bytes(&m, piece)
-        });
+        let cs = bytes[..need]
+            .chunks(clen)
+            .map(|b| self.public.ciphertext_from_bytes(depth, b))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| dj("peeling a slot", e))?;
         let mut out = Vec::with_capacity(self.chunks * piece);
-        for p in pieces {
-            out.extend(p.map_err(|e| dj("peeling a slot", e))?);
+        for m in self.key.peel_all_many(&cs, 1) {
+            let m = m.map_err(|e| dj("peeling a slot", e))?;
+            out.extend(
+                self.public.plaintext_to_bytes(&m, piece).map_err(|e| dj("peeling a slot", e))?,
+            );
         }
         Ok(out)
     }
@@ -433,8 +415,12 @@ impl SealedOnionOram {
         self.sealer.open(&ad, &innermost[..sealed_len]).map_err(|e| integrity(block.0, e))
     }
 
-    async fn run(&mut self, block: BlockId, data: Option<Vec<u8>>) -> Result<Vec<u8>> {
-        let buckets = self.oram.start(block)?;
+    async fn run(
+        &mut self,
+        block: BlockId,
+        buckets: Vec<BucketId>,
+        data: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>> {
         let metas = self.read_metas(&buckets).await?;
         let plan = self.oram.plan_select(metas)?;
 
@@ -470,15 +456,18 @@ impl SealedOnionOram {
                         DjError::Shape { what: "answer bytes", left: answer.len(), right: clen },
                     ));
                 }
-                let parts: Vec<&[u8]> = answer.chunks(clen).collect();
-                let (key, public) = (&self.key, &self.public);
-                let pieces = par_map(&parts, |b| -> std::result::Result<Vec<u8>, DjError> {
-                    let c = public.ciphertext_from_bytes(s, b)?;
-                    public.plaintext_to_bytes(&key.decrypt(&c), piece)
-                });
-                let mut padded = Vec::with_capacity(parts.len() * piece);
-                for p in pieces {
-                    padded.extend(p.map_err(|e| dj("combined answer", e))?);
+                let cs = answer
+                    .chunks(clen)
+                    .map(|b| self.public.ciphertext_from_bytes(s, b))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| dj("combined answer", e))?;
+                let mut padded = Vec::with_capacity(cs.len() * piece);
+                for m in self.key.decrypt_many(&cs) {
+                    padded.extend(
+                        self.public
+                            .plaintext_to_bytes(&m, piece)
+                            .map_err(|e| dj("combined answer", e))?,
+                    );
                 }
                 let depth = plan.groups[g].depth + 1;
                 let innermost = self.peel(&padded, depth)?;
