@@ -19,6 +19,9 @@
 //!   homomorphic select per access, triplet eviction in reverse-lexicographic order and leaf
 //!   stripping; the plans name which slot every select picks, the driver does the
 //!   Damgård–Jurik work.
+//! * [`TeeOram`] — the gateway side of the TEE-assisted design (seed 004): an m-ary tree whose
+//!   queries and evictions a trusted component beside the store carries out; the plans name
+//!   the cells and the secret permutations, the driver seals them for the trusted component.
 //!
 //! ```
 //! use blindfold_oram::{BlockId, Op, PathOram, PathOramConfig, Progress};
@@ -62,6 +65,7 @@ mod error;
 pub mod onion;
 pub mod path;
 pub mod ring;
+pub mod tee;
 pub mod tree;
 
 use std::fmt;
@@ -79,6 +83,10 @@ pub use path::{
 pub use ring::{
     RingInput, RingOram, RingOramConfig, RingOramConfigBuilder, RingOramState, RingOramStats,
     RingPlan, RingRead, RingVariant,
+};
+pub use tee::{
+    QueryPlan, QueryStep, RoundPlan, SlotTag, TeeOram, TeeOramConfig, TeeOramConfigBuilder,
+    TeeOramStats,
 };
 pub use tree::TreeShape;
 
