@@ -62,6 +62,7 @@ use std::collections::{HashMap, VecDeque};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
 
 use crate::{BlockId, OramError, Result};
 
@@ -75,7 +76,7 @@ pub const MAX_PERMUTED: usize = 8192;
 /// What a slot holds, as the gateway knows it: which block (or [`DUMMY`]) and the serial its
 /// cell was sealed with. The driver binds the cell's seal to exactly this pair, so a slot that
 /// the store rolled back, swapped or altered does not open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SlotTag {
     /// The block, or [`DUMMY`].
     pub block: u64,
@@ -84,7 +85,7 @@ pub struct SlotTag {
 }
 
 /// Parameters of the tree.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TeeOramConfig {
     blocks: u64,
     block_size: u32,
@@ -314,7 +315,7 @@ impl TeeOramConfigBuilder {
 }
 
 /// Where a block is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Place {
     /// Never written: reads as zeros.
     Nowhere,
@@ -324,7 +325,7 @@ enum Place {
     Ring,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 struct Slot {
     tag: SlotTag,
     live: bool,
@@ -373,6 +374,18 @@ struct InFlight {
     reshuffle: bool,
 }
 
+/// A path chosen for a query that had to wait for a reshuffle or a round: the query keeps it
+/// (a fresh draw after the wait would tell a hiding query from a real one).
+#[derive(Debug)]
+struct Kept {
+    block: u64,
+    leaf: u32,
+    real: bool,
+    /// A hiding query's copy of the block's data (the round that lands during the wait may
+    /// take it from the ring into the tree).
+    data: Option<Vec<u8>>,
+}
+
 /// One query's plan: read one cell per layer; the trusted component returns cell `target`
 /// (whose content is `expected`).
 #[derive(Clone, Debug)]
@@ -386,6 +399,9 @@ pub struct QueryPlan {
     /// Whether the block comes from the store (false: it is in the gateway or never written,
     /// and the query only hides that).
     pub real: bool,
+    /// For a query that only hides: the block's data as it was when the query began, to pass
+    /// to [`TeeOram::finish_query`] (`None`: the planner has it).
+    pub data: Option<Vec<u8>>,
 }
 
 /// What to do before a query can be planned.
@@ -433,10 +449,63 @@ pub struct RoundPlan {
     pub incoming: Vec<Upload>,
     /// The layers, root first (for a reshuffle: each exhausted node, carrying nothing).
     pub layers: Vec<LayerPlan>,
+    /// The fresh leaf of every block that goes up (secret: log it only sealed).
+    pub leaves: Vec<(u64, u32)>,
+}
+
+impl RoundPlan {
+    /// What a redo log must keep of this round to apply it again after a crash
+    /// ([`TeeOram::replay_round`]): everything but the cells' data.
+    pub fn record(&self) -> RoundRecord {
+        RoundRecord {
+            round: self.round,
+            incoming: self.incoming.iter().map(|u| u.tag).collect(),
+            layers: self.layers.iter().map(|l| (l.node, l.perm.clone())).collect(),
+            leaves: self.leaves.clone(),
+        }
+    }
+}
+
+/// A round as the redo log keeps it (see [`RoundPlan::record`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundRecord {
+    /// Round number.
+    pub round: u64,
+    /// Tags of the cells that went up (empty for a reshuffle).
+    pub incoming: Vec<SlotTag>,
+    /// Each layer's node and permutation.
+    pub layers: Vec<(u32, Vec<u32>)>,
+    /// Fresh leaves of the blocks that went up.
+    pub leaves: Vec<(u64, u32)>,
+}
+
+/// The planner's whole state, for a checkpoint (taken with nothing in flight).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TeeOramState {
+    config: TeeOramConfig,
+    leaf: Vec<u32>,
+    place: Vec<Place>,
+    nodes: Vec<(u8, Vec<Slot>, u32)>,
+    waiting: Vec<u64>,
+    ring: Vec<(u64, Vec<u8>)>,
+    serial: u64,
+    round: u64,
+    evictions: u64,
+    stats: TeeOramStats,
+}
+
+/// A completed query: the block's data before the query, and whether the ring changed (the
+/// block's data there is new to the redo log).
+#[derive(Clone, Debug)]
+pub struct Finished {
+    /// The block as it was.
+    pub data: Vec<u8>,
+    /// Whether the ring now holds data the redo log has not seen.
+    pub ring_changed: bool,
 }
 
 /// Counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TeeOramStats {
     /// Queries planned.
     pub queries: u64,
@@ -472,7 +541,7 @@ pub struct TeeOram {
     ring: HashMap<u64, Vec<u8>>,
     in_flight: Option<InFlight>,
     /// A path chosen for a query that had to wait: (block, leaf).
-    kept_path: Option<(u64, u32)>,
+    kept_path: Option<Kept>,
     serial: u64,
     round: u64,
     evictions: u64,
@@ -657,13 +726,11 @@ impl TeeOram {
     /// a query that was not `real`).
     pub fn plan_query(&mut self, block: BlockId) -> Result<QueryStep> {
         let b = self.check_block(block)?;
-        let (real, leaf) = match self.kept_path.take() {
-            Some((kb, leaf)) if kb == b as u64 => {
-                (matches!(self.place[b], Place::Tree { .. }), leaf)
-            }
+        let (real, leaf, kept_data) = match self.kept_path.take() {
+            Some(k) if k.block == b as u64 => (k.real, k.leaf, k.data),
             _ => match self.place[b] {
-                Place::Tree { .. } => (true, self.leaf[b]),
-                _ => (false, self.rng.gen_range(0..self.config.leaves() as u32)),
+                Place::Tree { .. } => (true, self.leaf[b], None),
+                _ => (false, self.rng.gen_range(0..self.config.leaves() as u32), None),
             },
         };
         // Exhausted nodes on the path must be rewritten before they are read again.
@@ -674,7 +741,16 @@ impl TeeOram {
             .filter(|&n| self.nodes[n as usize].reads >= self.config.dummy_reads)
             .collect();
         if !exhausted.is_empty() {
-            self.kept_path = Some((b as u64, leaf));
+            let data = if real {
+                None
+            } else {
+                kept_data.or_else(|| {
+                    self.ring.get(&(b as u64)).cloned().or_else(|| {
+                        self.in_flight.as_ref().and_then(|f| f.replicas.get(&(b as u64)).cloned())
+                    })
+                })
+            };
+            self.kept_path = Some(Kept { block: b as u64, leaf, real, data });
             if self.in_flight.is_some() {
                 return Ok(QueryStep::Wait);
             }
@@ -712,17 +788,28 @@ impl TeeOram {
             }
         };
         if real {
-            let Place::Tree { node, slot } = self.place[b] else { unreachable!() };
-            self.nodes[node as usize].slots[slot as usize].live = false;
+            self.take_out_of_tree(b);
+        }
+        self.stats.queries += 1;
+        self.stats.real_queries += u64::from(real);
+        self.queries_since_round += 1;
+        Ok(QueryStep::Query(QueryPlan { cells, target, expected, real, data: kept_data }))
+    }
+
+    /// Marks `b`'s copy in the tree (if any) stale, here and in the round in flight; the block
+    /// is then in the ring (once its data is there).
+    fn take_out_of_tree(&mut self, b: usize) {
+        if let Place::Tree { node, slot } = self.place[b] {
+            let nd = &mut self.nodes[node as usize];
+            nd.slots[slot as usize].live = false;
+            if !nd.slots[slot as usize].read {
+                nd.free.push(slot);
+            }
             self.place[b] = Place::Ring;
             if let Some(f) = &mut self.in_flight {
                 f.stale.push(b as u64);
             }
         }
-        self.stats.queries += 1;
-        self.stats.real_queries += u64::from(real);
-        self.queries_since_round += 1;
-        Ok(QueryStep::Query(QueryPlan { cells, target, expected, real }))
     }
 
     /// A uniformly random slot of `node` that holds no live block and was not read since the
@@ -743,7 +830,7 @@ impl TeeOram {
         block: BlockId,
         fetched: Option<Vec<u8>>,
         write: Option<Vec<u8>>,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Finished> {
         let b = self.check_block(block)?;
         let bs = self.config.block_size as usize;
         if let Some(w) = &write {
@@ -775,9 +862,15 @@ impl TeeOram {
                 "block {b} was read from the store, but no data was given"
             )));
         };
+        if write.is_some() && matches!(self.place[b], Place::Tree { .. }) {
+            // A hiding query that waited while its block went up: the new data supersedes the
+            // tree's copy.
+            self.take_out_of_tree(b);
+        }
         let in_flight_copy =
             self.in_flight.as_ref().is_some_and(|f| f.replicas.contains_key(&(b as u64)));
-        let needs_ring = self.place[b] == Place::Ring || write.is_some() || in_flight_copy;
+        let needs_ring = (self.place[b] == Place::Ring || write.is_some() || in_flight_copy)
+            && !matches!(self.place[b], Place::Tree { .. });
         if needs_ring {
             let data = write.unwrap_or_else(|| current.clone());
             if !queued {
@@ -794,7 +887,212 @@ impl TeeOram {
             }
             self.stats.max_waiting = self.stats.max_waiting.max(self.waiting.len());
         }
-        Ok(current)
+        Ok(Finished { data: current, ring_changed: needs_ring })
+    }
+
+    /// The data of `block` while it waits in the ring.
+    pub fn ring_data(&self, block: u64) -> Option<&[u8]> {
+        self.ring.get(&block).map(Vec::as_slice)
+    }
+
+    /// The whole state, for a checkpoint. Only with nothing in flight.
+    pub fn state(&self) -> Result<TeeOramState> {
+        if self.in_flight.is_some() {
+            return Err(OramError::Protocol("a checkpoint needs no round in flight".into()));
+        }
+        Ok(TeeOramState {
+            config: self.config.clone(),
+            leaf: self.leaf.clone(),
+            place: self.place.clone(),
+            nodes: self.nodes.iter().map(|n| (n.area, n.slots.clone(), n.reads)).collect(),
+            waiting: self.waiting.iter().copied().collect(),
+            ring: self.waiting.iter().map(|b| (*b, self.ring[b].clone())).collect(),
+            serial: self.serial,
+            round: self.round,
+            evictions: self.evictions,
+            stats: self.stats,
+        })
+    }
+
+    /// A planner from a checkpoint, checked for consistency (it comes from a file).
+    pub fn from_state(state: TeeOramState, seed: Option<u64>) -> Result<Self> {
+        let rng = match seed {
+            Some(s) => ChaCha20Rng::seed_from_u64(s),
+            None => ChaCha20Rng::from_entropy(),
+        };
+        let mut oram = Self::with_rng(state.config.clone(), rng);
+        let bad = |why: &str| Err(OramError::Corrupt(format!("checkpoint: {why}")));
+        let n = state.config.blocks as usize;
+        if state.leaf.len() != n || state.place.len() != n || state.nodes.len() != oram.nodes.len()
+        {
+            return bad("its tables do not fit its configuration");
+        }
+        let leaves = state.config.leaves();
+        if state.leaf.iter().any(|&l| u64::from(l) >= leaves) {
+            return bad("a leaf out of range");
+        }
+        for (i, (area, slots, reads)) in state.nodes.into_iter().enumerate() {
+            if area > 1 || slots.len() != oram.nodes[i].slots.len() {
+                return bad("a node of the wrong shape");
+            }
+            let mut node = Node::new(area, slots);
+            node.reads = reads;
+            oram.nodes[i] = node;
+        }
+        for (b, p) in state.place.iter().enumerate() {
+            if let Place::Tree { node, slot } = *p {
+                let ok = oram
+                    .nodes
+                    .get(node as usize)
+                    .and_then(|nd| nd.slots.get(slot as usize))
+                    .is_some_and(|s| s.live && s.tag.block == b as u64);
+                if !ok {
+                    return bad("the index table and the index blocks disagree");
+                }
+            }
+        }
+        if state.ring.len() != state.waiting.len()
+            || state.ring.iter().zip(&state.waiting).any(|((b, d), w)| {
+                b != w
+                    || *b as usize >= n
+                    || d.len() != state.config.block_size as usize
+                    || state.place[*b as usize] != Place::Ring
+            })
+        {
+            return bad("the ring does not match the index table");
+        }
+        oram.leaf = state.leaf;
+        oram.place = state.place;
+        oram.waiting = state.waiting.into_iter().collect();
+        oram.ring = state.ring.into_iter().collect();
+        oram.serial = state.serial;
+        oram.round = state.round;
+        oram.evictions = state.evictions;
+        oram.stats = state.stats;
+        Ok(oram)
+    }
+
+    /// Replays a block's data that the redo log kept (written, or read out of the tree):
+    /// the block is in the ring with `data`, its copy in the tree no longer live.
+    pub fn replay_ring(&mut self, block: u64, data: Vec<u8>) -> Result<()> {
+        let b = self.check_block(BlockId(block))?;
+        if data.len() != self.config.block_size as usize {
+            return Err(OramError::WrongBlockSize {
+                got: data.len(),
+                expected: self.config.block_size,
+            });
+        }
+        if let Place::Tree { node, slot } = self.place[b] {
+            let nd = &mut self.nodes[node as usize];
+            nd.slots[slot as usize].live = false;
+            if !nd.slots[slot as usize].read {
+                nd.free.push(slot);
+            }
+        }
+        self.place[b] = Place::Ring;
+        if self.ring.insert(block, data).is_none() {
+            self.waiting.push_back(block);
+        }
+        Ok(())
+    }
+
+    /// Applies a round the redo log kept, exactly as planned: the blocks that went up leave
+    /// the ring, every layer's permutation moves the cells' tags. The result is the state the
+    /// store holds once the round has been carried out (again, if need be).
+    pub fn replay_round(&mut self, record: &RoundRecord) -> Result<()> {
+        if self.in_flight.is_some() {
+            return Err(OramError::Protocol("replay with a round in flight".into()));
+        }
+        let bad = |why: String| Err(OramError::Corrupt(format!("redo record: {why}")));
+        let leaves = self.config.leaves();
+        for &(b, leaf) in &record.leaves {
+            if b >= self.config.blocks || u64::from(leaf) >= leaves {
+                return bad(format!("block {b} or leaf {leaf} out of range"));
+            }
+            self.leaf[b as usize] = leaf;
+        }
+        let mut carry = Vec::with_capacity(record.incoming.len());
+        for tag in &record.incoming {
+            let live = tag.block != DUMMY;
+            if live {
+                if tag.block >= self.config.blocks {
+                    return bad(format!("block {} out of range", tag.block));
+                }
+                if self.ring.remove(&tag.block).is_none() {
+                    return bad(format!("block {} went up but was not in the ring", tag.block));
+                }
+                self.waiting.retain(|w| *w != tag.block);
+            }
+            self.serial = self.serial.max(tag.serial);
+            carry.push(Slot { tag: *tag, live, read: false });
+        }
+        let mut touched = Vec::new();
+        for (node, perm) in &record.layers {
+            let Some(old) = self.nodes.get(*node as usize) else {
+                return bad(format!("node {node} out of range"));
+            };
+            let z = old.slots.len();
+            let sources: Vec<Slot> = old.slots.iter().chain(carry.iter()).copied().collect();
+            if perm.len() != sources.len() {
+                return bad(format!("a permutation of {} for {} cells", perm.len(), sources.len()));
+            }
+            let mut out: Vec<Option<Slot>> = vec![None; sources.len()];
+            for (j, &to) in perm.iter().enumerate() {
+                match out.get_mut(to as usize) {
+                    Some(o @ None) => *o = Some(Slot { read: false, ..sources[j] }),
+                    _ => return bad("not a permutation".into()),
+                }
+            }
+            let mut out = out.into_iter().map(|s| s.expect("a permutation fills every place"));
+            let slots: Vec<Slot> = out.by_ref().take(z).collect();
+            carry = out.collect();
+            let area = 1 - self.nodes[*node as usize].area;
+            self.nodes[*node as usize] = Node::new(area, slots);
+            touched.push(*node);
+        }
+        for node in touched {
+            for (s, slot) in self.nodes[node as usize].slots.iter().enumerate() {
+                if slot.live {
+                    self.place[slot.tag.block as usize] = Place::Tree { node, slot: s as u32 };
+                }
+            }
+        }
+        if !record.incoming.is_empty() {
+            self.evictions += 1;
+        }
+        self.round = self.round.max(record.round);
+        Ok(())
+    }
+
+    /// Treats every node as read `D` times, so each is reshuffled before it is read again.
+    /// After a crash the gateway does not know which slots the store saw read since the last
+    /// record; reading one again would link two queries.
+    pub fn exhaust_all(&mut self) {
+        let d = self.config.dummy_reads;
+        for n in &mut self.nodes {
+            n.reads = d;
+        }
+    }
+
+    /// Moves the round counter past `round` (the trusted component refuses tickets of rounds
+    /// it has seen).
+    pub fn skip_rounds_past(&mut self, round: u64) {
+        self.round = self.round.max(round);
+    }
+
+    /// Every block's place, for verification: `(block, Some(cell))` for a block in the tree.
+    pub fn blocks_in_tree(&self) -> impl Iterator<Item = (u64, blindfold_store::CellId)> + '_ {
+        self.place.iter().enumerate().filter_map(move |(b, p)| match *p {
+            Place::Tree { node, slot } => {
+                Some((b as u64, self.cell(node, self.nodes[node as usize].area, slot)))
+            }
+            _ => None,
+        })
+    }
+
+    /// The current cells of every node, with their tags (what a verification opens).
+    pub fn current_cells(&self) -> impl Iterator<Item = (blindfold_store::CellId, SlotTag)> + '_ {
+        self.initial_cells()
     }
 
     /// Whether enough queries passed for the next round (and none is in flight).
@@ -838,7 +1136,7 @@ impl TeeOram {
             stale: Vec::new(),
             reshuffle: true,
         });
-        RoundPlan { round: self.round, incoming: Vec::new(), layers }
+        RoundPlan { round: self.round, incoming: Vec::new(), layers, leaves: Vec::new() }
     }
 
     fn landings(news: &[NewNode]) -> HashMap<u64, (usize, u32)> {
@@ -866,11 +1164,13 @@ impl TeeOram {
         let mut incoming = Vec::with_capacity(c);
         let mut carry: Vec<Slot> = Vec::with_capacity(c);
         let mut replicas = HashMap::new();
+        let mut new_leaves = Vec::new();
         while incoming.len() < c {
             let Some(block) = self.waiting.pop_front() else { break };
             let data = self.ring.remove(&block).expect("every waiting block has its data");
             let serial = self.fresh_serial();
             self.leaf[block as usize] = self.rng.gen_range(0..leaves);
+            new_leaves.push((block, self.leaf[block as usize]));
             let tag = SlotTag { block, serial };
             carry.push(Slot { tag, live: true, read: false });
             replicas.insert(block, data.clone());
@@ -968,7 +1268,7 @@ impl TeeOram {
         self.stats.rounds += 1;
         self.in_flight =
             Some(InFlight { nodes: news, replicas, lands, stale: Vec::new(), reshuffle: false });
-        Ok(RoundPlan { round: self.round, incoming, layers })
+        Ok(RoundPlan { round: self.round, incoming, layers, leaves: new_leaves })
     }
 
     /// Applies the round (or reshuffle) in flight: its nodes' other areas become current.
@@ -1001,6 +1301,51 @@ impl TeeOram {
                     )));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Checks the planner's invariants (tests): the index table and the index blocks agree,
+    /// and the ring matches its order. Returns the first violation.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        for (b, p) in self.place.iter().enumerate() {
+            if let Place::Tree { node, slot } = *p {
+                let s = self.nodes[node as usize].slots[slot as usize];
+                if !s.live || s.tag.block != b as u64 {
+                    return Err(format!(
+                        "block {b} placed at node {node} slot {slot}, which holds {s:?}"
+                    ));
+                }
+                let layer = self.layer_of(node);
+                if self.node_on_path(self.leaf[b], layer) != node {
+                    return Err(format!(
+                        "block {b} is in node {node}, off the path of its leaf {}",
+                        self.leaf[b]
+                    ));
+                }
+            }
+            if (*p == Place::Ring) != self.ring.contains_key(&(b as u64))
+                && !self.in_flight.as_ref().is_some_and(|f| f.replicas.contains_key(&(b as u64)))
+                && *p != Place::Ring
+            {
+                return Err(format!("block {b} is in the ring but placed {p:?}"));
+            }
+        }
+        for (n, node) in self.nodes.iter().enumerate() {
+            for (i, s) in node.slots.iter().enumerate() {
+                if s.live
+                    && self.place[s.tag.block as usize]
+                        != (Place::Tree { node: n as u32, slot: i as u32 })
+                {
+                    return Err(format!(
+                        "node {n} slot {i} holds live block {} placed {:?}",
+                        s.tag.block, self.place[s.tag.block as usize]
+                    ));
+                }
+            }
+        }
+        if self.waiting.len() != self.ring.len() {
+            return Err("ring and its order differ".into());
         }
         Ok(())
     }

@@ -105,7 +105,14 @@ impl Harness {
         };
         assert_eq!(plan.cells.len() as u32, self.oram.config().layers());
         let got = self.toy.query(&plan.cells, plan.target, plan.expected);
-        let data = self.oram.finish_query(BlockId(block), plan.real.then_some(got), write)?;
+        let data = self
+            .oram
+            .finish_query(
+                BlockId(block),
+                if plan.real { Some(got) } else { plan.data.clone() },
+                write,
+            )?
+            .data;
         if let Some((_, left)) = &mut self.pending {
             if *left == 0 {
                 self.land_pending();
@@ -323,8 +330,217 @@ fn out_of_range_and_wrong_sizes_are_refused() {
     assert!(matches!(oram.plan_query(BlockId(10)), Err(OramError::BlockOutOfRange { .. })));
     let Ok(QueryStep::Query(_)) = oram.plan_query(BlockId(1)) else { panic!() };
     assert!(matches!(
-        oram.finish_query(BlockId(1), None, Some(vec![0; 3])),
+        oram.finish_query(BlockId(1), None, Some(vec![0; 3])).map(|f| f.data),
         Err(OramError::WrongBlockSize { .. })
     ));
     assert!(oram.finish_round().is_err(), "no round in flight");
+}
+
+/// What the driver's redo log keeps, in the order it keeps it.
+#[derive(Clone, Debug)]
+enum Logged {
+    Ring(u64, Vec<u8>),
+    Round(blindfold_oram::tee::RoundRecord),
+    Done,
+}
+
+/// A gateway that logs as the durable driver does (every access committed), crashes at random
+/// instants and recovers from its last checkpoint and the log, over a store that remembers
+/// which cells it saw read.
+struct Crashy {
+    oram: TeeOram,
+    toy: Toy,
+    log: Vec<Logged>,
+    checkpoint: (blindfold_oram::tee::TeeOramState, usize),
+    pending: Option<RoundPlan>,
+}
+
+impl Crashy {
+    fn run_round(&mut self, plan: RoundPlan) {
+        self.toy.round(&plan);
+        self.oram.finish_round().unwrap();
+        self.log.push(Logged::Done);
+    }
+
+    fn access(&mut self, block: u64, write: Option<Vec<u8>>, rng: &mut ChaCha8Rng) -> Vec<u8> {
+        let plan = loop {
+            match self.oram.plan_query(BlockId(block)).unwrap() {
+                QueryStep::Query(p) => break p,
+                QueryStep::Wait => {
+                    let p = self.pending.take().unwrap();
+                    self.run_round(p);
+                }
+                QueryStep::Reshuffle(r) => {
+                    self.log.push(Logged::Round(r.record()));
+                    self.run_round(r);
+                }
+            }
+        };
+        let got = self.toy.query(&plan.cells, plan.target, plan.expected);
+        let done = self
+            .oram
+            .finish_query(
+                BlockId(block),
+                if plan.real { Some(got) } else { plan.data.clone() },
+                write,
+            )
+            .unwrap();
+        if done.ring_changed {
+            let data = self.oram.ring_data(block).unwrap().to_vec();
+            self.log.push(Logged::Ring(block, data));
+        }
+        if self.pending.is_some() && rng.gen_bool(0.3) {
+            let p = self.pending.take().unwrap();
+            self.run_round(p);
+        }
+        if self.oram.round_due() {
+            let p = self.oram.plan_round().unwrap();
+            self.log.push(Logged::Round(p.record()));
+            self.pending = Some(p);
+        }
+        self.oram.check_invariants().unwrap();
+        if rng.gen_bool(0.01) && self.pending.is_none() {
+            self.checkpoint = (self.oram.state().unwrap(), self.log.len());
+        }
+        done.data
+    }
+
+    /// Loses everything in memory; the store may or may not have carried out the round in
+    /// flight.
+    fn crash_and_recover(&mut self, rng: &mut ChaCha8Rng, seed: u64) {
+        if let Some(p) = self.pending.take() {
+            if rng.gen_bool(0.5) {
+                self.toy.round(&p); // the store finished it; the gateway never heard
+            }
+        }
+        let (state, from) = self.checkpoint.clone();
+        let mut oram = TeeOram::from_state(state, Some(seed)).unwrap();
+        let entries = self.log[from..].to_vec();
+        for (i, e) in entries.iter().enumerate() {
+            match e {
+                Logged::Ring(b, d) => oram.replay_ring(*b, d.clone()).unwrap(),
+                Logged::Round(r) => {
+                    let landed = matches!(
+                        entries[i + 1..].iter().find(|e| !matches!(e, Logged::Ring(..))),
+                        Some(Logged::Done)
+                    );
+                    if !landed {
+                        // Carry it out again, from the areas it reads (still intact).
+                        let plan = RoundPlan {
+                            round: r.round,
+                            incoming: r
+                                .incoming
+                                .iter()
+                                .map(|t| blindfold_oram::tee::Upload {
+                                    tag: *t,
+                                    data: if t.block == DUMMY {
+                                        vec![0; 16]
+                                    } else {
+                                        oram.ring_data(t.block).unwrap().to_vec()
+                                    },
+                                })
+                                .collect(),
+                            layers: r
+                                .layers
+                                .iter()
+                                .map(|(node, perm)| {
+                                    let (read, write) = layer_cells(&oram, *node);
+                                    blindfold_oram::tee::LayerPlan {
+                                        node: *node,
+                                        read,
+                                        write,
+                                        perm: perm.clone(),
+                                    }
+                                })
+                                .collect(),
+                            leaves: r.leaves.clone(),
+                        };
+                        self.toy.round(&plan);
+                    }
+                    oram.replay_round(r).unwrap();
+                }
+                Logged::Done => {}
+            }
+        }
+        // The round left in flight has now landed.
+        let last_round = self.log.iter().rposition(|e| !matches!(e, Logged::Ring(..)));
+        if last_round.is_some_and(|i| matches!(self.log[i], Logged::Round(_))) {
+            self.log.push(Logged::Done);
+        }
+        oram.check_invariants().unwrap();
+        oram.exhaust_all();
+        for (cell, tag) in oram.current_cells() {
+            assert_eq!(self.toy.cells[&cell.0].0, tag, "after recovery, cell {}", cell.0);
+        }
+        if rng.gen_bool(0.5) {
+            self.checkpoint = (oram.state().unwrap(), self.log.len());
+        }
+        self.oram = oram;
+    }
+}
+
+/// The current area's and the other area's cells of `node`, from the planner's public view.
+fn layer_cells(oram: &TeeOram, node: u32) -> (Vec<CellId>, Vec<CellId>) {
+    let current: Vec<(CellId, SlotTag)> = oram.current_cells().collect();
+    let config = oram.config();
+    // Cells of a node are contiguous: find the node's current cells by locating each cell.
+    let mine: Vec<CellId> =
+        current.iter().filter(|(c, _)| locate(config, c.0).0 == node).map(|(c, _)| *c).collect();
+    let z = mine.len() as u64;
+    let (_, layer) = locate(config, mine[0].0);
+    let _ = layer;
+    // The node's two areas are [base, base+z) and [base+z, base+2z).
+    let first = mine[0].0;
+    let base = {
+        let mut b = 0u64;
+        let mut n = 0u32;
+        'outer: for l in 0..config.layers() {
+            let zl = u64::from(config.slots_at(l));
+            for _ in 0..config.arity().pow(l) {
+                if n == node {
+                    break 'outer;
+                }
+                b += 2 * zl;
+                n += 1;
+            }
+        }
+        b
+    };
+    let other = if first == base { base + z } else { base };
+    (mine, (0..z).map(|i| CellId(other + i)).collect())
+}
+
+#[test]
+fn crashes_lose_no_committed_write_and_never_reread_a_slot() {
+    for seed in [77, 78, 79, 80] {
+        crash_run(seed);
+    }
+}
+
+fn crash_run(seed: u64) {
+    let config = small(200);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let oram = TeeOram::with_seed(config, 5);
+    let toy = Toy::new(&oram, |_| vec![0; 16]);
+    let checkpoint = (oram.state().unwrap(), 0);
+    let mut g = Crashy { oram, toy, log: Vec::new(), checkpoint, pending: None };
+    let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut crashes = 0;
+    for i in 0..5000u64 {
+        let b = if rng.gen_bool(0.6) { rng.gen_range(0..15) } else { rng.gen_range(0..200) };
+        if rng.gen_bool(0.5) {
+            let old = g.access(b, Some(block_of(i)), &mut rng);
+            assert_eq!(old, model.get(&b).cloned().unwrap_or(vec![0; 16]), "block {b} at {i}");
+            model.insert(b, block_of(i));
+        } else {
+            let got = g.access(b, None, &mut rng);
+            assert_eq!(got, model.get(&b).cloned().unwrap_or(vec![0; 16]), "block {b} at {i}");
+        }
+        if rng.gen_bool(0.01) {
+            g.crash_and_recover(&mut rng, i);
+            crashes += 1;
+        }
+    }
+    assert!(crashes > 20);
+    assert!(g.oram.stats().reshuffles > 0);
 }
