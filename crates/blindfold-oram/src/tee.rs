@@ -378,7 +378,6 @@ struct InFlight {
 /// (a fresh draw after the wait would tell a hiding query from a real one).
 #[derive(Debug)]
 struct Kept {
-    block: u64,
     leaf: u32,
     real: bool,
     /// A hiding query's copy of the block's data (the round that lands during the wait may
@@ -541,7 +540,9 @@ pub struct TeeOram {
     ring: HashMap<u64, Vec<u8>>,
     in_flight: Option<InFlight>,
     /// A path chosen for a query that had to wait: (block, leaf).
-    kept_path: Option<Kept>,
+    /// Paths kept by queries that wait (one per block: a driver runs one query of a block at
+    /// a time).
+    kept: HashMap<u64, Kept>,
     serial: u64,
     round: u64,
     evictions: u64,
@@ -594,7 +595,7 @@ impl TeeOram {
             waiting: VecDeque::new(),
             ring: HashMap::new(),
             in_flight: None,
-            kept_path: None,
+            kept: HashMap::new(),
             serial,
             round: 0,
             evictions: 0,
@@ -726,9 +727,9 @@ impl TeeOram {
     /// a query that was not `real`).
     pub fn plan_query(&mut self, block: BlockId) -> Result<QueryStep> {
         let b = self.check_block(block)?;
-        let (real, leaf, kept_data) = match self.kept_path.take() {
-            Some(k) if k.block == b as u64 => (k.real, k.leaf, k.data),
-            _ => match self.place[b] {
+        let (real, leaf, kept_data) = match self.kept.remove(&(b as u64)) {
+            Some(k) => (k.real, k.leaf, k.data),
+            None => match self.place[b] {
                 Place::Tree { .. } => (true, self.leaf[b], None),
                 _ => (false, self.rng.gen_range(0..self.config.leaves() as u32), None),
             },
@@ -750,7 +751,7 @@ impl TeeOram {
                     })
                 })
             };
-            self.kept_path = Some(Kept { block: b as u64, leaf, real, data });
+            self.kept.insert(b as u64, Kept { leaf, real, data });
             if self.in_flight.is_some() {
                 return Ok(QueryStep::Wait);
             }
@@ -1348,6 +1349,21 @@ impl TeeOram {
             return Err("ring and its order differ".into());
         }
         Ok(())
+    }
+
+    /// The cells of `node`'s current area and of its other area, in slot order.
+    pub fn node_areas(
+        &self,
+        node: u32,
+    ) -> Result<(Vec<blindfold_store::CellId>, Vec<blindfold_store::CellId>)> {
+        let Some(n) = self.nodes.get(node as usize) else {
+            return Err(OramError::Corrupt(format!("node {node} out of range")));
+        };
+        let z = n.slots.len() as u32;
+        Ok((
+            (0..z).map(|s| self.cell(node, n.area, s)).collect(),
+            (0..z).map(|s| self.cell(node, 1 - n.area, s)).collect(),
+        ))
     }
 
     /// The layer of `node` (public).

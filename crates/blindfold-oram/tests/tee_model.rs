@@ -444,7 +444,7 @@ impl Crashy {
                                 .layers
                                 .iter()
                                 .map(|(node, perm)| {
-                                    let (read, write) = layer_cells(&oram, *node);
+                                    let (read, write) = oram.node_areas(*node).unwrap();
                                     blindfold_oram::tee::LayerPlan {
                                         node: *node,
                                         read,
@@ -477,37 +477,6 @@ impl Crashy {
         }
         self.oram = oram;
     }
-}
-
-/// The current area's and the other area's cells of `node`, from the planner's public view.
-fn layer_cells(oram: &TeeOram, node: u32) -> (Vec<CellId>, Vec<CellId>) {
-    let current: Vec<(CellId, SlotTag)> = oram.current_cells().collect();
-    let config = oram.config();
-    // Cells of a node are contiguous: find the node's current cells by locating each cell.
-    let mine: Vec<CellId> =
-        current.iter().filter(|(c, _)| locate(config, c.0).0 == node).map(|(c, _)| *c).collect();
-    let z = mine.len() as u64;
-    let (_, layer) = locate(config, mine[0].0);
-    let _ = layer;
-    // The node's two areas are [base, base+z) and [base+z, base+2z).
-    let first = mine[0].0;
-    let base = {
-        let mut b = 0u64;
-        let mut n = 0u32;
-        'outer: for l in 0..config.layers() {
-            let zl = u64::from(config.slots_at(l));
-            for _ in 0..config.arity().pow(l) {
-                if n == node {
-                    break 'outer;
-                }
-                b += 2 * zl;
-                n += 1;
-            }
-        }
-        b
-    };
-    let other = if first == base { base + z } else { base };
-    (mine, (0..z).map(|i| CellId(other + i)).collect())
 }
 
 #[test]
