@@ -257,7 +257,7 @@ impl TeeCipher {
     }
 
     /// `nonce || AES-256-GCM(k_msg, nonce, ad, plaintext) || tag`.
-    fn seal_message(&self, ad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, TeeError> {
+    pub(crate) fn seal_message(&self, ad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, TeeError> {
         let mut out = vec![0u8; NONCE_LEN + plaintext.len() + TAG_LEN];
         fill_random(&mut out[..NONCE_LEN])?;
         let (nonce, rest) = out.split_at_mut(NONCE_LEN);
@@ -312,4 +312,64 @@ fn answer_ad(stream: &[u8; 16], query_id: u64) -> [u8; ANSWER_AD.len() + 24] {
     ad[ANSWER_AD.len()..ANSWER_AD.len() + 16].copy_from_slice(stream);
     ad[ANSWER_AD.len() + 16..].copy_from_slice(&query_id.to_le_bytes());
     ad
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sha2::{Digest, Sha256};
+
+    /// Opens a cell following the spec's words with independent code (sha2's hasher, ring's
+    /// HKDF and AES-GCM directly), so the format cannot drift silently.
+    #[test]
+    fn cell_format_matches_the_spec() {
+        let key = TeeKey::from_bytes([5; 32]);
+        let bs = 100;
+        let c = TeeCipher::new(&key, bs);
+        assert_eq!(c.cell_len(), 32 + 128, "12 + 100 + 16 = 128 is already a multiple of 32");
+        let ad = [7u8; 32];
+        let pt: Vec<u8> = (0..bs as u8).collect();
+        let mut cell = c.seal(&ad, &pt).unwrap();
+
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &[]).extract(key.expose_bytes());
+        let k_xor = expand(&prk, b"blindfold tee xor v1");
+        let k_gcm = expand(&prk, b"blindfold tee gcm v1");
+        let r = cell[..32].to_vec();
+        for (i, piece) in cell[32..].chunks_exact_mut(32).enumerate() {
+            let mut h = Sha256::new();
+            h.update(&k_xor[..]);
+            h.update(&r);
+            h.update((i as u32 + 1).to_be_bytes());
+            let ks: [u8; 32] = h.finalize().into();
+            piece.iter_mut().zip(ks).for_each(|(x, k)| *x ^= k);
+        }
+        let inner = &mut cell[32..];
+        let nonce = Nonce::try_assume_unique_for_key(&inner[..12]).unwrap();
+        let plain = aes_key(&k_gcm)
+            .open_in_place(nonce, Aad::from(&ad[..]), &mut inner[12..12 + bs + 16])
+            .unwrap();
+        assert_eq!(plain, &pt[..]);
+
+        // Padding: a block size whose inner layer is not a multiple of 32.
+        let c = TeeCipher::new(&key, 40);
+        assert_eq!(c.cell_len(), 32 + 96);
+        assert_eq!(cell_len(0), 64);
+        assert_eq!(cell_len(1024), 32 + 1056);
+    }
+
+    #[test]
+    fn messages_of_one_kind_do_not_open_as_another() {
+        let c = TeeCipher::new(&TeeKey::from_bytes([1; 32]), 64);
+        let stream = [2; 16];
+        let q = QueryTicket { stream, query_id: 3, candidates: 2, target: 1, expected_ad: [0; 32] };
+        let sq = c.seal_query(&q).unwrap();
+        assert!(c.open_evict(&sq).unwrap_err().is_integrity());
+        let e = EvictTicket { stream, round: 1, layer: 0, perm: vec![0; 0] };
+        let se = c.seal_evict(&e).unwrap();
+        assert!(c.open_query(&se).unwrap_err().is_integrity());
+        // A query ticket's plaintext sealed as an answer-sized message under the answer label
+        // is not a ticket either.
+        let fake = c.seal_message(&answer_ad(&stream, 3), &q.to_bytes().unwrap()[..]).unwrap();
+        assert!(c.open_query(&fake).unwrap_err().is_integrity());
+    }
 }

@@ -211,6 +211,9 @@ impl Enclave {
         t: &mut T,
     ) {
         let s = blocks.len();
+        if s == 0 {
+            return;
+        }
         let k_xor = self.cipher.k_xor();
         let mut orvp = Pages::new(Area::Orvp);
         let mut nrvp = Pages::new(Area::Nrvp);
@@ -267,5 +270,40 @@ fn select_piece(dst: &mut [u8], src: &[u8], chosen: subtle::Choice) {
         let a = u64::from_le_bytes(d.try_into().expect("8 bytes"));
         let b = u64::from_le_bytes(s.try_into().expect("8 bytes"));
         d.copy_from_slice(&u64::conditional_select(&a, &b, chosen).to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cipher::EVICT_TICKET_AD;
+
+    /// A ticket whose permutation is not one, sealed with the right key (only a buggy gateway
+    /// could make it): the enclave refuses it and leaves the blocks alone.
+    #[test]
+    fn sealed_non_permutations_are_refused_by_the_enclave() {
+        let key = TeeKey::from_bytes([3; 32]);
+        let c = TeeCipher::new(&key, 32);
+        let e = Enclave::new(&key, 32);
+        let mut blocks: Vec<Vec<u8>> = (0..3).map(|i| c.seal(&[i; 32], &[i; 32]).unwrap()).collect();
+        let before = blocks.clone();
+        for perm in [[0u32, 0, 1], [0, 1, 3], [2, 2, 2], [u32::MAX, 0, 1]] {
+            let mut raw = vec![9u8; 16];
+            raw.extend_from_slice(&1u64.to_le_bytes());
+            raw.extend_from_slice(&0u32.to_le_bytes());
+            raw.extend_from_slice(&3u32.to_le_bytes());
+            perm.iter().for_each(|p| raw.extend_from_slice(&p.to_le_bytes()));
+            let sealed = c.seal_message(EVICT_TICKET_AD, &raw).unwrap();
+            let err = e.evict(&mut blocks, &sealed).unwrap_err();
+            assert!(err.to_string().contains("not a permutation"), "{perm:?}: {err}");
+        }
+        assert_eq!(blocks, before);
+        // A count that disagrees with the entries.
+        let mut raw = vec![9u8; 16];
+        raw.extend_from_slice(&[0; 12]);
+        raw.extend_from_slice(&4u32.to_le_bytes());
+        [0u32, 1, 2].iter().for_each(|p| raw.extend_from_slice(&p.to_le_bytes()));
+        let sealed = c.seal_message(EVICT_TICKET_AD, &raw).unwrap();
+        assert!(matches!(e.evict(&mut blocks, &sealed), Err(TeeError::Malformed { .. })));
     }
 }
