@@ -174,7 +174,9 @@ impl TeeCipher {
         let used = NONCE_LEN + self.block_size + TAG_LEN;
         // The padding is public (zero); a nonzero byte means the cell was modified.
         if inner[used..].iter().fold(0u8, |acc, b| acc | b) != 0 {
-            return Err(TeeError::Integrity { what: "cell padding is not zero (the cell was modified)" });
+            return Err(TeeError::Integrity {
+                what: "cell padding is not zero (the cell was modified)",
+            });
         }
         let (nonce, body) = inner[..used].split_at_mut(NONCE_LEN);
         let nonce = Nonce::try_assume_unique_for_key(nonce).expect("12-byte nonce");

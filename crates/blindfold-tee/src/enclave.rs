@@ -180,12 +180,9 @@ impl Enclave {
         let mut table = self.replay.lock().unwrap_or_else(|e| e.into_inner());
         let table_len = table.len();
         match table.get_mut(stream) {
-            Some(last) if (round, layer) <= *last => Err(TeeError::Replay {
-                round,
-                layer,
-                last_round: last.0,
-                last_layer: last.1,
-            }),
+            Some(last) if (round, layer) <= *last => {
+                Err(TeeError::Replay { round, layer, last_round: last.0, last_layer: last.1 })
+            }
             Some(last) => {
                 *last = (round, layer);
                 Ok(())
@@ -285,7 +282,8 @@ mod tests {
         let key = TeeKey::from_bytes([3; 32]);
         let c = TeeCipher::new(&key, 32);
         let e = Enclave::new(&key, 32);
-        let mut blocks: Vec<Vec<u8>> = (0..3).map(|i| c.seal(&[i; 32], &[i; 32]).unwrap()).collect();
+        let mut blocks: Vec<Vec<u8>> =
+            (0..3).map(|i| c.seal(&[i; 32], &[i; 32]).unwrap()).collect();
         let before = blocks.clone();
         for perm in [[0u32, 0, 1], [0, 1, 3], [2, 2, 2], [u32::MAX, 0, 1]] {
             let mut raw = vec![9u8; 16];

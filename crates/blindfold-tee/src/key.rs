@@ -150,7 +150,10 @@ mod tests {
         let s = StoreId([1; 16]);
         let k = TeeKey::derive_from_master(&m, &s);
         assert_eq!(k.expose_bytes(), TeeKey::derive_from_master(&m, &s).expose_bytes());
-        assert_ne!(k.expose_bytes(), TeeKey::derive_from_master(&m, &StoreId([2; 16])).expose_bytes());
+        assert_ne!(
+            k.expose_bytes(),
+            TeeKey::derive_from_master(&m, &StoreId([2; 16])).expose_bytes()
+        );
         let m2 = MasterKey::from_bytes([8; 32]);
         assert_ne!(k.expose_bytes(), TeeKey::derive_from_master(&m2, &s).expose_bytes());
         assert_eq!(*k.0, *derive_key(&m, &s.0, "blindfold tee v1"));

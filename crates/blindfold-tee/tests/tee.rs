@@ -133,11 +133,11 @@ fn query_returns_the_target_for_every_index() {
     let c = TeeCipher::new(&key(), 256);
     let e = Enclave::new(&key(), 256);
     let (cands, pts) = cells(&c, 7, &mut Rng(2));
-    for target in 0..cands.len() {
+    for (target, pt) in pts.iter().enumerate() {
         let answer = e.query(&cands, &query_ticket(&c, 7, target, 10 + target as u64)).unwrap();
         assert_eq!(answer.len(), c.answer_len());
         let block = c.open_answer(&STREAM, 10 + target as u64, &answer).unwrap();
-        assert_eq!(block, pts[target], "target {target}");
+        assert_eq!(&block, pt, "target {target}");
     }
 }
 
@@ -207,7 +207,8 @@ fn query_refuses_bad_tickets_and_shapes() {
     short[3].pop();
     assert!(matches!(e.query(&short, &good), Err(TeeError::Malformed { .. })));
     // Wrong expected AD: the target opens under another AD only.
-    let t = QueryTicket { stream: STREAM, query_id: 1, candidates: 4, target: 0, expected_ad: ad(1) };
+    let t =
+        QueryTicket { stream: STREAM, query_id: 1, candidates: 4, target: 0, expected_ad: ad(1) };
     assert!(e.query(&cands, &c.seal_query(&t).unwrap()).unwrap_err().is_integrity());
 }
 
@@ -223,10 +224,7 @@ fn answers_are_bound_to_stream_and_query_id() {
     let mut bad = answer.clone();
     bad[20] ^= 1;
     assert!(c.open_answer(&STREAM, 77, &bad).unwrap_err().is_integrity());
-    assert!(matches!(
-        c.open_answer(&STREAM, 77, &answer[1..]),
-        Err(TeeError::Malformed { .. })
-    ));
+    assert!(matches!(c.open_answer(&STREAM, 77, &answer[1..]), Err(TeeError::Malformed { .. })));
     let other = TeeCipher::new(&TeeKey::from_bytes([1; 32]), 64);
     assert!(other.open_answer(&STREAM, 77, &answer).unwrap_err().is_integrity());
 }
@@ -332,8 +330,7 @@ fn evict_page_accesses_do_not_depend_on_the_permutation() {
             }
         }
         let pieces = TeeCipher::new(&key(), bs).pieces();
-        let cell_accesses =
-            reference.iter().filter(|a| matches!(a, Access::Cell { .. })).count();
+        let cell_accesses = reference.iter().filter(|a| matches!(a, Access::Cell { .. })).count();
         assert_eq!(cell_accesses, 2 * s * pieces);
     }
 }
@@ -348,7 +345,11 @@ fn replayed_eviction_tickets_are_refused() {
     e.evict(&mut blocks, &t).unwrap();
     let before = blocks.clone();
     for (round, layer) in [(5, 2), (5, 1), (4, 9), (0, 0)] {
-        let old = if (round, layer) == (5, 2) { t.clone() } else { evict_ticket(&c, round, layer, &perm) };
+        let old = if (round, layer) == (5, 2) {
+            t.clone()
+        } else {
+            evict_ticket(&c, round, layer, &perm)
+        };
         let err = e.evict(&mut blocks, &old).unwrap_err();
         assert!(matches!(err, TeeError::Replay { last_round: 5, last_layer: 2, .. }), "{err}");
         assert_eq!(blocks, before, "a refused eviction leaves the blocks alone");
@@ -391,7 +392,8 @@ fn evict_refuses_bad_shapes_and_tickets() {
     }
     // Forged, garbled, another kind.
     let good = evict_ticket(&c, 0, 4, &[0, 1, 2, 3]);
-    let forged = evict_ticket(&TeeCipher::new(&TeeKey::from_bytes([2; 32]), 32), 0, 4, &[0, 1, 2, 3]);
+    let forged =
+        evict_ticket(&TeeCipher::new(&TeeKey::from_bytes([2; 32]), 32), 0, 4, &[0, 1, 2, 3]);
     assert!(e.evict(&mut blocks, &forged).unwrap_err().is_integrity());
     let mut garbled = good.clone();
     garbled[30] ^= 4;
@@ -472,7 +474,7 @@ mod hostile {
             prop_assert!(c.open(&[0; 32], &bytes).is_err());
             let e = Enclave::new(&key(), 32);
             let cell = vec![0u8; c.cell_len()];
-            prop_assert!(e.query(&[cell.clone()], &bytes).is_err());
+            prop_assert!(e.query(std::slice::from_ref(&cell), &bytes).is_err());
             prop_assert!(e.evict(&mut [cell], &bytes).is_err());
         }
 
