@@ -48,6 +48,11 @@ impl Enclave {
         Self { cipher: TeeCipher::new(key, block_size), replay: Mutex::new(HashMap::new()) }
     }
 
+    /// Length of the plaintext blocks.
+    pub fn block_size(&self) -> usize {
+        self.cipher.block_size()
+    }
+
     /// Length of the cells this enclave reads.
     pub fn cell_len(&self) -> usize {
         self.cipher.cell_len()
@@ -274,6 +279,15 @@ fn select_piece(dst: &mut [u8], src: &[u8], chosen: subtle::Choice) {
 mod tests {
     use super::*;
     use crate::cipher::EVICT_TICKET_AD;
+
+    /// The host keeps the enclave behind `Arc<dyn Trusted>` (`Send + Sync + Debug`).
+    #[test]
+    fn the_enclave_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync + fmt::Debug>() {}
+        shareable::<Enclave>();
+        shareable::<TeeCipher>();
+        shareable::<TeeKey>();
+    }
 
     /// A ticket whose permutation is not one, sealed with the right key (only a buggy gateway
     /// could make it): the enclave refuses it and leaves the blocks alone.

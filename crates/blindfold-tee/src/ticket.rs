@@ -24,6 +24,14 @@ use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 use crate::{TeeError, MAX_EVICT_BLOCKS};
 
 /// Which candidate a query wants, and what the selected block must authenticate as.
+///
+/// Encoded (before sealing) as 64 bytes:
+///
+/// ```text
+/// offset 0        16          24           28       32            64
+///        | stream | query_id  | candidates | target | expected_ad |
+///          16 B     u64 LE      u32 LE       u32 LE   32 B
+/// ```
 #[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
 pub struct QueryTicket {
     /// The gateway's stream (a connection or run) the answer is bound to.
@@ -102,6 +110,15 @@ impl QueryTicket {
 }
 
 /// One layer's permutation in an eviction round.
+///
+/// Encoded (before sealing) as `32 + 4·s` bytes; parsing checks `s <= MAX_EVICT_BLOCKS`, the
+/// exact length and that `perm` is a permutation:
+///
+/// ```text
+/// offset 0        16       24       28       32
+///        | stream | round  | layer  | s      | perm[0] … perm[s-1] |
+///          16 B     u64 LE   u32 LE   u32 LE   s × u32 LE
+/// ```
 #[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
 pub struct EvictTicket {
     /// The gateway's stream; replay is checked per stream.
