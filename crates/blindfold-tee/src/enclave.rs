@@ -1,0 +1,321 @@
+//! [`Enclave`]: the trusted component's two entry points, `query` and `evict`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+
+use subtle::{ConditionallySelectable, ConstantTimeEq};
+use zeroize::Zeroizing;
+
+use crate::cipher::{fill_random, PIECE};
+use crate::pages::Pages;
+use crate::sha::{xor_piece, Midstate, Tail};
+use crate::trace::{Access, Area, Tracer};
+use crate::{TeeCipher, TeeError, TeeKey};
+
+/// Most blocks one `evict` call permutes: a 4 KiB page holds 8192 nibbles.
+pub const MAX_EVICT_BLOCKS: usize = 8192;
+
+/// Most streams whose last eviction the replay table remembers.
+pub const MAX_STREAMS: usize = 4096;
+
+/// The trusted component: selects query targets obliviously and permutes and re-encrypts
+/// blocks during eviction. See the crate docs for the interface, the formats and the security
+/// argument.
+///
+/// No I/O; the only state kept between calls is the replay table (the last `(round, layer)`
+/// accepted per stream, at most [`MAX_STREAMS`] streams). Memory allocated by a call is a
+/// constant (the 768 KiB of eviction pages) plus an amount proportional to its inputs.
+pub struct Enclave {
+    cipher: TeeCipher,
+    replay: Mutex<HashMap<[u8; 16], (u64, u32)>>,
+}
+
+impl fmt::Debug for Enclave {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let streams = self.replay.lock().map(|m| m.len()).unwrap_or(0);
+        f.debug_struct("Enclave").field("cipher", &self.cipher).field("streams", &streams).finish()
+    }
+}
+
+impl Enclave {
+    /// The trusted component for blocks of `block_size` bytes under `key`.
+    ///
+    /// # Panics
+    ///
+    /// As [`TeeCipher::new`].
+    pub fn new(key: &TeeKey, block_size: usize) -> Self {
+        Self { cipher: TeeCipher::new(key, block_size), replay: Mutex::new(HashMap::new()) }
+    }
+
+    /// Length of the plaintext blocks.
+    pub fn block_size(&self) -> usize {
+        self.cipher.block_size()
+    }
+
+    /// Length of the cells this enclave reads.
+    pub fn cell_len(&self) -> usize {
+        self.cipher.cell_len()
+    }
+
+    /// The paper's `enclave_query`: selects candidate `target` of the sealed query `ticket`
+    /// obliviously, strips both layers (checking the inner one against the ticket's
+    /// `expected_ad`) and returns the block sealed for the gateway, bound to the ticket's
+    /// `(stream, query_id)`.
+    ///
+    /// # Errors
+    ///
+    /// [`TeeError::Integrity`] if the ticket or the selected block fails authentication,
+    /// [`TeeError::Malformed`] if the candidates do not match the ticket's count or a cell has
+    /// the wrong length.
+    pub fn query(&self, candidates: &[Vec<u8>], ticket: &[u8]) -> Result<Vec<u8>, TeeError> {
+        self.query_with(candidates, ticket, &mut |_: Access| {})
+    }
+
+    /// [`Enclave::query`], reporting every access to `trace` (instrumentation for tests).
+    pub fn query_traced(
+        &self,
+        candidates: &[Vec<u8>],
+        ticket: &[u8],
+        trace: &mut dyn FnMut(Access),
+    ) -> Result<Vec<u8>, TeeError> {
+        self.query_with(candidates, ticket, trace)
+    }
+
+    fn query_with<T: Tracer + ?Sized>(
+        &self,
+        candidates: &[Vec<u8>],
+        ticket: &[u8],
+        t: &mut T,
+    ) -> Result<Vec<u8>, TeeError> {
+        let ticket = self.cipher.open_query(ticket)?;
+        if candidates.len() != ticket.candidates as usize {
+            return Err(TeeError::malformed(
+                "query call",
+                format!(
+                    "the ticket names {} candidates, {} were handed in",
+                    ticket.candidates,
+                    candidates.len()
+                ),
+            ));
+        }
+        for (i, c) in candidates.iter().enumerate() {
+            self.cipher.check_cell_len(c, Some(i))?;
+        }
+        // The register-select loop: every piece of every candidate is read, and every piece of
+        // the buffer read and written, in the same order whatever the target.
+        let mut buf = Zeroizing::new(vec![0u8; self.cipher.cell_len()]);
+        for (c, cell) in candidates.iter().enumerate() {
+            let chosen = (c as u32).ct_eq(&ticket.target);
+            for (i, (dst, src)) in
+                buf.chunks_exact_mut(PIECE).zip(cell.chunks_exact(PIECE)).enumerate()
+            {
+                t.record(Access::Cell { cell: c as u32, piece: i as u32, write: false });
+                t.record(Access::Buffer { piece: i as u32, write: false });
+                select_piece(dst, src, chosen);
+                t.record(Access::Buffer { piece: i as u32, write: true });
+            }
+        }
+        let block = self.cipher.open_in_place(
+            &ticket.expected_ad,
+            &mut buf,
+            "the selected block failed authentication (modified, swapped or rolled back)",
+        )?;
+        self.cipher.seal_answer(&ticket.stream, ticket.query_id, block)
+    }
+
+    /// The paper's `evict`: moves the block at position `j` of `blocks` to position `perm[j]`
+    /// of the sealed eviction `ticket`, giving every block a fresh random vector (outer layer
+    /// re-encrypted; the inner layer is untouched), in place.
+    ///
+    /// # Errors
+    ///
+    /// [`TeeError::Integrity`] for a ticket that fails authentication, [`TeeError::Replay`]
+    /// for one not newer than the last accepted on its stream, [`TeeError::TooManyBlocks`] for
+    /// more than [`MAX_EVICT_BLOCKS`] blocks, [`TeeError::Malformed`] if the ticket's
+    /// permutation does not have one entry per block or a cell has the wrong length,
+    /// [`TeeError::TooManyStreams`] if the replay table is full. On error `blocks` is
+    /// unchanged and the ticket is not consumed (except for [`TeeError::Rng`], never reached
+    /// after the replay check).
+    pub fn evict(&self, blocks: &mut [Vec<u8>], ticket: &[u8]) -> Result<(), TeeError> {
+        self.evict_with(blocks, ticket, &mut |_: Access| {})
+    }
+
+    /// [`Enclave::evict`], reporting every access to `trace` (instrumentation for tests).
+    pub fn evict_traced(
+        &self,
+        blocks: &mut [Vec<u8>],
+        ticket: &[u8],
+        trace: &mut dyn FnMut(Access),
+    ) -> Result<(), TeeError> {
+        self.evict_with(blocks, ticket, trace)
+    }
+
+    fn evict_with<T: Tracer + ?Sized>(
+        &self,
+        blocks: &mut [Vec<u8>],
+        ticket: &[u8],
+        t: &mut T,
+    ) -> Result<(), TeeError> {
+        let ticket = self.cipher.open_evict(ticket)?;
+        let s = blocks.len();
+        if s > MAX_EVICT_BLOCKS {
+            return Err(TeeError::TooManyBlocks { blocks: s, max: MAX_EVICT_BLOCKS });
+        }
+        if ticket.perm.len() != s {
+            return Err(TeeError::malformed(
+                "evict call",
+                format!("the ticket permutes {} blocks, {s} were handed in", ticket.perm.len()),
+            ));
+        }
+        for (i, b) in blocks.iter().enumerate() {
+            self.cipher.check_cell_len(b, Some(i))?;
+        }
+        let mut fresh = Zeroizing::new(vec![0u8; PIECE * s]);
+        fill_random(&mut fresh)?;
+        self.accept(&ticket.stream, ticket.round, ticket.layer)?;
+        self.permute(blocks, &ticket.perm, &fresh, t);
+        Ok(())
+    }
+
+    /// The replay check: accepts `(round, layer)` on `stream` only if it is strictly after the
+    /// last accepted one, and remembers it.
+    fn accept(&self, stream: &[u8; 16], round: u64, layer: u32) -> Result<(), TeeError> {
+        // A panic while holding the lock leaves the table consistent (one insert or update).
+        let mut table = self.replay.lock().unwrap_or_else(|e| e.into_inner());
+        let table_len = table.len();
+        match table.get_mut(stream) {
+            Some(last) if (round, layer) <= *last => {
+                Err(TeeError::Replay { round, layer, last_round: last.0, last_layer: last.1 })
+            }
+            Some(last) => {
+                *last = (round, layer);
+                Ok(())
+            }
+            None if table_len >= MAX_STREAMS => Err(TeeError::TooManyStreams { max: MAX_STREAMS }),
+            None => {
+                table.insert(*stream, (round, layer));
+                Ok(())
+            }
+        }
+    }
+
+    /// The oblivious piece-wise permutation and re-encryption (all inputs checked).
+    ///
+    /// Secret-dependent addresses are only `perm[b]` inside a page of NRVP and PIECE; every
+    /// other index is a loop counter, so the sequence of pages and cell pieces touched depends
+    /// on `s` and the cell length alone.
+    fn permute<T: Tracer + ?Sized>(
+        &self,
+        blocks: &mut [Vec<u8>],
+        perm: &[u32],
+        fresh: &[u8],
+        t: &mut T,
+    ) {
+        let s = blocks.len();
+        if s == 0 {
+            return;
+        }
+        let k_xor = self.cipher.k_xor();
+        let mut orvp = Pages::new(Area::Orvp);
+        let mut nrvp = Pages::new(Area::Nrvp);
+        let mut piece = Pages::new(Area::Piece);
+
+        // Old random vectors into ORVP, in position order.
+        for (b, cell) in blocks.iter().enumerate() {
+            t.record(Access::Cell { cell: b as u32, piece: 0, write: false });
+            orvp.scatter(b, cell[..PIECE].try_into().expect("32 bytes"), t);
+        }
+        // New random vectors into NRVP, and out as piece 0 of every output position.
+        for (k, (cell, v)) in blocks.iter_mut().zip(fresh.chunks_exact(PIECE)).enumerate() {
+            let v: &[u8; 32] = v.try_into().expect("32 bytes");
+            nrvp.scatter(k, v, t);
+            cell[..PIECE].copy_from_slice(v);
+            t.record(Access::Cell { cell: k as u32, piece: 0, write: true });
+        }
+        // For every source position b: the midstate of its old vector and of the new vector of
+        // its destination perm[b] (gathered through all 64 pages of NRVP).
+        let mut old = Zeroizing::new(Vec::with_capacity(s));
+        let mut new = Zeroizing::new(Vec::with_capacity(s));
+        for (b, &dest) in perm.iter().enumerate() {
+            let r_old = Zeroizing::new(orvp.gather(b, t));
+            old.push(Midstate::new(k_xor, &r_old));
+            let r_new = Zeroizing::new(nrvp.gather(dest as usize, t));
+            new.push(Midstate::new(k_xor, &r_new));
+        }
+        // Piece by piece: re-encrypt every block's piece j and scatter it to its destination
+        // in PIECE, then copy PIECE out in position order.
+        let pieces = self.cipher.pieces();
+        for j in 1..pieces {
+            let tail = Tail::new(j as u32);
+            let range = j * PIECE..(j + 1) * PIECE;
+            for (b, cell) in blocks.iter().enumerate() {
+                t.record(Access::Cell { cell: b as u32, piece: j as u32, write: false });
+                let mut x: [u8; 32] = cell[range.clone()].try_into().expect("32 bytes");
+                xor_piece(&mut x, &old[b].keystream(&tail));
+                xor_piece(&mut x, &new[b].keystream(&tail));
+                piece.scatter(perm[b] as usize, &x, t);
+            }
+            for (k, cell) in blocks.iter_mut().enumerate() {
+                let x = piece.gather(k, t);
+                cell[range.clone()].copy_from_slice(&x);
+                t.record(Access::Cell { cell: k as u32, piece: j as u32, write: true });
+            }
+        }
+    }
+}
+
+/// `dst = chosen ? src : dst` over one piece, without a branch on `chosen`.
+#[inline]
+fn select_piece(dst: &mut [u8], src: &[u8], chosen: subtle::Choice) {
+    for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
+        let a = u64::from_le_bytes(d.try_into().expect("8 bytes"));
+        let b = u64::from_le_bytes(s.try_into().expect("8 bytes"));
+        d.copy_from_slice(&u64::conditional_select(&a, &b, chosen).to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cipher::EVICT_TICKET_AD;
+
+    /// The host keeps the enclave behind `Arc<dyn Trusted>` (`Send + Sync + Debug`).
+    #[test]
+    fn the_enclave_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync + fmt::Debug>() {}
+        shareable::<Enclave>();
+        shareable::<TeeCipher>();
+        shareable::<TeeKey>();
+    }
+
+    /// A ticket whose permutation is not one, sealed with the right key (only a buggy gateway
+    /// could make it): the enclave refuses it and leaves the blocks alone.
+    #[test]
+    fn sealed_non_permutations_are_refused_by_the_enclave() {
+        let key = TeeKey::from_bytes([3; 32]);
+        let c = TeeCipher::new(&key, 32);
+        let e = Enclave::new(&key, 32);
+        let mut blocks: Vec<Vec<u8>> =
+            (0..3).map(|i| c.seal(&[i; 32], &[i; 32]).unwrap()).collect();
+        let before = blocks.clone();
+        for perm in [[0u32, 0, 1], [0, 1, 3], [2, 2, 2], [u32::MAX, 0, 1]] {
+            let mut raw = vec![9u8; 16];
+            raw.extend_from_slice(&1u64.to_le_bytes());
+            raw.extend_from_slice(&0u32.to_le_bytes());
+            raw.extend_from_slice(&3u32.to_le_bytes());
+            perm.iter().for_each(|p| raw.extend_from_slice(&p.to_le_bytes()));
+            let sealed = c.seal_message(EVICT_TICKET_AD, &raw).unwrap();
+            let err = e.evict(&mut blocks, &sealed).unwrap_err();
+            assert!(err.to_string().contains("not a permutation"), "{perm:?}: {err}");
+        }
+        assert_eq!(blocks, before);
+        // A count that disagrees with the entries.
+        let mut raw = vec![9u8; 16];
+        raw.extend_from_slice(&[0; 12]);
+        raw.extend_from_slice(&4u32.to_le_bytes());
+        [0u32, 1, 2].iter().for_each(|p| raw.extend_from_slice(&p.to_le_bytes()));
+        let sealed = c.seal_message(EVICT_TICKET_AD, &raw).unwrap();
+        assert!(matches!(e.evict(&mut blocks, &sealed), Err(TeeError::Malformed { .. })));
+    }
+}
