@@ -159,7 +159,7 @@ fn hostile_peers_never_break_the_server() {
         ..Limits::default()
     };
     let (addr, task) = rt.block_on(async {
-        let config = ServerConfig { auth: Auth::Key(key()), limits };
+        let config = ServerConfig { limits, ..ServerConfig::new(Auth::Key(key())) };
         let (addr, task) =
             Server::bind("127.0.0.1:0", StoreUrl::Memory, config).await.unwrap().spawn();
         (addr.to_string(), task)
