@@ -35,7 +35,7 @@
 //! Server-side computation is a *capability*: a trait on top of [`Store`] that only the
 //! backends able to compute implement. [`XorStore`] (XOR of byte ranges, for XOR Ring ORAM) is
 //! offered by memory, file and remote stores and passed through (counted, recorded, delayed) by
-//! the wrappers; [`open_xor_store`] opens one from a URL. [`SelectStore`] (Onion ORAM's
+//! the wrappers; [`open_xor_store`] opens one from a URL. `SelectStore` (Onion ORAM's
 //! homomorphic select over Damgård–Jurik ciphertexts; feature `select`, which links GMP) is
 //! offered and passed through the same way, and opened by `open_select_store`. [`TeeStore`]
 //! (the TEE-assisted design's trusted component, seed 004) is offered by [`TeeHost`], which

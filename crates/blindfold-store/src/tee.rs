@@ -156,10 +156,17 @@ impl TeeRound {
 ///   writes of the layers before it. A failure part-way (of the store or of the trusted
 ///   component) may leave earlier layers written.
 ///
+/// Unlike the [`Store`] calls, a round is not idempotent: after a failure, even a retryable
+/// one, it may have run wholly or in part, and a real trusted component refuses its tickets a
+/// second time (they carry the round and layer), so the caller recovers with a new round
+/// rather than retrying this one.
+///
 /// # Security
 ///
-/// See the [module docs](self): the store learns the cells and sizes, not the tickets'
-/// contents.
+/// The store learns the cells each request reads and writes and the sizes of tickets, blocks
+/// and answers, not the tickets' contents: which candidate a query selects and how a round
+/// permutes the blocks stay sealed for the trusted component. Without a real enclave the
+/// trusted component runs in the host's process, and whoever runs the host holds the key.
 #[async_trait]
 pub trait TeeStore: Store {
     /// Reads `cells`, hands them to the trusted component with `ticket`, returns its answer.
@@ -197,7 +204,8 @@ fn check_buffer(geometry: &Geometry, blocks: usize, what: &str) -> Result<()> {
 }
 
 /// Checks a query against `geometry`: at least one cell, every cell in range, the candidates
-/// and the ticket within the [limits](self#limits).
+/// and the ticket within the limits ([`MAX_TEE_CELLS`], [`MAX_TEE_BUFFER_BYTES`],
+/// [`MAX_TEE_TICKET`]).
 pub fn check_tee_query(geometry: &Geometry, cells: &[CellId], ticket: &[u8]) -> Result<()> {
     if cells.is_empty() {
         return Err(invalid("a TEE query with no cells"));
@@ -212,8 +220,8 @@ pub fn check_tee_query(geometry: &Geometry, cells: &[CellId], ticket: &[u8]) -> 
 
 /// Checks a round against `geometry`: at least one layer and at most [`MAX_TEE_LAYERS`]; every
 /// incoming block exactly one cell long; in each layer as many cells written as read, every cell
-/// in range, the buffer (cells read plus blocks carried) and the ticket within the
-/// [limits](self#limits).
+/// in range, the buffer (cells read plus blocks carried) and the ticket within the limits
+/// ([`MAX_TEE_CELLS`], [`MAX_TEE_BUFFER_BYTES`], [`MAX_TEE_TICKET`]).
 pub fn check_tee_round(geometry: &Geometry, round: &TeeRound) -> Result<()> {
     if round.layers.is_empty() {
         return Err(invalid("a TEE eviction round with no layers"));
