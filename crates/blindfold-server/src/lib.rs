@@ -2,7 +2,8 @@
 //!
 //! It serves the named cell arrays of one backing store (`memory:` or `file:///dir`) over TCP
 //! with the protocol of [`blindfold_store::remote::protocol`], and offers the server-side
-//! computations of the store layer: [`XorStore::read_xor`](blindfold_store::XorStore::read_xor) and, with the feature `select`
+//! computations of the store layer:
+//! [`XorStore::read_xor`](blindfold_store::XorStore::read_xor) and, with the feature `select`
 //! (which links GMP), Onion ORAM's homomorphic select (`SelectStore`: `read_select`,
 //! `read_select_combined`, `write_select`); each is an operation code dispatched to a
 //! capability trait. A build without `select` answers the select operations with
