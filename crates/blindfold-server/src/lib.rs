@@ -59,9 +59,11 @@
 //! how a round permutes the blocks: those travel in tickets sealed for the trusted component.
 //! That holds only if the trusted component runs in a real enclave. This build has none: the
 //! trusted component runs in the server's own process with the key it was started with, so
-//! whoever runs the server (or reads its memory) is trusted with the key and can learn both. The key
-//! decides who may use it; it does not protect the frames after the handshake (they need no
-//! secrecy, and tampering with them is caught by the seals, as tampering by the server is).
+//! whoever runs the server (or reads its memory) is trusted with the key and can learn both.
+//!
+//! The pre-shared key decides who may use the server; it does not protect the frames after the
+//! handshake (they need no secrecy, and tampering with them is caught by the seals, as
+//! tampering by the server is).
 
 use std::collections::HashMap;
 use std::io;
