@@ -43,7 +43,8 @@
 //! one is skipped without being buffered and answered with an error), counts against the
 //! frame, the answer a read will need against `max_frame` as well, the bytes a connection
 //! holds in requests and answers against [`Limits::connection_buffer`] (further requests wait
-//! to be read; for a select, also the data it reads and the numbers it computes with, roughly),
+//! to be read; for a select, also the data it reads and the numbers it computes with, roughly;
+//! for a TEE request, the candidates it reads or three layer buffers and the incoming blocks),
 //! an array's shape against [`Limits::max_array_bytes`], the arrays of a
 //! `memory:` store together against [`Limits::max_memory_bytes`], the number of arrays against
 //! [`Limits::max_arrays`] and of connections against [`Limits::max_connections`] (more are
@@ -52,9 +53,9 @@
 //!
 //! # Security
 //!
-//! The server is the adversary of the threat model: it is trusted with nothing and sees only
-//! sealed cells, the requests (kind, addresses, sizes, timing) and the array names. For the
-//! TEE design that includes the cells each query and each layer of an eviction round reads
+//! The server is the adversary of the threat model: without a trusted component it is trusted
+//! with nothing and sees only sealed cells, the requests (kind, addresses, sizes, timing) and
+//! the array names. For the TEE design that includes the cells each query and each layer of an eviction round reads
 //! and writes, and the tickets' and blocks' sizes, but not which candidate a query selects or
 //! how a round permutes the blocks: those travel in tickets sealed for the trusted component.
 //! That holds only if the trusted component runs in a real enclave. This build has none: the
