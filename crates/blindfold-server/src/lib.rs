@@ -55,9 +55,10 @@
 //!
 //! The server is the adversary of the threat model: without a trusted component it is trusted
 //! with nothing and sees only sealed cells, the requests (kind, addresses, sizes, timing) and
-//! the array names. For the TEE design that includes the cells each query and each layer of an eviction round reads
-//! and writes, and the tickets' and blocks' sizes, but not which candidate a query selects or
-//! how a round permutes the blocks: those travel in tickets sealed for the trusted component.
+//! the array names. For the TEE design that includes the cells each query and each layer of an
+//! eviction round reads and writes, and the tickets' and blocks' sizes, but not which candidate
+//! a query selects or how a round permutes the blocks: those travel in tickets sealed for the
+//! trusted component.
 //! That holds only if the trusted component runs in a real enclave. This build has none: the
 //! trusted component runs in the server's own process with the key it was started with, so
 //! whoever runs the server (or reads its memory) is trusted with the key and can learn both.
