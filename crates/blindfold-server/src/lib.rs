@@ -2,12 +2,19 @@
 //!
 //! It serves the named cell arrays of one backing store (`memory:` or `file:///dir`) over TCP
 //! with the protocol of [`blindfold_store::remote::protocol`], and offers the server-side
-//! computations of the store layer: [`XorStore::read_xor`] and, with the feature `select`
+//! computations of the store layer:
+//! [`XorStore::read_xor`](blindfold_store::XorStore::read_xor) and, with the feature `select`
 //! (which links GMP), Onion ORAM's homomorphic select (`SelectStore`: `read_select`,
 //! `read_select_combined`, `write_select`); each is an operation code dispatched to a
-//! capability trait, and the TEE design's trusted component will be one more. A build without
-//! `select` answers the select operations with [`StoreError::Unsupported`]. A gateway reaches
-//! it with `remote://host:port?key_file=/path`.
+//! capability trait. A build without `select` answers the select operations with
+//! [`StoreError::Unsupported`]. A gateway reaches it with `remote://host:port?key_file=/path`.
+//!
+//! The TEE design's trusted component (seed 004) is one more capability: a server configured
+//! with one ([`ServerConfig::with_trusted`]) wraps each array in a [`TeeHost`] and serves
+//! [`TeeStore::tee_query`] and [`TeeStore::tee_evict`]; without one it answers them with
+//! [`StoreError::Unsupported`]. Its host (this process) reads the cells a request names, calls
+//! the trusted component and writes back what it returns, overlapping the I/O with the trusted
+//! work.
 //!
 //! Each connection starts with the protocol's handshake, in which the client proves it holds
 //! the server's pre-shared [`AuthKey`] (and the server proves it back); a peer without it gets
@@ -36,7 +43,8 @@
 //! one is skipped without being buffered and answered with an error), counts against the
 //! frame, the answer a read will need against `max_frame` as well, the bytes a connection
 //! holds in requests and answers against [`Limits::connection_buffer`] (further requests wait
-//! to be read; for a select, also the data it reads and the numbers it computes with, roughly),
+//! to be read; for a select, also the data it reads and the numbers it computes with, roughly;
+//! for a TEE request, the candidates it reads or three layer buffers and the incoming blocks),
 //! an array's shape against [`Limits::max_array_bytes`], the arrays of a
 //! `memory:` store together against [`Limits::max_memory_bytes`], the number of arrays against
 //! [`Limits::max_arrays`] and of connections against [`Limits::max_connections`] (more are
@@ -45,10 +53,19 @@
 //!
 //! # Security
 //!
-//! The server is the adversary of the threat model: it is trusted with nothing and sees only
-//! sealed cells, the requests (kind, addresses, sizes, timing) and the array names. The key
-//! decides who may use it; it does not protect the frames after the handshake (they need no
-//! secrecy, and tampering with them is caught by the seals, as tampering by the server is).
+//! The server is the adversary of the threat model: without a trusted component it is trusted
+//! with nothing and sees only sealed cells, the requests (kind, addresses, sizes, timing) and
+//! the array names. For the TEE design that includes the cells each query and each layer of an
+//! eviction round reads and writes, and the tickets' and blocks' sizes, but not which candidate
+//! a query selects or how a round permutes the blocks: those travel in tickets sealed for the
+//! trusted component.
+//! That holds only if the trusted component runs in a real enclave. This build has none: the
+//! trusted component runs in the server's own process with the key it was started with, so
+//! whoever runs the server (or reads its memory) is trusted with the key and can learn both.
+//!
+//! The pre-shared key decides who may use the server; it does not protect the frames after the
+//! handshake (they need no secrecy, and tampering with them is caught by the seals, as
+//! tampering by the server is).
 
 use std::collections::HashMap;
 use std::io;
@@ -57,7 +74,7 @@ use std::sync::Arc;
 
 use blindfold_store::remote::protocol::{self, Encoder, Request};
 use blindfold_store::remote::AuthKey;
-use blindfold_store::{ByteRange, Geometry, StoreError, StoreUrl};
+use blindfold_store::{ByteRange, Geometry, StoreError, StoreUrl, TeeHost, TeeStore, Trusted};
 use tokio::io::{sink, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit, Semaphore};
@@ -159,21 +176,33 @@ pub enum Auth {
     InsecureNone,
 }
 
-/// Authentication and limits of a server.
+/// Authentication, limits and trusted component of a server.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     /// Who may use it.
     pub auth: Auth,
     /// How much a peer may make it hold.
     pub limits: Limits,
+    /// The TEE design's trusted component, if the server runs one: then it serves the TEE
+    /// operations over every array.
+    pub trusted: Option<Arc<dyn Trusted>>,
 }
 
 impl ServerConfig {
-    /// `auth` with the default [`Limits`].
+    /// `auth` with the default [`Limits`] and no trusted component.
     pub fn new(auth: Auth) -> Self {
-        Self { auth, limits: Limits::default() }
+        Self { auth, limits: Limits::default(), trusted: None }
+    }
+
+    /// The same configuration, serving the TEE operations with `trusted`.
+    pub fn with_trusted(self, trusted: Arc<dyn Trusted>) -> Self {
+        Self { trusted: Some(trusted), ..self }
     }
 }
+
+/// Why a server without a trusted component refuses the TEE operations.
+const NO_TRUSTED: &str = "the TEE operations: this storage server runs no trusted component; \
+                          start it with --enclave-key";
 
 /// The arrays this server holds, by name (shared by all connections).
 #[derive(Debug)]
@@ -245,6 +274,7 @@ struct Shared {
     arrays: Arrays,
     auth: Auth,
     limits: Limits,
+    trusted: Option<Arc<dyn Trusted>>,
 }
 
 /// A bound storage server; [`Server::run`] serves until the task is dropped or aborted.
@@ -265,7 +295,12 @@ impl Server {
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let listener = TcpListener::bind(addr).await?;
         let arrays = Arrays { url, open: Mutex::default(), memory: Mutex::default() };
-        let shared = Arc::new(Shared { arrays, auth: config.auth, limits: config.limits });
+        let shared = Arc::new(Shared {
+            arrays,
+            auth: config.auth,
+            limits: config.limits,
+            trusted: config.trusted,
+        });
         Ok(Self { listener, shared })
     }
 
@@ -493,14 +528,14 @@ async fn serve_connection(
             }
         };
         // The memory the answer will take, checked and reserved before the request runs.
-        let needed = match answer_bytes(&request, store.geometry()) {
+        let needed = match answer_bytes(&request, store.geometry(), shared.trusted.is_some()) {
             Ok(Some(n)) if n <= limits.max_frame - protocol::FRAME_HEAD => n,
             other => {
                 let err = other.err().unwrap_or_else(|| {
                     StoreError::InvalidRequest(format!(
                         "the answer would be larger than this server's {}-byte frames \
-                         (--max-frame-mib; for XOR and select, with the data it is computed \
-                         from); split the batch",
+                         (--max-frame-mib; for XOR, select and TEE requests, with the data it \
+                         is computed from); split the batch",
                         limits.max_frame
                     ))
                 });
@@ -516,8 +551,9 @@ async fn serve_connection(
         }
         let slot = Arc::clone(&slots).acquire_owned().await.expect("never closed");
         let tx = tx.clone();
+        let trusted = shared.trusted.clone();
         tokio::spawn(async move {
-            let answer = run(request, &*store).await;
+            let answer = run(request, store, trusted).await;
             let _ = tx.send((protocol::reply_frame(id, answer), Some(held))).await;
             drop(slot);
         });
@@ -542,10 +578,14 @@ async fn decode(op: u8, body: Vec<u8>) -> Result<Request, StoreError> {
     }
 }
 
-/// Bytes a request's answer (and, for XOR and select, the data it is computed from) will take;
-/// `Ok(None)` if more than a `usize` holds, an error for a request this server does not serve
-/// (or, for a select, one that fails its checks).
-fn answer_bytes(request: &Request, geometry: Geometry) -> Result<Option<usize>, StoreError> {
+/// Bytes a request's answer (and, for XOR, select and TEE requests, the data it is computed
+/// from) will take; `Ok(None)` if more than a `usize` holds, an error for a request this server
+/// does not serve (or, for a select or a TEE request, one that fails its checks).
+fn answer_bytes(
+    request: &Request,
+    geometry: Geometry,
+    trusted: bool,
+) -> Result<Option<usize>, StoreError> {
     let ranges_total = |ranges: &[ByteRange]| {
         ranges.iter().try_fold(0usize, |acc, r| acc.checked_add(r.len as usize))
     };
@@ -556,6 +596,18 @@ fn answer_bytes(request: &Request, geometry: Geometry) -> Result<Option<usize>, 
         Request::ReadXor { ranges, .. } => ranges_total(ranges)
             .and_then(|t| t.checked_add(ranges.first().map_or(0, |r| r.len as usize))),
         Request::Open { .. } | Request::Write { .. } | Request::Flush { .. } => Some(0),
+        Request::TeeQuery { .. } | Request::TeeEvict { .. } if !trusted => {
+            return Err(StoreError::Unsupported(NO_TRUSTED.into()))
+        }
+        // The incoming blocks were counted with the frame; the host copies them once more.
+        Request::TeeQuery { cells, ticket, .. } => {
+            blindfold_store::check_tee_query(&geometry, cells, ticket)?;
+            Some(blindfold_store::tee_query_bytes(&geometry, cells))
+        }
+        Request::TeeEvict { round, .. } => {
+            blindfold_store::check_tee_round(&geometry, round)?;
+            Some(blindfold_store::tee_round_bytes(&geometry, round))
+        }
         #[cfg(feature = "select")]
         Request::ReadSelect { .. }
         | Request::ReadSelectCombined { .. }
@@ -623,8 +675,21 @@ fn select_bytes(request: &Request, geometry: Geometry) -> Result<Option<usize>, 
     })
 }
 
-async fn run(request: Request, store: &Backing) -> Result<Vec<u8>, StoreError> {
+async fn run(
+    request: Request,
+    store: Arc<Backing>,
+    trusted: Option<Arc<dyn Trusted>>,
+) -> Result<Vec<u8>, StoreError> {
+    let host = |trusted: Option<Arc<dyn Trusted>>| match trusted {
+        Some(t) => Ok(TeeHost::new(Arc::clone(&store), t)),
+        None => Err(StoreError::Unsupported(NO_TRUSTED.into())),
+    };
     match request {
+        Request::TeeQuery { cells, ticket, .. } => host(trusted)?.tee_query(&cells, &ticket).await,
+        Request::TeeEvict { round, .. } => {
+            host(trusted)?.tee_evict(&round).await?;
+            Ok(Vec::new())
+        }
         Request::Read { cells, .. } => Ok(store.read(&cells).await?.concat()),
         Request::ReadRanges { ranges, .. } => Ok(store.read_ranges(&ranges).await?.concat()),
         Request::ReadXor { ranges, .. } => store.read_xor(&ranges).await,

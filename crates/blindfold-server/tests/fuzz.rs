@@ -1,16 +1,18 @@
 //! Hostile input for the storage server, over real sockets: random bytes at every step of the
 //! handshake, and random frames (well-framed or not) from an authenticated peer. The server must
 //! answer every well-framed request with a well-formed answer or close the connection, never
-//! panic or allocate beyond its limits, and go on serving the gateway.
+//! panic or allocate beyond its limits, and go on serving the gateway. The server runs a
+//! (plaintext stand-in) trusted component, so TEE requests of any shape reach its host.
 //!
 //! Cases: `BLINDFOLD_FUZZ_CASES` (see `blindfold_testkit::fuzz`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use blindfold_server::{Auth, Limits, Server, ServerConfig};
-use blindfold_store::remote::protocol::{self, op, Encoder};
+use blindfold_store::remote::protocol::{self, op, Encoder, Request};
 use blindfold_store::remote::AuthKey;
-use blindfold_store::{CellId, Geometry, RemoteStore, Store, StoreUrl};
+use blindfold_store::{CellId, Geometry, RemoteStore, Store, StoreUrl, TeeLayer, TeeRound};
 use blindfold_testkit::fuzz;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
@@ -33,17 +35,49 @@ enum Attack {
     Bodies(Vec<(u8, Vec<u8>)>),
     /// After a valid handshake: random bytes, then the peer closes.
     Garbage(Vec<u8>),
+    /// After a valid handshake: well-encoded TEE requests of random shapes and tickets.
+    Tee(Vec<Request>),
+}
+
+/// Cells of the fuzzed array (64 of 32 bytes), some out of range.
+fn any_cells() -> impl Strategy<Value = Vec<CellId>> {
+    prop::collection::vec((0u64..70).prop_map(CellId), 0..5)
+}
+
+fn any_tee_request() -> impl Strategy<Value = Request> {
+    let ticket = || prop::collection::vec(0u8..6, 0..24);
+    let block = prop_oneof![4 => Just(32usize), 1 => 0usize..40]
+        .prop_flat_map(|n| prop::collection::vec(any::<u8>(), n));
+    let layer = (any_cells(), any_cells(), ticket()).prop_map(|(read, write, ticket)| TeeLayer {
+        read,
+        write,
+        ticket,
+    });
+    prop_oneof![
+        (any_cells(), ticket()).prop_map(|(cells, ticket)| Request::TeeQuery {
+            handle: 0,
+            cells,
+            ticket
+        }),
+        (prop::collection::vec(block, 0..3), prop::collection::vec(layer, 0..4)).prop_map(
+            |(incoming, layers)| Request::TeeEvict {
+                handle: 0,
+                round: TeeRound { incoming, layers }
+            }
+        ),
+    ]
 }
 
 fn any_attack() -> impl Strategy<Value = Attack> {
     let bytes = || prop::collection::vec(any::<u8>(), 0..200);
-    let ops = prop_oneof![1u8..=6, any::<u8>()];
+    let ops = prop_oneof![1u8..=11, any::<u8>()];
     prop_oneof![
         (any::<bool>(), bytes())
             .prop_map(|(valid_hello, bytes)| Attack::Raw { valid_hello, bytes }),
         prop::collection::vec((ops.clone(), bytes()), 0..6).prop_map(Attack::Frames),
         prop::collection::vec((ops, bytes()), 0..6).prop_map(Attack::Bodies),
         bytes().prop_map(Attack::Garbage),
+        prop::collection::vec(any_tee_request(), 1..6).prop_map(Attack::Tee),
     ]
 }
 
@@ -106,6 +140,17 @@ async fn attack(addr: &str, attack: Attack, max_frame: usize) {
         }
         Attack::Frames(frames) => requests(addr, frames, false, max_frame).await,
         Attack::Bodies(frames) => requests(addr, frames, true, max_frame).await,
+        Attack::Tee(reqs) => {
+            let frames = reqs
+                .iter()
+                .map(|r| {
+                    let mut e = Encoder::default();
+                    r.encode_body(&mut e);
+                    (r.op(), e.0)
+                })
+                .collect();
+            requests(addr, frames, false, max_frame).await
+        }
         Attack::Garbage(bytes) => {
             let mut s = handshake(addr).await;
             let _ = s.write_all(&bytes).await;
@@ -128,7 +173,7 @@ async fn requests(addr: &str, frames: Vec<(u8, Vec<u8>)>, with_handle: bool, max
     for (i, (op, body)) in frames.into_iter().enumerate() {
         let mut f = Encoder::frame();
         f.u64(i as u64 + 1).u8(op);
-        if with_handle && (2..=6).contains(&op) {
+        if with_handle && (2..=11).contains(&op) {
             f.u32(0); // the handle
         }
         f.bytes(&body);
@@ -159,7 +204,8 @@ fn hostile_peers_never_break_the_server() {
         ..Limits::default()
     };
     let (addr, task) = rt.block_on(async {
-        let config = ServerConfig { auth: Auth::Key(key()), limits };
+        let config = ServerConfig { limits, ..ServerConfig::new(Auth::Key(key())) }
+            .with_trusted(Arc::new(blindfold_testkit::tee::PlainTrusted::new()));
         let (addr, task) =
             Server::bind("127.0.0.1:0", StoreUrl::Memory, config).await.unwrap().spawn();
         (addr.to_string(), task)

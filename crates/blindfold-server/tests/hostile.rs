@@ -19,7 +19,7 @@ async fn start(
     url: StoreUrl,
     limits: Limits,
 ) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
-    let config = ServerConfig { auth: Auth::Key(key()), limits };
+    let config = ServerConfig { limits, ..ServerConfig::new(Auth::Key(key())) };
     let (addr, task) = Server::bind("127.0.0.1:0", url, config).await.unwrap().spawn();
     (addr.to_string(), task)
 }
@@ -308,7 +308,7 @@ async fn limits_that_cannot_work_together_are_refused() {
         Limits { max_connections: 0, ..Limits::default() },
         Limits { connection_buffer: usize::MAX, ..Limits::default() },
     ] {
-        let config = ServerConfig { auth: Auth::Key(key()), limits };
+        let config = ServerConfig { limits, ..ServerConfig::new(Auth::Key(key())) };
         let err = Server::bind("127.0.0.1:0", StoreUrl::Memory, config).await.unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
     }

@@ -69,19 +69,46 @@ pub struct Counts {
     /// Cells written by the store with the answers of `write_select`.
     #[serde(default)]
     pub select_cells_written: u64,
+    /// Calls to [`TeeStore::tee_query`](crate::TeeStore::tee_query).
+    #[serde(default)]
+    pub tee_queries: u64,
+    /// Cells the host reads for TEE queries (they do not cross the link).
+    #[serde(default)]
+    pub tee_query_cells: u64,
+    /// Calls to [`TeeStore::tee_evict`](crate::TeeStore::tee_evict): eviction rounds.
+    #[serde(default)]
+    pub tee_rounds: u64,
+    /// Cells the host reads for eviction rounds (they do not cross the link).
+    #[serde(default)]
+    pub tee_cells_read: u64,
+    /// Cells the host writes for eviction rounds (they do not cross the link).
+    #[serde(default)]
+    pub tee_cells_written: u64,
+    /// Bytes sent to the host with TEE requests: tickets and incoming blocks.
+    #[serde(default)]
+    pub tee_bytes_sent: u64,
+    /// Bytes of the answers to TEE queries.
+    #[serde(default)]
+    pub tee_bytes_read: u64,
     /// Calls of any kind: each one is a round trip to the store.
     pub round_trips: u64,
 }
 
 impl Counts {
-    /// Bytes from the store to the caller (whole-cell, ranged, XOR and select reads).
+    /// Bytes from the store to the caller (whole-cell, ranged, XOR and select reads, TEE
+    /// answers).
     pub fn bytes_down(&self) -> u64 {
-        self.bytes_read + self.range_bytes_read + self.xor_bytes_read + self.select_bytes_read
+        self.bytes_read
+            + self.range_bytes_read
+            + self.xor_bytes_read
+            + self.select_bytes_read
+            + self.tee_bytes_read
     }
 
-    /// Bytes from the caller to the store (written cells and select ciphertexts).
+    /// Bytes from the caller to the store (written cells, select ciphertexts, TEE tickets and
+    /// incoming blocks).
     pub fn bytes_up(&self) -> u64 {
-        self.bytes_written + self.select_bytes_sent
+        self.bytes_written + self.select_bytes_sent + self.tee_bytes_sent
     }
 
     /// What happened between `earlier` and `self` (field by field, saturating at zero).
@@ -116,6 +143,13 @@ impl Counts {
             select_bytes_sent: f(self.select_bytes_sent, o.select_bytes_sent),
             select_bytes_read: f(self.select_bytes_read, o.select_bytes_read),
             select_cells_written: f(self.select_cells_written, o.select_cells_written),
+            tee_queries: f(self.tee_queries, o.tee_queries),
+            tee_query_cells: f(self.tee_query_cells, o.tee_query_cells),
+            tee_rounds: f(self.tee_rounds, o.tee_rounds),
+            tee_cells_read: f(self.tee_cells_read, o.tee_cells_read),
+            tee_cells_written: f(self.tee_cells_written, o.tee_cells_written),
+            tee_bytes_sent: f(self.tee_bytes_sent, o.tee_bytes_sent),
+            tee_bytes_read: f(self.tee_bytes_read, o.tee_bytes_read),
             round_trips: f(self.round_trips, o.round_trips),
         }
     }
@@ -143,6 +177,13 @@ struct Counters {
     select_bytes_sent: AtomicU64,
     select_bytes_read: AtomicU64,
     select_cells_written: AtomicU64,
+    tee_queries: AtomicU64,
+    tee_query_cells: AtomicU64,
+    tee_rounds: AtomicU64,
+    tee_cells_read: AtomicU64,
+    tee_cells_written: AtomicU64,
+    tee_bytes_sent: AtomicU64,
+    tee_bytes_read: AtomicU64,
     round_trips: AtomicU64,
 }
 
@@ -208,6 +249,13 @@ impl<S: Store> CountingStore<S> {
             select_bytes_sent: get(&c.select_bytes_sent),
             select_bytes_read: get(&c.select_bytes_read),
             select_cells_written: get(&c.select_cells_written),
+            tee_queries: get(&c.tee_queries),
+            tee_query_cells: get(&c.tee_query_cells),
+            tee_rounds: get(&c.tee_rounds),
+            tee_cells_read: get(&c.tee_cells_read),
+            tee_cells_written: get(&c.tee_cells_written),
+            tee_bytes_sent: get(&c.tee_bytes_sent),
+            tee_bytes_read: get(&c.tee_bytes_read),
             round_trips: get(&c.round_trips),
         }
     }
@@ -236,6 +284,13 @@ impl<S: Store> CountingStore<S> {
             &c.select_bytes_sent,
             &c.select_bytes_read,
             &c.select_cells_written,
+            &c.tee_queries,
+            &c.tee_query_cells,
+            &c.tee_rounds,
+            &c.tee_cells_read,
+            &c.tee_cells_written,
+            &c.tee_bytes_sent,
+            &c.tee_bytes_read,
             &c.round_trips,
         ] {
             counter.store(0, Ordering::Relaxed);
@@ -277,6 +332,31 @@ impl<S: Store> CountingStore<S> {
         add(&c.select_bytes_sent, sent);
         add(&c.select_bytes_scanned, scanned);
         add(&c.select_cells_written, cells);
+    }
+
+    /// Counts a TEE query of `cells` cells and a `ticket`-byte ticket as it is issued.
+    pub(crate) fn count_tee_query(&self, cells: u64, ticket: u64) {
+        let c = &self.counters;
+        add(&c.round_trips, 1);
+        add(&c.tee_queries, 1);
+        add(&c.tee_query_cells, cells);
+        add(&c.tee_bytes_sent, ticket);
+    }
+
+    /// Counts the bytes of a TEE query's answer.
+    pub(crate) fn count_tee_answer(&self, bytes: u64) {
+        add(&self.counters.tee_bytes_read, bytes);
+    }
+
+    /// Counts an eviction round as it is issued: the cells its host reads and writes, the
+    /// bytes (incoming blocks and tickets) it sends.
+    pub(crate) fn count_tee_round(&self, read: u64, written: u64, sent: u64) {
+        let c = &self.counters;
+        add(&c.round_trips, 1);
+        add(&c.tee_rounds, 1);
+        add(&c.tee_cells_read, read);
+        add(&c.tee_cells_written, written);
+        add(&c.tee_bytes_sent, sent);
     }
 
     /// Counts the bytes a select read returned.

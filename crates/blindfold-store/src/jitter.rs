@@ -43,7 +43,9 @@ impl<S: Store> JitterStore<S> {
         (one(), one())
     }
 
-    async fn delayed<T>(&self, call: impl std::future::Future<Output = T>) -> T {
+    /// Runs `call` between two random pauses (also for capability traits implemented
+    /// elsewhere in this crate).
+    pub(crate) async fn delayed<T>(&self, call: impl std::future::Future<Output = T>) -> T {
         let (before, after) = self.draw();
         pause(before).await;
         let out = call.await;

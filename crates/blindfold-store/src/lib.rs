@@ -35,9 +35,12 @@
 //! Server-side computation is a *capability*: a trait on top of [`Store`] that only the
 //! backends able to compute implement. [`XorStore`] (XOR of byte ranges, for XOR Ring ORAM) is
 //! offered by memory, file and remote stores and passed through (counted, recorded, delayed) by
-//! the wrappers; [`open_xor_store`] opens one from a URL. [`SelectStore`] (Onion ORAM's
+//! the wrappers; [`open_xor_store`] opens one from a URL. `SelectStore` (Onion ORAM's
 //! homomorphic select over Damgård–Jurik ciphertexts; feature `select`, which links GMP) is
-//! offered and passed through the same way, and opened by `open_select_store`.
+//! offered and passed through the same way, and opened by `open_select_store`. [`TeeStore`]
+//! (the TEE-assisted design's trusted component, seed 004) is offered by [`TeeHost`], which
+//! runs a [`Trusted`] component over any store, and by the remote store of a storage server
+//! started with one; [`open_tee_store`] opens one.
 //!
 //! ```
 //! use blindfold_store::{CellId, Geometry, MemoryStore, Store};
@@ -78,6 +81,7 @@ pub mod remote;
 pub mod s3;
 #[cfg(feature = "select")]
 mod select;
+mod tee;
 mod url;
 mod xor;
 
@@ -103,6 +107,11 @@ pub use select::{
     combined_by_reading, open_compute_store, open_select_store, select_answer_len,
     select_by_reading, select_locally, write_select_by_reading, CombinedSelect, ComputeStore,
     SelectRequest, SelectStore, SelectWrite,
+};
+pub use tee::{
+    check_tee_query, check_tee_round, open_tee_store, tee_answer_max, tee_query_bytes,
+    tee_round_bytes, TeeHost, TeeLayer, TeeRound, TeeStore, Trusted, MAX_TEE_ANSWER_OVERHEAD,
+    MAX_TEE_BUFFER_BYTES, MAX_TEE_CELLS, MAX_TEE_LAYERS, MAX_TEE_TICKET,
 };
 pub use url::{open_store, remove_array, StoreUrl};
 pub use xor::{check_xor, open_xor_store, xor_buffers, xor_by_reading, xor_into, XorStore};

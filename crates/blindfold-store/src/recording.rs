@@ -31,6 +31,14 @@ pub enum TraceOp {
     /// `SelectStore::write_select`: selects whose answers
     /// the store writes into [`TraceEvent::targets`] instead of returning them.
     WriteSelect,
+    /// [`TeeStore::tee_query`](crate::TeeStore::tee_query): the host reads the cells and its
+    /// trusted component answers one sealed block.
+    TeeQuery,
+    /// [`TeeStore::tee_evict`](crate::TeeStore::tee_evict): one eviction round; the event
+    /// carries no cells and is followed by one [`TraceOp::Read`] and one [`TraceOp::Write`]
+    /// event per layer, in layer order, for the cells the host reads and writes.
+    /// [`TraceEvent::groups`] holds the cells read per layer.
+    TeeEvict,
 }
 
 /// One request as the store (the adversary) sees it.
@@ -47,13 +55,15 @@ pub struct TraceEvent {
     /// Payload bytes the request moves: cell bytes requested by a read, range bytes requested
     /// by a ranged read, buffer bytes sent by a write, zero for a flush, the length of one range
     /// (what comes back) for an XOR read; for the select operations, the selector ciphertext
-    /// bytes sent plus, for the two reads, the answer's bytes.
+    /// bytes sent plus, for the two reads, the answer's bytes; for [`TraceOp::TeeQuery`] the
+    /// ticket's bytes and for [`TraceOp::TeeEvict`] the incoming blocks' and tickets' bytes.
     pub bytes: u64,
     /// The buffers of a write, in order; only when recording
     /// [with payloads](RecordingStore::with_payloads), else empty.
     pub payloads: Vec<Vec<u8>>,
     /// For [`TraceOp::ReadSelectCombined`] and [`TraceOp::WriteSelect`]: how many of `ranges`
-    /// each select reads, in order (they split `ranges` into groups, resp. writes); else empty.
+    /// each select reads, in order (they split `ranges` into groups, resp. writes); for
+    /// [`TraceOp::TeeEvict`], how many cells each layer reads; else empty.
     #[serde(default)]
     pub groups: Vec<u32>,
     /// For [`TraceOp::WriteSelect`]: the cell each select's answer is written to; else empty.
@@ -131,7 +141,6 @@ impl<S: Store> RecordingStore<S> {
 
     /// Records a request of a capability trait (implemented elsewhere in this crate) as it is
     /// issued.
-    #[cfg(feature = "select")]
     pub(crate) fn record_event(&self, event: TraceEvent) {
         self.record(event);
     }

@@ -4,10 +4,10 @@
 //!
 //! Capabilities are separate traits on top of [`Store`], so the trust boundary stays small and a
 //! backend that cannot compute (an object store) simply does not implement them. Later powers
-//! plug in the same way: Onion ORAM's homomorphic select (`SelectStore`,
-//! feature `select`) is one, and the trusted component of the TEE design will be another, each
-//! implemented by the backends and wrappers that can offer it and forwarded by the remote
-//! protocol as more operations.
+//! plug in the same way: Onion ORAM's homomorphic select (`SelectStore`, feature `select`) is
+//! one, and the trusted component of the TEE design (`TeeStore`) another, each implemented by
+//! the backends and wrappers that can offer it and forwarded by the remote protocol as more
+//! operations.
 
 use std::sync::Arc;
 

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use blindfold_store::remote::protocol::{self, get_error, put_error, Decoder, Encoder, Request};
 use blindfold_store::remote::AuthKey;
-use blindfold_store::{ByteRange, CellId, Geometry, RemoteStore, Store, StoreError};
+use blindfold_store::{
+    ByteRange, CellId, Geometry, RemoteStore, Store, StoreError, TeeLayer, TeeRound,
+};
 use blindfold_testkit::fuzz;
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,6 +25,16 @@ fn heap_bytes(r: &Request) -> usize {
         Request::ReadRanges { ranges, .. } | Request::ReadXor { ranges, .. } => ranges.len() * 16,
         Request::Write { cells, .. } => cells.iter().map(|(_, d)| 32 + d.len()).sum(),
         Request::Flush { .. } => 0,
+        Request::TeeQuery { cells, ticket, .. } => cells.len() * 8 + ticket.len(),
+        Request::TeeEvict { round, .. } => {
+            let blocks: usize = round.incoming.iter().map(|b| 24 + b.len()).sum();
+            let layers: usize = round
+                .layers
+                .iter()
+                .map(|l| 72 + 8 * (l.read.len() + l.write.len()) + l.ticket.len())
+                .sum();
+            blocks + layers
+        }
         #[cfg(feature = "select")]
         Request::ReadSelect { request, .. } => {
             select_heap::of(&[request]) + select_heap::key(&[request])
@@ -153,6 +165,43 @@ fn any_request() -> impl Strategy<Value = Request> {
     ]
 }
 
+fn any_cells(max: usize) -> impl Strategy<Value = Vec<CellId>> {
+    prop::collection::vec(any::<u64>().prop_map(CellId), 0..max)
+}
+
+/// TEE requests of any shape (the store, not the wire, checks shapes).
+fn any_tee_request() -> impl Strategy<Value = Request> {
+    let ticket = || prop::collection::vec(any::<u8>(), 0..40);
+    let layer = (any_cells(4), any_cells(4), ticket()).prop_map(|(read, write, ticket)| TeeLayer {
+        read,
+        write,
+        ticket,
+    });
+    prop_oneof![
+        (any::<u32>(), any_cells(6), ticket())
+            .prop_map(|(handle, cells, ticket)| Request::TeeQuery { handle, cells, ticket }),
+        (
+            any::<u32>(),
+            prop::collection::vec(prop::collection::vec(any::<u8>(), 0..24), 0..4),
+            prop::collection::vec(layer, 0..4),
+        )
+            .prop_map(|(handle, incoming, layers)| Request::TeeEvict {
+                handle,
+                round: TeeRound { incoming, layers }
+            }),
+    ]
+}
+
+/// Bytes a decoded request may hold for a body of `len` bytes: three times the body for most
+/// requests; six for TEE requests, whose blocks and layers cost a 24- or 72-byte header each
+/// on the heap for a 4- or 12-byte one on the wire (their number is capped by the TEE limits).
+fn heap_bound(r: &Request, len: usize) -> usize {
+    match r {
+        Request::TeeQuery { .. } | Request::TeeEvict { .. } => 6 * len + 64,
+        _ => 3 * len + 64,
+    }
+}
+
 /// A valid body with some bytes overwritten, some cut and some appended: near misses reach
 /// deeper into a decoder than uniform noise.
 fn mutated(body: Vec<u8>, edits: Vec<(usize, u8)>, cut: usize, tail: Vec<u8>) -> Vec<u8> {
@@ -206,6 +255,43 @@ proptest! {
         }
         prop_assert!(req.frame(9, frame.len() - 5).is_err());
     }
+}
+
+/// Hostile counts and lengths in TEE requests are refused before anything is allocated for
+/// them, however many bytes the frame holds.
+#[test]
+fn hostile_tee_counts_are_refused() {
+    use blindfold_store::{MAX_TEE_CELLS, MAX_TEE_LAYERS, MAX_TEE_TICKET};
+    let decode = |op: u8, e: &Encoder| Request::decode(op, &e.0);
+    let (query, evict) = (protocol::op::TEE_QUERY, protocol::op::TEE_EVICT);
+    // Counts larger than the frame.
+    let mut e = Encoder::default();
+    e.u32(0).u32(u32::MAX).u64(1);
+    assert!(decode(query, &e).is_err());
+    let mut e = Encoder::default();
+    e.u32(0).u32(0).u32(u32::MAX).bytes(&[0; 64]);
+    assert!(decode(evict, &e).is_err());
+    let mut e = Encoder::default();
+    e.u32(0).u32(1).u32(u32::MAX).bytes(&[0; 64]);
+    assert!(decode(evict, &e).is_err(), "an incoming block longer than the frame");
+    // Counts that fit in a large frame but exceed the limits.
+    let mut e = Encoder::default();
+    e.u32(0).u32(MAX_TEE_CELLS as u32 + 1).bytes(&vec![0; 8 * (MAX_TEE_CELLS + 1)]).u32(0);
+    let err = decode(query, &e).unwrap_err();
+    assert!(err.to_string().contains("at most"), "{err}");
+    let mut e = Encoder::default();
+    e.u32(0).u32(1).u64(0).u32(MAX_TEE_TICKET as u32 + 1).bytes(&vec![0; MAX_TEE_TICKET + 1]);
+    assert!(decode(query, &e).unwrap_err().to_string().contains("ticket"));
+    let mut e = Encoder::default();
+    e.u32(0).u32(MAX_TEE_CELLS as u32 + 1).bytes(&vec![0; 4 * (MAX_TEE_CELLS + 1)]).u32(0);
+    assert!(decode(evict, &e).unwrap_err().to_string().contains("incoming blocks"));
+    let mut e = Encoder::default();
+    e.u32(0).u32(0).u32(MAX_TEE_LAYERS as u32 + 1).bytes(&vec![0; 12 * (MAX_TEE_LAYERS + 1)]);
+    assert!(decode(evict, &e).unwrap_err().to_string().contains("layers"));
+    // The largest legal shapes decode.
+    let mut e = Encoder::default();
+    e.u32(0).u32(0).u32(MAX_TEE_LAYERS as u32).bytes(&vec![0; 12 * MAX_TEE_LAYERS]);
+    assert!(decode(evict, &e).is_ok());
 }
 
 /// What the wire cannot carry is refused before anything is sent: selects under two keys in
@@ -275,7 +361,7 @@ proptest! {
             req.encode_body(&mut e);
             prop_assert_eq!(e.0, body.clone());
             prop_assert_eq!(req.op(), op);
-            prop_assert!(heap_bytes(&req) <= 3 * body.len() + 64);
+            prop_assert!(heap_bytes(&req) <= heap_bound(&req, body.len()));
         }
     }
 
@@ -298,6 +384,44 @@ proptest! {
         }
         // A limit below the frame's size refuses it before anything is sent.
         prop_assert!(req.frame(77, frame.len() - 5).is_err());
+    }
+
+    /// TEE requests survive the wire exactly; near misses decode to a request of bounded size
+    /// or fail with a clear error.
+    #[test]
+    fn tee_requests_round_trip_and_near_misses_fail_cleanly(
+        req in any_tee_request(),
+        edits in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+        cut in 0usize..8,
+        tail in prop::collection::vec(any::<u8>(), 0..8),
+    ) {
+        let frame = req.frame(3, protocol::MAX_FRAME).unwrap();
+        prop_assert_eq!(frame[12], req.op());
+        let body = frame[13..].to_vec();
+        prop_assert_eq!(Request::decode(req.op(), &body).unwrap(), req.clone());
+        let bad = mutated(body, edits, cut, tail);
+        match Request::decode(req.op(), &bad) {
+            Ok(r) => prop_assert!(heap_bytes(&r) <= heap_bound(&r, bad.len())),
+            Err(e) => prop_assert!(matches!(e, StoreError::InvalidRequest(_)), "{e:?}"),
+        }
+        prop_assert!(req.frame(3, frame.len() - 5).is_err());
+    }
+
+    /// Random bodies for the TEE operations (the generic test rarely reaches deep into them).
+    #[test]
+    fn random_tee_bodies_decode_or_fail_cleanly(
+        op in prop_oneof![Just(protocol::op::TEE_QUERY), Just(protocol::op::TEE_EVICT)],
+        body in prop::collection::vec(prop_oneof![4 => 0u8..3, 1 => any::<u8>()], 0..300),
+    ) {
+        match Request::decode(op, &body) {
+            Ok(req) => {
+                let mut e = Encoder::default();
+                req.encode_body(&mut e);
+                prop_assert_eq!(e.0, body.clone());
+                prop_assert!(heap_bytes(&req) <= heap_bound(&req, body.len()));
+            }
+            Err(e) => prop_assert!(matches!(e, StoreError::InvalidRequest(_)), "{e:?}"),
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! backend and wrapper must pass, and the statistics used by the obliviousness tests.
 //! [`servers`] finds the real MinIO and Redis that `scripts/test.sh` starts; [`fuzz`] holds the
 //! settings of the randomised-input tests (`BLINDFOLD_FUZZ_CASES`). [`xor`] and (feature
-//! `select`) `select` check the server-side computation capabilities.
+//! `select`) `select` check the server-side computation capabilities; [`tee`] checks the TEE
+//! design's host with a plaintext stand-in for its trusted component.
 
 pub mod conformance;
 mod dying;
@@ -11,6 +12,7 @@ pub mod fuzz;
 pub mod select;
 pub mod servers;
 pub mod stats;
+pub mod tee;
 pub mod xor;
 
 pub use dying::DyingStore;

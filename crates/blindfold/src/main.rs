@@ -1750,7 +1750,7 @@ async fn storage_server(args: StorageServerArgs) -> Result<()> {
         connection_buffer: args.connection_buffer_mib.saturating_mul(MIB),
         ..Limits::default()
     };
-    let config = ServerConfig { auth, limits };
+    let config = ServerConfig { auth, limits, trusted: None };
     let server = blindfold_server::Server::bind(&args.listen, args.store.clone(), config)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;

@@ -449,6 +449,32 @@ impl XorStore for RemoteStore {
     }
 }
 
+/// The storage server's host reads the cells and its trusted component computes; a server
+/// started without one answers [`StoreError::Unsupported`].
+#[async_trait]
+impl crate::TeeStore for RemoteStore {
+    async fn tee_query(&self, cells: &[CellId], ticket: &[u8]) -> Result<Vec<u8>> {
+        crate::check_tee_query(&self.geometry, cells, ticket)?;
+        let max = crate::tee_answer_max(&self.geometry);
+        self.call(max, |handle| Request::TeeQuery {
+            handle,
+            cells: cells.to_vec(),
+            ticket: ticket.to_vec(),
+        })
+        .await
+    }
+
+    async fn tee_evict(&self, round: &crate::TeeRound) -> Result<()> {
+        crate::check_tee_round(&self.geometry, round)?;
+        let answer =
+            self.call(0, |handle| Request::TeeEvict { handle, round: round.clone() }).await?;
+        if !answer.is_empty() {
+            return Err(protocol_error(&self.addr, "an eviction round answered with data"));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(feature = "select")]
 #[async_trait]
 impl crate::SelectStore for RemoteStore {

@@ -7,7 +7,8 @@
 //! the server's `--auth-key-file`, see [`AuthKey`]). The server offers the
 //! [`XorStore`](crate::XorStore) capability, which it computes next to the data, so XOR Ring
 //! ORAM's online read returns one block instead of a path of them, and (feature `select`)
-//! `SelectStore`, Onion ORAM's homomorphic select.
+//! `SelectStore`, Onion ORAM's homomorphic select; a server started with a trusted component
+//! also offers [`TeeStore`](crate::TeeStore), the TEE design's queries and eviction rounds.
 
 mod auth;
 mod client;

@@ -46,6 +46,8 @@
 //! | 7 | read select | handle u32, key, select | the select's answer |
 //! | 8 | read select combined | handle u32, g u32, key (if g > 0), g × select, outer | the combined answer |
 //! | 9 | write select | handle u32, n u32, key (if n > 0), n × (target u64, select) | empty |
+//! | 10 | TEE query | handle u32, cells as read, ticket | the trusted component's answer |
+//! | 11 | TEE evict | handle u32, n u32, n × len u32, the n blocks, l u32, l × layer | empty |
 //!
 //! `open` names an array of the server's store (created with that shape if missing) and
 //! returns a handle valid on this connection only. Opening an existing array with another
@@ -67,6 +69,21 @@
 //! element per range, one layer, equal lengths, chunking) is checked by the store, as for a
 //! local one. New operation codes did not change the version: a server that does not know one
 //! answers it with an "unsupported" error and the connection goes on.
+//!
+//! Ops 10 and 11 carry the TEE design's requests (`TeeStore`, seed 004): a query names the
+//! cells the server's host reads and hands to its trusted component with the sealed ticket;
+//! an eviction round carries the blocks the gateway uploads and, per layer, the cells read
+//! and written and the layer's sealed ticket:
+//!
+//! ```text
+//! ticket       ticket_len u32 (≤ MAX_TEE_TICKET) | ticket bytes
+//! layer        read: n u32, n × cell u64 | write: n u32, n × cell u64 | ticket
+//! ```
+//!
+//! The decoder bounds every count by the bytes left and by the limits of `blindfold_store::tee`
+//! (cells per query or layer, layers per round, ticket length); the shape (equal read and write
+//! counts, one cell per incoming block, cells in range) is checked by the store, as for a local
+//! one. A server without a trusted component answers both with "unsupported".
 //!
 //! An error body is `kind u8 | retryable u8 | a u64 | b u64 | c u32 | d u32 | msg_len u32 |
 //! msg (UTF-8)`, at most [`MAX_ERROR_BODY`] bytes; the numbers carry the fields of the
@@ -108,9 +125,10 @@ use std::sync::Arc;
 #[cfg(feature = "select")]
 use blindfold_dj::{Ciphertext, PublicKey};
 
-use crate::{ByteRange, CellId, StoreError};
+use crate::{ByteRange, CellId, StoreError, TeeLayer, TeeRound};
 #[cfg(feature = "select")]
 use crate::{CombinedSelect, SelectRequest, SelectWrite};
+use crate::{MAX_TEE_CELLS, MAX_TEE_LAYERS, MAX_TEE_TICKET};
 
 /// First 16 bytes of each side's hello.
 pub const MAGIC: [u8; 16] = *b"blindfold-store\0";
@@ -168,6 +186,11 @@ pub mod op {
     pub const READ_SELECT_COMBINED: u8 = 8;
     /// Selects whose answers the server writes into cells (feature `select`).
     pub const WRITE_SELECT: u8 = 9;
+    /// A query answered by the server's trusted component (`TeeStore::tee_query`).
+    pub const TEE_QUERY: u8 = 10;
+    /// An eviction round run by the server's host and trusted component
+    /// (`TeeStore::tee_evict`).
+    pub const TEE_EVICT: u8 = 11;
 }
 
 /// The hello each side sends first.
@@ -315,6 +338,22 @@ pub enum Request {
         /// The selects and their targets.
         writes: Vec<SelectWrite>,
     },
+    /// A query answered by the server's trusted component.
+    TeeQuery {
+        /// From `open`.
+        handle: u32,
+        /// The candidates' cells.
+        cells: Vec<CellId>,
+        /// The sealed query ticket.
+        ticket: Vec<u8>,
+    },
+    /// An eviction round run by the server's host and trusted component.
+    TeeEvict {
+        /// From `open`.
+        handle: u32,
+        /// The round.
+        round: TeeRound,
+    },
 }
 
 impl Request {
@@ -327,6 +366,8 @@ impl Request {
             Request::Write { .. } => op::WRITE,
             Request::Flush { .. } => op::FLUSH,
             Request::ReadXor { .. } => op::READ_XOR,
+            Request::TeeQuery { .. } => op::TEE_QUERY,
+            Request::TeeEvict { .. } => op::TEE_EVICT,
             #[cfg(feature = "select")]
             Request::ReadSelect { .. } => op::READ_SELECT,
             #[cfg(feature = "select")]
@@ -344,7 +385,9 @@ impl Request {
             | Request::ReadRanges { handle, .. }
             | Request::ReadXor { handle, .. }
             | Request::Write { handle, .. }
-            | Request::Flush { handle } => Some(*handle),
+            | Request::Flush { handle }
+            | Request::TeeQuery { handle, .. }
+            | Request::TeeEvict { handle, .. } => Some(*handle),
             #[cfg(feature = "select")]
             Request::ReadSelect { handle, .. }
             | Request::ReadSelectCombined { handle, .. }
@@ -379,6 +422,26 @@ impl Request {
             }
             Request::Flush { handle } => {
                 e.u32(*handle);
+            }
+            Request::TeeQuery { handle, cells, ticket } => {
+                e.u32(*handle);
+                put_cells(e, cells);
+                e.u32(ticket.len() as u32).bytes(ticket);
+            }
+            Request::TeeEvict { handle, round } => {
+                e.u32(*handle).u32(round.incoming.len() as u32);
+                for b in &round.incoming {
+                    e.u32(b.len() as u32);
+                }
+                for b in &round.incoming {
+                    e.bytes(b);
+                }
+                e.u32(round.layers.len() as u32);
+                for l in &round.layers {
+                    put_cells(e, &l.read);
+                    put_cells(e, &l.write);
+                    e.u32(l.ticket.len() as u32).bytes(&l.ticket);
+                }
             }
             #[cfg(feature = "select")]
             Request::ReadSelect { handle, request } => {
@@ -502,6 +565,16 @@ impl Request {
                 Request::Write { handle, cells }
             }
             op::FLUSH => Request::Flush { handle: d.u32().map_err(bad)? },
+            op::TEE_QUERY => {
+                let handle = d.u32().map_err(bad)?;
+                let cells = tee_cells(&mut d).map_err(bad)?;
+                let ticket = tee_ticket(&mut d).map_err(bad)?;
+                Request::TeeQuery { handle, cells, ticket }
+            }
+            op::TEE_EVICT => {
+                let handle = d.u32().map_err(bad)?;
+                Request::TeeEvict { handle, round: tee_round(&mut d).map_err(bad)? }
+            }
             #[cfg(feature = "select")]
             op::READ_SELECT => {
                 let handle = d.u32().map_err(bad)?;
@@ -807,6 +880,59 @@ fn get_select(d: &mut Decoder<'_>, pk: &Arc<PublicKey>) -> Result<SelectRequest,
         return Err("a select without a selector or without ranges".into());
     }
     Ok(SelectRequest { public_key: Arc::clone(pk), selector, ranges, chunk_len })
+}
+
+/// Appends `n u32, n × cell u64`.
+pub fn put_cells(e: &mut Encoder, cells: &[CellId]) {
+    e.u32(cells.len() as u32);
+    for c in cells {
+        e.u64(c.0);
+    }
+}
+
+/// Takes `n u32, n × cell u64` with at most [`MAX_TEE_CELLS`] cells.
+fn tee_cells(d: &mut Decoder<'_>) -> Result<Vec<CellId>, String> {
+    let n = d.count(8)?;
+    if n > MAX_TEE_CELLS {
+        return Err(format!("{n} cells in a TEE request (at most {MAX_TEE_CELLS})"));
+    }
+    (0..n).map(|_| d.u64().map(CellId)).collect()
+}
+
+/// Takes `ticket_len u32 | ticket` of at most [`MAX_TEE_TICKET`] bytes.
+fn tee_ticket(d: &mut Decoder<'_>) -> Result<Vec<u8>, String> {
+    let n = d.u32()? as usize;
+    if n > MAX_TEE_TICKET {
+        return Err(format!("a TEE ticket of {n} bytes (at most {MAX_TEE_TICKET})"));
+    }
+    Ok(d.take(n)?.to_vec())
+}
+
+/// Takes an eviction round: the incoming blocks (at most [`MAX_TEE_CELLS`]) and the layers (at
+/// most [`MAX_TEE_LAYERS`]).
+fn tee_round(d: &mut Decoder<'_>) -> Result<TeeRound, String> {
+    let n = d.count(4)?;
+    if n > MAX_TEE_CELLS {
+        return Err(format!("{n} incoming blocks in a TEE round (at most {MAX_TEE_CELLS})"));
+    }
+    let lens = (0..n).map(|_| d.u32().map(|l| l as usize)).collect::<Result<Vec<_>, _>>()?;
+    let mut incoming = Vec::with_capacity(n);
+    for len in lens {
+        incoming.push(d.take(len)?.to_vec());
+    }
+    // A layer takes at least its two counts and its ticket length.
+    let l = d.count(12)?;
+    if l > MAX_TEE_LAYERS {
+        return Err(format!("{l} layers in a TEE round (at most {MAX_TEE_LAYERS})"));
+    }
+    let mut layers = Vec::with_capacity(l);
+    for _ in 0..l {
+        let read = tee_cells(d)?;
+        let write = tee_cells(d)?;
+        let ticket = tee_ticket(d)?;
+        layers.push(TeeLayer { read, write, ticket });
+    }
+    Ok(TeeRound { incoming, layers })
 }
 
 /// Appends `n u32, n × (cell u64, offset u32, len u32)`.
