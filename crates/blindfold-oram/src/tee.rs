@@ -490,6 +490,9 @@ pub struct TeeOramState {
     serial: u64,
     round: u64,
     evictions: u64,
+    /// Queries since the last round (the public schedule goes on across restarts).
+    #[serde(default)]
+    queries_since_round: u32,
     stats: TeeOramStats,
 }
 
@@ -791,10 +794,21 @@ impl TeeOram {
         if real {
             self.take_out_of_tree(b);
         }
+        // A hiding query keeps a copy of the block: a round may take it from the ring into the
+        // tree before the query completes.
+        let data = if real {
+            None
+        } else {
+            kept_data.or_else(|| {
+                self.ring.get(&(b as u64)).cloned().or_else(|| {
+                    self.in_flight.as_ref().and_then(|f| f.replicas.get(&(b as u64)).cloned())
+                })
+            })
+        };
         self.stats.queries += 1;
         self.stats.real_queries += u64::from(real);
         self.queries_since_round += 1;
-        Ok(QueryStep::Query(QueryPlan { cells, target, expected, real, data: kept_data }))
+        Ok(QueryStep::Query(QueryPlan { cells, target, expected, real, data }))
     }
 
     /// Marks `b`'s copy in the tree (if any) stale, here and in the round in flight; the block
@@ -911,6 +925,7 @@ impl TeeOram {
             serial: self.serial,
             round: self.round,
             evictions: self.evictions,
+            queries_since_round: self.queries_since_round,
             stats: self.stats,
         })
     }
@@ -969,6 +984,7 @@ impl TeeOram {
         oram.serial = state.serial;
         oram.round = state.round;
         oram.evictions = state.evictions;
+        oram.queries_since_round = state.queries_since_round;
         oram.stats = state.stats;
         Ok(oram)
     }
@@ -1073,6 +1089,13 @@ impl TeeOram {
         for n in &mut self.nodes {
             n.reads = d;
         }
+    }
+
+    /// A fresh round number for sending the round in flight again (the trusted component
+    /// refuses a ticket it has seen, and a failed attempt may have reached it).
+    pub fn renumber_round(&mut self) -> u64 {
+        self.round += 1;
+        self.round
     }
 
     /// Moves the round counter past `round` (the trusted component refuses tickets of rounds

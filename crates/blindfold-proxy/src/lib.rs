@@ -22,6 +22,9 @@
 //!   key epoch, with fresh random leaves (`blindfold recover`).
 //! * `SealedOnionOram` (feature `onion`) — Onion ORAM over a metadata array and a data array
 //!   that computes Damgård–Jurik selects (`blindfold_store::SelectStore`).
+//! * [`DurableTee`] — the TEE-assisted engine (seed 004): an m-ary tree whose queries and
+//!   evictions a trusted component beside the store carries out
+//!   ([`blindfold_store::TeeStore`]); crash-consistent, many queries at once.
 //! * [`SealedDirect`] — the baseline: the same blocks sealed and stored at fixed places with
 //!   no ORAM, for measuring what obliviousness costs.
 //!
@@ -54,6 +57,7 @@ pub mod rebuild;
 mod ring;
 pub mod slots;
 pub mod tao;
+mod tee;
 mod versions;
 
 pub use direct::SealedDirect;
@@ -67,6 +71,7 @@ pub use pinned::{PinnedCells, PinnedStore};
 pub use ring::{AccessTiming, RingData, RingPhaseTimes, SealedRingOram, SealedRingState};
 pub use slots::{slotted_geometry, SlotMap, SlottedStore};
 pub use tao::{Reply, Reveal, TaoConfig, TaoOram, TaoState, TaoStats};
+pub use tee::{DurableTee, TeeEngineStats};
 pub use versions::VersionTable;
 
 /// Result type of this crate.

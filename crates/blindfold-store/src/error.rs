@@ -186,6 +186,17 @@ pub enum StoreError {
         retryable: bool,
     },
 
+    /// The trusted component beside the store (the TEE design) refused a request. With
+    /// `integrity` set, sealed data it was handed failed authentication: the store altered,
+    /// swapped or rolled back a cell. Otherwise a ticket was malformed, forged or replayed.
+    #[error("the trusted component refused: {message}")]
+    Trusted {
+        /// Whether sealed data failed authentication.
+        integrity: bool,
+        /// What it said.
+        message: String,
+    },
+
     /// A store URL that cannot be understood.
     #[error("invalid store URL {url:?}: {reason}")]
     InvalidUrl {
@@ -206,6 +217,11 @@ impl StoreError {
             StoreError::Unreachable { .. } => true,
             _ => false,
         }
+    }
+
+    /// Whether the trusted component found sealed data that failed authentication.
+    pub fn is_integrity(&self) -> bool {
+        matches!(self, StoreError::Trusted { integrity: true, .. })
     }
 
     /// An I/O error, classified by its kind.

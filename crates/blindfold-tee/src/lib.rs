@@ -125,6 +125,7 @@
 mod cipher;
 mod enclave;
 mod error;
+mod host;
 mod key;
 mod pages;
 mod sha;

@@ -101,6 +101,7 @@
 //! | 7 | I/O error | | | | |
 //! | 8 | timed out | | | | |
 //! | 9 | invalid geometry | | | | |
+//! | 10 | the trusted component refused | integrity (0 or 1) | | | |
 //!
 //! # Sizes
 //!
@@ -959,13 +960,15 @@ pub fn put_error(e: &mut Encoder, err: &StoreError) {
         StoreError::Io { .. } => (7, 0, 0, 0, 0),
         StoreError::Timeout(_) => (8, 0, 0, 0, 0),
         StoreError::InvalidGeometry(_) => (9, 0, 0, 0, 0),
+        StoreError::Trusted { integrity, .. } => (10, u64::from(*integrity), 0, 0, 0),
         _ => (0, 0, 0, 0, 0),
     };
     let msg = match err {
         StoreError::InvalidRequest(m)
         | StoreError::Unsupported(m)
         | StoreError::Timeout(m)
-        | StoreError::InvalidGeometry(m) => m.clone(),
+        | StoreError::InvalidGeometry(m)
+        | StoreError::Trusted { message: m, .. } => m.clone(),
         StoreError::GeometryMismatch { path, .. } => path.display().to_string(),
         other => other.to_string(),
     };
@@ -1001,6 +1004,7 @@ pub fn get_error(d: &mut Decoder<'_>) -> Result<StoreError, String> {
         },
         8 => StoreError::Timeout(msg),
         9 => StoreError::InvalidGeometry(msg),
+        10 => StoreError::Trusted { integrity: a == 1, message: msg },
         _ => StoreError::Remote { message: msg, retryable },
     })
 }
@@ -1016,6 +1020,8 @@ mod tests {
             StoreError::RangeOutOfCell { cell: CellId(1), offset: 3, len: 9, cell_size: 8 },
             StoreError::WrongCellSize { cell: CellId(2), got: 3, expected: 4 },
             StoreError::InvalidRequest("x".into()),
+            StoreError::Trusted { integrity: true, message: "t".into() },
+            StoreError::Trusted { integrity: false, message: "u".into() },
             StoreError::Timeout("slow".into()),
         ];
         for err in errors {

@@ -1,0 +1,434 @@
+//! The TEE-assisted engine end to end with the real trusted component (`blindfold_tee::Enclave`)
+//! in its host (`TeeHost`): against a `HashMap` with many accesses at once under a store that
+//! reorders replies; tampering, swapping and rollback of cells detected; committed writes
+//! surviving a crash at any point; what the store sees (paths, schedule, no slot read twice
+//! between writes, across crashes too).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use blindfold_crypto::{MasterKey, StoreId};
+use blindfold_oram::tee::TeeOramConfig;
+use blindfold_oram::BlockId;
+use blindfold_proxy::{DurableTee, ProxyError};
+use blindfold_store::{
+    CellId, JitterStore, MemoryStore, RecordingStore, Store, TeeHost, TeeStore, TraceEvent, TraceOp,
+};
+use blindfold_tee::Enclave;
+use blindfold_testkit::DyingStore;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const BS: u32 = 64;
+
+fn config(blocks: u64) -> TeeOramConfig {
+    TeeOramConfig::builder(blocks, BS).arity(4).round_queries(8).build().unwrap()
+}
+
+fn host(backing: Arc<dyn Store>, key: &MasterKey, id: StoreId) -> Arc<dyn TeeStore> {
+    let enclave = Enclave::new(&DurableTee::tee_key(key), BS as usize);
+    Arc::new(TeeHost::new(backing, Arc::new(enclave)))
+}
+
+fn data(tag: u64) -> Vec<u8> {
+    let mut d = vec![0u8; BS as usize];
+    d[..8].copy_from_slice(&tag.to_le_bytes());
+    d[8..16].copy_from_slice(&(!tag).to_le_bytes());
+    d
+}
+
+async fn create(
+    dir: &std::path::Path,
+    config: TeeOramConfig,
+    store: Arc<dyn TeeStore>,
+    key: &MasterKey,
+    id: StoreId,
+) -> DurableTee {
+    DurableTee::create(dir, config, store, key, id, 0, &|_| Vec::new(), &mut |_, _| {})
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matches_a_hashmap_with_many_accesses_at_once_under_jitter() {
+    let config = config(256);
+    let key = MasterKey::generate();
+    let id = StoreId::random();
+    let backing = MemoryStore::new(DurableTee::geometry(&config).unwrap());
+    let jitter: Arc<dyn Store> = Arc::new(JitterStore::new(backing, Duration::from_micros(300), 3));
+    let dir = tempfile::tempdir().unwrap();
+    let engine = create(dir.path(), config, host(jitter, &key, id), &key, id).await;
+    // Eight clients, each with its own 32 blocks (so each has its own model), all at once.
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rng = ChaCha8Rng::seed_from_u64(t);
+            let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+            for i in 0..300u64 {
+                let b = t * 32
+                    + if rng.gen_bool(0.6) { rng.gen_range(0..4) } else { rng.gen_range(0..32) };
+                if rng.gen_bool(0.5) {
+                    let d = data(i * 1000 + b);
+                    engine.write(BlockId(b), d.clone()).await.unwrap();
+                    model.insert(b, d);
+                } else {
+                    let got = engine.read(BlockId(b)).await.unwrap();
+                    assert_eq!(
+                        got,
+                        model.get(&b).cloned().unwrap_or(vec![0; BS as usize]),
+                        "block {b}"
+                    );
+                }
+                if i % 50 == 0 {
+                    engine.commit().await.unwrap();
+                }
+            }
+            model
+        }));
+    }
+    let mut all = HashMap::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    // A batch read of everything, then a clean restart.
+    let blocks: Vec<BlockId> = (0..256).map(BlockId).collect();
+    let got = engine.read_many(&blocks).await.unwrap();
+    for (b, d) in blocks.iter().zip(got) {
+        assert_eq!(d, all.get(&b.0).cloned().unwrap_or(vec![0; BS as usize]), "block {}", b.0);
+    }
+    let stats = engine.stats();
+    assert!(stats.oram.rounds > 50, "{stats:?}");
+    engine.shutdown().await.unwrap();
+    let store = engine.store().clone();
+    drop(engine);
+    let (engine, rec) = DurableTee::open(dir.path(), store, &key).await.unwrap();
+    assert_eq!(rec.replayed, 0, "a clean shutdown leaves nothing to replay");
+    for (b, d) in &all {
+        assert_eq!(&engine.read(BlockId(*b)).await.unwrap(), d, "block {b} after a restart");
+    }
+    let report = engine.verify(|_, _| {}).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert!(report.cells_checked > 0);
+}
+
+/// An engine with blocks 0..32 written and committed, over a store the test can reach.
+async fn written(
+    dir: &std::path::Path,
+) -> (DurableTee, Arc<MemoryStore>, MasterKey, HashMap<u64, Vec<u8>>) {
+    let config = config(64);
+    let key = MasterKey::generate();
+    let id = StoreId::random();
+    let backing = Arc::new(MemoryStore::new(DurableTee::geometry(&config).unwrap()));
+    let engine = create(dir, config, host(backing.clone(), &key, id), &key, id).await;
+    let mut model = HashMap::new();
+    for round in 0..3u64 {
+        for b in 0..32u64 {
+            engine.write(BlockId(b), data(round * 100 + b)).await.unwrap();
+            model.insert(b, data(round * 100 + b));
+        }
+    }
+    engine.commit().await.unwrap();
+    engine.settle().await.unwrap();
+    assert!(engine.block_cells().len() >= 8, "{:?}", engine.stats());
+    (engine, backing, key, model)
+}
+
+fn is_integrity(r: &Result<Vec<u8>, ProxyError>) -> bool {
+    matches!(r, Err(e) if e.is_integrity())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_cell_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, backing, _, _) = written(dir.path()).await;
+    let (block, cell) = engine.block_cells()[0];
+    let mut bytes = backing.read(&[cell]).await.unwrap().remove(0);
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    backing.write(vec![(cell, bytes)]).await.unwrap();
+    let r = engine.read(BlockId(block)).await;
+    assert!(is_integrity(&r), "{r:?}");
+    // The engine stops after an integrity error.
+    assert!(matches!(engine.read(BlockId(block)).await, Err(ProxyError::Poisoned)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapped_cells_are_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, backing, _, _) = written(dir.path()).await;
+    let cells = engine.block_cells();
+    let (a, ca) = cells[0];
+    let (_, cb) = cells[1];
+    let both = backing.read(&[ca, cb]).await.unwrap();
+    backing.write(vec![(ca, both[1].clone()), (cb, both[0].clone())]).await.unwrap();
+    let r = engine.read(BlockId(a)).await;
+    assert!(is_integrity(&r), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_store_is_detected_and_never_gives_old_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, backing, _, mut model) = written(dir.path()).await;
+    let geometry = backing.geometry();
+    let all: Vec<CellId> = (0..geometry.cell_count()).map(CellId).collect();
+    let saved = backing.read(&all).await.unwrap();
+    // Newer versions of every block, moved around by many rounds.
+    for round in 10..16u64 {
+        for b in 0..32u64 {
+            engine.write(BlockId(b), data(round * 100 + b)).await.unwrap();
+            model.insert(b, data(round * 100 + b));
+        }
+    }
+    engine.commit().await.unwrap();
+    // The store goes back to its old contents.
+    backing.write(all.into_iter().zip(saved).collect()).await.unwrap();
+    let mut failed = false;
+    for b in 0..32u64 {
+        match engine.read(BlockId(b)).await {
+            Ok(d) => assert_eq!(d, model[&b], "block {b}: old data after a rollback"),
+            Err(e) => {
+                assert!(e.is_integrity(), "{e}");
+                failed = true;
+                break;
+            }
+        }
+    }
+    assert!(failed, "the rollback went unnoticed");
+}
+
+/// Every query's cells (in order), and checks that none is read by a query twice before a
+/// round writes it.
+fn queries_checked(trace: &[TraceEvent], read: &mut HashSet<u64>) -> Vec<Vec<u64>> {
+    let mut queries = Vec::new();
+    for e in trace {
+        match e.op {
+            TraceOp::TeeQuery => {
+                for c in &e.cells {
+                    assert!(read.insert(c.0), "cell {} read by two queries between writes", c.0);
+                }
+                queries.push(e.cells.iter().map(|c| c.0).collect());
+            }
+            TraceOp::Write => {
+                for c in &e.cells {
+                    read.remove(&c.0);
+                }
+            }
+            _ => {}
+        }
+    }
+    queries
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_writes_survive_a_crash_at_any_point_and_no_slot_is_read_twice() {
+    let config = config(64);
+    let key = MasterKey::generate();
+    let id = StoreId::random();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let geometry = DurableTee::geometry(&config).unwrap();
+    let backing: Arc<dyn Store> = Arc::new(MemoryStore::new(geometry));
+    let dir = tempfile::tempdir().unwrap();
+    // The host's trusted component lives on across the gateway's crashes in half the trials
+    // (it then refuses round numbers it has seen), and restarts with it in the others.
+    let enclave = Arc::new(Enclave::new(&DurableTee::tee_key(&key), BS as usize));
+    let recorder = Arc::new(RecordingStore::new(TeeHost::new(backing.clone(), enclave.clone())));
+    let engine = create(dir.path(), config, recorder.clone(), &key, id).await;
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    // Per block: the last acknowledged value, and the values written since (any of which a
+    // crash may or may not have kept; an acknowledged one must never be lost).
+    let mut acked: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut unacked: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
+    let mut read_cells = HashSet::new();
+    let mut crashes = 0;
+    for trial in 0..24u64 {
+        let dying: Arc<dyn Store> =
+            Arc::new(DyingStore::new(backing.clone(), rng.gen_range(0..3000)));
+        let enclave = if trial % 2 == 0 {
+            enclave.clone()
+        } else {
+            Arc::new(Enclave::new(&DurableTee::tee_key(&key), BS as usize))
+        };
+        let recorder = Arc::new(RecordingStore::new(TeeHost::new(dying, enclave)));
+        let Ok((engine, _)) = DurableTee::open(dir.path(), recorder.clone(), &key).await else {
+            crashes += 1; // the store died while the engine recovered
+            queries_checked(&recorder.take_trace(), &mut read_cells);
+            continue;
+        };
+        let mut blocks: Vec<u64> = acked.keys().chain(unacked.keys()).copied().collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        for b in blocks {
+            let Ok(got) = engine.read(BlockId(b)).await else { break }; // the store died again
+            let mut allowed = unacked.get(&b).cloned().unwrap_or_default();
+            allowed.push(acked.get(&b).cloned().unwrap_or(vec![0; BS as usize]));
+            assert!(
+                allowed.contains(&got),
+                "block {b} after crash {crashes} (trial {trial}): {:?} is none of the values it \
+                 may have",
+                u64::from_le_bytes(got[..8].try_into().unwrap())
+            );
+            // What recovery kept is now the block's durable value.
+            acked.insert(b, got);
+            unacked.remove(&b);
+        }
+        let mut pending: HashMap<u64, Vec<u8>> = HashMap::new();
+        let mut died = false;
+        for i in 0..400u64 {
+            let b = rng.gen_range(0..64u64);
+            let d = data(trial * 10_000 + i);
+            unacked.entry(b).or_default().push(d.clone());
+            if engine.write(BlockId(b), d.clone()).await.is_err() {
+                died = true;
+                break;
+            }
+            pending.insert(b, d);
+            if rng.gen_bool(0.1) {
+                if engine.commit().await.is_err() {
+                    died = true;
+                    break;
+                }
+                for (b, d) in pending.drain() {
+                    acked.insert(b, d);
+                    unacked.remove(&b);
+                }
+            }
+        }
+        if !died && engine.shutdown().await.is_ok() {
+            for (b, d) in pending.drain() {
+                acked.insert(b, d);
+                unacked.remove(&b);
+            }
+        }
+        crashes += u32::from(died);
+        engine.halt().await;
+        queries_checked(&recorder.take_trace(), &mut read_cells);
+        drop(engine);
+    }
+    assert!(crashes >= 5, "the store died only {crashes} times");
+    let recorder = Arc::new(RecordingStore::new(TeeHost::new(backing.clone(), enclave)));
+    let (engine, _) = DurableTee::open(dir.path(), recorder.clone(), &key).await.unwrap();
+    for (b, d) in &acked {
+        let got = engine.read(BlockId(*b)).await.unwrap();
+        let mut allowed = unacked.get(b).cloned().unwrap_or_default();
+        allowed.push(d.clone());
+        assert!(allowed.contains(&got), "block {b} at the end");
+    }
+    queries_checked(&recorder.take_trace(), &mut read_cells);
+    let report = engine.verify(|_, _| {}).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+}
+
+/// Runs `ops` accesses (block chosen by `pick`) and returns the store's trace.
+async fn trace_of(pick: impl Fn(u64) -> u64) -> (TeeOramConfig, Vec<TraceEvent>) {
+    let config = config(256);
+    let key = MasterKey::generate();
+    let id = StoreId::random();
+    let backing: Arc<dyn Store> =
+        Arc::new(MemoryStore::new(DurableTee::geometry(&config).unwrap()));
+    let recorder = Arc::new(RecordingStore::new(TeeHost::new(
+        backing,
+        Arc::new(Enclave::new(&DurableTee::tee_key(&key), BS as usize)),
+    )));
+    let dir = tempfile::tempdir().unwrap();
+    let engine = create(dir.path(), config.clone(), recorder.clone(), &key, id).await;
+    recorder.clear();
+    for i in 0..2000u64 {
+        let b = pick(i);
+        if i % 2 == 0 {
+            engine.write(BlockId(b), data(i)).await.unwrap();
+        } else {
+            engine.read(BlockId(b)).await.unwrap();
+        }
+    }
+    engine.shutdown().await.unwrap();
+    (config, recorder.take_trace())
+}
+
+/// The node (index within its layer) of each layer's cell in `cells` (one per layer, root first).
+fn nodes_of(config: &TeeOramConfig, cells: &[u64]) -> Vec<u64> {
+    let m = u64::from(config.arity());
+    let mut base = 0u64;
+    let mut out = Vec::new();
+    for (layer, &c) in cells.iter().enumerate() {
+        let z = u64::from(config.slots_at(layer as u32));
+        out.push((c - base) / (2 * z));
+        base += m.pow(layer as u32) * 2 * z;
+    }
+    out
+}
+
+/// The leaf-layer node (0..leaves) of a query, checking its cells form one root-to-leaf path.
+fn leaf_of(config: &TeeOramConfig, cells: &[u64]) -> u64 {
+    let m = u64::from(config.arity());
+    let mut base = 0u64;
+    let mut prev: Option<u64> = None;
+    for (layer, &c) in cells.iter().enumerate() {
+        let z = u64::from(config.slots_at(layer as u32));
+        let count = m.pow(layer as u32);
+        assert!(c >= base && c < base + count * 2 * z, "cell {c} is not on layer {layer}");
+        let idx = (c - base) / (2 * z);
+        if let Some(p) = prev {
+            assert_eq!(idx / m, p, "a query's cells are not on one path");
+        }
+        prev = Some(idx);
+        base += count * 2 * z;
+    }
+    prev.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_sees_uniform_paths_and_a_fixed_schedule_whatever_the_workload() {
+    let (config, hammer) = trace_of(|_| 3).await;
+    let (_, scan) = trace_of(|i| i % 256).await;
+    let leaves = config.leaves() as usize;
+    let mut shapes = Vec::new();
+    for (name, trace) in [("hammer", &hammer), ("scan", &scan)] {
+        let queries = queries_checked(trace, &mut HashSet::new());
+        assert_eq!(queries.len(), 2000, "{name}: one query per access");
+        let mut counts = vec![0f64; leaves];
+        for q in &queries {
+            assert_eq!(q.len() as u32, config.layers());
+            counts[leaf_of(&config, q) as usize] += 1.0;
+        }
+        let expected = queries.len() as f64 / leaves as f64;
+        let chi: f64 = counts.iter().map(|c| (c - expected).powi(2) / expected).sum();
+        let df = (leaves - 1) as f64;
+        assert!(
+            chi < df + 6.0 * (2.0 * df).sqrt(),
+            "{name}: query leaves not uniform (chi² {chi})"
+        );
+        // The eviction rounds (those carrying blocks up; reshuffles carry none): which cells
+        // each layer reads, in order.
+        let cell = blindfold_tee::cell_len(BS as usize) as u64;
+        let up = u64::from(config.round_blocks()) * cell;
+        // Which node each layer reads, by its first cell (the area a node is in also depends
+        // on its reshuffles, which follow the random paths).
+        let rounds: Vec<Vec<u64>> = trace
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.op == TraceOp::TeeEvict && e.bytes >= up)
+            .map(|(i, e)| {
+                let firsts: Vec<u64> = trace[i + 1..i + 1 + 2 * e.groups.len()]
+                    .iter()
+                    .filter(|r| r.op == TraceOp::Read)
+                    .map(|r| r.cells[0].0)
+                    .collect();
+                nodes_of(&config, &firsts)
+            })
+            .collect();
+        shapes.push(rounds);
+    }
+    // (Rounds may lag behind the queries, so the runs stop after different numbers of them:
+    // the same sequence, cut at different points.)
+    let first_difference = shapes[0].iter().zip(&shapes[1]).position(|(a, b)| a != b);
+    assert!(
+        shapes[0].len().min(shapes[1].len()) > 50 && first_difference.is_none(),
+        "the eviction rounds depend on the workload: {} and {} rounds, first difference at {:?}",
+        shapes[0].len(),
+        shapes[1].len(),
+        first_difference
+    );
+}
