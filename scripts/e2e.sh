@@ -16,7 +16,7 @@
 #
 # Knobs (environment): BLINDFOLD_BIN (use this binary, skip the build), E2E_KEEP=1 (keep the
 # work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git swift users observe tls grow
-# report crash" (run a subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
+# tee report crash" (run a subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
 # <target>/browser-artefacts), E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE
 # (see finish below).
 set -uo pipefail
@@ -1071,6 +1071,68 @@ if only grow; then
       check "grow: blindfold verify after the growths" grow_verify
     fi
   fi
+fi
+
+# The TEE engine (seed 004): the aws CLI against `serve --engine tee`, first with the trusted
+# component in the gateway's process (local files), then with it in its own process
+# (`blindfold enclave`, cells in its files, reached over remote://).
+tee_aws() {
+  # Fresh copies: `aws s3 sync` skips files an earlier run left with the same size.
+  rm -rf "$WORK/aws-tree" "$WORK/aws-tree.back" "$WORK/aws-small.back"
+  aws_mb && aws_cp && aws_range && aws_sync && aws_rm
+}
+tee_verify() {
+  "$BIN" verify --data-dir "$1"
+}
+ENCLAVE_PID=
+start_enclave() { # dir → ENCLAVE_ADDR
+  local dir=$1
+  mkdir -p "$dir"
+  "$BIN" init --key-file "$dir/data/key.json" >/dev/null || return 1
+  "$BIN" enclave-key --key-file "$dir/data/key.json" --out "$dir/tee.key" >/dev/null || return 1
+  : >"$dir/enclave.out"
+  "$BIN" enclave --listen 127.0.0.1:0 --store "file://$dir/cells" --auth-key-file "$dir/auth.key" \
+    --generate-auth-key --enclave-key "$dir/tee.key" --enclave-block-size 4KiB \
+    >"$dir/enclave.out" 2>"$dir/enclave.err" &
+  ENCLAVE_PID=$!
+  local i
+  for ((i = 0; i < 200; i++)); do
+    ENCLAVE_ADDR=$(sed -n 's/^blindfold storage-server listening on \([^ ]*\) .*/\1/p' "$dir/enclave.out")
+    [[ -n $ENCLAVE_ADDR ]] && return 0
+    sleep 0.05
+  done
+  echo "the enclave did not start:"
+  cat "$dir/enclave.err"
+  return 1
+}
+
+if only tee; then
+  step "e2e: the TEE engine (serve --engine tee), trusted component in the gateway"
+  if ! CAPACITY=64MiB start_server "$WORK/tee-data" --engine tee --block-size 4096 --allow-overhead; then
+    echo "FAIL - tee: server start: see above"
+    FAILED=$((FAILED + 1))
+  else
+    check "tee: aws mb, cp, ranged get, sync a tree, rm, rb" tee_aws
+    stop_server >"$WORK/stop.log" 2>&1
+    STOP_STATUS=$?
+    check "tee: clean exit on SIGTERM" server_stopped_cleanly
+    check "tee: blindfold verify" tee_verify "$WORK/tee-data"
+  fi
+  step "e2e: the TEE engine with its trusted component in its own process (blindfold enclave)"
+  if ! start_enclave "$WORK/tee2"; then
+    echo "FAIL - tee: enclave start: see above"
+    FAILED=$((FAILED + 1))
+  elif ! CAPACITY=64MiB start_server "$WORK/tee2/data" --engine tee --block-size 4096 --allow-overhead \
+    --store "remote://$ENCLAVE_ADDR?key_file=$WORK/tee2/auth.key"; then
+    echo "FAIL - tee: server start over remote://: see above"
+    FAILED=$((FAILED + 1))
+  else
+    check "tee (remote trusted component): aws mb, cp, ranged get, sync a tree, rm, rb" tee_aws
+    stop_server >"$WORK/stop.log" 2>&1
+    STOP_STATUS=$?
+    check "tee (remote trusted component): clean exit on SIGTERM" server_stopped_cleanly
+  fi
+  [[ -n $ENCLAVE_PID ]] && kill "$ENCLAVE_PID" 2>/dev/null
 fi
 
 # `blindfold report --quick`: every experiment of the thesis at toy sizes, against the tests'

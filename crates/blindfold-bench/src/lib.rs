@@ -36,6 +36,7 @@ mod plots;
 mod progress;
 pub mod report;
 pub mod schemes;
+pub mod tee;
 pub mod workload;
 
 pub use machine::Machine;

@@ -22,8 +22,11 @@ use std::task::{Context, Poll};
 use blindfold_crypto::{
     create_key_file, load_key_file, CellAd, CellSealer, MasterKey, Passphrase, StoreId,
 };
+use blindfold_oram::tee::TeeOramConfig;
 use blindfold_oram::{PathOramConfig, PosMapMode};
-use blindfold_proxy::{DurablePathOram, DurableTao, SealedDirect, SealedPathOram, TaoConfig};
+use blindfold_proxy::{
+    DurablePathOram, DurableTao, DurableTee, SealedDirect, SealedPathOram, TaoConfig,
+};
 use blindfold_store::{open_store, StoreUrl};
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +83,11 @@ pub enum OramEngine {
     /// The sequential crash-consistent Path ORAM ([`DurablePathOram`]): one access at a time,
     /// paths of a batch fetched together; can keep the top of the tree in trusted memory.
     PathOram,
+    /// The TEE-assisted engine of seed 004 ([`DurableTee`]): an m-ary tree whose queries and
+    /// evictions a trusted component beside the store carries out; the gateway keeps the
+    /// index and the blocks waiting to go back. With a local store the trusted component runs
+    /// in the gateway's process; with `remote://` in the storage server's (`blindfold enclave`).
+    Tee,
 }
 
 impl std::str::FromStr for OramEngine {
@@ -88,7 +96,8 @@ impl std::str::FromStr for OramEngine {
         match s {
             "tao" => Ok(Self::Tao),
             "path" | "path-oram" => Ok(Self::PathOram),
-            other => Err(format!("unknown engine {other:?} (use tao or path-oram)")),
+            "tee" => Ok(Self::Tee),
+            other => Err(format!("unknown engine {other:?} (use tao, path-oram or tee)")),
         }
     }
 }
@@ -98,6 +107,7 @@ impl std::fmt::Display for OramEngine {
         f.write_str(match self {
             Self::Tao => "tao",
             Self::PathOram => "path-oram",
+            Self::Tee => "tee",
         })
     }
 }
@@ -292,6 +302,15 @@ pub(crate) fn tao_config(params: &GatewayParams) -> Result<TaoConfig> {
         .map_err(|e| GatewayError::Config(e.to_string()))
 }
 
+/// The TEE engine's tree: rounds of `blocks / 64` queries (8 to the paper's 800), arity 8.
+pub(crate) fn tee_config(params: &GatewayParams) -> Result<TeeOramConfig> {
+    let k = (params.blocks / 64).clamp(8, 800) as u32;
+    TeeOramConfig::builder(params.blocks, params.block_size)
+        .round_queries(k)
+        .build()
+        .map_err(|e| GatewayError::Config(e.to_string()))
+}
+
 pub(crate) fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
     // Keep at most 2^16 position-map entries in memory; bigger maps are stored recursively.
     let posmap = if params.blocks > 1 << 20 {
@@ -318,6 +337,9 @@ pub(crate) fn physical_view(params: &GatewayParams) -> Result<PhysicalView> {
             let t = tao_config(params)?;
             (t.tree().total_cells(), t.shape().leaves())
         }
+        OramEngine::Tee => {
+            return Ok(PhysicalView::Flat { cells: tee_config(params)?.total_cells() })
+        }
     };
     Ok(PhysicalView::Tree { copy_cells, leaves })
 }
@@ -327,6 +349,7 @@ pub(crate) fn engine_cells(params: &GatewayParams) -> Result<u64> {
     Ok(match params.engine {
         OramEngine::PathOram => oram_config(params)?.total_cells(),
         OramEngine::Tao => tao_config(params)?.tree().total_cells(),
+        OramEngine::Tee => tee_config(params)?.total_cells(),
     })
 }
 
@@ -337,6 +360,7 @@ pub(crate) fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::G
         (OramEngine::PathOram, false) => SealedPathOram::geometry(&oram_config(params)?)?,
         (OramEngine::Tao, true) => DurableTao::geometry(&tao_config(params)?)?,
         (OramEngine::Tao, false) => tao_config(params)?.geometry()?,
+        (OramEngine::Tee, _) => DurableTee::geometry(&tee_config(params)?)?,
     })
 }
 
@@ -558,6 +582,7 @@ pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
     let cells = match params.engine {
         OramEngine::PathOram => config.total_cells(),
         OramEngine::Tao => tao_config(params)?.tree().total_cells(),
+        OramEngine::Tee => tee_config(params)?.total_cells(),
     };
     let cached = cached_bytes(&config);
     let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
@@ -640,6 +665,10 @@ pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
         }
         OramEngine::Tao => {
             GatewayParams { cache_levels: tao_pinned_levels_for(&p, cfg.cache_mib << 20)?, ..p }
+        }
+        OramEngine::Tee => {
+            tee_config(&p)?;
+            p
         }
     };
     oram_config(&p)?;
@@ -1032,6 +1061,49 @@ async fn assemble(
     let engine: Arc<dyn SharedEngine> = if hooks.engine == EngineKind::DirectBaseline {
         let sealer = blindfold_crypto::CellSealer::new(&key, id, 0);
         Arc::new(DirectEngine::new(SealedDirect::new(store, sealer, params.block_size)?))
+    } else if params.engine == OramEngine::Tee {
+        let tee_store: Arc<dyn blindfold_store::TeeStore> =
+            if matches!(store_url, StoreUrl::Remote { .. }) {
+                // The trusted component runs in the storage server (`blindfold enclave`).
+                blindfold_store::open_tee_store(&store_url, &array, geometry, None).await.map_err(
+                    |e| GatewayError::Config(format!("opening the store {store_url}: {e}")),
+                )?
+            } else {
+                // No separate host: the trusted component runs in this process.
+                let enclave = blindfold_tee::Enclave::new(
+                    &DurableTee::tee_key(&key),
+                    params.block_size as usize,
+                );
+                Arc::new(blindfold_store::TeeHost::new(store, Arc::new(enclave)))
+            };
+        if creating {
+            let config = tee_config(&params)?;
+            let none = |_: u64| Vec::new();
+            Arc::new(
+                DurableTee::create(
+                    &oram_dir,
+                    config,
+                    tee_store,
+                    &key,
+                    id,
+                    0,
+                    &none,
+                    &mut |_, _| {},
+                )
+                .await?,
+            )
+        } else {
+            if previous.is_some() {
+                return Err(GatewayError::Config(
+                    "the tee engine cannot re-seal its cells under a new key: finish or undo the \
+                     key rotation with another engine's data directory"
+                        .into(),
+                ));
+            }
+            let (engine, rec) = DurableTee::open(&oram_dir, tee_store, &key).await?;
+            recovered(rec, notes);
+            Arc::new(engine)
+        }
     } else if params.engine == OramEngine::Tao {
         if creating {
             let config = tao_config(&params)?;
@@ -1083,18 +1155,19 @@ async fn assemble(
     let objects =
         Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
     let snapshots = Arc::new(parking_lot::Mutex::new(snapshots));
-    let grower = (hooks.engine == EngineKind::PathOram).then(|| {
-        Arc::new(crate::grow::Grower::new(crate::grow::GrowerParts {
-            dir: dir.clone(),
-            key: Arc::clone(&key),
-            engine: swappable,
-            objects: Arc::clone(&objects),
-            observer: Arc::clone(&observer),
-            wrap_store,
-            snapshots: Arc::clone(&snapshots),
-            rotating: previous.is_some(),
-        }))
-    });
+    let grower =
+        (hooks.engine == EngineKind::PathOram && params.engine != OramEngine::Tee).then(|| {
+            Arc::new(crate::grow::Grower::new(crate::grow::GrowerParts {
+                dir: dir.clone(),
+                key: Arc::clone(&key),
+                engine: swappable,
+                objects: Arc::clone(&objects),
+                observer: Arc::clone(&observer),
+                wrap_store,
+                snapshots: Arc::clone(&snapshots),
+                rotating: previous.is_some(),
+            }))
+        });
     Ok(Opened {
         objects,
         params,
@@ -1736,6 +1809,14 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
         }
         OramEngine::PathOram => {
             blindfold_proxy::rebuild::rebuild_path_oram(&oram_dir, old, new, &key, epoch).await?
+        }
+        OramEngine::Tee => {
+            return Err(GatewayError::Config(
+                "`blindfold recover` cannot rebuild a tee engine's data directory yet (its cells \
+                 are re-permuted only by its trusted component); restore the data directory \
+                 from a backup instead"
+                    .into(),
+            ))
         }
     };
     // Objects and uploads with a lost block are dropped: reading them would give zeros.

@@ -2,6 +2,7 @@
 
 use std::io::BufRead;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use blindfold_bench::path::{self as path_bench, PathBench};
@@ -87,6 +88,26 @@ enum Command {
     /// The server is untrusted by design: it only ever sees sealed cells. Clients must prove
     /// they hold the pre-shared key of `--auth-key-file` (`remote://host:port?key_file=…`).
     StorageServer(StorageServerArgs),
+    /// Run the TEE design's trusted component beside the untrusted storage (seed 004): a
+    /// storage server (as `storage-server`) whose host also answers the TEE engine's queries
+    /// and eviction rounds with the trusted component (`--enclave-key` required).
+    ///
+    /// There is no SGX here: the trusted component runs as this ordinary process, so whoever
+    /// controls this host can read the key and with it every block (SECURITY.md, "The
+    /// TEE-assisted engine"). Gateways reach it with `--engine tee --store remote://…`.
+    Enclave(StorageServerArgs),
+    /// Write the key a data directory's TEE engine shares with its trusted component, for
+    /// `blindfold enclave --enclave-key FILE` (mode 0600; refuses to overwrite).
+    EnclaveKey(EnclaveKeyArgs),
+}
+
+#[derive(Args, Debug)]
+struct EnclaveKeyArgs {
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Where to write the TEE key (refuses to overwrite).
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -126,6 +147,15 @@ struct StorageServerArgs {
     /// twice --max-frame-mib).
     #[arg(long, default_value_t = 256)]
     connection_buffer_mib: usize,
+    /// Also run the TEE engine's trusted component with this key (64 hex digits, mode 0600;
+    /// `blindfold enclave-key` writes it for a data directory): the server then answers the
+    /// TEE queries and eviction rounds of `--engine tee` gateways. Without it they are refused.
+    #[arg(long)]
+    enclave_key: Option<PathBuf>,
+    /// Bytes per block of the TEE engine the trusted component serves (the gateway's
+    /// --block-size).
+    #[arg(long, value_parser = parse_block_size, default_value = "1KiB")]
+    enclave_block_size: u32,
 }
 
 #[derive(Args, Debug)]
@@ -514,6 +544,15 @@ enum BenchCommand {
     /// measurement (every access and eviction does the same work, so the means hold), or
     /// --quick for a small run of seconds. Needs a build with `--features onion` (GMP).
     Onion(OnionArgs),
+    /// The TEE-assisted engine beside seed 004's Tables I–III (closed-loop client).
+    ///
+    /// For each configuration: starts the trusted component and its host as their own process
+    /// (`blindfold enclave`, cells in files under --work-dir), bulk loads every block through
+    /// the gateway's engine over loopback, then one client queries uniformly random blocks,
+    /// one at a time, and the best and average latency and the throughput are printed beside
+    /// the paper's. The store takes about 4.5 times the data: sizes the paper ran that do not
+    /// fit this machine are scaled down (the report says so). --quick: toy sizes, a minute.
+    Tee(TeeArgs),
     /// A mixed S3 workload through the gateway vs. the same gateway without ORAM.
     ///
     /// Starts a gateway in this process on 127.0.0.1 over a temporary data directory, loads
@@ -653,6 +692,40 @@ struct SchemesArgs {
     /// No progress lines.
     #[arg(long, short)]
     quiet: bool,
+}
+
+#[derive(Args, Debug)]
+struct TeeArgs {
+    /// Toy sizes (8 MiB of data, 2,000 queries): about a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Table I's data sizes (1 KiB blocks), comma-separated: `1GiB,2GiB,4GiB`.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    data_size: Option<Vec<u64>>,
+    /// Tables II and III's block sizes, comma-separated: `1KiB,2KiB,4KiB,8KiB`.
+    #[arg(long, value_delimiter = ',', value_parser = parse_block_size)]
+    block_size: Option<Vec<u32>>,
+    /// Table II's data size (the paper's 10 GB, scaled to this machine).
+    #[arg(long, value_parser = parse_size)]
+    table2_size: Option<u64>,
+    /// Table III's number of blocks (the paper's 2 million, scaled).
+    #[arg(long)]
+    table3_blocks: Option<u64>,
+    /// Queries measured per configuration.
+    #[arg(long)]
+    queries: Option<u64>,
+    /// Queries per eviction round (the paper's q = 800).
+    #[arg(long)]
+    round_queries: Option<u32>,
+    /// Where the store's files go (a directory per configuration, removed after).
+    #[arg(long, default_value = ".")]
+    work_dir: PathBuf,
+    /// Which of the paper's tables to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "I,II,III")]
+    tables: Vec<String>,
+    /// Write the rows as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -808,6 +881,11 @@ struct GitBenchArgs {
     /// No progress lines.
     #[arg(long, short)]
     quiet: bool,
+}
+
+/// Parses a size in bytes (`1GiB`, `512MiB`, `65536`).
+fn parse_size(s: &str) -> Result<u64, String> {
+    blindfold_gateway::server::parse_size(s)
 }
 
 /// Parses a block size (`4KiB`, `65536`) that fits the engine's 32-bit block size.
@@ -976,6 +1054,23 @@ fn init(args: InitArgs) -> Result<()> {
     create_key_file(&args.key.key_file, pass.as_ref())?;
     println!("created key file {}", args.key.key_file.display());
     println!("keep a copy somewhere safe: without this key (and its passphrase, if any) the data cannot be read");
+    Ok(())
+}
+
+fn enclave_key(args: EnclaveKeyArgs) -> Result<()> {
+    let pass = if args.key.passphrase { Some(read_passphrase()?) } else { None };
+    let master = load_key_file(&args.key.key_file, pass.as_ref())
+        .with_context(|| format!("loading {}", args.key.key_file.display()))?;
+    blindfold_proxy::DurableTee::tee_key(&master)
+        .write_new(&args.out)
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    println!(
+        "wrote the TEE key of {} to {}: start the trusted component with `blindfold enclave \
+         --enclave-key {}` (whoever holds this file can read the TEE engine's blocks)",
+        args.key.key_file.display(),
+        args.out.display(),
+        args.out.display()
+    );
     Ok(())
 }
 
@@ -1750,7 +1845,20 @@ async fn storage_server(args: StorageServerArgs) -> Result<()> {
         connection_buffer: args.connection_buffer_mib.saturating_mul(MIB),
         ..Limits::default()
     };
-    let config = ServerConfig { auth, limits, trusted: None };
+    let trusted: Option<Arc<dyn blindfold_store::Trusted>> = match &args.enclave_key {
+        Some(path) => {
+            let key = blindfold_tee::TeeKey::load(path)
+                .with_context(|| format!("loading the enclave key {}", path.display()))?;
+            eprintln!(
+                "trusted component enabled (blocks of {} bytes); without SGX this host holds \
+                 the key and can read the TEE engine's blocks",
+                args.enclave_block_size
+            );
+            Some(Arc::new(blindfold_tee::Enclave::new(&key, args.enclave_block_size as usize)))
+        }
+        None => None,
+    };
+    let config = ServerConfig { auth, limits, trusted };
     let server = blindfold_server::Server::bind(&args.listen, args.store.clone(), config)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -1817,6 +1925,45 @@ fn bench_schemes(args: SchemesArgs) -> Result<()> {
         println!("  saved {}", path.display());
     }
     save_json(args.json.as_deref(), &report)?;
+    Ok(())
+}
+
+async fn bench_tee(a: TeeArgs) -> Result<()> {
+    use blindfold_bench::tee::{self, TeeBench};
+    let bin = std::env::current_exe().context("finding this blindfold binary")?;
+    std::fs::create_dir_all(&a.work_dir)
+        .with_context(|| format!("creating {}", a.work_dir.display()))?;
+    let mut b = if a.quick {
+        TeeBench::quick(a.work_dir.clone(), bin)
+    } else {
+        TeeBench::full(a.work_dir.clone(), bin)
+    };
+    if let Some(v) = a.data_size {
+        b.data_sizes = v;
+    }
+    if let Some(v) = a.block_size {
+        b.block_sizes = v;
+    }
+    if let Some(v) = a.table2_size {
+        b.table2_bytes = v;
+    }
+    if let Some(v) = a.table3_blocks {
+        b.table3_blocks = v;
+    }
+    if let Some(v) = a.queries {
+        b.queries = v;
+    }
+    if let Some(v) = a.round_queries {
+        b.round_queries = v;
+    }
+    b.tables = a.tables;
+    let report = tee::run(&b).await?;
+    print!("{}", tee::render(&report));
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report.rows)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("rows written to {}", path.display());
+    }
     Ok(())
 }
 
@@ -1942,11 +2089,26 @@ fn main() -> Result<()> {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(storage_server(a))
         }
+        Command::Enclave(a) => {
+            if a.enclave_key.is_none() {
+                bail!(
+                    "`blindfold enclave` needs --enclave-key FILE (write one with `blindfold \
+                     enclave-key --key-file KEY --out FILE`)"
+                );
+            }
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(storage_server(a))
+        }
+        Command::EnclaveKey(a) => enclave_key(a),
         Command::Report(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(report(a))
         }
         Command::Bench(BenchCommand::Schemes(a)) => bench_schemes(a),
+        Command::Bench(BenchCommand::Tee(a)) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(bench_tee(a))
+        }
         Command::Bench(BenchCommand::Onion(a)) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(bench_onion(a))
