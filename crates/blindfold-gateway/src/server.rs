@@ -1078,19 +1078,10 @@ async fn assemble(
             };
         if creating {
             let config = tee_config(&params)?;
-            let none = |_: u64| Vec::new();
+            let none = blindfold_proxy::Preload::none();
             Arc::new(
-                DurableTee::create(
-                    &oram_dir,
-                    config,
-                    tee_store,
-                    &key,
-                    id,
-                    0,
-                    &none,
-                    &mut |_, _| {},
-                )
-                .await?,
+                DurableTee::create(&oram_dir, config, tee_store, &key, id, none, &mut |_, _| {})
+                    .await?,
             )
         } else {
             if previous.is_some() {

@@ -71,7 +71,7 @@ pub use pinned::{PinnedCells, PinnedStore};
 pub use ring::{AccessTiming, RingData, RingPhaseTimes, SealedRingOram, SealedRingState};
 pub use slots::{slotted_geometry, SlotMap, SlottedStore};
 pub use tao::{Reply, Reveal, TaoConfig, TaoOram, TaoState, TaoStats};
-pub use tee::{DurableTee, TeeEngineStats};
+pub use tee::{DurableTee, Preload, TeeEngineStats};
 pub use versions::VersionTable;
 
 /// Result type of this crate.

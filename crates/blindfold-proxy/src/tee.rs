@@ -93,6 +93,30 @@ fn cell_ad(store: &StoreId, tag: SlotTag) -> [u8; 32] {
     ad
 }
 
+/// The redo log, locked, with the ring's new data taken under the lock.
+type LockedLog<'a> = (tokio::sync::MutexGuard<'a, File>, Vec<(u64, Vec<u8>)>);
+
+/// Blocks a new engine starts with: `count` blocks (0, 1, …), block `b` holding `fill(b)`.
+pub struct Preload<'a> {
+    /// How many.
+    pub count: u64,
+    /// Each one's data.
+    pub fill: &'a (dyn Fn(u64) -> Vec<u8> + Sync),
+}
+
+impl std::fmt::Debug for Preload<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Preload").field("count", &self.count).finish_non_exhaustive()
+    }
+}
+
+impl Preload<'_> {
+    /// No blocks: every block reads as zeros.
+    pub fn none() -> Preload<'static> {
+        Preload { count: 0, fill: &|_| Vec::new() }
+    }
+}
+
 struct Sched {
     oram: TeeOram,
     /// Blocks with an access in progress (one access per block at a time).
@@ -185,8 +209,8 @@ impl DurableTee {
         TeeKey::derive_from_master(key, &StoreId([0; 16]))
     }
 
-    /// Creates a new engine in `dir` over `store`, every block reading as zeros, or with blocks
-    /// `0..loaded` holding `fill(block)` (a bulk load straight into the leaves). Seals every
+    /// Creates a new engine in `dir` over `store`, every block reading as zeros except those of
+    /// `preload` (a bulk load straight into the leaves). Seals every
     /// cell of the current areas once (`progress(done, total)` as it goes).
     pub async fn create(
         dir: &Path,
@@ -194,10 +218,10 @@ impl DurableTee {
         store: Arc<dyn TeeStore>,
         key: &MasterKey,
         store_id: StoreId,
-        loaded: u64,
-        fill: &(dyn Fn(u64) -> Vec<u8> + Sync),
+        preload: Preload<'_>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
+        let (loaded, fill) = (preload.count, preload.fill);
         prepare_new_dir(dir)?;
         check_geometry(&store, &config)?;
         let mut oram = TeeOram::new(config.clone());
@@ -655,7 +679,7 @@ impl DurableTee {
     async fn log_and_run(
         &self,
         plan: RoundPlan,
-        locked: Option<(tokio::sync::MutexGuard<'_, File>, Vec<(u64, Vec<u8>)>)>,
+        locked: Option<LockedLog<'_>>,
         is_round: bool,
     ) -> Result<()> {
         let result = self.log_and_run_inner(plan, locked).await;
@@ -675,7 +699,7 @@ impl DurableTee {
     async fn log_and_run_inner(
         &self,
         plan: RoundPlan,
-        locked: Option<(tokio::sync::MutexGuard<'_, File>, Vec<(u64, Vec<u8>)>)>,
+        locked: Option<LockedLog<'_>>,
     ) -> Result<()> {
         let inner = &self.inner;
         {

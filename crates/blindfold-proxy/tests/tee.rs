@@ -11,7 +11,7 @@ use std::time::Duration;
 use blindfold_crypto::{MasterKey, StoreId};
 use blindfold_oram::tee::TeeOramConfig;
 use blindfold_oram::BlockId;
-use blindfold_proxy::{DurableTee, ProxyError};
+use blindfold_proxy::{DurableTee, Preload, ProxyError};
 use blindfold_store::{
     CellId, JitterStore, MemoryStore, RecordingStore, Store, TeeHost, TeeStore, TraceEvent, TraceOp,
 };
@@ -26,7 +26,7 @@ fn config(blocks: u64) -> TeeOramConfig {
     TeeOramConfig::builder(blocks, BS).arity(4).round_queries(8).build().unwrap()
 }
 
-fn host(backing: Arc<dyn Store>, key: &MasterKey, id: StoreId) -> Arc<dyn TeeStore> {
+fn host(backing: Arc<dyn Store>, key: &MasterKey) -> Arc<dyn TeeStore> {
     let enclave = Enclave::new(&DurableTee::tee_key(key), BS as usize);
     Arc::new(TeeHost::new(backing, Arc::new(enclave)))
 }
@@ -45,9 +45,7 @@ async fn create(
     key: &MasterKey,
     id: StoreId,
 ) -> DurableTee {
-    DurableTee::create(dir, config, store, key, id, 0, &|_| Vec::new(), &mut |_, _| {})
-        .await
-        .unwrap()
+    DurableTee::create(dir, config, store, key, id, Preload::none(), &mut |_, _| {}).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,7 +56,7 @@ async fn matches_a_hashmap_with_many_accesses_at_once_under_jitter() {
     let backing = MemoryStore::new(DurableTee::geometry(&config).unwrap());
     let jitter: Arc<dyn Store> = Arc::new(JitterStore::new(backing, Duration::from_micros(300), 3));
     let dir = tempfile::tempdir().unwrap();
-    let engine = create(dir.path(), config, host(jitter, &key, id), &key, id).await;
+    let engine = create(dir.path(), config, host(jitter, &key), &key, id).await;
     // Eight clients, each with its own 32 blocks (so each has its own model), all at once.
     let mut tasks = Vec::new();
     for t in 0..8u64 {
@@ -121,7 +119,7 @@ async fn written(
     let key = MasterKey::generate();
     let id = StoreId::random();
     let backing = Arc::new(MemoryStore::new(DurableTee::geometry(&config).unwrap()));
-    let engine = create(dir, config, host(backing.clone(), &key, id), &key, id).await;
+    let engine = create(dir, config, host(backing.clone(), &key), &key, id).await;
     let mut model = HashMap::new();
     for round in 0..3u64 {
         for b in 0..32u64 {
