@@ -138,7 +138,7 @@ impl Enclave {
     /// unchanged and the ticket is not consumed (except for [`TeeError::Rng`], never reached
     /// after the replay check).
     pub fn evict(&self, blocks: &mut [Vec<u8>], ticket: &[u8]) -> Result<(), TeeError> {
-        self.evict_with(blocks, ticket, &mut |_: Access| {})
+        self.evict_with(blocks, ticket, &mut |_: Access| {}, true)
     }
 
     /// [`Enclave::evict`], reporting every access to `trace` (instrumentation for tests).
@@ -148,7 +148,7 @@ impl Enclave {
         ticket: &[u8],
         trace: &mut dyn FnMut(Access),
     ) -> Result<(), TeeError> {
-        self.evict_with(blocks, ticket, trace)
+        self.evict_with(blocks, ticket, trace, false)
     }
 
     fn evict_with<T: Tracer + ?Sized>(
@@ -156,6 +156,7 @@ impl Enclave {
         blocks: &mut [Vec<u8>],
         ticket: &[u8],
         t: &mut T,
+        parallel: bool,
     ) -> Result<(), TeeError> {
         let ticket = self.cipher.open_evict(ticket)?;
         let s = blocks.len();
@@ -174,7 +175,7 @@ impl Enclave {
         let mut fresh = Zeroizing::new(vec![0u8; PIECE * s]);
         fill_random(&mut fresh)?;
         self.accept(&ticket.stream, ticket.round, ticket.layer)?;
-        self.permute(blocks, &ticket.perm, &fresh, t);
+        self.permute(blocks, &ticket.perm, &fresh, t, parallel);
         Ok(())
     }
 
@@ -211,6 +212,7 @@ impl Enclave {
         perm: &[u32],
         fresh: &[u8],
         t: &mut T,
+        parallel: bool,
     ) {
         let s = blocks.len();
         if s == 0 {
@@ -246,6 +248,53 @@ impl Enclave {
         // Piece by piece: re-encrypt every block's piece j and scatter it to its destination
         // in PIECE, then copy PIECE out in position order.
         let pieces = self.cipher.pieces();
+        let threads = if parallel {
+            std::thread::available_parallelism().map_or(1, |n| n.get()).min(4).min(pieces - 1)
+        } else {
+            1
+        };
+        if threads > 1 {
+            // The pieces are independent: each thread takes a run of them, with PIECE pages of
+            // its own, and does exactly what the loop below does for its pieces (so the page
+            // accesses of each thread follow the same public sequence).
+            let per = (pieces - 1).div_ceil(threads);
+            let mut runs: Vec<Vec<&mut [u8]>> =
+                (0..threads).map(|_| Vec::with_capacity(s)).collect();
+            for cell in blocks.iter_mut() {
+                let mut rest: &mut [u8] = &mut cell[PIECE..pieces * PIECE];
+                for run in runs.iter_mut() {
+                    let take = (per * PIECE).min(rest.len());
+                    let (mine, others) = std::mem::take(&mut rest).split_at_mut(take);
+                    run.push(mine);
+                    rest = others;
+                }
+            }
+            let (old, new) = (&old, &new);
+            std::thread::scope(|scope| {
+                for (r, mut cells) in runs.into_iter().enumerate() {
+                    scope.spawn(move || {
+                        let mut piece = Pages::new(Area::Piece);
+                        let count = cells.first().map_or(0, |c| c.len() / PIECE);
+                        for jj in 0..count {
+                            let tail = Tail::new((1 + r * per + jj) as u32);
+                            let range = jj * PIECE..(jj + 1) * PIECE;
+                            for (b, cell) in cells.iter().enumerate() {
+                                let mut x: [u8; 32] =
+                                    cell[range.clone()].try_into().expect("32 bytes");
+                                xor_piece(&mut x, &old[b].keystream(&tail));
+                                xor_piece(&mut x, &new[b].keystream(&tail));
+                                piece.scatter(perm[b] as usize, &x, &mut |_: Access| {});
+                            }
+                            for (k, cell) in cells.iter_mut().enumerate() {
+                                let x = piece.gather(k, &mut |_: Access| {});
+                                cell[range.clone()].copy_from_slice(&x);
+                            }
+                        }
+                    });
+                }
+            });
+            return;
+        }
         for j in 1..pieces {
             let tail = Tail::new(j as u32);
             let range = j * PIECE..(j + 1) * PIECE;
