@@ -93,9 +93,6 @@ fn cell_ad(store: &StoreId, tag: SlotTag) -> [u8; 32] {
     ad
 }
 
-/// The redo log, locked, with the ring's new data taken under the lock.
-type LockedLog<'a> = (tokio::sync::MutexGuard<'a, File>, Vec<(u64, Vec<u8>)>);
-
 /// Blocks a new engine starts with: `count` blocks (0, 1, …), block `b` holding `fill(b)`.
 pub struct Preload<'a> {
     /// How many.
@@ -518,7 +515,7 @@ impl DurableTee {
                 }
             };
             match reshuffle {
-                Some(r) => self.log_and_run(r, None, false).await?,
+                Some(r) => self.log_and_run(r, false).await?,
                 None => {
                     if bell.wait_for(|v| *v != seen).await.is_err() {
                         return Err(ProxyError::State("the engine was dropped".into()));
@@ -647,11 +644,55 @@ impl DurableTee {
 
     /// Plans the round that is due and carries it out (a background task).
     async fn background_round(&self) -> Result<()> {
-        // The log's order must be the planning order: the ring's new data is taken, and the
-        // round planned, under the log's lock.
-        let log = self.inner.log.lock().await;
+        // A block a query is fetching has left the tree in the planner's view, but its data
+        // is not in the ring yet: a round planned now may drop its old copy, and the redo log
+        // would not hold the block. So new queries wait, and the round is planned once the
+        // queries in flight have landed their blocks in the ring (a pause of one query).
+        self.inner.sched.lock().holding += 1;
+        let drained = self.drain_queries().await;
+        let result = match drained {
+            Ok(()) => self.plan_and_log_round().await,
+            Err(e) => Err(e),
+        };
+        self.inner.sched.lock().holding -= 1;
+        self.ring();
+        match result {
+            Ok(Some(plan)) => self.log_and_run(plan, true).await,
+            Ok(None) => Ok(()),
+            Err(e) => {
+                self.inner.sched.lock().rounding = false;
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits until no query is in flight.
+    async fn drain_queries(&self) -> Result<()> {
+        let mut bell = self.inner.bell.subscribe();
+        loop {
+            let seen = *bell.borrow_and_update();
+            {
+                let s = self.inner.sched.lock();
+                if let Some(why) = &s.poisoned {
+                    return Err(ProxyError::State(format!("the engine stopped: {why}")));
+                }
+                if s.oldest_outstanding().is_none() {
+                    return Ok(());
+                }
+            }
+            if bell.wait_for(|v| *v != seen).await.is_err() {
+                return Err(ProxyError::State("the engine was dropped".into()));
+            }
+        }
+    }
+
+    /// Plans the round that is due and logs it (with the ring's new data, taken under the log's
+    /// lock so the log's order is the planning order). `None` if none is due.
+    async fn plan_and_log_round(&self) -> Result<Option<RoundPlan>> {
+        let inner = &self.inner;
+        let log = inner.log.lock().await;
         let planned = {
-            let mut s = self.inner.sched.lock();
+            let mut s = inner.sched.lock();
             if s.poisoned.is_some() || !s.oram.round_due() {
                 // (A reshuffle in flight: the next query starts the round once it lands.)
                 s.rounding = false;
@@ -668,21 +709,24 @@ impl DurableTee {
             }
         };
         let Some((ring, plan)) = planned else {
-            self.ring();
-            return Ok(());
+            return Ok(None);
         };
-        self.log_and_run(plan, Some((log, ring)), true).await
+        self.check_live()?;
+        let record = RoundLog { ring, round: plan.record() };
+        let n = append_record(&log, &inner.dir, ROUND_MAGIC, &record, &inner.sealer).await?;
+        inner.sched.lock().log_bytes += n;
+        Ok(Some(plan))
     }
 
-    /// Logs `plan` (with the ring's new data; `locked` if the caller holds the log and took
-    /// the data when it planned), sends it, logs it done and applies it.
-    async fn log_and_run(
-        &self,
-        plan: RoundPlan,
-        locked: Option<LockedLog<'_>>,
-        is_round: bool,
-    ) -> Result<()> {
-        let result = self.log_and_run_inner(plan, locked).await;
+    /// Logs `plan` (a reshuffle, with the ring's new data) or takes it as logged (a round),
+    /// sends it, logs it done and applies it.
+    async fn log_and_run(&self, plan: RoundPlan, is_round: bool) -> Result<()> {
+        let result = if is_round {
+            // Planned and logged by `plan_and_log_round`.
+            self.run_logged(plan).await
+        } else {
+            self.log_and_run_inner(plan).await
+        };
         if is_round {
             self.inner.sched.lock().rounding = false;
         }
@@ -696,26 +740,23 @@ impl DurableTee {
         result
     }
 
-    async fn log_and_run_inner(
-        &self,
-        plan: RoundPlan,
-        locked: Option<LockedLog<'_>>,
-    ) -> Result<()> {
+    async fn log_and_run_inner(&self, plan: RoundPlan) -> Result<()> {
         let inner = &self.inner;
         {
-            let (log, ring) = match locked {
-                Some(l) => l,
-                None => {
-                    let log = inner.log.lock().await;
-                    let ring = inner.sched.lock().take_dirty();
-                    (log, ring)
-                }
-            };
+            let log = inner.log.lock().await;
+            let ring = inner.sched.lock().take_dirty();
             let record = RoundLog { ring, round: plan.record() };
             self.check_live()?;
             let n = append_record(&log, &inner.dir, ROUND_MAGIC, &record, &inner.sealer).await?;
             inner.sched.lock().log_bytes += n;
         }
+        self.run_logged(plan).await
+    }
+
+    /// Carries out a logged round or reshuffle: waits for the queries that may read the areas
+    /// it writes, sends it, logs it done and applies it.
+    async fn run_logged(&self, plan: RoundPlan) -> Result<()> {
+        let inner = &self.inner;
         self.barrier().await?;
         self.send_round(plan.clone()).await?;
         {
@@ -843,9 +884,16 @@ impl DurableTee {
         r
     }
 
-    /// Waits until no query, round or reshuffle is in flight (tests and benchmarks).
+    /// Waits until no query, round or reshuffle is in flight and no round is due (tests and
+    /// benchmarks).
     pub async fn settle(&self) -> Result<()> {
-        self.quiesce().await
+        loop {
+            self.kick();
+            self.quiesce().await?;
+            if !self.inner.sched.lock().oram.round_due() {
+                return Ok(());
+            }
+        }
     }
 
     /// Bytes in the redo log (a checkpoint at shutdown or open empties it).
