@@ -302,13 +302,24 @@ pub(crate) fn tao_config(params: &GatewayParams) -> Result<TaoConfig> {
         .map_err(|e| GatewayError::Config(e.to_string()))
 }
 
-/// The TEE engine's tree: rounds of `blocks / 64` queries (8 to the paper's 800), arity 8.
+/// The TEE engine's tree: rounds of `blocks / 64` queries (8 to the paper's 800), arity 8,
+/// halved until what one layer of a round works on (three buffers of a node and the blocks
+/// coming down, plus the blocks that go up) fits a storage server's default 64 MiB frames.
 pub(crate) fn tee_config(params: &GatewayParams) -> Result<TeeOramConfig> {
-    let k = (params.blocks / 64).clamp(8, 800) as u32;
-    TeeOramConfig::builder(params.blocks, params.block_size)
-        .round_queries(k)
-        .build()
-        .map_err(|e| GatewayError::Config(e.to_string()))
+    let mut k = (params.blocks / 64).clamp(8, 800) as u32;
+    let cell = blindfold_tee::cell_len(params.block_size as usize) as u64;
+    loop {
+        let config = TeeOramConfig::builder(params.blocks, params.block_size)
+            .round_queries(k)
+            .build()
+            .map_err(|e| GatewayError::Config(e.to_string()))?;
+        let z = u64::from(config.node_slots().max(config.leaf_slots()));
+        let c = u64::from(config.round_blocks());
+        if (3 * (z + c) + c) * cell <= 48 << 20 || k <= 8 {
+            return Ok(config);
+        }
+        k /= 2;
+    }
 }
 
 pub(crate) fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
