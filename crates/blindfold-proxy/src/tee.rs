@@ -828,6 +828,11 @@ impl DurableTee {
     /// Holds new accesses back until nothing is in flight, then writes a checkpoint and empties
     /// the redo log.
     async fn checkpoint(&self) -> Result<()> {
+        self.checkpoint_then(true).await
+    }
+
+    /// [`DurableTee::checkpoint`]; `kick`: start the round that is due, if any, right after.
+    async fn checkpoint_then(&self, kick: bool) -> Result<()> {
         let inner = &self.inner;
         inner.sched.lock().holding += 1;
         let result = async {
@@ -848,7 +853,9 @@ impl DurableTee {
         .await;
         inner.sched.lock().holding -= 1;
         self.ring();
-        self.kick();
+        if kick {
+            self.kick();
+        }
         result
     }
 
@@ -874,14 +881,9 @@ impl DurableTee {
 
     /// Waits for what is in flight, then writes a checkpoint and empties the redo log (a clean
     /// shutdown).
+    /// The engine stays usable: accesses after it start rounds again as they fall due.
     pub async fn shutdown(&self) -> Result<()> {
-        self.inner.sched.lock().holding += 1; // for good: no access or round starts again
-        let r = self.checkpoint().await;
-        let mut s = self.inner.sched.lock();
-        if s.poisoned.is_none() {
-            s.poisoned = Some("the engine was shut down".into());
-        }
-        r
+        self.checkpoint_then(false).await
     }
 
     /// Waits until no query, round or reshuffle is in flight and no round is due (tests and
