@@ -624,6 +624,12 @@ impl DurableTee {
     /// Waits until no query of an earlier generation is in flight (they may read the areas a
     /// round is about to write).
     async fn barrier(&self) -> Result<()> {
+        self.wait_until(|s| s.oldest_outstanding().is_none_or(|g| g >= s.generation)).await
+    }
+
+    /// Waits until `ready` holds of the scheduler (checked whenever the bell rings), or the
+    /// engine stops.
+    async fn wait_until(&self, ready: impl Fn(&Sched) -> bool) -> Result<()> {
         let mut bell = self.inner.bell.subscribe();
         loop {
             let seen = *bell.borrow_and_update();
@@ -632,7 +638,7 @@ impl DurableTee {
                 if let Some(why) = &s.poisoned {
                     return Err(ProxyError::State(format!("the engine stopped: {why}")));
                 }
-                if s.oldest_outstanding().is_none_or(|g| g >= s.generation) {
+                if ready(&s) {
                     return Ok(());
                 }
             }
@@ -668,22 +674,7 @@ impl DurableTee {
 
     /// Waits until no query is in flight.
     async fn drain_queries(&self) -> Result<()> {
-        let mut bell = self.inner.bell.subscribe();
-        loop {
-            let seen = *bell.borrow_and_update();
-            {
-                let s = self.inner.sched.lock();
-                if let Some(why) = &s.poisoned {
-                    return Err(ProxyError::State(format!("the engine stopped: {why}")));
-                }
-                if s.oldest_outstanding().is_none() {
-                    return Ok(());
-                }
-            }
-            if bell.wait_for(|v| *v != seen).await.is_err() {
-                return Err(ProxyError::State("the engine was dropped".into()));
-            }
-        }
+        self.wait_until(|s| s.oldest_outstanding().is_none()).await
     }
 
     /// Plans the round that is due and logs it (with the ring's new data, taken under the log's
@@ -861,27 +852,12 @@ impl DurableTee {
 
     /// Waits until no query, round or reshuffle is in flight.
     async fn quiesce(&self) -> Result<()> {
-        let mut bell = self.inner.bell.subscribe();
-        loop {
-            let seen = *bell.borrow_and_update();
-            {
-                let s = self.inner.sched.lock();
-                if let Some(why) = &s.poisoned {
-                    return Err(ProxyError::State(format!("the engine stopped: {why}")));
-                }
-                if !s.rounding && !s.oram.in_flight() && s.oldest_outstanding().is_none() {
-                    return Ok(());
-                }
-            }
-            if bell.wait_for(|v| *v != seen).await.is_err() {
-                return Err(ProxyError::State("the engine was dropped".into()));
-            }
-        }
+        self.wait_until(|s| !s.rounding && !s.oram.in_flight() && s.oldest_outstanding().is_none())
+            .await
     }
 
     /// Waits for what is in flight, then writes a checkpoint and empties the redo log (a clean
-    /// shutdown).
-    /// The engine stays usable: accesses after it start rounds again as they fall due.
+    /// shutdown). The engine stays usable: accesses after it start rounds again as they fall due.
     pub async fn shutdown(&self) -> Result<()> {
         self.checkpoint_then(false).await
     }
