@@ -134,6 +134,9 @@ struct Sched {
     holding: u32,
     /// Accesses that waited (for a round, a reshuffle, a checkpoint or room in the ring).
     waits: u64,
+    /// Nothing was sent to the store since the checkpoint: before the first query, the log
+    /// gets a record saying otherwise, so that a crash after it has every node reshuffled.
+    clean: bool,
 }
 
 impl Sched {
@@ -275,6 +278,7 @@ impl DurableTee {
             log_bytes,
             holding: 0,
             waits: 0,
+            clean: true,
         };
         Self {
             inner: Arc::new(Inner {
@@ -482,6 +486,9 @@ impl DurableTee {
         let mut bell = inner.bell.subscribe();
         let (plan, generation) = loop {
             let seen = *bell.borrow_and_update();
+            if inner.sched.lock().clean {
+                self.mark_unclean().await?;
+            }
             let reshuffle = {
                 let mut s = inner.sched.lock();
                 if s.poisoned.is_some() {
@@ -572,6 +579,24 @@ impl DurableTee {
         self.inner.sched.lock().poisoned.get_or_insert_with(|| "halted".into());
         drop(self.inner.log.lock().await);
         self.ring();
+    }
+
+    /// Logs (and syncs) that queries are about to reach the store, before the first one after
+    /// a checkpoint: the checkpoint's record of which slots were read is then no longer the
+    /// truth, and a recovery must reshuffle every node.
+    async fn mark_unclean(&self) -> Result<()> {
+        let inner = &self.inner;
+        let log = inner.log.lock().await;
+        if !inner.sched.lock().clean {
+            return Ok(());
+        }
+        self.check_live()?;
+        let marker = RingRecord { blocks: Vec::new() };
+        let n = append_record(&log, &inner.dir, RING_MAGIC, &marker, &inner.sealer).await?;
+        let mut s = inner.sched.lock();
+        s.log_bytes += n;
+        s.clean = false;
+        Ok(())
     }
 
     /// Starts the round that is due, if one is and none is being prepared.
@@ -838,7 +863,9 @@ impl DurableTee {
             let ckpt = Checkpoint { store_id: inner.store_id.0, oram: state };
             write_checkpoint_as(&inner.dir, CHECKPOINT_MAGIC, &ckpt, &inner.sealer)?;
             crate::durable::empty_log(&log, &inner.dir)?;
-            inner.sched.lock().log_bytes = 0;
+            let mut s = inner.sched.lock();
+            s.log_bytes = 0;
+            s.clean = true;
             Ok(())
         }
         .await;
