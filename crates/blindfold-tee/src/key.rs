@@ -1,19 +1,16 @@
 //! [`TeeKey`]: the one secret the gateway shares with the trusted component.
 
 use std::fmt;
-use std::io::{Read, Write};
 use std::path::Path;
 
 use blindfold_crypto::{derive_key, MasterKey, StoreId};
+use blindfold_store::remote::{parse_key_hex, read_key_file, write_key_file};
 use zeroize::Zeroizing;
 
 use crate::TeeError;
 
 /// HKDF label of the TEE key in [`derive_key`]: `derive_key(master, store id bytes, TEE_KEY_LABEL)`.
 pub const TEE_KEY_LABEL: &str = "blindfold tee v1";
-
-/// Longest key file read (a key file is 65 bytes; anything much longer is not one).
-const MAX_KEY_FILE: u64 = 1024;
 
 /// The 32-byte key shared by the gateway and the trusted component. Every key of the double
 /// encryption and of the tickets is derived from it (see the crate docs).
@@ -67,46 +64,14 @@ impl TeeKey {
     /// Parses a key file's contents: exactly 64 hex digits, optionally followed by whitespace.
     /// The error never quotes the input (it may be key material).
     pub fn parse(text: &[u8]) -> Result<Self, String> {
-        let end = text.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
-        let digits = &text[..end];
-        if digits.len() != 2 * Self::LEN {
-            return Err(format!(
-                "expected {} hex digits (32 random bytes), found {} bytes",
-                2 * Self::LEN,
-                digits.len()
-            ));
-        }
-        let mut k = Zeroizing::new([0u8; 32]);
-        hex::decode_to_slice(digits, &mut k[..])
-            .map_err(|_| "expected hex digits only (0-9, a-f)".to_string())?;
-        Ok(Self(k))
+        parse_key_hex(text).map(Self)
     }
 
     /// Loads the key file at `path`, refusing one that its group or others may read.
     pub fn load(path: &Path) -> Result<Self, TeeError> {
-        let bad = |reason: String| TeeError::KeyFile { path: path.to_path_buf(), reason };
-        let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
-        let meta = file.metadata().map_err(|e| bad(e.to_string()))?;
-        if !meta.is_file() {
-            return Err(bad("not a regular file".into()));
-        }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = meta.permissions().mode();
-            if mode & 0o077 != 0 {
-                return Err(bad(format!(
-                    "its mode is {:o}: group or others may read the key; `chmod 600` it",
-                    mode & 0o777
-                )));
-            }
-        }
-        let mut text = Zeroizing::new(Vec::new());
-        file.take(MAX_KEY_FILE + 1).read_to_end(&mut text).map_err(|e| bad(e.to_string()))?;
-        if text.len() as u64 > MAX_KEY_FILE {
-            return Err(bad(format!("larger than {MAX_KEY_FILE} bytes; not a key file")));
-        }
-        Self::parse(&text).map_err(bad)
+        read_key_file(path)
+            .map(Self)
+            .map_err(|reason| TeeError::KeyFile { path: path.to_path_buf(), reason })
     }
 
     /// Creates a key file at `path` (mode `0600`, never over an existing file) holding a fresh
@@ -120,23 +85,8 @@ impl TeeKey {
     /// Writes this key to a new key file at `path` (mode `0600`, never over an existing file),
     /// e.g. a key from [`TeeKey::derive_from_master`] for a trusted component on another host.
     pub fn write_new(&self, path: &Path) -> Result<(), TeeError> {
-        let bad = |reason: String| TeeError::KeyFile { path: path.to_path_buf(), reason };
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                bad("already exists; refusing to overwrite a key".into())
-            } else {
-                bad(e.to_string())
-            }
-        })?;
-        let mut text = Zeroizing::new(hex::encode(&self.0[..]));
-        text.push('\n');
-        file.write_all(text.as_bytes()).map_err(|e| bad(e.to_string()))?;
-        file.sync_all().map_err(|e| bad(e.to_string()))?;
-        Ok(())
+        write_key_file(path, &self.0)
+            .map_err(|reason| TeeError::KeyFile { path: path.to_path_buf(), reason })
     }
 }
 

@@ -23,6 +23,72 @@ pub const SERVER_LABEL: &[u8] = b"blindfold-storage-auth v2 server";
 /// Longest key file read (a key file is 65 bytes; anything much longer is not one).
 const MAX_KEY_FILE: u64 = 1024;
 
+/// Parses the contents of a 32-byte key file: exactly 64 hex digits, optionally followed by
+/// whitespace. The error never quotes the input (it may be key material). Shared by every raw
+/// key file (this one, the TEE design's trusted-component key).
+pub fn parse_key_hex(text: &[u8]) -> Result<Zeroizing<[u8; 32]>, String> {
+    let end = text.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
+    let digits = &text[..end];
+    if digits.len() != 64 {
+        return Err(format!(
+            "expected 64 hex digits (32 random bytes), found {} bytes",
+            digits.len()
+        ));
+    }
+    let mut k = Zeroizing::new([0u8; 32]);
+    hex::decode_to_slice(digits, &mut k[..])
+        .map_err(|_| "expected hex digits only (0-9, a-f)".to_string())?;
+    Ok(k)
+}
+
+/// Reads a 32-byte key file (see [`parse_key_hex`]): a regular file of at most
+/// `MAX_KEY_FILE` bytes that its group and others may not read. The error says why, without
+/// the path (callers name the file).
+pub fn read_key_file(path: &Path) -> Result<Zeroizing<[u8; 32]>, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode();
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "its mode is {:o}: group or others may read the key; `chmod 600` it",
+                mode & 0o777
+            ));
+        }
+    }
+    let mut text = Zeroizing::new(Vec::new());
+    file.take(MAX_KEY_FILE + 1).read_to_end(&mut text).map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_KEY_FILE {
+        return Err(format!("larger than {MAX_KEY_FILE} bytes; not a key file"));
+    }
+    parse_key_hex(&text)
+}
+
+/// Writes `key` as a new key file at `path`: 64 hex digits and a newline, mode 0600, synced,
+/// never over an existing file.
+pub fn write_key_file(path: &Path, key: &[u8; 32]) -> Result<(), String> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            "already exists; refusing to overwrite a key".to_string()
+        } else {
+            e.to_string()
+        }
+    })?;
+    let mut text = Zeroizing::new(hex::encode(&key[..]));
+    text.push('\n');
+    file.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
+    file.sync_all().map_err(|e| e.to_string())
+}
+
 /// A 32-byte pre-shared key. Wiped on drop, never printed.
 #[derive(Clone)]
 pub struct AuthKey(Zeroizing<[u8; 32]>);
@@ -53,44 +119,14 @@ impl AuthKey {
     /// Parses a key file's contents: 64 hex digits, optionally followed by whitespace. The
     /// error never quotes the input (it may be key material).
     pub fn parse(text: &[u8]) -> Result<Self, String> {
-        let end = text.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
-        let hex = &text[..end];
-        if hex.len() != 2 * Self::LEN {
-            return Err(format!(
-                "expected {} hex digits (32 random bytes), found {} bytes",
-                2 * Self::LEN,
-                hex.len()
-            ));
-        }
-        let mut k = Zeroizing::new([0u8; 32]);
-        hex::decode_to_slice(hex, &mut k[..])
-            .map_err(|_| "expected hex digits only (0-9, a-f)".to_string())?;
-        Ok(Self(k))
+        parse_key_hex(text).map(Self)
     }
 
     /// Loads the key file at `path`, refusing one that its group or others can read.
     pub fn load(path: &Path) -> Result<Self, StoreError> {
-        let bad = |reason: String| {
+        read_key_file(path).map(Self).map_err(|reason| {
             StoreError::InvalidConfig(format!("storage auth key file {}: {reason}", path.display()))
-        };
-        let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = file.metadata().map_err(|e| bad(e.to_string()))?.permissions().mode();
-            if mode & 0o077 != 0 {
-                return Err(bad(format!(
-                    "its mode is {:o}: group or others may read the key; `chmod 600` it",
-                    mode & 0o777
-                )));
-            }
-        }
-        let mut text = Zeroizing::new(Vec::new());
-        file.take(MAX_KEY_FILE + 1).read_to_end(&mut text).map_err(|e| bad(e.to_string()))?;
-        if text.len() as u64 > MAX_KEY_FILE {
-            return Err(bad(format!("larger than {MAX_KEY_FILE} bytes; not a key file")));
-        }
-        Self::parse(&text).map_err(bad)
+        })
     }
 
     /// Creates a new key file at `path` (mode 0600, never overwriting a file) holding a fresh
@@ -103,15 +139,7 @@ impl AuthKey {
             ))
         };
         let key = Self::generate()?;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(path).map_err(|e| bad(e.to_string()))?;
-        let mut text = Zeroizing::new(hex::encode(&key.0[..]));
-        text.push('\n');
-        file.write_all(text.as_bytes()).map_err(|e| bad(e.to_string()))?;
-        file.sync_all().map_err(|e| bad(e.to_string()))?;
+        write_key_file(path, &key.0).map_err(bad)?;
         Ok(key)
     }
 

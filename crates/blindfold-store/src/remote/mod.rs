@@ -14,5 +14,5 @@ mod auth;
 mod client;
 pub mod protocol;
 
-pub use auth::{nonce, AuthKey};
+pub use auth::{nonce, parse_key_hex, read_key_file, write_key_file, AuthKey};
 pub use client::RemoteStore;
