@@ -277,17 +277,6 @@ pub fn combine_locally(request: &CombinedSelect, answers: Vec<Vec<u8>>) -> Resul
     select_locally(&outer, &parts)
 }
 
-/// Runs CPU-heavy select work off the async executor.
-async fn off_executor<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result,
-        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-        Err(join) => Err(invalid(format!("homomorphic select cancelled: {join}"))),
-    }
-}
-
 /// [`SelectStore::read_select_combined`] for any store: checks, reads every group's ranges in
 /// one batch, computes off the executor.
 pub async fn combined_by_reading<S: Store + ?Sized>(
@@ -301,7 +290,7 @@ pub async fn combined_by_reading<S: Store + ?Sized>(
     let grouped: Vec<Vec<Vec<u8>>> =
         request.groups.iter().map(|g| parts.by_ref().take(g.ranges.len()).collect()).collect();
     let request = request.clone();
-    off_executor(move || {
+    crate::tee::off_executor("homomorphic select", move || {
         let answers = request
             .groups
             .iter()
@@ -325,7 +314,7 @@ pub async fn write_select_by_reading<S: Store + ?Sized>(
         let parts = store.read_ranges(&w.request.ranges).await?;
         let request = w.request.clone();
         let cell = geometry.cell_size() as usize;
-        let answer = off_executor(move || {
+        let answer = crate::tee::off_executor("homomorphic select", move || {
             let mut a = select_locally(&request, &parts)?;
             a.resize(cell, 0);
             Ok(a)
@@ -345,7 +334,7 @@ pub async fn select_by_reading<S: Store + ?Sized>(
     check_select(&store.geometry(), request)?;
     let parts = store.read_ranges(&request.ranges).await?;
     let request = request.clone();
-    off_executor(move || select_locally(&request, &parts)).await
+    crate::tee::off_executor("homomorphic select", move || select_locally(&request, &parts)).await
 }
 
 #[async_trait]

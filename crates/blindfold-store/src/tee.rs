@@ -284,14 +284,16 @@ pub fn tee_round_bytes(geometry: &Geometry, round: &TeeRound) -> usize {
     round.incoming.len().saturating_mul(cell).saturating_add(buffer.saturating_mul(3))
 }
 
-/// Runs trusted (CPU-heavy) work off the async executor.
-async fn off_executor<T: Send + 'static>(
+/// Runs CPU-heavy work (the trusted component's calls, homomorphic selects) off the async
+/// executor; `what` names it if the task is cancelled.
+pub(crate) async fn off_executor<T: Send + 'static>(
+    what: &str,
     work: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {
     match tokio::task::spawn_blocking(work).await {
         Ok(result) => result,
         Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-        Err(join) => Err(invalid(format!("trusted component call cancelled: {join}"))),
+        Err(join) => Err(invalid(format!("{what} cancelled: {join}"))),
     }
 }
 
@@ -341,7 +343,7 @@ impl<S: Store> TeeHost<S> {
     async fn evict(&self, buf: Vec<Vec<u8>>, ticket: &[u8], layer: usize) -> Result<Vec<Vec<u8>>> {
         let trusted = Arc::clone(&self.trusted);
         let ticket = ticket.to_vec();
-        let buf = off_executor(move || {
+        let buf = off_executor("trusted component call", move || {
             let mut buf = buf;
             trusted.evict(&mut buf, &ticket)?;
             Ok(buf)
@@ -397,7 +399,9 @@ impl<S: Store> TeeStore for TeeHost<S> {
         let candidates = self.inner.read(cells).await?;
         let trusted = Arc::clone(&self.trusted);
         let ticket = ticket.to_vec();
-        let answer = off_executor(move || trusted.query(&candidates, &ticket)).await?;
+        let answer =
+            off_executor("trusted component call", move || trusted.query(&candidates, &ticket))
+                .await?;
         if answer.len() > tee_answer_max(&geometry) {
             return Err(invalid(format!(
                 "the trusted component answered with {} bytes (at most {})",
