@@ -62,6 +62,7 @@
 
 mod bytes;
 mod error;
+pub mod oblivistore;
 pub mod onion;
 pub mod path;
 pub mod ring;

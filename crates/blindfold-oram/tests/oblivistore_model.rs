@@ -1,0 +1,94 @@
+//! The ObliviStore planner against a `HashMap`, with a simulated store that checks every cell
+//! read holds what the planner says (serial and holder), plus the invariants after each step.
+
+use std::collections::HashMap;
+
+use blindfold_oram::oblivistore::{ObliviStoreConfig, ObliviStoreOram, Shuffle, DUMMY};
+use blindfold_oram::Op;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// cell → (serial, holder, data)
+type Sim = HashMap<u64, (u64, u64, Vec<u8>)>;
+
+fn run_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle) {
+    let mut got = HashMap::new();
+    for r in &sh.reads {
+        let (serial, holder, data) = sim.get(&r.cell.0).cloned().expect("cell written");
+        assert_eq!((serial, holder), (r.serial, r.holder), "shuffle read of {:?}", r.cell);
+        if holder != DUMMY {
+            got.insert(holder, data);
+        }
+    }
+    for &(cell, h) in &sh.writes {
+        let data = if h == DUMMY {
+            vec![0; 8]
+        } else if let Some((b, d)) = &sh.evicted {
+            if *b == h { d.clone() } else { got[&h].clone() }
+        } else {
+            got[&h].clone()
+        };
+        sim.insert(cell.0, (sh.serial, h, data));
+    }
+    o.finish_shuffle(sh);
+}
+
+fn access(o: &mut ObliviStoreOram, sim: &mut Sim, rng: &mut ChaCha8Rng, b: u64, op: Op) -> Vec<u8> {
+    let (p, real) = o.begin(b).unwrap();
+    let plan = o.plan_read(b, p, real).unwrap();
+    assert_eq!(plan.slots.len() as u32, plan.slots.len() as u32);
+    for (i, s) in plan.slots.iter().enumerate() {
+        let (serial, holder, data) = sim.get(&s.cell.0).cloned().expect("cell written");
+        assert_eq!((serial, holder), (s.serial, s.holder));
+        if plan.real == Some(i) {
+            assert_eq!(holder, b);
+            o.fill(b, data);
+        }
+    }
+    assert!(o.ready(b));
+    let old = o.finish(b, op).unwrap();
+    let sh = o.plan_evict(p);
+    run_shuffle(o, sim, sh);
+    if rng.gen_bool(o.config().evict_rate() / 2.0) {
+        let q = rng.gen_range(0..o.config().partitions());
+        let sh = o.plan_evict(q);
+        run_shuffle(o, sim, sh);
+    }
+    old
+}
+
+#[test]
+fn planner_matches_a_hashmap() {
+    for seed in 0..4u64 {
+        let blocks = 200;
+        let config = ObliviStoreConfig::new(blocks, 8).unwrap();
+        let mut o = ObliviStoreOram::seeded(config, seed);
+        let mut sim = Sim::new();
+        for c in o.initial_cells().collect::<Vec<_>>() {
+            sim.insert(c.cell.0, (c.serial, c.holder, vec![0; 8]));
+        }
+        let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut real_evictions = 0;
+        for i in 0..4000u64 {
+            let b = if rng.gen_bool(0.3) { rng.gen_range(0..5) } else { rng.gen_range(0..blocks) };
+            if rng.gen_bool(0.5) {
+                let data = (i as u64).to_le_bytes().to_vec();
+                let old = access(&mut o, &mut sim, &mut rng, b, Op::Write(data.clone()));
+                assert_eq!(old, model.get(&b).cloned().unwrap_or(vec![0; 8]));
+                model.insert(b, data);
+            } else {
+                let got = access(&mut o, &mut sim, &mut rng, b, Op::Read);
+                assert_eq!(got, model.get(&b).cloned().unwrap_or(vec![0; 8]), "block {b}");
+            }
+            o.check_invariants().unwrap();
+            if i % 500 == 0 {
+                real_evictions += o.stats().real_evictions;
+                let s = o.state().unwrap();
+                o = ObliviStoreOram::from_state(s).unwrap();
+            }
+        }
+        assert!(o.cached() < 200, "cache grew to {}", o.cached());
+        assert!(real_evictions + o.stats().real_evictions > 1000);
+    }
+}
