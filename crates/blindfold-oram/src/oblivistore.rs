@@ -97,14 +97,8 @@ impl ObliviStoreConfig {
             )));
         }
         let levels = capacity.div_ceil(2).next_power_of_two().trailing_zeros();
-        let config = Self {
-            blocks,
-            block_size,
-            partitions,
-            levels,
-            capacity: capacity as u32,
-            evict_rate,
-        };
+        let config =
+            Self { blocks, block_size, partitions, levels, capacity: capacity as u32, evict_rate };
         config.total_cells().ok_or_else(|| OramError::InvalidConfig("too many cells".into()))?;
         Ok(config)
     }
@@ -267,6 +261,9 @@ pub struct Shuffle {
     pub serial: u64,
     /// Every unread slot of the levels merged, in order.
     pub reads: Vec<SlotRead>,
+    /// Which of `reads` hold a live block (the others are dummies, or stale copies of blocks
+    /// that moved on while a shuffle carried them).
+    pub live: Vec<bool>,
     /// The new level's cells and what each holds.
     pub writes: Vec<(CellId, u64)>,
     /// The block evicted and its data, if a real one.
@@ -294,6 +291,8 @@ pub struct ShuffleRecord {
     holders: Vec<u64>,
     /// The evicted block, if it left the cache.
     evicted: Option<u64>,
+    /// The slot of an evicted block that changed on its way (its cached copy stays current).
+    stale: Option<u32>,
     /// Cached blocks whose stored copy this shuffle retired, with their data.
     rescued: Vec<(u64, u32, serde_bytes::ByteBuf)>,
 }
@@ -433,7 +432,8 @@ impl ObliviStoreOram {
                     + p.top.holders.len() as u64
             })
             .sum();
-        let cache: u64 = self.cache.values().map(|c| 64 + c.data.as_ref().map_or(0, |d| d.len() as u64)).sum();
+        let cache: u64 =
+            self.cache.values().map(|c| 64 + c.data.as_ref().map_or(0, |d| d.len() as u64)).sum();
         slots * 13 + self.places.len() as u64 * 40 + cache
     }
 
@@ -532,7 +532,12 @@ impl ObliviStoreOram {
             }
             lvl.read[slot as usize] = true;
             slots.push(SlotRead {
-                cell: self.config.cell(partition, level, if level == levels { area } else { 0 }, slot as u64),
+                cell: self.config.cell(
+                    partition,
+                    level,
+                    if level == levels { area } else { 0 },
+                    slot as u64,
+                ),
                 serial: lvl.serial,
                 holder: lvl.holders[slot as usize],
             });
@@ -678,14 +683,15 @@ impl ObliviStoreOram {
         let levels = self.config.levels;
         let serial = self.fresh_serial();
         let part = &self.partitions[partition as usize];
-        let level =
-            if rebuild { levels } else { (part.counter.trailing_ones()).min(levels) };
+        let level = if rebuild { levels } else { (part.counter.trailing_ones()).min(levels) };
         let counter = if level == levels { 0 } else { part.counter + 1 };
         let area = if level == levels { 1 - part.top_area } else { 0 };
         // Every unread slot of the merged levels; the live real blocks among them.
         let mut reads = Vec::new();
+        let mut live_flags = Vec::new();
         let mut live = Vec::new();
-        let merged: Vec<u32> = if level == levels { (0..=levels).collect() } else { (0..level).collect() };
+        let merged: Vec<u32> =
+            if level == levels { (0..=levels).collect() } else { (0..level).collect() };
         for &l in &merged {
             let filled = l == levels || part.counter >> l & 1 == 1;
             if !filled {
@@ -697,11 +703,16 @@ impl ObliviStoreOram {
                 if lvl.read[s] {
                     continue;
                 }
-                reads.push(SlotRead { cell: self.config.cell(partition, l, a, s as u64), serial: lvl.serial, holder: h });
-                if h != DUMMY
+                reads.push(SlotRead {
+                    cell: self.config.cell(partition, l, a, s as u64),
+                    serial: lvl.serial,
+                    holder: h,
+                });
+                let is_live = h != DUMMY
                     && self.places.get(&h)
-                        == Some(&Place::Stored { partition, level: l, slot: s as u32 })
-                {
+                        == Some(&Place::Stored { partition, level: l, slot: s as u32 });
+                live_flags.push(is_live);
+                if is_live {
                     live.push(h);
                 }
             }
@@ -725,7 +736,18 @@ impl ObliviStoreOram {
             Some((b, d, v)) => (Some((b, d)), v),
             None => (None, 0),
         };
-        Shuffle { partition, level, area, serial, reads, writes, evicted, evicted_version, counter }
+        Shuffle {
+            partition,
+            level,
+            area,
+            serial,
+            reads,
+            live: live_flags,
+            writes,
+            evicted,
+            evicted_version,
+            counter,
+        }
     }
 
     /// The shuffle's cells are in the store: the new level replaces the merged ones. Returns
@@ -753,6 +775,7 @@ impl ObliviStoreOram {
         rescued.sort_unstable_by_key(|r| r.0);
         let holders: Vec<u64> = shuffle.writes.iter().map(|&(_, h)| h).collect();
         let mut evicted = None;
+        let mut stale = None;
         if let Some((b, _)) = &shuffle.evicted {
             let unchanged = self.cache.get(b).is_some_and(|c| c.version == shuffle.evicted_version);
             if unchanged && !self.pins.contains_key(b) {
@@ -762,6 +785,7 @@ impl ObliviStoreOram {
             } else if let Some(c) = self.cache.get_mut(b) {
                 // Accessed while on its way: the cached copy stays current, the slot is stale.
                 c.evicting = false;
+                stale = holders.iter().position(|h| h == b).map(|s| s as u32);
                 self.partitions[p as usize].reals -= 1;
             }
         }
@@ -777,6 +801,7 @@ impl ObliviStoreOram {
             counter: shuffle.counter,
             holders,
             evicted,
+            stale,
             rescued,
         };
         self.install(&record);
@@ -801,7 +826,7 @@ impl ObliviStoreOram {
         }
         part.counter = r.counter;
         for (s, &h) in r.holders.iter().enumerate() {
-            if h == DUMMY {
+            if h == DUMMY || r.stale == Some(s as u32) {
                 continue;
             }
             let placed = Place::Stored { partition: r.partition, level: r.level, slot: s as u32 };
@@ -831,11 +856,15 @@ impl ObliviStoreOram {
             self.check_block(*b)?;
             self.put_cached(*b, *target, data.to_vec(), false)?;
         }
+        let mut moved_from = None;
         if let Some(b) = r.evicted {
             if let Some(c) = self.cache.remove(&b) {
                 self.by_target[c.target as usize].remove(&b);
             }
-            self.places.remove(&b);
+            // The log may still place it where it was read from (reads are not logged).
+            if let Some(Place::Stored { partition, .. }) = self.places.remove(&b) {
+                moved_from = Some(partition);
+            }
         }
         self.install(r);
         // Blocks the log still placed in a retired level: their copy was rescued or moved on.
@@ -860,6 +889,9 @@ impl ObliviStoreOram {
             )));
         }
         self.recount(p);
+        if let Some(q) = moved_from {
+            self.recount(q);
+        }
         Ok(())
     }
 
@@ -917,6 +949,29 @@ impl ObliviStoreOram {
             self.put_cached(*b, *t, d.clone(), false)?;
         }
         Ok(())
+    }
+
+    /// Where every stored block lives: `(block, cell)`. Trusted information, for
+    /// diagnostics and tests.
+    pub fn blocks_stored(&self) -> Vec<(u64, CellId)> {
+        let levels = self.config.levels;
+        let mut v: Vec<_> = self
+            .places
+            .iter()
+            .filter_map(|(&b, pl)| match *pl {
+                Place::Stored { partition, level, slot } => {
+                    let area = if level == levels {
+                        self.partitions[partition as usize].top_area
+                    } else {
+                        0
+                    };
+                    Some((b, self.config.cell(partition, level, area, slot as u64)))
+                }
+                Place::Cached => None,
+            })
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// Blocks in the cache not yet evicted, for tests: `(block, target)`.
@@ -977,15 +1032,18 @@ impl ObliviStoreOram {
             let stored = self
                 .places
                 .values()
-                .filter(|pl| matches!(pl, Place::Stored { partition, .. } if *partition as usize == p))
+                .filter(
+                    |pl| matches!(pl, Place::Stored { partition, .. } if *partition as usize == p),
+                )
                 .count();
-            let evicting = self
-                .cache
-                .values()
-                .filter(|c| c.evicting && c.target as usize == p)
-                .count();
+            let evicting =
+                self.cache.values().filter(|c| c.evicting && c.target as usize == p).count();
             if part.reals as usize != stored + evicting {
-                return Err(format!("partition {p} counts {} reals, holds {}", part.reals, stored + evicting));
+                return Err(format!(
+                    "partition {p} counts {} reals, holds {}",
+                    part.reals,
+                    stored + evicting
+                ));
             }
             if part.reals > self.config.capacity {
                 return Err(format!("partition {p} is over capacity"));

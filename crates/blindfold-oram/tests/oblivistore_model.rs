@@ -13,10 +13,10 @@ type Sim = HashMap<u64, (u64, u64, Vec<u8>)>;
 
 fn run_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle) {
     let mut got = HashMap::new();
-    for r in &sh.reads {
+    for (r, &live) in sh.reads.iter().zip(&sh.live) {
         let (serial, holder, data) = sim.get(&r.cell.0).cloned().expect("cell written");
         assert_eq!((serial, holder), (r.serial, r.holder), "shuffle read of {:?}", r.cell);
-        if holder != DUMMY {
+        if live {
             got.insert(holder, data);
         }
     }
@@ -24,7 +24,11 @@ fn run_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle) {
         let data = if h == DUMMY {
             vec![0; 8]
         } else if let Some((b, d)) = &sh.evicted {
-            if *b == h { d.clone() } else { got[&h].clone() }
+            if *b == h {
+                d.clone()
+            } else {
+                got[&h].clone()
+            }
         } else {
             got[&h].clone()
         };

@@ -49,6 +49,7 @@ mod direct;
 mod durable;
 mod durable_tao;
 mod error;
+mod oblivistore;
 #[cfg(feature = "onion")]
 mod onion;
 mod path;
@@ -64,6 +65,7 @@ pub use direct::SealedDirect;
 pub use durable::{make_private, DurablePathOram, Recovery, VerifyReport};
 pub use durable_tao::{DurableTao, OverlayStore};
 pub use error::ProxyError;
+pub use oblivistore::{DurableObliviStore, ObliviStoreEngineStats};
 #[cfg(feature = "onion")]
 pub use onion::{OnionPhaseTimes, SealedOnionOram, SealedOnionState};
 pub use path::{SealedPathOram, SealedPathState};

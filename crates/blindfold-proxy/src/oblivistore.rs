@@ -1,0 +1,887 @@
+//! The ObliviStore engine (seed 001): the gateway's side, concurrent and crash-consistent.
+//!
+//! [`DurableObliviStore`] drives an [`ObliviStoreOram`] planner against a [`Store`]. Accesses to
+//! different partitions run at once; each partition serves one read or shuffle at a time (its
+//! lock). An access reads one slot per filled level of its partition, hands the partition to
+//! the eviction that must follow the read (a background task that keeps the lock until the
+//! shuffle it causes has landed) and answers as soon as its block is known. More evictions go
+//! to uniformly random partitions at rate ν per access, in the background.
+//!
+//! # Scheduling
+//!
+//! - **Answers in arrival order.** An access answers only after every access that arrived
+//!   before it has answered (TaoStore's sequencer). Without it, a store that delays one
+//!   partition's replies learns whether a later request asked for the same block: that
+//!   request waits for the delayed read only then. `tests/oblivistore.rs` shows the leak with
+//!   the order switched off and its absence with it on.
+//! - **A repeated block is a fake read.** An access to a block already being accessed, cached
+//!   or never written reads a uniformly random partition and takes the block from the cache.
+//! - **Bounded trusted memory, public waits.** Accesses take eviction permits from a fixed
+//!   pool before they start and the evictions they cause give them back when their shuffles
+//!   land; how long an access waits depends only on how many accesses and evictions are in
+//!   flight (public), never on what is cached. The shuffle buffer is bounded by the permits
+//!   times the largest level.
+//!
+//! # Cells
+//!
+//! A cell is `holder: u64 LE ‖ block` sealed with AES-256-GCM bound to the cell's address and
+//! the serial of the level build that wrote it (serials are unique, reserved in the redo log
+//! before use). The planner knows each slot's serial and holder, so a cell the store altered,
+//! swapped or rolled back does not open, or opens to the wrong holder: [`ProxyError::Integrity`].
+//!
+//! # Crash consistency
+//!
+//! The trusted state is a sealed checkpoint and a redo log. Reads are not logged. Writes are
+//! logged at [`DurableObliviStore::commit`]; a finished shuffle is logged with the data of every
+//! cached block whose stored copy it retired. Before a shuffle writes, the store is flushed and
+//! the log is synced through the partition's previous record, so no cell the durable state
+//! still needs is ever overwritten; the top level alternates between two areas for the same
+//! reason. After an unclean stop the log is replayed and every partition is rebuilt into its
+//! top level: the store may have seen any slot read since the checkpoint, and a rebuild reads
+//! them all once and makes every slot fresh.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use blindfold_crypto::{CellAd, CellSealer, MasterKey, StateSealer, StoreId};
+use blindfold_oram::oblivistore::{
+    ObliviStoreConfig, ObliviStoreOram, ObliviStoreState, ObliviStoreStats, Shuffle, ShuffleRecord,
+    SlotRead, DUMMY,
+};
+use blindfold_oram::{BlockId, Op};
+use blindfold_store::{CellId, Geometry, Store};
+use serde::{Deserialize, Serialize};
+
+use crate::durable::{
+    decode_checkpoint, decode_record, encode_frame, open_empty_log, prepare_new_dir,
+    read_frames_with_legacy, write_checkpoint_as, CHECKPOINT, REDO_LOG,
+};
+use crate::error::integrity;
+use crate::path::{with_retry, RetryPolicy};
+use crate::{ProxyError, Recovery, Result, VerifyReport};
+
+const CHECKPOINT_MAGIC: &[u8; 8] = b"BFOSTC01";
+/// Blocks written by clients.
+const WRITES_MAGIC: u32 = 0xB1F0_5701;
+/// A finished shuffle.
+const SHUFFLE_MAGIC: u32 = 0xB1F0_5702;
+/// Serials below a bound may be in use.
+const RESERVE_MAGIC: u32 = 0xB1F0_5703;
+/// Something was sent to the store since the checkpoint.
+const START_MAGIC: u32 = 0xB1F0_5704;
+/// Serials reserved at a time.
+const RESERVE_STEP: u64 = 1 << 16;
+/// Write a checkpoint once the log is larger than this (at a quiet moment).
+const LOG_LIMIT: u64 = 256 << 20;
+/// Evictions in flight at most (each holds one partition and up to one level's blocks).
+const EVICTION_PERMITS: u32 = 64;
+
+#[derive(Serialize, Deserialize)]
+struct Checkpoint {
+    store_id: [u8; 16],
+    oram: ObliviStoreState,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WritesRecord {
+    blocks: Vec<(u64, u32, serde_bytes::ByteBuf)>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ReserveRecord {
+    below: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StartRecord {
+    at: u64,
+}
+
+struct St {
+    oram: ObliviStoreOram,
+    poisoned: Option<String>,
+    /// Nothing was sent to the store since the checkpoint.
+    clean: bool,
+    /// Serials below this are reserved in the log (queued).
+    reserved: u64,
+    /// Background evictions owed (ν per access).
+    debt: f64,
+    /// Frames waiting for the log writer, in the order of the state changes they record.
+    queue: Vec<Vec<u8>>,
+    /// Sequence number of the last frame queued.
+    queued: u64,
+    /// Per partition, the sequence number of its last record.
+    last: Vec<u64>,
+    /// Accesses and evictions in flight.
+    active: u64,
+    /// Checkpoints waiting for quiet: new accesses wait while this is not zero.
+    holding: u32,
+    /// Bytes in the redo log.
+    log_bytes: u64,
+}
+
+impl St {
+    fn push(&mut self, frame: Vec<u8>) -> u64 {
+        self.log_bytes += frame.len() as u64;
+        self.queue.push(frame);
+        self.queued += 1;
+        self.queued
+    }
+}
+
+struct Log {
+    file: File,
+    /// Sequence number of the last frame written and synced.
+    synced: u64,
+}
+
+/// Answers in arrival order.
+struct Sequencer {
+    next: AtomicU64,
+    done: parking_lot::Mutex<(u64, BTreeSet<u64>)>,
+    bell: tokio::sync::watch::Sender<u64>,
+}
+
+impl Sequencer {
+    fn new() -> Self {
+        Self {
+            next: AtomicU64::new(0),
+            done: parking_lot::Mutex::new((0, BTreeSet::new())),
+            bell: tokio::sync::watch::channel(0).0,
+        }
+    }
+
+    fn ticket(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Marks `t` done and returns once every ticket before it is done.
+    async fn release(&self, t: u64) {
+        {
+            let mut d = self.done.lock();
+            d.1.insert(t);
+            let mut released = d.0;
+            while d.1.remove(&released) {
+                released += 1;
+            }
+            d.0 = released;
+            self.bell.send_replace(released);
+        }
+        let mut rx = self.bell.subscribe();
+        let _ = rx.wait_for(|&r| r > t).await;
+    }
+}
+
+struct Inner {
+    dir: PathBuf,
+    store: Arc<dyn Store>,
+    sealer: CellSealer,
+    state_sealer: StateSealer,
+    store_id: StoreId,
+    st: parking_lot::Mutex<St>,
+    parts: Vec<Arc<tokio::sync::Mutex<()>>>,
+    log: tokio::sync::Mutex<Log>,
+    /// Bumped when a block's data arrives, an access or eviction ends, or the engine stops.
+    bell: tokio::sync::watch::Sender<u64>,
+    seq: Sequencer,
+    permits: Arc<tokio::sync::Semaphore>,
+    in_order: bool,
+}
+
+/// The ObliviStore engine, crash-consistent; see the [module docs](self). Cheap to share:
+/// every method takes `&self` and many run at once.
+#[derive(Clone)]
+pub struct DurableObliviStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for DurableObliviStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurableObliviStore").field("dir", &self.inner.dir).finish_non_exhaustive()
+    }
+}
+
+/// Counters of a [`DurableObliviStore`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ObliviStoreEngineStats {
+    /// The planner's counters.
+    pub oram: ObliviStoreStats,
+    /// Blocks in the eviction cache.
+    pub cached: usize,
+    /// Bytes of trusted state.
+    pub trusted_bytes: u64,
+}
+
+fn cell_plain(holder: u64, data: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + data.len());
+    v.extend_from_slice(&holder.to_le_bytes());
+    v.extend_from_slice(data);
+    v
+}
+
+impl DurableObliviStore {
+    /// The store's shape for `config`.
+    pub fn geometry(config: &ObliviStoreConfig) -> Result<Geometry> {
+        let cells = config
+            .total_cells()
+            .ok_or_else(|| ProxyError::State("too many cells for one store".into()))?;
+        let cell = 8 + config.block_size() as usize + CellSealer::OVERHEAD;
+        Geometry::new(cells, cell as u32).map_err(ProxyError::Store)
+    }
+
+    /// Creates a new engine in `dir` over `store`: every block reads as zeros. Seals every
+    /// top level's first area once (`progress(done, total)` as it goes).
+    pub async fn create(
+        dir: &Path,
+        config: ObliviStoreConfig,
+        store: Arc<dyn Store>,
+        key: &MasterKey,
+        store_id: StoreId,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Self> {
+        prepare_new_dir(dir)?;
+        check_geometry(&store, &config)?;
+        let oram = ObliviStoreOram::new(config.clone());
+        let sealer = CellSealer::new(key, store_id, 0);
+        let cells: Vec<SlotRead> = oram.initial_cells().collect();
+        let zeros = vec![0u8; config.block_size() as usize];
+        let total = cells.len() as u64;
+        let mut done = 0;
+        for chunk in cells.chunks(1024) {
+            let sealed = chunk
+                .iter()
+                .map(|c| seal(&sealer, c.cell, c.serial, c.holder, &zeros))
+                .collect::<Result<Vec<_>>>()?;
+            with_retry(RetryPolicy::default(), || store.write(sealed.clone())).await?;
+            done += chunk.len() as u64;
+            progress(done, total);
+        }
+        store.flush().await?;
+        let state_sealer = StateSealer::new(key);
+        let ckpt = Checkpoint { store_id: store_id.0, oram: oram.state()? };
+        write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &state_sealer)?;
+        let log = open_empty_log(dir)?;
+        Ok(Self::assemble(dir, store, sealer, state_sealer, store_id, oram, log, true))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        dir: &Path,
+        store: Arc<dyn Store>,
+        sealer: CellSealer,
+        state_sealer: StateSealer,
+        store_id: StoreId,
+        oram: ObliviStoreOram,
+        log: File,
+        in_order: bool,
+    ) -> Self {
+        let partitions = oram.config().partitions() as usize;
+        let st = St {
+            reserved: oram.next_serial(),
+            oram,
+            poisoned: None,
+            clean: true,
+            debt: 0.0,
+            queue: Vec::new(),
+            queued: 0,
+            last: vec![0; partitions],
+            active: 0,
+            holding: 0,
+            log_bytes: 0,
+        };
+        Self {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                store,
+                sealer,
+                state_sealer,
+                store_id,
+                st: parking_lot::Mutex::new(st),
+                parts: (0..partitions).map(|_| Arc::new(tokio::sync::Mutex::new(()))).collect(),
+                log: tokio::sync::Mutex::new(Log { file: log, synced: 0 }),
+                bell: tokio::sync::watch::channel(0).0,
+                seq: Sequencer::new(),
+                permits: Arc::new(tokio::sync::Semaphore::new(EVICTION_PERMITS as usize)),
+                in_order,
+            }),
+        }
+    }
+
+    /// Whether `dir` holds an ObliviStore engine's trusted state.
+    pub fn exists(dir: &Path) -> bool {
+        std::fs::read(dir.join(CHECKPOINT)).is_ok_and(|b| b.starts_with(CHECKPOINT_MAGIC))
+    }
+
+    /// Opens the engine in `dir` over `store`: loads the checkpoint, replays the redo log and,
+    /// after an unclean stop, rebuilds every partition. Then writes a fresh checkpoint.
+    pub async fn open(
+        dir: &Path,
+        store: Arc<dyn Store>,
+        key: &MasterKey,
+    ) -> Result<(Self, Recovery)> {
+        crate::make_private(dir)?;
+        let state_sealer = StateSealer::new(key);
+        let path = dir.join(CHECKPOINT);
+        let raw = std::fs::read(&path).map_err(|e| crate::durable::io(&path, "reading", e))?;
+        let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &state_sealer)
+            .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
+        let store_id = StoreId(ckpt.store_id);
+        let mut oram = ObliviStoreOram::from_state(ckpt.oram)?;
+        check_geometry(&store, oram.config())?;
+        let sealer = CellSealer::new(key, store_id, 0);
+        let log_path = dir.join(REDO_LOG);
+        let (frames, _, torn) = read_frames_with_legacy(
+            &log_path,
+            &[WRITES_MAGIC, SHUFFLE_MAGIC, RESERVE_MAGIC, START_MAGIC],
+            &[],
+            &state_sealer,
+        )?;
+        let mut rec = Recovery { torn_bytes: torn, ..Recovery::default() };
+        let bad = |m: String| ProxyError::State(format!("{}: {m}", log_path.display()));
+        let mut floor = oram.next_serial();
+        for f in &frames {
+            rec.replayed += 1;
+            match f.magic {
+                WRITES_MAGIC => {
+                    let r: WritesRecord = decode_record(&f.body).map_err(bad)?;
+                    let blocks: Vec<_> =
+                        r.blocks.into_iter().map(|(b, t, d)| (b, t, d.into_vec())).collect();
+                    oram.replay_writes(&blocks)?;
+                }
+                SHUFFLE_MAGIC => {
+                    let r: ShuffleRecord = decode_record(&f.body).map_err(bad)?;
+                    oram.replay_shuffle(&r)?;
+                }
+                RESERVE_MAGIC => {
+                    floor = floor.max(decode_record::<ReserveRecord>(&f.body).map_err(bad)?.below);
+                }
+                _ => {
+                    decode_record::<StartRecord>(&f.body).map_err(bad)?;
+                }
+            }
+        }
+        oram.skip_serials_to(floor);
+        let unclean = !frames.is_empty() || torn > 0;
+        let log = crate::durable::open_log(dir)?;
+        let engine = Self::assemble(dir, store, sealer, state_sealer, store_id, oram, log, true);
+        if unclean {
+            // The store may have seen any slot read since the checkpoint: rebuild everything.
+            // Serials from here on are above any the last run may have used.
+            engine.reserve_now(floor + RESERVE_STEP).await?;
+            let partitions = engine.config().partitions();
+            for p in 0..partitions {
+                let sh = engine.inner.st.lock().oram.plan_rebuild(p);
+                rec.cells_rewritten += sh.writes.len() as u64;
+                engine.run_shuffle(sh).await?;
+            }
+        }
+        engine.checkpoint_quiet().await?;
+        Ok((engine, rec))
+    }
+
+    /// Switches the arrival-order answers off (tests: shows the leak it prevents).
+    pub fn set_in_order(&mut self, in_order: bool) {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.in_order = in_order;
+        }
+    }
+
+    /// The planner's configuration.
+    pub fn config(&self) -> ObliviStoreConfig {
+        self.inner.st.lock().oram.config().clone()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ObliviStoreEngineStats {
+        let s = self.inner.st.lock();
+        ObliviStoreEngineStats {
+            oram: s.oram.stats(),
+            cached: s.oram.cached(),
+            trusted_bytes: s.oram.trusted_bytes(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The store's id (bound into every cell).
+    pub fn store_id(&self) -> StoreId {
+        self.inner.store_id
+    }
+
+    /// Where every stored block lives now: `(block, cell)` (diagnostics, tests).
+    pub fn block_cells(&self) -> Vec<(u64, CellId)> {
+        self.inner.st.lock().oram.blocks_stored()
+    }
+
+    /// Checks the planner's invariants (tests; only when [`DurableObliviStore::settle`]d).
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.inner.st.lock().oram.check_invariants()
+    }
+
+    fn ring(&self) {
+        self.inner.bell.send_modify(|v| *v += 1);
+    }
+
+    fn poison(&self, why: &ProxyError) {
+        let mut s = self.inner.st.lock();
+        if s.poisoned.is_none() {
+            tracing::error!(error = %why, "the ObliviStore engine stopped");
+            s.poisoned = Some(why.to_string());
+        }
+        drop(s);
+        self.ring();
+    }
+
+    /// Waits until `ready` holds (checked whenever the bell rings).
+    async fn wait_until(&self, mut ready: impl FnMut(&mut St) -> Result<bool>) -> Result<()> {
+        let mut bell = self.inner.bell.subscribe();
+        loop {
+            let seen = *bell.borrow_and_update();
+            {
+                let mut s = self.inner.st.lock();
+                if s.poisoned.is_some() {
+                    return Err(ProxyError::Poisoned);
+                }
+                if ready(&mut s)? {
+                    return Ok(());
+                }
+            }
+            if bell.wait_for(|v| *v != seen).await.is_err() {
+                return Err(ProxyError::State("the engine was dropped".into()));
+            }
+        }
+    }
+
+    /// Writes the queued log frames and syncs the log through `seq` (after flushing the
+    /// store, so every cell a record names is durable before the record is).
+    async fn sync_through(&self, seq: u64) -> Result<()> {
+        let mut log = self.inner.log.lock().await;
+        if self.inner.st.lock().poisoned.is_some() {
+            // A stopped engine writes nothing more (as after a crash).
+            return Err(ProxyError::Poisoned);
+        }
+        if log.synced >= seq {
+            return Ok(());
+        }
+        let (frames, upto) = {
+            let mut s = self.inner.st.lock();
+            (std::mem::take(&mut s.queue), s.queued)
+        };
+        self.inner.store.flush().await?;
+        let mut file = log
+            .file
+            .try_clone()
+            .map_err(|e| crate::durable::io(&self.inner.dir, "cloning log handle", e))?;
+        let path = self.inner.dir.join(REDO_LOG);
+        tokio::task::spawn_blocking(move || {
+            for f in &frames {
+                file.write_all(f)?;
+            }
+            file.sync_data()
+        })
+        .await
+        .map_err(|e| ProxyError::State(format!("log writer panicked: {e}")))?
+        .map_err(|e| crate::durable::io(&path, "appending to", e))?;
+        log.synced = upto;
+        Ok(())
+    }
+
+    fn frame<T: Serialize>(&self, magic: u32, record: &T) -> Result<Vec<u8>> {
+        encode_frame(magic, record, &self.inner.state_sealer)
+    }
+
+    /// Queues a reservation of serials below `below` and syncs it.
+    async fn reserve_now(&self, below: u64) -> Result<()> {
+        let f = self.frame(RESERVE_MAGIC, &ReserveRecord { below })?;
+        let seq = {
+            let mut s = self.inner.st.lock();
+            s.reserved = s.reserved.max(below);
+            s.push(f)
+        };
+        self.sync_through(seq).await
+    }
+
+    /// Before the first store request after a checkpoint: a synced record saying requests
+    /// went out, so that a crash from here on rebuilds every partition.
+    async fn mark_unclean(&self) -> Result<()> {
+        let f = self.frame(START_MAGIC, &StartRecord { at: 0 })?;
+        let seq = {
+            let mut s = self.inner.st.lock();
+            if !s.clean {
+                return Ok(());
+            }
+            s.clean = false;
+            s.push(f)
+        };
+        self.sync_through(seq).await
+    }
+
+    /// Reads a block (zeros if never written).
+    pub async fn read(&self, block: BlockId) -> Result<Vec<u8>> {
+        self.access(block, Op::Read).await
+    }
+
+    /// Writes a block; durable after the next [`DurableObliviStore::commit`].
+    pub async fn write(&self, block: BlockId, data: Vec<u8>) -> Result<()> {
+        self.access(block, Op::Write(data)).await.map(drop)
+    }
+
+    /// Reads distinct blocks at once.
+    pub async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        futures::future::try_join_all(blocks.iter().map(|&b| self.access(b, Op::Read))).await
+    }
+
+    /// Writes distinct blocks at once.
+    pub async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        futures::future::try_join_all(blocks.into_iter().map(|(b, d)| self.access(b, Op::Write(d))))
+            .await
+            .map(drop)
+    }
+
+    /// One access: the block's data before it. Runs as its own task, so a caller that gives
+    /// up does not leave a read or a shuffle half done.
+    pub async fn access(&self, block: BlockId, op: Op) -> Result<Vec<u8>> {
+        let ticket = self.inner.seq.ticket();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let result = me.access_inner(block, op).await;
+            if me.inner.in_order {
+                // Released even if the caller went away: later answers wait for this one.
+                me.inner.seq.release(ticket).await;
+            }
+            result
+        })
+        .await
+        .map_err(|e| ProxyError::State(format!("an access task failed: {e}")))?
+    }
+
+    async fn access_inner(&self, block: BlockId, op: Op) -> Result<Vec<u8>> {
+        let inner = &self.inner;
+        // Wait while a checkpoint needs quiet; then count in.
+        self.wait_until(|s| {
+            if s.holding == 0 {
+                s.active += 1;
+                Ok(true)
+            } else {
+                Ok(false)
+            }
+        })
+        .await?;
+        let result = self.access_counted(block, op).await;
+        inner.st.lock().active -= 1;
+        self.ring();
+        result
+    }
+
+    async fn access_counted(&self, block: BlockId, op: Op) -> Result<Vec<u8>> {
+        let inner = &self.inner;
+        let b = block.0;
+        // Eviction permits: this access's own eviction and the background ones it owes.
+        let evictions = {
+            let mut s = inner.st.lock();
+            s.debt += s.oram.config().evict_rate();
+            let extra = s.debt.floor();
+            s.debt -= extra;
+            1 + extra as u32
+        };
+        let permits = inner
+            .permits
+            .clone()
+            .acquire_many_owned(evictions.min(EVICTION_PERMITS))
+            .await
+            .map_err(|_| ProxyError::State("the engine was closed".into()))?;
+        if inner.st.lock().clean {
+            self.mark_unclean().await?;
+        }
+        let (p, real) = inner.st.lock().oram.begin(b)?;
+        let guard = inner.parts[p as usize].clone().lock_owned().await;
+        let plan = {
+            let mut s = inner.st.lock();
+            match s.oram.plan_read(b, p, real) {
+                Ok(plan) => plan,
+                Err(e) => {
+                    s.oram.unpin(b);
+                    drop(s);
+                    let e = ProxyError::from(e);
+                    self.poison(&e);
+                    return Err(e);
+                }
+            }
+        };
+        let fetched = self.read_slots(&plan.slots).await;
+        let fetched = match fetched {
+            Ok(f) => f,
+            Err(e) => {
+                self.poison(&e);
+                return Err(e);
+            }
+        };
+        if let Some(i) = plan.real {
+            let data = fetched.into_iter().nth(i).flatten().expect("the real slot holds the block");
+            inner.st.lock().oram.fill(b, data);
+            self.ring();
+        }
+        // The eviction that pairs with this read, then the background ones, each holding its
+        // partition until its shuffle has landed.
+        let mut permits = permits;
+        let own = permits.split(1).expect("at least one permit");
+        self.spawn_eviction(p, Some(guard), own);
+        while permits.num_permits() > 0 {
+            let one = permits.split(1).expect("counted");
+            let q = {
+                use rand::Rng;
+                rand::thread_rng().gen_range(0..self.config().partitions())
+            };
+            self.spawn_eviction(q, None, one);
+        }
+        // The block's data: arrived now, or with the access it is repeated from.
+        let mut result = None;
+        let mut op = Some(op);
+        let waited = self
+            .wait_until(|s| {
+                if s.oram.ready(b) {
+                    result = Some(s.oram.finish(b, op.take().expect("once")));
+                    Ok(true)
+                } else {
+                    Ok(false)
+                }
+            })
+            .await;
+        if let Err(e) = waited {
+            self.inner.st.lock().oram.unpin(b);
+            return Err(e);
+        }
+        self.ring();
+        Ok(result.expect("set when ready")?)
+    }
+
+    fn spawn_eviction(
+        &self,
+        partition: u32,
+        guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let me = self.clone();
+        me.inner.st.lock().active += 1;
+        tokio::spawn(async move {
+            let guard = match guard {
+                Some(g) => g,
+                None => me.inner.parts[partition as usize].clone().lock_owned().await,
+            };
+            let sh = me.inner.st.lock().oram.plan_evict(partition);
+            if let Err(e) = me.run_shuffle(sh).await {
+                me.poison(&e);
+            }
+            drop(guard);
+            drop(permit);
+            me.inner.st.lock().active -= 1;
+            me.ring();
+        });
+    }
+
+    /// Reads and opens `slots`: each one's block data if it holds a block.
+    async fn read_slots(&self, slots: &[SlotRead]) -> Result<Vec<Option<Vec<u8>>>> {
+        if slots.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cells: Vec<CellId> = slots.iter().map(|s| s.cell).collect();
+        let store = &self.inner.store;
+        let raw = with_retry(RetryPolicy::default(), || store.read(&cells)).await?;
+        if raw.len() != slots.len() {
+            return Err(ProxyError::State("the store answered the wrong number of cells".into()));
+        }
+        let sealer = &self.inner.sealer;
+        let bs = self.inner.st.lock().oram.config().block_size() as usize;
+        raw.into_iter()
+            .zip(slots)
+            .map(|(bytes, s)| {
+                let ad = CellAd { cell: s.cell.0, version: s.serial, segment: 0 };
+                let plain = sealer.open(&ad, &bytes).map_err(|e| integrity(s.cell.0, e))?;
+                if plain.len() != 8 + bs
+                    || u64::from_le_bytes(plain[..8].try_into().expect("8 bytes")) != s.holder
+                {
+                    return Err(ProxyError::Integrity {
+                        cell: s.cell.0,
+                        source: blindfold_crypto::CryptoError::Malformed(
+                            "the cell holds another block than it should".into(),
+                        ),
+                    });
+                }
+                Ok((s.holder != DUMMY).then(|| plain[8..].to_vec()))
+            })
+            .collect()
+    }
+
+    /// Carries out a shuffle the caller holds the partition for, and logs it.
+    async fn run_shuffle(&self, sh: Shuffle) -> Result<()> {
+        let p = sh.partition;
+        // Serials must be reserved, and the records that retired the levels written here
+        // durable, before anything is written.
+        let (need, reserve) = {
+            let s = self.inner.st.lock();
+            (s.last[p as usize], (sh.serial >= s.reserved).then_some(sh.serial + RESERVE_STEP))
+        };
+        if let Some(below) = reserve {
+            self.reserve_now(below).await?;
+        }
+        self.sync_through(need).await?;
+        let fetched = self.read_slots(&sh.reads).await?;
+        let mut blocks = std::collections::HashMap::new();
+        for ((s, d), live) in sh.reads.iter().zip(fetched).zip(&sh.live) {
+            if let (Some(d), true) = (d, live) {
+                blocks.insert(s.holder, d);
+            }
+        }
+        let bs = self.inner.st.lock().oram.config().block_size() as usize;
+        let zeros = vec![0u8; bs];
+        let mut cells = Vec::with_capacity(sh.writes.len());
+        for &(cell, holder) in &sh.writes {
+            let data: &[u8] = if holder == DUMMY {
+                &zeros
+            } else if let Some((_, d)) = sh.evicted.as_ref().filter(|(b, _)| *b == holder) {
+                d
+            } else {
+                blocks
+                    .get(&holder)
+                    .ok_or_else(|| ProxyError::State(format!("a shuffle lost block {holder}")))?
+            };
+            cells.push(seal(&self.inner.sealer, cell, sh.serial, holder, data)?);
+        }
+        if self.inner.st.lock().poisoned.is_some() {
+            return Err(ProxyError::Poisoned);
+        }
+        let store = &self.inner.store;
+        with_retry(RetryPolicy::default(), || store.write(cells.clone())).await?;
+        let mut s = self.inner.st.lock();
+        let record = s.oram.finish_shuffle(sh);
+        let frame = self.frame(SHUFFLE_MAGIC, &record)?;
+        let seq = s.push(frame);
+        s.last[p as usize] = seq;
+        Ok(())
+    }
+
+    /// Makes every write that completed before this call durable.
+    pub async fn commit(&self) -> Result<()> {
+        let seq = {
+            let mut s = self.inner.st.lock();
+            if let Some(p) = &s.poisoned {
+                return Err(ProxyError::State(format!("the engine stopped: {p}")));
+            }
+            let dirty = s.oram.take_dirty();
+            if dirty.is_empty() {
+                s.queued
+            } else {
+                let blocks = dirty
+                    .into_iter()
+                    .map(|(b, t, d)| (b, t, serde_bytes::ByteBuf::from(d)))
+                    .collect();
+                let f = self.frame(WRITES_MAGIC, &WritesRecord { blocks })?;
+                s.push(f)
+            }
+        };
+        self.sync_through(seq).await?;
+        let big = self.inner.st.lock().log_bytes > LOG_LIMIT;
+        if big {
+            self.checkpoint().await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until no access or eviction is in flight.
+    pub async fn settle(&self) -> Result<()> {
+        self.wait_until(|s| Ok(s.active == 0)).await
+    }
+
+    /// Commits and writes a checkpoint (new accesses wait meanwhile); the engine stays usable.
+    pub async fn checkpoint(&self) -> Result<()> {
+        self.inner.st.lock().holding += 1;
+        let quiet = self.wait_until(|s| Ok(s.active == 0)).await;
+        let result = match quiet {
+            Ok(()) => self.checkpoint_quiet().await,
+            Err(e) => Err(e),
+        };
+        self.inner.st.lock().holding -= 1;
+        self.ring();
+        result
+    }
+
+    async fn checkpoint_quiet(&self) -> Result<()> {
+        let mut log = self.inner.log.lock().await;
+        self.inner.store.flush().await?;
+        let ckpt = {
+            let s = self.inner.st.lock();
+            Checkpoint { store_id: self.inner.store_id.0, oram: s.oram.state()? }
+        };
+        write_checkpoint_as(&self.inner.dir, CHECKPOINT_MAGIC, &ckpt, &self.inner.state_sealer)?;
+        log.file = open_empty_log(&self.inner.dir)?;
+        let mut s = self.inner.st.lock();
+        s.queue.clear();
+        log.synced = s.queued;
+        s.clean = true;
+        s.log_bytes = 0;
+        s.reserved = s.oram.next_serial();
+        Ok(())
+    }
+
+    /// Clean shutdown: a checkpoint, after which nothing needs replaying.
+    pub async fn shutdown(&self) -> Result<()> {
+        self.commit().await?;
+        self.checkpoint().await
+    }
+
+    /// Stops the engine as a crash would (tests): nothing more is written.
+    pub fn halt(&self) {
+        self.poison(&ProxyError::State("halted".into()));
+    }
+
+    /// Authenticates every cell of every filled level (`progress(done, total)`).
+    pub async fn verify(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<VerifyReport> {
+        self.inner.st.lock().holding += 1;
+        let result = async {
+            self.wait_until(|s| Ok(s.active == 0)).await?;
+            let cells = self.inner.st.lock().oram.filled_cells();
+            let mut report = VerifyReport::default();
+            let total = cells.len() as u64;
+            for chunk in cells.chunks(256) {
+                for s in chunk {
+                    match self.read_slots(std::slice::from_ref(s)).await {
+                        Ok(_) => report.cells_checked += 1,
+                        Err(e) if e.is_integrity() => {
+                            report.cells_checked += 1;
+                            report.failures.push((s.cell.0, e.to_string()));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                progress(report.cells_checked, total);
+            }
+            Ok(report)
+        }
+        .await;
+        self.inner.st.lock().holding -= 1;
+        self.ring();
+        result
+    }
+}
+
+fn seal(
+    sealer: &CellSealer,
+    cell: CellId,
+    serial: u64,
+    holder: u64,
+    data: &[u8],
+) -> Result<(CellId, Vec<u8>)> {
+    let ad = CellAd { cell: cell.0, version: serial, segment: 0 };
+    sealer.seal(&ad, &cell_plain(holder, data)).map(|s| (cell, s)).map_err(ProxyError::Crypto)
+}
+
+fn check_geometry(store: &Arc<dyn Store>, config: &ObliviStoreConfig) -> Result<()> {
+    crate::error::check_array(store.geometry(), DurableObliviStore::geometry(config)?, "the store")
+}

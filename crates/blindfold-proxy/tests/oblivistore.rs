@@ -1,0 +1,547 @@
+//! The ObliviStore engine end to end: against a `HashMap` with many accesses at once under a
+//! store that reorders replies; tampering, swapping and rollback of cells detected; committed
+//! writes surviving a crash at any point, with no slot read twice by accesses between writes,
+//! across crashes too; what the store sees (uniform partitions, the public shuffle schedule);
+//! and the adversarial-scheduling argument of TaoStore's paper, with and without answers in
+//! arrival order.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use blindfold_crypto::{MasterKey, StoreId};
+use blindfold_oram::oblivistore::ObliviStoreConfig;
+use blindfold_oram::BlockId;
+use blindfold_proxy::{DurableObliviStore, ProxyError};
+use blindfold_store::{
+    ByteRange, CellId, Geometry, JitterStore, MemoryStore, RecordingStore, Store, TraceEvent,
+    TraceOp,
+};
+use blindfold_testkit::DyingStore;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const BS: u32 = 64;
+
+fn config(blocks: u64) -> ObliviStoreConfig {
+    ObliviStoreConfig::new(blocks, BS).unwrap()
+}
+
+fn data(tag: u64) -> Vec<u8> {
+    let mut d = vec![0u8; BS as usize];
+    d[..8].copy_from_slice(&tag.to_le_bytes());
+    d[8..16].copy_from_slice(&(!tag).to_le_bytes());
+    d
+}
+
+async fn create(
+    dir: &std::path::Path,
+    config: ObliviStoreConfig,
+    store: Arc<dyn Store>,
+    key: &MasterKey,
+) -> DurableObliviStore {
+    DurableObliviStore::create(dir, config, store, key, StoreId::random(), &mut |_, _| {})
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matches_a_hashmap_with_many_accesses_at_once_under_jitter() {
+    let config = config(256);
+    let key = MasterKey::generate();
+    let backing = MemoryStore::new(DurableObliviStore::geometry(&config).unwrap());
+    let jitter: Arc<dyn Store> = Arc::new(JitterStore::new(backing, Duration::from_micros(300), 3));
+    let dir = tempfile::tempdir().unwrap();
+    let engine = create(dir.path(), config, jitter.clone(), &key).await;
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rng = ChaCha8Rng::seed_from_u64(t);
+            let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+            for i in 0..300u64 {
+                let b = t * 32
+                    + if rng.gen_bool(0.6) { rng.gen_range(0..4) } else { rng.gen_range(0..32) };
+                if rng.gen_bool(0.5) {
+                    let d = data(i * 1000 + b);
+                    engine.write(BlockId(b), d.clone()).await.unwrap();
+                    model.insert(b, d);
+                } else {
+                    let got = engine.read(BlockId(b)).await.unwrap();
+                    let want = model.get(&b).cloned().unwrap_or(vec![0; BS as usize]);
+                    assert_eq!(got, want, "block {b}");
+                }
+                if rng.gen_bool(0.05) {
+                    engine.commit().await.unwrap();
+                }
+            }
+            model
+        }));
+    }
+    let mut model = HashMap::new();
+    for t in tasks {
+        model.extend(t.await.unwrap());
+    }
+    engine.settle().await.unwrap();
+    engine.check_invariants().unwrap();
+    assert!(engine.stats().oram.real_evictions > 100, "{:?}", engine.stats());
+    // Everything survives a clean restart.
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    let (engine, rec) = DurableObliviStore::open(dir.path(), jitter, &key).await.unwrap();
+    assert_eq!(rec.replayed, 0);
+    for (b, d) in &model {
+        assert_eq!(&engine.read(BlockId(*b)).await.unwrap(), d, "block {b} after a restart");
+    }
+    engine.settle().await.unwrap();
+    let report = engine.verify(&mut |_, _| {}).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert!(report.cells_checked > 0);
+}
+
+/// An engine with blocks 0..32 written and committed, over a store the test can reach.
+async fn written(
+    dir: &std::path::Path,
+) -> (DurableObliviStore, Arc<MemoryStore>, HashMap<u64, Vec<u8>>) {
+    let config = config(64);
+    let key = MasterKey::generate();
+    let backing = Arc::new(MemoryStore::new(DurableObliviStore::geometry(&config).unwrap()));
+    let engine = create(dir, config, backing.clone(), &key).await;
+    let mut model = HashMap::new();
+    for round in 0..3u64 {
+        for b in 0..32u64 {
+            engine.write(BlockId(b), data(round * 100 + b)).await.unwrap();
+            model.insert(b, data(round * 100 + b));
+        }
+    }
+    engine.commit().await.unwrap();
+    engine.settle().await.unwrap();
+    assert!(engine.block_cells().len() >= 8, "{:?}", engine.stats());
+    (engine, backing, model)
+}
+
+fn is_integrity(r: &Result<Vec<u8>, ProxyError>) -> bool {
+    matches!(r, Err(e) if e.is_integrity())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_cell_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, backing, _) = written(dir.path()).await;
+    let (block, cell) = engine.block_cells()[0];
+    let mut bytes = backing.read(&[cell]).await.unwrap().remove(0);
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    backing.write(vec![(cell, bytes)]).await.unwrap();
+    let r = engine.read(BlockId(block)).await;
+    assert!(is_integrity(&r), "{r:?}");
+    // The engine stops after an integrity error.
+    assert!(matches!(engine.read(BlockId(block)).await, Err(ProxyError::Poisoned)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapped_cells_are_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, backing, _) = written(dir.path()).await;
+    let cells = engine.block_cells();
+    let (a, ca) = cells[0];
+    let (_, cb) = cells[1];
+    let both = backing.read(&[ca, cb]).await.unwrap();
+    backing.write(vec![(ca, both[1].clone()), (cb, both[0].clone())]).await.unwrap();
+    let r = engine.read(BlockId(a)).await;
+    assert!(is_integrity(&r), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_store_is_detected_and_never_gives_old_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, backing, mut model) = written(dir.path()).await;
+    let geometry = backing.geometry();
+    let all: Vec<CellId> = (0..geometry.cell_count()).map(CellId).collect();
+    let saved = backing.read(&all).await.unwrap();
+    for round in 10..16u64 {
+        for b in 0..32u64 {
+            engine.write(BlockId(b), data(round * 100 + b)).await.unwrap();
+            model.insert(b, data(round * 100 + b));
+        }
+    }
+    engine.commit().await.unwrap();
+    engine.settle().await.unwrap();
+    backing.write(all.into_iter().zip(saved).collect()).await.unwrap();
+    let mut failed = false;
+    for b in 0..32u64 {
+        match engine.read(BlockId(b)).await {
+            Ok(d) => assert_eq!(d, model[&b], "block {b}: old data after a rollback"),
+            Err(e) => {
+                assert!(e.is_integrity() || matches!(e, ProxyError::Poisoned), "{e}");
+                failed = true;
+                break;
+            }
+        }
+    }
+    assert!(failed, "the rollback went unnoticed");
+}
+
+/// What the store may see, rebuilt from the trace alone with the public parameters: every
+/// read stays in one partition and reads no cell twice between writes; every write is one
+/// whole level. Returns the partition of each read that reads one slot per filled level.
+struct Public {
+    config: ObliviStoreConfig,
+    read: HashSet<u64>,
+}
+
+impl Public {
+    fn new(config: ObliviStoreConfig) -> Self {
+        Self { config, read: HashSet::new() }
+    }
+
+    fn partition_of(&self, cells: &[CellId]) -> u64 {
+        let per = self.config.partition_cells();
+        let p = cells[0].0 / per;
+        assert!(cells.iter().all(|c| c.0 / per == p), "a request spans partitions");
+        p
+    }
+
+    /// Checks `trace`; returns the partitions of the accesses' reads.
+    fn check(&mut self, trace: &[TraceEvent], accesses: &mut Vec<u64>) {
+        let top = self.config.levels();
+        // A crash may cut the last write short (a prefix of its cells reached the store).
+        let last_write = trace.iter().rposition(|e| e.op == TraceOp::Write);
+        for (i, e) in trace.iter().enumerate() {
+            if e.cells.is_empty() {
+                continue; // a flush, or a write a crash cut to nothing
+            }
+            match e.op {
+                TraceOp::Read => {
+                    let p = self.partition_of(&e.cells);
+                    for c in &e.cells {
+                        assert!(
+                            self.read.insert(c.0),
+                            "cell {} read twice between writes (by a read of {:?})",
+                            c.0,
+                            e.cells
+                        );
+                    }
+                    // One slot per distinct level: an access's read.
+                    let base = p * self.config.partition_cells();
+                    let mut levels: Vec<u32> = e
+                        .cells
+                        .iter()
+                        .map(|c| {
+                            let within = c.0 - base;
+                            let small = (2u64 << top) - 2;
+                            if within >= small {
+                                top
+                            } else {
+                                (within + 2).ilog2() - 1
+                            }
+                        })
+                        .collect();
+                    levels.sort_unstable();
+                    let distinct = levels.windows(2).all(|w| w[0] != w[1]);
+                    if distinct && levels.last() == Some(&top) {
+                        accesses.push(p);
+                    }
+                }
+                TraceOp::Write => {
+                    let p = self.partition_of(&e.cells);
+                    for c in &e.cells {
+                        self.read.remove(&c.0);
+                    }
+                    let n = e.cells.len() as u64;
+                    let torn = Some(i) == last_write;
+                    let is_level = (0..=top).any(|l| {
+                        let slots = self.config.level_slots(l);
+                        slots == n || (torn && n < slots)
+                    });
+                    assert!(is_level, "a write of {n} cells in partition {p} is no level");
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_writes_survive_a_crash_at_any_point_and_no_slot_is_read_twice() {
+    for seed in [7, 8, 9] {
+        crash_run(seed).await;
+    }
+}
+
+async fn crash_run(seed: u64) {
+    let config = config(64);
+    let key = MasterKey::generate();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let geometry = DurableObliviStore::geometry(&config).unwrap();
+    // The trace is taken below the dying store: what reached the store before it died (a
+    // request refused after the death, or its retry, never reached it).
+    let recorder = Arc::new(RecordingStore::new(MemoryStore::new(geometry)));
+    let backing: Arc<dyn Store> = recorder.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = create(dir.path(), config.clone(), backing.clone(), &key).await;
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    let mut public = Public::new(config.clone());
+    let mut acked: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut unacked: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
+    let mut crashes = 0;
+    let mut accesses = Vec::new();
+    for trial in 0..24u64 {
+        let dying: Arc<dyn Store> =
+            Arc::new(DyingStore::new(backing.clone(), rng.gen_range(0..4000)));
+        recorder.take_trace();
+        let opened = DurableObliviStore::open(dir.path(), dying, &key).await;
+        let trace = recorder.take_trace();
+        let (engine, rec) = match opened {
+            Ok(o) => o,
+            Err(ProxyError::Store(_)) => {
+                crashes += 1; // the store died while the engine recovered
+                continue;
+            }
+            Err(e) => panic!("trial {trial}: recovery failed: {e}"),
+        };
+        if rec.cells_rewritten > 0 {
+            // Every partition was rebuilt: nothing read before is readable again unwritten.
+            public.read.clear();
+        } else {
+            assert!(trace.iter().all(|e| e.op != TraceOp::Read), "a clean open read cells");
+        }
+        let mut blocks: Vec<u64> = acked.keys().chain(unacked.keys()).copied().collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        for b in blocks {
+            let Ok(got) = engine.read(BlockId(b)).await else { break };
+            let mut allowed = unacked.get(&b).cloned().unwrap_or_default();
+            allowed.push(acked.get(&b).cloned().unwrap_or(vec![0; BS as usize]));
+            assert!(
+                allowed.contains(&got),
+                "block {b} after crash {crashes} (trial {trial}): {:?} is none of the values it \
+                 may have",
+                u64::from_le_bytes(got[..8].try_into().unwrap())
+            );
+            acked.insert(b, got);
+            unacked.remove(&b);
+        }
+        let mut pending: HashMap<u64, Vec<u8>> = HashMap::new();
+        let mut died = false;
+        for i in 0..300u64 {
+            let b = rng.gen_range(0..64u64);
+            let d = data(trial * 10_000 + i);
+            unacked.entry(b).or_default().push(d.clone());
+            if engine.write(BlockId(b), d.clone()).await.is_err() {
+                died = true;
+                break;
+            }
+            pending.insert(b, d);
+            if rng.gen_bool(0.1) {
+                if engine.commit().await.is_err() {
+                    died = true;
+                    break;
+                }
+                for (b, d) in pending.drain() {
+                    acked.insert(b, d);
+                    unacked.remove(&b);
+                }
+            }
+        }
+        if !died && engine.shutdown().await.is_ok() {
+            for (b, d) in pending.drain() {
+                acked.insert(b, d);
+                unacked.remove(&b);
+            }
+        }
+        crashes += u32::from(died);
+        engine.halt();
+        let _ = engine.settle().await;
+        public.check(&recorder.take_trace(), &mut accesses);
+        drop(engine);
+    }
+    assert!(crashes >= 5, "the store died only {crashes} times");
+    let (engine, _) = DurableObliviStore::open(dir.path(), backing.clone(), &key).await.unwrap();
+    recorder.take_trace();
+    public.read.clear();
+    for (b, d) in &acked {
+        let got = engine.read(BlockId(*b)).await.unwrap();
+        let mut allowed = unacked.get(b).cloned().unwrap_or_default();
+        allowed.push(d.clone());
+        assert!(allowed.contains(&got), "block {b} at the end");
+    }
+    engine.settle().await.unwrap();
+    engine.check_invariants().unwrap();
+    public.check(&recorder.take_trace(), &mut accesses);
+    let report = engine.verify(&mut |_, _| {}).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+}
+
+/// Runs 2,000 sequential accesses (block chosen by `pick`) and returns the partitions of the
+/// accesses' reads, after checking the whole trace against the public schedule.
+async fn partitions_seen(pick: impl Fn(u64) -> u64) -> (ObliviStoreConfig, Vec<u64>) {
+    let config = config(256);
+    let key = MasterKey::generate();
+    let backing: Arc<dyn Store> =
+        Arc::new(MemoryStore::new(DurableObliviStore::geometry(&config).unwrap()));
+    let recorder = Arc::new(RecordingStore::new(backing));
+    let dir = tempfile::tempdir().unwrap();
+    let engine = create(dir.path(), config.clone(), recorder.clone(), &key).await;
+    // Every block written once first, so reads are real.
+    for b in 0..256u64 {
+        engine.write(BlockId(b), data(b)).await.unwrap();
+    }
+    engine.settle().await.unwrap();
+    recorder.take_trace();
+    let mut public = Public::new(config.clone());
+    // What was read before the trace starts is unknown: only check reads of written cells.
+    let mut accesses = Vec::new();
+    for i in 0..2000u64 {
+        engine.read(BlockId(pick(i))).await.unwrap();
+        engine.settle().await.unwrap();
+    }
+    let trace = recorder.take_trace();
+    let mut written = HashSet::new();
+    let mut filtered = Vec::new();
+    for e in trace {
+        if e.op == TraceOp::Write {
+            written.extend(e.cells.iter().map(|c| c.0));
+        }
+        if e.op != TraceOp::Read || e.cells.iter().all(|c| written.contains(&c.0)) {
+            filtered.push(e);
+        } else {
+            // Still count the access's partition.
+            let mut p = Public::new(config.clone());
+            p.check(std::slice::from_ref(&e), &mut accesses);
+        }
+    }
+    public.check(&filtered, &mut accesses);
+    (config, accesses)
+}
+
+fn chi_square_uniform(counts: &[u64]) -> f64 {
+    use statrs::distribution::{ChiSquared, ContinuousCDF};
+    let n: u64 = counts.iter().sum();
+    let expect = n as f64 / counts.len() as f64;
+    let stat: f64 = counts.iter().map(|&c| (c as f64 - expect).powi(2) / expect).sum();
+    1.0 - ChiSquared::new((counts.len() - 1) as f64).unwrap().cdf(stat)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_sees_uniform_partitions_and_the_public_schedule_whatever_the_workload() {
+    let workloads: [(&str, Box<dyn Fn(u64) -> u64>); 3] = [
+        ("hammer", Box::new(|_| 7)),
+        ("uniform", Box::new(|i| (i * 2_654_435_761) % 256)),
+        ("scan", Box::new(|i| i % 256)),
+    ];
+    for (name, pick) in workloads {
+        let (config, accesses) = partitions_seen(pick).await;
+        assert!(accesses.len() >= 1900, "{name}: {} access reads recognised", accesses.len());
+        let mut counts = vec![0u64; config.partitions() as usize];
+        for p in &accesses {
+            counts[*p as usize] += 1;
+        }
+        let pv = chi_square_uniform(&counts);
+        assert!(pv > 1e-4, "{name}: partition choice is not uniform (p = {pv})");
+    }
+}
+
+/// A store that holds back, once armed, every read of the partition of the first read it sees,
+/// until released: the adversary scheduling the network of TaoStore's argument.
+#[derive(Debug)]
+struct HoldStore {
+    inner: Arc<dyn Store>,
+    per: u64,
+    armed: AtomicBool,
+    held: parking_lot::Mutex<Option<u64>>,
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+#[async_trait]
+impl Store for HoldStore {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+    async fn read(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        if self.armed.load(Ordering::SeqCst) && !cells.is_empty() {
+            let p = cells[0].0 / self.per;
+            let hold = {
+                let mut h = self.held.lock();
+                *h.get_or_insert(p) == p
+            };
+            if hold {
+                let mut rx = self.release.subscribe();
+                let _ = rx.wait_for(|r| *r).await;
+            }
+        }
+        self.inner.read(cells).await
+    }
+    async fn read_ranges(&self, ranges: &[ByteRange]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        self.inner.read_ranges(ranges).await
+    }
+    async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
+        self.inner.write(cells).await
+    }
+    async fn flush(&self) -> blindfold_store::Result<()> {
+        self.inner.flush().await
+    }
+}
+
+/// Whether a second access (to the same block as the held first one, or to another block in
+/// another partition) answers while the adversary holds the first access's partition.
+async fn second_answers_while_held(in_order: bool, same: bool) -> bool {
+    let config = config(256);
+    let key = MasterKey::generate();
+    let backing: Arc<dyn Store> =
+        Arc::new(MemoryStore::new(DurableObliviStore::geometry(&config).unwrap()));
+    let hold = Arc::new(HoldStore {
+        inner: backing,
+        per: config.partition_cells(),
+        armed: AtomicBool::new(false),
+        held: parking_lot::Mutex::new(None),
+        release: tokio::sync::watch::channel(false).0,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = create(dir.path(), config.clone(), hold.clone(), &key).await;
+    engine.set_in_order(in_order);
+    for b in 0..256u64 {
+        engine.write(BlockId(b), data(b)).await.unwrap();
+    }
+    engine.commit().await.unwrap();
+    engine.settle().await.unwrap();
+    let cells = engine.block_cells();
+    let per = config.partition_cells();
+    let (x, cx) = cells[0];
+    let y = cells.iter().find(|(_, c)| c.0 / per != cx.0 / per).unwrap().0;
+    hold.armed.store(true, Ordering::SeqCst);
+    let first = tokio::spawn({
+        let e = engine.clone();
+        async move { e.read(BlockId(x)).await }
+    });
+    // The adversary sees the first access's read and holds its partition.
+    while hold.held.lock().is_none() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let second = tokio::spawn({
+        let e = engine.clone();
+        let b = if same { x } else { y };
+        async move { e.read(BlockId(b)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let answered = second.is_finished();
+    hold.release.send_replace(true);
+    assert_eq!(first.await.unwrap().unwrap(), data(x));
+    let got = second.await.unwrap().unwrap();
+    assert_eq!(got, data(if same { x } else { y }));
+    answered
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_in_arrival_order_hide_a_repeated_block_from_a_store_that_delays_replies() {
+    // Without the order, the adversary tells the two sequences apart: the repeated request
+    // waits for the held read, the other does not.
+    assert!(!second_answers_while_held(false, true).await);
+    assert!(second_answers_while_held(false, false).await);
+    // With it, both wait: the timing no longer depends on which block was asked.
+    assert!(!second_answers_while_held(true, true).await);
+    assert!(!second_answers_while_held(true, false).await);
+}
