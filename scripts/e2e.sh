@@ -16,7 +16,7 @@
 #
 # Knobs (environment): BLINDFOLD_BIN (use this binary, skip the build), E2E_KEEP=1 (keep the
 # work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git swift users observe tls grow
-# tee report crash" (run a subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
+# tee oblivistore report crash" (run a subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
 # <target>/browser-artefacts), E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE
 # (see finish below).
 set -uo pipefail
@@ -1133,6 +1133,48 @@ if only tee; then
     check "tee (remote trusted component): clean exit on SIGTERM" server_stopped_cleanly
   fi
   [[ -n $ENCLAVE_PID ]] && kill "$ENCLAVE_PID" 2>/dev/null
+fi
+
+# ObliviStore (seed 001): the aws CLI against `serve --engine oblivistore`; a SIGKILL after
+# uploads, then every object acknowledged before it reads back after the restart.
+oblivistore_put() {
+  rm -rf "$WORK/os-objs" && mkdir -p "$WORK/os-objs"
+  aws --endpoint-url "$ENDPOINT" s3 mb s3://e2e-os >/dev/null || return 1
+  local i
+  for i in 1 2 3 4 5 6; do
+    rand_file "$WORK/os-objs/o$i" $((i * 70000))
+    aws --endpoint-url "$ENDPOINT" s3 cp "$WORK/os-objs/o$i" "s3://e2e-os/o$i" >/dev/null || return 1
+  done
+}
+oblivistore_read_back() {
+  local i
+  for i in 1 2 3 4 5 6; do
+    aws --endpoint-url "$ENDPOINT" s3 cp "s3://e2e-os/o$i" "$WORK/os-objs/o$i.back" >/dev/null || return 1
+    same_file "$WORK/os-objs/o$i" "$WORK/os-objs/o$i.back" || return 1
+  done
+}
+
+if only oblivistore; then
+  step "e2e: the ObliviStore engine (serve --engine oblivistore)"
+  if ! CAPACITY=64MiB start_server "$WORK/os-data" --engine oblivistore --block-size 4096 --allow-overhead; then
+    echo "FAIL - oblivistore: server start: see above"
+    FAILED=$((FAILED + 1))
+  else
+    check "oblivistore: aws mb, cp, ranged get, sync a tree, rm, rb" tee_aws
+    check "oblivistore: uploads before a SIGKILL" oblivistore_put
+    kill -9 "$SERVER_PID" 2>/dev/null
+    wait "$SERVER_PID" 2>/dev/null
+    if ! CAPACITY=64MiB start_server "$WORK/os-data" --engine oblivistore --block-size 4096 --allow-overhead; then
+      echo "FAIL - oblivistore: restart after SIGKILL: see above"
+      FAILED=$((FAILED + 1))
+    else
+      check "oblivistore: every acknowledged object reads back after the SIGKILL" oblivistore_read_back
+      stop_server >"$WORK/stop.log" 2>&1
+      STOP_STATUS=$?
+      check "oblivistore: clean exit on SIGTERM" server_stopped_cleanly
+      check "oblivistore: blindfold verify" tee_verify "$WORK/os-data"
+    fi
+  fi
 fi
 
 # `blindfold report --quick`: every experiment of the thesis at toy sizes, against the tests'

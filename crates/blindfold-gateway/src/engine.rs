@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use blindfold_oram::{BlockId, Op};
 use blindfold_proxy::{
-    DurablePathOram, DurableTao, DurableTee, ProxyError, Result, SealedDirect, VerifyReport,
+    DurableObliviStore, DurablePathOram, DurableTao, DurableTee, ProxyError, Result, SealedDirect,
+    VerifyReport,
 };
 use futures::future::LocalBoxFuture;
 
@@ -482,6 +483,73 @@ impl SharedEngine for DurableTee {
         progress: &'a mut dyn FnMut(u64, u64),
     ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
         Box::pin(DurableTee::verify(self, progress))
+    }
+}
+
+/// The ObliviStore engine serves many requests by itself: accesses to different partitions
+/// run at once, shuffles in the background.
+#[async_trait::async_trait]
+impl SharedEngine for DurableObliviStore {
+    fn block_size(&self) -> usize {
+        self.config().block_size() as usize
+    }
+
+    async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
+        let bad: std::collections::HashSet<u64> = bad.iter().copied().collect();
+        Some(
+            self.block_cells()
+                .into_iter()
+                .filter(|(_, c)| bad.contains(&c.0))
+                .map(|(b, _)| b)
+                .collect(),
+        )
+    }
+
+    fn gauges(&self) -> EngineGauges {
+        let s = self.stats();
+        EngineGauges {
+            stash: s.cached as u64,
+            stash_max: 0,
+            subtree: 0,
+            trusted_bytes: s.trusted_bytes,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        "oblivistore"
+    }
+
+    fn batch_blocks(&self) -> usize {
+        64
+    }
+
+    fn durable(&self) -> bool {
+        true
+    }
+
+    async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        check_distinct(blocks.iter().copied())?;
+        DurableObliviStore::read_many(self, blocks).await
+    }
+
+    async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        check_distinct(blocks.iter().map(|b| b.0))?;
+        DurableObliviStore::write_many(self, blocks).await
+    }
+
+    async fn commit(&self) -> Result<()> {
+        DurableObliviStore::commit(self).await
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        DurableObliviStore::shutdown(self).await
+    }
+
+    fn verify<'a>(
+        &'a self,
+        progress: &'a mut dyn FnMut(u64, u64),
+    ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
+        Box::pin(DurableObliviStore::verify(self, progress))
     }
 }
 

@@ -268,8 +268,8 @@ fn grown_params(params: &GatewayParams, blocks: u64, generation: u32) -> Result<
 
 /// Checks that a growth of `params` to `blocks` is allowed and fits in memory.
 fn check_request(params: &GatewayParams, blocks: u64, used_blocks: u64) -> Result<()> {
-    if params.engine == OramEngine::Tee {
-        return Err(cannot_grow_tee());
+    if !params.engine.can_rebuild() {
+        return Err(cannot_grow(params.engine));
     }
     if blocks <= params.blocks {
         return Err(GatewayError::Config(format!(
@@ -421,7 +421,7 @@ async fn grow_closed(
             let config = tao_config(&new_params)?;
             blindfold_proxy::rebuild::grow_tao(&oram_dir, old, new, key, epoch, config).await?
         }
-        OramEngine::Tee => return Err(cannot_grow_tee()),
+        OramEngine::Tee | OramEngine::ObliviStore => return Err(cannot_grow(params.engine)),
     };
     *replaced = true;
     if crash == Some(CrashPoint::AfterCheckpoint) {
@@ -442,17 +442,16 @@ fn checkpoint_blocks(dir: &Path, params: &GatewayParams, key: &MasterKey) -> Res
     Ok(match params.engine {
         OramEngine::PathOram => blindfold_proxy::rebuild::saved_path_oram_blocks(&oram_dir, key)?,
         OramEngine::Tao => blindfold_proxy::rebuild::saved_tao_blocks(&oram_dir, key)?,
-        OramEngine::Tee => return Err(cannot_grow_tee()),
+        OramEngine::Tee | OramEngine::ObliviStore => return Err(cannot_grow(params.engine)),
     })
 }
 
-/// The TEE engine's tree cannot be grown yet.
-fn cannot_grow_tee() -> GatewayError {
-    GatewayError::Config(
-        "the tee engine cannot grow its store yet: create a larger one and copy the objects \
-         over (e.g. with `aws s3 sync`)"
-            .into(),
-    )
+/// The TEE and ObliviStore engines cannot be grown yet.
+fn cannot_grow(engine: OramEngine) -> GatewayError {
+    GatewayError::Config(format!(
+        "the {engine} engine cannot grow its store yet: create a larger one and copy the \
+         objects over (e.g. with `aws s3 sync`)"
+    ))
 }
 
 /// At start: finishes or redoes a growth a crash interrupted, before the engine opens.
@@ -749,7 +748,7 @@ impl Grower {
             OramEngine::PathOram => Arc::new(Serialized::new(
                 DurablePathOram::open_rotating(&oram_dir, store, &self.key, None).await?.0,
             )),
-            OramEngine::Tee => return Err(cannot_grow_tee()),
+            OramEngine::Tee | OramEngine::ObliviStore => return Err(cannot_grow(params.engine)),
         })
     }
 

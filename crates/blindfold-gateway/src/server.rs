@@ -22,10 +22,12 @@ use std::task::{Context, Poll};
 use blindfold_crypto::{
     create_key_file, load_key_file, CellAd, CellSealer, MasterKey, Passphrase, StoreId,
 };
+use blindfold_oram::oblivistore::ObliviStoreConfig;
 use blindfold_oram::tee::TeeOramConfig;
 use blindfold_oram::{PathOramConfig, PosMapMode};
 use blindfold_proxy::{
-    DurablePathOram, DurableTao, DurableTee, SealedDirect, SealedPathOram, TaoConfig,
+    DurableObliviStore, DurablePathOram, DurableTao, DurableTee, SealedDirect, SealedPathOram,
+    TaoConfig,
 };
 use blindfold_store::{open_store, StoreUrl};
 use serde::{Deserialize, Serialize};
@@ -88,6 +90,17 @@ pub enum OramEngine {
     /// index and the blocks waiting to go back. With a local store the trusted component runs
     /// in the gateway's process; with `remote://` in the storage server's (`blindfold enclave`).
     Tee,
+    /// ObliviStore (seed 001, [`DurableObliviStore`]): about √N partitions, each a levelled
+    /// hierarchical ORAM shuffled in the background; requests to different partitions run at
+    /// once. Keeps the position map and an eviction cache in trusted memory.
+    ObliviStore,
+}
+
+impl OramEngine {
+    /// Whether `blindfold grow`, `recover` and key rotation can rebuild this engine's store.
+    pub fn can_rebuild(self) -> bool {
+        matches!(self, Self::Tao | Self::PathOram)
+    }
 }
 
 impl std::str::FromStr for OramEngine {
@@ -97,7 +110,10 @@ impl std::str::FromStr for OramEngine {
             "tao" => Ok(Self::Tao),
             "path" | "path-oram" => Ok(Self::PathOram),
             "tee" => Ok(Self::Tee),
-            other => Err(format!("unknown engine {other:?} (use tao, path-oram or tee)")),
+            "oblivistore" => Ok(Self::ObliviStore),
+            other => {
+                Err(format!("unknown engine {other:?} (use tao, path-oram, tee or oblivistore)"))
+            }
         }
     }
 }
@@ -108,6 +124,7 @@ impl std::fmt::Display for OramEngine {
             Self::Tao => "tao",
             Self::PathOram => "path-oram",
             Self::Tee => "tee",
+            Self::ObliviStore => "oblivistore",
         })
     }
 }
@@ -322,6 +339,19 @@ pub(crate) fn tee_config(params: &GatewayParams) -> Result<TeeOramConfig> {
     }
 }
 
+/// The ObliviStore engine's partitions: the defaults of [`ObliviStoreConfig::new`].
+pub(crate) fn oblivistore_config(params: &GatewayParams) -> Result<ObliviStoreConfig> {
+    ObliviStoreConfig::new(params.blocks, params.block_size)
+        .map_err(|e| GatewayError::Config(e.to_string()))
+}
+
+/// Cells of the ObliviStore engine's store.
+fn oblivistore_cells(params: &GatewayParams) -> Result<u64> {
+    oblivistore_config(params)?
+        .total_cells()
+        .ok_or_else(|| GatewayError::Config("too many cells for one store".into()))
+}
+
 pub(crate) fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
     // Keep at most 2^16 position-map entries in memory; bigger maps are stored recursively.
     let posmap = if params.blocks > 1 << 20 {
@@ -351,6 +381,9 @@ pub(crate) fn physical_view(params: &GatewayParams) -> Result<PhysicalView> {
         OramEngine::Tee => {
             return Ok(PhysicalView::Flat { cells: tee_config(params)?.total_cells() })
         }
+        OramEngine::ObliviStore => {
+            return Ok(PhysicalView::Flat { cells: oblivistore_cells(params)? })
+        }
     };
     Ok(PhysicalView::Tree { copy_cells, leaves })
 }
@@ -361,6 +394,7 @@ pub(crate) fn engine_cells(params: &GatewayParams) -> Result<u64> {
         OramEngine::PathOram => oram_config(params)?.total_cells(),
         OramEngine::Tao => tao_config(params)?.tree().total_cells(),
         OramEngine::Tee => tee_config(params)?.total_cells(),
+        OramEngine::ObliviStore => oblivistore_cells(params)?,
     })
 }
 
@@ -372,6 +406,7 @@ pub(crate) fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::G
         (OramEngine::Tao, true) => DurableTao::geometry(&tao_config(params)?)?,
         (OramEngine::Tao, false) => tao_config(params)?.geometry()?,
         (OramEngine::Tee, _) => DurableTee::geometry(&tee_config(params)?)?,
+        (OramEngine::ObliviStore, _) => DurableObliviStore::geometry(&oblivistore_config(params)?)?,
     })
 }
 
@@ -594,6 +629,7 @@ pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
         OramEngine::PathOram => config.total_cells(),
         OramEngine::Tao => tao_config(params)?.tree().total_cells(),
         OramEngine::Tee => tee_config(params)?.total_cells(),
+        OramEngine::ObliviStore => oblivistore_cells(params)?,
     };
     let cached = cached_bytes(&config);
     let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
@@ -679,6 +715,10 @@ pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
         }
         OramEngine::Tee => {
             tee_config(&p)?;
+            p
+        }
+        OramEngine::ObliviStore => {
+            oblivistore_config(&p)?;
             p
         }
     };
@@ -1106,6 +1146,24 @@ async fn assemble(
             recovered(rec, notes);
             Arc::new(engine)
         }
+    } else if params.engine == OramEngine::ObliviStore {
+        if creating {
+            let config = oblivistore_config(&params)?;
+            Arc::new(
+                DurableObliviStore::create(&oram_dir, config, store, &key, id, &mut |_, _| {})
+                    .await?,
+            )
+        } else {
+            if previous.is_some() {
+                return Err(GatewayError::Config(
+                    "the oblivistore engine cannot re-seal its cells under a new key: finish or                      undo the key rotation with another engine's data directory"
+                        .into(),
+                ));
+            }
+            let (engine, rec) = DurableObliviStore::open(&oram_dir, store, &key).await?;
+            recovered(rec, notes);
+            Arc::new(engine)
+        }
     } else if params.engine == OramEngine::Tao {
         if creating {
             let config = tao_config(&params)?;
@@ -1157,19 +1215,18 @@ async fn assemble(
     let objects =
         Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
     let snapshots = Arc::new(parking_lot::Mutex::new(snapshots));
-    let grower =
-        (hooks.engine == EngineKind::PathOram && params.engine != OramEngine::Tee).then(|| {
-            Arc::new(crate::grow::Grower::new(crate::grow::GrowerParts {
-                dir: dir.clone(),
-                key: Arc::clone(&key),
-                engine: swappable,
-                objects: Arc::clone(&objects),
-                observer: Arc::clone(&observer),
-                wrap_store,
-                snapshots: Arc::clone(&snapshots),
-                rotating: previous.is_some(),
-            }))
-        });
+    let grower = (hooks.engine == EngineKind::PathOram && params.engine.can_rebuild()).then(|| {
+        Arc::new(crate::grow::Grower::new(crate::grow::GrowerParts {
+            dir: dir.clone(),
+            key: Arc::clone(&key),
+            engine: swappable,
+            objects: Arc::clone(&objects),
+            observer: Arc::clone(&observer),
+            wrap_store,
+            snapshots: Arc::clone(&snapshots),
+            rotating: previous.is_some(),
+        }))
+    });
     Ok(Opened {
         objects,
         params,
@@ -1805,22 +1862,27 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
     let new = open_array(new_array.clone()).await?;
     write_private(&oram_dir.join("checkpoint.bin"), &snap.oram_checkpoint)?;
     let epoch = blindfold_proxy::rebuild::fresh_epoch();
-    let rebuilt = match params.engine {
-        OramEngine::Tao => {
-            blindfold_proxy::rebuild::rebuild_tao(&oram_dir, old, new, &key, epoch).await?
-        }
-        OramEngine::PathOram => {
-            blindfold_proxy::rebuild::rebuild_path_oram(&oram_dir, old, new, &key, epoch).await?
-        }
-        OramEngine::Tee => {
-            return Err(GatewayError::Config(
+    let rebuilt =
+        match params.engine {
+            OramEngine::Tao => {
+                blindfold_proxy::rebuild::rebuild_tao(&oram_dir, old, new, &key, epoch).await?
+            }
+            OramEngine::PathOram => {
+                blindfold_proxy::rebuild::rebuild_path_oram(&oram_dir, old, new, &key, epoch)
+                    .await?
+            }
+            OramEngine::Tee => return Err(GatewayError::Config(
                 "`blindfold recover` cannot rebuild a tee engine's data directory yet (its cells \
                  are re-permuted only by its trusted component); restore the data directory \
                  from a backup instead"
                     .into(),
-            ))
-        }
-    };
+            )),
+            OramEngine::ObliviStore => return Err(GatewayError::Config(
+                "`blindfold recover` cannot rebuild an oblivistore engine's data directory yet; \
+                 restore the data directory from a backup instead"
+                    .into(),
+            )),
+        };
     // Objects and uploads with a lost block are dropped: reading them would give zeros.
     let lost: std::collections::HashSet<u64> = rebuilt.lost.iter().copied().collect();
     let mut directory = snap.directory;

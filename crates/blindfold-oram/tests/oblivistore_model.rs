@@ -37,7 +37,14 @@ fn run_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle) {
     o.finish_shuffle(sh);
 }
 
-fn access(o: &mut ObliviStoreOram, sim: &mut Sim, rng: &mut ChaCha8Rng, b: u64, op: Op) -> Vec<u8> {
+fn access(
+    o: &mut ObliviStoreOram,
+    sim: &mut Sim,
+    rng: &mut ChaCha8Rng,
+    debt: &mut f64,
+    b: u64,
+    op: Op,
+) -> Vec<u8> {
     let (p, real) = o.begin(b).unwrap();
     let plan = o.plan_read(b, p, real).unwrap();
     assert_eq!(plan.slots.len() as u32, plan.slots.len() as u32);
@@ -53,7 +60,10 @@ fn access(o: &mut ObliviStoreOram, sim: &mut Sim, rng: &mut ChaCha8Rng, b: u64, 
     let old = o.finish(b, op).unwrap();
     let sh = o.plan_evict(p);
     run_shuffle(o, sim, sh);
-    if rng.gen_bool(o.config().evict_rate() / 2.0) {
+    // ν background evictions per access, on the driver's schedule (a running debt).
+    *debt += o.config().evict_rate();
+    while *debt >= 1.0 {
+        *debt -= 1.0;
         let q = rng.gen_range(0..o.config().partitions());
         let sh = o.plan_evict(q);
         run_shuffle(o, sim, sh);
@@ -74,15 +84,16 @@ fn planner_matches_a_hashmap() {
         let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut real_evictions = 0;
+        let mut debt = 0.0;
         for i in 0..4000u64 {
             let b = if rng.gen_bool(0.3) { rng.gen_range(0..5) } else { rng.gen_range(0..blocks) };
             if rng.gen_bool(0.5) {
                 let data = (i as u64).to_le_bytes().to_vec();
-                let old = access(&mut o, &mut sim, &mut rng, b, Op::Write(data.clone()));
+                let old = access(&mut o, &mut sim, &mut rng, &mut debt, b, Op::Write(data.clone()));
                 assert_eq!(old, model.get(&b).cloned().unwrap_or(vec![0; 8]));
                 model.insert(b, data);
             } else {
-                let got = access(&mut o, &mut sim, &mut rng, b, Op::Read);
+                let got = access(&mut o, &mut sim, &mut rng, &mut debt, b, Op::Read);
                 assert_eq!(got, model.get(&b).cloned().unwrap_or(vec![0; 8]), "block {b}");
             }
             o.check_invariants().unwrap();
@@ -94,5 +105,37 @@ fn planner_matches_a_hashmap() {
         }
         assert!(o.cached() < 200, "cache grew to {}", o.cached());
         assert!(real_evictions + o.stats().real_evictions > 1000);
+    }
+}
+
+/// The eviction cache stays a small queue: ν = 0.5 background evictions per access keep it
+/// stable, whatever the workload.
+#[test]
+fn the_eviction_cache_stays_small() {
+    let blocks = 4096;
+    for (name, hot) in [("uniform", false), ("hammer", true)] {
+        let config = ObliviStoreConfig::new(blocks, 8).unwrap();
+        let partitions = config.partitions() as usize;
+        let mut o = ObliviStoreOram::seeded(config, 3);
+        let mut sim = Sim::new();
+        for c in o.initial_cells().collect::<Vec<_>>() {
+            sim.insert(c.cell.0, (c.serial, c.holder, vec![0; 8]));
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let mut debt = 0.0;
+        // Every block written once, then reads.
+        for b in 0..blocks {
+            access(&mut o, &mut sim, &mut rng, &mut debt, b, Op::Write(b.to_le_bytes().to_vec()));
+        }
+        let mut max = 0;
+        for i in 0..20_000u64 {
+            let b = if hot { i % 4 } else { rng.gen_range(0..blocks) };
+            let got = access(&mut o, &mut sim, &mut rng, &mut debt, b, Op::Read);
+            assert_eq!(got, b.to_le_bytes().to_vec());
+            max = max.max(o.cached());
+        }
+        o.check_invariants().unwrap();
+        eprintln!("{name}: largest cache {max} blocks ({partitions} partitions)");
+        assert!(max <= 3 * partitions, "{name}: the cache reached {max} blocks");
     }
 }

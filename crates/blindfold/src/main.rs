@@ -446,7 +446,9 @@ struct ServeArgs {
     #[arg(long)]
     cache_mib: Option<u64>,
     /// Oblivious engine of a new store: `tao` (concurrent, TaoStore design: many block
-    /// accesses in flight at once) or `path-oram` (sequential Path ORAM).
+    /// accesses in flight at once), `path-oram` (sequential Path ORAM), `tee` (seed 004's
+    /// TEE-assisted engine) or `oblivistore` (ObliviStore: partitions of levelled ORAMs,
+    /// shuffled in the background; about 6× the capacity in store space).
     /// Fixed at creation [default: tao].
     #[arg(long)]
     engine: Option<blindfold_gateway::server::OramEngine>,
@@ -927,7 +929,7 @@ struct GatewayBenchArgs {
     /// Trusted memory (MiB) for the top levels of the ORAM tree, as `serve --cache-mib`.
     #[arg(long, default_value_t = blindfold_gateway::server::DEFAULT_CACHE_MIB)]
     cache_mib: u64,
-    /// The gateway's engine, as `serve --engine`: tao or path-oram.
+    /// The gateway's engine, as `serve --engine`: tao, path-oram, tee or oblivistore.
     #[arg(long, default_value_t = blindfold_gateway::server::OramEngine::Tao)]
     engine: blindfold_gateway::server::OramEngine,
     /// The ORAM side keeps one copy of each cell, overwritten in place after the redo log
