@@ -59,6 +59,13 @@ pub struct ObliviStoreConfig {
     levels: u32,
     capacity: u32,
     evict_rate: f64,
+    /// Blocks one eviction carries at most (1 for ObliviStore, `b` for CURIOUS).
+    #[serde(default = "one")]
+    batch: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl ObliviStoreConfig {
@@ -71,6 +78,34 @@ impl ObliviStoreConfig {
         }
         let partitions = ((blocks as f64).sqrt().ceil() as u64).clamp(1, 1 << 20) as u32;
         Self::with_partitions(blocks, block_size, partitions, 0.5)
+    }
+
+    /// CURIOUS over levelled partitions: `P = ⌈√N⌉` partitions; every access touches exactly
+    /// one partition (its read, then one eviction into it carrying up to `b` cached blocks; no
+    /// background evictions), `b` = 3 as in the thesis's runs.
+    pub fn curious(blocks: u64, block_size: u32, b: u32) -> Result<Self> {
+        if !(1..=64).contains(&b) {
+            return Err(OramError::InvalidConfig(format!("CURIOUS's b = {b} is outside 1..=64")));
+        }
+        if blocks == 0 || block_size == 0 {
+            return Err(OramError::InvalidConfig("a CURIOUS ORAM needs blocks".into()));
+        }
+        let partitions = ((blocks as f64).sqrt().ceil() as u64).clamp(1, 1 << 20) as u32;
+        let mut c = Self::with_partitions(blocks, block_size, partitions, 0.0)?;
+        c.batch = b;
+        c.levels = (c.capacity as u64).div_ceil(2 * b as u64).next_power_of_two().trailing_zeros();
+        c.total_cells().ok_or_else(|| OramError::InvalidConfig("too many cells".into()))?;
+        Ok(c)
+    }
+
+    /// Blocks one eviction carries at most (1: ObliviStore; more: CURIOUS's `b`).
+    pub fn batch(&self) -> u32 {
+        self.batch
+    }
+
+    /// Whether this is CURIOUS's setting (batched evictions, none in the background).
+    pub fn is_curious(&self) -> bool {
+        self.batch > 1 || self.evict_rate == 0.0
     }
 
     /// As [`ObliviStoreConfig::new`] with `partitions` partitions and eviction rate `evict_rate`
@@ -97,8 +132,15 @@ impl ObliviStoreConfig {
             )));
         }
         let levels = capacity.div_ceil(2).next_power_of_two().trailing_zeros();
-        let config =
-            Self { blocks, block_size, partitions, levels, capacity: capacity as u32, evict_rate };
+        let config = Self {
+            blocks,
+            block_size,
+            partitions,
+            levels,
+            capacity: capacity as u32,
+            evict_rate,
+            batch: 1,
+        };
         config.total_cells().ok_or_else(|| OramError::InvalidConfig("too many cells".into()))?;
         Ok(config)
     }
@@ -136,7 +178,7 @@ impl ObliviStoreConfig {
     /// Slots of level `level` (`levels()` is the top level).
     pub fn level_slots(&self, level: u32) -> u64 {
         if level < self.levels {
-            2u64 << level
+            (self.batch as u64 + 1) << level
         } else {
             self.capacity as u64 + (1u64 << self.levels)
         }
@@ -144,7 +186,12 @@ impl ObliviStoreConfig {
 
     /// Cells per partition: the small levels and both areas of the top level.
     pub fn partition_cells(&self) -> u64 {
-        (2u64 << self.levels) - 2 + 2 * self.level_slots(self.levels)
+        self.small_cells() + 2 * self.level_slots(self.levels)
+    }
+
+    /// Cells of the small levels of one partition.
+    fn small_cells(&self) -> u64 {
+        (self.batch as u64 + 1) * ((1u64 << self.levels) - 1)
     }
 
     /// Cells in the store.
@@ -156,9 +203,9 @@ impl ObliviStoreConfig {
     pub fn cell(&self, partition: u32, level: u32, area: u8, slot: u64) -> CellId {
         let base = partition as u64 * self.partition_cells();
         let within = if level < self.levels {
-            (2u64 << level) - 2 + slot
+            (self.batch as u64 + 1) * ((1u64 << level) - 1) + slot
         } else {
-            (2u64 << self.levels) - 2 + area as u64 * self.level_slots(self.levels) + slot
+            self.small_cells() + area as u64 * self.level_slots(self.levels) + slot
         };
         CellId(base + within)
     }
@@ -261,14 +308,19 @@ pub struct Shuffle {
     pub serial: u64,
     /// Every unread slot of the levels merged, in order.
     pub reads: Vec<SlotRead>,
+    /// Live blocks of the merged levels that do not go into the new level but to the
+    /// eviction cache (a rebuild after a crash can find a partition over its capacity: the log
+    /// does not know of reads that took blocks out of it). The driver hands their data to
+    /// [`ObliviStoreOram::finish_shuffle`].
+    pub spill: Vec<u64>,
     /// Which of `reads` hold a live block (the others are dummies, or stale copies of blocks
     /// that moved on while a shuffle carried them).
     pub live: Vec<bool>,
     /// The new level's cells and what each holds.
     pub writes: Vec<(CellId, u64)>,
-    /// The block evicted and its data, if a real one.
-    pub evicted: Option<(u64, Vec<u8>)>,
-    evicted_version: u64,
+    /// The blocks evicted and their data (none: a dummy eviction).
+    pub evicted: Vec<(u64, Vec<u8>)>,
+    evicted_versions: Vec<u64>,
     /// The counter after.
     counter: u64,
 }
@@ -276,7 +328,7 @@ pub struct Shuffle {
 impl Shuffle {
     /// Whether a real block goes in (for counters; the store cannot tell).
     pub fn is_real(&self) -> bool {
-        self.evicted.is_some()
+        !self.evicted.is_empty()
     }
 }
 
@@ -289,10 +341,11 @@ pub struct ShuffleRecord {
     serial: u64,
     counter: u64,
     holders: Vec<u64>,
-    /// The evicted block, if it left the cache.
-    evicted: Option<u64>,
-    /// The slot of an evicted block that changed on its way (its cached copy stays current).
-    stale: Option<u32>,
+    /// The evicted blocks that left the cache.
+    evicted: Vec<u64>,
+    /// The slots of evicted blocks that changed on their way (their cached copies stay
+    /// current).
+    stale: Vec<u32>,
     /// Cached blocks whose stored copy this shuffle retired, with their data.
     rescued: Vec<(u64, u32, serde_bytes::ByteBuf)>,
 }
@@ -651,33 +704,38 @@ impl ObliviStoreOram {
     /// to it, if one is ready and the partition has room, else a dummy; and the shuffle that
     /// takes it in.
     pub fn plan_evict(&mut self, partition: u32) -> Shuffle {
-        let cap = self.config.capacity;
-        let pick = if self.partitions[partition as usize].reals < cap {
-            self.by_target[partition as usize].iter().copied().find(|b| {
+        let room = self.config.capacity.saturating_sub(self.partitions[partition as usize].reals);
+        let take = room.min(self.config.batch) as usize;
+        let picks: Vec<u64> = self.by_target[partition as usize]
+            .iter()
+            .copied()
+            .filter(|b| {
                 !self.pins.contains_key(b)
                     && self.cache.get(b).is_some_and(|c| c.data.is_some() && !c.evicting)
             })
-        } else {
-            None
-        };
-        let evicted = pick.map(|b| {
-            let c = self.cache.get_mut(&b).expect("indexed");
-            c.evicting = true;
-            (b, c.data.clone().expect("ready"), c.version)
-        });
+            .take(take)
+            .collect();
+        let evicted = picks
+            .into_iter()
+            .map(|b| {
+                let c = self.cache.get_mut(&b).expect("indexed");
+                c.evicting = true;
+                (b, c.data.clone().expect("ready"), c.version)
+            })
+            .collect();
         self.plan_shuffle(partition, evicted, false)
     }
 
     /// Plans a rebuild of `partition`'s top level from everything it holds (after a restart:
     /// every slot the last run may have read is retired, unread by the new level).
     pub fn plan_rebuild(&mut self, partition: u32) -> Shuffle {
-        self.plan_shuffle(partition, None, true)
+        self.plan_shuffle(partition, Vec::new(), true)
     }
 
     fn plan_shuffle(
         &mut self,
         partition: u32,
-        evicted: Option<(u64, Vec<u8>, u64)>,
+        evicted: Vec<(u64, Vec<u8>, u64)>,
         rebuild: bool,
     ) -> Shuffle {
         let levels = self.config.levels;
@@ -717,8 +775,11 @@ impl ObliviStoreOram {
                 }
             }
         }
+        let mut live = live;
+        let cap = self.config.capacity as usize;
+        let spill = if rebuild && live.len() > cap { live.split_off(cap) } else { Vec::new() };
         let mut holders = live;
-        if let Some((b, _, _)) = &evicted {
+        for (b, _, _) in &evicted {
             holders.push(*b);
             self.partitions[partition as usize].reals += 1;
         }
@@ -732,29 +793,52 @@ impl ObliviStoreOram {
             .map(|(s, &h)| (self.config.cell(partition, level, area, s as u64), h))
             .collect();
         self.stats.shuffle_cells += (reads.len() + slots) as u64;
-        let (evicted, evicted_version) = match evicted {
-            Some((b, d, v)) => (Some((b, d)), v),
-            None => (None, 0),
-        };
+        let evicted_versions = evicted.iter().map(|e| e.2).collect();
+        let evicted = evicted.into_iter().map(|(b, d, _)| (b, d)).collect();
         Shuffle {
             partition,
             level,
             area,
             serial,
             reads,
+            spill,
             live: live_flags,
             writes,
             evicted,
-            evicted_version,
+            evicted_versions,
             counter,
         }
     }
 
     /// The shuffle's cells are in the store: the new level replaces the merged ones. Returns
     /// what the redo log must keep (the caller appends it before the partition is used again).
-    pub fn finish_shuffle(&mut self, shuffle: Shuffle) -> ShuffleRecord {
+    pub fn finish_shuffle(
+        &mut self,
+        shuffle: Shuffle,
+        spilled: Vec<(u64, Vec<u8>)>,
+    ) -> ShuffleRecord {
         let levels = self.config.levels;
         let p = shuffle.partition;
+        // Spilled blocks go to the cache (and into the record, which carries their data).
+        for (b, data) in spilled {
+            if shuffle.spill.contains(&b) {
+                let target = self.random_partition();
+                self.places.insert(b, Place::Cached);
+                self.partitions[p as usize].reals -= 1;
+                self.cache.insert(
+                    b,
+                    Cached {
+                        data: Some(data),
+                        target,
+                        origin: Some((p, levels)),
+                        dirty: false,
+                        version: 0,
+                        evicting: false,
+                    },
+                );
+                self.by_target[target as usize].insert(b);
+            }
+        }
         let retires = |origin: Option<(u32, u32)>| {
             origin.is_some_and(|(op, ol)| {
                 op == p && (if shuffle.level == levels { true } else { ol < shuffle.level })
@@ -774,25 +858,23 @@ impl ObliviStoreOram {
         }
         rescued.sort_unstable_by_key(|r| r.0);
         let holders: Vec<u64> = shuffle.writes.iter().map(|&(_, h)| h).collect();
-        let mut evicted = None;
-        let mut stale = None;
-        if let Some((b, _)) = &shuffle.evicted {
-            let unchanged = self.cache.get(b).is_some_and(|c| c.version == shuffle.evicted_version);
+        let mut evicted = Vec::new();
+        let mut stale = Vec::new();
+        for ((b, _), &version) in shuffle.evicted.iter().zip(&shuffle.evicted_versions) {
+            let unchanged = self.cache.get(b).is_some_and(|c| c.version == version);
             if unchanged && !self.pins.contains_key(b) {
                 let c = self.cache.remove(b).expect("checked");
                 self.by_target[c.target as usize].remove(b);
-                evicted = Some(*b);
+                evicted.push(*b);
             } else if let Some(c) = self.cache.get_mut(b) {
                 // Accessed while on its way: the cached copy stays current, the slot is stale.
                 c.evicting = false;
-                stale = holders.iter().position(|h| h == b).map(|s| s as u32);
+                stale.extend(holders.iter().position(|h| h == b).map(|s| s as u32));
                 self.partitions[p as usize].reals -= 1;
             }
         }
         self.stats.shuffles += 1;
-        if evicted.is_some() {
-            self.stats.real_evictions += 1;
-        }
+        self.stats.real_evictions += evicted.len() as u64;
         let record = ShuffleRecord {
             partition: p,
             level: shuffle.level,
@@ -826,13 +908,13 @@ impl ObliviStoreOram {
         }
         part.counter = r.counter;
         for (s, &h) in r.holders.iter().enumerate() {
-            if h == DUMMY || r.stale == Some(s as u32) {
+            if h == DUMMY || r.stale.contains(&(s as u32)) {
                 continue;
             }
             let placed = Place::Stored { partition: r.partition, level: r.level, slot: s as u32 };
             match self.places.get(&h) {
                 // A block moved in (the evicted one), or one that stayed in the partition.
-                Some(Place::Cached) if r.evicted != Some(h) => {}
+                Some(Place::Cached) if !r.evicted.contains(&h) => {}
                 _ => {
                     self.places.insert(h, placed);
                 }
@@ -856,14 +938,15 @@ impl ObliviStoreOram {
             self.check_block(*b)?;
             self.put_cached(*b, *target, data.to_vec(), false)?;
         }
-        let mut moved_from = None;
-        if let Some(b) = r.evicted {
+        let mut moved_from = Vec::new();
+        for &b in &r.evicted {
+            self.check_block(b)?;
             if let Some(c) = self.cache.remove(&b) {
                 self.by_target[c.target as usize].remove(&b);
             }
             // The log may still place it where it was read from (reads are not logged).
             if let Some(Place::Stored { partition, .. }) = self.places.remove(&b) {
-                moved_from = Some(partition);
+                moved_from.push(partition);
             }
         }
         self.install(r);
@@ -889,7 +972,7 @@ impl ObliviStoreOram {
             )));
         }
         self.recount(p);
-        if let Some(q) = moved_from {
+        for q in moved_from {
             self.recount(q);
         }
         Ok(())

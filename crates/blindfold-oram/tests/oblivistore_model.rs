@@ -23,18 +23,15 @@ fn run_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle) {
     for &(cell, h) in &sh.writes {
         let data = if h == DUMMY {
             vec![0; 8]
-        } else if let Some((b, d)) = &sh.evicted {
-            if *b == h {
-                d.clone()
-            } else {
-                got[&h].clone()
-            }
+        } else if let Some((_, d)) = sh.evicted.iter().find(|(b, _)| *b == h) {
+            d.clone()
         } else {
             got[&h].clone()
         };
         sim.insert(cell.0, (sh.serial, h, data));
     }
-    o.finish_shuffle(sh);
+    let spilled = sh.spill.iter().map(|b| (*b, got[b].clone())).collect();
+    o.finish_shuffle(sh, spilled);
 }
 
 fn access(
@@ -73,9 +70,15 @@ fn access(
 
 #[test]
 fn planner_matches_a_hashmap() {
-    for seed in 0..4u64 {
+    for seed in 0..6u64 {
         let blocks = 200;
-        let config = ObliviStoreConfig::new(blocks, 8).unwrap();
+        // ObliviStore's setting, and CURIOUS's (three blocks per eviction, none in the
+        // background).
+        let config = if seed % 2 == 0 {
+            ObliviStoreConfig::new(blocks, 8).unwrap()
+        } else {
+            ObliviStoreConfig::curious(blocks, 8, 3).unwrap()
+        };
         let mut o = ObliviStoreOram::seeded(config, seed);
         let mut sim = Sim::new();
         for c in o.initial_cells().collect::<Vec<_>>() {
@@ -113,8 +116,14 @@ fn planner_matches_a_hashmap() {
 #[test]
 fn the_eviction_cache_stays_small() {
     let blocks = 4096;
-    for (name, hot) in [("uniform", false), ("hammer", true)] {
-        let config = ObliviStoreConfig::new(blocks, 8).unwrap();
+    for (name, hot, curious) in
+        [("uniform", false, false), ("hammer", true, false), ("curious", false, true)]
+    {
+        let config = if curious {
+            ObliviStoreConfig::curious(blocks, 8, 3).unwrap()
+        } else {
+            ObliviStoreConfig::new(blocks, 8).unwrap()
+        };
         let partitions = config.partitions() as usize;
         let mut o = ObliviStoreOram::seeded(config, 3);
         let mut sim = Sim::new();

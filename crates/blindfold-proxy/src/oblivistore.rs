@@ -745,7 +745,7 @@ impl DurableObliviStore {
         for &(cell, holder) in &sh.writes {
             let data: &[u8] = if holder == DUMMY {
                 &zeros
-            } else if let Some((_, d)) = sh.evicted.as_ref().filter(|(b, _)| *b == holder) {
+            } else if let Some((_, d)) = sh.evicted.iter().find(|(b, _)| *b == holder) {
                 d
             } else {
                 blocks
@@ -759,8 +759,10 @@ impl DurableObliviStore {
         }
         let store = &self.inner.store;
         with_retry(RetryPolicy::default(), || store.write(cells.clone())).await?;
+        let spilled: Vec<(u64, Vec<u8>)> =
+            sh.spill.iter().filter_map(|b| blocks.remove(b).map(|d| (*b, d))).collect();
         let mut s = self.inner.st.lock();
-        let record = s.oram.finish_shuffle(sh);
+        let record = s.oram.finish_shuffle(sh, spilled);
         let frame = self.frame(SHUFFLE_MAGIC, &record)?;
         let seq = s.push(frame);
         s.last[p as usize] = seq;

@@ -49,7 +49,15 @@ async fn create(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn matches_a_hashmap_with_many_accesses_at_once_under_jitter() {
-    let config = config(256);
+    hashmap_run(config(256)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curious_matches_a_hashmap_with_many_accesses_at_once_under_jitter() {
+    hashmap_run(ObliviStoreConfig::curious(256, BS, 3).unwrap()).await;
+}
+
+async fn hashmap_run(config: ObliviStoreConfig) {
     let key = MasterKey::generate();
     let backing = MemoryStore::new(DurableObliviStore::geometry(&config).unwrap());
     let jitter: Arc<dyn Store> = Arc::new(JitterStore::new(backing, Duration::from_micros(300), 3));
@@ -105,7 +113,13 @@ async fn matches_a_hashmap_with_many_accesses_at_once_under_jitter() {
 async fn written(
     dir: &std::path::Path,
 ) -> (DurableObliviStore, Arc<MemoryStore>, HashMap<u64, Vec<u8>>) {
-    let config = config(64);
+    written_with(dir, config(64)).await
+}
+
+async fn written_with(
+    dir: &std::path::Path,
+    config: ObliviStoreConfig,
+) -> (DurableObliviStore, Arc<MemoryStore>, HashMap<u64, Vec<u8>>) {
     let key = MasterKey::generate();
     let backing = Arc::new(MemoryStore::new(DurableObliviStore::geometry(&config).unwrap()));
     let engine = create(dir, config, backing.clone(), &key).await;
@@ -139,6 +153,28 @@ async fn a_tampered_cell_is_detected() {
     assert!(is_integrity(&r), "{r:?}");
     // The engine stops after an integrity error.
     assert!(matches!(engine.read(BlockId(block)).await, Err(ProxyError::Poisoned)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curious_detects_a_tampered_cell_and_a_swap() {
+    for swap in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ObliviStoreConfig::curious(64, BS, 3).unwrap();
+        let (engine, backing, _) = written_with(dir.path(), config).await;
+        let cells = engine.block_cells();
+        let (a, ca) = cells[0];
+        let (_, cb) = cells[1];
+        let both = backing.read(&[ca, cb]).await.unwrap();
+        if swap {
+            backing.write(vec![(ca, both[1].clone()), (cb, both[0].clone())]).await.unwrap();
+        } else {
+            let mut bytes = both[0].clone();
+            bytes[20] ^= 4;
+            backing.write(vec![(ca, bytes)]).await.unwrap();
+        }
+        let r = engine.read(BlockId(a)).await;
+        assert!(is_integrity(&r), "swap {swap}: {r:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,19 +262,18 @@ impl Public {
                     }
                     // One slot per distinct level: an access's read.
                     let base = p * self.config.partition_cells();
-                    let mut levels: Vec<u32> = e
-                        .cells
-                        .iter()
-                        .map(|c| {
-                            let within = c.0 - base;
-                            let small = (2u64 << top) - 2;
-                            if within >= small {
-                                top
-                            } else {
-                                (within + 2).ilog2() - 1
+                    let level_of = |within: u64| {
+                        let mut start = 0;
+                        for l in 0..top {
+                            start += self.config.level_slots(l);
+                            if within < start {
+                                return l;
                             }
-                        })
-                        .collect();
+                        }
+                        top
+                    };
+                    let mut levels: Vec<u32> =
+                        e.cells.iter().map(|c| level_of(c.0 - base)).collect();
                     levels.sort_unstable();
                     let distinct = levels.windows(2).all(|w| w[0] != w[1]);
                     if distinct && levels.last() == Some(&top) {
@@ -267,12 +302,18 @@ impl Public {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_writes_survive_a_crash_at_any_point_and_no_slot_is_read_twice() {
     for seed in [7, 8, 9] {
-        crash_run(seed).await;
+        crash_run(seed, config(64)).await;
     }
 }
 
-async fn crash_run(seed: u64) {
-    let config = config(64);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curious_committed_writes_survive_a_crash_at_any_point_and_no_slot_is_read_twice() {
+    for seed in [17, 18] {
+        crash_run(seed, ObliviStoreConfig::curious(64, BS, 3).unwrap()).await;
+    }
+}
+
+async fn crash_run(seed: u64, config: ObliviStoreConfig) {
     let key = MasterKey::generate();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let geometry = DurableObliviStore::geometry(&config).unwrap();
@@ -378,8 +419,10 @@ async fn crash_run(seed: u64) {
 
 /// Runs 2,000 sequential accesses (block chosen by `pick`) and returns the partitions of the
 /// accesses' reads, after checking the whole trace against the public schedule.
-async fn partitions_seen(pick: impl Fn(u64) -> u64) -> (ObliviStoreConfig, Vec<u64>) {
-    let config = config(256);
+async fn partitions_seen(
+    config: ObliviStoreConfig,
+    pick: impl Fn(u64) -> u64,
+) -> (ObliviStoreConfig, Vec<u64>) {
     let key = MasterKey::generate();
     let backing: Arc<dyn Store> =
         Arc::new(MemoryStore::new(DurableObliviStore::geometry(&config).unwrap()));
@@ -433,8 +476,11 @@ async fn the_store_sees_uniform_partitions_and_the_public_schedule_whatever_the_
         ("uniform", Box::new(|i| (i * 2_654_435_761) % 256)),
         ("scan", Box::new(|i| i % 256)),
     ];
-    for (name, pick) in workloads {
-        let (config, accesses) = partitions_seen(pick).await;
+    for (i, (name, pick)) in workloads.into_iter().enumerate() {
+        // ObliviStore, and CURIOUS for the scan.
+        let config =
+            if i == 2 { ObliviStoreConfig::curious(256, BS, 3).unwrap() } else { config(256) };
+        let (config, accesses) = partitions_seen(config, pick).await;
         assert!(accesses.len() >= 1900, "{name}: {} access reads recognised", accesses.len());
         let mut counts = vec![0u64; config.partitions() as usize];
         for p in &accesses {
