@@ -16,7 +16,7 @@
 #
 # Knobs (environment): BLINDFOLD_BIN (use this binary, skip the build), E2E_KEEP=1 (keep the
 # work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git swift users observe tls grow
-# tee oblivistore report crash" (run a subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
+# tee oblivistore curious report crash" (run a subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
 # <target>/browser-artefacts), E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE
 # (see finish below).
 set -uo pipefail
@@ -1135,7 +1135,7 @@ if only tee; then
   [[ -n $ENCLAVE_PID ]] && kill "$ENCLAVE_PID" 2>/dev/null
 fi
 
-# ObliviStore (seed 001): the aws CLI against `serve --engine oblivistore`; a SIGKILL after
+# ObliviStore (seed 001) and CURIOUS (seed 003): the aws CLI against `serve --engine …`; a SIGKILL after
 # uploads, then every object acknowledged before it reads back after the restart.
 oblivistore_put() {
   rm -rf "$WORK/os-objs" && mkdir -p "$WORK/os-objs"
@@ -1154,28 +1154,30 @@ oblivistore_read_back() {
   done
 }
 
-if only oblivistore; then
-  step "e2e: the ObliviStore engine (serve --engine oblivistore)"
-  if ! CAPACITY=64MiB start_server "$WORK/os-data" --engine oblivistore --block-size 4096 --allow-overhead; then
-    echo "FAIL - oblivistore: server start: see above"
+for PART_ENGINE in oblivistore curious; do
+  only "$PART_ENGINE" || continue
+  step "e2e: the $PART_ENGINE engine (serve --engine $PART_ENGINE)"
+  PART_DIR="$WORK/$PART_ENGINE-data"
+  if ! CAPACITY=64MiB start_server "$PART_DIR" --engine "$PART_ENGINE" --block-size 4096 --allow-overhead; then
+    echo "FAIL - $PART_ENGINE: server start: see above"
     FAILED=$((FAILED + 1))
-  else
-    check "oblivistore: aws mb, cp, ranged get, sync a tree, rm, rb" tee_aws
-    check "oblivistore: uploads before a SIGKILL" oblivistore_put
-    kill -9 "$SERVER_PID" 2>/dev/null
-    wait "$SERVER_PID" 2>/dev/null
-    if ! CAPACITY=64MiB start_server "$WORK/os-data" --engine oblivistore --block-size 4096 --allow-overhead; then
-      echo "FAIL - oblivistore: restart after SIGKILL: see above"
-      FAILED=$((FAILED + 1))
-    else
-      check "oblivistore: every acknowledged object reads back after the SIGKILL" oblivistore_read_back
-      stop_server >"$WORK/stop.log" 2>&1
-      STOP_STATUS=$?
-      check "oblivistore: clean exit on SIGTERM" server_stopped_cleanly
-      check "oblivistore: blindfold verify" tee_verify "$WORK/os-data"
-    fi
+    continue
   fi
-fi
+  check "$PART_ENGINE: aws mb, cp, ranged get, sync a tree, rm, rb" tee_aws
+  check "$PART_ENGINE: uploads before a SIGKILL" oblivistore_put
+  kill -9 "$SERVER_PID" 2>/dev/null
+  wait "$SERVER_PID" 2>/dev/null
+  if ! CAPACITY=64MiB start_server "$PART_DIR" --engine "$PART_ENGINE" --block-size 4096 --allow-overhead; then
+    echo "FAIL - $PART_ENGINE: restart after SIGKILL: see above"
+    FAILED=$((FAILED + 1))
+    continue
+  fi
+  check "$PART_ENGINE: every acknowledged object reads back after the SIGKILL" oblivistore_read_back
+  stop_server >"$WORK/stop.log" 2>&1
+  STOP_STATUS=$?
+  check "$PART_ENGINE: clean exit on SIGTERM" server_stopped_cleanly
+  check "$PART_ENGINE: blindfold verify" tee_verify "$PART_DIR"
+done
 
 # `blindfold report --quick`: every experiment of the thesis at toy sizes, against the tests'
 # MinIO (the private cloud and the git workload) when there is one; the report's tables, plots

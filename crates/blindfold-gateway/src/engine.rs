@@ -516,7 +516,11 @@ impl SharedEngine for DurableObliviStore {
     }
 
     fn kind(&self) -> &'static str {
-        "oblivistore"
+        if self.config().is_curious() {
+            "curious"
+        } else {
+            "oblivistore"
+        }
     }
 
     fn batch_blocks(&self) -> usize {

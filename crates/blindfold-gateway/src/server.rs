@@ -94,6 +94,10 @@ pub enum OramEngine {
     /// hierarchical ORAM shuffled in the background; requests to different partitions run at
     /// once. Keeps the position map and an eviction cache in trusted memory.
     ObliviStore,
+    /// CURIOUS (seed 003 §3.10.2) over ObliviStore's levelled partitions
+    /// ([`DurableObliviStore`] in CURIOUS's setting): every access touches exactly one
+    /// partition, its read followed by one eviction into it carrying up to `b` = 3 blocks.
+    Curious,
 }
 
 impl OramEngine {
@@ -111,9 +115,10 @@ impl std::str::FromStr for OramEngine {
             "path" | "path-oram" => Ok(Self::PathOram),
             "tee" => Ok(Self::Tee),
             "oblivistore" => Ok(Self::ObliviStore),
-            other => {
-                Err(format!("unknown engine {other:?} (use tao, path-oram, tee or oblivistore)"))
-            }
+            "curious" => Ok(Self::Curious),
+            other => Err(format!(
+                "unknown engine {other:?} (use tao, path-oram, tee, oblivistore or curious)"
+            )),
         }
     }
 }
@@ -125,6 +130,7 @@ impl std::fmt::Display for OramEngine {
             Self::PathOram => "path-oram",
             Self::Tee => "tee",
             Self::ObliviStore => "oblivistore",
+            Self::Curious => "curious",
         })
     }
 }
@@ -339,10 +345,18 @@ pub(crate) fn tee_config(params: &GatewayParams) -> Result<TeeOramConfig> {
     }
 }
 
-/// The ObliviStore engine's partitions: the defaults of [`ObliviStoreConfig::new`].
+/// CURIOUS's `b`: blocks one eviction carries at most (the thesis ran b = 3).
+pub const CURIOUS_B: u32 = 3;
+
+/// The partitions of the ObliviStore and CURIOUS engines: the defaults of
+/// [`ObliviStoreConfig::new`] and [`ObliviStoreConfig::curious`].
 pub(crate) fn oblivistore_config(params: &GatewayParams) -> Result<ObliviStoreConfig> {
-    ObliviStoreConfig::new(params.blocks, params.block_size)
-        .map_err(|e| GatewayError::Config(e.to_string()))
+    if params.engine == OramEngine::Curious {
+        ObliviStoreConfig::curious(params.blocks, params.block_size, CURIOUS_B)
+    } else {
+        ObliviStoreConfig::new(params.blocks, params.block_size)
+    }
+    .map_err(|e| GatewayError::Config(e.to_string()))
 }
 
 /// Cells of the ObliviStore engine's store.
@@ -381,7 +395,7 @@ pub(crate) fn physical_view(params: &GatewayParams) -> Result<PhysicalView> {
         OramEngine::Tee => {
             return Ok(PhysicalView::Flat { cells: tee_config(params)?.total_cells() })
         }
-        OramEngine::ObliviStore => {
+        OramEngine::ObliviStore | OramEngine::Curious => {
             return Ok(PhysicalView::Flat { cells: oblivistore_cells(params)? })
         }
     };
@@ -394,7 +408,7 @@ pub(crate) fn engine_cells(params: &GatewayParams) -> Result<u64> {
         OramEngine::PathOram => oram_config(params)?.total_cells(),
         OramEngine::Tao => tao_config(params)?.tree().total_cells(),
         OramEngine::Tee => tee_config(params)?.total_cells(),
-        OramEngine::ObliviStore => oblivistore_cells(params)?,
+        OramEngine::ObliviStore | OramEngine::Curious => oblivistore_cells(params)?,
     })
 }
 
@@ -406,7 +420,9 @@ pub(crate) fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::G
         (OramEngine::Tao, true) => DurableTao::geometry(&tao_config(params)?)?,
         (OramEngine::Tao, false) => tao_config(params)?.geometry()?,
         (OramEngine::Tee, _) => DurableTee::geometry(&tee_config(params)?)?,
-        (OramEngine::ObliviStore, _) => DurableObliviStore::geometry(&oblivistore_config(params)?)?,
+        (OramEngine::ObliviStore | OramEngine::Curious, _) => {
+            DurableObliviStore::geometry(&oblivistore_config(params)?)?
+        }
     })
 }
 
@@ -629,7 +645,7 @@ pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
         OramEngine::PathOram => config.total_cells(),
         OramEngine::Tao => tao_config(params)?.tree().total_cells(),
         OramEngine::Tee => tee_config(params)?.total_cells(),
-        OramEngine::ObliviStore => oblivistore_cells(params)?,
+        OramEngine::ObliviStore | OramEngine::Curious => oblivistore_cells(params)?,
     };
     let cached = cached_bytes(&config);
     let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
@@ -717,7 +733,7 @@ pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
             tee_config(&p)?;
             p
         }
-        OramEngine::ObliviStore => {
+        OramEngine::ObliviStore | OramEngine::Curious => {
             oblivistore_config(&p)?;
             p
         }
@@ -1146,7 +1162,7 @@ async fn assemble(
             recovered(rec, notes);
             Arc::new(engine)
         }
-    } else if params.engine == OramEngine::ObliviStore {
+    } else if matches!(params.engine, OramEngine::ObliviStore | OramEngine::Curious) {
         if creating {
             let config = oblivistore_config(&params)?;
             Arc::new(
@@ -1155,10 +1171,11 @@ async fn assemble(
             )
         } else {
             if previous.is_some() {
-                return Err(GatewayError::Config(
-                    "the oblivistore engine cannot re-seal its cells under a new key: finish or                      undo the key rotation with another engine's data directory"
-                        .into(),
-                ));
+                return Err(GatewayError::Config(format!(
+                    "the {} engine cannot re-seal its cells under a new key: finish or undo \
+                         the key rotation with another engine's data directory",
+                    params.engine
+                )));
             }
             let (engine, rec) = DurableObliviStore::open(&oram_dir, store, &key).await?;
             recovered(rec, notes);
@@ -1862,27 +1879,29 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
     let new = open_array(new_array.clone()).await?;
     write_private(&oram_dir.join("checkpoint.bin"), &snap.oram_checkpoint)?;
     let epoch = blindfold_proxy::rebuild::fresh_epoch();
-    let rebuilt =
-        match params.engine {
-            OramEngine::Tao => {
-                blindfold_proxy::rebuild::rebuild_tao(&oram_dir, old, new, &key, epoch).await?
-            }
-            OramEngine::PathOram => {
-                blindfold_proxy::rebuild::rebuild_path_oram(&oram_dir, old, new, &key, epoch)
-                    .await?
-            }
-            OramEngine::Tee => return Err(GatewayError::Config(
+    let rebuilt = match params.engine {
+        OramEngine::Tao => {
+            blindfold_proxy::rebuild::rebuild_tao(&oram_dir, old, new, &key, epoch).await?
+        }
+        OramEngine::PathOram => {
+            blindfold_proxy::rebuild::rebuild_path_oram(&oram_dir, old, new, &key, epoch).await?
+        }
+        OramEngine::Tee => {
+            return Err(GatewayError::Config(
                 "`blindfold recover` cannot rebuild a tee engine's data directory yet (its cells \
                  are re-permuted only by its trusted component); restore the data directory \
                  from a backup instead"
                     .into(),
-            )),
-            OramEngine::ObliviStore => return Err(GatewayError::Config(
-                "`blindfold recover` cannot rebuild an oblivistore engine's data directory yet; \
-                 restore the data directory from a backup instead"
-                    .into(),
-            )),
-        };
+            ))
+        }
+        OramEngine::ObliviStore | OramEngine::Curious => {
+            return Err(GatewayError::Config(format!(
+                "`blindfold recover` cannot rebuild a data directory of the {} engine yet; \
+                     restore the data directory from a backup instead",
+                params.engine
+            )))
+        }
+    };
     // Objects and uploads with a lost block are dropped: reading them would give zeros.
     let lost: std::collections::HashSet<u64> = rebuilt.lost.iter().copied().collect();
     let mut directory = snap.directory;

@@ -221,7 +221,9 @@ async fn lost_timeline_substitution(engine: OramEngine) {
     let pinned = match engine {
         OramEngine::Tao => (1u64 << opened.params.cache_levels) - 1,
         OramEngine::PathOram => 0,
-        OramEngine::Tee | OramEngine::ObliviStore => unreachable!("recover refuses it"),
+        OramEngine::Tee | OramEngine::ObliviStore | OramEngine::Curious => {
+            unreachable!("recover refuses it")
+        }
     };
     assert_eq!(
         report.cells_ok,

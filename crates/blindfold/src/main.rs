@@ -447,8 +447,9 @@ struct ServeArgs {
     cache_mib: Option<u64>,
     /// Oblivious engine of a new store: `tao` (concurrent, TaoStore design: many block
     /// accesses in flight at once), `path-oram` (sequential Path ORAM), `tee` (seed 004's
-    /// TEE-assisted engine) or `oblivistore` (ObliviStore: partitions of levelled ORAMs,
-    /// shuffled in the background; about 6× the capacity in store space).
+    /// TEE-assisted engine), `oblivistore` (ObliviStore: partitions of levelled ORAMs,
+    /// shuffled in the background; about 6× the capacity in store space) or `curious` (CURIOUS
+    /// over the same partitions: one partition per access, up to b = 3 blocks per eviction).
     /// Fixed at creation [default: tao].
     #[arg(long)]
     engine: Option<blindfold_gateway::server::OramEngine>,
@@ -929,7 +930,7 @@ struct GatewayBenchArgs {
     /// Trusted memory (MiB) for the top levels of the ORAM tree, as `serve --cache-mib`.
     #[arg(long, default_value_t = blindfold_gateway::server::DEFAULT_CACHE_MIB)]
     cache_mib: u64,
-    /// The gateway's engine, as `serve --engine`: tao, path-oram, tee or oblivistore.
+    /// The gateway's engine, as `serve --engine`: tao, path-oram, tee, oblivistore or curious.
     #[arg(long, default_value_t = blindfold_gateway::server::OramEngine::Tao)]
     engine: blindfold_gateway::server::OramEngine,
     /// The ORAM side keeps one copy of each cell, overwritten in place after the redo log
