@@ -9,24 +9,27 @@
 //!
 //! Every logical access, read or write, whatever the block:
 //!
-//! 1. reads one block: the block's own place if it is on a node, else (the block is in the
-//!    cache, being fetched by an earlier access, or was never written) a *fake read* of a
-//!    uniformly random local id on a uniformly random node. A block read from its place moves
-//!    to the cache and is given a fresh, secret, uniformly random node; its old local id is
+//! 1. reads one block from the node the block is assigned to: from its place if it is on a
+//!    node, else (the block waits in the cache, or its read by an earlier access is in
+//!    flight) a *fake read* of a random local id on the node the cache assigned it to; a
+//!    block never written is read (fakely) from a uniformly random node. Then the block is in
+//!    the cache, assigned a fresh, secret, uniformly random node; the local id it came from is
 //!    freed at the next commit;
 //! 2. makes `ν` *evictions* (ObliviStore's eviction cache, `ν` = `evictions_per_access`,
 //!    default 2): each picks a node uniformly at random and writes to it a cached block
 //!    assigned to that node (at a local id from its free list) if there is one, else a dummy
 //!    block to its dummy id.
 //!
-//! So an access sends exactly one block read and `ν` block writes, to nodes that are uniformly
-//! random and independent of which block was asked, of earlier accesses and of whether it is a
-//! read or a write: a block's node is drawn when it enters the cache and shown to nobody until
-//! the block is read there — the eviction that brought it there went to a node drawn uniformly
-//! for the eviction, indistinguishable (same size, encrypted) from a dummy one. Writing the
-//! block straight back to a random node at its access instead would tie that write's node to
-//! the block's next read (a repeatedly accessed block would always be read where the previous
-//! access wrote), which the eviction cache avoids.
+//! So an access sends exactly one block read and `ν` block writes. The writes go to nodes
+//! drawn uniformly for the evictions, and a real write looks like a dummy one (same size,
+//! encrypted). The read goes to the node the block's previous access drew, which no one has
+//! seen: whether or not an eviction has carried the block there yet, the read goes there, so
+//! it is uniform and independent of the evictions seen since. Two simpler designs leak here:
+//! writing the block straight back to a random node at its access ties that write's node to
+//! the block's next read, and making a fake read for a cached block at a *random* node (as
+//! for a block never written) makes a block accessed again soon more likely to be read where
+//! a recent eviction went (it is there only if such an eviction took it). The test
+//! `node_choice_is_uniform_and_independent_of_the_blocks` checks both.
 //!
 //! A batch of `k` accesses sends one Access request to *every* node (empty ones too), holding
 //! that node's share of the `k` reads and `νk` writes: the number of requests never varies, and
@@ -36,15 +39,15 @@
 //! # Concurrent accesses to one block
 //!
 //! The second of two concurrent accesses to a block finds it in the cache (the first moved it
-//! there when it was planned): it makes a fake read like any cached block, at once, and takes
-//! its answer from the first access's result (waiting for it if it has not arrived). Nothing
-//! it sends depends on the first access.
+//! there when it was planned): it makes its fake read at once, at the node the first access
+//! drew, and takes its answer from the first access's result (waiting for it if it has not
+//! arrived). Nothing it sends waits for the first access.
 //!
 //! # Durability and crash obliviousness
 //!
 //! The state directory holds a sealed checkpoint and a redo log (the frame format of
 //! `blindfold_proxy::state_file`). Before a batch's requests go out, an *intent* record names
-//! its reads (node, local id, and for a real read the block and its new node) and is fsynced
+//! its reads (node, local id, and the block with the new node it drew) and is fsynced
 //! (group commit: concurrent batches share one fsync). A [`SharedEngine::commit`] waits for the
 //! batches in flight, commits every node's engine, then logs a *commit* record with every block
 //! whose place changed (its new place, or its data and node while it is in the cache); only
@@ -667,6 +670,13 @@ impl Balancer {
         &self.nodes
     }
 
+    /// Where block `b` is now: `Some((node, local id))` on a node, `None` in the cache or never
+    /// written (tests).
+    #[doc(hidden)]
+    pub fn place_of(&self, b: u64) -> Option<(u32, u64)> {
+        self.state.lock().placed.get(&b).copied()
+    }
+
     /// Blocks the balancer holds in its eviction cache now.
     pub fn cached_blocks(&self) -> usize {
         self.state.lock().cache.len()
@@ -732,26 +742,37 @@ impl Balancer {
                 plan.answers.push(answer);
                 continue;
             }
-            // A fake read: the block is cached, in flight or was never written.
-            let node = st.rng.gen_range(0..n);
+            // A fake read, at the node the block is assigned to if it is cached (the node its
+            // last access drew and nobody saw), else at a uniformly random node.
+            let assigned = st.rng.gen_range(0..n as u32);
+            let node = match st.cache.get(&b) {
+                Some(c) => c.assigned as usize,
+                None => st.rng.gen_range(0..n),
+            };
             let local = st.rng.gen_range(0..self.node_blocks[node]);
             plan.per_node[node].reads.push(local);
-            plan.intent.reads.push((node as u32, local, None));
             let answer = match (st.cache.get_mut(&b), write) {
-                (Some(c), Some(data)) => {
-                    c.data = Some(data);
-                    c.load = None;
+                (Some(c), write) => {
+                    // The read showed its node: the block goes to a fresh one, and an eviction
+                    // under way (to the node just shown) must not place it.
+                    c.assigned = assigned;
                     c.version += 1;
                     st.dirty.insert(b);
-                    Answer::Written
+                    plan.intent.reads.push((node as u32, local, Some((b, assigned))));
+                    match write {
+                        Some(data) => {
+                            c.data = Some(data);
+                            c.load = None;
+                            Answer::Written
+                        }
+                        None => match (&c.data, &c.load) {
+                            (Some(d), _) => Answer::Now(d.clone()),
+                            (None, Some(load)) => Answer::Wait(load.clone()),
+                            (None, None) => Answer::Now(vec![0; bs]),
+                        },
+                    }
                 }
-                (Some(c), None) => match (&c.data, &c.load) {
-                    (Some(d), _) => Answer::Now(d.clone()),
-                    (None, Some(load)) => Answer::Wait(load.clone()),
-                    (None, None) => Answer::Now(vec![0; bs]),
-                },
                 (None, Some(data)) => {
-                    let assigned = st.rng.gen_range(0..n as u32);
                     st.cache.insert(
                         b,
                         Cached {
@@ -763,9 +784,13 @@ impl Balancer {
                         },
                     );
                     st.dirty.insert(b);
+                    plan.intent.reads.push((node as u32, local, Some((b, assigned))));
                     Answer::Written
                 }
-                (None, None) => Answer::Now(vec![0; bs]),
+                (None, None) => {
+                    plan.intent.reads.push((node as u32, local, None));
+                    Answer::Now(vec![0; bs])
+                }
             };
             plan.answers.push(answer);
         }
@@ -830,6 +855,15 @@ impl Balancer {
         while ops.peek().is_some() {
             let chunk: Vec<_> = ops.by_ref().take(MAX_BATCH).collect();
             out.extend(self.access_batch(chunk).await?);
+        }
+        // Reads alone never make the gateway commit: bound the intents a restart repeats
+        // and the log they fill.
+        if self.log.bytes.load(Ordering::SeqCst) > self.log_limit {
+            self.commit().await?;
+            let _quiet = self.quiet.write().await;
+            if self.log.bytes.load(Ordering::SeqCst) > self.log_limit {
+                self.checkpoint().await?;
+            }
         }
         Ok(out)
     }

@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! Info     request  (empty)
-//!          reply    "BFN1" | node id (16) | blocks u64 | block size u32 | instance u64   36 bytes
+//!          reply    "BFN1" | node id (16) | blocks u64 | block size u32 | instance u64   40 bytes
 //! Access   request  r u32 | w u32 | r × local id u64 | w × (local id u64 | block)
 //!          reply    instance u64 | r × block                        (reads in request order)
 //! Commit   request  (empty)
@@ -77,7 +77,7 @@ pub struct NodeInfo {
 impl NodeInfo {
     /// The Info reply.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(36);
+        let mut b = Vec::with_capacity(40);
         b.extend_from_slice(INFO_MAGIC);
         b.extend_from_slice(&self.id);
         b.extend_from_slice(&self.blocks.to_le_bytes());
@@ -88,7 +88,7 @@ impl NodeInfo {
 
     /// Decodes an Info reply.
     pub fn decode(b: &[u8]) -> Result<Self, NodeError> {
-        if b.len() != 36 || &b[..4] != INFO_MAGIC {
+        if b.len() != 40 || &b[..4] != INFO_MAGIC {
             return Err(NodeError::Wire(format!(
                 "not a blindfold node's info reply ({} bytes)",
                 b.len()
