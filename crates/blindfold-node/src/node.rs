@@ -77,29 +77,43 @@ impl NodeService {
         self.info
     }
 
+    /// Runs `a` on a task of its own: a request the balancer gives up on (a dropped
+    /// connection, a timeout) still finishes its engine calls, which are not all safe to
+    /// cancel half-way.
     async fn run(&self, a: Access) -> Result<Vec<u8>, ProxyError> {
-        let bs = self.info.block_size as usize;
-        let mut reply = Vec::with_capacity(8 + a.reads.len() * bs);
-        reply.extend_from_slice(&self.info.instance.to_le_bytes());
-        let mut at = 0;
-        for run in distinct_runs(a.reads.iter().copied()) {
-            let ids: Vec<BlockId> = a.reads[at..at + run].iter().map(|&i| BlockId(i)).collect();
-            for block in self.engine.read_many(&ids).await? {
-                if block.len() != bs {
-                    return Err(ProxyError::State("the engine returned a short block".into()));
-                }
-                reply.extend_from_slice(&block);
-            }
-            at += run;
-        }
-        let runs = distinct_runs(a.writes.iter().map(|w| w.0));
-        let mut writes = a.writes.into_iter();
-        for run in runs {
-            let batch = writes.by_ref().take(run).map(|(i, d)| (BlockId(i), d)).collect();
-            self.engine.write_many(batch).await?;
-        }
-        Ok(reply)
+        let (engine, info) = (Arc::clone(&self.engine), self.info);
+        tokio::spawn(run_access(engine, info, a))
+            .await
+            .map_err(|e| ProxyError::State(format!("an access stopped: {e}")))?
     }
+}
+
+async fn run_access(
+    engine: Arc<dyn SharedEngine>,
+    info: NodeInfo,
+    a: Access,
+) -> Result<Vec<u8>, ProxyError> {
+    let bs = info.block_size as usize;
+    let mut reply = Vec::with_capacity(8 + a.reads.len() * bs);
+    reply.extend_from_slice(&info.instance.to_le_bytes());
+    let mut at = 0;
+    for run in distinct_runs(a.reads.iter().copied()) {
+        let ids: Vec<BlockId> = a.reads[at..at + run].iter().map(|&i| BlockId(i)).collect();
+        for block in engine.read_many(&ids).await? {
+            if block.len() != bs {
+                return Err(ProxyError::State("the engine returned a short block".into()));
+            }
+            reply.extend_from_slice(&block);
+        }
+        at += run;
+    }
+    let runs = distinct_runs(a.writes.iter().map(|w| w.0));
+    let mut writes = a.writes.into_iter();
+    for run in runs {
+        let batch = writes.by_ref().take(run).map(|(i, d)| (BlockId(i), d)).collect();
+        engine.write_many(batch).await?;
+    }
+    Ok(reply)
 }
 
 #[tonic::async_trait]
@@ -120,7 +134,12 @@ impl Node for NodeService {
         if !req.get_ref().body.is_empty() {
             return Err(Status::invalid_argument("a commit request carries no body"));
         }
-        self.engine.commit().await.map_err(engine_status)?;
+        // On a task of its own, as accesses are: a commit must never stop half-way.
+        let engine = Arc::clone(&self.engine);
+        tokio::spawn(async move { engine.commit().await })
+            .await
+            .map_err(|e| Status::internal(format!("the commit stopped: {e}")))?
+            .map_err(engine_status)?;
         Ok(Response::new(Frame::new(self.info.instance.to_le_bytes().to_vec())))
     }
 

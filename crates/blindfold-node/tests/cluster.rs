@@ -22,6 +22,7 @@ struct TestNode {
     dir: PathBuf,
     addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    crash: Option<tokio::sync::oneshot::Sender<()>>,
     task: std::thread::JoinHandle<Result<(), blindfold_node::NodeError>>,
 }
 
@@ -32,6 +33,14 @@ impl TestNode {
 
     async fn stop(self) {
         self.stop_result().await.unwrap();
+    }
+
+    /// Stops the node as `kill -9` would: its runtime is dropped with whatever it was doing,
+    /// nothing committed or checkpointed.
+    async fn crash(mut self) {
+        let _ = self.crash.take().unwrap().send(());
+        let task = self.task;
+        tokio::task::spawn_blocking(move || task.join().unwrap()).await.unwrap().unwrap();
     }
 
     async fn stop_result(mut self) -> Result<(), blindfold_node::NodeError> {
@@ -65,6 +74,7 @@ async fn start_node(
     let tls = ClusterTls::load(tls_dir).unwrap();
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (crash_tx, crash_rx) = tokio::sync::oneshot::channel::<()>();
     // Each node on a thread and runtime of its own, as its own process would be.
     let task = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -75,12 +85,19 @@ async fn start_node(
         let ready = move |addr: SocketAddr, _: &blindfold_gateway::server::Opened| {
             let _ = ready_tx.send(addr);
         };
-        rt.block_on(blindfold_node::node::run(&cfg, listen, &tls, ready, async move {
-            let _ = stop_rx.await;
-        }))
+        let served = rt.block_on(async move {
+            tokio::select! {
+                r = blindfold_node::node::run(&cfg, listen, &tls, ready, async move {
+                    let _ = stop_rx.await;
+                }) => r,
+                Ok(()) = crash_rx => Ok(()),
+            }
+        });
+        drop(rt);
+        served
     });
     let addr = ready_rx.await.expect("the node started");
-    TestNode { dir: dir.to_path_buf(), addr, stop: Some(stop_tx), task }
+    TestNode { dir: dir.to_path_buf(), addr, stop: Some(stop_tx), crash: Some(crash_tx), task }
 }
 
 struct Cluster {
@@ -285,7 +302,7 @@ async fn node_choice_is_uniform_and_independent_of_the_blocks() {
     let n = 3u64;
     let cluster = Cluster::new(n as usize, 64, OramEngine::Tao).await;
     let balancer = cluster.balancer(true, seeded(7)).await;
-    let accesses = 300u64;
+    let accesses = 600u64;
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     // Hot: the same block, reads and writes alternating.
     for i in 0..accesses {
@@ -465,10 +482,11 @@ async fn a_tampered_node_store_fails_reads_with_an_integrity_error() {
 }
 
 /// The balancer dropped without a shutdown at random points, under concurrent writes and
-/// commits: reopened, every acknowledged write reads back.
+/// commits, and every other round its nodes killed too: reopened, every acknowledged write
+/// reads back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_lose_no_acknowledged_write() {
-    let cluster = Cluster::new(2, 48, OramEngine::Tao).await;
+    let mut cluster = Cluster::new(2, 48, OramEngine::Tao).await;
     let mut creating = true;
     // Per block: the value of its last acknowledged commit, and what was written after it.
     let model: Arc<parking_lot::Mutex<HashMap<u64, (Vec<u8>, Vec<Vec<u8>>)>>> = Default::default();
@@ -538,6 +556,15 @@ async fn crashes_lose_no_acknowledged_write() {
             let _ = t.await;
         }
         drop(balancer); // no shutdown: a crash
+        if round % 2 == 1 {
+            for i in 0..cluster.nodes.len() {
+                let old = cluster.nodes.remove(i);
+                let (dir, addr) = (old.dir.clone(), old.addr);
+                old.crash().await;
+                let tls = cluster.root.path().join("certs").join(format!("node-{}", i + 1));
+                cluster.nodes.insert(i, start_node(&dir, &tls, 0, OramEngine::Tao, addr).await);
+            }
+        }
     }
     cluster.stop().await;
 }
