@@ -167,10 +167,14 @@ struct CommitRecord {
     entries: Vec<(u64, Entry)>,
 }
 
+/// One read of a batch: node, local id, and the block with the node it drew (none for a
+/// fake read of a block that stays unwritten).
+type IntentRead = (u32, u64, Option<(u64, u32)>);
+
 #[derive(Serialize, Deserialize)]
 struct IntentRecord {
     /// (node, local id, for a real read: the block and its new node).
-    reads: Vec<(u32, u64, Option<(u64, u32)>)>,
+    reads: Vec<IntentRead>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -186,7 +190,11 @@ struct NodesFileEntry {
     blocks: u64,
 }
 
-type Load = watch::Receiver<Option<std::result::Result<Vec<u8>, String>>>;
+/// The result of a read in flight, for the accesses that wait for it.
+type Loaded = Option<std::result::Result<Vec<u8>, String>>;
+type Load = watch::Receiver<Loaded>;
+/// A frame waiting for the log writer, and who to tell when it is durable.
+type Queued = (Vec<u8>, tokio::sync::oneshot::Sender<std::result::Result<(), String>>);
 
 struct Cached {
     /// The block's data; `None` while the read that fetches it is in flight.
@@ -223,7 +231,7 @@ struct Plan {
     batch: u64,
     per_node: Vec<Access>,
     answers: Vec<Answer>,
-    loads: Vec<(u64, usize, usize, watch::Sender<Option<std::result::Result<Vec<u8>, String>>>)>,
+    loads: Vec<(u64, usize, usize, watch::Sender<Loaded>)>,
     evictions: Vec<(u64, u32, u64, u64)>,
     intent: IntentRecord,
 }
@@ -233,9 +241,7 @@ struct Plan {
 struct LogWriter {
     dir: PathBuf,
     file: tokio::sync::Mutex<std::fs::File>,
-    queue: parking_lot::Mutex<
-        Vec<(Vec<u8>, tokio::sync::oneshot::Sender<std::result::Result<(), String>>)>,
-    >,
+    queue: parking_lot::Mutex<Vec<Queued>>,
     bytes: AtomicU64,
 }
 

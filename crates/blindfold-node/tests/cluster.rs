@@ -481,6 +481,9 @@ async fn a_tampered_node_store_fails_reads_with_an_integrity_error() {
     }
 }
 
+/// A block's value at its last acknowledged commit, and the values written after it.
+type Acked = (Vec<u8>, Vec<Vec<u8>>);
+
 /// The balancer dropped without a shutdown at random points, under concurrent writes and
 /// commits, and every other round its nodes killed too: reopened, every acknowledged write
 /// reads back.
@@ -489,7 +492,7 @@ async fn crashes_lose_no_acknowledged_write() {
     let mut cluster = Cluster::new(2, 48, OramEngine::Tao).await;
     let mut creating = true;
     // Per block: the value of its last acknowledged commit, and what was written after it.
-    let model: Arc<parking_lot::Mutex<HashMap<u64, (Vec<u8>, Vec<Vec<u8>>)>>> = Default::default();
+    let model: Arc<parking_lot::Mutex<HashMap<u64, Acked>>> = Default::default();
     for round in 0..6u64 {
         let balancer = Arc::new(cluster.balancer(creating, seeded(100 + round)).await);
         creating = false;
