@@ -1542,11 +1542,13 @@ async fn serve(a: ServeArgs) -> Result<()> {
         f.block_size,
         if opened.params.pad_objects { ", object sizes padded" } else { "" }
     );
-    println!(
-        "  store use: up to {}; trusted memory: about {}",
-        human_bytes(f.store_bytes),
-        human_bytes(f.trusted_bytes)
-    );
+    if a.nodes.is_empty() {
+        println!(
+            "  store use: up to {}; trusted memory: about {}",
+            human_bytes(f.store_bytes),
+            human_bytes(f.trusted_bytes)
+        );
+    }
     if opened.new_credentials {
         println!(
             "  S3 credentials (saved in {}): access key {ak}, secret key {sk}",
