@@ -65,9 +65,8 @@ impl NodeClient {
             .timeout(RPC_TIMEOUT)
             .tcp_nodelay(true);
         let channel = endpoint.connect().await.map_err(|e| rpc(chain(&e)))?;
-        let limit = wire::max_message(wire::MAX_BLOCK_SIZE);
-        let mut stub =
-            Stub::new(channel).max_decoding_message_size(limit).max_encoding_message_size(limit);
+        // Until the node has said its block size, nothing larger than an Info reply comes in.
+        let mut stub = Stub::new(channel).max_decoding_message_size(1024);
         let reply = stub
             .info(Frame::default())
             .await
