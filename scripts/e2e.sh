@@ -16,7 +16,8 @@
 #
 # Knobs (environment): BLINDFOLD_BIN (use this binary, skip the build), E2E_KEEP=1 (keep the
 # work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git swift users observe tls grow
-# tee oblivistore curious report crash" (run a subset), E2E_SOAK_SECONDS (default 45), E2E_ARTEFACTS (browser screenshots; default
+# tee oblivistore curious nodes report crash" (run a subset), E2E_SOAK_SECONDS (default 45),
+# E2E_ARTEFACTS (browser screenshots; default
 # <target>/browser-artefacts), E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE
 # (see finish below).
 set -uo pipefail
@@ -1178,6 +1179,74 @@ for PART_ENGINE in oblivistore curious; do
   check "$PART_ENGINE: clean exit on SIGTERM" server_stopped_cleanly
   check "$PART_ENGINE: blindfold verify" tee_verify "$PART_DIR"
 done
+
+# Distributed mode: two `blindfold node` processes (certificates from `blindfold cluster-certs`)
+# and `blindfold serve --nodes` as their oblivious load balancer; the aws CLI through it.
+NODE_PIDS=()
+start_node() { # data-dir tls-dir → NODE_URL
+  local dir=$1 tls=$2 i
+  : >"$dir.out"
+  "$BIN" node --listen 127.0.0.1:0 --data-dir "$dir" --tls-dir "$tls" --blocks 4608 --block-size 4096 \
+    >"$dir.out" 2>"$dir.err" &
+  NODE_PIDS+=($!)
+  for ((i = 0; i < 600; i++)); do
+    NODE_URL=$(sed -n 's/^blindfold node serving at \(https:[^ ]*\).*/\1/p' "$dir.out")
+    [[ -n $NODE_URL ]] && return 0
+    kill -0 "${NODE_PIDS[-1]}" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "the node did not start:"
+  cat "$dir.err"
+  return 1
+}
+nodes_list() {
+  aws --endpoint-url "$ENDPOINT" s3 mb "$AWSB"
+  rand_file "$WORK/nodes-obj" 50000
+  aws --endpoint-url "$ENDPOINT" s3 cp "$WORK/nodes-obj" "$AWSB/a/one.bin"
+  aws --endpoint-url "$ENDPOINT" s3 cp "$WORK/nodes-obj" "$AWSB/a/two.bin"
+  local out
+  out=$(aws --endpoint-url "$ENDPOINT" s3 ls --recursive "$AWSB/")
+  echo "$out"
+  [[ $(echo "$out" | grep -Ec ' 50000 a/(one|two)\.bin$') == 2 ]] || die "'aws s3 ls' does not list both objects"
+  aws --endpoint-url "$ENDPOINT" s3 cp "$AWSB/a/two.bin" "$WORK/nodes-obj.back"
+  same_file "$WORK/nodes-obj" "$WORK/nodes-obj.back"
+  aws --endpoint-url "$ENDPOINT" s3 rm --recursive "$AWSB"
+  aws --endpoint-url "$ENDPOINT" s3 rb "$AWSB"
+}
+if only nodes; then
+  step "e2e: distributed mode (two blindfold node processes behind serve --nodes)"
+  mkdir -p "$WORK/nodes"
+  N1= N2=
+  if ! "$BIN" cluster-certs --out "$WORK/nodes/certs" --nodes 127.0.0.1,127.0.0.1; then
+    echo "FAIL - nodes: cluster-certs"
+    FAILED=$((FAILED + 1))
+  elif ! start_node "$WORK/nodes/n1" "$WORK/nodes/certs/node-1" || ! N1=$NODE_URL ||
+    ! start_node "$WORK/nodes/n2" "$WORK/nodes/certs/node-2" || ! N2=$NODE_URL; then
+    echo "FAIL - nodes: node start: see above"
+    FAILED=$((FAILED + 1))
+  elif ! CAPACITY=32MiB start_server "$WORK/nodes/data" --block-size 4096 --nodes "$N1,$N2" \
+    --tls-dir "$WORK/nodes/certs/balancer"; then
+    echo "FAIL - nodes: server start with --nodes: see above"
+    FAILED=$((FAILED + 1))
+  else
+    check "nodes: aws mb, cp, ranged get, sync a tree, rm, rb" tee_aws
+    check "nodes: aws puts, lists and gets objects" nodes_list
+    stop_server >"$WORK/stop.log" 2>&1
+    STOP_STATUS=$?
+    check "nodes: clean exit on SIGTERM" server_stopped_cleanly
+    if CAPACITY=32MiB start_server "$WORK/nodes/data" --nodes "$N2,$N1" --tls-dir "$WORK/nodes/certs/balancer"; then
+      check "nodes: restart with the nodes in another order; aws mb, cp, ranged get, sync a tree, rm, rb" tee_aws
+      stop_server >"$WORK/stop.log" 2>&1
+    else
+      echo "FAIL - nodes: restart: see above"
+      FAILED=$((FAILED + 1))
+    fi
+  fi
+  for pid in "${NODE_PIDS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+fi
 
 # `blindfold report --quick`: every experiment of the thesis at toy sizes, against the tests'
 # MinIO (the private cloud and the git workload) when there is one; the report's tables, plots

@@ -556,6 +556,7 @@ impl LiveGateway {
                 let _ = hook.set(Arc::clone(&c));
                 c
             })),
+            ..OpenHooks::default()
         };
         let opened = server::open_with(&cfg, hooks).await.context("opening the gateway")?;
         let counts = counter.get().cloned().context("the store hook was not called")?;

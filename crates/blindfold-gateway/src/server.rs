@@ -476,6 +476,21 @@ pub enum EngineKind {
 pub type StoreWrapper =
     Box<dyn Fn(Arc<dyn blindfold_store::Store>) -> Arc<dyn blindfold_store::Store> + Send + Sync>;
 
+/// Opens a block engine that keeps its blocks elsewhere than the data directory's store (the
+/// load balancer over ORAM nodes, `blindfold-node`), from the ORAM state directory
+/// (`<data-dir>/oram`), the parameters, the master key and whether the data directory is being
+/// created. The gateway then opens no store array for the engine (the store still holds the
+/// encrypted snapshot) and cannot grow it.
+pub type EngineFactory = Box<
+    dyn FnOnce(
+            PathBuf,
+            GatewayParams,
+            Arc<MasterKey>,
+            bool,
+        ) -> futures::future::BoxFuture<'static, Result<Arc<dyn SharedEngine>>>
+        + Send,
+>;
+
 /// Extras for [`open_with`], used by benchmarks and tests; [`open`] uses the defaults.
 #[derive(Default)]
 pub struct OpenHooks {
@@ -483,6 +498,8 @@ pub struct OpenHooks {
     pub engine: EngineKind,
     /// Applied to the engine's store right after it is opened.
     pub wrap_store: Option<StoreWrapper>,
+    /// Opens the engine instead of the data directory's own ([`EngineFactory`]).
+    pub engine_factory: Option<EngineFactory>,
 }
 
 impl std::fmt::Debug for OpenHooks {
@@ -490,6 +507,7 @@ impl std::fmt::Debug for OpenHooks {
         f.debug_struct("OpenHooks")
             .field("engine", &self.engine)
             .field("wrap_store", &self.wrap_store.is_some())
+            .field("engine_factory", &self.engine_factory.is_some())
             .finish()
     }
 }
@@ -868,7 +886,7 @@ async fn open_existing(
             dir.display()
         )));
     }
-    if hooks.engine == EngineKind::PathOram {
+    if hooks.engine == EngineKind::PathOram && hooks.engine_factory.is_none() {
         // A growth a crash interrupted is finished (or redone) before the engine opens. The
         // ORAM state is still under the key it had then: growths never overlap a rotation.
         let state_key = keys.previous.as_ref().unwrap_or(&key);
@@ -1087,15 +1105,27 @@ async fn assemble(
         .parse()
         .map_err(|e: blindfold_store::StoreError| GatewayError::Config(e.to_string()))?;
     let config = oram_config(&params)?;
+    let injected = match hooks.engine_factory {
+        Some(open) => {
+            Some(open(dir.join("oram"), params.clone(), Arc::clone(&key), creating).await?)
+        }
+        None => None,
+    };
+    let injected_engine = injected.is_some();
     let (array, geometry) = match hooks.engine {
         EngineKind::PathOram => (oram_array(params.generation), oram_geometry(&params)?),
         EngineKind::DirectBaseline => {
             ("direct".to_owned(), SealedDirect::geometry(params.blocks, params.block_size)?)
         }
     };
-    let store = open_store(&store_url, &array, geometry)
-        .await
-        .map_err(|e| GatewayError::Config(format!("opening the store {store_url}: {e}")))?;
+    let store = if injected_engine {
+        // The engine keeps its blocks elsewhere: nothing of it goes to this store.
+        Arc::new(blindfold_store::MemoryStore::new(geometry)) as Arc<dyn blindfold_store::Store>
+    } else {
+        open_store(&store_url, &array, geometry)
+            .await
+            .map_err(|e| GatewayError::Config(format!("opening the store {store_url}: {e}")))?
+    };
     let store = match &wrap_store {
         Some(wrap) => wrap(store),
         None => store,
@@ -1125,7 +1155,9 @@ async fn assemble(
             ));
         }
     };
-    let engine: Arc<dyn SharedEngine> = if hooks.engine == EngineKind::DirectBaseline {
+    let engine: Arc<dyn SharedEngine> = if let Some(engine) = injected {
+        engine
+    } else if hooks.engine == EngineKind::DirectBaseline {
         let sealer = blindfold_crypto::CellSealer::new(&key, id, 0);
         Arc::new(DirectEngine::new(SealedDirect::new(store, sealer, params.block_size)?))
     } else if params.engine == OramEngine::Tee {
@@ -1232,18 +1264,20 @@ async fn assemble(
     let objects =
         Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
     let snapshots = Arc::new(parking_lot::Mutex::new(snapshots));
-    let grower = (hooks.engine == EngineKind::PathOram && params.engine.can_rebuild()).then(|| {
-        Arc::new(crate::grow::Grower::new(crate::grow::GrowerParts {
-            dir: dir.clone(),
-            key: Arc::clone(&key),
-            engine: swappable,
-            objects: Arc::clone(&objects),
-            observer: Arc::clone(&observer),
-            wrap_store,
-            snapshots: Arc::clone(&snapshots),
-            rotating: previous.is_some(),
-        }))
-    });
+    let grower =
+        (hooks.engine == EngineKind::PathOram && !injected_engine && params.engine.can_rebuild())
+            .then(|| {
+                Arc::new(crate::grow::Grower::new(crate::grow::GrowerParts {
+                    dir: dir.clone(),
+                    key: Arc::clone(&key),
+                    engine: swappable,
+                    objects: Arc::clone(&objects),
+                    observer: Arc::clone(&observer),
+                    wrap_store,
+                    snapshots: Arc::clone(&snapshots),
+                    rotating: previous.is_some(),
+                }))
+            });
     Ok(Opened {
         objects,
         params,

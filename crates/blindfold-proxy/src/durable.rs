@@ -48,8 +48,8 @@ use crate::path::{check_geometry, open_cells, seal_cells, with_retry, write_seal
 use crate::slots::{slotted_geometry, SlotMap, SlottedStore};
 use crate::{ProxyError, Result, SealedPathOram, VersionTable};
 
-pub(crate) const CHECKPOINT: &str = "checkpoint.bin";
-pub(crate) const REDO_LOG: &str = "redo.log";
+pub const CHECKPOINT: &str = "checkpoint.bin";
+pub const REDO_LOG: &str = "redo.log";
 /// Version 03 adds the slot map of two-slot stores (see [`crate::slots`]).
 const CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT03";
 /// Sealed checkpoints of blindfold 0.2 (no slot map), migrated on open.
@@ -351,7 +351,7 @@ pub(crate) fn open_empty_log(dir: &Path) -> Result<File> {
 }
 
 /// Opens `dir/redo.log` for appending (mode 0600), keeping what it holds.
-pub(crate) fn open_log(dir: &Path) -> Result<File> {
+pub fn open_log(dir: &Path) -> Result<File> {
     let log_path = dir.join(REDO_LOG);
     // Append mode: every write lands at the end, also after the log is emptied again.
     let mut o = OpenOptions::new();
@@ -381,11 +381,11 @@ pub(crate) fn replace_log(dir: &Path, frames: &[Vec<u8>]) -> Result<File> {
 }
 
 /// Empties the redo log `log` of `dir` and makes that durable.
-pub(crate) fn empty_log(log: &File, dir: &Path) -> Result<()> {
+pub fn empty_log(log: &File, dir: &Path) -> Result<()> {
     log.set_len(0).and_then(|_| log.sync_all()).map_err(|e| io(&dir.join(REDO_LOG), "emptying", e))
 }
 
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io(dir, "syncing directory", e))
 }
 
@@ -396,7 +396,7 @@ fn write_checkpoint(dir: &Path, ckpt: &Checkpoint, sealer: &StateSealer) -> Resu
 /// Writes `ckpt` to `dir/checkpoint.bin` atomically (temporary file with mode 0600, fsync,
 /// rename, directory fsync), sealed under the state key and framed by `magic`, its length and
 /// a CRC (the CRC tells a torn write from tampering).
-pub(crate) fn write_checkpoint_as<T: Serialize>(
+pub fn write_checkpoint_as<T: Serialize>(
     dir: &Path,
     magic: &[u8; 8],
     ckpt: &T,
@@ -420,7 +420,7 @@ pub(crate) fn write_checkpoint_as<T: Serialize>(
 
 /// Decodes checkpoint file bytes (see [`write_checkpoint_as`]); hostile input gives an error
 /// message, never a panic or an allocation larger than the input.
-pub(crate) fn decode_checkpoint<T: serde::de::DeserializeOwned>(
+pub fn decode_checkpoint<T: serde::de::DeserializeOwned>(
     buf: &[u8],
     magic: &[u8; 8],
     sealer: &StateSealer,
@@ -582,18 +582,23 @@ where
 }
 
 /// One frame of the redo log: its magic and its opened body.
-pub(crate) struct Frame {
-    pub(crate) magic: u32,
-    pub(crate) body: Vec<u8>,
+pub struct Frame {
+    /// What kind of record it is.
+    pub magic: u32,
+    /// The opened (plaintext) record.
+    pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for Frame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The body derives from user data and the access pattern: never printed.
+        f.debug_struct("Frame").field("magic", &self.magic).field("len", &self.body.len()).finish()
+    }
 }
 
 /// Encodes `record` as one sealed redo-log frame: magic, length and CRC of the sealed body,
 /// then the body (the record sealed under the state key, bound to its magic).
-pub(crate) fn encode_frame<T: Serialize>(
-    magic: u32,
-    record: &T,
-    sealer: &StateSealer,
-) -> Result<Vec<u8>> {
+pub fn encode_frame<T: Serialize>(magic: u32, record: &T, sealer: &StateSealer) -> Result<Vec<u8>> {
     let plain = bincode::serialize(record).map_err(|e| ProxyError::State(e.to_string()))?;
     let sealed = sealer.seal(&magic.to_le_bytes(), &plain).map_err(ProxyError::Crypto)?;
     drop(plain);
@@ -607,7 +612,7 @@ pub(crate) fn encode_frame<T: Serialize>(
 
 /// Appends already encoded `frame` to the redo log `log` (in `dir`) and fsyncs it. Returns the
 /// bytes appended.
-pub(crate) async fn append_frame(log: &File, dir: &Path, frame: Vec<u8>) -> Result<u64> {
+pub async fn append_frame(log: &File, dir: &Path, frame: Vec<u8>) -> Result<u64> {
     let log = log.try_clone().map_err(|e| io(dir, "cloning log handle", e))?;
     let path = dir.join(REDO_LOG);
     let len = frame.len() as u64;
@@ -624,7 +629,7 @@ pub(crate) async fn append_frame(log: &File, dir: &Path, frame: Vec<u8>) -> Resu
 
 /// Appends `record` to the redo log `log` (in `dir`) as one sealed frame with `magic`, and
 /// fsyncs it. Returns the bytes appended.
-pub(crate) async fn append_record<T: Serialize>(
+pub async fn append_record<T: Serialize>(
     log: &File,
     dir: &Path,
     magic: u32,
@@ -641,7 +646,7 @@ pub(crate) async fn append_record<T: Serialize>(
 /// of bytes of a torn tail (a frame cut short, or with a bad checksum, ends the log: it was
 /// being written at a crash). A complete sealed frame that does not authenticate is an error:
 /// the log was altered, or belongs to another key.
-pub(crate) fn read_frames_with_legacy(
+pub fn read_frames_with_legacy(
     path: &Path,
     magics: &[u32],
     plain: &[u32],
@@ -698,7 +703,7 @@ pub(crate) fn decode_frames(
 }
 
 /// Decodes one opened frame body as a `T`, bounded by the body's size.
-pub(crate) fn decode_record<T: serde::de::DeserializeOwned>(
+pub fn decode_record<T: serde::de::DeserializeOwned>(
     body: &[u8],
 ) -> std::result::Result<T, String> {
     decode_bounded(body).map_err(|e| format!("bad redo record: {e}"))

@@ -76,5 +76,19 @@ pub use tao::{Reply, Reveal, TaoConfig, TaoOram, TaoState, TaoStats};
 pub use tee::{DurableTee, Preload, TeeEngineStats};
 pub use versions::VersionTable;
 
+/// The trusted-state files every durable engine keeps in its state directory, for engines in
+/// other crates (the load balancer of `blindfold-node`): a sealed checkpoint written atomically
+/// ([`state_file::write_checkpoint_as`], [`state_file::decode_checkpoint`]) and a redo log of
+/// sealed, checksummed frames ([`state_file::append_record`],
+/// [`state_file::read_frames_with_legacy`]), all under the master key's
+/// [`blindfold_crypto::StateSealer`].
+pub mod state_file {
+    pub use crate::durable::{
+        append_frame, append_record, decode_checkpoint, decode_record, empty_log, encode_frame,
+        open_log, read_frames_with_legacy, sync_dir, write_checkpoint_as, Frame, CHECKPOINT,
+        REDO_LOG,
+    };
+}
+
 /// Result type of this crate.
 pub type Result<T, E = ProxyError> = std::result::Result<T, E>;

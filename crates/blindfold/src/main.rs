@@ -99,6 +99,62 @@ enum Command {
     /// Write the key a data directory's TEE engine shares with its trusted component, for
     /// `blindfold enclave --enclave-key FILE` (mode 0600; refuses to overwrite).
     EnclaveKey(EnclaveKeyArgs),
+    /// Write the certificates of a node cluster: a CA, one certificate per node (for its host)
+    /// and the balancer's, each set in its own directory (files 0600) for `blindfold node
+    /// --tls-dir` and `blindfold serve --nodes … --tls-dir`.
+    ClusterCerts(ClusterCertsArgs),
+    /// Run one ORAM node of a cluster: an ordinary blindfold engine (any --engine, over any
+    /// --store) in its own data directory, serving blocks to the oblivious load balancer
+    /// (`blindfold serve --nodes`) over gRPC with mutual TLS. See SECURITY.md, "Distributed mode".
+    Node(NodeArgs),
+}
+
+#[derive(Args, Debug)]
+struct ClusterCertsArgs {
+    /// Directory to create (refuses to overwrite certificates).
+    #[arg(long)]
+    out: PathBuf,
+    /// The nodes' hosts (names or IP addresses, `host:port` accepted), comma-separated, in the
+    /// order of the `node-1`, `node-2`, … directories.
+    #[arg(long, value_delimiter = ',', required = true)]
+    nodes: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct NodeArgs {
+    /// Address to listen on (`host:port`; port 0 picks a free port, printed at start).
+    #[arg(long, value_parser = parse_listen)]
+    listen: std::net::SocketAddr,
+    /// The node's own data directory (key, parameters, engine state; created on first start).
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// The node's untrusted store, as for `serve` (default: files in <data-dir>/cells).
+    #[arg(long)]
+    store: Option<StoreUrl>,
+    /// Key file (default: <data-dir>/key.json, created on first start).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// The key file is protected by a passphrase ($BLINDFOLD_PASSPHRASE or standard input).
+    #[arg(long)]
+    passphrase: bool,
+    /// The node's certificates: a directory written by `blindfold cluster-certs` (node-<i>).
+    #[arg(long)]
+    tls_dir: PathBuf,
+    /// The node's engine, fixed at creation [default: tao].
+    #[arg(long)]
+    engine: Option<blindfold_gateway::server::OramEngine>,
+    /// Blocks the node holds, fixed at creation (the balancer says how many it needs).
+    #[arg(long, value_parser = parse_count, conflicts_with = "capacity")]
+    blocks: Option<u64>,
+    /// Or the node's capacity in bytes, as `serve --capacity` [default: 64MiB].
+    #[arg(long, value_parser = blindfold_gateway::server::parse_size)]
+    capacity: Option<u64>,
+    /// Block size in bytes, fixed at creation; must be the gateway's [default: 4096].
+    #[arg(long)]
+    block_size: Option<u32>,
+    /// Trusted memory (MiB) for the top of the node's ORAM tree [default: 32].
+    #[arg(long)]
+    cache_mib: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -506,6 +562,15 @@ struct ServeArgs {
     /// The largest capacity automatic growth goes to (default: no limit).
     #[arg(long, requires = "grow_at", value_parser = blindfold_gateway::server::parse_size)]
     grow_max: Option<u64>,
+    /// Keep the blocks on these ORAM nodes (`blindfold node`), comma-separated
+    /// `https://host:port`, with this gateway as their oblivious load balancer. Fixed at
+    /// creation: later starts need the same nodes (in any order).
+    #[arg(long, value_delimiter = ',', requires = "tls_dir", conflicts_with = "grow_at")]
+    nodes: Vec<String>,
+    /// With --nodes: the balancer's certificates, a directory written by `blindfold
+    /// cluster-certs` (`balancer`).
+    #[arg(long, requires = "nodes")]
+    tls_dir: Option<PathBuf>,
 }
 
 /// How `serve` gets a TLS certificate without --tls-cert.
@@ -1400,7 +1465,31 @@ async fn serve(a: ServeArgs) -> Result<()> {
         })?),
         None => None,
     };
-    let mut opened = blindfold_gateway::server::open(&cfg).await?;
+    let balancer_dir = blindfold_node::balancer::is_balancer_dir(&cfg.data_dir.join("oram"));
+    let mut opened = match &a.tls_dir {
+        Some(tls_dir) => {
+            if read_params(&cfg.data_dir)?.is_some() && !balancer_dir {
+                bail!("{} keeps its blocks in its own store, not on nodes", cfg.data_dir.display());
+            }
+            let tls = blindfold_node::ClusterTls::load(tls_dir)?;
+            let factory = blindfold_node::balancer::engine_factory(
+                a.nodes.clone(),
+                tls,
+                blindfold_node::BalancerConfig::default(),
+            );
+            let hooks = blindfold_gateway::server::OpenHooks {
+                engine_factory: Some(factory),
+                ..Default::default()
+            };
+            blindfold_gateway::server::open_with(&cfg, hooks).await?
+        }
+        None if balancer_dir => bail!(
+            "{} keeps its blocks on ORAM nodes: start it with --nodes (see {}) and --tls-dir",
+            cfg.data_dir.display(),
+            cfg.data_dir.join("oram").join(blindfold_node::balancer::NODES_FILE).display()
+        ),
+        None => blindfold_gateway::server::open(&cfg).await?,
+    };
     opened.grow_at = a.grow_at;
     opened.grow_max = a.grow_max.map(|m| m / u64::from(opened.params.block_size));
     if a.tls == Some(TlsMode::SelfSigned) {
@@ -1444,7 +1533,11 @@ async fn serve(a: ServeArgs) -> Result<()> {
         opened.swift_listener = Some(l);
     }
     println!("  data directory: {} (back up key.json)", cfg.data_dir.display());
-    println!("  store: {} ({} engine)", opened.params.store, opened.params.engine);
+    if a.nodes.is_empty() {
+        println!("  store: {} ({} engine)", opened.params.store, opened.params.engine);
+    } else {
+        println!("  nodes: {} (oblivious load balancer)", a.nodes.join(", "));
+    }
     println!(
         "  capacity: {} ({} blocks of {} bytes){}",
         human_bytes(f.capacity_bytes),
@@ -1452,11 +1545,13 @@ async fn serve(a: ServeArgs) -> Result<()> {
         f.block_size,
         if opened.params.pad_objects { ", object sizes padded" } else { "" }
     );
-    println!(
-        "  store use: up to {}; trusted memory: about {}",
-        human_bytes(f.store_bytes),
-        human_bytes(f.trusted_bytes)
-    );
+    if a.nodes.is_empty() {
+        println!(
+            "  store use: up to {}; trusted memory: about {}",
+            human_bytes(f.store_bytes),
+            human_bytes(f.trusted_bytes)
+        );
+    }
     if opened.new_credentials {
         println!(
             "  S3 credentials (saved in {}): access key {ak}, secret key {sk}",
@@ -2035,6 +2130,60 @@ async fn bench_concurrency(args: ConcurrencyArgs) -> Result<()> {
     Ok(())
 }
 
+fn cluster_certs(a: ClusterCertsArgs) -> Result<()> {
+    let written = blindfold_node::write_cluster_certs(&a.out, &a.nodes)?;
+    for (dir, what) in written {
+        println!("{}: {what}", dir.display());
+    }
+    Ok(())
+}
+
+async fn node(a: NodeArgs) -> Result<()> {
+    let passphrase = if a.passphrase { Some(Arc::new(read_passphrase()?)) } else { None };
+    let block_size = a.block_size.unwrap_or(4096);
+    let capacity = match (a.blocks, a.capacity) {
+        (Some(b), _) => b.checked_mul(u64::from(block_size)).context("--blocks is too large")?,
+        (None, Some(c)) => c,
+        (None, None) => 64 << 20,
+    };
+    let cfg = blindfold_gateway::server::ServeConfig {
+        listen: a.listen,
+        data_dir: a.data_dir.clone(),
+        store: a.store.clone(),
+        key_file: a.key_file.clone(),
+        passphrase,
+        credentials: None,
+        capacity,
+        block_size,
+        pad_objects: false,
+        cache_mib: a.cache_mib.unwrap_or(blindfold_gateway::server::DEFAULT_CACHE_MIB),
+        engine: a.engine.unwrap_or_default(),
+        in_place: false,
+    };
+    let tls = blindfold_node::ClusterTls::load(&a.tls_dir)?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("blindfold node: shutting down");
+    };
+    let ready = |addr: std::net::SocketAddr, opened: &blindfold_gateway::server::Opened| {
+        for note in &opened.notes {
+            eprintln!("blindfold node: {note}");
+        }
+        let p = &opened.params;
+        println!("blindfold node serving at https://{addr}");
+        println!("  data directory: {} (back up key.json)", a.data_dir.display());
+        println!("  store: {} ({} engine)", p.store, p.engine);
+        println!("  blocks: {} of {} bytes; node id {}", p.blocks, p.block_size, p.store_id);
+    };
+    blindfold_node::node::run(&cfg, a.listen, &tls, ready, shutdown).await?;
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args = match config::apply_config_file(std::env::args_os().collect()) {
         Ok(args) => args,
@@ -2103,6 +2252,11 @@ fn main() -> Result<()> {
             rt.block_on(storage_server(a))
         }
         Command::EnclaveKey(a) => enclave_key(a),
+        Command::ClusterCerts(a) => cluster_certs(a),
+        Command::Node(a) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(node(a))
+        }
         Command::Report(a) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(report(a))

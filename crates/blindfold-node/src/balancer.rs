@@ -1,0 +1,1185 @@
+//! The oblivious load balancer: a [`SharedEngine`] whose blocks live on ORAM nodes.
+//!
+//! # Design
+//!
+//! The balancer keeps, in trusted memory and its state directory, a position map from each
+//! logical block to its place `(node, local id)`, or to the *eviction cache* when the balancer
+//! holds the block itself. Each node's engine holds `0..blocks` local ids; the last one is the
+//! node's dummy id, never given to a block; the others are handed out from a per-node free list.
+//!
+//! Every logical access, read or write, whatever the block:
+//!
+//! 1. reads one block from the node the block is assigned to: from its place if it is on a
+//!    node, else (the block waits in the cache, or its read by an earlier access is in
+//!    flight) a *fake read* of a random local id on the node the cache assigned it to; a
+//!    block never written is read (fakely) from a uniformly random node. Then the block is in
+//!    the cache, assigned a fresh, secret, uniformly random node; the local id it came from is
+//!    freed at the next commit;
+//! 2. makes `ν` *evictions* (ObliviStore's eviction cache, `ν` = `evictions_per_access`,
+//!    default 2): each picks a node uniformly at random and writes to it a cached block
+//!    assigned to that node (at a local id from its free list) if there is one, else a dummy
+//!    block to its dummy id.
+//!
+//! So an access sends exactly one block read and `ν` block writes. The writes go to nodes
+//! drawn uniformly for the evictions, and a real write looks like a dummy one (same size,
+//! encrypted). The read goes to the node the block's previous access drew, which no one has
+//! seen: whether or not an eviction has carried the block there yet, the read goes there, so
+//! it is uniform and independent of the evictions seen since. Two simpler designs leak here:
+//! writing the block straight back to a random node at its access ties that write's node to
+//! the block's next read, and making a fake read for a cached block at a *random* node (as
+//! for a block never written) makes a block accessed again soon more likely to be read where
+//! a recent eviction went (it is there only if such an eviction took it). The test
+//! `node_choice_is_uniform_and_independent_of_the_blocks` checks both.
+//!
+//! A batch of `k` accesses sends one Access request to *every* node (empty ones too), holding
+//! that node's share of the `k` reads and `νk` writes: the number of requests never varies, and
+//! their sizes depend only on how many of the uniformly drawn reads and writes fell on each
+//! node.
+//!
+//! # Concurrent accesses to one block
+//!
+//! The second of two concurrent accesses to a block finds it in the cache (the first moved it
+//! there when it was planned): it makes its fake read at once, at the node the first access
+//! drew, and takes its answer from the first access's result (waiting for it if it has not
+//! arrived). Nothing it sends waits for the first access.
+//!
+//! # Durability and crash obliviousness
+//!
+//! The state directory holds a sealed checkpoint and a redo log (the frame format of
+//! `blindfold_proxy::state_file`). Before a batch's requests go out, an *intent* record names
+//! its reads (node, local id, and the block with the new node it drew) and is fsynced
+//! (group commit: concurrent batches share one fsync). A [`SharedEngine::commit`] waits for the
+//! batches in flight, commits every node's engine, then logs a *commit* record with every block
+//! whose place changed (its new place, or its data and node while it is in the cache); only
+//! then are the old local ids freed, so a place a durable record names is never overwritten.
+//! After a crash the balancer replays the commit records and then repeats every read of the
+//! intents logged after the last one — the same reads the network saw, in the same shape — and
+//! moves each block they had taken out of its place into the cache under the node its intent
+//! drew. A block's next read therefore never goes to a place the network saw it read from.
+//!
+//! # Security
+//!
+//! The network between balancer and nodes (TLS with the cluster's certificates) sees, per
+//! batch, one request per node whose size gives that node's count of reads and writes, and
+//! their timing. The nodes are trusted as in ObliviStore's distributed setting: each sees the
+//! local ids it is asked for (its own ORAM hides them from its store). See SECURITY.md.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use blindfold_crypto::{MasterKey, StateSealer};
+use blindfold_gateway::engine::SharedEngine;
+use blindfold_gateway::observe::EngineGauges;
+use blindfold_oram::BlockId;
+use blindfold_proxy::state_file::{self, Frame as LogFrame};
+use blindfold_proxy::{ProxyError, Result, VerifyReport};
+use futures::future::LocalBoxFuture;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::certs::ClusterTls;
+use crate::client::NodeClient;
+use crate::wire::{Access, MAX_BLOCKS_PER_RPC};
+use crate::NodeError;
+
+const CHECKPOINT_MAGIC: &[u8; 8] = b"BFLB0001";
+const COMMIT_MAGIC: u32 = 0xB1F0_1B01;
+const INTENT_MAGIC: u32 = 0xB1F0_1B02;
+/// Public description of the cluster beside the checkpoint; its presence marks a data
+/// directory whose blocks live on nodes.
+pub const NODES_FILE: &str = "nodes.json";
+/// Accesses planned together at most; larger batches are split (by count only).
+const MAX_BATCH: usize = 256;
+
+/// Options of a balancer.
+#[derive(Clone, Debug)]
+pub struct BalancerConfig {
+    /// Evictions per access (ObliviStore's ν); at least 1. More keeps the cache smaller at the
+    /// price of more writes.
+    pub evictions_per_access: u32,
+    /// Seed of the balancer's randomness (tests); `None` draws one from the OS.
+    pub seed: Option<u64>,
+    /// Keep a record of every request sent (what the network sees), for tests.
+    pub record: bool,
+    /// Redo log size after which a commit also writes a checkpoint.
+    pub log_limit: u64,
+}
+
+impl Default for BalancerConfig {
+    fn default() -> Self {
+        Self { evictions_per_access: 2, seed: None, record: false, log_limit: 64 << 20 }
+    }
+}
+
+/// One request as the network sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RpcRecord {
+    /// The batch it belongs to.
+    pub batch: u64,
+    /// Accesses in the batch.
+    pub accesses: usize,
+    /// Index of the node.
+    pub node: usize,
+    /// Blocks read.
+    pub reads: usize,
+    /// Blocks written.
+    pub writes: usize,
+    /// Bytes of the request body.
+    pub request_bytes: usize,
+}
+
+/// The local ids a node needs for a balancer of `blocks` logical blocks over `nodes` nodes:
+/// its share, room for the random imbalance of uniform placement, and the dummy id.
+pub fn node_blocks_needed(blocks: u64, nodes: usize) -> u64 {
+    let share = blocks.div_ceil(nodes.max(1) as u64);
+    let slack = ((share as f64).sqrt() * 4.0).ceil() as u64;
+    share + slack.max(16) + 1
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct NodeRecord {
+    id: [u8; 16],
+    blocks: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Checkpoint {
+    blocks: u64,
+    block_size: u32,
+    evictions: u32,
+    nodes: Vec<NodeRecord>,
+    placed: Vec<(u64, u32, u64)>,
+    cached: Vec<(u64, u32, Vec<u8>)>,
+}
+
+#[derive(Serialize, Deserialize)]
+enum Entry {
+    Placed(u32, u64),
+    Cached(u32, Vec<u8>),
+}
+
+#[derive(Serialize, Deserialize)]
+struct CommitRecord {
+    entries: Vec<(u64, Entry)>,
+}
+
+/// One read of a batch: node, local id, and the block with the node it drew (none for a
+/// fake read of a block that stays unwritten).
+type IntentRead = (u32, u64, Option<(u64, u32)>);
+
+#[derive(Serialize, Deserialize)]
+struct IntentRecord {
+    /// (node, local id, for a real read: the block and its new node).
+    reads: Vec<IntentRead>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct NodesFile {
+    format: String,
+    nodes: Vec<NodesFileEntry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct NodesFileEntry {
+    url: String,
+    id: String,
+    blocks: u64,
+}
+
+/// The result of a read in flight, for the accesses that wait for it.
+type Loaded = Option<std::result::Result<Vec<u8>, String>>;
+type Load = watch::Receiver<Loaded>;
+/// A frame waiting for the log writer, and who to tell when it is durable.
+type Queued = (Vec<u8>, tokio::sync::oneshot::Sender<std::result::Result<(), String>>);
+
+struct Cached {
+    /// The block's data; `None` while the read that fetches it is in flight.
+    data: Option<Vec<u8>>,
+    /// That read's result, for accesses that come meanwhile.
+    load: Option<Load>,
+    /// The node it goes to.
+    assigned: u32,
+    /// Bumped by every write, so an eviction of older data does not place the block.
+    version: u64,
+    evicting: bool,
+}
+
+struct State {
+    rng: ChaCha20Rng,
+    placed: HashMap<u64, (u32, u64)>,
+    cache: HashMap<u64, Cached>,
+    free: Vec<Vec<u64>>,
+    /// Local ids freed at the next commit.
+    pending_free: Vec<(u32, u64)>,
+    /// Blocks whose place changed since the last commit.
+    dirty: BTreeSet<u64>,
+    batches: u64,
+}
+
+enum Answer {
+    Now(Vec<u8>),
+    Read(usize, usize),
+    Wait(Load),
+    Written,
+}
+
+struct Plan {
+    batch: u64,
+    per_node: Vec<Access>,
+    answers: Vec<Answer>,
+    loads: Vec<(u64, usize, usize, watch::Sender<Loaded>)>,
+    evictions: Vec<(u64, u32, u64, u64)>,
+    intent: IntentRecord,
+}
+
+/// The redo log with group commit: whoever holds the file writes every frame queued so far
+/// with one fsync.
+struct LogWriter {
+    dir: PathBuf,
+    file: tokio::sync::Mutex<std::fs::File>,
+    queue: parking_lot::Mutex<Vec<Queued>>,
+    bytes: AtomicU64,
+}
+
+impl LogWriter {
+    fn open(dir: &Path) -> Result<Self> {
+        let file = state_file::open_log(dir)?;
+        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            file: tokio::sync::Mutex::new(file),
+            queue: parking_lot::Mutex::new(Vec::new()),
+            bytes: AtomicU64::new(bytes),
+        })
+    }
+
+    async fn append(&self, frame: Vec<u8>) -> Result<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.queue.lock().push((frame, tx));
+        {
+            let file = self.file.lock().await;
+            let batch = std::mem::take(&mut *self.queue.lock());
+            if !batch.is_empty() {
+                let (frames, senders): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+                let len: u64 = frames.iter().map(|f: &Vec<u8>| f.len() as u64).sum();
+                let f =
+                    file.try_clone().map_err(|e| ProxyError::State(format!("redo log: {e}")))?;
+                let written = tokio::task::spawn_blocking(move || {
+                    use std::io::Write;
+                    let mut f = f;
+                    for frame in &frames {
+                        f.write_all(frame)?;
+                    }
+                    f.sync_data()
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+                if written.is_ok() {
+                    self.bytes.fetch_add(len, Ordering::SeqCst);
+                }
+                for s in senders {
+                    let _ = s.send(written.clone());
+                }
+            }
+        }
+        rx.await.map_err(|_| ProxyError::State("the redo log writer stopped".into()))?.map_err(
+            |e| {
+                ProxyError::State(format!(
+                    "appending to the redo log in {}: {e}",
+                    self.dir.display()
+                ))
+            },
+        )
+    }
+
+    async fn empty(&self) -> Result<()> {
+        let file = self.file.lock().await;
+        state_file::empty_log(&file, &self.dir)?;
+        self.bytes.store(0, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// The oblivious load balancer over ORAM nodes (see the module documentation).
+pub struct Balancer {
+    dir: PathBuf,
+    nodes: Vec<NodeClient>,
+    instances: Vec<u64>,
+    node_blocks: Vec<u64>,
+    blocks: u64,
+    block_size: usize,
+    evictions: u32,
+    sealer: Arc<StateSealer>,
+    log: LogWriter,
+    log_limit: u64,
+    /// Accesses hold it shared; a commit holds it alone, so it sees no batch half done.
+    quiet: tokio::sync::RwLock<()>,
+    state: parking_lot::Mutex<State>,
+    poisoned: AtomicBool,
+    trace: Option<parking_lot::Mutex<Vec<RpcRecord>>>,
+}
+
+impl std::fmt::Debug for Balancer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Balancer")
+            .field("dir", &self.dir)
+            .field("nodes", &self.nodes)
+            .field("blocks", &self.blocks)
+            .finish_non_exhaustive()
+    }
+}
+
+fn state_err(e: impl std::fmt::Display) -> ProxyError {
+    ProxyError::State(e.to_string())
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// Whether the ORAM state directory `oram_dir` belongs to a balancer.
+pub fn is_balancer_dir(oram_dir: &Path) -> bool {
+    oram_dir.join(NODES_FILE).exists()
+}
+
+impl Balancer {
+    /// Connects to the nodes at `urls` and creates (`creating`) or opens the balancer whose
+    /// state lives in `dir` (a gateway's `<data-dir>/oram`), for `blocks` logical blocks of
+    /// `block_size` bytes. Opening after an unclean stop repeats the reads logged since the last
+    /// commit before it returns (see the module documentation).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn open(
+        dir: &Path,
+        urls: &[String],
+        tls: &ClusterTls,
+        blocks: u64,
+        block_size: u32,
+        key: &MasterKey,
+        creating: bool,
+        config: BalancerConfig,
+    ) -> std::result::Result<Self, NodeError> {
+        if urls.is_empty() {
+            return Err(NodeError::Config("--nodes names no node".into()));
+        }
+        if config.evictions_per_access == 0 {
+            return Err(NodeError::Config("evictions per access must be at least 1".into()));
+        }
+        let clients =
+            futures::future::try_join_all(urls.iter().map(|u| NodeClient::connect(u, tls))).await?;
+        for c in &clients {
+            if c.info().block_size != block_size {
+                return Err(NodeError::Config(format!(
+                    "node {} serves blocks of {} bytes, the gateway uses {block_size}: start \
+                     the node with --block-size {block_size}",
+                    c.url(),
+                    c.info().block_size
+                )));
+            }
+        }
+        let mut ids: Vec<[u8; 16]> = clients.iter().map(|c| c.info().id).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return Err(NodeError::Config("two --nodes entries reach the same node".into()));
+        }
+        let sealer = StateSealer::new(key);
+        let (ckpt, frames) = if creating {
+            if dir.join(state_file::CHECKPOINT).exists() {
+                return Err(NodeError::Config(format!(
+                    "{} already holds a balancer's state",
+                    dir.display()
+                )));
+            }
+            let need = node_blocks_needed(blocks, clients.len());
+            for c in &clients {
+                if c.info().blocks < need {
+                    return Err(NodeError::Config(format!(
+                        "node {} holds {} blocks; {} blocks over {} nodes need at least {need} \
+                         per node (its share, slack for uneven placement and one dummy block): \
+                         start it with --blocks {need} or more",
+                        c.url(),
+                        c.info().blocks,
+                        blocks,
+                        clients.len()
+                    )));
+                }
+            }
+            blindfold_proxy::make_private(dir)?;
+            let ckpt = Checkpoint {
+                blocks,
+                block_size,
+                evictions: config.evictions_per_access,
+                nodes: clients
+                    .iter()
+                    .map(|c| NodeRecord { id: c.info().id, blocks: c.info().blocks })
+                    .collect(),
+                placed: Vec::new(),
+                cached: Vec::new(),
+            };
+            state_file::write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &sealer)?;
+            (ckpt, Vec::new())
+        } else {
+            let path = dir.join(state_file::CHECKPOINT);
+            let buf = std::fs::read(&path)
+                .map_err(|e| NodeError::Io { path: path.clone(), source: e })?;
+            let ckpt: Checkpoint =
+                state_file::decode_checkpoint(&buf, CHECKPOINT_MAGIC, &sealer)
+                    .map_err(|m| NodeError::Config(format!("{}: {m}", path.display())))?;
+            let (frames, _, torn) = state_file::read_frames_with_legacy(
+                &dir.join(state_file::REDO_LOG),
+                &[COMMIT_MAGIC, INTENT_MAGIC],
+                &[],
+                &sealer,
+            )?;
+            if torn > 0 {
+                tracing::info!(
+                    torn,
+                    "the balancer's redo log ends in a torn record (a crash while writing it)"
+                );
+            }
+            (ckpt, frames)
+        };
+        if ckpt.blocks != blocks || ckpt.block_size != block_size {
+            return Err(NodeError::Config(format!(
+                "the balancer's state is for {} blocks of {} bytes, not {blocks} of {block_size}",
+                ckpt.blocks, ckpt.block_size
+            )));
+        }
+        // The nodes in the order the state numbers them.
+        let mut ordered = Vec::with_capacity(ckpt.nodes.len());
+        for rec in &ckpt.nodes {
+            let Some(c) = clients.iter().find(|c| c.info().id == rec.id) else {
+                return Err(NodeError::Config(format!(
+                    "node {} of this balancer is not among --nodes (give every node it was \
+                     created with, in any order)",
+                    hex::encode(rec.id)
+                )));
+            };
+            if c.info().blocks != rec.blocks {
+                return Err(NodeError::Config(format!(
+                    "node {} now holds {} blocks, not the {} it had",
+                    c.url(),
+                    c.info().blocks,
+                    rec.blocks
+                )));
+            }
+            ordered.push(c.clone());
+        }
+        if ordered.len() != clients.len() {
+            return Err(NodeError::Config(format!(
+                "--nodes names {} nodes; this balancer was created with {}",
+                clients.len(),
+                ordered.len()
+            )));
+        }
+        let nodes_file = NodesFile {
+            format: "blindfold-balancer".into(),
+            nodes: ordered
+                .iter()
+                .map(|c| NodesFileEntry {
+                    url: c.url().to_owned(),
+                    id: hex::encode(c.info().id),
+                    blocks: c.info().blocks,
+                })
+                .collect(),
+        };
+        let nodes_path = dir.join(NODES_FILE);
+        write_private(&nodes_path, &serde_json::to_vec_pretty(&nodes_file).expect("json"))
+            .map_err(|e| NodeError::Io { path: nodes_path, source: e })?;
+        let seed = config.seed.unwrap_or_else(rand::random);
+        let mut state = State {
+            rng: ChaCha20Rng::seed_from_u64(seed),
+            placed: ckpt.placed.iter().map(|&(b, n, l)| (b, (n, l))).collect(),
+            cache: ckpt
+                .cached
+                .into_iter()
+                .map(|(b, n, d)| {
+                    (
+                        b,
+                        Cached {
+                            data: Some(d),
+                            load: None,
+                            assigned: n,
+                            version: 0,
+                            evicting: false,
+                        },
+                    )
+                })
+                .collect(),
+            free: Vec::new(),
+            pending_free: Vec::new(),
+            dirty: BTreeSet::new(),
+            batches: 0,
+        };
+        let mut intents = Vec::new();
+        for LogFrame { magic, body } in frames {
+            if magic == COMMIT_MAGIC {
+                let rec: CommitRecord =
+                    state_file::decode_record(&body).map_err(NodeError::Config)?;
+                for (b, e) in rec.entries {
+                    match e {
+                        Entry::Placed(n, l) => {
+                            state.cache.remove(&b);
+                            state.placed.insert(b, (n, l));
+                        }
+                        Entry::Cached(n, d) => {
+                            state.placed.remove(&b);
+                            state.cache.insert(
+                                b,
+                                Cached {
+                                    data: Some(d),
+                                    load: None,
+                                    assigned: n,
+                                    version: 0,
+                                    evicting: false,
+                                },
+                            );
+                        }
+                    }
+                }
+                intents.clear();
+            } else {
+                let rec: IntentRecord =
+                    state_file::decode_record(&body).map_err(NodeError::Config)?;
+                intents.push(rec);
+            }
+        }
+        let n = ordered.len();
+        let node_blocks: Vec<u64> = ordered.iter().map(|c| c.info().blocks).collect();
+        for (&b, &(node, local)) in state.placed.iter() {
+            if node as usize >= n || local + 1 >= node_blocks[node as usize] || b >= blocks {
+                return Err(NodeError::Config(format!(
+                    "the balancer's state places a block outside the nodes ({}): damaged",
+                    dir.display()
+                )));
+            }
+        }
+        if state.cache.values().any(|c| c.assigned as usize >= n) {
+            return Err(NodeError::Config("the balancer's state names an unknown node".into()));
+        }
+        let balancer = Self {
+            dir: dir.to_path_buf(),
+            instances: ordered.iter().map(|c| c.info().instance).collect(),
+            nodes: ordered,
+            node_blocks,
+            blocks,
+            block_size: block_size as usize,
+            evictions: ckpt.evictions,
+            sealer: Arc::new(sealer),
+            log: LogWriter::open(dir)?,
+            log_limit: config.log_limit,
+            quiet: tokio::sync::RwLock::new(()),
+            state: parking_lot::Mutex::new(state),
+            poisoned: AtomicBool::new(false),
+            trace: config.record.then(|| parking_lot::Mutex::new(Vec::new())),
+        };
+        if !intents.is_empty() {
+            balancer.repeat_reads(intents).await?;
+        }
+        {
+            let mut st = balancer.state.lock();
+            st.free = balancer.free_lists(&st.placed);
+        }
+        if !creating {
+            // Everything replayed is folded into a fresh checkpoint.
+            balancer.checkpoint().await?;
+        } else {
+            balancer.log.empty().await?;
+        }
+        Ok(balancer)
+    }
+
+    fn free_lists(&self, placed: &HashMap<u64, (u32, u64)>) -> Vec<Vec<u64>> {
+        let mut used: Vec<Vec<bool>> =
+            self.node_blocks.iter().map(|&b| vec![false; (b - 1) as usize]).collect();
+        for &(node, local) in placed.values() {
+            used[node as usize][local as usize] = true;
+        }
+        // Popped from the end: low ids first.
+        used.iter()
+            .map(|u| (0..u.len() as u64).rev().filter(|&i| !u[i as usize]).collect())
+            .collect()
+    }
+
+    /// After an unclean stop: the reads logged since the last commit, sent again as they were
+    /// (node and local id, fake ones too); a block they had taken out of its place goes to the
+    /// cache under the node its latest intent drew.
+    async fn repeat_reads(&self, intents: Vec<IntentRecord>) -> std::result::Result<(), NodeError> {
+        let n = self.nodes.len();
+        tracing::warn!(
+            batches = intents.len(),
+            "the balancer stopped uncleanly: repeating the reads it had sent since its last commit"
+        );
+        for intent in intents {
+            let mut per_node: Vec<Vec<u64>> = vec![Vec::new(); n];
+            let mut slots = Vec::with_capacity(intent.reads.len());
+            for &(node, local, _) in &intent.reads {
+                if node as usize >= n || local >= self.node_blocks[node as usize] {
+                    return Err(NodeError::Config("a redo record names an unknown place".into()));
+                }
+                slots.push((node as usize, per_node[node as usize].len()));
+                per_node[node as usize].push(local);
+            }
+            let results = futures::future::try_join_all(
+                per_node
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, reads)| self.send(i, Access { reads, writes: Vec::new() })),
+            )
+            .await?;
+            let mut st = self.state.lock();
+            for (&(node, local, real), &(i, slot)) in intent.reads.iter().zip(&slots) {
+                let Some((b, assigned)) = real else { continue };
+                if st.placed.get(&b) == Some(&(node, local)) {
+                    st.placed.remove(&b);
+                    let data = results[i][slot].clone();
+                    st.cache.insert(
+                        b,
+                        Cached {
+                            data: Some(data),
+                            load: None,
+                            assigned,
+                            version: 0,
+                            evicting: false,
+                        },
+                    );
+                } else if let Some(c) = st.cache.get_mut(&b) {
+                    // Read again (from a place an earlier eviction of this run gave it): the
+                    // node drawn then is the one no one has seen.
+                    c.assigned = assigned;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The requests sent so far (with [`BalancerConfig::record`]).
+    pub fn trace(&self) -> Vec<RpcRecord> {
+        self.trace.as_ref().map(|t| t.lock().clone()).unwrap_or_default()
+    }
+
+    /// The nodes, in the order the state numbers them.
+    pub fn nodes(&self) -> &[NodeClient] {
+        &self.nodes
+    }
+
+    /// Where block `b` is now: `Some((node, local id))` on a node, `None` in the cache or never
+    /// written (tests).
+    #[doc(hidden)]
+    pub fn place_of(&self, b: u64) -> Option<(u32, u64)> {
+        self.state.lock().placed.get(&b).copied()
+    }
+
+    /// Blocks the balancer holds in its eviction cache now.
+    pub fn cached_blocks(&self) -> usize {
+        self.state.lock().cache.len()
+    }
+
+    /// Sends one node its share of a batch (split into requests of at most
+    /// [`MAX_BLOCKS_PER_RPC`] blocks); returns the blocks read.
+    async fn send(&self, node: usize, access: Access) -> Result<Vec<Vec<u8>>> {
+        let client = &self.nodes[node];
+        let mut out = Vec::with_capacity(access.reads.len());
+        let mut reads = access.reads.into_iter().peekable();
+        let mut writes = access.writes.into_iter().peekable();
+        loop {
+            let r: Vec<u64> = reads.by_ref().take(MAX_BLOCKS_PER_RPC).collect();
+            let w: Vec<(u64, Vec<u8>)> =
+                writes.by_ref().take(MAX_BLOCKS_PER_RPC - r.len()).collect();
+            let (instance, blocks) = client.access(&Access { reads: r, writes: w }).await?;
+            if instance != self.instances[node] {
+                return Err(ProxyError::State(format!(
+                    "node {} restarted (it may have lost writes it had not committed); restart \
+                     the gateway: it resumes from its last commit",
+                    client.url()
+                )));
+            }
+            out.extend(blocks);
+            if reads.peek().is_none() && writes.peek().is_none() {
+                return Ok(out);
+            }
+        }
+    }
+
+    fn plan(&self, st: &mut State, ops: Vec<(u64, Option<Vec<u8>>)>) -> Plan {
+        let n = self.nodes.len();
+        let bs = self.block_size;
+        st.batches += 1;
+        let mut plan = Plan {
+            batch: st.batches,
+            per_node: (0..n).map(|_| Access { reads: Vec::new(), writes: Vec::new() }).collect(),
+            answers: Vec::with_capacity(ops.len()),
+            loads: Vec::new(),
+            evictions: Vec::new(),
+            intent: IntentRecord { reads: Vec::with_capacity(ops.len()) },
+        };
+        for (b, write) in ops {
+            let is_write = write.is_some();
+            if let Some((p, x)) = st.placed.remove(&b) {
+                // A real read from the block's place; the block moves to the cache.
+                let assigned = st.rng.gen_range(0..n as u32);
+                let slot = plan.per_node[p as usize].reads.len();
+                plan.per_node[p as usize].reads.push(x);
+                plan.intent.reads.push((p, x, Some((b, assigned))));
+                st.pending_free.push((p, x));
+                st.dirty.insert(b);
+                let (load, answer) = if is_write {
+                    (None, Answer::Written)
+                } else {
+                    let (tx, rx) = watch::channel(None);
+                    plan.loads.push((b, p as usize, slot, tx));
+                    (Some(rx), Answer::Read(p as usize, slot))
+                };
+                st.cache
+                    .insert(b, Cached { data: write, load, assigned, version: 0, evicting: false });
+                plan.answers.push(answer);
+                continue;
+            }
+            // A fake read, at the node the block is assigned to if it is cached (the node its
+            // last access drew and nobody saw), else at a uniformly random node.
+            let assigned = st.rng.gen_range(0..n as u32);
+            let node = match st.cache.get(&b) {
+                Some(c) => c.assigned as usize,
+                None => st.rng.gen_range(0..n),
+            };
+            let local = st.rng.gen_range(0..self.node_blocks[node]);
+            plan.per_node[node].reads.push(local);
+            let answer = match (st.cache.get_mut(&b), write) {
+                (Some(c), write) => {
+                    // The read showed its node: the block goes to a fresh one, and an eviction
+                    // under way (to the node just shown) must not place it.
+                    c.assigned = assigned;
+                    c.version += 1;
+                    st.dirty.insert(b);
+                    plan.intent.reads.push((node as u32, local, Some((b, assigned))));
+                    match write {
+                        Some(data) => {
+                            c.data = Some(data);
+                            c.load = None;
+                            Answer::Written
+                        }
+                        None => match (&c.data, &c.load) {
+                            (Some(d), _) => Answer::Now(d.clone()),
+                            (None, Some(load)) => Answer::Wait(load.clone()),
+                            (None, None) => Answer::Now(vec![0; bs]),
+                        },
+                    }
+                }
+                (None, Some(data)) => {
+                    st.cache.insert(
+                        b,
+                        Cached {
+                            data: Some(data),
+                            load: None,
+                            assigned,
+                            version: 0,
+                            evicting: false,
+                        },
+                    );
+                    st.dirty.insert(b);
+                    plan.intent.reads.push((node as u32, local, Some((b, assigned))));
+                    Answer::Written
+                }
+                (None, None) => {
+                    plan.intent.reads.push((node as u32, local, None));
+                    Answer::Now(vec![0; bs])
+                }
+            };
+            plan.answers.push(answer);
+        }
+        let accesses = plan.answers.len();
+        for _ in 0..accesses * self.evictions as usize {
+            let q = st.rng.gen_range(0..n);
+            let candidate = if st.free[q].is_empty() {
+                None
+            } else {
+                st.cache
+                    .iter()
+                    .filter(|(_, c)| c.assigned as usize == q && c.data.is_some() && !c.evicting)
+                    .map(|(&b, _)| b)
+                    .min()
+            };
+            match candidate {
+                Some(b) => {
+                    let y = st.free[q].pop().expect("checked non-empty");
+                    let c = st.cache.get_mut(&b).expect("candidate is cached");
+                    c.evicting = true;
+                    let data = c.data.clone().expect("candidate has data");
+                    plan.evictions.push((b, q as u32, y, c.version));
+                    plan.per_node[q].writes.push((y, data));
+                }
+                None => {
+                    let dummy = self.node_blocks[q] - 1;
+                    plan.per_node[q].writes.push((dummy, vec![0; bs]));
+                }
+            }
+        }
+        plan
+    }
+
+    fn poison(&self, e: ProxyError) -> ProxyError {
+        if !self.poisoned.swap(true, Ordering::SeqCst) {
+            tracing::error!(error = %e, "the balancer stopped: restart the gateway to resume from its last commit");
+        }
+        e
+    }
+
+    fn check_poisoned(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(ProxyError::Poisoned);
+        }
+        Ok(())
+    }
+
+    fn check_block(&self, b: BlockId) -> Result<()> {
+        if b.0 >= self.blocks {
+            return Err(ProxyError::State(format!(
+                "block {} is beyond the balancer's {} blocks",
+                b.0, self.blocks
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs accesses (reads with `None`, writes with their data), in order.
+    async fn access(&self, ops: Vec<(u64, Option<Vec<u8>>)>) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut out = Vec::with_capacity(ops.len());
+        let mut ops = ops.into_iter().peekable();
+        while ops.peek().is_some() {
+            let chunk: Vec<_> = ops.by_ref().take(MAX_BATCH).collect();
+            out.extend(self.access_batch(chunk).await?);
+        }
+        // Reads alone never make the gateway commit: bound the intents a restart repeats
+        // and the log they fill.
+        if self.log.bytes.load(Ordering::SeqCst) > self.log_limit {
+            self.commit().await?;
+            let _quiet = self.quiet.write().await;
+            if self.log.bytes.load(Ordering::SeqCst) > self.log_limit {
+                self.checkpoint().await?;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn access_batch(&self, ops: Vec<(u64, Option<Vec<u8>>)>) -> Result<Vec<Option<Vec<u8>>>> {
+        let _quiet = self.quiet.read().await;
+        self.check_poisoned()?;
+        let accesses = ops.len();
+        let mut plan = {
+            let mut st = self.state.lock();
+            self.plan(&mut st, ops)
+        };
+        // The reads' places and the blocks' new nodes are durable before anyone sees them.
+        let frame = state_file::encode_frame(INTENT_MAGIC, &plan.intent, &self.sealer)?;
+        self.log.append(frame).await.map_err(|e| self.poison(e))?;
+        let per_node = std::mem::take(&mut plan.per_node);
+        if let Some(trace) = &self.trace {
+            let mut t = trace.lock();
+            for (i, a) in per_node.iter().enumerate() {
+                t.push(RpcRecord {
+                    batch: plan.batch,
+                    accesses,
+                    node: i,
+                    reads: a.reads.len(),
+                    writes: a.writes.len(),
+                    request_bytes: crate::wire::access_len(
+                        a.reads.len(),
+                        a.writes.len(),
+                        self.block_size,
+                    ),
+                });
+            }
+        }
+        let sent = futures::future::try_join_all(
+            per_node.into_iter().enumerate().map(|(i, a)| self.send(i, a)),
+        )
+        .await;
+        let results = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                for (_, _, _, tx) in plan.loads {
+                    let _ = tx.send(Some(Err(e.to_string())));
+                }
+                return Err(self.poison(e));
+            }
+        };
+        {
+            let mut st = self.state.lock();
+            for (b, node, slot, tx) in plan.loads {
+                let data = results[node][slot].clone();
+                if let Some(c) = st.cache.get_mut(&b) {
+                    if c.data.is_none() {
+                        c.data = Some(data.clone());
+                    }
+                    c.load = None;
+                }
+                let _ = tx.send(Some(Ok(data)));
+            }
+            for (b, q, y, version) in plan.evictions {
+                match st.cache.get_mut(&b) {
+                    Some(c) if c.version == version => {
+                        st.cache.remove(&b);
+                        st.placed.insert(b, (q, y));
+                        st.dirty.insert(b);
+                    }
+                    Some(c) => {
+                        // Written again meanwhile: the block stays cached, the place is freed.
+                        c.evicting = false;
+                        st.pending_free.push((q, y));
+                    }
+                    None => st.pending_free.push((q, y)),
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(plan.answers.len());
+        for a in plan.answers {
+            out.push(match a {
+                Answer::Now(d) => Some(d),
+                Answer::Read(node, slot) => Some(results[node][slot].clone()),
+                Answer::Wait(mut rx) => {
+                    let got = rx
+                        .wait_for(|v| v.is_some())
+                        .await
+                        .map_err(|_| ProxyError::Poisoned)?
+                        .clone()
+                        .expect("waited for a value");
+                    Some(got.map_err(|_| ProxyError::Poisoned)?)
+                }
+                Answer::Written => None,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn commit_nodes(&self) -> Result<()> {
+        let instances =
+            futures::future::try_join_all(self.nodes.iter().map(|c| c.commit())).await?;
+        for (i, instance) in instances.into_iter().enumerate() {
+            if instance != self.instances[i] {
+                return Err(ProxyError::State(format!(
+                    "node {} restarted (it may have lost writes it had not committed); restart \
+                     the gateway: it resumes from its last commit",
+                    self.nodes[i].url()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Commit under the quiet lock.
+    async fn commit_quiet(&self) -> Result<()> {
+        self.check_poisoned()?;
+        if self.state.lock().dirty.is_empty() {
+            return Ok(());
+        }
+        // Nodes first: every place the record names then holds its block durably.
+        self.commit_nodes().await.map_err(|e| self.poison(e))?;
+        let record = {
+            let st = self.state.lock();
+            CommitRecord {
+                entries: st
+                    .dirty
+                    .iter()
+                    .map(|&b| {
+                        let e = match (st.placed.get(&b), st.cache.get(&b)) {
+                            (Some(&(n, l)), _) => Entry::Placed(n, l),
+                            (None, Some(c)) => Entry::Cached(
+                                c.assigned,
+                                c.data.clone().expect("no read is in flight during a commit"),
+                            ),
+                            (None, None) => unreachable!("blocks are never removed"),
+                        };
+                        (b, e)
+                    })
+                    .collect(),
+            }
+        };
+        let frame = state_file::encode_frame(COMMIT_MAGIC, &record, &self.sealer)?;
+        self.log.append(frame).await.map_err(|e| self.poison(e))?;
+        {
+            let mut st = self.state.lock();
+            st.dirty.clear();
+            let freed = std::mem::take(&mut st.pending_free);
+            for (n, l) in freed {
+                st.free[n as usize].push(l);
+            }
+        }
+        if self.log.bytes.load(Ordering::SeqCst) > self.log_limit {
+            self.checkpoint().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the whole state as a checkpoint and empties the log (quiet: no batch in flight).
+    async fn checkpoint(&self) -> Result<()> {
+        let ckpt = {
+            let st = self.state.lock();
+            let cached: Vec<(u64, u32, Vec<u8>)> = st
+                .cache
+                .iter()
+                .map(|(&b, c)| {
+                    (b, c.assigned, c.data.clone().unwrap_or_else(|| vec![0; self.block_size]))
+                })
+                .collect();
+            let mut placed: Vec<(u64, u32, u64)> =
+                st.placed.iter().map(|(&b, &(n, l))| (b, n, l)).collect();
+            placed.sort_unstable();
+            Checkpoint {
+                blocks: self.blocks,
+                block_size: self.block_size as u32,
+                evictions: self.evictions,
+                nodes: self
+                    .nodes
+                    .iter()
+                    .map(|c| NodeRecord { id: c.info().id, blocks: c.info().blocks })
+                    .collect(),
+                placed,
+                cached,
+            }
+        };
+        let dir = self.dir.clone();
+        let sealer = Arc::clone(&self.sealer);
+        tokio::task::spawn_blocking(move || {
+            state_file::write_checkpoint_as(&dir, CHECKPOINT_MAGIC, &ckpt, &sealer)
+        })
+        .await
+        .map_err(state_err)??;
+        self.log.empty().await
+    }
+}
+
+fn check_distinct(blocks: impl Iterator<Item = u64>) -> Result<()> {
+    let mut seen: Vec<u64> = blocks.collect();
+    seen.sort_unstable();
+    if seen.windows(2).any(|w| w[0] == w[1]) {
+        return Err(ProxyError::State("a batch of block accesses names a block twice".into()));
+    }
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl SharedEngine for Balancer {
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    fn kind(&self) -> &'static str {
+        "nodes"
+    }
+
+    fn durable(&self) -> bool {
+        true
+    }
+
+    fn batch_blocks(&self) -> usize {
+        64
+    }
+
+    fn gauges(&self) -> EngineGauges {
+        let Some(st) = self.state.try_lock() else { return EngineGauges::default() };
+        let cached = st.cache.len() as u64;
+        EngineGauges {
+            stash: cached,
+            stash_max: cached,
+            subtree: 0,
+            trusted_bytes: st.placed.len() as u64 * 20 + cached * (self.block_size as u64 + 32),
+        }
+    }
+
+    async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+        check_distinct(blocks.iter().map(|b| b.0))?;
+        for &b in blocks {
+            self.check_block(b)?;
+        }
+        let out = self.access(blocks.iter().map(|b| (b.0, None)).collect()).await?;
+        Ok(out.into_iter().map(|d| d.expect("a read answers with data")).collect())
+    }
+
+    async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+        check_distinct(blocks.iter().map(|b| b.0 .0))?;
+        for (b, d) in &blocks {
+            self.check_block(*b)?;
+            if d.len() != self.block_size {
+                return Err(ProxyError::State(format!(
+                    "a block of {} bytes written to an engine of {}-byte blocks",
+                    d.len(),
+                    self.block_size
+                )));
+            }
+        }
+        self.access(blocks.into_iter().map(|(b, d)| (b.0, Some(d))).collect()).await?;
+        Ok(())
+    }
+
+    async fn commit(&self) -> Result<()> {
+        let _quiet = self.quiet.write().await;
+        self.commit_quiet().await
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        let _quiet = self.quiet.write().await;
+        self.commit_quiet().await?;
+        self.checkpoint().await
+    }
+
+    fn verify<'a>(
+        &'a self,
+        progress: &'a mut dyn FnMut(u64, u64),
+    ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
+        Box::pin(async move {
+            let total = self.nodes.len() as u64;
+            let mut all = VerifyReport { cells_checked: 0, never_written: 0, failures: Vec::new() };
+            for (i, c) in self.nodes.iter().enumerate() {
+                progress(i as u64, total);
+                let r = c.verify().await?;
+                all.cells_checked += r.cells_checked;
+                all.never_written += r.never_written;
+                all.failures.extend(
+                    r.failures
+                        .into_iter()
+                        .map(|(cell, why)| (cell, format!("node {}: {why}", c.url()))),
+                );
+            }
+            progress(total, total);
+            Ok(all)
+        })
+    }
+}
+
+/// An [`blindfold_gateway::server::EngineFactory`] that opens a balancer over the nodes at
+/// `urls` for a gateway's data directory.
+pub fn engine_factory(
+    urls: Vec<String>,
+    tls: ClusterTls,
+    config: BalancerConfig,
+) -> blindfold_gateway::server::EngineFactory {
+    Box::new(move |dir, params, key, creating| {
+        Box::pin(async move {
+            let b = Balancer::open(
+                &dir,
+                &urls,
+                &tls,
+                params.blocks,
+                params.block_size,
+                &key,
+                creating,
+                config,
+            )
+            .await?;
+            Ok(Arc::new(b) as Arc<dyn SharedEngine>)
+        })
+    })
+}

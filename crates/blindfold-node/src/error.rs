@@ -1,0 +1,58 @@
+use blindfold_proxy::ProxyError;
+
+/// Errors of the node service, the node client and the cluster's certificates.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// A peer sent bytes that are not a well-formed message of the node protocol.
+    #[error("bad node protocol message: {0}")]
+    Wire(String),
+    /// Certificates or keys that cannot be used, or a failed TLS setup.
+    #[error("{0}")]
+    Tls(String),
+    /// A configuration that cannot work (node sizes, a different set of nodes, …).
+    #[error("{0}")]
+    Config(String),
+    /// Reaching a node failed, or the node answered with an error.
+    #[error("node {node}: {message}")]
+    Rpc {
+        /// The node's address.
+        node: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The engine (of a node or the balancer's own state) failed.
+    #[error(transparent)]
+    Engine(#[from] ProxyError),
+    /// Opening a node's data directory failed.
+    #[error(transparent)]
+    Gateway(#[from] blindfold_gateway::GatewayError),
+}
+
+impl From<NodeError> for ProxyError {
+    fn from(e: NodeError) -> Self {
+        match e {
+            NodeError::Engine(e) => e,
+            other => ProxyError::State(other.to_string()),
+        }
+    }
+}
+
+impl From<NodeError> for blindfold_gateway::GatewayError {
+    fn from(e: NodeError) -> Self {
+        match e {
+            NodeError::Gateway(e) => e,
+            NodeError::Engine(e) => blindfold_gateway::GatewayError::Engine(e),
+            other => blindfold_gateway::GatewayError::Config(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! One ORAM node: an ordinary blindfold engine in its own data directory, served to the
+//! balancer over mutually authenticated gRPC.
+//!
+//! The node opens its data directory exactly as `blindfold serve` does
+//! ([`blindfold_gateway::server::open`]: key, parameters, any engine over any store URL, crash
+//! recovery) and serves the engine's blocks, numbered `0..blocks` ("local ids"), instead of
+//! objects. Each Access request's reads run as engine reads and its writes as engine writes,
+//! every one of them, in runs of distinct ids, so the node's store sees one ORAM access per
+//! block asked for, whatever the ids.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use blindfold_gateway::engine::SharedEngine;
+use blindfold_gateway::server::{Opened, ServeConfig};
+use blindfold_oram::BlockId;
+use blindfold_proxy::ProxyError;
+use tonic::{Request, Response, Status};
+
+use crate::certs::ClusterTls;
+use crate::client::CELL_KEY;
+use crate::proto::node_server::{Node, NodeServer};
+use crate::wire::{self, Access, Frame, NodeInfo};
+use crate::NodeError;
+
+/// Serves one engine's blocks.
+#[derive(Debug)]
+pub struct NodeService {
+    engine: Arc<dyn SharedEngine>,
+    info: NodeInfo,
+}
+
+/// The lengths of consecutive runs of `ids` in which no id repeats.
+fn distinct_runs(ids: impl Iterator<Item = u64>) -> Vec<usize> {
+    let mut runs = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut len = 0;
+    for id in ids {
+        if !seen.insert(id) {
+            runs.push(len);
+            seen.clear();
+            seen.insert(id);
+            len = 0;
+        }
+        len += 1;
+    }
+    if len > 0 {
+        runs.push(len);
+    }
+    runs
+}
+
+fn engine_status(e: ProxyError) -> Status {
+    match &e {
+        ProxyError::Integrity { cell, .. } => {
+            let mut s = Status::data_loss(e.to_string());
+            if let Ok(v) = cell.to_string().parse() {
+                s.metadata_mut().insert(CELL_KEY, v);
+            }
+            s
+        }
+        _ if e.is_integrity() => Status::data_loss(e.to_string()),
+        ProxyError::Poisoned => Status::failed_precondition(e.to_string()),
+        _ if e.is_retryable() => Status::unavailable(e.to_string()),
+        _ => Status::internal(e.to_string()),
+    }
+}
+
+impl NodeService {
+    /// Serves `engine`, which holds `info.blocks` blocks of `info.block_size` bytes.
+    pub fn new(engine: Arc<dyn SharedEngine>, info: NodeInfo) -> Self {
+        Self { engine, info }
+    }
+
+    /// The engine's node info.
+    pub fn info(&self) -> NodeInfo {
+        self.info
+    }
+
+    /// Runs `a` on a task of its own: a request the balancer gives up on (a dropped
+    /// connection, a timeout) still finishes its engine calls, which are not all safe to
+    /// cancel half-way.
+    async fn run(&self, a: Access) -> Result<Vec<u8>, ProxyError> {
+        let (engine, info) = (Arc::clone(&self.engine), self.info);
+        tokio::spawn(run_access(engine, info, a))
+            .await
+            .map_err(|e| ProxyError::State(format!("an access stopped: {e}")))?
+    }
+}
+
+async fn run_access(
+    engine: Arc<dyn SharedEngine>,
+    info: NodeInfo,
+    a: Access,
+) -> Result<Vec<u8>, ProxyError> {
+    let bs = info.block_size as usize;
+    let mut reply = Vec::with_capacity(8 + a.reads.len() * bs);
+    reply.extend_from_slice(&info.instance.to_le_bytes());
+    let mut at = 0;
+    for run in distinct_runs(a.reads.iter().copied()) {
+        let ids: Vec<BlockId> = a.reads[at..at + run].iter().map(|&i| BlockId(i)).collect();
+        for block in engine.read_many(&ids).await? {
+            if block.len() != bs {
+                return Err(ProxyError::State("the engine returned a short block".into()));
+            }
+            reply.extend_from_slice(&block);
+        }
+        at += run;
+    }
+    let runs = distinct_runs(a.writes.iter().map(|w| w.0));
+    let mut writes = a.writes.into_iter();
+    for run in runs {
+        let batch = writes.by_ref().take(run).map(|(i, d)| (BlockId(i), d)).collect();
+        engine.write_many(batch).await?;
+    }
+    Ok(reply)
+}
+
+#[tonic::async_trait]
+impl Node for NodeService {
+    async fn info(&self, _req: Request<Frame>) -> Result<Response<Frame>, Status> {
+        Ok(Response::new(Frame::new(self.info.encode())))
+    }
+
+    async fn access(&self, req: Request<Frame>) -> Result<Response<Frame>, Status> {
+        let bs = self.info.block_size as usize;
+        let access = Access::decode(&req.into_inner().body, self.info.blocks, bs)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let reply = self.run(access).await.map_err(engine_status)?;
+        Ok(Response::new(Frame::new(reply)))
+    }
+
+    async fn commit(&self, req: Request<Frame>) -> Result<Response<Frame>, Status> {
+        if !req.get_ref().body.is_empty() {
+            return Err(Status::invalid_argument("a commit request carries no body"));
+        }
+        // On a task of its own, as accesses are: a commit must never stop half-way.
+        let engine = Arc::clone(&self.engine);
+        tokio::spawn(async move { engine.commit().await })
+            .await
+            .map_err(|e| Status::internal(format!("the commit stopped: {e}")))?
+            .map_err(engine_status)?;
+        Ok(Response::new(Frame::new(self.info.instance.to_le_bytes().to_vec())))
+    }
+
+    async fn verify(&self, req: Request<Frame>) -> Result<Response<Frame>, Status> {
+        if !req.get_ref().body.is_empty() {
+            return Err(Status::invalid_argument("a verify request carries no body"));
+        }
+        // The engine's verify future is not Send: it runs on a blocking thread of its own.
+        let engine = Arc::clone(&self.engine);
+        let handle = tokio::runtime::Handle::current();
+        let report = tokio::task::spawn_blocking(move || {
+            handle.block_on(async move { engine.verify(&mut |_, _| {}).await })
+        })
+        .await
+        .map_err(|e| Status::internal(format!("verify stopped: {e}")))?
+        .map_err(engine_status)?;
+        Ok(Response::new(Frame::new(wire::encode_verify(&report))))
+    }
+}
+
+/// The node info of an opened data directory (a fresh instance number per process).
+pub fn info_of(opened: &Opened) -> Result<NodeInfo, NodeError> {
+    let raw = hex::decode(&opened.params.store_id)
+        .ok()
+        .and_then(|b| <[u8; 16]>::try_from(b).ok())
+        .ok_or_else(|| NodeError::Config("the data directory's store id is not 16 bytes".into()))?;
+    if opened.params.blocks < 2 {
+        return Err(NodeError::Config("a node needs at least 2 blocks".into()));
+    }
+    if opened.params.block_size as usize > wire::MAX_BLOCK_SIZE {
+        return Err(NodeError::Config(format!(
+            "a node serves blocks of at most {} bytes",
+            wire::MAX_BLOCK_SIZE
+        )));
+    }
+    Ok(NodeInfo {
+        id: raw,
+        blocks: opened.params.blocks,
+        block_size: opened.params.block_size,
+        instance: rand::random(),
+    })
+}
+
+/// Opens (or creates) a node's data directory as `blindfold serve` would. The node keeps no
+/// S3 credentials: its data directory gets none.
+pub async fn open_node(cfg: &ServeConfig) -> Result<Opened, NodeError> {
+    let mut cfg = cfg.clone();
+    cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
+    Ok(blindfold_gateway::server::open(&cfg).await?)
+}
+
+/// Serves `service` on `listener` over mutually authenticated TLS until `shutdown` resolves
+/// (requests in flight finish first).
+pub async fn serve(
+    service: NodeService,
+    listener: tokio::net::TcpListener,
+    tls: &ClusterTls,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), NodeError> {
+    let limit = wire::max_message(service.info.block_size as usize);
+    let server =
+        NodeServer::new(service).max_decoding_message_size(limit).max_encoding_message_size(limit);
+    tonic::transport::Server::builder()
+        .tls_config(tls.server())
+        .map_err(|e| NodeError::Tls(format!("the node's TLS setup: {e}")))?
+        .timeout(crate::client::RPC_TIMEOUT)
+        .concurrency_limit_per_connection(256)
+        .add_service(server)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown,
+        )
+        .await
+        .map_err(|e| NodeError::Rpc { node: "this node".into(), message: e.to_string() })
+}
+
+/// `blindfold node`: opens the data directory, serves it on `listen` until `shutdown`
+/// resolves or the engine stops on an integrity error, then commits and checkpoints it and
+/// writes its encrypted snapshot. `ready` is called with the bound address and the opened
+/// directory once the node serves.
+pub async fn run(
+    cfg: &ServeConfig,
+    listen: SocketAddr,
+    tls: &ClusterTls,
+    ready: impl FnOnce(SocketAddr, &Opened),
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), NodeError> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| NodeError::Config(format!("listening on {listen}: {e}")))?;
+    let addr = listener.local_addr().map_err(|e| NodeError::Config(e.to_string()))?;
+    let opened = open_node(cfg).await?;
+    let info = info_of(&opened)?;
+    let service = NodeService::new(Arc::clone(opened.objects.engine()), info);
+    ready(addr, &opened);
+    let mut stopped = opened.stopped.clone();
+    let stop = async move {
+        tokio::select! {
+            _ = shutdown => {}
+            _ = stopped.wait_for(|v| v.is_some()) => {}
+        }
+    };
+    serve(service, listener, tls, stop).await?;
+    if let Some(why) = opened.stopped.borrow().clone() {
+        return Err(NodeError::Config(format!(
+            "stopped serving: {why}; start the node again (it replays its redo log) and run \
+             `blindfold verify --data-dir {}`",
+            cfg.data_dir.display()
+        )));
+    }
+    opened.objects.shutdown().await?;
+    if opened.snapshots.lock().is_some() {
+        blindfold_gateway::server::write_snapshot(&opened).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distinct_runs;
+
+    #[test]
+    fn runs_split_where_an_id_repeats() {
+        assert_eq!(distinct_runs([1, 2, 3].into_iter()), vec![3]);
+        assert_eq!(distinct_runs([1, 2, 1, 1].into_iter()), vec![2, 1, 1]);
+        assert!(distinct_runs(std::iter::empty()).is_empty());
+    }
+}

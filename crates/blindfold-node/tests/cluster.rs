@@ -1,0 +1,639 @@
+//! The balancer over real nodes: gRPC over 127.0.0.1 with mutual TLS, each node an ordinary
+//! engine over a file store in a temporary directory.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use blindfold_crypto::MasterKey;
+use blindfold_gateway::engine::SharedEngine;
+use blindfold_gateway::server::{OramEngine, ServeConfig};
+use blindfold_node::balancer::{node_blocks_needed, RpcRecord};
+use blindfold_node::{Balancer, BalancerConfig, ClusterTls, NodeClient};
+use blindfold_oram::BlockId;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const BS: u32 = 64;
+
+/// A node process stand-in: `blindfold node`'s `run` on a task.
+struct TestNode {
+    dir: PathBuf,
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    crash: Option<tokio::sync::oneshot::Sender<()>>,
+    task: std::thread::JoinHandle<Result<(), blindfold_node::NodeError>>,
+}
+
+impl TestNode {
+    fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    async fn stop(self) {
+        self.stop_result().await.unwrap();
+    }
+
+    /// Stops the node as `kill -9` would: its runtime is dropped with whatever it was doing,
+    /// nothing committed or checkpointed.
+    async fn crash(mut self) {
+        let _ = self.crash.take().unwrap().send(());
+        let task = self.task;
+        tokio::task::spawn_blocking(move || task.join().unwrap()).await.unwrap().unwrap();
+    }
+
+    async fn stop_result(mut self) -> Result<(), blindfold_node::NodeError> {
+        let _ = self.stop.take().unwrap().send(());
+        let task = self.task;
+        tokio::task::spawn_blocking(move || task.join().unwrap()).await.unwrap()
+    }
+}
+
+async fn start_node(
+    dir: &Path,
+    tls_dir: &Path,
+    blocks: u64,
+    engine: OramEngine,
+    listen: SocketAddr,
+) -> TestNode {
+    let cfg = ServeConfig {
+        listen,
+        data_dir: dir.to_path_buf(),
+        store: None,
+        key_file: None,
+        passphrase: None,
+        credentials: None,
+        capacity: blocks * u64::from(BS),
+        block_size: BS,
+        pad_objects: false,
+        cache_mib: 0,
+        engine,
+        in_place: false,
+    };
+    let tls = ClusterTls::load(tls_dir).unwrap();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (crash_tx, crash_rx) = tokio::sync::oneshot::channel::<()>();
+    // Each node on a thread and runtime of its own, as its own process would be.
+    let task = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let ready = move |addr: SocketAddr, _: &blindfold_gateway::server::Opened| {
+            let _ = ready_tx.send(addr);
+        };
+        let served = rt.block_on(async move {
+            tokio::select! {
+                r = blindfold_node::node::run(&cfg, listen, &tls, ready, async move {
+                    let _ = stop_rx.await;
+                }) => r,
+                Ok(()) = crash_rx => Ok(()),
+            }
+        });
+        drop(rt);
+        served
+    });
+    let addr = ready_rx.await.expect("the node started");
+    TestNode { dir: dir.to_path_buf(), addr, stop: Some(stop_tx), crash: Some(crash_tx), task }
+}
+
+struct Cluster {
+    root: tempfile::TempDir,
+    nodes: Vec<TestNode>,
+    key: MasterKey,
+    blocks: u64,
+}
+
+impl Cluster {
+    async fn new(n: usize, blocks: u64, engine: OramEngine) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let hosts = vec!["127.0.0.1".to_string(); n];
+        blindfold_node::write_cluster_certs(&root.path().join("certs"), &hosts).unwrap();
+        let per_node = node_blocks_needed(blocks, n) + 8;
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let dir = root.path().join(format!("node{i}"));
+            let tls = root.path().join("certs").join(format!("node-{}", i + 1));
+            nodes.push(
+                start_node(&dir, &tls, per_node, engine, "127.0.0.1:0".parse().unwrap()).await,
+            );
+        }
+        Self { root, nodes, key: MasterKey::from_bytes([9; 32]), blocks }
+    }
+
+    fn balancer_tls(&self) -> ClusterTls {
+        ClusterTls::load(&self.root.path().join("certs").join("balancer")).unwrap()
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(TestNode::url).collect()
+    }
+
+    async fn balancer(&self, creating: bool, config: BalancerConfig) -> Balancer {
+        Balancer::open(
+            &self.root.path().join("balancer"),
+            &self.urls(),
+            &self.balancer_tls(),
+            self.blocks,
+            BS,
+            &self.key,
+            creating,
+            config,
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Stops node `i` and starts it again on the same address (a new instance).
+    async fn restart_node(&mut self, i: usize, engine: OramEngine) {
+        let old = self.nodes.remove(i);
+        let (dir, addr) = (old.dir.clone(), old.addr);
+        old.stop().await;
+        let tls = self.root.path().join("certs").join(format!("node-{}", i + 1));
+        let node = start_node(&dir, &tls, 0, engine, addr).await;
+        self.nodes.insert(i, node);
+    }
+
+    async fn stop(self) {
+        for n in self.nodes {
+            n.stop().await;
+        }
+    }
+}
+
+fn block(tag: u64) -> Vec<u8> {
+    let mut b = vec![0u8; BS as usize];
+    b[..8].copy_from_slice(&tag.to_le_bytes());
+    b[8..16].copy_from_slice(&(!tag).to_le_bytes());
+    b
+}
+
+fn seeded(seed: u64) -> BalancerConfig {
+    BalancerConfig { seed: Some(seed), record: true, ..BalancerConfig::default() }
+}
+
+/// Random reads and writes from concurrent clients, each checked against its own `HashMap`
+/// model (clients own disjoint blocks), while all of them also read one shared block that no
+/// one writes; commits between; then a clean stop, a reopen and a full read-back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_with_concurrent_clients() {
+    let cluster = Cluster::new(3, 96, OramEngine::Tao).await;
+    let balancer = Arc::new(cluster.balancer(true, seeded(1)).await);
+    let shared = 95u64;
+    balancer.write_many(vec![(BlockId(shared), block(4242))]).await.unwrap();
+    let clients = 4u64;
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let balancer = Arc::clone(&balancer);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = ChaCha8Rng::seed_from_u64(c);
+            let mine: Vec<u64> = (0..95).filter(|b| b % clients == c).collect();
+            let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+            for step in 0..40u64 {
+                let mut pick: Vec<u64> =
+                    (0..rng.gen_range(1..5)).map(|_| mine[rng.gen_range(0..mine.len())]).collect();
+                pick.sort_unstable();
+                pick.dedup();
+                if rng.gen_bool(0.5) {
+                    let writes: Vec<(BlockId, Vec<u8>)> = pick
+                        .iter()
+                        .map(|&b| (BlockId(b), block(b * 1000 + step + c * 100_000)))
+                        .collect();
+                    for (b, d) in &writes {
+                        model.insert(b.0, d.clone());
+                    }
+                    balancer.write_many(writes).await.unwrap();
+                } else {
+                    pick.push(shared);
+                    let ids: Vec<BlockId> = pick.iter().map(|&b| BlockId(b)).collect();
+                    let got = balancer.read_many(&ids).await.unwrap();
+                    for (b, d) in pick.iter().zip(got) {
+                        let want = if *b == shared {
+                            block(4242)
+                        } else {
+                            model.get(b).cloned().unwrap_or_else(|| vec![0; BS as usize])
+                        };
+                        assert_eq!(d, want, "client {c} block {b} step {step}");
+                    }
+                }
+                if step % 10 == 9 {
+                    balancer.commit().await.unwrap();
+                }
+            }
+            model
+        }));
+    }
+    let mut model = HashMap::new();
+    for t in tasks {
+        model.extend(t.await.unwrap());
+    }
+    model.insert(shared, block(4242));
+    // The shape: one read and ν writes per access, one request per node per batch.
+    let trace = balancer.trace();
+    check_shape(&trace, 3, 2);
+    assert!(
+        balancer.cached_blocks() < 40,
+        "the eviction cache grew to {}",
+        balancer.cached_blocks()
+    );
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    let reopened = cluster.balancer(false, seeded(2)).await;
+    let ids: Vec<BlockId> = (0..96).map(BlockId).collect();
+    let got = reopened.read_many(&ids).await.unwrap();
+    for (b, d) in got.into_iter().enumerate() {
+        let want = model.get(&(b as u64)).cloned().unwrap_or_else(|| vec![0; BS as usize]);
+        assert_eq!(d, want, "block {b} after reopening");
+    }
+    reopened.shutdown().await.unwrap();
+    cluster.stop().await;
+}
+
+/// Every batch: exactly `nodes` requests, reads summing to its accesses, writes to ν times them.
+fn check_shape(trace: &[RpcRecord], nodes: usize, evictions: usize) {
+    let mut batches: HashMap<u64, Vec<&RpcRecord>> = HashMap::new();
+    for r in trace {
+        batches.entry(r.batch).or_default().push(r);
+    }
+    assert!(!batches.is_empty());
+    for (batch, recs) in batches {
+        assert_eq!(recs.len(), nodes, "batch {batch}: one request per node");
+        let accesses = recs[0].accesses;
+        assert_eq!(recs.iter().map(|r| r.reads).sum::<usize>(), accesses, "batch {batch}");
+        assert_eq!(recs.iter().map(|r| r.writes).sum::<usize>(), evictions * accesses);
+        for r in recs {
+            assert_eq!(
+                r.request_bytes,
+                blindfold_node::wire::access_len(r.reads, r.writes, BS as usize),
+                "sizes depend only on the counts"
+            );
+        }
+    }
+}
+
+/// Per access (batches of one): the node read from and the nodes written to.
+fn per_access(trace: &[RpcRecord]) -> Vec<(u64, Vec<u64>)> {
+    let mut batches: std::collections::BTreeMap<u64, Vec<&RpcRecord>> = Default::default();
+    for r in trace {
+        batches.entry(r.batch).or_default().push(r);
+    }
+    batches
+        .into_values()
+        .map(|recs| {
+            let read = recs.iter().find(|r| r.reads == 1).expect("one read").node as u64;
+            let writes =
+                recs.iter().flat_map(|r| std::iter::repeat_n(r.node as u64, r.writes)).collect();
+            (read, writes)
+        })
+        .collect()
+}
+
+/// Which node serves which access reveals nothing: for one hot block and for uniformly random
+/// blocks alike, the per-node read and write counts are uniform (chi-square), every access has
+/// the same shape, and the node an access reads from is independent of where the previous
+/// access wrote (a design that wrote the block straight back would always read the hot block
+/// where it was last written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_choice_is_uniform_and_independent_of_the_blocks() {
+    use blindfold_testkit::stats::{histogram, independence, uniformity};
+    let n = 3u64;
+    let cluster = Cluster::new(n as usize, 64, OramEngine::Tao).await;
+    let balancer = cluster.balancer(true, seeded(7)).await;
+    let accesses = 600u64;
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    // Hot: the same block, reads and writes alternating.
+    for i in 0..accesses {
+        if i % 2 == 0 {
+            balancer.write_many(vec![(BlockId(5), block(i))]).await.unwrap();
+        } else {
+            assert_eq!(balancer.read_many(&[BlockId(5)]).await.unwrap()[0], block(i - 1));
+        }
+    }
+    let hot = balancer.trace();
+    // Uniform: random blocks.
+    for i in 0..accesses {
+        let b = rng.gen_range(0..64);
+        if i % 2 == 0 {
+            balancer.write_many(vec![(BlockId(b), block(i))]).await.unwrap();
+        } else {
+            balancer.read_many(&[BlockId(b)]).await.unwrap();
+        }
+    }
+    let all = balancer.trace();
+    let uniform = &all[hot.len()..];
+    for (name, trace) in [("hot", &hot[..]), ("uniform", uniform)] {
+        check_shape(trace, n as usize, 2);
+        let acc = per_access(trace);
+        assert_eq!(acc.len() as u64, accesses);
+        let reads = histogram(acc.iter().map(|a| a.0), n);
+        let writes = histogram(acc.iter().flat_map(|a| a.1.iter().copied()), n);
+        let (r, w) = (uniformity(&reads), uniformity(&writes));
+        assert!(r.p_value > 1e-3, "{name}: reads per node {reads:?} are not uniform: {r:?}");
+        assert!(w.p_value > 1e-3, "{name}: writes per node {writes:?} are not uniform: {w:?}");
+        // Where access t wrote (first eviction) against where access t + 1 read.
+        let pairs = acc.windows(2).map(|p| (p[0].1[0], p[1].0));
+        let ind = independence(pairs, n, n);
+        assert!(ind.p_value > 1e-3, "{name}: the next read depends on the last write: {ind:?}");
+    }
+    balancer.shutdown().await.unwrap();
+    cluster.stop().await;
+}
+
+/// Concurrent accesses to one block: the later ones send their fake reads at once (every
+/// access keeps its shape) and answer from the earlier access's result, in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_accesses_to_one_block_keep_their_shape() {
+    let cluster = Cluster::new(2, 32, OramEngine::Tao).await;
+    let balancer = Arc::new(cluster.balancer(true, seeded(11)).await);
+    balancer.write_many(vec![(BlockId(3), block(1))]).await.unwrap();
+    balancer.commit().await.unwrap();
+    for round in 0..5u64 {
+        let mut tasks = Vec::new();
+        for t in 0..8u64 {
+            let b = Arc::clone(&balancer);
+            tasks.push(tokio::spawn(async move {
+                b.read_many(&[BlockId(3)]).await.map(|d| (t, d[0].clone()))
+            }));
+        }
+        for t in tasks {
+            let (_, d) = t.await.unwrap().unwrap();
+            assert_eq!(d, block(1 + round), "round {round}");
+        }
+        balancer.write_many(vec![(BlockId(3), block(2 + round))]).await.unwrap();
+    }
+    check_shape(&balancer.trace(), 2, 2);
+    let accesses: usize = {
+        let mut seen = std::collections::HashSet::new();
+        balancer.trace().iter().filter(|r| seen.insert(r.batch)).map(|r| r.accesses).sum()
+    };
+    assert_eq!(accesses, 1 + 5 * 8 + 5);
+    balancer.shutdown().await.unwrap();
+    cluster.stop().await;
+}
+
+/// Only holders of a certificate from the cluster CA, for the right role, get in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_refuses_strangers() {
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+    let cluster = Cluster::new(1, 16, OramEngine::Tao).await;
+    let certs = cluster.root.path().join("certs");
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let ca = read(&certs.join("balancer/ca.pem"));
+    let url = cluster.urls()[0].clone();
+    let ask = |tls: ClientTlsConfig| {
+        let url = url.clone();
+        async move {
+            let ch = Endpoint::from_shared(url).unwrap().tls_config(tls).unwrap().connect().await;
+            match ch {
+                Err(e) => Err(format!("connect: {e}")),
+                Ok(ch) => blindfold_node::proto::node_client::NodeClient::new(ch)
+                    .info(blindfold_node::wire::Frame::default())
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| format!("info: {s}")),
+            }
+        }
+    };
+    // The balancer's certificate works …
+    NodeClient::connect(&url, &cluster.balancer_tls()).await.unwrap();
+    // … no client certificate does not,
+    let bare =
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca)).domain_name("127.0.0.1");
+    assert!(ask(bare).await.is_err(), "a client without a certificate was served");
+    // nor a node's certificate (made for servers only),
+    let node_id = Identity::from_pem(
+        read(&certs.join("node-1/cert.pem")),
+        read(&certs.join("node-1/key.pem")),
+    );
+    let as_node = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&ca))
+        .identity(node_id)
+        .domain_name("127.0.0.1");
+    assert!(ask(as_node).await.is_err(), "a node's certificate was accepted as a client");
+    // nor a certificate from another CA.
+    let other = cluster.root.path().join("other");
+    blindfold_node::write_cluster_certs(&other, &["127.0.0.1".into()]).unwrap();
+    let stranger = ClusterTls::load(&other.join("balancer")).unwrap();
+    assert!(NodeClient::connect(&url, &stranger).await.is_err());
+    // A node whose certificate another CA signed is refused by the balancer.
+    let impostor = start_node(
+        &cluster.root.path().join("impostor"),
+        &other.join("node-1"),
+        32,
+        OramEngine::Tao,
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await;
+    let refused = NodeClient::connect(&impostor.url(), &cluster.balancer_tls()).await.unwrap_err();
+    assert!(refused.to_string().contains(&impostor.addr.to_string()), "{refused}");
+    impostor.stop().await;
+    cluster.stop().await;
+}
+
+/// A damaged cell in a node's store: the read fails with an integrity error that reaches the
+/// balancer's caller; nothing panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_node_store_fails_reads_with_an_integrity_error() {
+    let mut cluster = Cluster::new(2, 32, OramEngine::PathOram).await;
+    let balancer = cluster.balancer(true, seeded(5)).await;
+    let all: Vec<(BlockId, Vec<u8>)> = (0..32).map(|b| (BlockId(b), block(b + 7))).collect();
+    balancer.write_many(all).await.unwrap();
+    // Move most blocks out of the cache onto the nodes.
+    for _ in 0..8 {
+        balancer.read_many(&[BlockId(31)]).await.unwrap();
+    }
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    for i in 0..2 {
+        let old = cluster.nodes.remove(i);
+        let dir = old.dir.clone();
+        old.stop().await;
+        // Flip every stored byte after the file header.
+        let cells = dir.join("cells").join("oram.cells");
+        let mut bytes = std::fs::read(&cells).unwrap();
+        for b in &mut bytes[4096..] {
+            *b ^= 0x5a;
+        }
+        std::fs::write(&cells, bytes).unwrap();
+        let tls = cluster.root.path().join("certs").join(format!("node-{}", i + 1));
+        let node =
+            start_node(&dir, &tls, 0, OramEngine::PathOram, "127.0.0.1:0".parse().unwrap()).await;
+        cluster.nodes.insert(i, node);
+    }
+    let balancer = cluster.balancer(false, seeded(6)).await;
+    let mut failed = None;
+    for b in 0..32 {
+        if let Err(e) = balancer.read_many(&[BlockId(b)]).await {
+            failed = Some(e);
+            break;
+        }
+    }
+    let e = failed.expect("a read through a damaged node failed");
+    assert!(e.is_integrity(), "not an integrity error: {e}");
+    // The balancer refuses further work rather than guess.
+    assert!(balancer.read_many(&[BlockId(0)]).await.is_err());
+    drop(balancer);
+    for n in cluster.nodes {
+        let _ = n.stop_result().await; // a node stops by itself on an integrity error
+    }
+}
+
+/// A block's value at its last acknowledged commit, and the values written after it.
+type Acked = (Vec<u8>, Vec<Vec<u8>>);
+
+/// The balancer dropped without a shutdown at random points, under concurrent writes and
+/// commits, and every other round its nodes killed too: reopened, every acknowledged write
+/// reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_lose_no_acknowledged_write() {
+    let mut cluster = Cluster::new(2, 48, OramEngine::Tao).await;
+    let mut creating = true;
+    // Per block: the value of its last acknowledged commit, and what was written after it.
+    let model: Arc<parking_lot::Mutex<HashMap<u64, Acked>>> = Default::default();
+    for round in 0..6u64 {
+        let balancer = Arc::new(cluster.balancer(creating, seeded(100 + round)).await);
+        creating = false;
+        // Everything acknowledged so far reads back.
+        {
+            let m = model.lock().clone();
+            let ids: Vec<BlockId> = (0..48).map(BlockId).collect();
+            let got = balancer.read_many(&ids).await.unwrap();
+            let mut m2 = m.clone();
+            for (b, d) in got.into_iter().enumerate() {
+                let b = b as u64;
+                let (committed, later) =
+                    m.get(&b).cloned().unwrap_or((vec![0; BS as usize], Vec::new()));
+                assert!(
+                    d == committed || later.contains(&d),
+                    "round {round}: block {b} lost an acknowledged write"
+                );
+                m2.insert(b, (d, Vec::new()));
+            }
+            *model.lock() = m2;
+        }
+        let mut tasks = Vec::new();
+        for c in 0..2u64 {
+            let balancer = Arc::clone(&balancer);
+            let model = Arc::clone(&model);
+            tasks.push(tokio::spawn(async move {
+                let mut rng = ChaCha8Rng::seed_from_u64(round * 10 + c);
+                for step in 0..1000u64 {
+                    let b = rng.gen_range(0..24) * 2 + c;
+                    let d = block(round << 32 | c << 24 | step);
+                    model
+                        .lock()
+                        .entry(b)
+                        .or_insert((vec![0; BS as usize], Vec::new()))
+                        .1
+                        .push(d.clone());
+                    balancer.write_many(vec![(BlockId(b), d)]).await.unwrap();
+                    if rng.gen_bool(0.3) {
+                        // What this client wrote so far is acknowledged once commit returns.
+                        let mine: Vec<(u64, Vec<u8>)> = model
+                            .lock()
+                            .iter()
+                            .filter(|(b, _)| *b % 2 == c)
+                            .filter_map(|(b, (_, l))| l.last().map(|d| (*b, d.clone())))
+                            .collect();
+                        balancer.commit().await.unwrap();
+                        let mut m = model.lock();
+                        for (b, d) in mine {
+                            let e = m.get_mut(&b).unwrap();
+                            let pos = e.1.iter().position(|x| *x == d).unwrap();
+                            e.0 = d;
+                            e.1.drain(..=pos);
+                        }
+                    }
+                }
+            }));
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(round);
+        tokio::time::sleep(std::time::Duration::from_millis(rng.gen_range(20..300))).await;
+        for t in &tasks {
+            t.abort();
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        drop(balancer); // no shutdown: a crash
+        if round % 2 == 1 {
+            for i in 0..cluster.nodes.len() {
+                let old = cluster.nodes.remove(i);
+                let (dir, addr) = (old.dir.clone(), old.addr);
+                old.crash().await;
+                let tls = cluster.root.path().join("certs").join(format!("node-{}", i + 1));
+                cluster.nodes.insert(i, start_node(&dir, &tls, 0, OramEngine::Tao, addr).await);
+            }
+        }
+    }
+    cluster.stop().await;
+}
+
+/// A block read and then lost to a crash before a commit is not read from the same place
+/// again: the intent record gave it a new node before the read went out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_a_revealed_place_is_not_read_again() {
+    let cluster = Cluster::new(2, 16, OramEngine::Tao).await;
+    let balancer = cluster.balancer(true, seeded(21)).await;
+    balancer.write_many(vec![(BlockId(4), block(44))]).await.unwrap();
+    // Other accesses until the block has been evicted to a node.
+    let mut i = 0;
+    while balancer.place_of(4).is_none() {
+        balancer.read_many(&[BlockId(i % 3)]).await.unwrap();
+        i += 1;
+        assert!(i < 200, "block 4 never left the cache");
+    }
+    balancer.commit().await.unwrap();
+    let place = balancer.place_of(4).unwrap();
+    // Read it from there (the network sees that read), then crash before any commit.
+    assert_eq!(balancer.read_many(&[BlockId(4)]).await.unwrap()[0], block(44));
+    drop(balancer);
+    let reopened = cluster.balancer(false, seeded(22)).await;
+    assert_ne!(reopened.place_of(4), Some(place), "the crash brought back a revealed place");
+    assert_eq!(reopened.read_many(&[BlockId(4)]).await.unwrap()[0], block(44));
+    reopened.shutdown().await.unwrap();
+    cluster.stop().await;
+}
+
+/// Hostile frames: the node refuses wrong sizes and bad ids with a clear error and keeps
+/// serving; a node that restarted is noticed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_refuse_hostile_frames_and_restarts_are_noticed() {
+    let mut cluster = Cluster::new(1, 8, OramEngine::Tao).await;
+    let client = NodeClient::connect(&cluster.urls()[0], &cluster.balancer_tls()).await.unwrap();
+    let blocks = client.info().blocks;
+    let good =
+        blindfold_node::wire::Access { reads: vec![1], writes: vec![(2, vec![1; BS as usize])] }
+            .encode(BS as usize);
+    for (what, body) in [
+        ("short", good[..good.len() - 1].to_vec()),
+        ("long", [good.clone(), vec![0]].concat()),
+        ("empty", Vec::new()),
+        ("huge counts", [u32::MAX.to_le_bytes(), 0u32.to_le_bytes()].concat()),
+        (
+            "id beyond the node",
+            blindfold_node::wire::Access { reads: vec![blocks], writes: Vec::new() }
+                .encode(BS as usize),
+        ),
+    ] {
+        let e = client.raw_access(body).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{what}: {e:?}");
+        assert!(!e.message().is_empty());
+    }
+    // A message beyond the size limit is refused before it is decoded.
+    let e = client.raw_access(vec![0; blindfold_node::wire::max_message(BS as usize) + 1]).await;
+    assert!(e.is_err());
+    // Still serving.
+    assert_eq!(client.raw_access(good).await.unwrap().len(), 8 + BS as usize);
+    // A balancer notices a node that restarted (and may have lost uncommitted writes).
+    let balancer = cluster.balancer(true, seeded(31)).await;
+    balancer.write_many(vec![(BlockId(1), block(1))]).await.unwrap();
+    cluster.restart_node(0, OramEngine::Tao).await;
+    let e = balancer.commit().await.unwrap_err();
+    assert!(e.to_string().contains("restarted"), "{e}");
+    drop(balancer);
+    cluster.stop().await;
+}
