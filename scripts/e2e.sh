@@ -1183,11 +1183,11 @@ done
 # Distributed mode: two `blindfold node` processes (certificates from `blindfold cluster-certs`)
 # and `blindfold serve --nodes` as their oblivious load balancer; the aws CLI through it.
 NODE_PIDS=()
-start_node() { # data-dir tls-dir → NODE_URL
-  local dir=$1 tls=$2 i
+start_node() { # data-dir tls-dir [engine] → NODE_URL
+  local dir=$1 tls=$2 engine=${3:-tao} i
   : >"$dir.out"
   "$BIN" node --listen 127.0.0.1:0 --data-dir "$dir" --tls-dir "$tls" --blocks 4608 --block-size 4096 \
-    >"$dir.out" 2>"$dir.err" &
+    --engine "$engine" >"$dir.out" 2>"$dir.err" &
   NODE_PIDS+=($!)
   for ((i = 0; i < 600; i++)); do
     NODE_URL=$(sed -n 's/^blindfold node serving at \(https:[^ ]*\).*/\1/p' "$dir.out")
@@ -1220,8 +1220,9 @@ if only nodes; then
   if ! "$BIN" cluster-certs --out "$WORK/nodes/certs" --nodes 127.0.0.1,127.0.0.1; then
     echo "FAIL - nodes: cluster-certs"
     FAILED=$((FAILED + 1))
-  elif ! start_node "$WORK/nodes/n1" "$WORK/nodes/certs/node-1" || ! N1=$NODE_URL ||
-    ! start_node "$WORK/nodes/n2" "$WORK/nodes/certs/node-2" || ! N2=$NODE_URL; then
+  # ObliviStore's distributed setting: ObliviStore nodes (and one TaoStore node: any engine).
+  elif ! start_node "$WORK/nodes/n1" "$WORK/nodes/certs/node-1" oblivistore || ! N1=$NODE_URL ||
+    ! start_node "$WORK/nodes/n2" "$WORK/nodes/certs/node-2" tao || ! N2=$NODE_URL; then
     echo "FAIL - nodes: node start: see above"
     FAILED=$((FAILED + 1))
   elif ! CAPACITY=32MiB start_server "$WORK/nodes/data" --block-size 4096 --nodes "$N1,$N2" \

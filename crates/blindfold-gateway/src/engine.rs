@@ -420,93 +420,91 @@ impl SharedEngine for DurableTao {
     }
 }
 
-/// The TEE engine serves many requests by itself, as the TaoStore engine does.
-#[async_trait::async_trait]
-impl SharedEngine for DurableTee {
-    fn block_size(&self) -> usize {
-        self.config().block_size() as usize
-    }
+/// [`SharedEngine`] for an engine that serves many requests by itself (its own `read_many`,
+/// `write_many`, `commit`, `shutdown`, `verify`, `block_cells`, `config` and `stats`).
+macro_rules! concurrent_engine {
+    ($engine:ty, $kind:expr, $gauges:expr) => {
+        #[async_trait::async_trait]
+        impl SharedEngine for $engine {
+            fn block_size(&self) -> usize {
+                self.config().block_size() as usize
+            }
 
-    async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
-        let bad: std::collections::HashSet<u64> = bad.iter().copied().collect();
-        Some(
-            self.block_cells()
-                .into_iter()
-                .filter(|(_, c)| bad.contains(&c.0))
-                .map(|(b, _)| b)
-                .collect(),
-        )
-    }
+            async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
+                let bad: std::collections::HashSet<u64> = bad.iter().copied().collect();
+                Some(
+                    self.block_cells()
+                        .into_iter()
+                        .filter(|(_, c)| bad.contains(&c.0))
+                        .map(|(b, _)| b)
+                        .collect(),
+                )
+            }
 
-    fn gauges(&self) -> EngineGauges {
-        let s = self.stats();
-        EngineGauges {
-            stash: s.waiting as u64,
-            stash_max: s.oram.max_waiting as u64,
-            subtree: 0,
-            trusted_bytes: s.trusted_bytes,
+            fn gauges(&self) -> EngineGauges {
+                let gauges: fn(&$engine) -> EngineGauges = $gauges;
+                gauges(self)
+            }
+
+            fn kind(&self) -> &'static str {
+                let kind: fn(&$engine) -> &'static str = $kind;
+                kind(self)
+            }
+
+            fn batch_blocks(&self) -> usize {
+                64
+            }
+
+            fn durable(&self) -> bool {
+                true
+            }
+
+            async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+                check_distinct(blocks.iter().copied())?;
+                <$engine>::read_many(self, blocks).await
+            }
+
+            async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+                check_distinct(blocks.iter().map(|b| b.0))?;
+                <$engine>::write_many(self, blocks).await
+            }
+
+            async fn commit(&self) -> Result<()> {
+                <$engine>::commit(self).await
+            }
+
+            async fn shutdown(&self) -> Result<()> {
+                <$engine>::shutdown(self).await
+            }
+
+            fn verify<'a>(
+                &'a self,
+                progress: &'a mut dyn FnMut(u64, u64),
+            ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
+                Box::pin(<$engine>::verify(self, progress))
+            }
         }
-    }
-
-    fn kind(&self) -> &'static str {
-        "tee"
-    }
-
-    fn batch_blocks(&self) -> usize {
-        64
-    }
-
-    fn durable(&self) -> bool {
-        true
-    }
-
-    async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
-        check_distinct(blocks.iter().copied())?;
-        DurableTee::read_many(self, blocks).await
-    }
-
-    async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
-        check_distinct(blocks.iter().map(|b| b.0))?;
-        DurableTee::write_many(self, blocks).await
-    }
-
-    async fn commit(&self) -> Result<()> {
-        DurableTee::commit(self).await
-    }
-
-    async fn shutdown(&self) -> Result<()> {
-        DurableTee::shutdown(self).await
-    }
-
-    fn verify<'a>(
-        &'a self,
-        progress: &'a mut dyn FnMut(u64, u64),
-    ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
-        Box::pin(DurableTee::verify(self, progress))
-    }
+    };
 }
 
-/// The ObliviStore engine serves many requests by itself: accesses to different partitions
-/// run at once, shuffles in the background.
-#[async_trait::async_trait]
-impl SharedEngine for DurableObliviStore {
-    fn block_size(&self) -> usize {
-        self.config().block_size() as usize
+// The TEE engine serves many requests by itself, as the TaoStore engine does.
+concurrent_engine!(DurableTee, |_| "tee", |e| {
+    let s = e.stats();
+    EngineGauges {
+        stash: s.waiting as u64,
+        stash_max: s.oram.max_waiting as u64,
+        subtree: 0,
+        trusted_bytes: s.trusted_bytes,
     }
+});
 
-    async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
-        let bad: std::collections::HashSet<u64> = bad.iter().copied().collect();
-        Some(
-            self.block_cells()
-                .into_iter()
-                .filter(|(_, c)| bad.contains(&c.0))
-                .map(|(b, _)| b)
-                .collect(),
-        )
-    }
-
-    fn gauges(&self) -> EngineGauges {
-        let s = self.stats();
+// ObliviStore and CURIOUS: accesses to different partitions run at once, shuffles in the
+// background; the eviction cache shows as the stash.
+concurrent_engine!(
+    DurableObliviStore,
+    |e| if e.config().is_curious() { "curious" } else { "oblivistore" },
+    |e| {
+        let s = e.stats();
         EngineGauges {
             stash: s.cached as u64,
             stash_max: 0,
@@ -514,48 +512,7 @@ impl SharedEngine for DurableObliviStore {
             trusted_bytes: s.trusted_bytes,
         }
     }
-
-    fn kind(&self) -> &'static str {
-        if self.config().is_curious() {
-            "curious"
-        } else {
-            "oblivistore"
-        }
-    }
-
-    fn batch_blocks(&self) -> usize {
-        64
-    }
-
-    fn durable(&self) -> bool {
-        true
-    }
-
-    async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
-        check_distinct(blocks.iter().copied())?;
-        DurableObliviStore::read_many(self, blocks).await
-    }
-
-    async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
-        check_distinct(blocks.iter().map(|b| b.0))?;
-        DurableObliviStore::write_many(self, blocks).await
-    }
-
-    async fn commit(&self) -> Result<()> {
-        DurableObliviStore::commit(self).await
-    }
-
-    async fn shutdown(&self) -> Result<()> {
-        DurableObliviStore::shutdown(self).await
-    }
-
-    fn verify<'a>(
-        &'a self,
-        progress: &'a mut dyn FnMut(u64, u64),
-    ) -> LocalBoxFuture<'a, Result<VerifyReport>> {
-        Box::pin(DurableObliviStore::verify(self, progress))
-    }
-}
+);
 
 /// **Benchmark baseline only — neither oblivious nor crash-consistent.**
 ///

@@ -515,6 +515,22 @@ impl ObliviStoreOram {
         }
     }
 
+    /// Puts `block` in the cache, bound for `target`.
+    fn cache_block(
+        &mut self,
+        block: u64,
+        data: Option<Vec<u8>>,
+        target: u32,
+        origin: Option<(u32, u32)>,
+        dirty: bool,
+    ) {
+        let entry = Cached { data, target, origin, dirty, version: 0, evicting: false };
+        if let Some(old) = self.cache.insert(block, entry) {
+            self.by_target[old.target as usize].remove(&block);
+        }
+        self.by_target[target as usize].insert(block);
+    }
+
     /// Starts an access to `block`: the partition to read (the caller locks it, then calls
     /// [`ObliviStoreOram::plan_read`]) and whether the read is real.
     pub fn begin(&mut self, block: u64) -> Result<(u32, bool)> {
@@ -606,18 +622,7 @@ impl ObliviStoreOram {
             self.partitions[partition as usize].reals -= 1;
             self.places.insert(block, Place::Cached);
             let target = self.random_partition();
-            self.cache.insert(
-                block,
-                Cached {
-                    data: None,
-                    target,
-                    origin: Some((partition, level)),
-                    dirty: false,
-                    version: 0,
-                    evicting: false,
-                },
-            );
-            self.by_target[target as usize].insert(block);
+            self.cache_block(block, None, target, Some((partition, level)), false);
         }
         Ok(ReadPlan { partition, slots, real: real_index })
     }
@@ -652,18 +657,7 @@ impl ObliviStoreOram {
             None => {
                 if let crate::Op::Write(_) = &op {
                     self.places.insert(block, Place::Cached);
-                    self.cache.insert(
-                        block,
-                        Cached {
-                            data: Some(vec![0; bs]),
-                            target,
-                            origin: None,
-                            dirty: false,
-                            version: 0,
-                            evicting: false,
-                        },
-                    );
-                    self.by_target[target as usize].insert(block);
+                    self.cache_block(block, Some(vec![0; bs]), target, None, false);
                 }
                 vec![0; bs]
             }
@@ -825,18 +819,7 @@ impl ObliviStoreOram {
                 let target = self.random_partition();
                 self.places.insert(b, Place::Cached);
                 self.partitions[p as usize].reals -= 1;
-                self.cache.insert(
-                    b,
-                    Cached {
-                        data: Some(data),
-                        target,
-                        origin: Some((p, levels)),
-                        dirty: false,
-                        version: 0,
-                        evicting: false,
-                    },
-                );
-                self.by_target[target as usize].insert(b);
+                self.cache_block(b, Some(data), target, Some((p, levels)), false);
             }
         }
         let retires = |origin: Option<(u32, u32)>| {
@@ -996,14 +979,7 @@ impl ObliviStoreOram {
             self.recount(partition);
         }
         self.places.insert(block, Place::Cached);
-        if let Some(old) = self.cache.remove(&block) {
-            self.by_target[old.target as usize].remove(&block);
-        }
-        self.cache.insert(
-            block,
-            Cached { data: Some(data), target, origin: None, dirty, version: 0, evicting: false },
-        );
-        self.by_target[target as usize].insert(block);
+        self.cache_block(block, Some(data), target, None, dirty);
         Ok(())
     }
 
