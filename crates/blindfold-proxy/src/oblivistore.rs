@@ -17,10 +17,11 @@
 //! - **A repeated block is a fake read.** An access to a block already being accessed, cached
 //!   or never written reads a uniformly random partition and takes the block from the cache.
 //! - **Bounded trusted memory, public waits.** Accesses take eviction permits from a fixed
-//!   pool before they start and the evictions they cause give them back when their shuffles
-//!   land; how long an access waits depends only on how many accesses and evictions are in
-//!   flight (public), never on what is cached. The shuffle buffer is bounded by the permits
-//!   times the largest level.
+//!   pool (1,024) before they start and the evictions they cause give them back when their
+//!   shuffles land; a shuffle takes room in a fixed shuffle buffer (256 MiB of blocks) for the
+//!   cells it reads and writes before it reads them. How long anything waits depends only on
+//!   how many accesses and evictions are in flight and on shuffle sizes (public), never on what
+//!   is cached.
 //!
 //! # Cells
 //!
@@ -77,8 +78,13 @@ const START_MAGIC: u32 = 0xB1F0_5704;
 const RESERVE_STEP: u64 = 1 << 16;
 /// Write a checkpoint once the log is larger than this (at a quiet moment).
 const LOG_LIMIT: u64 = 256 << 20;
-/// Evictions in flight at most (each holds one partition and up to one level's blocks).
-const EVICTION_PERMITS: u32 = 64;
+/// Evictions in flight at most: accesses take one permit per eviction they cause before they
+/// start (each eviction holds one partition until its shuffle lands).
+const EVICTION_PERMITS: u32 = 1024;
+/// Bytes of blocks the shuffles in flight may hold at once (each takes as many block permits as
+/// it reads and writes cells, a public number, before it reads; at least two of the largest
+/// level fit whatever the block size).
+const SHUFFLE_BUFFER_BYTES: u64 = 256 << 20;
 
 #[derive(Serialize, Deserialize)]
 struct Checkpoint {
@@ -189,6 +195,9 @@ struct Inner {
     bell: tokio::sync::watch::Sender<u64>,
     seq: Sequencer,
     permits: Arc<tokio::sync::Semaphore>,
+    /// Block permits of the shuffle buffer.
+    buffer: Arc<tokio::sync::Semaphore>,
+    buffer_blocks: u32,
     in_order: bool,
 }
 
@@ -280,6 +289,11 @@ impl DurableObliviStore {
         in_order: bool,
     ) -> Self {
         let partitions = oram.config().partitions() as usize;
+        let c = oram.config();
+        let largest = c.level_slots(c.levels()).max(c.level_slots(c.levels().saturating_sub(1)));
+        let buffer_blocks = (SHUFFLE_BUFFER_BYTES / u64::from(c.block_size()).max(1))
+            .max(4 * largest)
+            .min(u64::from(u32::MAX >> 3)) as u32;
         let st = St {
             reserved: oram.next_serial(),
             oram,
@@ -306,6 +320,8 @@ impl DurableObliviStore {
                 bell: tokio::sync::watch::channel(0).0,
                 seq: Sequencer::new(),
                 permits: Arc::new(tokio::sync::Semaphore::new(EVICTION_PERMITS as usize)),
+                buffer: Arc::new(tokio::sync::Semaphore::new(buffer_blocks as usize)),
+                buffer_blocks,
                 in_order,
             }),
         }
@@ -676,7 +692,15 @@ impl DurableObliviStore {
                 None => me.inner.parts[partition as usize].clone().lock_owned().await,
             };
             let sh = me.inner.st.lock().oram.plan_evict(partition);
-            if let Err(e) = me.run_shuffle(sh).await {
+            // Room in the shuffle buffer for what this shuffle reads and writes (its size
+            // follows from the partition's counter: a public wait).
+            let want = ((sh.reads.len() + sh.writes.len()) as u32).min(me.inner.buffer_blocks);
+            let room = me.inner.buffer.clone().acquire_many_owned(want).await;
+            let done = match room {
+                Ok(_room) => me.run_shuffle(sh).await,
+                Err(_) => Err(ProxyError::State("the engine was closed".into())),
+            };
+            if let Err(e) = done {
                 me.poison(&e);
             }
             drop(guard);
