@@ -45,8 +45,7 @@ use blindfold_oram::oblivistore::ObliviStoreConfig;
 use blindfold_oram::BlockId;
 use blindfold_proxy::{DurableObliviStore, DurableTao, TaoConfig};
 use blindfold_store::{
-    ByteRange, CellId, FileStore, Geometry, LatencyStore, LinkConfig, MemoryStore, Store,
-    SyncMode,
+    ByteRange, CellId, FileStore, Geometry, LatencyStore, LinkConfig, MemoryStore, Store, SyncMode,
 };
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
@@ -490,9 +489,8 @@ pub async fn build_engine(
             Node::new(kind, DurableObliviStore::geometry(&config)?, link, dir.path(), "node0")
                 .await?;
         let id = StoreId::random();
-        let e =
-            DurableObliviStore::create(&state, config, node.store(), &key, id, &mut |_, _| {})
-                .await?;
+        let e = DurableObliviStore::create(&state, config, node.store(), &key, id, &mut |_, _| {})
+            .await?;
         (Arc::new(e.clone()), node, Some(e))
     } else {
         let config = TaoConfig::builder(blocks, block_size).build()?;
@@ -690,7 +688,7 @@ pub async fn run(p: &ObliviStoreBench) -> Result<ObliviStoreReport> {
     if p.blocks == 0 || p.ops == 0 || p.clients == Some(0) {
         bail!("--blocks, --ops and --clients must be at least 1");
     }
-    if !(p.max_seconds > 0.0) {
+    if p.max_seconds.is_nan() || p.max_seconds <= 0.0 {
         bail!("the time per point must be positive");
     }
     if !(0.0..=1.0).contains(&p.read_ratio) {
@@ -770,16 +768,14 @@ pub async fn run(p: &ObliviStoreBench) -> Result<ObliviStoreReport> {
         // Experiment 3 beyond one node.
         for &n in p.nodes.iter().filter(|&&n| n > 1) {
             let link = p.link(p.nodes_rtt_ms);
-            match build_engine(name, n, none, p.store, p.blocks, p.block_size, &p.work_dir).await
-            {
+            match build_engine(name, n, none, p.store, p.blocks, p.block_size, &p.work_dir).await {
                 Err(e) => skip(&mut skipped, "nodes", name, n, format!("{e:#}")),
                 Ok(b) => {
                     fill(&b, p, &format!("filling {name} ×{n}")).await?;
                     b.set_link(link);
                     let c = n * clients(name, p.nodes_rtt_ms);
                     let m = measure(&b, c, p, &format!("{name} {n} nodes")).await?;
-                    let r =
-                        row("nodes", name, n, p.nodes_rtt_ms, c, p.store, &b, &m, p, &machine);
+                    let r = row("nodes", name, n, p.nodes_rtt_ms, c, p.store, &b, &m, p, &machine);
                     say(p, line(&r));
                     rows.push(r);
                 }
@@ -929,7 +925,9 @@ fn verdicts(rows: &[Row], p: &ObliviStoreBench) -> (Vec<Verdict>, Vec<Verdict>) 
         measured: match (one, more.is_empty()) {
             (Some(o), false) => more
                 .iter()
-                .map(|r| format!("{} nodes: {:.2}× one node", r.nodes, r.ops_per_sec / o.ops_per_sec))
+                .map(|r| {
+                    format!("{} nodes: {:.2}× one node", r.nodes, r.ops_per_sec / o.ops_per_sec)
+                })
                 .collect::<Vec<_>>()
                 .join(", "),
             _ => "not measured: more than one node is not in this build yet".into(),
@@ -1030,8 +1028,11 @@ pub fn render(r: &ObliviStoreReport) -> String {
     if !r.skipped.is_empty() {
         let _ = writeln!(s, "\n  not run:");
         for k in &r.skipped {
-            let _ =
-                writeln!(s, "    {} {} at {} node(s): {}", k.experiment, k.engine, k.nodes, k.reason);
+            let _ = writeln!(
+                s,
+                "    {} {} at {} node(s): {}",
+                k.experiment, k.engine, k.nodes, k.reason
+            );
         }
     }
     let _ = writeln!(s, "\n  per logical byte (largest trusted memory over the points):");

@@ -100,7 +100,13 @@ pub(crate) fn linear_plot(
     }
     let x1 = if x1 > 0.0 { x1 * 1.05 } else { 1.0 };
     // Room above the highest point for the legend (a log axis needs a factor, not a share).
-    let y1 = if y1 <= 0.0 { 1.0 } else if log_y { y1 * 4.0 } else { y1 * 1.15 };
+    let y1 = if y1 <= 0.0 {
+        1.0
+    } else if log_y {
+        y1 * 4.0
+    } else {
+        y1 * 1.15
+    };
     let y0 = if y0 < y1 { y0 * 0.7 } else { y1 / 10.0 };
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;

@@ -117,9 +117,8 @@ async fn engines_that_are_not_here_yet_say_so() {
     assert!(e.err().unwrap().to_string().contains("3 ORAM nodes"));
     let e = build_engine("ring", 1, link, StoreKind::Memory, 64, 64, dir.path()).await;
     assert!(e.err().unwrap().to_string().contains("unknown engine"));
-    let b = build_engine("oblivistore", 1, link, StoreKind::Memory, 64, 64, dir.path())
-        .await
-        .unwrap();
+    let b =
+        build_engine("oblivistore", 1, link, StoreKind::Memory, 64, 64, dir.path()).await.unwrap();
     assert_eq!(b.engine.kind(), "oblivistore");
     assert!(b.store_bytes() > 64 * 64);
 }
