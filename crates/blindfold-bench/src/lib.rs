@@ -11,6 +11,9 @@
 //! * [`concurrency::run`] — the TaoStore-style concurrent engine by number of clients and
 //!   write-back interval, against sequential Path ORAM over the same emulated WAN
 //!   (`blindfold bench concurrency`).
+//! * [`oblivistore::run`] — seed 001's experiments for the partition engines, TaoStore beside
+//!   them: throughput and response time by round trip, seeks per operation on the file
+//!   backend, throughput by number of ORAM nodes (`blindfold bench oblivistore`).
 //! * [`workload::run`] — the thesis's workloads A–E through the gateway against both of its
 //!   baselines (`blindfold bench workload`).
 //! * [`git::run`] — the thesis's git workload: push, clone, push, pull of a real repository
@@ -29,6 +32,7 @@ pub mod gateway;
 pub mod git;
 mod link;
 pub mod machine;
+pub mod oblivistore;
 #[cfg(feature = "onion")]
 pub mod onion;
 pub mod path;
@@ -36,6 +40,7 @@ mod plots;
 mod progress;
 pub mod report;
 pub mod schemes;
+pub mod seeks;
 pub mod tee;
 pub mod workload;
 

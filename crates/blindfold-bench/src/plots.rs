@@ -1,5 +1,5 @@
 //! SVG plots of `blindfold bench schemes` (seed 002's Figures 2 and 3, and latency by speed),
-//! and the line plot shared with `blindfold bench concurrency`.
+//! and the line plots shared with `blindfold bench concurrency` and `blindfold bench oblivistore`.
 
 use std::path::{Path, PathBuf};
 
@@ -68,6 +68,101 @@ pub(crate) fn line_plot(
         .border_style(BLACK)
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// A line plot with a linear x axis from zero saved as SVG at `path` (for axes that include 0,
+/// such as a round trip of 0 ms), its y axis linear from zero or logarithmic (`log_y`); series
+/// named in `dashed` are drawn dashed without markers (reference lines such as an ideal).
+/// Nothing is drawn if there are no points.
+pub(crate) fn linear_plot(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+    dashed: &[&str],
+    log_y: bool,
+) -> Result<()> {
+    let pts = series.iter().flat_map(|s| s.1.iter().copied());
+    let (mut x1, mut y0, mut y1, mut any) = (0f64, f64::MAX, 0f64, false);
+    for (x, y) in pts {
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+        if y > 0.0 {
+            y0 = y0.min(y);
+        }
+        any = true;
+    }
+    if !any {
+        return Ok(());
+    }
+    let x1 = if x1 > 0.0 { x1 * 1.05 } else { 1.0 };
+    // Room above the highest point for the legend (a log axis needs a factor, not a share).
+    let y1 = if y1 <= 0.0 {
+        1.0
+    } else if log_y {
+        y1 * 4.0
+    } else {
+        y1 * 1.15
+    };
+    let y0 = if y0 < y1 { y0 * 0.7 } else { y1 / 10.0 };
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    // The same drawing over either y axis (plotters' two axis kinds are different types).
+    macro_rules! draw {
+        ($y:expr) => {{
+            let mut chart = ChartBuilder::on(&root)
+                .caption(title, ("sans-serif", 20))
+                .margin(15)
+                .x_label_area_size(45)
+                .y_label_area_size(80)
+                .build_cartesian_2d(0f64..x1, $y)
+                .map_err(|e| anyhow!("{e}"))?;
+            chart
+                .configure_mesh()
+                .x_desc(x_desc)
+                .y_desc(y_desc)
+                .draw()
+                .map_err(|e| anyhow!("{e}"))?;
+            for (i, (name, points)) in series.iter().enumerate() {
+                let color = COLORS[i % COLORS.len()];
+                let legend = move |(x, y): (i32, i32)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                };
+                let points = points.iter().copied().filter(|p| !log_y || p.1 > 0.0);
+                if dashed.contains(&name.as_str()) {
+                    chart
+                        .draw_series(DashedLineSeries::new(points, 8, 5, color.stroke_width(2)))
+                        .map_err(|e| anyhow!("{e}"))?
+                        .label(name.as_str())
+                        .legend(legend);
+                    continue;
+                }
+                chart
+                    .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                    .map_err(|e| anyhow!("{e}"))?
+                    .label(name.as_str())
+                    .legend(legend);
+                chart
+                    .draw_series(points.map(|p| Circle::new(p, 3, color.filled())))
+                    .map_err(|e| anyhow!("{e}"))?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| anyhow!("{e}"))?;
+        }};
+    }
+    if log_y {
+        draw!((y0..y1).log_scale());
+    } else {
+        draw!(0f64..y1);
+    }
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }

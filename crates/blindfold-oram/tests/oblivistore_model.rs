@@ -91,7 +91,7 @@ fn planner_matches_a_hashmap() {
         for i in 0..4000u64 {
             let b = if rng.gen_bool(0.3) { rng.gen_range(0..5) } else { rng.gen_range(0..blocks) };
             if rng.gen_bool(0.5) {
-                let data = (i as u64).to_le_bytes().to_vec();
+                let data = i.to_le_bytes().to_vec();
                 let old = access(&mut o, &mut sim, &mut rng, &mut debt, b, Op::Write(data.clone()));
                 assert_eq!(old, model.get(&b).cloned().unwrap_or(vec![0; 8]));
                 model.insert(b, data);

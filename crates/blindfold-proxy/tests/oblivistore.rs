@@ -469,9 +469,12 @@ fn chi_square_uniform(counts: &[u64]) -> f64 {
     1.0 - ChiSquared::new((counts.len() - 1) as f64).unwrap().cdf(stat)
 }
 
+/// Which block the `i`-th access asks for.
+type Pick = Box<dyn Fn(u64) -> u64>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_sees_uniform_partitions_and_the_public_schedule_whatever_the_workload() {
-    let workloads: [(&str, Box<dyn Fn(u64) -> u64>); 3] = [
+    let workloads: [(&str, Pick); 3] = [
         ("hammer", Box::new(|_| 7)),
         ("uniform", Box::new(|i| (i * 2_654_435_761) % 256)),
         ("scan", Box::new(|i| i % 256)),

@@ -657,6 +657,83 @@ enum BenchCommand {
     /// link at every client count (the baseline). Prints a table (throughput, response time
     /// percentiles, trusted memory, speedup) and saves CSV and SVG plots to --out-dir.
     Concurrency(ConcurrencyArgs),
+    /// Seed 001's experiments (ObliviStore) for the partition engines, TaoStore beside them.
+    ///
+    /// For each engine: writes every block once, then closed-loop clients (4 KiB blocks,
+    /// uniform, 50 % writes) drive the engine directly at each round trip of --rtt-ms (each
+    /// node's store behind an emulated link): throughput and response time by round trip
+    /// (Figures 4 and 5); seeks per operation with the cells in a file (Figure 7, a seek being
+    /// a run of contiguous cells in one store request); aggregate throughput by number of
+    /// ORAM nodes (Figure 6). Clients per node grow with the round trip (64 + 4 per ms) unless
+    /// --clients fixes them. Prints the rows beside the paper's figures and the issue's
+    /// targets, and saves CSV and SVG plots to --out-dir. The curious engine and more than one
+    /// node are not in this build yet: those points are listed as not run.
+    Oblivistore(ObliviStoreArgs),
+}
+
+#[derive(Args, Debug)]
+struct ObliviStoreArgs {
+    /// A run of under three minutes: 4,096 blocks, round trips 0, 50 and 200 ms, 1 and 2
+    /// nodes, up to 2,000 operations or 6 s per point.
+    #[arg(long)]
+    quick: bool,
+    /// Engines, comma-separated: oblivistore, curious, tao [default: all three].
+    #[arg(long, value_delimiter = ',')]
+    engines: Option<Vec<String>>,
+    /// Round trips of the latency experiment, ms, comma-separated [default:
+    /// 0,50,100,200,500,1000; --quick: 0,50,200].
+    #[arg(long, value_delimiter = ',')]
+    rtt_ms: Option<Vec<u64>>,
+    /// Numbers of ORAM nodes, comma-separated [default: 1,2,4; --quick: 1,2].
+    #[arg(long, value_delimiter = ',')]
+    nodes: Option<Vec<usize>>,
+    /// Round trip of each node's link in the nodes experiment, ms.
+    #[arg(long, default_value_t = 50)]
+    nodes_rtt_ms: u64,
+    /// Bandwidth of every emulated link, each way, Mbit/s [default: unlimited].
+    #[arg(long)]
+    mbit: Option<u64>,
+    /// Logical blocks, e.g. 65536 or 2^16 [default: 2^16; --quick: 4096].
+    #[arg(long, value_parser = parse_count)]
+    blocks: Option<u64>,
+    /// Bytes per block.
+    #[arg(long, value_parser = parse_block_size, default_value = "4KiB")]
+    block_size: u32,
+    /// Closed-loop clients per node [default: 64 + 4 per ms of round trip, at most 4096].
+    #[arg(long)]
+    clients: Option<usize>,
+    /// Operations per point, at most [default: 20000; --quick: 2000].
+    #[arg(long, value_parser = parse_count)]
+    ops: Option<u64>,
+    /// Seconds per point, at most [default: 20; --quick: 6].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Share of reads.
+    #[arg(long, default_value_t = 0.5)]
+    read_ratio: f64,
+    /// Backend of the latency and nodes experiments: memory or file (the seeks experiment
+    /// always uses files).
+    #[arg(long, default_value = "memory")]
+    store: blindfold_bench::oblivistore::StoreKind,
+    /// Skip the seeks experiment.
+    #[arg(long)]
+    no_seeks: bool,
+    /// Where engine state and cell files go (a temporary directory per engine, removed after)
+    /// [default: the system's temporary directory].
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Seed of the workload.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Directory for the CSV file and SVG plots.
+    #[arg(long, default_value = "blindfold-bench-oblivistore")]
+    out_dir: PathBuf,
+    /// Save the rows as a JSON list to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress output.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -2184,6 +2261,50 @@ async fn node(a: NodeArgs) -> Result<()> {
     Ok(())
 }
 
+async fn bench_oblivistore(a: ObliviStoreArgs) -> Result<()> {
+    use blindfold_bench::oblivistore::{self, ObliviStoreBench};
+    let mut b = if a.quick { ObliviStoreBench::quick() } else { ObliviStoreBench::default() };
+    if let Some(v) = a.engines {
+        b.engines = v.into_iter().map(|e| e.trim().to_ascii_lowercase()).collect();
+    }
+    if let Some(v) = a.rtt_ms {
+        b.rtts_ms = v;
+    }
+    if let Some(v) = a.nodes {
+        b.nodes = v;
+    }
+    if let Some(v) = a.blocks {
+        b.blocks = v;
+    }
+    if let Some(v) = a.ops {
+        b.ops = v;
+    }
+    if let Some(v) = a.seconds {
+        if v.is_nan() || v <= 0.0 {
+            bail!("--seconds must be positive");
+        }
+        b.max_seconds = v;
+    }
+    if let Some(d) = a.work_dir {
+        b.work_dir = d;
+    }
+    b.nodes_rtt_ms = a.nodes_rtt_ms;
+    b.mbit = a.mbit;
+    b.block_size = a.block_size;
+    b.clients = a.clients;
+    b.read_ratio = a.read_ratio;
+    b.store = a.store;
+    b.seeks = !a.no_seeks;
+    b.seed = a.seed;
+    b.progress = !a.quiet;
+    let report = oblivistore::run(&b).await?;
+    print!("{}", oblivistore::render(&report));
+    for path in oblivistore::save(&report, &a.out_dir)? {
+        println!("  saved {}", path.display());
+    }
+    save_json(a.json.as_deref(), &report.rows)
+}
+
 fn main() -> Result<()> {
     let args = match config::apply_config_file(std::env::args_os().collect()) {
         Ok(args) => args,
@@ -2279,6 +2400,11 @@ fn main() -> Result<()> {
             // Many clients and one engine share the machine's cores.
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(bench_concurrency(a))
+        }
+        Command::Bench(BenchCommand::Oblivistore(a)) => {
+            // Many clients and the engine's background shuffles share the machine's cores.
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(bench_oblivistore(a))
         }
         Command::Bench(BenchCommand::Workload(a)) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

@@ -1,0 +1,124 @@
+//! `bench oblivistore` at toy sizes: every experiment produces its rows, the JSON rows carry
+//! every field the issue names, the link is really in the way, and the points that cannot run
+//! in this build (CURIOUS, more than one node) are listed with their reason.
+
+use std::time::Duration;
+
+use blindfold_bench::oblivistore::{self, build_engine, ObliviStoreBench, StoreKind};
+use blindfold_store::LinkConfig;
+
+const FIELDS: [&str; 11] = [
+    "engine",
+    "nodes",
+    "rtt_ms",
+    "clients",
+    "ops_per_sec",
+    "mb_per_sec",
+    "mean_response_ms",
+    "p99_response_ms",
+    "blowup",
+    "seeks_per_op",
+    "trusted_bytes",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn toy_run_produces_every_experiment() {
+    let work = tempfile::tempdir().unwrap();
+    let p = ObliviStoreBench {
+        rtts_ms: vec![0, 20],
+        nodes: vec![1, 2],
+        nodes_rtt_ms: 20,
+        blocks: 256,
+        block_size: 256,
+        clients: Some(8),
+        ops: 150,
+        max_seconds: 5.0,
+        work_dir: work.path().to_path_buf(),
+        progress: false,
+        ..ObliviStoreBench::default()
+    };
+    let r = oblivistore::run(&p).await.unwrap();
+    let find = |exp: &str, engine: &str, rtt: u64| {
+        r.rows
+            .iter()
+            .find(|x| x.experiment == exp && x.engine == engine && x.rtt_ms == rtt)
+            .unwrap_or_else(|| panic!("no {exp} row for {engine} at {rtt} ms"))
+    };
+    for engine in ["oblivistore", "tao"] {
+        let fast = find("latency", engine, 0);
+        let slow = find("latency", engine, 20);
+        let seeks = find("seeks", engine, 0);
+        let one = find("nodes", engine, 20);
+        for x in [fast, slow, seeks, one] {
+            assert!(x.ops > 0 && x.ops <= 150 + 8, "{engine}: {} ops", x.ops);
+            assert!(x.ops_per_sec > 0.0 && x.mb_per_sec > 0.0);
+            assert!(x.blowup > 1.0, "{engine}: blow-up {}", x.blowup);
+            assert!(x.seeks_per_op > 0.0, "{engine}: no seek counted");
+            assert!(x.trusted_bytes > 0);
+            assert!(x.store_per_logical_byte > 1.0);
+            assert!(x.p99_response_ms >= x.p50_response_ms);
+        }
+        assert_eq!(seeks.store, StoreKind::File);
+        assert_eq!(fast.store, StoreKind::Memory);
+        // Every operation crosses the 20 ms link at least once.
+        assert!(slow.mean_response_ms >= 19.0, "{engine}: {} ms", slow.mean_response_ms);
+        assert!(fast.mean_response_ms < slow.mean_response_ms);
+        assert_eq!((one.nodes, one.clients), (1, 8));
+    }
+    // CURIOUS and two nodes are listed, not silently dropped.
+    for (exp, engine, nodes) in [
+        ("latency", "curious", 1),
+        ("seeks", "curious", 1),
+        ("nodes", "curious", 2),
+        ("nodes", "oblivistore", 2),
+        ("nodes", "tao", 2),
+    ] {
+        let s = r
+            .skipped
+            .iter()
+            .find(|s| s.experiment == exp && s.engine == engine && s.nodes == nodes)
+            .unwrap_or_else(|| panic!("{exp} {engine} {nodes} not listed"));
+        assert!(s.reason.contains("not in this build yet"), "{}", s.reason);
+    }
+    // The JSON rows carry every field, as numbers or strings, never null.
+    let json = serde_json::to_value(&r.rows).unwrap();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), r.rows.len());
+    for row in rows {
+        for f in FIELDS {
+            let v = row.get(f).unwrap_or_else(|| panic!("{f} missing from {row}"));
+            assert!(v.is_number() || v.is_string(), "{f} = {v}");
+        }
+    }
+    // The tables, verdicts, CSV and plots.
+    let text = oblivistore::render(&r);
+    assert!(text.contains("machine:") && text.contains("31.5 MB/s"), "{text}");
+    assert!(text.contains("not in this build yet"));
+    assert_eq!(r.targets.len(), 4);
+    assert!(r.targets.last().unwrap().met.is_none(), "nodes > 1 cannot be judged yet");
+    let out = work.path().join("out");
+    let files = oblivistore::save(&r, &out).unwrap();
+    assert_eq!(files.len(), 5);
+    let csv = std::fs::read_to_string(out.join("oblivistore.csv")).unwrap();
+    assert_eq!(csv.lines().count(), r.rows.len() + 1);
+    for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "svg")) {
+        let svg = std::fs::read_to_string(f).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "{}", f.display());
+    }
+}
+
+#[tokio::test]
+async fn engines_that_are_not_here_yet_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = LinkConfig::unlimited(Duration::ZERO);
+    let e = build_engine("curious", 1, link, StoreKind::Memory, 64, 64, dir.path()).await;
+    assert!(e.err().unwrap().to_string().contains("curious engine is not in this build yet"));
+    let e = build_engine("oblivistore", 3, link, StoreKind::Memory, 64, 64, dir.path()).await;
+    assert!(e.err().unwrap().to_string().contains("3 ORAM nodes"));
+    let e = build_engine("ring", 1, link, StoreKind::Memory, 64, 64, dir.path()).await;
+    assert!(e.err().unwrap().to_string().contains("unknown engine"));
+    let b =
+        build_engine("oblivistore", 1, link, StoreKind::Memory, 64, 64, dir.path()).await.unwrap();
+    assert_eq!(b.engine.kind(), "oblivistore");
+    assert!(b.store_bytes() > 64 * 64);
+}
