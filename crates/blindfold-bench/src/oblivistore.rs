@@ -211,11 +211,10 @@ impl ObliviStoreBench {
     }
 }
 
-/// ObliviStore's engine keeps at most 64 eviction permits out, each access holding 1 + ν of
-/// them (about 43 accesses in flight); clients beyond three times that only queue, and a
-/// point's last requests take `clients ÷ throughput` to drain (at a 1 s round trip, 4,000
-/// clients would take ten minutes).
-pub const OBLIVISTORE_CLIENTS: usize = 128;
+/// The partition engines keep at most 1,024 eviction permits out, each access holding 1 + ν of
+/// them (about 680 accesses in flight with ν = 0.5); clients beyond that only queue, and a
+/// point's last requests take `clients ÷ throughput` to drain.
+pub const OBLIVISTORE_CLIENTS: usize = 768;
 
 /// Clients per node for `engine` at a round trip of `rtt_ms` when `--clients` does not fix
 /// them: 64, plus 4 per millisecond of round trip, at most 4,096 (64 at 0 ms, 264 at 50 ms,
@@ -223,7 +222,7 @@ pub const OBLIVISTORE_CLIENTS: usize = 128;
 /// has enough to keep busy; for ObliviStore at most [`OBLIVISTORE_CLIENTS`].
 pub fn clients_for(engine: &str, rtt_ms: u64) -> usize {
     let by_rtt = (64 + 4 * rtt_ms).min(4096) as usize;
-    if engine == "oblivistore" {
+    if engine == "oblivistore" || engine == "curious" {
         by_rtt.min(OBLIVISTORE_CLIENTS)
     } else {
         by_rtt
@@ -421,8 +420,10 @@ pub struct Built {
     /// The engine, as the gateway's object layer sees it.
     pub engine: Arc<dyn SharedEngine>,
     nodes: Vec<Node>,
-    /// ObliviStore evicts in the background: wait for it before counting.
-    oblivistore: Option<DurableObliviStore>,
+    /// ObliviStore and CURIOUS evict in the background: wait for them before counting.
+    oblivistore: Vec<DurableObliviStore>,
+    /// The ORAM nodes' gRPC servers (more than one node), stopped when this is dropped.
+    _servers: Vec<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
     _dir: tempfile::TempDir,
 }
 
@@ -447,7 +448,7 @@ impl Built {
     /// Commits, and waits until the work already caused has landed.
     pub async fn settle(&self) -> Result<()> {
         self.engine.commit().await?;
-        if let Some(o) = &self.oblivistore {
+        for o in &self.oblivistore {
             o.settle().await?;
         }
         Ok(())
@@ -469,37 +470,115 @@ pub async fn build_engine(
     block_size: u32,
     work_dir: &Path,
 ) -> Result<Built> {
-    if name == "curious" {
-        bail!("the curious engine is not in this build yet");
-    }
     if !ENGINES.contains(&name) {
         bail!("unknown engine {name:?}: {}", ENGINES.join(", "));
     }
-    if nodes != 1 {
-        bail!("{nodes} ORAM nodes behind a load balancer: not in this build yet");
+    if nodes == 0 {
+        bail!("--nodes must be at least 1");
     }
     std::fs::create_dir_all(work_dir)
         .with_context(|| format!("creating {}", work_dir.display()))?;
     let dir = tempfile::Builder::new().prefix("bench-oblivistore-").tempdir_in(work_dir)?;
     let key = MasterKey::generate();
-    let state = dir.path().join("state");
-    let (engine, node, oblivistore): (Arc<dyn SharedEngine>, _, _) = if name == "oblivistore" {
-        let config = ObliviStoreConfig::new(blocks, block_size)?;
-        let node =
-            Node::new(kind, DurableObliviStore::geometry(&config)?, link, dir.path(), "node0")
+    if nodes == 1 {
+        let (engine, node, oblivistore) =
+            one_engine(name, kind, link, dir.path(), "node0", blocks, block_size, &key).await?;
+        return Ok(Built {
+            engine,
+            nodes: vec![node],
+            oblivistore: oblivistore.into_iter().collect(),
+            _servers: Vec::new(),
+            _dir: dir,
+        });
+    }
+    // ObliviStore's distributed setting: `nodes` ORAM nodes (each its own engine, store and
+    // link) served over mutually authenticated gRPC on loopback, the oblivious load balancer
+    // of `blindfold serve --nodes` in front.
+    let hosts = vec!["127.0.0.1".to_string(); nodes];
+    let certs = dir.path().join("certs");
+    blindfold_node::write_cluster_certs(&certs, &hosts)?;
+    let per_node = blindfold_node::balancer::node_blocks_needed(blocks, nodes) + 8;
+    let (mut built_nodes, mut engines, mut urls, mut servers) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..nodes {
+        let label = format!("node{i}");
+        let node_key = MasterKey::generate();
+        let (engine, node, oblivistore) =
+            one_engine(name, kind, link, dir.path(), &label, per_node, block_size, &node_key)
                 .await?;
-        let id = StoreId::random();
-        let e = DurableObliviStore::create(&state, config, node.store(), &key, id, &mut |_, _| {})
-            .await?;
-        (Arc::new(e.clone()), node, Some(e))
-    } else {
+        let info = blindfold_node::wire::NodeInfo {
+            id: StoreId::random().0,
+            blocks: per_node,
+            block_size,
+            instance: rand::random(),
+        };
+        let service = blindfold_node::node::NodeService::new(engine, info);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        urls.push(format!("https://{}", listener.local_addr()?));
+        let tls = blindfold_node::ClusterTls::load(&certs.join(format!("node-{}", i + 1)))?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        servers.push((
+            stop,
+            tokio::spawn(async move {
+                let _ = blindfold_node::node::serve(service, listener, &tls, async move {
+                    let _ = stopped.await;
+                })
+                .await;
+            }),
+        ));
+        built_nodes.push(node);
+        engines.extend(oblivistore);
+    }
+    let tls = blindfold_node::ClusterTls::load(&certs.join("balancer"))?;
+    let balancer = blindfold_node::Balancer::open(
+        &dir.path().join("balancer"),
+        &urls,
+        &tls,
+        blocks,
+        block_size,
+        &key,
+        true,
+        blindfold_node::BalancerConfig::default(),
+    )
+    .await?;
+    Ok(Built {
+        engine: Arc::new(balancer),
+        nodes: built_nodes,
+        oblivistore: engines,
+        _servers: servers,
+        _dir: dir,
+    })
+}
+
+/// One engine `name` over a fresh store of `kind` behind `link` (`dir/label.cells` for files).
+#[allow(clippy::too_many_arguments)]
+async fn one_engine(
+    name: &str,
+    kind: StoreKind,
+    link: LinkConfig,
+    dir: &Path,
+    label: &str,
+    blocks: u64,
+    block_size: u32,
+    key: &MasterKey,
+) -> Result<(Arc<dyn SharedEngine>, Node, Option<DurableObliviStore>)> {
+    let state = dir.join(format!("{label}-state"));
+    let id = StoreId::random();
+    if name == "tao" {
         let config = TaoConfig::builder(blocks, block_size).build()?;
-        let node =
-            Node::new(kind, DurableTao::geometry(&config)?, link, dir.path(), "node0").await?;
-        let e = DurableTao::create(&state, config, node.store(), &key, StoreId::random()).await?;
-        (Arc::new(e), node, None)
+        let node = Node::new(kind, DurableTao::geometry(&config)?, link, dir, label).await?;
+        let e = DurableTao::create(&state, config, node.store(), key, id).await?;
+        return Ok((Arc::new(e), node, None));
+    }
+    let config = if name == "curious" {
+        ObliviStoreConfig::curious(blocks, block_size, blindfold_gateway::server::CURIOUS_B)?
+    } else {
+        ObliviStoreConfig::new(blocks, block_size)?
     };
-    Ok(Built { engine, nodes: vec![node], oblivistore, _dir: dir })
+    let node = Node::new(kind, DurableObliviStore::geometry(&config)?, link, dir, label).await?;
+    let e =
+        DurableObliviStore::create(&state, config, node.store(), key, id, &mut |_, _| {}).await?;
+    Ok((Arc::new(e.clone()), node, Some(e)))
 }
 
 fn block_data(block: u64, salt: u64, size: usize) -> Vec<u8> {
