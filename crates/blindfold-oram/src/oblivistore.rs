@@ -769,7 +769,6 @@ impl ObliviStoreOram {
                 }
             }
         }
-        let mut live = live;
         let cap = self.config.capacity as usize;
         let spill = if rebuild && live.len() > cap { live.split_off(cap) } else { Vec::new() };
         let mut holders = live;
