@@ -24,8 +24,8 @@
 //!    row counts them, this experiment is the one on the file backend.
 //! 3. **Nodes** (Figure 6): aggregate throughput by number of ORAM nodes behind one load
 //!    balancer, each node with its own store and its own link (`nodes_rtt_ms`), and `nodes ×`
-//!    the clients of one node. [`build_engine`] builds one node only for now: the distributed
-//!    mode plugs in there.
+//!    the clients of one node. [`build_engine`] serves the nodes over gRPC with mutual TLS on
+//!    loopback, the load balancer of `blindfold serve --nodes` in front.
 //!
 //! The blow-up is the bytes moved to and from the stores (sealed cells, both ways) over the
 //! logical bytes of the operations, counted from the start of a point until the work it
@@ -459,8 +459,8 @@ impl Built {
 /// `link`, for `blocks` blocks of `block_size` bytes; its state and files go to a temporary
 /// directory under `work_dir`, removed when the result is dropped.
 ///
-/// One node only, and `oblivistore` and `tao` only, in this build: the CURIOUS engine and
-/// the distributed mode (ORAM nodes behind an oblivious load balancer) plug in here.
+/// With more than one node, each node is that engine behind a gRPC server with mutual TLS on
+/// loopback, and the result is the oblivious load balancer of `blindfold serve --nodes`.
 pub async fn build_engine(
     name: &str,
     nodes: usize,
@@ -1009,7 +1009,7 @@ fn verdicts(rows: &[Row], p: &ObliviStoreBench) -> (Vec<Verdict>, Vec<Verdict>) 
                 })
                 .collect::<Vec<_>>()
                 .join(", "),
-            _ => "not measured: more than one node is not in this build yet".into(),
+            _ => "not measured: no run with more than one node".into(),
         },
         met: one.filter(|_| !more.is_empty()).map(|o| {
             more.iter().all(|r| r.ops_per_sec >= LINEAR_SHARE * r.nodes as f64 * o.ops_per_sec)

@@ -664,10 +664,11 @@ enum BenchCommand {
     /// node's store behind an emulated link): throughput and response time by round trip
     /// (Figures 4 and 5); seeks per operation with the cells in a file (Figure 7, a seek being
     /// a run of contiguous cells in one store request); aggregate throughput by number of
-    /// ORAM nodes (Figure 6). Clients per node grow with the round trip (64 + 4 per ms) unless
-    /// --clients fixes them. Prints the rows beside the paper's figures and the issue's
-    /// targets, and saves CSV and SVG plots to --out-dir. The curious engine and more than one
-    /// node are not in this build yet: those points are listed as not run.
+    /// ORAM nodes (Figure 6: in-process nodes over mutually authenticated gRPC, each with its
+    /// own store and link, behind the load balancer of `serve --nodes`). Clients per node grow
+    /// with the round trip (64 + 4 per ms; the partition engines at most 768) unless --clients
+    /// fixes them. Prints the rows beside the paper's figures and the targets, and
+    /// saves CSV and SVG plots to --out-dir.
     Oblivistore(ObliviStoreArgs),
 }
 
