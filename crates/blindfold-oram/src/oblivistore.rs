@@ -325,6 +325,32 @@ pub struct Shuffle {
     counter: u64,
 }
 
+impl Partition {
+    /// Whether level `l` holds cells now: small level `l` iff bit `l` of the counter is set,
+    /// the top level (`l == levels`) always.
+    fn filled(&self, l: u32, levels: u32) -> bool {
+        l == levels || self.counter >> l & 1 == 1
+    }
+
+    /// Level `l` (`levels`: the top) and the area its cells are in.
+    fn level(&self, l: u32, levels: u32) -> (&Level, u8) {
+        if l < levels {
+            (&self.small[l as usize], 0)
+        } else {
+            (&self.top, self.top_area)
+        }
+    }
+
+    /// Level `l` (`levels`: the top), to change.
+    fn level_mut(&mut self, l: u32, levels: u32) -> &mut Level {
+        if l < levels {
+            &mut self.small[l as usize]
+        } else {
+            &mut self.top
+        }
+    }
+}
+
 impl Shuffle {
     /// Whether a real block goes in (for counters; the store cannot tell).
     pub fn is_real(&self) -> bool {
@@ -574,11 +600,10 @@ impl ObliviStoreOram {
         for level in 0..=levels {
             let rng = &mut self.rng;
             let part = &mut self.partitions[partition as usize];
-            let filled = level == levels || part.counter >> level & 1 == 1;
-            if !filled {
+            if !part.filled(level, levels) {
                 continue;
             }
-            let lvl = if level < levels { &mut part.small[level as usize] } else { &mut part.top };
+            let lvl = part.level_mut(level, levels);
             let slot = match at {
                 Some((l, s)) if l == level => {
                     real_index = Some(slots.len());
@@ -745,12 +770,10 @@ impl ObliviStoreOram {
         let merged: Vec<u32> =
             if level == levels { (0..=levels).collect() } else { (0..level).collect() };
         for &l in &merged {
-            let filled = l == levels || part.counter >> l & 1 == 1;
-            if !filled {
+            if !part.filled(l, levels) {
                 continue;
             }
-            let lvl = if l < levels { &part.small[l as usize] } else { &part.top };
-            let a = if l == levels { part.top_area } else { 0 };
+            let (lvl, a) = part.level(l, levels);
             for (s, &h) in lvl.holders.iter().enumerate() {
                 if lvl.read[s] {
                     continue;
@@ -1018,11 +1041,7 @@ impl ObliviStoreOram {
             .iter()
             .filter_map(|(&b, pl)| match *pl {
                 Place::Stored { partition, level, slot } => {
-                    let area = if level == levels {
-                        self.partitions[partition as usize].top_area
-                    } else {
-                        0
-                    };
+                    let (_, area) = self.partitions[partition as usize].level(level, levels);
                     Some((b, self.config.cell(partition, level, area, slot as u64)))
                 }
                 Place::Cached => None,
@@ -1045,12 +1064,10 @@ impl ObliviStoreOram {
         let mut out = Vec::new();
         for (p, part) in self.partitions.iter().enumerate() {
             for l in 0..=levels {
-                let filled = l == levels || part.counter >> l & 1 == 1;
-                if !filled {
+                if !part.filled(l, levels) {
                     continue;
                 }
-                let lvl = if l < levels { &part.small[l as usize] } else { &part.top };
-                let a = if l == levels { part.top_area } else { 0 };
+                let (lvl, a) = part.level(l, levels);
                 for (s, &h) in lvl.holders.iter().enumerate() {
                     out.push(SlotRead {
                         cell: self.config.cell(p as u32, l, a, s as u64),
@@ -1076,11 +1093,11 @@ impl ObliviStoreOram {
                 }
                 Place::Stored { partition, level, slot } => {
                     let part = &self.partitions[partition as usize];
-                    let lvl = if level < levels { &part.small[level as usize] } else { &part.top };
+                    let (lvl, _) = part.level(level, levels);
                     if lvl.holders.get(slot as usize) != Some(&b) || lvl.read[slot as usize] {
                         return Err(format!("block {b} is not in its slot"));
                     }
-                    if level < levels && part.counter >> level & 1 == 0 {
+                    if !part.filled(level, levels) {
                         return Err(format!("block {b} is in an empty level"));
                     }
                 }
@@ -1111,7 +1128,7 @@ impl ObliviStoreOram {
                 return Err(format!("the top level of partition {p} is short of dummies"));
             }
             for l in 0..levels {
-                if part.counter >> l & 1 == 1 {
+                if part.filled(l, levels) {
                     let lvl = &part.small[l as usize];
                     // The level lives until the counter carries past it: at most this many
                     // more reads.
