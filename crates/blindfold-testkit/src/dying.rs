@@ -29,7 +29,8 @@ impl DyingStore {
         }
     }
 
-    fn is_dead(&self) -> bool {
+    /// Whether the store has died (a write crossed the limit).
+    pub fn is_dead(&self) -> bool {
         self.writes_left.load(Ordering::SeqCst) < 0
     }
 }
