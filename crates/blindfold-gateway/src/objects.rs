@@ -13,6 +13,11 @@
 //! Durability of a PUT: blocks are written through the ORAM, the ORAM commits (redo log fsync,
 //! then the store), and only then does one directory transaction make the object visible and
 //! free the blocks of the object it replaces. The PUT is acknowledged after that.
+//!
+//! A request may be abandoned at any await point (its client goes away, or the server drops
+//! its future). Engine work therefore runs in tasks of its own that finish whatever happens
+//! to the request, and blocks reserved for a write go back to the allocator ([`Reserved`])
+//! only once the engine work started on them has ended.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +27,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 use crate::directory::{now_ns, Directory, Extent, ObjectMeta, Part, Upload};
 use crate::engine::{BlockEngine, Serialized, SharedEngine};
@@ -32,7 +38,7 @@ pub const MAX_OBJECT_SIZE: u64 = 5 << 40;
 
 /// Objects over oblivious storage.
 pub struct ObjectLayer {
-    dir: Directory,
+    dir: Arc<Directory>,
     engine: Arc<dyn SharedEngine>,
     block_size: usize,
     pad: bool,
@@ -59,6 +65,72 @@ impl Drop for ReadPin {
     fn drop(&mut self) {
         self.layer.dir.unpin(&self.blocks);
     }
+}
+
+/// Blocks reserved for a write in progress. Claimed by the directory transaction that makes
+/// them part of an object or part ([`Reserved::claimed`]); otherwise — the request failed, or
+/// its future was dropped — they go back to the allocator when this is dropped, but only once
+/// the engine task last started on them (a batch of writes, or the commit) has ended: a write
+/// abandoned by its request must not land in a block another request has been given since.
+#[derive(Debug)]
+pub struct Reserved {
+    dir: Arc<Directory>,
+    blocks: Vec<u64>,
+    running: Option<JoinHandle<Result<()>>>,
+}
+
+impl Reserved {
+    fn new(dir: &Arc<Directory>) -> Self {
+        Self { dir: Arc::clone(dir), blocks: Vec::new(), running: None }
+    }
+
+    /// The reserved blocks, in the order they were reserved.
+    pub fn blocks(&self) -> &[u64] {
+        &self.blocks
+    }
+
+    /// Runs `work` on the blocks in a task of its own, which runs to its end even if this
+    /// request is abandoned while it waits.
+    async fn run(
+        &mut self,
+        work: impl std::future::Future<Output = Result<()>> + Send + 'static,
+    ) -> Result<()> {
+        let task = self.running.insert(tokio::spawn(work));
+        let r = task.await;
+        self.running = None;
+        r.map_err(engine_task_failed)?
+    }
+
+    /// The blocks were claimed by a directory transaction: nothing to give back.
+    pub fn claimed(mut self) {
+        self.blocks.clear();
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let blocks = std::mem::take(&mut self.blocks);
+        if blocks.is_empty() {
+            return;
+        }
+        match (self.running.take(), tokio::runtime::Handle::try_current()) {
+            (None, _) => self.dir.unreserve(&blocks),
+            (Some(task), Ok(rt)) => {
+                let dir = Arc::clone(&self.dir);
+                rt.spawn(async move {
+                    let _ = task.await;
+                    dir.unreserve(&blocks);
+                });
+            }
+            // No runtime: the process is stopping, and reservations do not outlive it.
+            (Some(_), Err(_)) => {}
+        }
+    }
+}
+
+/// An engine task that panicked or was cancelled (the runtime stopping).
+fn engine_task_failed(e: tokio::task::JoinError) -> GatewayError {
+    GatewayError::Corrupt(format!("an engine task ended abnormally: {e}"))
 }
 
 /// One step of a read plan: the block to read (`None`: a dummy access, drawn at read time) and
@@ -130,7 +202,7 @@ impl ObjectLayer {
     /// Assembles the layer over an engine chosen at run time.
     pub fn with_engine(dir: Directory, engine: Arc<dyn SharedEngine>, pad: bool) -> Self {
         let block_size = engine.block_size();
-        Self { dir, engine, block_size, pad }
+        Self { dir: Arc::new(dir), engine, block_size, pad }
     }
 
     /// The directory.
@@ -177,22 +249,35 @@ impl ObjectLayer {
         Ok(self.engine.shutdown().await?)
     }
 
-    async fn write_blocks(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
-        Ok(self.engine.write_many(blocks).await?)
+    /// Writes blocks reserved in `reserved` (see [`Reserved::run`]).
+    async fn write_blocks(
+        &self,
+        blocks: Vec<(BlockId, Vec<u8>)>,
+        reserved: &mut Reserved,
+    ) -> Result<()> {
+        let engine = Arc::clone(&self.engine);
+        reserved.run(async move { Ok(engine.write_many(blocks).await?) }).await
     }
 
-    async fn read_blocks(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
-        Ok(self.engine.read_many(blocks).await?)
+    /// Reads blocks in a task of its own, so an abandoned read never stops an engine
+    /// mid-access.
+    async fn read_blocks(&self, blocks: Vec<BlockId>) -> Result<Vec<Vec<u8>>> {
+        let engine = Arc::clone(&self.engine);
+        let task = tokio::spawn(async move { Ok(engine.read_many(&blocks).await?) });
+        task.await.map_err(engine_task_failed)?
     }
 
-    async fn commit_engine(&self) -> Result<()> {
-        Ok(self.engine.commit().await?)
+    /// Commits the engine, in a task of its own (see [`Reserved::run`]): a commit abandoned
+    /// half-way would leave the engine's trusted state and the store out of step.
+    async fn commit_engine(&self, reserved: &mut Reserved) -> Result<()> {
+        let engine = Arc::clone(&self.engine);
+        reserved.run(async move { Ok(engine.commit().await?) }).await
     }
 
     /// Writes a byte stream into freshly reserved blocks. Returns the extent, its MD5 and the
-    /// reserved blocks (to claim in a directory transaction, or to unreserve on failure).
-    /// Blocks are written but not yet committed.
-    pub async fn write_stream<S, E>(&self, mut body: S) -> Result<(Extent, [u8; 16])>
+    /// reservation of its blocks (to claim in a directory transaction; dropped, it gives them
+    /// back). Blocks are written but not yet committed.
+    pub async fn write_stream<S, E>(&self, mut body: S) -> Result<(Extent, [u8; 16], Reserved)>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
@@ -203,12 +288,15 @@ impl ObjectLayer {
         let mut buf: Vec<u8> = Vec::with_capacity(bs);
         let mut extent = Extent::default();
         let mut batch: Vec<(BlockId, Vec<u8>)> = Vec::with_capacity(batch_blocks);
+        let mut reserved = Reserved::new(&self.dir);
         // Reserves a block for `data` and queues it; writes the queue when it is full.
         let queue = |data: Vec<u8>,
                      extent: &mut Extent,
+                     reserved: &mut Reserved,
                      batch: &mut Vec<(BlockId, Vec<u8>)>|
          -> Result<bool> {
             let b = self.dir.allocate(1)?.blocks[0];
+            reserved.blocks.push(b);
             extent.blocks.push(b);
             batch.push((BlockId(b), data));
             Ok(batch.len() == batch_blocks)
@@ -228,36 +316,31 @@ impl ObjectLayer {
                     rest = &rest[take..];
                     if buf.len() == bs {
                         let full = std::mem::replace(&mut buf, Vec::with_capacity(bs));
-                        if queue(full, &mut extent, &mut batch)? {
-                            self.write_blocks(std::mem::take(&mut batch)).await?;
+                        if queue(full, &mut extent, &mut reserved, &mut batch)? {
+                            self.write_blocks(std::mem::take(&mut batch), &mut reserved).await?;
                         }
                     }
                 }
             }
             if !buf.is_empty() {
                 buf.resize(bs, 0);
-                if queue(std::mem::take(&mut buf), &mut extent, &mut batch)? {
-                    self.write_blocks(std::mem::take(&mut batch)).await?;
+                if queue(std::mem::take(&mut buf), &mut extent, &mut reserved, &mut batch)? {
+                    self.write_blocks(std::mem::take(&mut batch), &mut reserved).await?;
                 }
             }
             if self.pad {
                 let want = padded(extent.blocks.len() as u64);
                 while (extent.blocks.len() as u64) < want {
-                    if queue(vec![0u8; bs], &mut extent, &mut batch)? {
-                        self.write_blocks(std::mem::take(&mut batch)).await?;
+                    if queue(vec![0u8; bs], &mut extent, &mut reserved, &mut batch)? {
+                        self.write_blocks(std::mem::take(&mut batch), &mut reserved).await?;
                     }
                 }
             }
-            self.write_blocks(std::mem::take(&mut batch)).await
+            self.write_blocks(std::mem::take(&mut batch), &mut reserved).await
         }
         .await;
-        match result {
-            Ok(()) => Ok((extent, md5.finalize().into())),
-            Err(e) => {
-                self.dir.unreserve(&extent.blocks);
-                Err(e)
-            }
-        }
+        result?; // on failure `reserved`, dropped, gives the blocks back
+        Ok((extent, md5.finalize().into(), reserved))
     }
 
     /// Stores an object (replacing any object at the same key) and returns its metadata.
@@ -299,9 +382,8 @@ impl ObjectLayer {
         if if_none_match && self.dir.object(bucket, key)?.is_some() {
             return Err(GatewayError::PreconditionFailed);
         }
-        let (extent, md5) = self.write_stream(body).await?;
+        let (extent, md5, reserved) = self.write_stream(body).await?;
         if expected_md5.is_some_and(|want| want != md5) {
-            self.dir.unreserve(&extent.blocks);
             return Err(GatewayError::BadDigest);
         }
         let meta = ObjectMeta {
@@ -312,34 +394,28 @@ impl ObjectLayer {
             modified_ns: now_ns(),
             extents: vec![extent],
         };
-        self.publish(bucket, key, meta, if_none_match).await
+        self.publish(bucket, key, meta, if_none_match, reserved).await
     }
 
-    /// Commits the engine, then makes `meta` visible at (bucket, key).
+    /// Commits the engine, then makes `meta` (whose blocks are `reserved`) visible at
+    /// (bucket, key).
     async fn publish(
         &self,
         bucket: &str,
         key: &str,
         meta: ObjectMeta,
         if_none_match: bool,
+        mut reserved: Reserved,
     ) -> Result<ObjectMeta> {
-        let blocks: Vec<u64> = meta.blocks().collect();
-        let committed = self.commit_engine().await;
-        if let Err(e) = committed {
-            self.dir.unreserve(&blocks);
-            return Err(e);
-        }
-        let r = self.dir.transact(&blocks, |tx| {
+        self.commit_engine(&mut reserved).await?;
+        self.dir.transact(reserved.blocks(), |tx| {
             tx.require_bucket(bucket)?;
             if if_none_match && tx.object(bucket, key)?.is_some() {
                 return Err(GatewayError::PreconditionFailed);
             }
             tx.put_object(bucket, key, &meta)
-        });
-        if let Err(e) = r {
-            self.dir.unreserve(&blocks);
-            return Err(e);
-        }
+        })?;
+        reserved.claimed();
         Ok(meta)
     }
 
@@ -492,7 +568,7 @@ impl ObjectLayer {
                 }
             }
             let ids = self.resolve(group);
-            let blocks = match self.read_blocks(&ids).await {
+            let blocks = match self.read_blocks(ids).await {
                 Ok(blocks) => blocks,
                 Err(e) => {
                     match ready.take() {
@@ -546,7 +622,7 @@ impl ObjectLayer {
         let rx = self.read_range(src, 0..src.size, 0).await?;
         let stream =
             futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
-        let (extent, _) = self.write_stream(Box::pin(stream)).await?;
+        let (extent, _, reserved) = self.write_stream(Box::pin(stream)).await?;
         let (content_type, meta_map) =
             metadata.unwrap_or((src.content_type.clone(), src.metadata.clone()));
         let meta = ObjectMeta {
@@ -557,7 +633,7 @@ impl ObjectLayer {
             modified_ns: now_ns(),
             extents: vec![extent],
         };
-        self.publish(bucket, key, meta, false).await
+        self.publish(bucket, key, meta, false, reserved).await
     }
 
     /// Starts a multipart upload; returns its id.
@@ -601,25 +677,18 @@ impl ObjectLayer {
         if up.bucket != bucket || up.key != key {
             return Err(GatewayError::NoSuchUpload);
         }
-        let (extent, md5) = self.write_stream(body).await?;
+        let (extent, md5, mut reserved) = self.write_stream(body).await?;
         let part =
             Part { etag: hex::encode(md5), md5: md5.to_vec(), extent, modified_ns: now_ns() };
-        let blocks = part.extent.blocks.clone();
-        if let Err(e) = self.commit_engine().await {
-            self.dir.unreserve(&blocks);
-            return Err(e);
-        }
-        let r = self.dir.transact(&blocks, |tx| {
+        self.commit_engine(&mut reserved).await?;
+        self.dir.transact(reserved.blocks(), |tx| {
             let mut up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
             if let Some(old) = up.parts.insert(part_number, part.clone()) {
                 tx.release(old.extent.blocks);
             }
             tx.put_upload(upload_id, &up)
-        });
-        if let Err(e) = r {
-            self.dir.unreserve(&blocks);
-            return Err(e);
-        }
+        })?;
+        reserved.claimed();
         Ok(part)
     }
 
@@ -674,13 +743,9 @@ impl ObjectLayer {
         let rx = self.read_range(&draft, 0..draft.size, 0).await?;
         let stream =
             futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
-        let (extent, _) = self.write_stream(Box::pin(stream)).await?;
-        let blocks = extent.blocks.clone();
-        if let Err(e) = self.commit_engine().await {
-            self.dir.unreserve(&blocks);
-            return Err(e);
-        }
-        let r = self.dir.transact(&blocks, |tx| {
+        let (extent, _, mut reserved) = self.write_stream(Box::pin(stream)).await?;
+        self.commit_engine(&mut reserved).await?;
+        let r = self.dir.transact(reserved.blocks(), |tx| {
             tx.require_bucket(bucket)?;
             let up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
             let now = assemble(&up, bucket, key, parts)?;
@@ -696,8 +761,8 @@ impl ObjectLayer {
             tx.put_object(bucket, key, &meta)?;
             Ok(meta)
         });
-        if r.is_err() {
-            self.dir.unreserve(&blocks);
+        if r.is_ok() {
+            reserved.claimed();
         }
         r
     }
