@@ -665,7 +665,8 @@ enum BenchCommand {
     /// (Figures 4 and 5); seeks per operation with the cells in a file (Figure 7, a seek being
     /// a run of contiguous cells in one store request); aggregate throughput by number of
     /// ORAM nodes (Figure 6: in-process nodes over mutually authenticated gRPC, each with its
-    /// own store and link, behind the load balancer of `serve --nodes`). Clients per node grow
+    /// own store and link of --nodes-rtt-ms and --nodes-mbit, behind the load balancer of
+    /// `serve --nodes`, one node included). Clients per node grow
     /// with the round trip (64 + 4 per ms; the partition engines at most 768) unless --clients
     /// fixes them. Prints the rows beside the paper's figures and the targets, and
     /// saves CSV and SVG plots to --out-dir.
@@ -691,7 +692,13 @@ struct ObliviStoreArgs {
     /// Round trip of each node's link in the nodes experiment, ms.
     #[arg(long, default_value_t = 50)]
     nodes_rtt_ms: u64,
-    /// Bandwidth of every emulated link, each way, Mbit/s [default: unlimited].
+    /// Bandwidth of each node's link in the nodes experiment, each way, Mbit/s; 0: unlimited.
+    /// The paper's nodes were each bounded by their own disks and network, so by default a
+    /// node's link is what bounds it.
+    #[arg(long, default_value_t = 100)]
+    nodes_mbit: u64,
+    /// Bandwidth of every emulated link of the latency and seeks experiments, each way,
+    /// Mbit/s [default: unlimited].
     #[arg(long)]
     mbit: Option<u64>,
     /// Logical blocks, e.g. 65536 or 2^16 [default: 2^16; --quick: 4096].
@@ -2290,6 +2297,7 @@ async fn bench_oblivistore(a: ObliviStoreArgs) -> Result<()> {
         b.work_dir = d;
     }
     b.nodes_rtt_ms = a.nodes_rtt_ms;
+    b.nodes_mbit = Some(a.nodes_mbit).filter(|&m| m > 0);
     b.mbit = a.mbit;
     b.block_size = a.block_size;
     b.clients = a.clients;
