@@ -496,12 +496,7 @@ pub async fn build_engine(
     if nodes != 1 {
         return build_balanced(name, nodes, link, kind, blocks, block_size, work_dir).await;
     }
-    if !ENGINES.contains(&name) {
-        bail!("unknown engine {name:?}: {}", ENGINES.join(", "));
-    }
-    std::fs::create_dir_all(work_dir)
-        .with_context(|| format!("creating {}", work_dir.display()))?;
-    let dir = tempfile::Builder::new().prefix("bench-oblivistore-").tempdir_in(work_dir)?;
+    let dir = engine_dir(name, work_dir)?;
     let key = MasterKey::generate();
     let (engine, node, oblivistore) =
         one_engine(name, kind, link, dir.path(), "node0", blocks, block_size, &key).await?;
@@ -512,6 +507,16 @@ pub async fn build_engine(
         _servers: Vec::new(),
         _dir: dir,
     })
+}
+
+/// Checks `name` and makes a temporary directory for its state under `work_dir`.
+fn engine_dir(name: &str, work_dir: &Path) -> Result<tempfile::TempDir> {
+    if !ENGINES.contains(&name) {
+        bail!("unknown engine {name:?}: {}", ENGINES.join(", "));
+    }
+    std::fs::create_dir_all(work_dir)
+        .with_context(|| format!("creating {}", work_dir.display()))?;
+    Ok(tempfile::Builder::new().prefix("bench-oblivistore-").tempdir_in(work_dir)?)
 }
 
 /// As [`build_engine`], but always through the load balancer, one node included (the
@@ -527,15 +532,10 @@ pub async fn build_balanced(
     block_size: u32,
     work_dir: &Path,
 ) -> Result<Built> {
-    if !ENGINES.contains(&name) {
-        bail!("unknown engine {name:?}: {}", ENGINES.join(", "));
-    }
     if nodes == 0 {
         bail!("--nodes must be at least 1");
     }
-    std::fs::create_dir_all(work_dir)
-        .with_context(|| format!("creating {}", work_dir.display()))?;
-    let dir = tempfile::Builder::new().prefix("bench-oblivistore-").tempdir_in(work_dir)?;
+    let dir = engine_dir(name, work_dir)?;
     let key = MasterKey::generate();
     // ObliviStore's distributed setting: `nodes` ORAM nodes (each its own engine, store and
     // link) served over mutually authenticated gRPC on loopback, the oblivious load balancer

@@ -1805,7 +1805,7 @@ pub(crate) async fn write_snapshot_to(
     objects: &ObjectLayer,
     min_seq: u64,
 ) -> Result<(u64, Vec<String>)> {
-    let Some(array) = slot.lock().clone() else {
+    let Some(mut array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
             "the snapshot area could not be opened at start; no snapshot written".into(),
         ));
@@ -1828,6 +1828,19 @@ pub(crate) async fn write_snapshot_to(
         oram_checkpoint,
         directory: objects.directory().dump()?,
     };
+    // The area is sized at start from an estimate; a trusted state that holds blocks (an
+    // eviction cache, a stash of large blocks) can outgrow it.
+    let needed = crate::snapshot::slot_cells(&snap)?;
+    if needed > array.slot_cells() {
+        let larger = array.larger(needed).await?;
+        tracing::info!(
+            from = %array.name,
+            to = %larger.name,
+            "the trusted state outgrew the snapshot area; writing the snapshot to a larger one"
+        );
+        *slot.lock() = Some(larger.clone());
+        array = larger;
+    }
     crate::snapshot::write(&*array.store, key, &snap).await?;
     crate::snapshot::point_index(&array, key).await?;
     tracing::info!(seq, array = %array.name, "wrote the encrypted snapshot of the trusted state to the store");

@@ -128,8 +128,44 @@ pub struct SnapshotArray {
     pub replaces: Option<String>,
 }
 
+impl SnapshotArray {
+    /// Cells per slot: a header and the chunks.
+    pub fn slot_cells(&self) -> u64 {
+        self.store.geometry().cell_count() / 2
+    }
+
+    /// A larger array, for a snapshot of `needed` cells per slot and half as much again to
+    /// grow into, named `snapshot.<cells>`. As after a growth of the store, the index names
+    /// it only once a snapshot is in it ([`point_index`]); until then the array the index
+    /// names stays. An array opened since and never named is removed here: it holds nothing.
+    pub async fn larger(&self, needed: u64) -> Result<SnapshotArray> {
+        let per_slot = needed.saturating_add(needed / 2);
+        let g = Geometry::new(per_slot.saturating_mul(2), (CHUNK + CellSealer::OVERHEAD) as u32)
+            .map_err(|e| GatewayError::Config(e.to_string()))?;
+        let name = format!("{ARRAY}.{}", g.cell_count());
+        let store = open_store(&self.url, &name, g).await.map_err(store_err)?;
+        let replaces = match &self.replaces {
+            None => self.name.clone(),
+            Some(named) => {
+                if let Err(e) = blindfold_store::remove_array(&self.url, &self.name).await {
+                    tracing::warn!(error = %e, array = %self.name, "an unused snapshot array was not removed");
+                }
+                named.clone()
+            }
+        };
+        Ok(SnapshotArray { name, store, url: self.url.clone(), replaces: Some(replaces) })
+    }
+}
+
+/// Cells one slot needs for `snap`: its header and its chunks.
+pub fn slot_cells(snap: &Snapshot) -> Result<u64> {
+    let len = bincode::serialized_size(snap).map_err(|e| GatewayError::Corrupt(e.to_string()))?;
+    Ok(1 + len.div_ceil(CHUNK as u64))
+}
+
 /// The snapshot array a running gateway writes to; `None` when it could not be opened. A
-/// growth of the store replaces it with a larger one.
+/// growth of the store replaces it with a larger one, and so does a trusted state that
+/// outgrows it ([`SnapshotArray::larger`]).
 pub type SnapshotSlot = Arc<parking_lot::Mutex<Option<SnapshotArray>>>;
 
 fn store_err(e: blindfold_store::StoreError) -> GatewayError {
@@ -213,16 +249,20 @@ pub async fn open(
             break;
         }
     }
-    let (name, replaces) = match found {
-        Some((count, name)) if count == g.cell_count() => {
+    let (name, g, replaces) = match found {
+        // A larger array than this gateway needs is as good (a trusted state outgrew the
+        // estimate once: see [`SnapshotArray::larger`]).
+        Some((count, name)) if count >= g.cell_count() => {
             // Re-sealed under the current key, which `recover` will use.
             write_index(&*index, key, count, &name).await?;
-            (name, None)
+            let g = Geometry::new(count, g.cell_size())
+                .map_err(|e| GatewayError::Config(e.to_string()))?;
+            (name, g, None)
         }
-        Some((_, old)) => (format!("{ARRAY}.{}", g.cell_count()), Some(old)),
+        Some((_, old)) => (format!("{ARRAY}.{}", g.cell_count()), g, Some(old)),
         None => {
             write_index(&*index, key, g.cell_count(), ARRAY).await?;
-            (ARRAY.to_owned(), None)
+            (ARRAY.to_owned(), g, None)
         }
     };
     let store = open_store(url, &name, g).await.map_err(store_err)?;

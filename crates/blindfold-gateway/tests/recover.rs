@@ -244,3 +244,62 @@ async fn lost_timeline_substitution(engine: OramEngine) {
         }
     }
 }
+
+/// An engine whose trusted state holds blocks (CURIOUS's eviction cache, with large blocks)
+/// can outgrow the snapshot area sized at start: a clean stop must still write its snapshot
+/// (into a larger array, which the index then names), not fail the shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_larger_than_its_area_goes_to_a_larger_one() {
+    let root = tempfile::tempdir().unwrap();
+    let cells = root.path().join("cells");
+    let key = root.path().join("key.json");
+    let data = root.path().join("data");
+    let cfg = ServeConfig {
+        capacity: 32 << 20,
+        block_size: 256 * 1024,
+        ..cfg_with(&data, &cells, &key, OramEngine::Curious)
+    };
+    let opened = server::open(&cfg).await.unwrap();
+    opened.objects.directory().create_bucket("b").unwrap();
+    let area = opened.snapshots.lock().as_ref().unwrap().slot_cells() * 64 * 1024;
+    // Writes until the trusted state (most of it the eviction cache) is well past the area.
+    let mut objects = BTreeMap::new();
+    let mut i = 0u32;
+    while opened.objects.engine().gauges().trusted_bytes < area + (1 << 20) {
+        assert!(i < 2000, "the trusted state never outgrew the {area}-byte area");
+        let k = format!("k{}", i % 24);
+        let v = vec![i as u8; 256 * 1024];
+        put(&opened, &k, v.clone()).await;
+        objects.insert(k, v);
+        i += 1;
+    }
+    opened.objects.shutdown().await.unwrap();
+    let seq = server::write_snapshot(&opened).await.unwrap();
+    let larger = opened.snapshots.lock().as_ref().map(|a| a.name.clone()).unwrap();
+    assert_ne!(larger, blindfold_gateway::snapshot::ARRAY, "the snapshot stayed in the first area");
+    // The next snapshot goes into the same, larger array.
+    assert_eq!(server::write_snapshot(&opened).await.unwrap(), seq + 1);
+    drop(opened);
+    let url = cfg.store.clone().unwrap();
+    let master = blindfold_crypto::load_key_file(&key, None).unwrap();
+    {
+        let store = blindfold_gateway::snapshot::open_for_recovery(&url, &master).await.unwrap();
+        let snap = blindfold_gateway::snapshot::read_latest(&*store, &master).await.unwrap();
+        assert_eq!(snap.seq, seq + 1);
+        assert!(
+            snap.oram_checkpoint.len() > 1 << 20,
+            "the state ({} bytes) fit the first area: the test proves nothing",
+            snap.oram_checkpoint.len()
+        );
+        assert_eq!(snap.directory.objects.len(), objects.len());
+    }
+    // The gateway opens again on the larger array (not a new one of the estimated size), with
+    // everything in place, and its next snapshot follows the last one.
+    let opened = server::open(&cfg).await.unwrap();
+    assert_eq!(opened.snapshots.lock().as_ref().map(|a| a.name.clone()).unwrap(), larger);
+    for (k, v) in &objects {
+        assert_eq!(&read_all(&opened, k).await, v, "{k}");
+    }
+    opened.objects.shutdown().await.unwrap();
+    assert_eq!(server::write_snapshot(&opened).await.unwrap(), seq + 2);
+}
