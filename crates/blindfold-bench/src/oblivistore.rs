@@ -215,6 +215,10 @@ impl ObliviStoreBench {
     fn nodes_link(&self) -> LinkConfig {
         link_of(self.nodes_rtt_ms, self.nodes_mbit)
     }
+
+    fn logical_bytes(&self) -> u64 {
+        self.blocks * u64::from(self.block_size)
+    }
 }
 
 fn bandwidth(mbit: Option<u64>) -> String {
@@ -225,13 +229,6 @@ fn link_of(rtt_ms: u64, mbit: Option<u64>) -> LinkConfig {
     match mbit {
         Some(m) => LinkConfig::wan(rtt_ms, m),
         None => LinkConfig::unlimited(Duration::from_millis(rtt_ms)),
-    }
-}
-
-impl ObliviStoreBench {
-
-    fn logical_bytes(&self) -> u64 {
-        self.blocks * u64::from(self.block_size)
     }
 }
 

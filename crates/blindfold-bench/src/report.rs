@@ -124,7 +124,7 @@ impl ReportParams {
             } else {
                 vec![OramEngine::Tao, OramEngine::PathOram]
             },
-            block_sizes: if quick { vec![4096] } else { vec![4096, 64 << 10, 256 << 10] },
+            block_sizes: if quick { vec![4096] } else { vec![4096, 8 << 10, 64 << 10, 256 << 10] },
             scale: if quick { 1.0 / 1024.0 } else { 1.0 / 64.0 },
             rtt_ms: 20,
             mbit: 100,
@@ -537,15 +537,34 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
             best_row(&a.report, None, m, false).map_or(f64::NAN, m)
         };
         let (sd, cost) = (best(|r| r.store_slowdown), best(|r| r.store_cost_multiplier));
+        // The targets hold for one engine and block size at once, or not.
+        let both = a
+            .report
+            .rows
+            .iter()
+            .filter(|r| r.store_slowdown <= 3.0 && r.store_cost_multiplier <= 10.0)
+            .min_by(|x, y| x.store_cost_multiplier.total_cmp(&y.store_cost_multiplier));
         push(
             &mut s,
             format!(
                 "Targets of issue 13, workload A behind the public cloud: slowdown ≤ 3× — {} \
-                 ({}×); cost multiplier ≤ 10× — {} ({}×).",
+                 ({}×); cost multiplier ≤ 10× — {} ({}×); both by one engine and block size — \
+                 {}.",
                 met(sd <= 3.0),
                 fmt(sd),
                 met(cost <= 10.0),
-                fmt(cost)
+                fmt(cost),
+                match both {
+                    Some(r) => format!(
+                        "{} ({}, {}: {}× and {}×)",
+                        met(true),
+                        r.engine,
+                        human(r.block_size),
+                        fmt(r.store_slowdown),
+                        fmt(r.store_cost_multiplier)
+                    ),
+                    None => met(false).to_string(),
+                }
             ),
         );
     }
