@@ -45,6 +45,37 @@
 //! # });
 //! ```
 
+/// The block calls of an engine that serves each block through its own
+/// `access(&self, BlockId, Op) -> Result<Vec<u8>>` (concurrent accesses, replies in order):
+/// `read`, `write`, `read_many` and `write_many`, in the engine's `impl` block.
+macro_rules! block_calls {
+    ($engine:ident) => {
+        /// Reads a block (zeros if never written).
+        pub async fn read(&self, block: BlockId) -> Result<Vec<u8>> {
+            self.access(block, Op::Read).await
+        }
+
+        #[doc = concat!("Writes a block; durable after the next [`", stringify!($engine), "::commit`].")]
+        pub async fn write(&self, block: BlockId, data: Vec<u8>) -> Result<()> {
+            self.access(block, Op::Write(data)).await.map(drop)
+        }
+
+        /// Reads distinct blocks at once.
+        pub async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
+            futures::future::try_join_all(blocks.iter().map(|&b| self.access(b, Op::Read))).await
+        }
+
+        /// Writes distinct blocks at once.
+        pub async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
+            futures::future::try_join_all(
+                blocks.into_iter().map(|(b, d)| self.access(b, Op::Write(d))),
+            )
+            .await
+            .map(drop)
+        }
+    };
+}
+
 mod direct;
 mod durable;
 mod durable_tao;

@@ -539,27 +539,7 @@ impl DurableObliviStore {
         self.sync_through(seq).await
     }
 
-    /// Reads a block (zeros if never written).
-    pub async fn read(&self, block: BlockId) -> Result<Vec<u8>> {
-        self.access(block, Op::Read).await
-    }
-
-    /// Writes a block; durable after the next [`DurableObliviStore::commit`].
-    pub async fn write(&self, block: BlockId, data: Vec<u8>) -> Result<()> {
-        self.access(block, Op::Write(data)).await.map(drop)
-    }
-
-    /// Reads distinct blocks at once.
-    pub async fn read_many(&self, blocks: &[BlockId]) -> Result<Vec<Vec<u8>>> {
-        futures::future::try_join_all(blocks.iter().map(|&b| self.access(b, Op::Read))).await
-    }
-
-    /// Writes distinct blocks at once.
-    pub async fn write_many(&self, blocks: Vec<(BlockId, Vec<u8>)>) -> Result<()> {
-        futures::future::try_join_all(blocks.into_iter().map(|(b, d)| self.access(b, Op::Write(d))))
-            .await
-            .map(drop)
-    }
+    block_calls!(DurableObliviStore);
 
     /// One access: the block's data before it. Runs as its own task, so a caller that gives
     /// up does not leave a read or a shuffle half done.

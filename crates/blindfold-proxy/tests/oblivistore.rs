@@ -19,7 +19,7 @@ use blindfold_store::{
     ByteRange, CellId, Geometry, JitterStore, MemoryStore, RecordingStore, Store, TraceEvent,
     TraceOp,
 };
-use blindfold_testkit::DyingStore;
+use blindfold_testkit::{CrashLedger, DyingStore};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -333,8 +333,7 @@ async fn crash_run(seed: u64, config: ObliviStoreConfig) {
     engine.shutdown().await.unwrap();
     drop(engine);
     let mut public = Public::new(config.clone());
-    let mut acked: HashMap<u64, Vec<u8>> = HashMap::new();
-    let mut unacked: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
+    let mut ledger = CrashLedger::new(BS as usize);
     let mut crashes = 0;
     let mut accesses = Vec::new();
     for trial in 0..24u64 {
@@ -356,49 +355,25 @@ async fn crash_run(seed: u64, config: ObliviStoreConfig) {
         } else {
             assert!(trace.iter().all(|e| e.op != TraceOp::Read), "a clean open read cells");
         }
-        let mut blocks: Vec<u64> = acked.keys().chain(unacked.keys()).copied().collect();
-        blocks.sort_unstable();
-        blocks.dedup();
-        for b in blocks {
+        for b in ledger.blocks() {
             let Ok(got) = engine.read(BlockId(b)).await else { break };
-            let mut allowed = unacked.get(&b).cloned().unwrap_or_default();
-            allowed.push(acked.get(&b).cloned().unwrap_or(vec![0; BS as usize]));
-            assert!(
-                allowed.contains(&got),
-                "block {b} after crash {crashes} (trial {trial}): {:?} is none of the values it \
-                 may have",
-                u64::from_le_bytes(got[..8].try_into().unwrap())
-            );
-            acked.insert(b, got);
-            unacked.remove(&b);
+            ledger.recovered(b, got, &format!("after crash {crashes} (trial {trial})"));
         }
-        let mut pending: HashMap<u64, Vec<u8>> = HashMap::new();
-        let mut died = false;
-        for i in 0..300u64 {
-            let b = rng.gen_range(0..64u64);
-            let d = data(trial * 10_000 + i);
-            unacked.entry(b).or_default().push(d.clone());
-            if engine.write(BlockId(b), d.clone()).await.is_err() {
-                died = true;
-                break;
-            }
-            pending.insert(b, d);
-            if rng.gen_bool(0.1) {
-                if engine.commit().await.is_err() {
-                    died = true;
-                    break;
-                }
-                for (b, d) in pending.drain() {
-                    acked.insert(b, d);
-                    unacked.remove(&b);
-                }
-            }
-        }
+        let e = &engine;
+        let died = ledger
+            .write_and_commit(
+                300,
+                64,
+                &mut rng,
+                |i| data(trial * 10_000 + i),
+                |b, d| async move { e.write(BlockId(b), d).await.is_ok() },
+                || async { e.commit().await.is_ok() },
+            )
+            .await;
         if !died && engine.shutdown().await.is_ok() {
-            for (b, d) in pending.drain() {
-                acked.insert(b, d);
-                unacked.remove(&b);
-            }
+            ledger.committed();
+        } else {
+            ledger.crashed();
         }
         crashes += u32::from(died);
         engine.halt();
@@ -410,11 +385,9 @@ async fn crash_run(seed: u64, config: ObliviStoreConfig) {
     let (engine, _) = DurableObliviStore::open(dir.path(), backing.clone(), &key).await.unwrap();
     recorder.take_trace();
     public.read.clear();
-    for (b, d) in &acked {
-        let got = engine.read(BlockId(*b)).await.unwrap();
-        let mut allowed = unacked.get(b).cloned().unwrap_or_default();
-        allowed.push(d.clone());
-        assert!(allowed.contains(&got), "block {b} at the end");
+    for b in ledger.acked_blocks() {
+        let got = engine.read(BlockId(b)).await.unwrap();
+        ledger.check(b, &got, "at the end");
     }
     engine.settle().await.unwrap();
     engine.check_invariants().unwrap();

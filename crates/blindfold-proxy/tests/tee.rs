@@ -16,7 +16,7 @@ use blindfold_store::{
     CellId, JitterStore, MemoryStore, RecordingStore, Store, TeeHost, TeeStore, TraceEvent, TraceOp,
 };
 use blindfold_tee::Enclave;
-use blindfold_testkit::DyingStore;
+use blindfold_testkit::{CrashLedger, DyingStore};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -241,10 +241,7 @@ async fn crash_run(seed: u64) {
     let engine = create(dir.path(), config, recorder.clone(), &key, id).await;
     engine.shutdown().await.unwrap();
     drop(engine);
-    // Per block: the last acknowledged value, and the values written since (any of which a
-    // crash may or may not have kept; an acknowledged one must never be lost).
-    let mut acked: HashMap<u64, Vec<u8>> = HashMap::new();
-    let mut unacked: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
+    let mut ledger = CrashLedger::new(BS as usize);
     let mut read_cells = HashSet::new();
     let mut crashes = 0;
     for trial in 0..24u64 {
@@ -261,50 +258,25 @@ async fn crash_run(seed: u64) {
             queries_checked(&recorder.take_trace(), &mut read_cells);
             continue;
         };
-        let mut blocks: Vec<u64> = acked.keys().chain(unacked.keys()).copied().collect();
-        blocks.sort_unstable();
-        blocks.dedup();
-        for b in blocks {
+        for b in ledger.blocks() {
             let Ok(got) = engine.read(BlockId(b)).await else { break }; // the store died again
-            let mut allowed = unacked.get(&b).cloned().unwrap_or_default();
-            allowed.push(acked.get(&b).cloned().unwrap_or(vec![0; BS as usize]));
-            assert!(
-                allowed.contains(&got),
-                "block {b} after crash {crashes} (trial {trial}): {:?} is none of the values it \
-                 may have",
-                u64::from_le_bytes(got[..8].try_into().unwrap())
-            );
-            // What recovery kept is now the block's durable value.
-            acked.insert(b, got);
-            unacked.remove(&b);
+            ledger.recovered(b, got, &format!("after crash {crashes} (trial {trial})"));
         }
-        let mut pending: HashMap<u64, Vec<u8>> = HashMap::new();
-        let mut died = false;
-        for i in 0..400u64 {
-            let b = rng.gen_range(0..64u64);
-            let d = data(trial * 10_000 + i);
-            unacked.entry(b).or_default().push(d.clone());
-            if engine.write(BlockId(b), d.clone()).await.is_err() {
-                died = true;
-                break;
-            }
-            pending.insert(b, d);
-            if rng.gen_bool(0.1) {
-                if engine.commit().await.is_err() {
-                    died = true;
-                    break;
-                }
-                for (b, d) in pending.drain() {
-                    acked.insert(b, d);
-                    unacked.remove(&b);
-                }
-            }
-        }
+        let e = &engine;
+        let died = ledger
+            .write_and_commit(
+                400,
+                64,
+                &mut rng,
+                |i| data(trial * 10_000 + i),
+                |b, d| async move { e.write(BlockId(b), d).await.is_ok() },
+                || async { e.commit().await.is_ok() },
+            )
+            .await;
         if !died && engine.shutdown().await.is_ok() {
-            for (b, d) in pending.drain() {
-                acked.insert(b, d);
-                unacked.remove(&b);
-            }
+            ledger.committed();
+        } else {
+            ledger.crashed();
         }
         crashes += u32::from(died);
         engine.halt().await;
@@ -314,11 +286,9 @@ async fn crash_run(seed: u64) {
     assert!(crashes >= 5, "the store died only {crashes} times");
     let recorder = Arc::new(RecordingStore::new(TeeHost::new(backing.clone(), enclave)));
     let (engine, _) = DurableTee::open(dir.path(), recorder.clone(), &key).await.unwrap();
-    for (b, d) in &acked {
-        let got = engine.read(BlockId(*b)).await.unwrap();
-        let mut allowed = unacked.get(b).cloned().unwrap_or_default();
-        allowed.push(d.clone());
-        assert!(allowed.contains(&got), "block {b} at the end");
+    for b in ledger.acked_blocks() {
+        let got = engine.read(BlockId(b)).await.unwrap();
+        ledger.check(b, &got, "at the end");
     }
     queries_checked(&recorder.take_trace(), &mut read_cells);
     let report = engine.verify(|_, _| {}).await.unwrap();

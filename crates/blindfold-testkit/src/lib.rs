@@ -3,11 +3,13 @@
 //! [`servers`] finds the real MinIO and Redis that `scripts/test.sh` starts; [`fuzz`] holds the
 //! settings of the randomised-input tests (`BLINDFOLD_FUZZ_CASES`). [`xor`] and (feature
 //! `select`) `select` check the server-side computation capabilities; [`tee`] checks the TEE
-//! design's host with a plaintext stand-in for its trusted component.
+//! design's host with a plaintext stand-in for its trusted component. [`CrashLedger`] and
+//! [`DyingStore`] serve the crash-consistency tests.
 
 pub mod conformance;
 mod dying;
 pub mod fuzz;
+mod ledger;
 #[cfg(feature = "select")]
 pub mod select;
 pub mod servers;
@@ -16,3 +18,4 @@ pub mod tee;
 pub mod xor;
 
 pub use dying::DyingStore;
+pub use ledger::CrashLedger;
