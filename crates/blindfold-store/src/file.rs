@@ -17,6 +17,11 @@ const HEADER_LEN: usize = 4096;
 const MAGIC: [u8; 16] = *b"blindfold-cells\0";
 const FORMAT_VERSION: u32 = 1;
 const CHECKSUM_AT: usize = 48;
+/// Reads of at most this many bytes run on the async executor itself: a hop to tokio's blocking
+/// pool and back costs tens of microseconds, more than reading a path of small cells from the
+/// page cache. Larger reads go to the blocking pool.
+const INLINE_READ_BYTES: usize = 64 << 10;
+
 /// How long opening waits for another handle to let go of the file lock (a handle may linger
 /// briefly after a cancelled request whose blocking I/O is still finishing).
 const LOCK_WAIT: Duration = Duration::from_millis(1000);
@@ -384,19 +389,20 @@ impl Store for FileStore {
         }
         let size = self.geometry.cell_size() as usize;
         let jobs: Vec<u64> = cells.iter().map(|&c| self.offset(c)).collect();
-        self.blocking(
-            move |file| {
-                jobs.into_iter()
-                    .map(|at| {
-                        let mut buf = vec![0u8; size];
-                        file.read_exact_at(&mut buf, at)?;
-                        Ok(buf)
-                    })
-                    .collect()
-            },
-            || format!("reading {} cells from {}", cells.len(), self.path.display()),
-        )
-        .await
+        let read_all = move |file: &File| -> std::io::Result<Vec<Vec<u8>>> {
+            jobs.into_iter()
+                .map(|at| {
+                    let mut buf = vec![0u8; size];
+                    file.read_exact_at(&mut buf, at)?;
+                    Ok(buf)
+                })
+                .collect()
+        };
+        let context = || format!("reading {} cells from {}", cells.len(), self.path.display());
+        if cells.len().saturating_mul(size) <= INLINE_READ_BYTES {
+            return read_all(&self.file).map_err(|e| StoreError::io(context(), e));
+        }
+        self.blocking(read_all, context).await
     }
 
     async fn read_ranges(&self, ranges: &[ByteRange]) -> Result<Vec<Vec<u8>>> {

@@ -285,10 +285,7 @@ impl Enclave {
                                 xor_piece(&mut x, &new[b].keystream(&tail));
                                 piece.scatter(perm[b] as usize, &x, &mut |_: Access| {});
                             }
-                            for (k, cell) in cells.iter_mut().enumerate() {
-                                let x = piece.gather(k, &mut |_: Access| {});
-                                cell[range.clone()].copy_from_slice(&x);
-                            }
+                            gather_into(&piece, &mut cells, range.clone(), &mut |_: Access| {});
                         }
                     });
                 }
@@ -305,12 +302,45 @@ impl Enclave {
                 xor_piece(&mut x, &new[b].keystream(&tail));
                 piece.scatter(perm[b] as usize, &x, t);
             }
-            for (k, cell) in blocks.iter_mut().enumerate() {
-                let x = piece.gather(k, t);
-                cell[range.clone()].copy_from_slice(&x);
-                t.record(Access::Cell { cell: k as u32, piece: j as u32, write: true });
-            }
+            let mut out: Vec<&mut [u8]> =
+                blocks.iter_mut().map(|c| &mut c[range.clone()]).collect();
+            gather_into(&piece, &mut out, 0..PIECE, &mut |a: Access| {
+                // Each cell's piece is written right after its pair's pages are read.
+                t.record(match a {
+                    Access::Cell { cell, .. } => {
+                        Access::Cell { cell, piece: j as u32, write: true }
+                    }
+                    other => other,
+                })
+            });
         }
+    }
+}
+
+/// Copies the vector of position `k` out of `piece` into `cells[k][range]`, for every `k` in
+/// order, two positions per pass over the pages (both nibbles of a page share a byte); reports
+/// the page reads and then, as `Access::Cell { cell: k, .. }` with `write`, each copy.
+fn gather_into<C: AsMut<[u8]>, T: Tracer + ?Sized>(
+    piece: &Pages,
+    cells: &mut [C],
+    range: std::ops::Range<usize>,
+    t: &mut T,
+) {
+    let k_last = cells.len().saturating_sub(1);
+    let mut pairs = cells.chunks_exact_mut(2);
+    for (i, pair) in (&mut pairs).enumerate() {
+        let k = 2 * i;
+        let (a, b) = piece.gather_pair(k, t);
+        for (off, (cell, x)) in pair.iter_mut().zip([a, b]).enumerate() {
+            cell.as_mut()[range.clone()].copy_from_slice(&x);
+            t.record(Access::Cell { cell: (k + off) as u32, piece: 0, write: true });
+        }
+    }
+    if let [last] = pairs.into_remainder() {
+        let k = k_last;
+        let x = piece.gather(k, t);
+        last.as_mut()[range].copy_from_slice(&x);
+        t.record(Access::Cell { cell: k as u32, piece: 0, write: true });
     }
 }
 

@@ -56,6 +56,27 @@ impl Pages {
         }
     }
 
+    /// The vectors of blocks `index` and `index + 1` (`index` even): both nibbles of a page
+    /// share a byte, so one read of every page, in order 0..64, gives both.
+    #[inline]
+    pub(crate) fn gather_pair<T: Tracer + ?Sized>(
+        &self,
+        index: usize,
+        t: &mut T,
+    ) -> ([u8; 32], [u8; 32]) {
+        debug_assert!(index % 2 == 0 && index + 1 < MAX_EVICT_BLOCKS);
+        let byte = index / 2;
+        let (mut lo, mut hi) = ([0u8; 32], [0u8; 32]);
+        for (p, page) in self.pages.iter().enumerate() {
+            let both = page.0[(byte + p * LINE) % PAGE_SIZE];
+            let at = (p & 1) * 4;
+            lo[p / 2] |= (both & 0x0f) << at;
+            hi[p / 2] |= (both >> 4) << at;
+            t.record(Access::Page { area: self.area, page: p as u8, write: false });
+        }
+        (lo, hi)
+    }
+
     /// The vector of block `index`: nibble `p` from page `p`, pages in order 0..64.
     #[inline]
     pub(crate) fn gather<T: Tracer + ?Sized>(&self, index: usize, t: &mut T) -> [u8; 32] {
@@ -91,6 +112,28 @@ mod tests {
         assert_eq!(pages.gather(0, &mut none), v(0));
         assert_eq!(pages.gather(2, &mut none), v(2));
         assert_eq!(pages.gather(3, &mut none), [0; 32]);
+    }
+
+    #[test]
+    fn a_pair_gathers_what_two_single_gathers_do() {
+        let mut pages = Pages::new(Area::Piece);
+        let mut none = |_: Access| {};
+        let v = |i: usize| -> [u8; 32] { std::array::from_fn(|k| (i * 37 + k * 11 + 5) as u8) };
+        for i in [0, 1, 2, 3, 4094, 4095, 8190, 8191] {
+            pages.scatter(i, &v(i), &mut none);
+        }
+        for i in [0, 2, 4094, 8190] {
+            assert_eq!(pages.gather_pair(i, &mut none), (v(i), v(i + 1)), "pair {i}");
+            assert_eq!(pages.gather(i, &mut none), v(i));
+            assert_eq!(pages.gather(i + 1, &mut none), v(i + 1));
+        }
+        let mut seen = Vec::new();
+        pages.gather_pair(6, &mut |a| seen.push(a));
+        assert_eq!(seen.len(), PAGES);
+        assert!(seen
+            .iter()
+            .enumerate()
+            .all(|(p, a)| *a == Access::Page { area: Area::Piece, page: p as u8, write: false }));
     }
 
     #[test]
