@@ -464,6 +464,8 @@ impl DurableTee {
     async fn access_inner(&self, block: BlockId, op: Op) -> Result<Vec<u8>> {
         let inner = &self.inner;
         let mut bell = inner.bell.subscribe();
+        let arrived = std::time::Instant::now();
+        let mut waited_for: Option<&'static str> = None;
         let (plan, generation) = loop {
             let seen = *bell.borrow_and_update();
             if inner.sched.lock().clean {
@@ -481,6 +483,13 @@ impl DurableTee {
                     s.oram.waiting() >= RING_ROUNDS * c && (s.rounding || s.oram.in_flight());
                 if s.busy.contains(&block.0) || s.holding > 0 || lagging {
                     s.waits += 1;
+                    waited_for = Some(if lagging {
+                        "the ring to drain"
+                    } else if s.holding > 0 {
+                        "a round to be planned"
+                    } else {
+                        "another access to the block"
+                    });
                     None
                 } else {
                     match s.oram.plan_query(block)? {
@@ -492,10 +501,12 @@ impl DurableTee {
                         }
                         QueryStep::Wait => {
                             s.waits += 1;
+                            waited_for = Some("a round to rewrite an exhausted node");
                             None
                         }
                         QueryStep::Reshuffle(r) => {
                             s.waits += 1;
+                            waited_for = Some("a reshuffle");
                             Some(r)
                         }
                     }
@@ -510,6 +521,13 @@ impl DurableTee {
                 }
             }
         };
+        if let Some(what) = waited_for {
+            tracing::debug!(
+                waited_ms = arrived.elapsed().as_secs_f64() * 1e3,
+                last_reason = what,
+                "an access waited"
+            );
+        }
         let result = self.query(&plan).await;
         let mut s = inner.sched.lock();
         if let Some(n) = s.outstanding.get_mut(&generation) {
@@ -660,12 +678,19 @@ impl DurableTee {
         // would not hold the block. So new queries wait, and the round is planned once the
         // queries in flight have landed their blocks in the ring (a pause of one query).
         self.inner.sched.lock().holding += 1;
+        let started = std::time::Instant::now();
         let drained = self.drain_queries().await;
+        let drain_ms = started.elapsed().as_secs_f64() * 1e3;
         let result = match drained {
             Ok(()) => self.plan_and_log_round().await,
             Err(e) => Err(e),
         };
         self.inner.sched.lock().holding -= 1;
+        tracing::debug!(
+            drain_ms,
+            held_ms = started.elapsed().as_secs_f64() * 1e3,
+            "queries held while a round was planned and logged"
+        );
         self.ring();
         match result {
             Ok(Some(plan)) => self.log_and_run(plan, true).await,
@@ -707,10 +732,17 @@ impl DurableTee {
         let Some((ring, plan)) = planned else {
             return Ok(None);
         };
+        let planned_at = std::time::Instant::now();
         self.check_live()?;
         let record = RoundLog { ring, round: plan.record() };
         let n = append_record(&log, &inner.dir, ROUND_MAGIC, &record, &inner.sealer).await?;
         inner.sched.lock().log_bytes += n;
+        tracing::debug!(
+            round = plan.round,
+            record_bytes = n,
+            log_ms = planned_at.elapsed().as_secs_f64() * 1e3,
+            "round logged"
+        );
         Ok(Some(plan))
     }
 
@@ -754,7 +786,13 @@ impl DurableTee {
     async fn run_logged(&self, plan: RoundPlan) -> Result<()> {
         let inner = &self.inner;
         self.barrier().await?;
+        let sent = std::time::Instant::now();
         self.send_round(plan.clone()).await?;
+        tracing::debug!(
+            round = plan.round,
+            round_ms = sent.elapsed().as_secs_f64() * 1e3,
+            "round carried out by the trusted component"
+        );
         {
             // Logged done before it is applied: a later round (planned only after this one is
             // applied) then always follows the mark in the log.

@@ -347,7 +347,7 @@ impl<S: Store> TeeHost<S> {
     async fn evict(&self, buf: Vec<Vec<u8>>, ticket: &[u8], layer: usize) -> Result<Vec<Vec<u8>>> {
         let trusted = Arc::clone(&self.trusted);
         let ticket = ticket.to_vec();
-        let buf = off_executor("trusted component call", move || {
+        let buf = in_background(move || {
             let mut buf = buf;
             trusted.evict(&mut buf, &ticket)?;
             Ok(buf)
@@ -362,6 +362,50 @@ impl<S: Store> TeeHost<S> {
             )));
         }
         Ok(buf)
+    }
+}
+
+/// How much nicer than the rest of the process the threads that run eviction layers are: the
+/// trusted component's permutation takes tens of milliseconds of CPU per layer, and at the same
+/// priority it would share the cores equally with the queries (tens of microseconds each) that
+/// arrive meanwhile. Ten steps nicer, the scheduler runs a waking query first; eviction still
+/// gets every idle cycle, and when it falls behind the gateway's ring fills and queries wait
+/// for it.
+const EVICTION_NICER: i32 = 10;
+
+/// Runs an eviction layer on a thread of its own, [`EVICTION_NICER`] (threads the trusted
+/// component starts inherit its priority). A fresh thread, not one of tokio's blocking pool: a thread
+/// cannot raise its priority again, and the pool's threads serve queries' reads too.
+async fn in_background<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("tee-evict".into())
+        .spawn(move || {
+            lower_priority();
+            let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
+        })
+        .map_err(|e| StoreError::io("starting an eviction thread", e))?;
+    match rx.await {
+        Ok(Ok(result)) => result,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => Err(invalid("the eviction thread ended without an answer")),
+    }
+}
+
+/// Makes the calling thread [`EVICTION_NICER`] than it was, at most 19 (on Linux
+/// `getpriority`/`setpriority` with `who = 0` apply to the calling thread only); a refusal
+/// only costs latency.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{getpriority_process, setpriority_process};
+        let lowered = getpriority_process(None)
+            .and_then(|now| setpriority_process(None, (now + EVICTION_NICER).min(19)));
+        if let Err(e) = lowered {
+            tracing::debug!(error = %e, "could not lower the eviction thread's priority");
+        }
     }
 }
 

@@ -231,6 +231,46 @@ async fn a_trusted_component_that_changes_block_sizes_is_an_error() {
     assert_eq!(store.read(&[CellId(0)]).await.unwrap(), vec![vec![0; tee::CELL_SIZE as usize]]);
 }
 
+/// Eviction layers run at a lower priority than everything else (so a waking query is served
+/// first); queries, and the threads that served a round, keep the normal one.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_runs_at_a_lower_priority_than_queries() {
+    use std::sync::Mutex;
+    #[derive(Debug, Default)]
+    struct Niceness {
+        query: Mutex<Vec<i32>>,
+        evict: Mutex<Vec<i32>>,
+    }
+    fn nice() -> i32 {
+        rustix::process::getpriority_process(None).unwrap()
+    }
+    impl Trusted for Niceness {
+        fn query(&self, c: &[Vec<u8>], _: &[u8]) -> blindfold_store::Result<Vec<u8>> {
+            self.query.lock().unwrap().push(nice());
+            Ok(c[0].clone())
+        }
+        fn evict(&self, _: &mut [Vec<u8>], _: &[u8]) -> blindfold_store::Result<()> {
+            self.evict.lock().unwrap().push(nice());
+            Ok(())
+        }
+    }
+    let normal = nice();
+    let trusted = Arc::new(Niceness::default());
+    let store = TeeHost::new(MemoryStore::new(geometry()), Arc::clone(&trusted) as _);
+    for i in 0..3u8 {
+        store.tee_evict(&sample_round()).await.unwrap();
+        store.tee_query(&[CellId(i.into()), CellId(9)], &query_ticket(1)).await.unwrap();
+    }
+    // Reads through the blocking pool after rounds ran: still at the normal priority.
+    let pooled = tokio::task::spawn_blocking(nice).await.unwrap();
+    let evict = trusted.evict.lock().unwrap().clone();
+    assert_eq!(evict.len(), 9, "three rounds of three layers");
+    assert!(evict.iter().all(|&n| n == (normal + 10).min(19)), "{evict:?} (normal {normal})");
+    assert_eq!(*trusted.query.lock().unwrap(), vec![normal; 3]);
+    assert_eq!(pooled, normal);
+}
+
 #[tokio::test]
 async fn the_recording_store_sees_cells_not_tickets() {
     let store = RecordingStore::new(host());

@@ -48,10 +48,14 @@ impl Pages {
         let byte = index / 2;
         let shift = (index & 1) * 4;
         let keep = !(0x0fu8 << shift);
-        for (p, page) in self.pages.iter_mut().enumerate() {
-            let nibble = (v[p / 2] >> ((p & 1) * 4)) & 0x0f;
+        let mut nibbles = [0u8; PAGES];
+        for (pair, &x) in nibbles.chunks_exact_mut(2).zip(v) {
+            pair[0] = (x & 0x0f) << shift;
+            pair[1] = (x >> 4) << shift;
+        }
+        for (p, (page, nibble)) in self.pages.iter_mut().zip(nibbles).enumerate() {
             let slot = &mut page.0[(byte + p * LINE) % PAGE_SIZE];
-            *slot = (*slot & keep) | (nibble << shift);
+            *slot = (*slot & keep) | nibble;
             t.record(Access::Page { area: self.area, page: p as u8, write: true });
         }
     }
@@ -65,14 +69,11 @@ impl Pages {
         t: &mut T,
     ) -> ([u8; 32], [u8; 32]) {
         debug_assert!(index % 2 == 0 && index + 1 < MAX_EVICT_BLOCKS);
-        let byte = index / 2;
+        let raw = self.read_bytes(index / 2, t);
         let (mut lo, mut hi) = ([0u8; 32], [0u8; 32]);
-        for (p, page) in self.pages.iter().enumerate() {
-            let both = page.0[(byte + p * LINE) % PAGE_SIZE];
-            let at = (p & 1) * 4;
-            lo[p / 2] |= (both & 0x0f) << at;
-            hi[p / 2] |= (both >> 4) << at;
-            t.record(Access::Page { area: self.area, page: p as u8, write: false });
+        for ((l, h), pair) in lo.iter_mut().zip(hi.iter_mut()).zip(raw.chunks_exact(2)) {
+            *l = (pair[0] & 0x0f) | (pair[1] << 4);
+            *h = (pair[0] >> 4) | (pair[1] & 0xf0);
         }
         (lo, hi)
     }
@@ -81,15 +82,27 @@ impl Pages {
     #[inline]
     pub(crate) fn gather<T: Tracer + ?Sized>(&self, index: usize, t: &mut T) -> [u8; 32] {
         debug_assert!(index < MAX_EVICT_BLOCKS);
-        let byte = index / 2;
+        let raw = self.read_bytes(index / 2, t);
         let shift = (index & 1) * 4;
         let mut v = [0u8; 32];
-        for (p, page) in self.pages.iter().enumerate() {
-            let nibble = (page.0[(byte + p * LINE) % PAGE_SIZE] >> shift) & 0x0f;
-            v[p / 2] |= nibble << ((p & 1) * 4);
-            t.record(Access::Page { area: self.area, page: p as u8, write: false });
+        for (x, pair) in v.iter_mut().zip(raw.chunks_exact(2)) {
+            *x = ((pair[0] >> shift) & 0x0f) | (((pair[1] >> shift) & 0x0f) << 4);
         }
         v
+    }
+
+    /// Byte `byte` of every page's rotated layout (it holds the nibbles of blocks `2·byte` and
+    /// `2·byte + 1`), pages in order 0..64. The nibbles are taken apart afterwards, outside
+    /// the loop over the pages: done inside it, the variable shifts made scatter and gather
+    /// a fifth slower.
+    #[inline]
+    fn read_bytes<T: Tracer + ?Sized>(&self, byte: usize, t: &mut T) -> [u8; PAGES] {
+        let mut raw = [0u8; PAGES];
+        for (p, (page, r)) in self.pages.iter().zip(raw.iter_mut()).enumerate() {
+            *r = page.0[(byte + p * LINE) % PAGE_SIZE];
+            t.record(Access::Page { area: self.area, page: p as u8, write: false });
+        }
+        raw
     }
 }
 
