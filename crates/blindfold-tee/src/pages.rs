@@ -68,7 +68,7 @@ impl Pages {
         index: usize,
         t: &mut T,
     ) -> ([u8; 32], [u8; 32]) {
-        debug_assert!(index % 2 == 0 && index + 1 < MAX_EVICT_BLOCKS);
+        debug_assert!(index.is_multiple_of(2) && index + 1 < MAX_EVICT_BLOCKS);
         let raw = self.read_bytes(index / 2, t);
         let (mut lo, mut hi) = ([0u8; 32], [0u8; 32]);
         for ((l, h), pair) in lo.iter_mut().zip(hi.iter_mut()).zip(raw.chunks_exact(2)) {
