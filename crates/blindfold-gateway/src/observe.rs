@@ -21,7 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use blindfold_store::{ByteRange, CellId, CountingStore, Counts, Geometry, Store};
+use blindfold_store::{
+    ByteRange, CellId, CountingStore, Counts, Geometry, Store, TeeRound, TeeStore,
+};
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -386,6 +388,9 @@ pub struct Observer {
     storage_cost: Family<ProviderLabel, Gauge<f64, AtomicU64>>,
     s3_total: AtomicU64,
     counting: Mutex<Option<Arc<Counted>>>,
+    /// The TEE requests to a trusted component in another process, counted (see
+    /// [`Observer::wrap_tee_store`]).
+    tee_counting: Mutex<Option<Arc<CountedTee>>>,
     /// Counts of stores no longer in use (replaced by a growth), so totals never go back.
     carried: Mutex<Counts>,
     stored_bytes: AtomicU64,
@@ -557,6 +562,7 @@ impl Observer {
             storage_cost,
             s3_total: AtomicU64::new(0),
             counting: Mutex::new(None),
+            tee_counting: Mutex::new(None),
             carried: Mutex::new(Counts::default()),
             stored_bytes: AtomicU64::new(0),
             recent_latencies: Mutex::new(Vec::new()),
@@ -597,12 +603,23 @@ impl Observer {
         Arc::new(TappedStore { inner: counting, observer: Arc::clone(self) })
     }
 
+    /// Counts and taps the requests to a trusted component that runs beside a remote store
+    /// (`blindfold enclave`): the TEE engine's queries and rounds then reach the store as TEE
+    /// requests only, which the plain store's tap never sees. Their counts join
+    /// [`Observer::store_counts`]; the cells a query reads join the recording windows.
+    pub fn wrap_tee_store(self: &Arc<Self>, tee: Arc<dyn TeeStore>) -> Arc<dyn TeeStore> {
+        let counting = Arc::new(CountingStore::new(tee));
+        *self.tee_counting.lock() = Some(Arc::clone(&counting));
+        Arc::new(TappedTee { inner: counting, observer: Arc::clone(self) })
+    }
+
     /// Lets go of the wrapped store (a growth is about to replace it), keeping its counts in
     /// the totals.
     pub fn release_store(&self) {
-        if let Some(c) = self.counting.lock().take() {
-            let counts = c.counts();
-            let mut carried = self.carried.lock();
+        let plain = self.counting.lock().take().map(|c| c.counts());
+        let tee = self.tee_counting.lock().take().map(|c| c.counts());
+        let mut carried = self.carried.lock();
+        for counts in plain.into_iter().chain(tee) {
             *carried = carried.plus(&counts);
         }
     }
@@ -615,7 +632,8 @@ impl Observer {
     /// The store counts so far (zero if no store is wrapped).
     pub fn store_counts(&self) -> Counts {
         let current = self.counting.lock().as_ref().map(|c| c.counts()).unwrap_or_default();
-        current.plus(&self.carried.lock())
+        let tee = self.tee_counting.lock().as_ref().map(|c| c.counts()).unwrap_or_default();
+        current.plus(&tee).plus(&self.carried.lock())
     }
 
     /// Records one answered S3 request.
@@ -765,14 +783,24 @@ impl Observer {
             .get_or_create(&KindLabel { kind: "flush" })
             .inner()
             .store(counts.flushes, Ordering::Relaxed);
-        self.store_cells
-            .get_or_create(&KindLabel { kind: "read" })
-            .inner()
-            .store(counts.cells_read + counts.ranges_read, Ordering::Relaxed);
+        if counts.tee_queries + counts.tee_rounds > 0 {
+            self.store_requests
+                .get_or_create(&KindLabel { kind: "tee_query" })
+                .inner()
+                .store(counts.tee_queries, Ordering::Relaxed);
+            self.store_requests
+                .get_or_create(&KindLabel { kind: "tee_evict" })
+                .inner()
+                .store(counts.tee_rounds, Ordering::Relaxed);
+        }
+        self.store_cells.get_or_create(&KindLabel { kind: "read" }).inner().store(
+            counts.cells_read + counts.ranges_read + counts.tee_query_cells + counts.tee_cells_read,
+            Ordering::Relaxed,
+        );
         self.store_cells
             .get_or_create(&KindLabel { kind: "write" })
             .inner()
-            .store(counts.cells_written, Ordering::Relaxed);
+            .store(counts.cells_written + counts.tee_cells_written, Ordering::Relaxed);
         self.store_bytes
             .get_or_create(&DirectionLabel { direction: "down" })
             .inner()
@@ -863,6 +891,9 @@ impl Observer {
 /// The store beneath the tap, counted.
 type Counted = CountingStore<Arc<dyn Store>>;
 
+/// A remote trusted component's store beneath its tap, counted.
+type CountedTee = CountingStore<Arc<dyn TeeStore>>;
+
 /// Resident memory of this process in bytes (0 where `/proc` is not available).
 pub fn resident_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
@@ -912,10 +943,84 @@ impl Store for TappedStore {
     }
 }
 
+/// [`TappedStore`] for a store with a trusted component beside it: the cells each query reads
+/// go to the recording windows (a round's cells follow a public schedule and are left out).
+#[derive(Debug)]
+struct TappedTee {
+    inner: Arc<CountedTee>,
+    observer: Arc<Observer>,
+}
+
+#[async_trait]
+impl Store for TappedTee {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+
+    async fn read(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        self.observer.physical(false, cells);
+        self.inner.read(cells).await
+    }
+
+    async fn read_ranges(&self, ranges: &[ByteRange]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        self.inner.read_ranges(ranges).await
+    }
+
+    async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
+        self.inner.write(cells).await
+    }
+
+    async fn flush(&self) -> blindfold_store::Result<()> {
+        self.inner.flush().await
+    }
+}
+
+#[async_trait]
+impl TeeStore for TappedTee {
+    async fn tee_query(&self, cells: &[CellId], ticket: &[u8]) -> blindfold_store::Result<Vec<u8>> {
+        self.observer.physical(false, cells);
+        self.inner.tee_query(cells, ticket).await
+    }
+
+    async fn tee_evict(&self, round: &TeeRound) -> blindfold_store::Result<()> {
+        self.inner.tee_evict(round).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use blindfold_store::MemoryStore;
+
+    /// A trusted component in another process is reached by TEE requests only: they are
+    /// counted, reach the metrics and the recording windows.
+    #[tokio::test]
+    async fn tee_requests_to_a_remote_trusted_component_are_counted() {
+        use blindfold_testkit::tee::{geometry, query_ticket, sample_round, PlainTrusted};
+        let observer = Arc::new(Observer::new());
+        // As the gateway does: the plain store (unused by the engine here) first.
+        let _plain = flat_store(&observer, geometry().cell_count());
+        let host: Arc<dyn TeeStore> = Arc::new(blindfold_store::TeeHost::new(
+            MemoryStore::new(geometry()),
+            Arc::new(PlainTrusted::new()),
+        ));
+        let tee = observer.wrap_tee_store(host);
+        observer.start_window(Duration::from_secs(60), "tee").unwrap();
+        tee.tee_query(&[CellId(4), CellId(9)], &query_ticket(1)).await.unwrap();
+        tee.tee_evict(&sample_round()).await.unwrap();
+        let recorded = observer.window().unwrap().physical;
+        assert_eq!(recorded.len(), 2, "the query's two cells, not the round's");
+        let c = observer.store_counts();
+        assert_eq!((c.tee_queries, c.tee_query_cells, c.tee_rounds), (1, 2, 1));
+        assert!(c.bytes_down() > 0 && c.bytes_up() > 0, "{c:?}");
+        observer.refresh(EngineGauges::default());
+        let text = observer.encode();
+        assert!(text.contains("kind=\"tee_query\"} 1"), "{text}");
+        assert!(text.contains("kind=\"tee_evict\"} 1"), "{text}");
+        // Carried over a release (a growth), not lost.
+        observer.release_store();
+        assert_eq!(observer.store_counts().tee_queries, 1);
+    }
 
     #[test]
     fn uniformity_tells_uniform_from_skewed() {

@@ -1164,9 +1164,12 @@ async fn assemble(
         let tee_store: Arc<dyn blindfold_store::TeeStore> =
             if matches!(store_url, StoreUrl::Remote { .. }) {
                 // The trusted component runs in the storage server (`blindfold enclave`).
-                blindfold_store::open_tee_store(&store_url, &array, geometry, None).await.map_err(
-                    |e| GatewayError::Config(format!("opening the store {store_url}: {e}")),
-                )?
+                let remote = blindfold_store::open_tee_store(&store_url, &array, geometry, None)
+                    .await
+                    .map_err(|e| {
+                        GatewayError::Config(format!("opening the store {store_url}: {e}"))
+                    })?;
+                observer.wrap_tee_store(remote)
             } else {
                 // No separate host: the trusted component runs in this process.
                 let enclave = blindfold_tee::Enclave::new(
