@@ -73,8 +73,10 @@ pub const MAX_TEE_ANSWER_OVERHEAD: usize = 4096;
 /// The trusted component as the untrusted host calls it (implemented by the enclave crate's
 /// `Enclave`).
 ///
-/// Both calls are synchronous and CPU-heavy; [`TeeHost`] runs them off the async executor. A
-/// refused ticket or block should come back as [`StoreError::InvalidRequest`].
+/// Both calls are synchronous. [`TeeHost`] runs a query of at most 64 KiB of candidates on the
+/// async executor (microseconds of work), larger ones on tokio's blocking pool, and every
+/// eviction on a thread of its own at a lower priority. A refused ticket or block should come
+/// back as [`StoreError::InvalidRequest`].
 pub trait Trusted: Send + Sync + fmt::Debug {
     /// Selects one of `candidates` as the sealed `ticket` says, obliviously, and returns the
     /// answer sealed for the gateway (the seed's `enclave_query`).
@@ -306,7 +308,8 @@ pub(crate) async fn off_executor<T: Send + 'static>(
 ///
 /// It keeps no state between calls and takes no lock, so queries run while a round is in
 /// flight (the gateway reads other cells meanwhile, and must not query the cells a round is
-/// rewriting). The trusted calls run on tokio's blocking pool.
+/// rewriting). Small queries run on the executor, large ones on tokio's blocking pool, eviction
+/// layers on threads of their own, less urgent than everything else.
 ///
 /// A round issues its store requests in a fixed order that depends only on the round's shape:
 /// the first layer's read, then for each layer `i` the write of layer `i - 1` and the read of

@@ -250,7 +250,8 @@ impl Enclave {
             std::thread::available_parallelism().map_or(1, |n| n.get()).min(4).min(pieces - 1)
         } else {
             1
-        };
+        }
+        .max(1);
         // The pieces are independent: with several threads each takes a run of them, with
         // PIECE pages of its own, and does exactly what one thread does for its pieces (so the
         // page accesses of each thread follow the same public sequence).
