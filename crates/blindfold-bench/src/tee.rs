@@ -296,19 +296,9 @@ async fn measure(
     block_size: u32,
     seed_row: Option<(u64, f64, f64, f64)>,
 ) -> Result<TeeRow> {
+    // `run` fitted `blocks` to the free disk with `fit_to_disk` just before.
     let config = tree(p, blocks, block_size)?;
     let geometry = DurableTee::geometry(&config)?;
-    let free = fs_free_bytes(&p.work_dir);
-    if geometry.total_bytes() > free.saturating_sub(DISK_SPARE) {
-        bail!(
-            "{} blocks of {} bytes need {:.1} GiB of store; {} has {:.1} GiB free",
-            blocks,
-            block_size,
-            geometry.total_bytes() as f64 / (1u64 << 30) as f64,
-            p.work_dir.display(),
-            free as f64 / (1u64 << 30) as f64
-        );
-    }
     let run_dir = tempfile::Builder::new().prefix("bench-tee-").tempdir_in(&p.work_dir)?;
     let cells = run_dir.path().join("cells");
     std::fs::create_dir_all(&cells)?;

@@ -610,7 +610,7 @@ impl Observer {
     pub fn wrap_tee_store(self: &Arc<Self>, tee: Arc<dyn TeeStore>) -> Arc<dyn TeeStore> {
         let counting = Arc::new(CountingStore::new(tee));
         *self.tee_counting.lock() = Some(Arc::clone(&counting));
-        Arc::new(TappedTee { inner: counting, observer: Arc::clone(self) })
+        Arc::new(TappedStore { inner: counting, observer: Arc::clone(self) })
     }
 
     /// Lets go of the wrapped store (a growth is about to replace it), keeping its counts in
@@ -904,15 +904,17 @@ pub fn resident_bytes() -> u64 {
 }
 
 /// Feeds an [`Observer`]'s recording windows with every request to the store (the counting
-/// is done by the [`CountingStore`] beneath).
+/// is done by the [`CountingStore`] beneath). Over a store with a remote trusted component
+/// (`S = Arc<CountedTee>`) the cells each TEE query reads are fed too; a round's cells follow a
+/// public schedule and are left out.
 #[derive(Debug)]
-pub struct TappedStore {
-    inner: Arc<Counted>,
+pub struct TappedStore<S = Arc<Counted>> {
+    inner: S,
     observer: Arc<Observer>,
 }
 
 #[async_trait]
-impl Store for TappedStore {
+impl<S: Store> Store for TappedStore<S> {
     fn geometry(&self) -> Geometry {
         self.inner.geometry()
     }
@@ -943,40 +945,8 @@ impl Store for TappedStore {
     }
 }
 
-/// [`TappedStore`] for a store with a trusted component beside it: the cells each query reads
-/// go to the recording windows (a round's cells follow a public schedule and are left out).
-#[derive(Debug)]
-struct TappedTee {
-    inner: Arc<CountedTee>,
-    observer: Arc<Observer>,
-}
-
 #[async_trait]
-impl Store for TappedTee {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-
-    async fn read(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
-        self.observer.physical(false, cells);
-        self.inner.read(cells).await
-    }
-
-    async fn read_ranges(&self, ranges: &[ByteRange]) -> blindfold_store::Result<Vec<Vec<u8>>> {
-        self.inner.read_ranges(ranges).await
-    }
-
-    async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
-        self.inner.write(cells).await
-    }
-
-    async fn flush(&self) -> blindfold_store::Result<()> {
-        self.inner.flush().await
-    }
-}
-
-#[async_trait]
-impl TeeStore for TappedTee {
+impl TeeStore for TappedStore<Arc<CountedTee>> {
     async fn tee_query(&self, cells: &[CellId], ticket: &[u8]) -> blindfold_store::Result<Vec<u8>> {
         self.observer.physical(false, cells);
         self.inner.tee_query(cells, ticket).await
