@@ -374,6 +374,25 @@ fn decode_header(h: &[u8; HEADER_LEN]) -> std::result::Result<(Geometry, [u8; 16
     Ok((geometry, h[32..48].try_into().unwrap()))
 }
 
+/// Longest run of adjacent cells read or written with one system call.
+const MAX_RUN_BYTES: usize = 1 << 20;
+
+/// Splits cell offsets, in request order, into runs of adjacent cells (each starting where
+/// the one before it ends), at most [`MAX_RUN_BYTES`] long: `(offset, cells)` pairs. A node of
+/// a tree is usually stored in adjacent cells, so an eviction's hundreds of cells take a few
+/// system calls instead of one each.
+fn runs(offsets: impl Iterator<Item = u64>, size: usize) -> Vec<(u64, usize)> {
+    let most = (MAX_RUN_BYTES / size.max(1)).max(1);
+    let mut runs: Vec<(u64, usize)> = Vec::new();
+    for at in offsets {
+        match runs.last_mut() {
+            Some((start, n)) if *n < most && *start + (*n * size) as u64 == at => *n += 1,
+            _ => runs.push((at, 1)),
+        }
+    }
+    runs
+}
+
 #[async_trait]
 impl Store for FileStore {
     fn geometry(&self) -> Geometry {
@@ -388,15 +407,21 @@ impl Store for FileStore {
             return Ok(Vec::new());
         }
         let size = self.geometry.cell_size() as usize;
-        let jobs: Vec<u64> = cells.iter().map(|&c| self.offset(c)).collect();
+        let runs = runs(cells.iter().map(|&c| self.offset(c)), size);
         let read_all = move |file: &File| -> std::io::Result<Vec<Vec<u8>>> {
-            jobs.into_iter()
-                .map(|at| {
+            let mut out = Vec::with_capacity(runs.iter().map(|r| r.1).sum());
+            for (at, n) in runs {
+                if n == 1 {
                     let mut buf = vec![0u8; size];
                     file.read_exact_at(&mut buf, at)?;
-                    Ok(buf)
-                })
-                .collect()
+                    out.push(buf);
+                } else {
+                    let mut buf = vec![0u8; n * size];
+                    file.read_exact_at(&mut buf, at)?;
+                    out.extend(buf.chunks_exact(size).map(<[u8]>::to_vec));
+                }
+            }
+            Ok(out)
         };
         let context = || format!("reading {} cells from {}", cells.len(), self.path.display());
         if cells.len().saturating_mul(size) <= INLINE_READ_BYTES {
@@ -439,14 +464,24 @@ impl Store for FileStore {
             return Ok(());
         }
         let count = cells.len();
-        let jobs: Vec<(u64, Vec<u8>)> =
-            cells.into_iter().map(|(c, data)| (self.offset(c), data)).collect();
+        let size = self.geometry.cell_size() as usize;
+        let runs = runs(cells.iter().map(|(c, _)| self.offset(*c)), size);
         let sync = self.sync == SyncMode::Always;
         self.blocking(
             move |file| {
-                // In order, so the last of duplicate cells wins.
-                for (at, data) in &jobs {
-                    file.write_all_at(data, *at)?;
+                // Runs in order, so the last of duplicate cells wins (a run never holds a cell
+                // twice: its offsets rise).
+                let mut data = cells.into_iter().map(|(_, d)| d);
+                let mut joined = Vec::new();
+                for (at, n) in runs {
+                    if n == 1 {
+                        let one = data.next().expect("a cell per run entry");
+                        file.write_all_at(&one, at)?;
+                    } else {
+                        joined.clear();
+                        data.by_ref().take(n).for_each(|d| joined.extend_from_slice(&d));
+                        file.write_all_at(&joined, at)?;
+                    }
                 }
                 if sync {
                     file.sync_data()?;

@@ -271,6 +271,17 @@ pub async fn run(store: &dyn Store) {
     write(store, check, &mut model, vec![(9, a), (9, b), (9, c)]).await;
     expect_cells(store, check, &model, &[7, 8, 9]).await;
 
+    // Backends may join adjacent cells into one request (the file store does): runs that
+    // rise, fall, repeat a cell and reach the last cell must all come back cell by cell.
+    let check = "runs of adjacent cells";
+    let order = [20, 21, 22, 23, 30, 24, 25, 22, 60, 61, 62, 61, last - 1, last];
+    let batch: Vec<(u64, Vec<u8>)> = order.iter().map(|&c| (c, model.contents())).collect();
+    write(store, check, &mut model, batch).await;
+    expect_cells(store, check, &model, &[19, 20, 21, 22, 23, 24, 25, 26]).await;
+    expect_cells(store, check, &model, &[62, 61, 60, 60, 61, 62, 63, last - 1, last]).await;
+    let all: Vec<u64> = (0..CELL_COUNT).collect();
+    expect_cells(store, check, &model, &all).await;
+
     let check = "ranged reads";
     for cell in [50, 3, last] {
         expect_ranges(
