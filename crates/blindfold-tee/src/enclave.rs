@@ -219,8 +219,8 @@ impl Enclave {
             return;
         }
         let k_xor = self.cipher.k_xor();
-        let mut orvp = Pages::new(Area::Orvp);
-        let mut nrvp = Pages::new(Area::Nrvp);
+        let mut orvp = Pages::new(Area::Orvp, s);
+        let mut nrvp = Pages::new(Area::Nrvp, s);
 
         // Old random vectors into ORVP, in position order.
         for (b, cell) in blocks.iter().enumerate() {
@@ -296,7 +296,7 @@ fn reencrypt_run<T: Tracer + ?Sized>(
     t: &mut T,
 ) {
     let count = cells.first().map_or(0, |c| c.len() / PIECE);
-    let mut piece = Pages::new(Area::Piece);
+    let mut piece = Pages::new(Area::Piece, perm.len());
     for jj in 0..count {
         let j = (first + jj) as u32;
         let tail = Tail::new(j);

@@ -74,11 +74,13 @@
 //! read and written, in a fixed order; the target is chosen with `subtle`'s constant-time
 //! select over 64-bit words, with no branch on it.
 //!
-//! *Eviction.* Three structures of 64 page-aligned 4 KiB pages — ORVP (old random vectors),
-//! NRVP (new random vectors), PIECE (the current piece of every output block) — hold a 32-byte
-//! vector per block as 64 nibbles, nibble `p` in page `p` (so one page holds 8192 blocks,
-//! [`MAX_EVICT_BLOCKS`]). Reading or writing any block's vector touches all 64 pages in order.
-//! The algorithm, with `s` blocks and pieces `1..n`:
+//! *Eviction.* Three structures of page-aligned 4 KiB pages — ORVP (old random vectors), NRVP
+//! (new random vectors), PIECE (the current piece of every output block) — hold a 32-byte
+//! vector per block spread over their pages: for more than 4,096 blocks as 64 nibbles, nibble
+//! `p` in page `p` (so one page holds 8192 blocks, [`MAX_EVICT_BLOCKS`]); for fewer, as 32
+//! bytes in 32 pages, or slices of 2 to 32 bytes in 16 down to 1 page ([`pages_for`]: the
+//! count depends on `s` alone). Reading or writing any block's vector touches all the pages of
+//! the structure, in order, once each. The algorithm, with `s` blocks and pieces `1..n`:
 //!
 //! 1. for each position `b` in order: read piece 0 of block `b` into ORVP at `b`;
 //! 2. for each position `k` in order: put a fresh random vector into NRVP at `k` and out as
@@ -89,7 +91,7 @@
 //!    `k` in order, copy PIECE at `k` out as piece `j` of block `k`.
 //!
 //! The only secret-dependent addresses are `perm[b]` *within* NRVP and PIECE pages, and every
-//! such access touches all 64 pages, so the sequence of pages and cell pieces touched depends
+//! such access touches all the structure's pages, so the sequence of pages and cell pieces touched depends
 //! on `s` and the block size alone. [`Enclave::evict_traced`] reports that sequence and the
 //! tests check it is identical for different permutations. (The paper recomputes both random
 //! vectors from the pages for every piece; keeping two midstates per position, indexed by the
@@ -136,5 +138,5 @@ pub use cipher::{cell_len, TeeCipher, MAX_BLOCK_SIZE};
 pub use enclave::{Enclave, MAX_EVICT_BLOCKS, MAX_STREAMS};
 pub use error::TeeError;
 pub use key::{TeeKey, TEE_KEY_LABEL};
-pub use pages::{PAGES, PAGE_SIZE};
+pub use pages::{pages_for, PAGES, PAGE_SIZE};
 pub use ticket::{EvictTicket, QueryTicket};

@@ -311,7 +311,8 @@ fn evict_trace(s: usize, bs: usize, perm: &[u32], stream: u8) -> Vec<Access> {
 #[test]
 fn evict_page_accesses_do_not_depend_on_the_permutation() {
     let mut rng = Rng(11);
-    for (s, bs) in [(9, 64), (16, 100), (33, 40)] {
+    // One size for each page layout: 1, 2, 8 and 32 pages of whole bytes, and 64 of nibbles.
+    for (s, bs) in [(9, 64), (16, 100), (200, 40), (700, 32), (3000, 32), (4100, 32)] {
         let identity: Vec<u32> = (0..s as u32).collect();
         let reverse: Vec<u32> = identity.iter().rev().copied().collect();
         let reference = evict_trace(s, bs, &identity, 1);
@@ -323,7 +324,7 @@ fn evict_page_accesses_do_not_depend_on_the_permutation() {
         // The trace is not trivially empty: every page of every structure is used, and every
         // piece of every cell is read and written.
         for area in [Area::Orvp, Area::Nrvp, Area::Piece] {
-            for page in 0..64u8 {
+            for page in 0..blindfold_tee::pages_for(s) as u8 {
                 for write in [false, true] {
                     assert!(reference.contains(&Access::Page { area, page, write }));
                 }
