@@ -85,7 +85,8 @@ pub struct TeeBench {
     pub table3_blocks: u64,
     /// Queries measured per configuration (the paper averaged about 10,000).
     pub queries: u64,
-    /// Queries per eviction round (`k`; the paper's 800).
+    /// Queries per eviction round (`k`; the paper's 800, ours by default
+    /// [`blindfold_oram::tee::DEFAULT_ROUND_QUERIES`]).
     pub round_queries: u32,
     /// Arity of the tree (the paper's m = 8).
     pub arity: u32,
@@ -113,7 +114,7 @@ impl TeeBench {
             table2_bytes: 1 << 30,
             table3_blocks: 1 << 18,
             queries: 10_000,
-            round_queries: seed::ROUND_QUERIES,
+            round_queries: blindfold_oram::tee::DEFAULT_ROUND_QUERIES,
             arity: 8,
             work_dir,
             server_bin,
@@ -210,7 +211,7 @@ impl Host {
     fn start(bin: &Path, dir: &Path, auth: &Path, tee_key: &Path, block_size: u32) -> Result<Self> {
         let mut child = Command::new(bin)
             .args(["enclave", "--listen", "127.0.0.1:0", "--generate-auth-key"])
-            // The paper's rounds of 800 queries over 8 KiB blocks work on ~200 MiB at once.
+            // Rounds of the paper's 800 queries over 8 KiB blocks work on ~200 MiB at once.
             .args(["--max-frame-mib", "1024", "--connection-buffer-mib", "4096"])
             .arg("--enclave-block-size")
             .arg(block_size.to_string())
@@ -482,6 +483,13 @@ pub fn render(r: &TeeReport) -> String {
         out,
         "trusted component and host: their own process (storage-server --enclave-key), files; \
          gateway here; loopback"
+    );
+    let _ = writeln!(
+        out,
+        "rounds of {} queries (the paper's q = {}), arity {}",
+        r.params.round_queries,
+        seed::ROUND_QUERIES,
+        r.params.arity
     );
     for (table, title) in [
         ("I", "Table I: 1 KiB blocks, data size varies"),

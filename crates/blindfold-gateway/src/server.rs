@@ -325,11 +325,12 @@ pub(crate) fn tao_config(params: &GatewayParams) -> Result<TaoConfig> {
         .map_err(|e| GatewayError::Config(e.to_string()))
 }
 
-/// The TEE engine's tree: rounds of `blocks / 64` queries (8 to the paper's 800), arity 8,
+/// The TEE engine's tree: rounds of `blocks / 64` queries (8 to the engine's default 450), arity 8,
 /// halved until what one layer of a round works on (three buffers of a node and the blocks
 /// coming down, plus the blocks that go up) fits a storage server's default 64 MiB frames.
 pub(crate) fn tee_config(params: &GatewayParams) -> Result<TeeOramConfig> {
-    let mut k = (params.blocks / 64).clamp(8, 800) as u32;
+    let mut k =
+        (params.blocks / 64).clamp(8, u64::from(blindfold_oram::tee::DEFAULT_ROUND_QUERIES)) as u32;
     let cell = blindfold_tee::cell_len(params.block_size as usize) as u64;
     loop {
         let config = TeeOramConfig::builder(params.blocks, params.block_size)

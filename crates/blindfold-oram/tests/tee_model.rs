@@ -312,10 +312,18 @@ fn reshuffles_happen_and_keep_data() {
 
 #[test]
 fn defaults_for_the_papers_sizes() {
-    // 1 GB of 1 KiB blocks, rounds of 800 queries, m = 8 (Table I's first row).
-    let c = TeeOramConfig::builder(1 << 20, 1024).build().unwrap();
+    // 1 GB of 1 KiB blocks, the paper's rounds of 800 queries, m = 8 (Table I's first row).
+    let c = TeeOramConfig::builder(1 << 20, 1024).round_queries(800).build().unwrap();
     assert_eq!((c.arity(), c.round_queries(), c.round_blocks()), (8, 800, 1600));
     assert_eq!(c.layers(), 4, "{c:?}");
+    // Our default rounds: every layer of the same tree permutes at most 4,096 blocks (the
+    // trusted component's cheaper layout), still in four layers.
+    let d = TeeOramConfig::builder(1 << 20, 1024).build().unwrap();
+    assert_eq!((d.arity(), d.round_queries(), d.round_blocks()), (8, 450, 900));
+    assert_eq!(d.layers(), 4, "{d:?}");
+    for z in [d.node_slots(), d.leaf_slots()] {
+        assert!(z as usize + 900 <= 4096, "{d:?}");
+    }
     assert!(c.node_slots() as usize + 1600 <= blindfold_oram::tee::MAX_PERMUTED, "{c:?}");
     assert!(c.leaf_slots() > 2048 + c.dummy_reads(), "{c:?}");
     // Too many blocks per round for the trusted component's pages.
