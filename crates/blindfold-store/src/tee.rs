@@ -350,12 +350,22 @@ impl<S: Store> TeeHost<S> {
     async fn evict(&self, buf: Vec<Vec<u8>>, ticket: &[u8], layer: usize) -> Result<Vec<Vec<u8>>> {
         let trusted = Arc::clone(&self.trusted);
         let ticket = ticket.to_vec();
-        let buf = in_background(move || {
+        let blocks = buf.len();
+        let started = std::time::Instant::now();
+        let (buf, busy_ms) = in_background(move || {
+            let started = std::time::Instant::now();
             let mut buf = buf;
             trusted.evict(&mut buf, &ticket)?;
-            Ok(buf)
+            Ok((buf, started.elapsed().as_secs_f64() * 1e3))
         })
         .await?;
+        tracing::debug!(
+            layer,
+            blocks,
+            evict_ms = busy_ms,
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            "evicted a layer"
+        );
         let cell = self.inner.geometry().cell_size() as usize;
         if let Some(b) = buf.iter().find(|b| b.len() != cell) {
             return Err(invalid(format!(
@@ -472,6 +482,7 @@ impl<S: Store> TeeStore for TeeHost<S> {
 
     async fn tee_evict(&self, round: &TeeRound) -> Result<()> {
         check_tee_round(&self.inner.geometry(), round)?;
+        let started = std::time::Instant::now();
         let layers = &round.layers;
         // May layer `j`'s read be issued while the writes of layers `j - 1` and `j - 2` are
         // still in flight?
@@ -522,6 +533,11 @@ impl<S: Store> TeeStore for TeeHost<S> {
         if let Some(w) = writing {
             w.await?;
         }
+        tracing::debug!(
+            layers = layers.len(),
+            round_ms = started.elapsed().as_secs_f64() * 1e3,
+            "carried out a round"
+        );
         Ok(())
     }
 }

@@ -75,13 +75,8 @@ impl Pages {
         Self { area, width, blocks, pages }
     }
 
-    /// True for the 64-page layout of one nibble per page.
-    pub(crate) fn nibbles(&self) -> bool {
-        self.width == 0
-    }
-
     /// Stores `v` as the vector of block `index`: slice `p` into page `p`, pages in order.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn scatter<T: Tracer + ?Sized>(&mut self, index: usize, v: &[u8; 32], t: &mut T) {
         debug_assert!(index < self.blocks);
         match self.width {
@@ -96,7 +91,7 @@ impl Pages {
     }
 
     /// The vector of block `index`: slice `p` from page `p`, pages in order.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn gather<T: Tracer + ?Sized>(&self, index: usize, t: &mut T) -> [u8; 32] {
         debug_assert!(index < self.blocks);
         match self.width {
@@ -110,7 +105,7 @@ impl Pages {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn scatter_bytes<const W: usize, T: Tracer + ?Sized>(
         &mut self,
         index: usize,
@@ -125,7 +120,7 @@ impl Pages {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn gather_bytes<const W: usize, T: Tracer + ?Sized>(
         &self,
         index: usize,
@@ -138,6 +133,26 @@ impl Pages {
             t.record(Access::Page { area: self.area, page: p as u8, write: false });
         }
         v
+    }
+
+    /// Two adjacent blocks' slices lie side by side in every page (`index` even, and `2W`
+    /// divides the line, so the pair never wraps around the page's end): one read per page.
+    #[inline(always)]
+    fn gather_pair_bytes<const W: usize, T: Tracer + ?Sized>(
+        &self,
+        index: usize,
+        t: &mut T,
+    ) -> ([u8; 32], [u8; 32]) {
+        let (mut a, mut b) = ([0u8; 32], [0u8; 32]);
+        for (p, (page, (x, y))) in
+            self.pages.iter().zip(a.chunks_exact_mut(W).zip(b.chunks_exact_mut(W))).enumerate()
+        {
+            let at = (index * W + p * LINE) % PAGE_SIZE;
+            x.copy_from_slice(&page.0[at..at + W]);
+            y.copy_from_slice(&page.0[at + W..at + 2 * W]);
+            t.record(Access::Page { area: self.area, page: p as u8, write: false });
+        }
+        (a, b)
     }
 
     /// The nibble layout: nibble `p` into page `p`, pages in order 0..64.
@@ -168,8 +183,14 @@ impl Pages {
         t: &mut T,
     ) -> ([u8; 32], [u8; 32]) {
         debug_assert!(index.is_multiple_of(2) && index + 1 < self.blocks);
-        if !self.nibbles() {
-            return (self.gather(index, t), self.gather(index + 1, t));
+        match self.width {
+            0 => {}
+            1 => return self.gather_pair_bytes::<1, T>(index, t),
+            2 => return self.gather_pair_bytes::<2, T>(index, t),
+            4 => return self.gather_pair_bytes::<4, T>(index, t),
+            8 => return self.gather_pair_bytes::<8, T>(index, t),
+            16 => return self.gather_pair_bytes::<16, T>(index, t),
+            _ => return self.gather_pair_bytes::<32, T>(index, t),
         }
         let raw = self.read_bytes(index / 2, t);
         let (mut lo, mut hi) = ([0u8; 32], [0u8; 32]);
