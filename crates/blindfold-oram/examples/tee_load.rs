@@ -68,11 +68,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let stats = oram.stats();
+    let config = oram.config();
+    let d = config.dummy_reads();
     println!(
-        "{} rounds, {} reshuffles, {queries} queries, no overflow ({:.1} s)",
+        "{} rounds, {} reshuffles, {queries} queries, no overflow ({:.1} s); most live blocks \
+         kept: {} of {} in a node, {} of {} in a leaf; most waiting in the ring: {}",
         stats.rounds,
         stats.reshuffles,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        stats.max_node_live,
+        config.node_slots() - d,
+        stats.max_leaf_live,
+        config.leaf_slots() - d,
+        stats.max_waiting
     );
     Ok(())
 }
