@@ -235,7 +235,7 @@ impl Enclave {
             t.record(Access::Cell { cell: k as u32, piece: 0, write: true });
         }
         // For every source position b: the midstate of its old vector and of the new vector of
-        // its destination perm[b] (gathered through all 64 pages of NRVP).
+        // its destination perm[b] (gathered through every page of NRVP).
         let mut old = Zeroizing::new(Vec::with_capacity(s));
         let mut new = Zeroizing::new(Vec::with_capacity(s));
         for (b, &dest) in perm.iter().enumerate() {
@@ -318,7 +318,7 @@ fn reencrypt_run<T: Tracer + ?Sized>(
 }
 
 /// Copies the vector of position `k` out of `piece` into `cells[k][range]`, for every `k` in
-/// order, two positions per pass over the pages (both nibbles of a page share a byte); reports
+/// order, two positions per pass over the pages (adjacent in every page); reports
 /// the page reads and then, as `Access::Cell { cell: k, .. }` with `write`, each copy.
 fn gather_into<C: AsMut<[u8]>, T: Tracer + ?Sized>(
     piece: &Pages,

@@ -11,7 +11,7 @@
 //! The untraced entry points run the same generic code with a tracer that does nothing, so the
 //! instrumentation costs nothing when it is off.
 
-/// One of the enclave's nibble-spread structures of 64 pages.
+/// One of the enclave's spread structures (64 pages of nibbles, or fewer of whole bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Area {
     /// Old random vectors (piece 0 of every input block).
