@@ -526,6 +526,30 @@ fn the_secret_is_shown_once_flags_must_agree_and_status_tells_all() {
     assert_eq!(std::fs::read_to_string(&params).unwrap(), newer);
 }
 
+/// A new store on an S3-compatible server gets 64 KiB blocks unless `--block-size` says
+/// otherwise (the measured default, see `serve --help`); one on local files keeps 4 KiB (checked
+/// by the test above).
+#[test]
+fn a_new_store_on_s3_defaults_to_64_kib_blocks() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, flags, want) in [
+        ("default", &[][..], "128 blocks of 65536 bytes"),
+        ("explicit", &["--block-size", "16384"][..], "512 blocks of 16384 bytes"),
+    ] {
+        let Some(url) = blindfold_testkit::servers::s3_url("cli-s3-block-size", "") else {
+            return;
+        };
+        let store = url.to_string();
+        let d = tmp.path().join(name);
+        let ds = d.to_str().unwrap();
+        let mut args = vec!["--data-dir", ds, "--capacity", "8MiB", "--store", &store];
+        args.extend_from_slice(flags);
+        serve(&args).stop();
+        let o = blindfold(&["status", "--data-dir", ds]);
+        assert!(o.status.success() && text(&o).contains(want), "{name}: {}", text(&o));
+    }
+}
+
 #[test]
 fn in_place_layout_is_half_the_store_and_serves() {
     let tmp = tempfile::tempdir().unwrap();
