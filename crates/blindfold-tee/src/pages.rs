@@ -173,9 +173,9 @@ impl Pages {
         }
     }
 
-    /// The vectors of blocks `index` and `index + 1` (`index` even). In the nibble layout
-    /// both share a byte of every page, so one read of every page, in order 0..64, gives both;
-    /// otherwise this is two gathers.
+    /// The vectors of blocks `index` and `index + 1` (`index` even), with one read of every
+    /// page, in order: in the nibble layout both share a byte of every page, in the others
+    /// their slices lie side by side.
     #[inline]
     pub(crate) fn gather_pair<T: Tracer + ?Sized>(
         &self,
@@ -318,6 +318,12 @@ mod tests {
             }
             for i in 0..blocks {
                 assert_eq!(pages.gather(i, &mut |_: Access| {}), v(i), "{blocks} blocks, #{i}");
+            }
+            for i in (0..blocks.saturating_sub(1)).step_by(2) {
+                let mut seen = Vec::new();
+                let pair = pages.gather_pair(i, &mut |a| seen.push(a));
+                assert_eq!(pair, (v(i), v(i + 1)), "{blocks} blocks, pair #{i}");
+                assert_eq!(seen.len(), pages_want, "{blocks} blocks: one read per page");
             }
             let want: Vec<Access> = (0..pages_want)
                 .map(|p| Access::Page { area: Area::Piece, page: p as u8, write: true })
