@@ -619,8 +619,8 @@ enum BenchCommand {
     /// (`blindfold enclave`, cells in files under --work-dir), bulk loads every block through
     /// the gateway's engine over loopback, then one client queries uniformly random blocks,
     /// one at a time, and the best and average latency and the throughput are printed beside
-    /// the paper's. The store takes about 4.5 times the data: sizes the paper ran that do not
-    /// fit this machine are scaled down (the report says so). --quick: toy sizes, a minute.
+    /// the paper's. The store takes 3.5 to 7 times the data: sizes the paper ran that do not
+    /// fit this machine's free disk are scaled down (the report says so). --quick: toy sizes, a minute.
     Tee(TeeArgs),
     /// A mixed S3 workload through the gateway vs. the same gateway without ORAM.
     ///
