@@ -767,31 +767,20 @@ impl Observer {
         self.trusted.set(engine.trusted_bytes as i64);
         self.resident.set(resident_bytes() as i64);
         let counts = self.store_counts();
-        self.store_requests
-            .get_or_create(&KindLabel { kind: "read" })
-            .inner()
-            .store(counts.read_requests, Ordering::Relaxed);
-        self.store_requests
-            .get_or_create(&KindLabel { kind: "read_ranges" })
-            .inner()
-            .store(counts.range_requests, Ordering::Relaxed);
-        self.store_requests
-            .get_or_create(&KindLabel { kind: "write" })
-            .inner()
-            .store(counts.write_requests, Ordering::Relaxed);
-        self.store_requests
-            .get_or_create(&KindLabel { kind: "flush" })
-            .inner()
-            .store(counts.flushes, Ordering::Relaxed);
+        // Each call takes and drops its own guard on the family.
+        let requests = |kind: &'static str, n: u64| {
+            self.store_requests
+                .get_or_create(&KindLabel { kind })
+                .inner()
+                .store(n, Ordering::Relaxed)
+        };
+        requests("read", counts.read_requests);
+        requests("read_ranges", counts.range_requests);
+        requests("write", counts.write_requests);
+        requests("flush", counts.flushes);
         if counts.tee_queries + counts.tee_rounds > 0 {
-            self.store_requests
-                .get_or_create(&KindLabel { kind: "tee_query" })
-                .inner()
-                .store(counts.tee_queries, Ordering::Relaxed);
-            self.store_requests
-                .get_or_create(&KindLabel { kind: "tee_evict" })
-                .inner()
-                .store(counts.tee_rounds, Ordering::Relaxed);
+            requests("tee_query", counts.tee_queries);
+            requests("tee_evict", counts.tee_rounds);
         }
         self.store_cells.get_or_create(&KindLabel { kind: "read" }).inner().store(
             counts.cells_read + counts.ranges_read + counts.tee_query_cells + counts.tee_cells_read,
