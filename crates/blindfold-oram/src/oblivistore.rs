@@ -62,6 +62,25 @@ pub struct ObliviStoreConfig {
     /// Blocks one eviction carries at most (1 for ObliviStore, `b` for CURIOUS).
     #[serde(default = "one")]
     batch: u32,
+    /// What each partition is.
+    #[serde(default)]
+    sub: SubOram,
+}
+
+/// The sub-ORAM each partition is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SubOram {
+    /// ObliviStore's levelled hierarchical partition (the default).
+    #[default]
+    Levelled,
+    /// A Path ORAM tree (CURIOUS's tree sub-ORAM): `2^height` leaves, buckets of `z` slots,
+    /// every bucket in two copies (a write-back goes to the copy not in use).
+    Path {
+        /// Slots per bucket.
+        z: u32,
+        /// Height of the tree (the root is depth 0).
+        height: u32,
+    },
 }
 
 fn one() -> u32 {
@@ -96,6 +115,61 @@ impl ObliviStoreConfig {
         c.levels = (c.capacity as u64).div_ceil(2 * b as u64).next_power_of_two().trailing_zeros();
         c.total_cells().ok_or_else(|| OramError::InvalidConfig("too many cells".into()))?;
         Ok(c)
+    }
+
+    /// CURIOUS over Path ORAM partitions: `P = ⌈√N⌉` partitions, each a Path ORAM tree with
+    /// buckets of `z` slots and about `capacity / z` leaves (so about twice as many slots as
+    /// the partition may hold blocks). Every access reads one whole path of one partition and
+    /// writes the same path back (to the buckets' other copies) with the blocks it read that
+    /// still fit there and up to `b` more cached blocks bound for the partition.
+    pub fn curious_path(blocks: u64, block_size: u32, b: u32, z: u32) -> Result<Self> {
+        if !(1..=64).contains(&z) {
+            return Err(OramError::InvalidConfig(format!("CURIOUS's z = {z} is outside 1..=64")));
+        }
+        let mut c = Self::curious(blocks, block_size, b)?;
+        c.levels = 0;
+        let leaves = (c.capacity as u64).div_ceil(z as u64).next_power_of_two();
+        c.sub = SubOram::Path { z, height: leaves.trailing_zeros() };
+        c.total_cells().ok_or_else(|| OramError::InvalidConfig("too many cells".into()))?;
+        Ok(c)
+    }
+
+    /// What each partition is.
+    pub fn sub_oram(&self) -> SubOram {
+        self.sub
+    }
+
+    /// `(z, height)` of a Path ORAM partition (`None`: levelled partitions).
+    pub fn path_shape(&self) -> Option<(u32, u32)> {
+        match self.sub {
+            SubOram::Path { z, height } => Some((z, height)),
+            SubOram::Levelled => None,
+        }
+    }
+
+    /// Buckets of one Path ORAM partition.
+    fn path_buckets(z_height: (u32, u32)) -> u64 {
+        (2u64 << z_height.1) - 1
+    }
+
+    /// The cell of slot `i` of copy `copy` of `bucket` of Path ORAM partition `partition`.
+    pub fn path_cell(&self, partition: u32, bucket: u64, copy: u8, i: u32) -> CellId {
+        let (z, _) = self.path_shape().expect("a Path ORAM partition");
+        CellId(
+            partition as u64 * self.partition_cells()
+                + (bucket * 2 + copy as u64) * z as u64
+                + i as u64,
+        )
+    }
+
+    /// Cells the largest shuffle reads or writes: a top level, or a whole Path ORAM tree.
+    pub fn largest_shuffle(&self) -> u64 {
+        match self.path_shape() {
+            Some(zh) => Self::path_buckets(zh) * zh.0 as u64,
+            None => {
+                self.level_slots(self.levels).max(self.level_slots(self.levels.saturating_sub(1)))
+            }
+        }
     }
 
     /// Blocks one eviction carries at most (1: ObliviStore; more: CURIOUS's `b`).
@@ -140,6 +214,7 @@ impl ObliviStoreConfig {
             capacity: capacity as u32,
             evict_rate,
             batch: 1,
+            sub: SubOram::Levelled,
         };
         config.total_cells().ok_or_else(|| OramError::InvalidConfig("too many cells".into()))?;
         Ok(config)
@@ -184,9 +259,13 @@ impl ObliviStoreConfig {
         }
     }
 
-    /// Cells per partition: the small levels and both areas of the top level.
+    /// Cells per partition: the small levels and both areas of the top level (or both
+    /// copies of every bucket of a Path ORAM tree).
     pub fn partition_cells(&self) -> u64 {
-        self.small_cells() + 2 * self.level_slots(self.levels)
+        match self.path_shape() {
+            Some(zh) => 2 * Self::path_buckets(zh) * zh.0 as u64,
+            None => self.small_cells() + 2 * self.level_slots(self.levels),
+        }
     }
 
     /// Cells of the small levels of one partition.
@@ -245,6 +324,37 @@ struct Partition {
     top_area: u8,
     /// Real blocks stored in the partition or on their way into it.
     reals: u32,
+    /// The tree of a Path ORAM partition (`None`: levelled).
+    #[serde(default)]
+    tree: Option<PathTree>,
+}
+
+/// A Path ORAM partition's buckets.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct PathTree {
+    /// Which copy of each bucket is current.
+    copy: Vec<u8>,
+    /// The sealing serial of each bucket's current copy.
+    serial: Vec<u64>,
+    /// What each slot of the current copies holds (`bucket * z + i`).
+    holders: Vec<u64>,
+    /// The leaf of the partition's last read, whose write-back is due.
+    due: Option<u32>,
+}
+
+/// The bucket at `depth` on the path to `leaf` of a tree of `height` (heap order).
+fn bucket_on_path(leaf: u32, depth: u32, height: u32) -> u64 {
+    ((leaf as u64 + (1u64 << height)) >> (height - depth)) - 1
+}
+
+/// The depth of a bucket (heap order).
+fn depth_of(bucket: u64) -> u32 {
+    63 - (bucket + 1).leading_zeros()
+}
+
+/// How deep the paths to two leaves share buckets.
+fn common_depth(a: u32, b: u32, height: u32) -> u32 {
+    height - (32 - (a ^ b).leading_zeros())
 }
 
 /// Where a block is.
@@ -254,6 +364,8 @@ enum Place {
     Stored { partition: u32, level: u32, slot: u32 },
     /// In the eviction cache.
     Cached,
+    /// In slot `slot` (`bucket * z + i`) of a Path ORAM partition, on the path to `leaf`.
+    InTree { partition: u32, slot: u32, leaf: u32 },
 }
 
 /// A block in the eviction cache.
@@ -271,6 +383,9 @@ struct Cached {
     version: u64,
     /// Being written into its partition by a shuffle.
     evicting: bool,
+    /// Its leaf in the target partition (Path ORAM partitions; drawn when it is targeted).
+    #[serde(default)]
+    leaf: u32,
 }
 
 /// One slot an access or a shuffle reads.
@@ -293,6 +408,9 @@ pub struct ReadPlan {
     pub slots: Vec<SlotRead>,
     /// Which of `slots` holds the block (`None`: a fake read).
     pub real: Option<usize>,
+    /// Other slots whose blocks go to the eviction cache (a Path ORAM partition's read takes
+    /// every block of the path): the driver hands their data to [`ObliviStoreOram::fill`].
+    pub keep: Vec<usize>,
 }
 
 /// A shuffle: an eviction into a partition, rebuilding one level.
@@ -323,6 +441,10 @@ pub struct Shuffle {
     evicted_versions: Vec<u64>,
     /// The counter after.
     counter: u64,
+    /// Path ORAM partitions: the buckets rewritten (each to its other copy), `z` writes each.
+    pub buckets: Vec<u64>,
+    /// Path ORAM partitions: the leaf of each write's holder (0 for dummies).
+    leaves: Vec<u32>,
 }
 
 impl Partition {
@@ -374,6 +496,11 @@ pub struct ShuffleRecord {
     stale: Vec<u32>,
     /// Cached blocks whose stored copy this shuffle retired, with their data.
     rescued: Vec<(u64, u32, serde_bytes::ByteBuf)>,
+    /// Path ORAM partitions: the buckets rewritten, and the leaf of every holder.
+    #[serde(default)]
+    buckets: Vec<u64>,
+    #[serde(default)]
+    leaves: Vec<u32>,
 }
 
 impl ShuffleRecord {
@@ -441,12 +568,31 @@ impl ObliviStoreOram {
     fn with_rng(config: ObliviStoreConfig, rng: ChaCha20Rng) -> Self {
         let top = config.level_slots(config.levels) as usize;
         let partitions = (0..config.partitions)
-            .map(|_| Partition {
-                counter: 0,
-                small: vec![Level::default(); config.levels as usize],
-                top: Level::build(1, vec![DUMMY; top]),
-                top_area: 0,
-                reals: 0,
+            .map(|_| match config.path_shape() {
+                Some(zh) => {
+                    let buckets = ObliviStoreConfig::path_buckets(zh) as usize;
+                    Partition {
+                        counter: 0,
+                        small: Vec::new(),
+                        top: Level::default(),
+                        top_area: 0,
+                        reals: 0,
+                        tree: Some(PathTree {
+                            copy: vec![0; buckets],
+                            serial: vec![1; buckets],
+                            holders: vec![DUMMY; buckets * zh.0 as usize],
+                            due: None,
+                        }),
+                    }
+                }
+                None => Partition {
+                    counter: 0,
+                    small: vec![Level::default(); config.levels as usize],
+                    top: Level::build(1, vec![DUMMY; top]),
+                    top_area: 0,
+                    reals: 0,
+                    tree: None,
+                },
             })
             .collect();
         let by_target = vec![BTreeSet::new(); config.partitions as usize];
@@ -463,12 +609,20 @@ impl ObliviStoreOram {
         }
     }
 
-    /// The cells a new store must hold: every top level's area 0, all dummies, serial 1.
+    /// The cells a new store must hold: every top level's area 0 (or copy 0 of every
+    /// bucket), all dummies, serial 1.
     pub fn initial_cells(&self) -> impl Iterator<Item = SlotRead> + '_ {
-        let top = self.config.level_slots(self.config.levels);
-        (0..self.config.partitions).flat_map(move |p| {
-            (0..top).map(move |s| SlotRead {
-                cell: self.config.cell(p, self.config.levels, 0, s),
+        let c = &self.config;
+        let (per, tree) = match c.path_shape() {
+            Some(zh) => (ObliviStoreConfig::path_buckets(zh) * zh.0 as u64, Some(zh.0 as u64)),
+            None => (c.level_slots(c.levels), None),
+        };
+        (0..c.partitions).flat_map(move |p| {
+            (0..per).map(move |s| SlotRead {
+                cell: match tree {
+                    Some(z) => c.path_cell(p, s / z, 0, (s % z) as u32),
+                    None => c.cell(p, c.levels, 0, s),
+                },
                 serial: 1,
                 holder: DUMMY,
             })
@@ -509,6 +663,7 @@ impl ObliviStoreOram {
             .map(|p| {
                 p.small.iter().map(|l| l.holders.len() as u64).sum::<u64>()
                     + p.top.holders.len() as u64
+                    + p.tree.as_ref().map_or(0, |t| t.holders.len() as u64)
             })
             .sum();
         let cache: u64 =
@@ -533,10 +688,20 @@ impl ObliviStoreOram {
         self.rng.gen_range(0..self.config.partitions)
     }
 
+    /// A uniformly random leaf of a Path ORAM partition (0 for levelled ones).
+    fn random_leaf(&mut self) -> u32 {
+        match self.config.path_shape() {
+            Some((_, h)) => self.rng.gen_range(0..1u32 << h),
+            None => 0,
+        }
+    }
+
     fn set_target(&mut self, block: u64, target: u32) {
+        let leaf = self.random_leaf();
         if let Some(c) = self.cache.get_mut(&block) {
             self.by_target[c.target as usize].remove(&block);
             c.target = target;
+            c.leaf = leaf;
             self.by_target[target as usize].insert(block);
         }
     }
@@ -550,7 +715,8 @@ impl ObliviStoreOram {
         origin: Option<(u32, u32)>,
         dirty: bool,
     ) {
-        let entry = Cached { data, target, origin, dirty, version: 0, evicting: false };
+        let leaf = self.random_leaf();
+        let entry = Cached { data, target, origin, dirty, version: 0, evicting: false, leaf };
         if let Some(old) = self.cache.insert(block, entry) {
             self.by_target[old.target as usize].remove(&block);
         }
@@ -566,7 +732,9 @@ impl ObliviStoreOram {
         self.stats.accesses += 1;
         let first = *pins == 1;
         match self.places.get(&block) {
-            Some(Place::Stored { partition, .. }) if first => Ok((*partition, true)),
+            Some(Place::Stored { partition, .. } | Place::InTree { partition, .. }) if first => {
+                Ok((*partition, true))
+            }
             _ => {
                 self.stats.fake_reads += 1;
                 let p = self.random_partition();
@@ -579,6 +747,9 @@ impl ObliviStoreOram {
     /// level. For a real read the block moves to the cache (its data pending until
     /// [`ObliviStoreOram::fill`]) and gets a fresh partition.
     pub fn plan_read(&mut self, block: u64, partition: u32, real: bool) -> Result<ReadPlan> {
+        if self.config.path_shape().is_some() {
+            return self.plan_read_path(block, partition, real);
+        }
         let levels = self.config.levels;
         let mut at = None;
         if real {
@@ -649,7 +820,93 @@ impl ObliviStoreOram {
             let target = self.random_partition();
             self.cache_block(block, None, target, Some((partition, level)), false);
         }
-        Ok(ReadPlan { partition, slots, real: real_index })
+        Ok(ReadPlan { partition, slots, real: real_index, keep: Vec::new() })
+    }
+
+    /// [`ObliviStoreOram::plan_read`] of a Path ORAM partition: the whole path to the block's
+    /// leaf (a uniformly random leaf for a fake read). Every live block on it goes to the
+    /// cache: the accessed one bound for a fresh partition, the others still bound for this
+    /// one with their leaves, to be written back by the eviction that follows.
+    fn plan_read_path(&mut self, block: u64, partition: u32, real: bool) -> Result<ReadPlan> {
+        let (z, height) = self.config.path_shape().expect("a Path ORAM partition");
+        let p = partition;
+        let mut leaf = None;
+        if real {
+            match self.places.get(&block) {
+                Some(&Place::InTree { partition: q, leaf: l, .. }) if q == p => leaf = Some(l),
+                // A read of this partition took it out after this access began: it waits in
+                // the cache, and this read is a fake one of the same partition.
+                Some(Place::Cached) => {}
+                other => {
+                    return Err(OramError::Corrupt(format!(
+                        "block {block} was planned as stored in partition {p}, but is {other:?}"
+                    )))
+                }
+            }
+        }
+        let leaf = match leaf {
+            Some(l) => l,
+            None => self.random_leaf(),
+        };
+        let tree = self.partitions[p as usize].tree.as_mut().expect("a Path ORAM partition");
+        if tree.due.is_some() {
+            return Err(OramError::Corrupt(format!(
+                "partition {p} was read again before its write-back"
+            )));
+        }
+        tree.due = Some(leaf);
+        let mut slots = Vec::with_capacity(((height + 1) * z) as usize);
+        let mut real_index = None;
+        let mut keep = Vec::new();
+        let mut taken = Vec::new();
+        for depth in 0..=height {
+            let bucket = bucket_on_path(leaf, depth, height);
+            for i in 0..z {
+                let s = (bucket * z as u64 + i as u64) as u32;
+                let holder = tree.holders[s as usize];
+                let live = match self.places.get(&holder) {
+                    Some(&Place::InTree { partition: q, slot, leaf: l }) if q == p && slot == s => {
+                        Some(l)
+                    }
+                    _ => None,
+                };
+                if let Some(l) = live {
+                    if holder == block && real {
+                        real_index = Some(slots.len());
+                    } else {
+                        keep.push(slots.len());
+                    }
+                    taken.push((holder, l, bucket));
+                }
+                slots.push(SlotRead {
+                    cell: self.config.path_cell(p, bucket, tree.copy[bucket as usize], i),
+                    serial: tree.serial[bucket as usize],
+                    holder,
+                });
+            }
+        }
+        if real && real_index.is_none() && self.places.get(&block) != Some(&Place::Cached) {
+            return Err(OramError::Corrupt(format!(
+                "block {block} is not on the path to its leaf in partition {p}"
+            )));
+        }
+        self.stats.slots_read += slots.len() as u64;
+        if real_index.is_none() {
+            self.stats.fake_reads += u64::from(real);
+        }
+        for (b, l, bucket) in taken {
+            self.partitions[p as usize].reals -= 1;
+            self.places.insert(b, Place::Cached);
+            let origin = Some((p, bucket as u32));
+            if b == block && real {
+                let target = self.random_partition();
+                self.cache_block(b, None, target, origin, false);
+            } else {
+                self.cache_block(b, None, p, origin, false);
+                self.cache.get_mut(&b).expect("cached above").leaf = l;
+            }
+        }
+        Ok(ReadPlan { partition, slots, real: real_index, keep })
     }
 
     /// The data of a real read arrived.
@@ -664,7 +921,7 @@ impl ObliviStoreOram {
         match self.places.get(&block) {
             None => true,
             Some(Place::Cached) => self.cache.get(&block).is_some_and(|c| c.data.is_some()),
-            Some(Place::Stored { .. }) => false,
+            Some(Place::Stored { .. } | Place::InTree { .. }) => false,
         }
     }
 
@@ -695,7 +952,7 @@ impl ObliviStoreOram {
                     .and_then(|c| c.data.clone())
                     .ok_or_else(|| OramError::Corrupt(format!("block {block} finished unread")))?
             }
-            Some(Place::Stored { .. }) => {
+            Some(Place::Stored { .. } | Place::InTree { .. }) => {
                 return Err(OramError::Corrupt(format!("block {block} finished unread")))
             }
         };
@@ -723,6 +980,9 @@ impl ObliviStoreOram {
     /// to it, if one is ready and the partition has room, else a dummy; and the shuffle that
     /// takes it in.
     pub fn plan_evict(&mut self, partition: u32) -> Shuffle {
+        if self.config.path_shape().is_some() {
+            return self.plan_write_back(partition);
+        }
         let room = self.config.capacity.saturating_sub(self.partitions[partition as usize].reals);
         let take = room.min(self.config.batch) as usize;
         let picks: Vec<u64> = self.by_target[partition as usize]
@@ -748,7 +1008,198 @@ impl ObliviStoreOram {
     /// Plans a rebuild of `partition`'s top level from everything it holds (after a restart:
     /// every slot the last run may have read is retired, unread by the new level).
     pub fn plan_rebuild(&mut self, partition: u32) -> Shuffle {
+        if self.config.path_shape().is_some() {
+            return self.plan_tree_rebuild(partition);
+        }
         self.plan_shuffle(partition, Vec::new(), true)
+    }
+
+    /// The eviction of a Path ORAM partition: the path its last read took, written to the
+    /// buckets' other copies, each block as deep as its leaf allows. Candidates are the
+    /// blocks that read took (bound for this partition again) and up to `b` other cached
+    /// blocks bound for it; whatever does not fit stays in the cache. With no read due (a
+    /// background eviction, which this setting never plans) it writes nothing.
+    fn plan_write_back(&mut self, partition: u32) -> Shuffle {
+        let (z, height) = self.config.path_shape().expect("a Path ORAM partition");
+        let p = partition;
+        let serial = self.fresh_serial();
+        let due = self.partitions[p as usize].tree.as_mut().and_then(|t| t.due.take());
+        let Some(leaf) = due else {
+            return self.empty_shuffle(p, serial);
+        };
+        let path: Vec<u64> = (0..=height).map(|d| bucket_on_path(leaf, d, height)).collect();
+        let room = self.config.capacity.saturating_sub(self.partitions[p as usize].reals) as usize;
+        let mut own = Vec::new();
+        let mut others = Vec::new();
+        for &b in &self.by_target[p as usize] {
+            let Some(c) = self.cache.get(&b) else { continue };
+            if self.pins.contains_key(&b) || c.data.is_none() || c.evicting {
+                continue;
+            }
+            let from_path = c.origin.is_some_and(|(q, bk)| q == p && path.contains(&(bk as u64)));
+            if from_path {
+                own.push((b, c.leaf));
+            } else if others.len() < self.config.batch as usize {
+                others.push((b, c.leaf));
+            }
+        }
+        own.extend(others);
+        own.truncate(room);
+        // Deepest first: a block goes to the deepest bucket of the path its leaf shares.
+        let mut holders = vec![DUMMY; path.len() * z as usize];
+        let mut leaves = vec![0u32; holders.len()];
+        let mut placed = Vec::new();
+        for depth in (0..=height).rev() {
+            let mut used = 0;
+            own.retain(|&(b, l)| {
+                if used < z && common_depth(l, leaf, height) >= depth {
+                    let k = depth as usize * z as usize + used as usize;
+                    holders[k] = b;
+                    leaves[k] = l;
+                    used += 1;
+                    placed.push(b);
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        let evicted: Vec<(u64, Vec<u8>, u64)> = placed
+            .iter()
+            .map(|b| {
+                let c = self.cache.get_mut(b).expect("a candidate");
+                c.evicting = true;
+                (*b, c.data.clone().expect("ready"), c.version)
+            })
+            .collect();
+        self.partitions[p as usize].reals += evicted.len() as u32;
+        let tree = self.partitions[p as usize].tree.as_ref().expect("a Path ORAM partition");
+        let writes: Vec<(CellId, u64)> = holders
+            .iter()
+            .enumerate()
+            .map(|(k, &h)| {
+                let bucket = path[k / z as usize];
+                let copy = 1 - tree.copy[bucket as usize];
+                (self.config.path_cell(p, bucket, copy, (k % z as usize) as u32), h)
+            })
+            .collect();
+        self.stats.shuffle_cells += writes.len() as u64;
+        Shuffle {
+            partition: p,
+            level: 0,
+            area: 0,
+            serial,
+            reads: Vec::new(),
+            spill: Vec::new(),
+            live: Vec::new(),
+            writes,
+            evicted_versions: evicted.iter().map(|e| e.2).collect(),
+            evicted: evicted.into_iter().map(|(b, d, _)| (b, d)).collect(),
+            counter: 0,
+            buckets: path,
+            leaves,
+        }
+    }
+
+    fn empty_shuffle(&self, partition: u32, serial: u64) -> Shuffle {
+        Shuffle {
+            partition,
+            level: 0,
+            area: 0,
+            serial,
+            reads: Vec::new(),
+            spill: Vec::new(),
+            live: Vec::new(),
+            writes: Vec::new(),
+            evicted: Vec::new(),
+            evicted_versions: Vec::new(),
+            counter: 0,
+            buckets: Vec::new(),
+            leaves: Vec::new(),
+        }
+    }
+
+    /// A rebuild of a whole Path ORAM partition (after a restart): every current cell read,
+    /// every live block under a fresh leaf, every bucket written to its other copy. Blocks
+    /// over the capacity, or that find no room on their path, go to the cache.
+    fn plan_tree_rebuild(&mut self, partition: u32) -> Shuffle {
+        let (z, height) = self.config.path_shape().expect("a Path ORAM partition");
+        let p = partition;
+        let serial = self.fresh_serial();
+        let buckets = ObliviStoreConfig::path_buckets((z, height));
+        let tree = self.partitions[p as usize].tree.as_mut().expect("a Path ORAM partition");
+        tree.due = None;
+        let mut reads = Vec::new();
+        let mut live_flags = Vec::new();
+        let mut live = Vec::new();
+        for bucket in 0..buckets {
+            for i in 0..z {
+                let s = (bucket * z as u64 + i as u64) as u32;
+                let h = tree.holders[s as usize];
+                reads.push(SlotRead {
+                    cell: self.config.path_cell(p, bucket, tree.copy[bucket as usize], i),
+                    serial: tree.serial[bucket as usize],
+                    holder: h,
+                });
+                let is_live = h != DUMMY
+                    && matches!(self.places.get(&h),
+                        Some(&Place::InTree { partition: q, slot, .. }) if q == p && slot == s);
+                live_flags.push(is_live);
+                if is_live {
+                    live.push(h);
+                }
+            }
+        }
+        let mut spill = if live.len() > self.config.capacity as usize {
+            live.split_off(self.config.capacity as usize)
+        } else {
+            Vec::new()
+        };
+        let mut holders = vec![DUMMY; (buckets * z as u64) as usize];
+        let mut leaves = vec![0u32; holders.len()];
+        let mut used = vec![0u32; buckets as usize];
+        for b in live {
+            let l = self.random_leaf();
+            let spot = (0..=height)
+                .rev()
+                .map(|d| bucket_on_path(l, d, height))
+                .find(|&bk| used[bk as usize] < z);
+            match spot {
+                Some(bk) => {
+                    let k = (bk * z as u64) as usize + used[bk as usize] as usize;
+                    used[bk as usize] += 1;
+                    holders[k] = b;
+                    leaves[k] = l;
+                }
+                None => spill.push(b),
+            }
+        }
+        let tree = self.partitions[p as usize].tree.as_ref().expect("a Path ORAM partition");
+        let writes = holders
+            .iter()
+            .enumerate()
+            .map(|(k, &h)| {
+                let bucket = k as u64 / z as u64;
+                let copy = 1 - tree.copy[bucket as usize];
+                (self.config.path_cell(p, bucket, copy, (k as u64 % z as u64) as u32), h)
+            })
+            .collect::<Vec<_>>();
+        self.stats.shuffle_cells += (reads.len() + writes.len()) as u64;
+        Shuffle {
+            partition: p,
+            level: 0,
+            area: 0,
+            serial,
+            reads,
+            spill,
+            live: live_flags,
+            writes,
+            evicted: Vec::new(),
+            evicted_versions: Vec::new(),
+            counter: 0,
+            buckets: (0..buckets).collect(),
+            leaves,
+        }
     }
 
     fn plan_shuffle(
@@ -823,6 +1274,8 @@ impl ObliviStoreOram {
             evicted,
             evicted_versions,
             counter,
+            buckets: Vec::new(),
+            leaves: Vec::new(),
         }
     }
 
@@ -844,10 +1297,33 @@ impl ObliviStoreOram {
                 self.cache_block(b, Some(data), target, Some((p, levels)), false);
             }
         }
+        let tree = self.config.path_shape().map(|zh| {
+            (shuffle.buckets.len() as u64 == ObliviStoreConfig::path_buckets(zh), &shuffle.buckets)
+        });
         let retires = |origin: Option<(u32, u32)>| {
             origin.is_some_and(|(op, ol)| {
-                op == p && (if shuffle.level == levels { true } else { ol < shuffle.level })
+                op == p
+                    && match tree {
+                        // A Path ORAM partition: the rewritten buckets' old copies.
+                        Some((whole, buckets)) => whole || buckets.contains(&(ol as u64)),
+                        None => shuffle.level == levels || ol < shuffle.level,
+                    }
             })
+        };
+        // Blocks a tree write-back carries back unchanged: the new cells hold them, the
+        // record needs no copy.
+        let carried: std::collections::HashSet<u64> = if tree.is_some() {
+            shuffle
+                .evicted
+                .iter()
+                .zip(&shuffle.evicted_versions)
+                .filter(|((b, _), &v)| {
+                    !self.pins.contains_key(b) && self.cache.get(b).is_some_and(|c| c.version == v)
+                })
+                .map(|((b, _), _)| *b)
+                .collect()
+        } else {
+            Default::default()
         };
         // Cached blocks whose stored copy goes away, and with it the only copy the log knows
         // of: the record carries their data (written or not).
@@ -855,6 +1331,9 @@ impl ObliviStoreOram {
         for (&b, c) in self.cache.iter_mut() {
             if retires(c.origin) {
                 c.origin = None;
+                if carried.contains(&b) {
+                    continue;
+                }
                 if let Some(d) = &c.data {
                     c.dirty = false;
                     rescued.push((b, c.target, serde_bytes::ByteBuf::from(d.clone())));
@@ -890,6 +1369,8 @@ impl ObliviStoreOram {
             evicted,
             stale,
             rescued,
+            buckets: shuffle.buckets,
+            leaves: shuffle.leaves,
         };
         self.install(&record);
         record
@@ -897,6 +1378,9 @@ impl ObliviStoreOram {
 
     /// Applies a finished shuffle to the levels and the position map.
     fn install(&mut self, r: &ShuffleRecord) {
+        if let Some((z, _)) = self.config.path_shape() {
+            return self.install_path(r, z);
+        }
         let levels = self.config.levels;
         let part = &mut self.partitions[r.partition as usize];
         if r.level == levels {
@@ -928,12 +1412,51 @@ impl ObliviStoreOram {
         self.next_serial = self.next_serial.max(r.serial + 1);
     }
 
+    /// [`ObliviStoreOram::install`] for a Path ORAM partition: each rewritten bucket switches
+    /// to its other copy.
+    fn install_path(&mut self, r: &ShuffleRecord, z: u32) {
+        let z = z as usize;
+        let tree = self.partitions[r.partition as usize].tree.as_mut().expect("a tree");
+        for (k, &bucket) in r.buckets.iter().enumerate() {
+            let b = bucket as usize;
+            tree.copy[b] = 1 - tree.copy[b];
+            tree.serial[b] = r.serial;
+            tree.holders[b * z..(b + 1) * z].copy_from_slice(&r.holders[k * z..(k + 1) * z]);
+        }
+        for (k, &h) in r.holders.iter().enumerate() {
+            if h == DUMMY || r.stale.contains(&(k as u32)) {
+                continue;
+            }
+            let slot = (r.buckets[k / z] as usize * z + k % z) as u32;
+            let placed = Place::InTree { partition: r.partition, slot, leaf: r.leaves[k] };
+            match self.places.get(&h) {
+                Some(Place::Cached) if !r.evicted.contains(&h) => {}
+                _ => {
+                    self.places.insert(h, placed);
+                }
+            }
+        }
+        self.next_serial = self.next_serial.max(r.serial + 1);
+    }
+
     /// Replays a logged shuffle (recovery): the levels, the positions, the blocks it rescued.
     pub fn replay_shuffle(&mut self, r: &ShuffleRecord) -> Result<()> {
-        if r.partition >= self.config.partitions
-            || r.level > self.config.levels
-            || r.holders.len() as u64 != self.config.level_slots(r.level)
-        {
+        let fits = match self.config.path_shape() {
+            Some((z, h)) => {
+                let buckets = ObliviStoreConfig::path_buckets((z, h));
+                r.holders.len() == r.buckets.len() * z as usize
+                    && r.leaves.len() == r.holders.len()
+                    && r.buckets.iter().all(|&b| b < buckets)
+                    && r.leaves.iter().all(|&l| (l as u64) < 1u64 << h)
+                    && r.buckets.iter().collect::<std::collections::HashSet<_>>().len()
+                        == r.buckets.len()
+            }
+            None => {
+                r.level <= self.config.levels
+                    && r.holders.len() as u64 == self.config.level_slots(r.level)
+            }
+        };
+        if r.partition >= self.config.partitions || !fits {
             return Err(OramError::Corrupt("a logged shuffle does not fit the ORAM".into()));
         }
         let levels = self.config.levels;
@@ -950,16 +1473,23 @@ impl ObliviStoreOram {
                 self.by_target[c.target as usize].remove(&b);
             }
             // The log may still place it where it was read from (reads are not logged).
-            if let Some(Place::Stored { partition, .. }) = self.places.remove(&b) {
+            if let Some(Place::Stored { partition, .. } | Place::InTree { partition, .. }) =
+                self.places.remove(&b)
+            {
                 moved_from.push(partition);
             }
         }
         self.install(r);
-        // Blocks the log still placed in a retired level: their copy was rescued or moved on.
+        // Blocks the log still placed in a retired level (or in a slot of a tree that now
+        // holds something else): their copy was rescued or moved on.
+        let tree = self.partitions[p as usize].tree.as_ref();
         let stale: Vec<u64> = self
             .places
             .iter()
-            .filter(|(_, pl)| match **pl {
+            .filter(|(&b, pl)| match **pl {
+                Place::InTree { partition, slot, .. } if partition == p => {
+                    tree.and_then(|t| t.holders.get(slot as usize)) != Some(&b)
+                }
                 Place::Stored { partition, level, .. } if partition == p => {
                     if r.level == levels {
                         level < levels
@@ -987,7 +1517,10 @@ impl ObliviStoreOram {
         let n = self
             .places
             .values()
-            .filter(|pl| matches!(pl, Place::Stored { partition, .. } if *partition == p))
+            .filter(|pl| {
+                matches!(pl, Place::Stored { partition, .. } | Place::InTree { partition, .. }
+                    if *partition == p)
+            })
             .count();
         self.partitions[p as usize].reals = n as u32;
     }
@@ -996,7 +1529,9 @@ impl ObliviStoreOram {
         if target >= self.config.partitions || data.len() != self.config.block_size as usize {
             return Err(OramError::Corrupt("a logged block does not fit the ORAM".into()));
         }
-        if let Some(Place::Stored { partition, .. }) = self.places.get(&block).copied() {
+        if let Some(Place::Stored { partition, .. } | Place::InTree { partition, .. }) =
+            self.places.get(&block).copied()
+        {
             self.places.insert(block, Place::Cached);
             self.recount(partition);
         }
@@ -1044,6 +1579,13 @@ impl ObliviStoreOram {
                     let (_, area) = self.partitions[partition as usize].level(level, levels);
                     Some((b, self.config.cell(partition, level, area, slot as u64)))
                 }
+                Place::InTree { partition, slot, .. } => {
+                    let (z, _) = self.config.path_shape()?;
+                    let bucket = (slot / z) as u64;
+                    let t = self.partitions[partition as usize].tree.as_ref()?;
+                    let copy = t.copy[bucket as usize];
+                    Some((b, self.config.path_cell(partition, bucket, copy, slot % z)))
+                }
                 Place::Cached => None,
             })
             .collect();
@@ -1063,6 +1605,22 @@ impl ObliviStoreOram {
         let levels = self.config.levels;
         let mut out = Vec::new();
         for (p, part) in self.partitions.iter().enumerate() {
+            if let (Some(t), Some((z, _))) = (&part.tree, self.config.path_shape()) {
+                for (s, &h) in t.holders.iter().enumerate() {
+                    let bucket = s as u64 / z as u64;
+                    out.push(SlotRead {
+                        cell: self.config.path_cell(
+                            p as u32,
+                            bucket,
+                            t.copy[bucket as usize],
+                            (s as u64 % z as u64) as u32,
+                        ),
+                        serial: t.serial[bucket as usize],
+                        holder: h,
+                    });
+                }
+                continue;
+            }
             for l in 0..=levels {
                 if !part.filled(l, levels) {
                     continue;
@@ -1101,15 +1659,29 @@ impl ObliviStoreOram {
                         return Err(format!("block {b} is in an empty level"));
                     }
                 }
+                Place::InTree { partition, slot, leaf } => {
+                    let (z, height) = self.config.path_shape().ok_or("a tree place, no trees")?;
+                    let t = self.partitions[partition as usize].tree.as_ref().ok_or("no tree")?;
+                    if t.holders.get(slot as usize) != Some(&b) {
+                        return Err(format!("block {b} is not in its slot"));
+                    }
+                    let bucket = (slot / z) as u64;
+                    if leaf >= 1 << height
+                        || bucket_on_path(leaf, depth_of(bucket), height) != bucket
+                    {
+                        return Err(format!("block {b} is off the path to its leaf {leaf}"));
+                    }
+                }
             }
         }
         for (p, part) in self.partitions.iter().enumerate() {
             let stored = self
                 .places
                 .values()
-                .filter(
-                    |pl| matches!(pl, Place::Stored { partition, .. } if *partition as usize == p),
-                )
+                .filter(|pl| {
+                    matches!(pl, Place::Stored { partition, .. } | Place::InTree { partition, .. }
+                        if *partition as usize == p)
+                })
                 .count();
             let evicting =
                 self.cache.values().filter(|c| c.evicting && c.target as usize == p).count();
@@ -1122,6 +1694,9 @@ impl ObliviStoreOram {
             }
             if part.reals > self.config.capacity {
                 return Err(format!("partition {p} is over capacity"));
+            }
+            if part.tree.is_some() {
+                continue;
             }
             let left = (1u64 << levels) - part.counter;
             if (part.top.dummies.len() as u64) < left {
@@ -1147,7 +1722,11 @@ impl ObliviStoreOram {
 
     /// The state for a checkpoint. Only when no access or shuffle is in flight.
     pub fn state(&self) -> Result<ObliviStoreState> {
-        if !self.pins.is_empty() || self.cache.values().any(|c| c.evicting || c.data.is_none()) {
+        let due = self.partitions.iter().any(|p| p.tree.as_ref().is_some_and(|t| t.due.is_some()));
+        if due
+            || !self.pins.is_empty()
+            || self.cache.values().any(|c| c.evicting || c.data.is_none())
+        {
             return Err(OramError::Corrupt("a checkpoint needs a quiet ORAM".into()));
         }
         let mut places: Vec<_> = self.places.iter().map(|(&b, &p)| (b, p)).collect();
@@ -1171,17 +1750,30 @@ impl ObliviStoreOram {
     pub fn from_state(s: ObliviStoreState) -> Result<Self> {
         let mut o = Self::new(s.config.clone());
         let c = &s.config;
+        let tree_fits = |t: &Option<PathTree>| match (t, c.path_shape()) {
+            (None, None) => true,
+            (Some(t), Some(zh)) => {
+                let buckets = ObliviStoreConfig::path_buckets(zh) as usize;
+                t.copy.len() == buckets
+                    && t.serial.len() == buckets
+                    && t.holders.len() == buckets * zh.0 as usize
+                    && t.copy.iter().all(|&x| x < 2)
+            }
+            _ => false,
+        };
         let ok = s.partitions.len() == c.partitions as usize
+            && s.partitions.iter().all(|p| tree_fits(&p.tree))
             && s.partitions.iter().all(|p| {
-                p.small.len() == c.levels as usize
-                    && p.top.holders.len() as u64 == c.level_slots(c.levels)
-                    && p.top.read.len() == p.top.holders.len()
-                    && p.top_area < 2
-                    && p.small.iter().enumerate().all(|(i, l)| {
-                        l.read.len() == l.holders.len()
-                            && (l.holders.is_empty()
-                                || l.holders.len() as u64 == c.level_slots(i as u32))
-                    })
+                p.tree.is_some()
+                    || (p.small.len() == c.levels as usize
+                        && p.top.holders.len() as u64 == c.level_slots(c.levels)
+                        && p.top.read.len() == p.top.holders.len()
+                        && p.top_area < 2
+                        && p.small.iter().enumerate().all(|(i, l)| {
+                            l.read.len() == l.holders.len()
+                                && (l.holders.is_empty()
+                                    || l.holders.len() as u64 == c.level_slots(i as u32))
+                        }))
             });
         if !ok {
             return Err(OramError::Corrupt("the checkpoint does not fit its configuration".into()));
@@ -1189,7 +1781,8 @@ impl ObliviStoreOram {
         o.partitions = s.partitions;
         o.places = s.places.into_iter().collect();
         for (b, cached) in s.cache {
-            if cached.target >= c.partitions {
+            let leaves = c.path_shape().map_or(1, |(_, h)| 1u64 << h);
+            if cached.target >= c.partitions || cached.leaf as u64 >= leaves {
                 return Err(OramError::Corrupt("a cached block has no partition".into()));
             }
             o.by_target[cached.target as usize].insert(b);

@@ -51,6 +51,9 @@ fn access(
         if plan.real == Some(i) {
             assert_eq!(holder, b);
             o.fill(b, data);
+        } else if plan.keep.contains(&i) {
+            assert_ne!(holder, DUMMY);
+            o.fill(holder, data);
         }
     }
     assert!(o.ready(b));
@@ -70,14 +73,14 @@ fn access(
 
 #[test]
 fn planner_matches_a_hashmap() {
-    for seed in 0..6u64 {
+    for seed in 0..9u64 {
         let blocks = 200;
-        // ObliviStore's setting, and CURIOUS's (three blocks per eviction, none in the
-        // background).
-        let config = if seed % 2 == 0 {
-            ObliviStoreConfig::new(blocks, 8).unwrap()
-        } else {
-            ObliviStoreConfig::curious(blocks, 8, 3).unwrap()
+        // ObliviStore's setting, CURIOUS's (three blocks per eviction, none in the
+        // background), and CURIOUS over Path ORAM partitions (z = 5).
+        let config = match seed % 3 {
+            0 => ObliviStoreConfig::new(blocks, 8).unwrap(),
+            1 => ObliviStoreConfig::curious(blocks, 8, 3).unwrap(),
+            _ => ObliviStoreConfig::curious_path(blocks, 8, 3, 5).unwrap(),
         };
         let mut o = ObliviStoreOram::seeded(config, seed);
         let mut sim = Sim::new();
@@ -116,13 +119,17 @@ fn planner_matches_a_hashmap() {
 #[test]
 fn the_eviction_cache_stays_small() {
     let blocks = 4096;
-    for (name, hot, curious) in
-        [("uniform", false, false), ("hammer", true, false), ("curious", false, true)]
-    {
-        let config = if curious {
-            ObliviStoreConfig::curious(blocks, 8, 3).unwrap()
-        } else {
-            ObliviStoreConfig::new(blocks, 8).unwrap()
+    for (name, hot, curious) in [
+        ("uniform", false, 0),
+        ("hammer", true, 0),
+        ("curious", false, 1),
+        ("curious-path", false, 2),
+        ("curious-path hammer", true, 2),
+    ] {
+        let config = match curious {
+            1 => ObliviStoreConfig::curious(blocks, 8, 3).unwrap(),
+            2 => ObliviStoreConfig::curious_path(blocks, 8, 3, 5).unwrap(),
+            _ => ObliviStoreConfig::new(blocks, 8).unwrap(),
         };
         let partitions = config.partitions() as usize;
         let mut o = ObliviStoreOram::seeded(config, 3);

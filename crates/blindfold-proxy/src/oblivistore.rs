@@ -40,6 +40,15 @@
 //! reason. After an unclean stop the log is replayed and every partition is rebuilt into its
 //! top level: the store may have seen any slot read since the checkpoint, and a rebuild reads
 //! them all once and makes every slot fresh.
+//!
+//! # Path ORAM partitions (CURIOUS's tree sub-ORAM)
+//!
+//! With [`ObliviStoreConfig::curious_path`] each partition is a Path ORAM tree whose buckets
+//! exist in two copies. An access reads the current copy of every bucket on one path (the
+//! block's leaf, or a uniformly random one) and every block on it goes to the cache; the
+//! eviction that follows writes that same path to the buckets' other copies, so here too no
+//! cell the durable state names is overwritten. A rebuild after an unclean stop reads a whole
+//! tree and writes it to the other copies under fresh leaves.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -290,7 +299,7 @@ impl DurableObliviStore {
     ) -> Self {
         let partitions = oram.config().partitions() as usize;
         let c = oram.config();
-        let largest = c.level_slots(c.levels()).max(c.level_slots(c.levels().saturating_sub(1)));
+        let largest = c.largest_shuffle();
         let buffer_blocks = (SHUFFLE_BUFFER_BYTES / u64::from(c.block_size()).max(1))
             .max(4 * largest)
             .min(u64::from(u32::MAX >> 3)) as u32;
@@ -619,9 +628,16 @@ impl DurableObliviStore {
                 return Err(e);
             }
         };
-        if let Some(i) = plan.real {
-            let data = fetched.into_iter().nth(i).flatten().expect("the real slot holds the block");
-            inner.st.lock().oram.fill(b, data);
+        if plan.real.is_some() || !plan.keep.is_empty() {
+            // The block, and (a Path ORAM partition) every other block the read took.
+            let mut s = inner.st.lock();
+            for (i, data) in fetched.into_iter().enumerate() {
+                if plan.real == Some(i) || plan.keep.contains(&i) {
+                    let data = data.expect("a live slot holds a block");
+                    s.oram.fill(plan.slots[i].holder, data);
+                }
+            }
+            drop(s);
             self.ring();
         }
         // The eviction that pairs with this read, then the background ones, each holding its

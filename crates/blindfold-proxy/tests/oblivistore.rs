@@ -29,6 +29,11 @@ fn config(blocks: u64) -> ObliviStoreConfig {
     ObliviStoreConfig::new(blocks, BS).unwrap()
 }
 
+/// CURIOUS over Path ORAM partitions, with the thesis's b = 3 and z = 5.
+fn path_config(blocks: u64) -> ObliviStoreConfig {
+    ObliviStoreConfig::curious_path(blocks, BS, 3, 5).unwrap()
+}
+
 fn data(tag: u64) -> Vec<u8> {
     let mut d = vec![0u8; BS as usize];
     d[..8].copy_from_slice(&tag.to_le_bytes());
@@ -55,6 +60,11 @@ async fn matches_a_hashmap_with_many_accesses_at_once_under_jitter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curious_matches_a_hashmap_with_many_accesses_at_once_under_jitter() {
     hashmap_run(ObliviStoreConfig::curious(256, BS, 3).unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curious_path_matches_a_hashmap_with_many_accesses_at_once_under_jitter() {
+    hashmap_run(path_config(256)).await;
 }
 
 async fn hashmap_run(config: ObliviStoreConfig) {
@@ -157,9 +167,10 @@ async fn a_tampered_cell_is_detected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curious_detects_a_tampered_cell_and_a_swap() {
-    for swap in [false, true] {
+    for (swap, tree) in [(false, false), (true, false), (false, true), (true, true)] {
         let dir = tempfile::tempdir().unwrap();
-        let config = ObliviStoreConfig::curious(64, BS, 3).unwrap();
+        let config =
+            if tree { path_config(64) } else { ObliviStoreConfig::curious(64, BS, 3).unwrap() };
         let (engine, backing, _) = written_with(dir.path(), config).await;
         let cells = engine.block_cells();
         let (a, ca) = cells[0];
@@ -173,7 +184,7 @@ async fn curious_detects_a_tampered_cell_and_a_swap() {
             backing.write(vec![(ca, bytes)]).await.unwrap();
         }
         let r = engine.read(BlockId(a)).await;
-        assert!(is_integrity(&r), "swap {swap}: {r:?}");
+        assert!(is_integrity(&r), "swap {swap}, tree {tree}: {r:?}");
     }
 }
 
@@ -192,8 +203,17 @@ async fn swapped_cells_are_detected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolled_back_store_is_detected_and_never_gives_old_data() {
+    rollback_run(config(64)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curious_path_detects_a_rolled_back_store() {
+    rollback_run(path_config(64)).await;
+}
+
+async fn rollback_run(config: ObliviStoreConfig) {
     let dir = tempfile::tempdir().unwrap();
-    let (engine, backing, mut model) = written(dir.path()).await;
+    let (engine, backing, mut model) = written_with(dir.path(), config).await;
     let geometry = backing.geometry();
     let all: Vec<CellId> = (0..geometry.cell_count()).map(CellId).collect();
     let saved = backing.read(&all).await.unwrap();
@@ -226,11 +246,97 @@ async fn a_rolled_back_store_is_detected_and_never_gives_old_data() {
 struct Public {
     config: ObliviStoreConfig,
     read: HashSet<u64>,
+    /// Path ORAM partitions: the leaf of each access's read, with its partition.
+    leaves: Vec<(u64, u32)>,
 }
 
 impl Public {
     fn new(config: ObliviStoreConfig) -> Self {
-        Self { config, read: HashSet::new() }
+        Self { config, read: HashSet::new(), leaves: Vec::new() }
+    }
+
+    /// Path ORAM partitions: the buckets (heap order) a request touches, each with all `z` of
+    /// its cells in one copy, or `None` if it covers buckets partly or in both copies.
+    fn buckets(&self, cells: &[CellId], p: u64) -> Option<Vec<u64>> {
+        let (z, _) = self.config.path_shape().unwrap();
+        let base = p * self.config.partition_cells();
+        let mut seen: HashMap<u64, (u64, HashSet<u64>)> = HashMap::new();
+        for c in cells {
+            let within = c.0 - base;
+            let (bucket, copy, i) =
+                (within / z as u64 / 2, within / z as u64 % 2, within % z as u64);
+            let e = seen.entry(bucket).or_insert((copy, HashSet::new()));
+            if e.0 != copy || !e.1.insert(i) {
+                return None;
+            }
+        }
+        if seen.values().any(|(_, is)| is.len() != z as usize) {
+            return None;
+        }
+        let mut b: Vec<u64> = seen.into_keys().collect();
+        b.sort_unstable();
+        Some(b)
+    }
+
+    /// The leaf whose path is exactly `buckets`, if any.
+    fn path_leaf(&self, buckets: &[u64]) -> Option<u32> {
+        let (_, height) = self.config.path_shape().unwrap();
+        if buckets.len() != height as usize + 1 {
+            return None;
+        }
+        let leaf_bucket = *buckets.last()?;
+        let leaf = leaf_bucket.checked_sub((1u64 << height) - 1)?;
+        let path: Vec<u64> =
+            (0..=height).map(|d| ((leaf + (1u64 << height)) >> (height - d)) - 1).collect();
+        (path == buckets).then_some(leaf as u32)
+    }
+
+    /// [`Public::check`] for Path ORAM partitions: every read is one whole path of one
+    /// partition (an access) or a whole tree (a rebuild); every write is a whole path or a
+    /// whole tree, in the copies not read since; no cell is read twice between writes.
+    fn check_path(&mut self, trace: &[TraceEvent], crashed: bool, accesses: &mut Vec<u64>) {
+        let (z, height) = self.config.path_shape().unwrap();
+        let tree_cells = ((2u64 << height) - 1) * z as u64;
+        let mut torn_seen = !crashed;
+        for e in trace {
+            if e.cells.is_empty() {
+                continue;
+            }
+            let p = self.partition_of(&e.cells);
+            let buckets = self.buckets(&e.cells, p);
+            let whole = e.cells.len() as u64 == tree_cells && buckets.is_some();
+            let leaf = buckets.as_deref().and_then(|b| self.path_leaf(b));
+            match e.op {
+                TraceOp::Read => {
+                    for c in &e.cells {
+                        assert!(self.read.insert(c.0), "cell {} read twice between writes", c.0);
+                    }
+                    match leaf {
+                        Some(l) => {
+                            accesses.push(p);
+                            self.leaves.push((p, l));
+                        }
+                        None => assert!(whole, "a read of {} cells is no path", e.cells.len()),
+                    }
+                }
+                TraceOp::Write => {
+                    for c in &e.cells {
+                        self.read.remove(&c.0);
+                    }
+                    if leaf.is_none() && !whole {
+                        let shorter = (e.cells.len() as u64) < tree_cells;
+                        assert!(
+                            shorter && !torn_seen,
+                            "a write of {} cells in partition {p} is no path, no tree and \
+                             no single write cut short by the crash",
+                            e.cells.len()
+                        );
+                        torn_seen = true;
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 
     fn partition_of(&self, cells: &[CellId]) -> u64 {
@@ -243,6 +349,9 @@ impl Public {
     /// Checks `trace` (`crashed`: the store died during it); returns the partitions of the
     /// accesses' reads.
     fn check(&mut self, trace: &[TraceEvent], crashed: bool, accesses: &mut Vec<u64>) {
+        if self.config.path_shape().is_some() {
+            return self.check_path(trace, crashed, accesses);
+        }
         let top = self.config.levels();
         // A crash may cut one write short (a prefix of its cells reached the store): the write
         // that crossed the dying store's limit. Writes after it reach the store empty, and a
@@ -317,6 +426,13 @@ async fn committed_writes_survive_a_crash_at_any_point_and_no_slot_is_read_twice
 async fn curious_committed_writes_survive_a_crash_at_any_point_and_no_slot_is_read_twice() {
     for seed in [17, 18] {
         crash_run(seed, ObliviStoreConfig::curious(64, BS, 3).unwrap()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curious_path_committed_writes_survive_a_crash_at_any_point_and_no_cell_is_read_twice() {
+    for seed in [27, 28] {
+        crash_run(seed, path_config(64)).await;
     }
 }
 
@@ -401,7 +517,7 @@ async fn crash_run(seed: u64, config: ObliviStoreConfig) {
 async fn partitions_seen(
     config: ObliviStoreConfig,
     pick: impl Fn(u64) -> u64,
-) -> (ObliviStoreConfig, Vec<u64>) {
+) -> (ObliviStoreConfig, Vec<u64>, Vec<(u64, u32)>) {
     let key = MasterKey::generate();
     let backing: Arc<dyn Store> =
         Arc::new(MemoryStore::new(DurableObliviStore::geometry(&config).unwrap()));
@@ -434,10 +550,11 @@ async fn partitions_seen(
             // Still count the access's partition.
             let mut p = Public::new(config.clone());
             p.check(std::slice::from_ref(&e), false, &mut accesses);
+            public.leaves.extend(p.leaves);
         }
     }
     public.check(&filtered, false, &mut accesses);
-    (config, accesses)
+    (config, accesses, public.leaves)
 }
 
 fn chi_square_uniform(counts: &[u64]) -> f64 {
@@ -462,7 +579,7 @@ async fn the_store_sees_uniform_partitions_and_the_public_schedule_whatever_the_
         // ObliviStore, and CURIOUS for the scan.
         let config =
             if i == 2 { ObliviStoreConfig::curious(256, BS, 3).unwrap() } else { config(256) };
-        let (config, accesses) = partitions_seen(config, pick).await;
+        let (config, accesses, _) = partitions_seen(config, pick).await;
         assert!(accesses.len() >= 1900, "{name}: {} access reads recognised", accesses.len());
         let mut counts = vec![0u64; config.partitions() as usize];
         for p in &accesses {
@@ -470,6 +587,36 @@ async fn the_store_sees_uniform_partitions_and_the_public_schedule_whatever_the_
         }
         let pv = chi_square_uniform(&counts);
         assert!(pv > 1e-4, "{name}: partition choice is not uniform (p = {pv})");
+    }
+}
+
+/// CURIOUS over Path ORAM partitions: whatever the workload, each access reads one whole path
+/// of one partition, partitions and leaves uniform (chi-square), and every write is that path
+/// or a whole tree (checked by [`Public::check_path`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curious_path_reads_uniform_paths_whatever_the_workload() {
+    let workloads: [(&str, Pick); 3] = [
+        ("hammer", Box::new(|_| 7)),
+        ("uniform", Box::new(|i| (i * 2_654_435_761) % 256)),
+        ("scan", Box::new(|i| i % 256)),
+    ];
+    for (name, pick) in workloads {
+        let (config, accesses, leaves) = partitions_seen(path_config(256), pick).await;
+        assert!(accesses.len() >= 1900, "{name}: {} path reads recognised", accesses.len());
+        assert_eq!(accesses.len(), leaves.len());
+        let mut counts = vec![0u64; config.partitions() as usize];
+        for p in &accesses {
+            counts[*p as usize] += 1;
+        }
+        let pv = chi_square_uniform(&counts);
+        assert!(pv > 1e-4, "{name}: partition choice is not uniform (p = {pv})");
+        let (_, height) = config.path_shape().unwrap();
+        let mut by_leaf = vec![0u64; 1 << height];
+        for (_, l) in &leaves {
+            by_leaf[*l as usize] += 1;
+        }
+        let pv = chi_square_uniform(&by_leaf);
+        assert!(pv > 1e-4, "{name}: leaves are not uniform (p = {pv}, {by_leaf:?})");
     }
 }
 
