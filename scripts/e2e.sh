@@ -16,7 +16,7 @@
 #
 # Knobs (environment): BLINDFOLD_BIN (use this binary, skip the build), E2E_KEEP=1 (keep the
 # work directory), E2E_ONLY="aws boto3 rclone restic s3cmd git swift users observe tls grow
-# tee oblivistore curious nodes report crash" (run a subset), E2E_SOAK_SECONDS (default 45),
+# tee oblivistore curious curious-path nodes report crash" (run a subset), E2E_SOAK_SECONDS (default 45),
 # E2E_ARTEFACTS (browser screenshots; default
 # <target>/browser-artefacts), E2E_CRASH_ROUNDS (default 20), E2E_CRASH_SEED, E2E_COUNTS_FILE
 # (see finish below).
@@ -1136,7 +1136,7 @@ if only tee; then
   [[ -n $ENCLAVE_PID ]] && kill "$ENCLAVE_PID" 2>/dev/null
 fi
 
-# ObliviStore (seed 001) and CURIOUS (seed 003): the aws CLI against `serve --engine …`; a SIGKILL after
+# ObliviStore (seed 001) and CURIOUS (seed 003, over levelled and over Path ORAM partitions): the aws CLI against `serve --engine …`; a SIGKILL after
 # uploads, then every object acknowledged before it reads back after the restart.
 oblivistore_put() {
   rm -rf "$WORK/os-objs" && mkdir -p "$WORK/os-objs"
@@ -1155,7 +1155,7 @@ oblivistore_read_back() {
   done
 }
 
-for PART_ENGINE in oblivistore curious; do
+for PART_ENGINE in oblivistore curious curious-path; do
   only "$PART_ENGINE" || continue
   step "e2e: the $PART_ENGINE engine (serve --engine $PART_ENGINE)"
   PART_DIR="$WORK/$PART_ENGINE-data"

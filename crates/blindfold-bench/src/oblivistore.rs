@@ -62,7 +62,7 @@ use crate::progress::bar;
 use crate::seeks::{SeekCountingStore, SeekCounts};
 
 /// Engines this benchmark knows, in table order.
-pub const ENGINES: [&str; 3] = ["oblivistore", "curious", "tao"];
+pub const ENGINES: [&str; 4] = ["oblivistore", "curious", "curious-path", "tao"];
 
 /// How often the clients' writes are committed during a point.
 pub const COMMIT_EVERY: Duration = Duration::from_millis(100);
@@ -243,7 +243,7 @@ pub const OBLIVISTORE_CLIENTS: usize = 768;
 /// has enough to keep busy; for ObliviStore at most [`OBLIVISTORE_CLIENTS`].
 pub fn clients_for(engine: &str, rtt_ms: u64) -> usize {
     let by_rtt = (64 + 4 * rtt_ms).min(4096) as usize;
-    if engine == "oblivistore" || engine == "curious" {
+    if matches!(engine, "oblivistore" | "curious" | "curious-path") {
         by_rtt.min(OBLIVISTORE_CLIENTS)
     } else {
         by_rtt
@@ -615,6 +615,9 @@ async fn one_engine(
     }
     let config = if name == "curious" {
         ObliviStoreConfig::curious(blocks, block_size, blindfold_gateway::server::CURIOUS_B)?
+    } else if name == "curious-path" {
+        use blindfold_gateway::server::{CURIOUS_B, CURIOUS_Z};
+        ObliviStoreConfig::curious_path(blocks, block_size, CURIOUS_B, CURIOUS_Z)?
     } else {
         ObliviStoreConfig::new(blocks, block_size)?
     };
@@ -974,7 +977,11 @@ fn verdicts(rows: &[Row], p: &ObliviStoreBench) -> (Vec<Verdict>, Vec<Verdict>) 
         }),
         met: top.map(|r| r.mb_per_sec >= TARGET_MB_PER_SEC),
     });
-    for (engine, (rate, blow)) in [("oblivistore", JAVA_OBLIVISTORE), ("curious", JAVA_CURIOUS)] {
+    for (engine, (rate, blow)) in [
+        ("oblivistore", JAVA_OBLIVISTORE),
+        ("curious", JAVA_CURIOUS),
+        ("curious-path", JAVA_CURIOUS),
+    ] {
         let want = TARGET_FACTOR * rate;
         let same_kind = |r: &&Row| {
             r.engine == engine

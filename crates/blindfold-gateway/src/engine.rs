@@ -502,7 +502,11 @@ concurrent_engine!(DurableTee, |_| "tee", |e| {
 // background; the eviction cache shows as the stash.
 concurrent_engine!(
     DurableObliviStore,
-    |e| if e.config().is_curious() { "curious" } else { "oblivistore" },
+    |e| match (e.config().path_shape(), e.config().is_curious()) {
+        (Some(_), _) => "curious-path",
+        (None, true) => "curious",
+        (None, false) => "oblivistore",
+    },
     |e| {
         let s = e.stats();
         EngineGauges {

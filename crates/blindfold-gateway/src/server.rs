@@ -98,6 +98,10 @@ pub enum OramEngine {
     /// ([`DurableObliviStore`] in CURIOUS's setting): every access touches exactly one
     /// partition, its read followed by one eviction into it carrying up to `b` = 3 blocks.
     Curious,
+    /// CURIOUS over Path ORAM partitions ([`DurableObliviStore`] with
+    /// [`ObliviStoreConfig::curious_path`]): every access reads one whole path of one
+    /// partition's tree (buckets of `z` = 5) and writes it back with up to `b` = 3 more blocks.
+    CuriousPath,
 }
 
 impl OramEngine {
@@ -116,8 +120,10 @@ impl std::str::FromStr for OramEngine {
             "tee" => Ok(Self::Tee),
             "oblivistore" => Ok(Self::ObliviStore),
             "curious" => Ok(Self::Curious),
+            "curious-path" => Ok(Self::CuriousPath),
             other => Err(format!(
-                "unknown engine {other:?} (use tao, path-oram, tee, oblivistore or curious)"
+                "unknown engine {other:?} (use tao, path-oram, tee, oblivistore, curious or \
+                 curious-path)"
             )),
         }
     }
@@ -131,6 +137,7 @@ impl std::fmt::Display for OramEngine {
             Self::Tee => "tee",
             Self::ObliviStore => "oblivistore",
             Self::Curious => "curious",
+            Self::CuriousPath => "curious-path",
         })
     }
 }
@@ -349,11 +356,16 @@ pub(crate) fn tee_config(params: &GatewayParams) -> Result<TeeOramConfig> {
 /// CURIOUS's `b`: blocks one eviction carries at most (the thesis ran b = 3).
 pub const CURIOUS_B: u32 = 3;
 
+/// CURIOUS's `z`: slots per bucket of its Path ORAM sub-ORAM (the thesis ran z = 5).
+pub const CURIOUS_Z: u32 = 5;
+
 /// The partitions of the ObliviStore and CURIOUS engines: the defaults of
 /// [`ObliviStoreConfig::new`] and [`ObliviStoreConfig::curious`].
 pub(crate) fn oblivistore_config(params: &GatewayParams) -> Result<ObliviStoreConfig> {
     if params.engine == OramEngine::Curious {
         ObliviStoreConfig::curious(params.blocks, params.block_size, CURIOUS_B)
+    } else if params.engine == OramEngine::CuriousPath {
+        ObliviStoreConfig::curious_path(params.blocks, params.block_size, CURIOUS_B, CURIOUS_Z)
     } else {
         ObliviStoreConfig::new(params.blocks, params.block_size)
     }
@@ -396,7 +408,7 @@ pub(crate) fn physical_view(params: &GatewayParams) -> Result<PhysicalView> {
         OramEngine::Tee => {
             return Ok(PhysicalView::Flat { cells: tee_config(params)?.total_cells() })
         }
-        OramEngine::ObliviStore | OramEngine::Curious => {
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
             return Ok(PhysicalView::Flat { cells: oblivistore_cells(params)? })
         }
     };
@@ -409,7 +421,7 @@ pub(crate) fn engine_cells(params: &GatewayParams) -> Result<u64> {
         OramEngine::PathOram => oram_config(params)?.total_cells(),
         OramEngine::Tao => tao_config(params)?.tree().total_cells(),
         OramEngine::Tee => tee_config(params)?.total_cells(),
-        OramEngine::ObliviStore | OramEngine::Curious => oblivistore_cells(params)?,
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => oblivistore_cells(params)?,
     })
 }
 
@@ -421,7 +433,7 @@ pub(crate) fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::G
         (OramEngine::Tao, true) => DurableTao::geometry(&tao_config(params)?)?,
         (OramEngine::Tao, false) => tao_config(params)?.geometry()?,
         (OramEngine::Tee, _) => DurableTee::geometry(&tee_config(params)?)?,
-        (OramEngine::ObliviStore | OramEngine::Curious, _) => {
+        (OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath, _) => {
             DurableObliviStore::geometry(&oblivistore_config(params)?)?
         }
     })
@@ -664,7 +676,7 @@ pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
         OramEngine::PathOram => config.total_cells(),
         OramEngine::Tao => tao_config(params)?.tree().total_cells(),
         OramEngine::Tee => tee_config(params)?.total_cells(),
-        OramEngine::ObliviStore | OramEngine::Curious => oblivistore_cells(params)?,
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => oblivistore_cells(params)?,
     };
     let cached = cached_bytes(&config);
     let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
@@ -752,7 +764,7 @@ pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
             tee_config(&p)?;
             p
         }
-        OramEngine::ObliviStore | OramEngine::Curious => {
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
             oblivistore_config(&p)?;
             p
         }
@@ -1198,7 +1210,7 @@ async fn assemble(
             recovered(rec, notes);
             Arc::new(engine)
         }
-    } else if matches!(params.engine, OramEngine::ObliviStore | OramEngine::Curious) {
+    } else if matches!(params.engine, OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath) {
         if creating {
             let config = oblivistore_config(&params)?;
             Arc::new(
@@ -1945,7 +1957,7 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
                     .into(),
             ))
         }
-        OramEngine::ObliviStore | OramEngine::Curious => {
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
             return Err(GatewayError::Config(format!(
                 "`blindfold recover` cannot rebuild a data directory of the {} engine yet; \
                      restore the data directory from a backup instead",

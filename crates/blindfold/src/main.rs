@@ -505,9 +505,10 @@ struct ServeArgs {
     /// Oblivious engine of a new store: `tao` (concurrent, TaoStore design: many block
     /// accesses in flight at once), `path-oram` (sequential Path ORAM), `tee` (seed 004's
     /// TEE-assisted engine), `oblivistore` (ObliviStore: partitions of levelled ORAMs,
-    /// shuffled in the background; about 6× the capacity in store space) or `curious` (CURIOUS
-    /// over the same partitions: one partition per access, up to b = 3 blocks per eviction).
-    /// Fixed at creation [default: tao].
+    /// shuffled in the background; about 6× the capacity in store space), `curious` (CURIOUS
+    /// over the same partitions: one partition per access, up to b = 3 blocks per eviction)
+    /// or `curious-path` (CURIOUS over Path ORAM partitions with buckets of z = 5: one path
+    /// read and written back per access). Fixed at creation [default: tao].
     #[arg(long)]
     engine: Option<blindfold_gateway::server::OramEngine>,
     /// Lay a new store out with one copy of each ORAM cell, overwritten in place: half the
@@ -680,7 +681,7 @@ struct ObliviStoreArgs {
     /// nodes, up to 2,000 operations or 6 s per point.
     #[arg(long)]
     quick: bool,
-    /// Engines, comma-separated: oblivistore, curious, tao [default: all three].
+    /// Engines, comma-separated: oblivistore, curious, curious-path, tao [default: all four].
     #[arg(long, value_delimiter = ',')]
     engines: Option<Vec<String>>,
     /// Round trips of the latency experiment, ms, comma-separated [default:
@@ -1081,7 +1082,8 @@ struct GatewayBenchArgs {
     /// Trusted memory (MiB) for the top levels of the ORAM tree, as `serve --cache-mib`.
     #[arg(long, default_value_t = blindfold_gateway::server::DEFAULT_CACHE_MIB)]
     cache_mib: u64,
-    /// The gateway's engine, as `serve --engine`: tao, path-oram, tee, oblivistore or curious.
+    /// The gateway's engine, as `serve --engine`: tao, path-oram, tee, oblivistore, curious or
+    /// curious-path.
     #[arg(long, default_value_t = blindfold_gateway::server::OramEngine::Tao)]
     engine: blindfold_gateway::server::OramEngine,
     /// The ORAM side keeps one copy of each cell, overwritten in place after the redo log
