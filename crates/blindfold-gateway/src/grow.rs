@@ -421,9 +421,10 @@ async fn grow_closed(
             let config = tao_config(&new_params)?;
             blindfold_proxy::rebuild::grow_tao(&oram_dir, old, new, key, epoch, config).await?
         }
-        OramEngine::Tee | OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            return Err(cannot_grow(params.engine))
-        }
+        OramEngine::Tee
+        | OramEngine::ObliviStore
+        | OramEngine::Curious
+        | OramEngine::CuriousPath => return Err(cannot_grow(params.engine)),
     };
     *replaced = true;
     if crash == Some(CrashPoint::AfterCheckpoint) {
@@ -444,9 +445,10 @@ fn checkpoint_blocks(dir: &Path, params: &GatewayParams, key: &MasterKey) -> Res
     Ok(match params.engine {
         OramEngine::PathOram => blindfold_proxy::rebuild::saved_path_oram_blocks(&oram_dir, key)?,
         OramEngine::Tao => blindfold_proxy::rebuild::saved_tao_blocks(&oram_dir, key)?,
-        OramEngine::Tee | OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            return Err(cannot_grow(params.engine))
-        }
+        OramEngine::Tee
+        | OramEngine::ObliviStore
+        | OramEngine::Curious
+        | OramEngine::CuriousPath => return Err(cannot_grow(params.engine)),
     })
 }
 
@@ -752,9 +754,10 @@ impl Grower {
             OramEngine::PathOram => Arc::new(Serialized::new(
                 DurablePathOram::open_rotating(&oram_dir, store, &self.key, None).await?.0,
             )),
-            OramEngine::Tee | OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-                return Err(cannot_grow(params.engine))
-            }
+            OramEngine::Tee
+            | OramEngine::ObliviStore
+            | OramEngine::Curious
+            | OramEngine::CuriousPath => return Err(cannot_grow(params.engine)),
         })
     }
 

@@ -421,7 +421,9 @@ pub(crate) fn engine_cells(params: &GatewayParams) -> Result<u64> {
         OramEngine::PathOram => oram_config(params)?.total_cells(),
         OramEngine::Tao => tao_config(params)?.tree().total_cells(),
         OramEngine::Tee => tee_config(params)?.total_cells(),
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => oblivistore_cells(params)?,
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+            oblivistore_cells(params)?
+        }
     })
 }
 
@@ -676,7 +678,9 @@ pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
         OramEngine::PathOram => config.total_cells(),
         OramEngine::Tao => tao_config(params)?.tree().total_cells(),
         OramEngine::Tee => tee_config(params)?.total_cells(),
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => oblivistore_cells(params)?,
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+            oblivistore_cells(params)?
+        }
     };
     let cached = cached_bytes(&config);
     let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
@@ -1210,7 +1214,10 @@ async fn assemble(
             recovered(rec, notes);
             Arc::new(engine)
         }
-    } else if matches!(params.engine, OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath) {
+    } else if matches!(
+        params.engine,
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath
+    ) {
         if creating {
             let config = oblivistore_config(&params)?;
             Arc::new(

@@ -221,7 +221,10 @@ async fn lost_timeline_substitution(engine: OramEngine) {
     let pinned = match engine {
         OramEngine::Tao => (1u64 << opened.params.cache_levels) - 1,
         OramEngine::PathOram => 0,
-        OramEngine::Tee | OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+        OramEngine::Tee
+        | OramEngine::ObliviStore
+        | OramEngine::Curious
+        | OramEngine::CuriousPath => {
             unreachable!("recover refuses it")
         }
     };
