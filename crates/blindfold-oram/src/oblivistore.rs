@@ -548,6 +548,9 @@ pub struct ObliviStoreOram {
     by_target: Vec<BTreeSet<u64>>,
     /// Accesses in progress per block.
     pins: HashMap<u64, u32>,
+    /// Recovery: stored blocks whose position a read may have shown the store (a logged
+    /// reveal no later record moved them from); the rebuild sends them to fresh partitions.
+    revealed: std::collections::HashSet<u64>,
     next_serial: u64,
     rng: ChaCha20Rng,
     stats: ObliviStoreStats,
@@ -603,6 +606,7 @@ impl ObliviStoreOram {
             cache: HashMap::new(),
             by_target,
             pins: HashMap::new(),
+            revealed: Default::default(),
             next_serial: 2,
             rng,
             stats: ObliviStoreStats::default(),
@@ -1150,11 +1154,13 @@ impl ObliviStoreOram {
                 }
             }
         }
-        let mut spill = if live.len() > self.config.capacity as usize {
-            live.split_off(self.config.capacity as usize)
-        } else {
-            Vec::new()
-        };
+        // Blocks whose place a read cut off by a crash showed go to fresh partitions.
+        let (mut spill, kept): (Vec<u64>, Vec<u64>) =
+            live.into_iter().partition(|b| self.revealed.contains(b));
+        live = kept;
+        if live.len() > self.config.capacity as usize {
+            spill.extend(live.split_off(self.config.capacity as usize));
+        }
         let mut holders = vec![DUMMY; (buckets * z as u64) as usize];
         let mut leaves = vec![0u32; holders.len()];
         let mut used = vec![0u32; buckets as usize];
@@ -1244,7 +1250,17 @@ impl ObliviStoreOram {
             }
         }
         let cap = self.config.capacity as usize;
-        let spill = if rebuild && live.len() > cap { live.split_off(cap) } else { Vec::new() };
+        let mut spill = Vec::new();
+        if rebuild {
+            // Blocks whose place a read cut off by a crash showed go to fresh partitions.
+            let (out, kept): (Vec<u64>, Vec<u64>) =
+                live.into_iter().partition(|b| self.revealed.contains(b));
+            spill = out;
+            live = kept;
+            if live.len() > cap {
+                spill.extend(live.split_off(cap));
+            }
+        }
         let mut holders = live;
         for (b, _, _) in &evicted {
             holders.push(*b);
@@ -1291,6 +1307,7 @@ impl ObliviStoreOram {
         // Spilled blocks go to the cache (and into the record, which carries their data).
         for (b, data) in spilled {
             if shuffle.spill.contains(&b) {
+                self.revealed.remove(&b);
                 let target = self.random_partition();
                 self.places.insert(b, Place::Cached);
                 self.partitions[p as usize].reals -= 1;
@@ -1406,6 +1423,7 @@ impl ObliviStoreOram {
                 Some(Place::Cached) if !r.evicted.contains(&h) => {}
                 _ => {
                     self.places.insert(h, placed);
+                    self.revealed.remove(&h);
                 }
             }
         }
@@ -1433,6 +1451,7 @@ impl ObliviStoreOram {
                 Some(Place::Cached) if !r.evicted.contains(&h) => {}
                 _ => {
                     self.places.insert(h, placed);
+                    self.revealed.remove(&h);
                 }
             }
         }
@@ -1525,7 +1544,23 @@ impl ObliviStoreOram {
         self.partitions[p as usize].reals = n as u32;
     }
 
+    /// Replays a logged reveal (recovery): `block`'s read went out to the store; if the log
+    /// still places it where that read found it, the rebuild moves it to a fresh partition.
+    pub fn replay_reveal(&mut self, block: u64) -> Result<()> {
+        self.check_block(block)?;
+        if matches!(self.places.get(&block), Some(Place::Stored { .. } | Place::InTree { .. })) {
+            self.revealed.insert(block);
+        }
+        Ok(())
+    }
+
+    /// Blocks a replayed reveal left in place (recovery, before the rebuild).
+    pub fn revealed(&self) -> usize {
+        self.revealed.len()
+    }
+
     fn put_cached(&mut self, block: u64, target: u32, data: Vec<u8>, dirty: bool) -> Result<()> {
+        self.revealed.remove(&block);
         if target >= self.config.partitions || data.len() != self.config.block_size as usize {
             return Err(OramError::Corrupt("a logged block does not fit the ORAM".into()));
         }

@@ -32,12 +32,14 @@
 //!
 //! # Crash consistency
 //!
-//! The trusted state is a sealed checkpoint and a redo log. Reads are not logged. Writes are
-//! logged at [`DurableObliviStore::commit`]; a finished shuffle is logged with the data of every
-//! cached block whose stored copy it retired. Before a shuffle writes, the store is flushed and
-//! the log is synced through the partition's previous record, so no cell the durable state
-//! still needs is ever overwritten; the top level alternates between two areas for the same
-//! reason. After an unclean stop the log is replayed and every partition is rebuilt into its
+//! The trusted state is a sealed checkpoint and a redo log. Which slots a read takes is not
+//! logged; which block it shows is, before the read goes out (a reveal record: a crash then
+//! makes the rebuild send that block to a fresh partition, so its next access is not linked to
+//! the cut-off one). Writes are logged at [`DurableObliviStore::commit`]; a finished shuffle is
+//! logged with the data of every cached block whose stored copy it retired. Before a shuffle
+//! writes, the store is flushed and the log is synced through the partition's previous record,
+//! so no cell the durable state still needs is ever overwritten; the top level alternates
+//! between two areas for the same reason. After an unclean stop the log is replayed and every partition is rebuilt into its
 //! top level: the store may have seen any slot read since the checkpoint, and a rebuild reads
 //! them all once and makes every slot fresh.
 //!
@@ -83,6 +85,8 @@ const SHUFFLE_MAGIC: u32 = 0xB1F0_5702;
 const RESERVE_MAGIC: u32 = 0xB1F0_5703;
 /// Something was sent to the store since the checkpoint.
 const START_MAGIC: u32 = 0xB1F0_5704;
+/// An access's read is about to go out (naming the block, for a real read).
+const REVEAL_MAGIC: u32 = 0xB1F0_5705;
 /// Serials reserved at a time.
 const RESERVE_STEP: u64 = 1 << 16;
 /// Write a checkpoint once the log is larger than this (at a quiet moment).
@@ -114,6 +118,13 @@ struct ReserveRecord {
 #[derive(Serialize, Deserialize)]
 struct StartRecord {
     at: u64,
+}
+
+/// Synced before an access's read goes out: the block whose place the read shows (`None`
+/// for a fake read, logged all the same so that every read waits alike).
+#[derive(Serialize, Deserialize)]
+struct RevealRecord {
+    block: Option<u64>,
 }
 
 struct St {
@@ -361,7 +372,7 @@ impl DurableObliviStore {
         let log_path = dir.join(REDO_LOG);
         let (frames, _, torn) = read_frames_with_legacy(
             &log_path,
-            &[WRITES_MAGIC, SHUFFLE_MAGIC, RESERVE_MAGIC, START_MAGIC],
+            &[WRITES_MAGIC, SHUFFLE_MAGIC, RESERVE_MAGIC, START_MAGIC, REVEAL_MAGIC],
             &[],
             &state_sealer,
         )?;
@@ -383,6 +394,12 @@ impl DurableObliviStore {
                 }
                 RESERVE_MAGIC => {
                     floor = floor.max(decode_record::<ReserveRecord>(&f.body).map_err(bad)?.below);
+                }
+                REVEAL_MAGIC => {
+                    let r: RevealRecord = decode_record(&f.body).map_err(bad)?;
+                    if let Some(b) = r.block {
+                        oram.replay_reveal(b)?;
+                    }
                 }
                 _ => {
                     decode_record::<StartRecord>(&f.body).map_err(bad)?;
@@ -620,6 +637,21 @@ impl DurableObliviStore {
                 }
             }
         };
+        // The read shows where the block was: logged before it goes out, so that a crash
+        // from here on sends the block to a fresh partition in the rebuild (else its next
+        // access after the recovery would read the same partition again).
+        let reveal = RevealRecord { block: plan.real.map(|_| b) };
+        let synced = match self.frame(REVEAL_MAGIC, &reveal) {
+            Ok(f) => {
+                let seq = inner.st.lock().push(f);
+                self.sync_through(seq).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = synced {
+            self.poison(&e);
+            return Err(e);
+        }
         let fetched = self.read_slots(&plan.slots).await;
         let fetched = match fetched {
             Ok(f) => f,
