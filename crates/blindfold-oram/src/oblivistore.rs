@@ -548,9 +548,10 @@ pub struct ObliviStoreOram {
     by_target: Vec<BTreeSet<u64>>,
     /// Accesses in progress per block.
     pins: HashMap<u64, u32>,
-    /// Recovery: stored blocks whose position a read may have shown the store (a logged
-    /// reveal no later record moved them from); the rebuild sends them to fresh partitions.
-    revealed: std::collections::HashSet<u64>,
+    /// Recovery: stored blocks whose partition a read may have shown the store (a logged
+    /// reveal no later record moved them out of), with that partition; the rebuild sends them
+    /// to fresh partitions.
+    revealed: HashMap<u64, u32>,
     next_serial: u64,
     rng: ChaCha20Rng,
     stats: ObliviStoreStats,
@@ -1156,7 +1157,7 @@ impl ObliviStoreOram {
         }
         // Blocks whose place a read cut off by a crash showed go to fresh partitions.
         let (mut spill, kept): (Vec<u64>, Vec<u64>) =
-            live.into_iter().partition(|b| self.revealed.contains(b));
+            live.into_iter().partition(|b| self.revealed.contains_key(b));
         live = kept;
         if live.len() > self.config.capacity as usize {
             spill.extend(live.split_off(self.config.capacity as usize));
@@ -1254,7 +1255,7 @@ impl ObliviStoreOram {
         if rebuild {
             // Blocks whose place a read cut off by a crash showed go to fresh partitions.
             let (out, kept): (Vec<u64>, Vec<u64>) =
-                live.into_iter().partition(|b| self.revealed.contains(b));
+                live.into_iter().partition(|b| self.revealed.contains_key(b));
             spill = out;
             live = kept;
             if live.len() > cap {
@@ -1423,7 +1424,10 @@ impl ObliviStoreOram {
                 Some(Place::Cached) if !r.evicted.contains(&h) => {}
                 _ => {
                     self.places.insert(h, placed);
-                    self.revealed.remove(&h);
+                    // Moved within the partition a read showed: still marked.
+                    if self.revealed.get(&h) != Some(&r.partition) {
+                        self.revealed.remove(&h);
+                    }
                 }
             }
         }
@@ -1451,7 +1455,10 @@ impl ObliviStoreOram {
                 Some(Place::Cached) if !r.evicted.contains(&h) => {}
                 _ => {
                     self.places.insert(h, placed);
-                    self.revealed.remove(&h);
+                    // Moved within the partition a read showed: still marked.
+                    if self.revealed.get(&h) != Some(&r.partition) {
+                        self.revealed.remove(&h);
+                    }
                 }
             }
         }
@@ -1544,12 +1551,16 @@ impl ObliviStoreOram {
         self.partitions[p as usize].reals = n as u32;
     }
 
-    /// Replays a logged reveal (recovery): `block`'s read went out to the store; if the log
-    /// still places it where that read found it, the rebuild moves it to a fresh partition.
+    /// Replays a logged reveal (recovery): a read of `block`'s partition may have gone out to
+    /// the store. If the log still places the block in that partition at the end of the
+    /// replay (a later record may move it within the partition, but not out of it), the
+    /// rebuild sends it to a fresh partition.
     pub fn replay_reveal(&mut self, block: u64) -> Result<()> {
         self.check_block(block)?;
-        if matches!(self.places.get(&block), Some(Place::Stored { .. } | Place::InTree { .. })) {
-            self.revealed.insert(block);
+        if let Some(Place::Stored { partition, .. } | Place::InTree { partition, .. }) =
+            self.places.get(&block).copied()
+        {
+            self.revealed.insert(block, partition);
         }
         Ok(())
     }

@@ -138,6 +138,8 @@ struct St {
     debt: f64,
     /// Frames waiting for the log writer, in the order of the state changes they record.
     queue: Vec<Vec<u8>>,
+    /// A queued frame names cells (a shuffle's): the store is flushed before it is written.
+    queue_names_cells: bool,
     /// Sequence number of the last frame queued.
     queued: u64,
     /// Per partition, the sequence number of its last record.
@@ -219,6 +221,8 @@ struct Inner {
     buffer: Arc<tokio::sync::Semaphore>,
     buffer_blocks: u32,
     in_order: bool,
+    /// The partitions are Path ORAM trees.
+    tree: bool,
 }
 
 /// The ObliviStore engine, crash-consistent; see the [module docs](self). Cheap to share:
@@ -311,6 +315,7 @@ impl DurableObliviStore {
         let partitions = oram.config().partitions() as usize;
         let c = oram.config();
         let largest = c.largest_shuffle();
+        let tree = c.path_shape().is_some();
         let buffer_blocks = (SHUFFLE_BUFFER_BYTES / u64::from(c.block_size()).max(1))
             .max(4 * largest)
             .min(u64::from(u32::MAX >> 3)) as u32;
@@ -321,6 +326,7 @@ impl DurableObliviStore {
             clean: true,
             debt: 0.0,
             queue: Vec::new(),
+            queue_names_cells: false,
             queued: 0,
             last: vec![0; partitions],
             active: 0,
@@ -343,6 +349,7 @@ impl DurableObliviStore {
                 buffer: Arc::new(tokio::sync::Semaphore::new(buffer_blocks as usize)),
                 buffer_blocks,
                 in_order,
+                tree,
             }),
         }
     }
@@ -512,11 +519,15 @@ impl DurableObliviStore {
         if log.synced >= seq {
             return Ok(());
         }
-        let (frames, upto) = {
+        let (frames, upto, names_cells) = {
             let mut s = self.inner.st.lock();
-            (std::mem::take(&mut s.queue), s.queued)
+            (std::mem::take(&mut s.queue), s.queued, std::mem::take(&mut s.queue_names_cells))
         };
-        self.inner.store.flush().await?;
+        // Only a shuffle's record needs its cells durable first (a reveal before a read, say,
+        // does not wait for a flush of the store).
+        if names_cells {
+            self.inner.store.flush().await?;
+        }
         let mut file = log
             .file
             .try_clone()
@@ -623,6 +634,24 @@ impl DurableObliviStore {
             self.mark_unclean().await?;
         }
         let (p, real) = inner.st.lock().oram.begin(b)?;
+        // The read will show the block's partition: logged (and synced) before it goes out, so
+        // that a crash from here on makes the rebuild send the block to a fresh partition
+        // (else its next access after the recovery would read the same partition again).
+        // Logged before the partition is locked, so the sync overlaps the wait for it; every
+        // access logs one, real or fake, so every read waits alike.
+        let reveal = RevealRecord { block: real.then_some(b) };
+        let synced = match self.frame(REVEAL_MAGIC, &reveal) {
+            Ok(f) => {
+                let seq = inner.st.lock().push(f);
+                self.sync_through(seq).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = synced {
+            inner.st.lock().oram.unpin(b);
+            self.poison(&e);
+            return Err(e);
+        }
         let guard = inner.parts[p as usize].clone().lock_owned().await;
         let plan = {
             let mut s = inner.st.lock();
@@ -637,25 +666,35 @@ impl DurableObliviStore {
                 }
             }
         };
-        // The read shows where the block was: logged before it goes out, so that a crash
-        // from here on sends the block to a fresh partition in the rebuild (else its next
-        // access after the recovery would read the same partition again).
-        let reveal = RevealRecord { block: plan.real.map(|_| b) };
-        let synced = match self.frame(REVEAL_MAGIC, &reveal) {
-            Ok(f) => {
-                let seq = inner.st.lock().push(f);
-                self.sync_through(seq).await
-            }
-            Err(e) => Err(e),
-        };
-        if let Err(e) = synced {
-            self.poison(&e);
-            return Err(e);
+        // Levelled partitions: the eviction that pairs with this read is planned now, so that
+        // its shuffle's reads (every unread slot of the levels it merges, a public set) go out
+        // beside the access's read and the log sync its writes need runs meanwhile: the
+        // partition is held for one read and one write round trip, not three. (A Path ORAM
+        // partition's write-back reads nothing and needs the blocks this read brings.)
+        let mut early = None;
+        if !self.inner.tree {
+            let sh = inner.st.lock().oram.plan_evict(p);
+            let want = ((sh.reads.len() + sh.writes.len()) as u32).min(inner.buffer_blocks);
+            let room = match inner.buffer.clone().acquire_many_owned(want).await {
+                Ok(r) => r,
+                Err(_) => return Err(ProxyError::State("the engine was closed".into())),
+            };
+            early = Some((sh, room));
         }
-        let fetched = self.read_slots(&plan.slots).await;
-        let fetched = match fetched {
-            Ok(f) => f,
-            Err(e) => {
+        let (fetched, prefetched) = match &early {
+            Some((sh, _)) => {
+                let (a, b, c) = tokio::join!(
+                    self.read_slots(&plan.slots),
+                    self.read_slots(&sh.reads),
+                    self.before_write(sh)
+                );
+                (a, b.and_then(|f| c.map(|_| Some(f))))
+            }
+            None => (self.read_slots(&plan.slots).await, Ok(None)),
+        };
+        let (fetched, prefetched) = match (fetched, prefetched) {
+            (Ok(f), Ok(p)) => (f, p),
+            (Err(e), _) | (_, Err(e)) => {
                 self.poison(&e);
                 return Err(e);
             }
@@ -676,7 +715,10 @@ impl DurableObliviStore {
         // partition until its shuffle has landed.
         let mut permits = permits;
         let own = permits.split(1).expect("at least one permit");
-        self.spawn_eviction(p, Some(guard), own);
+        match (early, prefetched) {
+            (Some((sh, room)), Some(pre)) => self.spawn_planned_eviction(guard, own, room, sh, pre),
+            _ => self.spawn_eviction(p, Some(guard), own),
+        }
         while permits.num_permits() > 0 {
             let one = permits.split(1).expect("counted");
             let q = {
@@ -738,6 +780,30 @@ impl DurableObliviStore {
         });
     }
 
+    /// The eviction planned with an access's read, its cells read and its log sync done:
+    /// writes the new level and logs it, holding the partition until then.
+    fn spawn_planned_eviction(
+        &self,
+        guard: tokio::sync::OwnedMutexGuard<()>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        room: tokio::sync::OwnedSemaphorePermit,
+        sh: Shuffle,
+        fetched: Vec<Option<Vec<u8>>>,
+    ) {
+        let me = self.clone();
+        me.inner.st.lock().active += 1;
+        tokio::spawn(async move {
+            if let Err(e) = me.write_shuffle(sh, fetched).await {
+                me.poison(&e);
+            }
+            drop(room);
+            drop(guard);
+            drop(permit);
+            me.inner.st.lock().active -= 1;
+            me.ring();
+        });
+    }
+
     /// Reads and opens `slots`: each one's block data if it holds a block.
     async fn read_slots(&self, slots: &[SlotRead]) -> Result<Vec<Option<Vec<u8>>>> {
         if slots.is_empty() {
@@ -773,9 +839,16 @@ impl DurableObliviStore {
 
     /// Carries out a shuffle the caller holds the partition for, and logs it.
     async fn run_shuffle(&self, sh: Shuffle) -> Result<()> {
+        self.before_write(&sh).await?;
+        let fetched = self.read_slots(&sh.reads).await?;
+        self.write_shuffle(sh, fetched).await
+    }
+
+    /// What must be durable before a shuffle of a partition the caller holds writes: its
+    /// serial reserved, and the partition's previous record (which retired the levels it
+    /// writes) in the log.
+    async fn before_write(&self, sh: &Shuffle) -> Result<()> {
         let p = sh.partition;
-        // Serials must be reserved, and the records that retired the levels written here
-        // durable, before anything is written.
         let (need, reserve) = {
             let s = self.inner.st.lock();
             (s.last[p as usize], (sh.serial >= s.reserved).then_some(sh.serial + RESERVE_STEP))
@@ -783,8 +856,13 @@ impl DurableObliviStore {
         if let Some(below) = reserve {
             self.reserve_now(below).await?;
         }
-        self.sync_through(need).await?;
-        let fetched = self.read_slots(&sh.reads).await?;
+        self.sync_through(need).await
+    }
+
+    /// Writes a shuffle whose cells were read (`fetched`, in the order of `sh.reads`) and
+    /// whose [`DurableObliviStore::before_write`] is done, then logs it.
+    async fn write_shuffle(&self, sh: Shuffle, fetched: Vec<Option<Vec<u8>>>) -> Result<()> {
+        let p = sh.partition;
         let mut blocks = std::collections::HashMap::new();
         for ((s, d), live) in sh.reads.iter().zip(fetched).zip(&sh.live) {
             if let (Some(d), true) = (d, live) {
@@ -817,6 +895,7 @@ impl DurableObliviStore {
         let record = s.oram.finish_shuffle(sh, spilled);
         let frame = self.frame(SHUFFLE_MAGIC, &record)?;
         let seq = s.push(frame);
+        s.queue_names_cells = true;
         s.last[p as usize] = seq;
         Ok(())
     }
@@ -877,6 +956,7 @@ impl DurableObliviStore {
         log.file = open_empty_log(&self.inner.dir)?;
         let mut s = self.inner.st.lock();
         s.queue.clear();
+        s.queue_names_cells = false;
         log.synced = s.queued;
         s.clean = true;
         s.log_bytes = 0;

@@ -1527,7 +1527,41 @@ async fn serve(a: ServeArgs) -> Result<()> {
             let f = footprint(&p)?;
             // Per copy of each cell: the two-slot layout doubles every block's share.
             let copies = if p.two_slots() { 2.0 } else { 1.0 };
-            if f.ratio() > 3.0 * copies && !a.allow_overhead {
+            use blindfold_gateway::server::OramEngine;
+            // The engines whose store is large by design, whatever the block size.
+            let by_design = match p.engine {
+                OramEngine::Tee => Some(
+                    "two areas for every node of its m-ary tree, and room in every leaf for the \
+                     reads of an eviction round",
+                ),
+                OramEngine::ObliviStore => {
+                    Some("about √N partitions of levels, and two areas for every top level")
+                }
+                OramEngine::Curious => Some(
+                    "levels sized for b = 3 blocks per eviction, and two areas for every top \
+                     level",
+                ),
+                OramEngine::CuriousPath => Some(
+                    "two copies of every bucket of its partitions' Path ORAM trees, which have \
+                     about twice as many slots as blocks",
+                ),
+                OramEngine::Tao | OramEngine::PathOram => None,
+            };
+            if let (Some(why), false) = (by_design, a.allow_overhead) {
+                if f.ratio() > 3.0 * copies {
+                    bail!(
+                        "this store would take {} in the store for {} of capacity ({:.1}×): the \
+                         {} engine keeps {why}. A larger --block-size changes little; pass \
+                         --allow-overhead to accept it, or use --engine tao (about {}×)",
+                        human_bytes(f.oram_bytes),
+                        human_bytes(f.capacity_bytes),
+                        f.ratio(),
+                        p.engine,
+                        2 * copies as u32
+                    );
+                }
+            }
+            if by_design.is_none() && f.ratio() > 3.0 * copies && !a.allow_overhead {
                 bail!(
                     "this store would take {} in the store for {} of capacity ({:.1}× — each \
                      {}-byte block carries fixed overhead: its seal and its share of the tree, \

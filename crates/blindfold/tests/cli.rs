@@ -455,6 +455,11 @@ fn sizes_and_addresses_are_read_as_documented_and_absurd_shapes_refused() {
     let out = serve_fails(&["--data-dir", ds, "--capacity", "4MiB", "--block-size", "100"]);
     assert!(out.contains("--allow-overhead") && out.contains("--block-size"), "{out}");
     assert!(!d.exists());
+    // An engine whose store is large by design is told so, without the tree engines' hints.
+    let out = serve_fails(&["--data-dir", ds, "--capacity", "4MiB", "--engine", "oblivistore"]);
+    assert!(out.contains("the oblivistore engine keeps") && out.contains("--allow-overhead"));
+    assert!(!out.contains("--in-place") && !out.contains("4096 takes"), "{out}");
+    assert!(!d.exists());
     let o = blindfold(&["serve", "--help"]);
     let help = text(&o);
     for s in ["s3://", "redis://", "remote://", "file://", "bare number is bytes", "GB"] {
