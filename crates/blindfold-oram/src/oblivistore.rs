@@ -1419,19 +1419,25 @@ impl ObliviStoreOram {
                 continue;
             }
             let placed = Place::Stored { partition: r.partition, level: r.level, slot: s as u32 };
-            match self.places.get(&h) {
-                // A block moved in (the evicted one), or one that stayed in the partition.
-                Some(Place::Cached) if !r.evicted.contains(&h) => {}
-                _ => {
-                    self.places.insert(h, placed);
-                    // Moved within the partition a read showed: still marked.
-                    if self.revealed.get(&h) != Some(&r.partition) {
-                        self.revealed.remove(&h);
-                    }
+            self.place(h, placed, r);
+        }
+        self.next_serial = self.next_serial.max(r.serial + 1);
+    }
+
+    /// Places `h`, a holder of a finished shuffle's new cells, unless it is a block that left
+    /// for the cache meanwhile (not one the shuffle evicted).
+    fn place(&mut self, h: u64, placed: Place, r: &ShuffleRecord) {
+        match self.places.get(&h) {
+            // A block moved in (the evicted one), or one that stayed in the partition.
+            Some(Place::Cached) if !r.evicted.contains(&h) => {}
+            _ => {
+                self.places.insert(h, placed);
+                // Moved within the partition a read showed: still marked.
+                if self.revealed.get(&h) != Some(&r.partition) {
+                    self.revealed.remove(&h);
                 }
             }
         }
-        self.next_serial = self.next_serial.max(r.serial + 1);
     }
 
     /// [`ObliviStoreOram::install`] for a Path ORAM partition: each rewritten bucket switches
@@ -1451,16 +1457,7 @@ impl ObliviStoreOram {
             }
             let slot = (r.buckets[k / z] as usize * z + k % z) as u32;
             let placed = Place::InTree { partition: r.partition, slot, leaf: r.leaves[k] };
-            match self.places.get(&h) {
-                Some(Place::Cached) if !r.evicted.contains(&h) => {}
-                _ => {
-                    self.places.insert(h, placed);
-                    // Moved within the partition a read showed: still marked.
-                    if self.revealed.get(&h) != Some(&r.partition) {
-                        self.revealed.remove(&h);
-                    }
-                }
-            }
+            self.place(h, placed, r);
         }
         self.next_serial = self.next_serial.max(r.serial + 1);
     }

@@ -512,22 +512,31 @@ async fn crash_run(seed: u64, config: ObliviStoreConfig) {
     assert!(report.failures.is_empty(), "{:?}", report.failures);
 }
 
+/// An engine over a recording memory store, blocks `0..blocks` written: the engine, the
+/// recorder, the state directory and the key.
+async fn recorded(
+    config: &ObliviStoreConfig,
+    blocks: u64,
+) -> (DurableObliviStore, Arc<RecordingStore<MemoryStore>>, tempfile::TempDir, MasterKey) {
+    let key = MasterKey::generate();
+    let backing = MemoryStore::new(DurableObliviStore::geometry(config).unwrap());
+    let recorder = Arc::new(RecordingStore::new(backing));
+    let dir = tempfile::tempdir().unwrap();
+    let engine = create(dir.path(), config.clone(), recorder.clone(), &key).await;
+    for b in 0..blocks {
+        engine.write(BlockId(b), data(b)).await.unwrap();
+    }
+    (engine, recorder, dir, key)
+}
+
 /// Runs 2,000 sequential accesses (block chosen by `pick`) and returns the partitions of the
 /// accesses' reads, after checking the whole trace against the public schedule.
 async fn partitions_seen(
     config: ObliviStoreConfig,
     pick: impl Fn(u64) -> u64,
 ) -> (ObliviStoreConfig, Vec<u64>, Vec<(u64, u32)>) {
-    let key = MasterKey::generate();
-    let backing: Arc<dyn Store> =
-        Arc::new(MemoryStore::new(DurableObliviStore::geometry(&config).unwrap()));
-    let recorder = Arc::new(RecordingStore::new(backing));
-    let dir = tempfile::tempdir().unwrap();
-    let engine = create(dir.path(), config.clone(), recorder.clone(), &key).await;
     // Every block written once first, so reads are real.
-    for b in 0..256u64 {
-        engine.write(BlockId(b), data(b)).await.unwrap();
-    }
+    let (engine, recorder, _dir, _key) = recorded(&config, 256).await;
     engine.settle().await.unwrap();
     recorder.take_trace();
     let mut public = Public::new(config.clone());
@@ -765,16 +774,8 @@ fn first_read_partition(trace: &[TraceEvent], per: u64) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_read_before_a_crash_is_read_in_a_fresh_partition_after_recovery() {
     for config in [config(64), ObliviStoreConfig::curious(64, BS, 3).unwrap(), path_config(64)] {
-        let key = MasterKey::generate();
         let per = config.partition_cells();
-        let backing: Arc<dyn Store> =
-            Arc::new(MemoryStore::new(DurableObliviStore::geometry(&config).unwrap()));
-        let recorder = Arc::new(RecordingStore::new(backing));
-        let dir = tempfile::tempdir().unwrap();
-        let engine = create(dir.path(), config.clone(), recorder.clone(), &key).await;
-        for b in 0..64u64 {
-            engine.write(BlockId(b), data(b)).await.unwrap();
-        }
+        let (engine, recorder, dir, key) = recorded(&config, 64).await;
         engine.shutdown().await.unwrap();
         drop(engine);
         let trials = 12u64;
