@@ -1090,22 +1090,16 @@ impl ObliviStoreOram {
             .collect();
         self.stats.shuffle_cells += writes.len() as u64;
         Shuffle {
-            partition: p,
-            level: 0,
-            area: 0,
-            serial,
-            reads: Vec::new(),
-            spill: Vec::new(),
-            live: Vec::new(),
             writes,
             evicted_versions: evicted.iter().map(|e| e.2).collect(),
             evicted: evicted.into_iter().map(|(b, d, _)| (b, d)).collect(),
-            counter: 0,
             buckets: path,
             leaves,
+            ..self.empty_shuffle(p, serial)
         }
     }
 
+    /// A shuffle of a Path ORAM partition that reads and writes nothing.
     fn empty_shuffle(&self, partition: u32, serial: u64) -> Shuffle {
         Shuffle {
             partition,
@@ -1193,19 +1187,13 @@ impl ObliviStoreOram {
             .collect::<Vec<_>>();
         self.stats.shuffle_cells += (reads.len() + writes.len()) as u64;
         Shuffle {
-            partition: p,
-            level: 0,
-            area: 0,
-            serial,
             reads,
             spill,
             live: live_flags,
             writes,
-            evicted: Vec::new(),
-            evicted_versions: Vec::new(),
-            counter: 0,
             buckets: (0..buckets).collect(),
             leaves,
+            ..self.empty_shuffle(p, serial)
         }
     }
 
