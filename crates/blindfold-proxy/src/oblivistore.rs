@@ -103,6 +103,10 @@ const SHUFFLE_BUFFER_BYTES: u64 = 256 << 20;
 struct Checkpoint {
     store_id: [u8; 16],
     oram: ObliviStoreState,
+    /// First key epoch no run has sealed under (every start seals under a fresh one, so the
+    /// random-nonce bound of one GCM key holds across restarts too).
+    #[serde(default)]
+    next_epoch: u32,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -113,6 +117,9 @@ struct WritesRecord {
 #[derive(Serialize, Deserialize)]
 struct ReserveRecord {
     below: u64,
+    /// Key epochs below this may have been sealed under.
+    #[serde(default)]
+    epochs_below: u32,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -134,6 +141,8 @@ struct St {
     clean: bool,
     /// Serials below this are reserved in the log (queued).
     reserved: u64,
+    /// Key epochs below this are reserved in the log (queued) or the checkpoint.
+    epochs_reserved: u32,
     /// Background evictions owed (ν per access).
     debt: f64,
     /// Frames waiting for the log writer, in the order of the state changes they record.
@@ -295,7 +304,8 @@ impl DurableObliviStore {
         }
         store.flush().await?;
         let state_sealer = StateSealer::new(key);
-        let ckpt = Checkpoint { store_id: store_id.0, oram: oram.state()? };
+        let next_epoch = sealer.current_epoch().saturating_add(1);
+        let ckpt = Checkpoint { store_id: store_id.0, oram: oram.state()?, next_epoch };
         write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &state_sealer)?;
         let log = open_empty_log(dir)?;
         Ok(Self::assemble(dir, store, sealer, state_sealer, store_id, oram, log, true))
@@ -321,6 +331,7 @@ impl DurableObliviStore {
             .min(u64::from(u32::MAX >> 3)) as u32;
         let st = St {
             reserved: oram.next_serial(),
+            epochs_reserved: sealer.current_epoch().saturating_add(1),
             oram,
             poisoned: None,
             clean: true,
@@ -375,7 +386,7 @@ impl DurableObliviStore {
         let store_id = StoreId(ckpt.store_id);
         let mut oram = ObliviStoreOram::from_state(ckpt.oram)?;
         check_geometry(&store, oram.config())?;
-        let sealer = CellSealer::new(key, store_id, 0);
+        let mut epoch = ckpt.next_epoch;
         let log_path = dir.join(REDO_LOG);
         let (frames, _, torn) = read_frames_with_legacy(
             &log_path,
@@ -400,7 +411,9 @@ impl DurableObliviStore {
                     oram.replay_shuffle(&r)?;
                 }
                 RESERVE_MAGIC => {
-                    floor = floor.max(decode_record::<ReserveRecord>(&f.body).map_err(bad)?.below);
+                    let r: ReserveRecord = decode_record(&f.body).map_err(bad)?;
+                    floor = floor.max(r.below);
+                    epoch = epoch.max(r.epochs_below);
                 }
                 REVEAL_MAGIC => {
                     let r: RevealRecord = decode_record(&f.body).map_err(bad)?;
@@ -416,7 +429,12 @@ impl DurableObliviStore {
         oram.skip_serials_to(floor);
         let unclean = !frames.is_empty() || torn > 0;
         let log = crate::durable::open_log(dir)?;
+        // This run seals under epochs no earlier run used, reserved in the log before the
+        // first seal.
+        let sealer = CellSealer::new(key, store_id, epoch);
         let engine = Self::assemble(dir, store, sealer, state_sealer, store_id, oram, log, true);
+        let serials = engine.inner.st.lock().reserved;
+        engine.reserve_now(serials).await?;
         if unclean {
             // The store may have seen any slot read since the checkpoint: rebuild everything.
             // Serials from here on are above any the last run may have used.
@@ -551,11 +569,16 @@ impl DurableObliviStore {
     }
 
     /// Queues a reservation of serials below `below` and syncs it.
+    /// (With it, key epochs up to two past the sealer's current one, so that no seal of this
+    /// run uses an epoch the log does not hold.)
     async fn reserve_now(&self, below: u64) -> Result<()> {
-        let f = self.frame(RESERVE_MAGIC, &ReserveRecord { below })?;
+        let epochs_below = self.inner.sealer.current_epoch().saturating_add(2);
         let seq = {
             let mut s = self.inner.st.lock();
             s.reserved = s.reserved.max(below);
+            s.epochs_reserved = s.epochs_reserved.max(epochs_below);
+            let r = ReserveRecord { below: s.reserved, epochs_below: s.epochs_reserved };
+            let f = self.frame(RESERVE_MAGIC, &r)?;
             s.push(f)
         };
         self.sync_through(seq).await
@@ -851,7 +874,14 @@ impl DurableObliviStore {
         let p = sh.partition;
         let (need, reserve) = {
             let s = self.inner.st.lock();
-            (s.last[p as usize], (sh.serial >= s.reserved).then_some(sh.serial + RESERVE_STEP))
+            // A new serial, or a seal that may reach an epoch not reserved yet: reserve more.
+            let epoch_due =
+                self.inner.sealer.current_epoch().saturating_add(1) >= s.epochs_reserved;
+            let serial_due = sh.serial >= s.reserved;
+            (
+                s.last[p as usize],
+                (serial_due || epoch_due).then_some(s.reserved.max(sh.serial + RESERVE_STEP)),
+            )
         };
         if let Some(below) = reserve {
             self.reserve_now(below).await?;
@@ -950,7 +980,9 @@ impl DurableObliviStore {
         self.inner.store.flush().await?;
         let ckpt = {
             let s = self.inner.st.lock();
-            Checkpoint { store_id: self.inner.store_id.0, oram: s.oram.state()? }
+            let next_epoch =
+                s.epochs_reserved.max(self.inner.sealer.current_epoch().saturating_add(1));
+            Checkpoint { store_id: self.inner.store_id.0, oram: s.oram.state()?, next_epoch }
         };
         write_checkpoint_as(&self.inner.dir, CHECKPOINT_MAGIC, &ckpt, &self.inner.state_sealer)?;
         log.file = open_empty_log(&self.inner.dir)?;
