@@ -331,7 +331,8 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
         Some(link) => {
             let Some(hostport) = endpoint.strip_prefix("http://") else {
                 bail!(
-                    "an emulated link (--rtt-ms, --mbit) needs the S3 server's endpoint as                      http://HOST:PORT (the direct side's requests are relayed through it)"
+                    "an emulated link (--rtt-ms, --mbit) needs the S3 server's endpoint as \
+                     http://HOST:PORT (the direct side's requests are relayed through it)"
                 );
             };
             let hostport = hostport.trim_end_matches('/');

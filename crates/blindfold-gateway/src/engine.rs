@@ -473,6 +473,14 @@ macro_rules! concurrent_engine {
                 <$engine>::commit(self).await
             }
 
+            async fn sweep_paths(&self) -> u64 {
+                <$engine>::sweep_paths(self)
+            }
+
+            async fn sweep(&self, range: std::ops::Range<u64>) -> Result<()> {
+                <$engine>::sweep(self, range).await
+            }
+
             async fn shutdown(&self) -> Result<()> {
                 <$engine>::shutdown(self).await
             }

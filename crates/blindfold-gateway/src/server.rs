@@ -1225,14 +1225,9 @@ async fn assemble(
                     .await?,
             )
         } else {
-            if previous.is_some() {
-                return Err(GatewayError::Config(format!(
-                    "the {} engine cannot re-seal its cells under a new key: finish or undo \
-                         the key rotation with another engine's data directory",
-                    params.engine
-                )));
-            }
-            let (engine, rec) = DurableObliviStore::open(&oram_dir, store, &key).await?;
+            let (engine, rec) =
+                DurableObliviStore::open_rotating(&oram_dir, store, &key, previous.as_ref())
+                    .await?;
             recovered(rec, notes);
             Arc::new(engine)
         }

@@ -397,6 +397,16 @@ impl DurableTee {
     }
 
     /// Counters.
+    /// A key rotation's sweep: none (this engine cannot re-seal its cells under a new key).
+    pub fn sweep_paths(&self) -> u64 {
+        0
+    }
+
+    /// Refuses: this engine cannot re-seal its cells under a new key.
+    pub async fn sweep(&self, _range: std::ops::Range<u64>) -> Result<()> {
+        Err(ProxyError::State("the tee engine cannot re-seal its cells under a new key".into()))
+    }
+
     pub fn stats(&self) -> TeeEngineStats {
         let s = self.inner.sched.lock();
         TeeEngineStats {

@@ -1,4 +1,5 @@
-//! Master-key rotation in both durable engines: opened with a new key and the one it retires,
+//! Master-key rotation in the durable engines (Path ORAM, TaoStore, and the partition engines
+//! with ObliviStore's levelled partitions; CURIOUS over Path ORAM partitions refuses it): opened with a new key and the one it retires,
 //! a sweep over every path (interleaved with ordinary accesses) re-seals every cell, after
 //! which the engine opens and verifies under the new key alone and no longer under the old;
 //! a crash at any point of the sweep loses no committed write; and the sweep's reads are the
@@ -8,8 +9,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use blindfold_crypto::{MasterKey, StoreId};
+use blindfold_oram::oblivistore::ObliviStoreConfig;
 use blindfold_oram::{BlockId, PathOramConfig};
-use blindfold_proxy::{DurablePathOram, DurableTao, ProxyError, TaoConfig};
+use blindfold_proxy::{DurableObliviStore, DurablePathOram, DurableTao, ProxyError, TaoConfig};
 use blindfold_store::{CellId, MemoryStore, RecordingStore, Store, TraceOp};
 use blindfold_testkit::DyingStore;
 use rand::{Rng, SeedableRng};
@@ -26,43 +28,75 @@ fn tao_config() -> TaoConfig {
     TaoConfig::builder(BLOCKS, BS).write_back_every(4).build().unwrap()
 }
 
-/// One of the two engines, behind the calls the test needs.
+/// Which engine a test runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Path,
+    Tao,
+    /// ObliviStore's levelled partitions.
+    Levelled,
+    /// CURIOUS over Path ORAM partitions.
+    Tree,
+}
+
+fn part_config(kind: Kind) -> ObliviStoreConfig {
+    match kind {
+        Kind::Tree => ObliviStoreConfig::curious_path(BLOCKS, BS, 3, 5).unwrap(),
+        _ => ObliviStoreConfig::new(BLOCKS, BS).unwrap(),
+    }
+}
+
+/// One of the engines, behind the calls the test needs.
 // One engine per trial, never moved around: its size does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Engine {
     Path(DurablePathOram),
     Tao(DurableTao),
+    Part(DurableObliviStore),
 }
 
 impl Engine {
-    async fn create(tao: bool, dir: &std::path::Path, store: Arc<dyn Store>, key: &MasterKey) {
+    async fn create(kind: Kind, dir: &std::path::Path, store: Arc<dyn Store>, key: &MasterKey) {
         let id = StoreId::random();
-        if tao {
-            DurableTao::create_pinned(dir, tao_config(), store, key, id, 1).await.unwrap();
-        } else {
-            DurablePathOram::create(dir, path_config(), store, key, id).await.unwrap();
+        match kind {
+            Kind::Tao => {
+                DurableTao::create_pinned(dir, tao_config(), store, key, id, 1).await.unwrap();
+            }
+            Kind::Path => {
+                DurablePathOram::create(dir, path_config(), store, key, id).await.unwrap();
+            }
+            Kind::Levelled | Kind::Tree => {
+                let c = part_config(kind);
+                DurableObliviStore::create(dir, c, store, key, id, &mut |_, _| {}).await.unwrap();
+            }
         }
     }
 
-    fn geometry(tao: bool) -> blindfold_store::Geometry {
-        if tao {
-            DurableTao::geometry(&tao_config()).unwrap()
-        } else {
-            DurablePathOram::geometry(&path_config()).unwrap()
+    fn geometry(kind: Kind) -> blindfold_store::Geometry {
+        match kind {
+            Kind::Tao => DurableTao::geometry(&tao_config()).unwrap(),
+            Kind::Path => DurablePathOram::geometry(&path_config()).unwrap(),
+            Kind::Levelled | Kind::Tree => {
+                DurableObliviStore::geometry(&part_config(kind)).unwrap()
+            }
         }
     }
 
     async fn open(
-        tao: bool,
+        kind: Kind,
         dir: &std::path::Path,
         store: Arc<dyn Store>,
         key: &MasterKey,
         previous: Option<&MasterKey>,
     ) -> Result<Self, ProxyError> {
-        Ok(if tao {
-            Self::Tao(DurableTao::open_rotating(dir, store, key, previous).await?.0)
-        } else {
-            Self::Path(DurablePathOram::open_rotating(dir, store, key, previous).await?.0)
+        Ok(match kind {
+            Kind::Tao => Self::Tao(DurableTao::open_rotating(dir, store, key, previous).await?.0),
+            Kind::Path => {
+                Self::Path(DurablePathOram::open_rotating(dir, store, key, previous).await?.0)
+            }
+            Kind::Levelled | Kind::Tree => {
+                Self::Part(DurableObliviStore::open_rotating(dir, store, key, previous).await?.0)
+            }
         })
     }
 
@@ -70,6 +104,7 @@ impl Engine {
         match self {
             Self::Path(e) => e.sweep_paths(),
             Self::Tao(e) => e.sweep_paths(),
+            Self::Part(e) => e.sweep_paths(),
         }
     }
 
@@ -77,6 +112,7 @@ impl Engine {
         match self {
             Self::Path(e) => e.sweep(range).await,
             Self::Tao(e) => e.sweep(range).await,
+            Self::Part(e) => e.sweep(range).await,
         }
     }
 
@@ -87,6 +123,7 @@ impl Engine {
                 e.access_many(ops.collect()).await.map(drop)
             }
             Self::Tao(e) => e.write_many(blocks).await,
+            Self::Part(e) => e.write_many(blocks).await,
         }
     }
 
@@ -97,6 +134,7 @@ impl Engine {
                 e.access_many(ops.collect()).await
             }
             Self::Tao(e) => e.read_many(blocks).await,
+            Self::Part(e) => e.read_many(blocks).await,
         }
     }
 
@@ -104,6 +142,26 @@ impl Engine {
         match self {
             Self::Path(e) => e.commit().await,
             Self::Tao(e) => e.commit().await,
+            Self::Part(e) => e.commit().await,
+        }
+    }
+
+    /// A clean stop where the engine has one (so the next open replays nothing: for the
+    /// partition engines, an unclean stop would make the next open rebuild, and re-seal,
+    /// every partition by itself).
+    async fn stop(self) {
+        match self {
+            Self::Path(mut e) => e.commit().await.unwrap(),
+            Self::Tao(e) => e.shutdown().await.unwrap(),
+            Self::Part(e) => e.shutdown().await.unwrap(),
+        }
+    }
+
+    /// Stops everything the engine runs, as a crash of the process would.
+    async fn crash(self) {
+        if let Self::Part(e) = &self {
+            e.halt();
+            let _ = e.settle().await;
         }
     }
 
@@ -111,6 +169,7 @@ impl Engine {
         let report = match self {
             Self::Path(e) => e.verify(|_, _| {}).await.unwrap(),
             Self::Tao(e) => e.verify(|_, _| {}).await.unwrap(),
+            Self::Part(e) => e.verify(&mut |_, _| {}).await.unwrap(),
         };
         assert!(report.failures.is_empty(), "{:?}", report.failures);
         assert!(report.cells_checked > 0);
@@ -123,17 +182,29 @@ fn data(rng: &mut ChaCha8Rng) -> Vec<u8> {
 
 async fn check_all(e: &mut Engine, model: &HashMap<u64, Vec<u8>>, what: &str) {
     let blocks: Vec<BlockId> = model.keys().map(|&b| BlockId(b)).collect();
+    for b in &blocks {
+        if let Err(err) = e.read(&[*b]).await {
+            panic!("{what}: block {} read fails: {err:?}", b.0);
+        }
+    }
     let got = e.read(&blocks).await.unwrap();
     for (b, d) in blocks.iter().zip(got) {
-        assert_eq!(&d, &model[&b.0], "{what}: block {}", b.0);
+        assert_eq!(
+            &d,
+            &model[&b.0],
+            "{what}: block {} (zeros: {})",
+            b.0,
+            d.iter().all(|&x| x == 0)
+        );
     }
 }
 
-async fn rotation_reseals_everything(tao: bool) {
+async fn rotation_reseals_everything(kind: Kind) {
+    let tao = kind;
     let (old, new) = (MasterKey::generate(), MasterKey::generate());
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Engine::geometry(tao)));
-    let mut rng = ChaCha8Rng::seed_from_u64(u64::from(tao));
+    let mut rng = ChaCha8Rng::seed_from_u64(kind as u64);
     let mut model = HashMap::new();
     Engine::create(tao, dir.path(), store.clone(), &old).await;
     {
@@ -145,6 +216,7 @@ async fn rotation_reseals_everything(tao: bool) {
             model.insert(b, d);
         }
         e.commit().await.unwrap();
+        e.stop().await;
     }
     // Without the old key nothing opens yet.
     assert!(Engine::open(tao, dir.path(), store.clone(), &new, None).await.is_err());
@@ -163,6 +235,7 @@ async fn rotation_reseals_everything(tao: bool) {
             at = end;
         }
         assert!(e.sweep(paths..paths + 1).await.is_err(), "past the end is refused");
+        e.stop().await;
     }
     // The new key alone opens and authenticates every cell; the old one opens nothing.
     let mut e = Engine::open(tao, dir.path(), store.clone(), &new, None).await.unwrap();
@@ -174,12 +247,34 @@ async fn rotation_reseals_everything(tao: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_oram_rotation_reseals_every_cell() {
-    rotation_reseals_everything(false).await;
+    rotation_reseals_everything(Kind::Path).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tao_rotation_reseals_every_cell() {
-    rotation_reseals_everything(true).await;
+    rotation_reseals_everything(Kind::Tao).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_engines_rotation_reseals_every_cell() {
+    rotation_reseals_everything(Kind::Levelled).await;
+}
+
+/// CURIOUS over Path ORAM partitions refuses a key rotation, saying so: its crash test under
+/// two keys failed about one run in four (a recovery meeting a cell that does not open), with
+/// a cause not found yet, so it is not offered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curious_path_refuses_a_key_rotation() {
+    let (old, new) = (MasterKey::generate(), MasterKey::generate());
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Engine::geometry(Kind::Tree)));
+    Engine::create(Kind::Tree, dir.path(), store.clone(), &old).await;
+    let Err(e) = Engine::open(Kind::Tree, dir.path(), store.clone(), &new, Some(&old)).await else {
+        panic!("a rotation was accepted")
+    };
+    assert!(e.to_string().contains("cannot re-seal"), "{e}");
+    // Nothing changed: the old key still opens it.
+    Engine::open(Kind::Tree, dir.path(), store, &old, None).await.unwrap();
 }
 
 /// Without the sweep, a rotation is not done: cells nobody touched are still under the old
@@ -188,21 +283,22 @@ async fn tao_rotation_reseals_every_cell() {
 async fn without_the_sweep_old_cells_remain() {
     let (old, new) = (MasterKey::generate(), MasterKey::generate());
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Engine::geometry(false)));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(Engine::geometry(Kind::Path)));
     let mut rng = ChaCha8Rng::seed_from_u64(5);
-    Engine::create(false, dir.path(), store.clone(), &old).await;
-    let mut e = Engine::open(false, dir.path(), store.clone(), &old, None).await.unwrap();
+    Engine::create(Kind::Path, dir.path(), store.clone(), &old).await;
+    let mut e = Engine::open(Kind::Path, dir.path(), store.clone(), &old, None).await.unwrap();
     for b in 0..BLOCKS {
         e.write(vec![(BlockId(b), data(&mut rng))]).await.unwrap();
     }
     e.commit().await.unwrap();
     drop(e);
-    let mut e = Engine::open(false, dir.path(), store.clone(), &new, Some(&old)).await.unwrap();
+    let mut e =
+        Engine::open(Kind::Path, dir.path(), store.clone(), &new, Some(&old)).await.unwrap();
     e.write(vec![(BlockId(0), data(&mut rng))]).await.unwrap();
     e.commit().await.unwrap();
     drop(e);
     let Engine::Path(mut e) =
-        Engine::open(false, dir.path(), store.clone(), &new, None).await.unwrap()
+        Engine::open(Kind::Path, dir.path(), store.clone(), &new, None).await.unwrap()
     else {
         unreachable!()
     };
@@ -213,9 +309,10 @@ async fn without_the_sweep_old_cells_remain() {
 /// A crash at any instant of a rotation (the store dies after a random number of cell
 /// writes, in the middle of a sweep or a commit) loses no committed write, and the rotation,
 /// resumed from the start, still completes.
-async fn crash_during_rotation(tao: bool) {
+async fn crash_during_rotation(kind: Kind) {
+    let tao = kind;
     let (old, new) = (MasterKey::generate(), MasterKey::generate());
-    let mut rng = ChaCha8Rng::seed_from_u64(40 + u64::from(tao));
+    let mut rng = ChaCha8Rng::seed_from_u64(40 + kind as u64);
     for trial in 0..12 {
         let dir = tempfile::tempdir().unwrap();
         let backing: Arc<dyn Store> = Arc::new(MemoryStore::new(Engine::geometry(tao)));
@@ -232,8 +329,9 @@ async fn crash_during_rotation(tao: bool) {
         }
         // The rotation runs over a store that dies part-way.
         let dying = Arc::new(DyingStore::new(backing.clone(), rng.gen_range(0..400)));
+        let mut opened = None;
         let outcome = async {
-            let mut e = Engine::open(tao, dir.path(), dying, &new, Some(&old)).await?;
+            let e = opened.insert(Engine::open(tao, dir.path(), dying, &new, Some(&old)).await?);
             let paths = e.sweep_paths();
             let mut at = 0;
             while at < paths {
@@ -249,6 +347,11 @@ async fn crash_during_rotation(tao: bool) {
             Ok::<(), ProxyError>(())
         }
         .await;
+        // The process dies: nothing of this run goes on (the partition engines run their
+        // evictions as tasks of their own).
+        if let Some(e) = opened {
+            e.crash().await;
+        }
         if let Err(e) = &outcome {
             assert!(matches!(e, ProxyError::Store(_) | ProxyError::Poisoned), "trial {trial}: {e}");
         }
@@ -267,17 +370,23 @@ async fn crash_during_rotation(tao: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_oram_rotation_survives_crashes() {
-    crash_during_rotation(false).await;
+    crash_during_rotation(Kind::Path).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tao_rotation_survives_crashes() {
-    crash_during_rotation(true).await;
+    crash_during_rotation(Kind::Tao).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_engines_rotation_survives_crashes() {
+    crash_during_rotation(Kind::Levelled).await;
 }
 
 /// The cells a sweep reads, for a workload of `hot` (a few blocks) or uniform writes before
 /// it: the store's view of the sweep.
 async fn sweep_reads(tao: bool, hot: bool) -> Vec<Vec<u64>> {
+    let tao = if tao { Kind::Tao } else { Kind::Path };
     let key = MasterKey::generate();
     let dir = tempfile::tempdir().unwrap();
     let rec = Arc::new(RecordingStore::new(MemoryStore::new(Engine::geometry(tao))));

@@ -326,16 +326,31 @@ fn rotate_key(a: RotateKeyArgs) -> Result<()> {
     let dir = &a.dir.data_dir;
     if !dir.join("gateway.json").exists() {
         bail!(
-            "{} holds no gateway (no gateway.json): give --data-dir of a gateway that has              started at least once",
+            "{} holds no gateway (no gateway.json): give --data-dir of a gateway that has \
+             started at least once",
             dir.display()
         );
+    }
+    // Engines that cannot re-seal their cells are refused before anything is written.
+    if let Some(p) = blindfold_gateway::server::read_params(dir)? {
+        use blindfold_gateway::server::OramEngine;
+        if matches!(p.engine, OramEngine::Tee | OramEngine::CuriousPath) {
+            bail!(
+                "the {} engine of {} cannot re-seal its cells under a new key yet: to change \
+                 the key, create a gateway with another engine and copy the objects over (e.g. \
+                 with `aws s3 sync`)",
+                p.engine,
+                dir.display()
+            );
+        }
     }
     let key_file = a.dir.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
     let pass = if a.dir.passphrase { Some(read_passphrase()?) } else { None };
     let keys = blindfold_gateway::server::data_dir_keys(dir, &key_file, pass.as_ref())?;
     if let Some(r) = &keys.rotation {
         bail!(
-            "a key rotation is already under way in {} ({} of {} paths re-sealed): start              `blindfold serve` there to let it finish",
+            "a key rotation is already under way in {} ({} of {} paths re-sealed): start \
+             `blindfold serve` there to let it finish",
             dir.display(),
             r.swept,
             if r.paths == 0 { "?".to_string() } else { r.paths.to_string() }

@@ -698,3 +698,41 @@ fn rotate_key_re_seals_everything_then_retires_the_old_key() {
         .unwrap();
     assert!(o.status.success() && text(&o).contains("OK:"), "{}", text(&o));
 }
+
+/// The ObliviStore engine rotates its key while serving (each partition rebuilt under the new
+/// key); CURIOUS over Path ORAM partitions refuses a rotation before writing anything.
+#[test]
+fn rotate_key_with_the_partition_engines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("os");
+    let dir = d.to_str().unwrap();
+    let mut args = small_store(&d);
+    args.extend(["--engine".into(), "oblivistore".into(), "--allow-overhead".into()]);
+    serve(&strs(&args)).stop();
+    let key = d.join("key.json");
+    let old = std::fs::read(&key).unwrap();
+    let o = blindfold(&["rotate-key", "--data-dir", dir]);
+    assert!(o.status.success(), "{}", text(&o));
+    let served = serve(&strs(&args));
+    wait_for_rotation(&d);
+    let log = served.stop();
+    assert!(log.contains("key rotation under way"), "{log}");
+    assert_ne!(std::fs::read(&key).unwrap(), old, "the key file holds the new key");
+    let o = blindfold(&["verify", "--data-dir", dir]);
+    assert!(o.status.success() && text(&o).contains("OK:"), "{}", text(&o));
+    let retired = tmp.path().join("retired.json");
+    std::fs::write(&retired, &old).unwrap();
+    let mut with_retired = args.clone();
+    with_retired.extend(["--key-file".into(), retired.to_str().unwrap().into()]);
+    let out = serve_fails(&strs(&with_retired));
+    assert!(out.contains("does not belong"), "{out}");
+
+    let d = tmp.path().join("cp");
+    let dir = d.to_str().unwrap();
+    let mut args = small_store(&d);
+    args.extend(["--engine".into(), "curious-path".into(), "--allow-overhead".into()]);
+    serve(&strs(&args)).stop();
+    let o = blindfold(&["rotate-key", "--data-dir", dir]);
+    assert!(!o.status.success() && text(&o).contains("cannot re-seal"), "{}", text(&o));
+    assert!(!d.join("rotation.sealed").exists() && !d.join("key.json.next").exists());
+}
