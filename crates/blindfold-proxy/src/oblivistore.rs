@@ -447,8 +447,8 @@ impl DurableObliviStore {
         let mut sealer = CellSealer::new(key, store_id, epoch);
         if let Some(old) = previous {
             if oram.config().path_shape().is_some() {
-                // Its crash test under two keys failed (a recovery meeting a cell that does
-                // not open), cause not found: not offered until it passes.
+                // Its crash test under two keys failed now and then (a committed write read
+                // back with an older value), cause not found: not offered until it passes.
                 return Err(ProxyError::State(
                     "CURIOUS over Path ORAM partitions cannot re-seal its cells under a new key \
                      yet: finish or undo the key rotation with the old key"
