@@ -44,7 +44,7 @@ async fn toy_run_produces_every_experiment() {
             .find(|x| x.experiment == exp && x.engine == engine && x.rtt_ms == rtt)
             .unwrap_or_else(|| panic!("no {exp} row for {engine} at {rtt} ms"))
     };
-    for engine in ["oblivistore", "curious", "tao"] {
+    for engine in ["oblivistore", "curious", "curious-path", "tao"] {
         let fast = find("latency", engine, 0);
         let slow = find("latency", engine, 20);
         let seeks = find("seeks", engine, 0);
@@ -85,7 +85,8 @@ async fn toy_run_produces_every_experiment() {
     // The tables, verdicts, CSV and plots.
     let text = oblivistore::render(&r);
     assert!(text.contains("machine:") && text.contains("31.5 MB/s"), "{text}");
-    assert_eq!(r.targets.len(), 4);
+    // 31.5 MB/s, the port's rates for oblivistore, curious and curious-path, the nodes.
+    assert_eq!(r.targets.len(), 5);
     assert!(r.targets.last().unwrap().met.is_some(), "nodes > 1 judged");
     let out = work.path().join("out");
     let files = oblivistore::save(&r, &out).unwrap();
@@ -104,6 +105,9 @@ async fn build_engine_builds_every_engine_and_refuses_others() {
     let link = LinkConfig::unlimited(Duration::ZERO);
     let b = build_engine("curious", 1, link, StoreKind::Memory, 64, 64, dir.path()).await.unwrap();
     assert_eq!(b.engine.kind(), "curious");
+    let b =
+        build_engine("curious-path", 1, link, StoreKind::Memory, 64, 64, dir.path()).await.unwrap();
+    assert_eq!(b.engine.kind(), "curious-path");
     let b =
         build_engine("oblivistore", 3, link, StoreKind::Memory, 64, 64, dir.path()).await.unwrap();
     assert_eq!(b.engine.kind(), "nodes");
