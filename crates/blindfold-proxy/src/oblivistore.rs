@@ -39,9 +39,9 @@
 //! logged with the data of every cached block whose stored copy it retired. Before a shuffle
 //! writes, the store is flushed and the log is synced through the partition's previous record,
 //! so no cell the durable state still needs is ever overwritten; the top level alternates
-//! between two areas for the same reason. After an unclean stop the log is replayed and every partition is rebuilt into its
-//! top level: the store may have seen any slot read since the checkpoint, and a rebuild reads
-//! them all once and makes every slot fresh.
+//! between two areas for the same reason. After an unclean stop the log is replayed and every
+//! partition is rebuilt into its top level: the store may have seen any slot read since the
+//! checkpoint, and a rebuild reads them all once and makes every slot fresh.
 //!
 //! # Path ORAM partitions (CURIOUS's tree sub-ORAM)
 //!
