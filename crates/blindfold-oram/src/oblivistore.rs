@@ -342,6 +342,26 @@ struct PathTree {
     due: Option<u32>,
 }
 
+impl PathTree {
+    /// Slot `slot` (`bucket * z + i`) of partition `p` as it is now: its current cell, serial
+    /// and holder.
+    fn slot_read(&self, config: &ObliviStoreConfig, p: u32, slot: u64) -> SlotRead {
+        let z = u64::from(config.path_shape().expect("a Path ORAM partition").0);
+        let bucket = slot / z;
+        SlotRead {
+            cell: config.path_cell(p, bucket, self.copy[bucket as usize], (slot % z) as u32),
+            serial: self.serial[bucket as usize],
+            holder: self.holders[slot as usize],
+        }
+    }
+
+    /// The cell in the other copy of `bucket` for its `i`-th slot: where a write-back or a
+    /// rebuild writes it.
+    fn next_cell(&self, config: &ObliviStoreConfig, p: u32, bucket: u64, i: u32) -> CellId {
+        config.path_cell(p, bucket, 1 - self.copy[bucket as usize], i)
+    }
+}
+
 /// The bucket at `depth` on the path to `leaf` of a tree of `height` (heap order).
 fn bucket_on_path(leaf: u32, depth: u32, height: u32) -> u64 {
     ((leaf as u64 + (1u64 << height)) >> (height - depth)) - 1
@@ -883,11 +903,7 @@ impl ObliviStoreOram {
                     }
                     taken.push((holder, l, bucket));
                 }
-                slots.push(SlotRead {
-                    cell: self.config.path_cell(p, bucket, tree.copy[bucket as usize], i),
-                    serial: tree.serial[bucket as usize],
-                    holder,
-                });
+                slots.push(tree.slot_read(&self.config, p, u64::from(s)));
             }
         }
         if real && real_index.is_none() && self.places.get(&block) != Some(&Place::Cached) {
@@ -1083,9 +1099,8 @@ impl ObliviStoreOram {
             .iter()
             .enumerate()
             .map(|(k, &h)| {
-                let bucket = path[k / z as usize];
-                let copy = 1 - tree.copy[bucket as usize];
-                (self.config.path_cell(p, bucket, copy, (k % z as usize) as u32), h)
+                let i = (k % z as usize) as u32;
+                (tree.next_cell(&self.config, p, path[k / z as usize], i), h)
             })
             .collect();
         self.stats.shuffle_cells += writes.len() as u64;
@@ -1134,12 +1149,9 @@ impl ObliviStoreOram {
         for bucket in 0..buckets {
             for i in 0..z {
                 let s = (bucket * z as u64 + i as u64) as u32;
-                let h = tree.holders[s as usize];
-                reads.push(SlotRead {
-                    cell: self.config.path_cell(p, bucket, tree.copy[bucket as usize], i),
-                    serial: tree.serial[bucket as usize],
-                    holder: h,
-                });
+                let read = tree.slot_read(&self.config, p, u64::from(s));
+                let h = read.holder;
+                reads.push(read);
                 let is_live = h != DUMMY
                     && matches!(self.places.get(&h),
                         Some(&Place::InTree { partition: q, slot, .. }) if q == p && slot == s);
@@ -1180,9 +1192,8 @@ impl ObliviStoreOram {
             .iter()
             .enumerate()
             .map(|(k, &h)| {
-                let bucket = k as u64 / z as u64;
-                let copy = 1 - tree.copy[bucket as usize];
-                (self.config.path_cell(p, bucket, copy, (k as u64 % z as u64) as u32), h)
+                let (bucket, i) = (k as u64 / z as u64, (k as u64 % z as u64) as u32);
+                (tree.next_cell(&self.config, p, bucket, i), h)
             })
             .collect::<Vec<_>>();
         self.stats.shuffle_cells += (reads.len() + writes.len()) as u64;
@@ -1550,11 +1561,6 @@ impl ObliviStoreOram {
         Ok(())
     }
 
-    /// Blocks a replayed reveal left in place (recovery, before the rebuild).
-    pub fn revealed(&self) -> usize {
-        self.revealed.len()
-    }
-
     fn put_cached(&mut self, block: u64, target: u32, data: Vec<u8>, dirty: bool) -> Result<()> {
         self.revealed.remove(&block);
         if target >= self.config.partitions || data.len() != self.config.block_size as usize {
@@ -1611,11 +1617,8 @@ impl ObliviStoreOram {
                     Some((b, self.config.cell(partition, level, area, slot as u64)))
                 }
                 Place::InTree { partition, slot, .. } => {
-                    let (z, _) = self.config.path_shape()?;
-                    let bucket = (slot / z) as u64;
                     let t = self.partitions[partition as usize].tree.as_ref()?;
-                    let copy = t.copy[bucket as usize];
-                    Some((b, self.config.path_cell(partition, bucket, copy, slot % z)))
+                    Some((b, t.slot_read(&self.config, partition, u64::from(slot)).cell))
                 }
                 Place::Cached => None,
             })
@@ -1636,20 +1639,9 @@ impl ObliviStoreOram {
         let levels = self.config.levels;
         let mut out = Vec::new();
         for (p, part) in self.partitions.iter().enumerate() {
-            if let (Some(t), Some((z, _))) = (&part.tree, self.config.path_shape()) {
-                for (s, &h) in t.holders.iter().enumerate() {
-                    let bucket = s as u64 / z as u64;
-                    out.push(SlotRead {
-                        cell: self.config.path_cell(
-                            p as u32,
-                            bucket,
-                            t.copy[bucket as usize],
-                            (s as u64 % z as u64) as u32,
-                        ),
-                        serial: t.serial[bucket as usize],
-                        holder: h,
-                    });
-                }
+            if let Some(t) = &part.tree {
+                let slots = t.holders.len() as u64;
+                out.extend((0..slots).map(|s| t.slot_read(&self.config, p as u32, s)));
                 continue;
             }
             for l in 0..=levels {

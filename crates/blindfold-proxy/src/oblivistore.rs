@@ -458,12 +458,12 @@ impl DurableObliviStore {
             sealer = sealer.with_previous_key(old);
         }
         let engine = Self::assemble(dir, store, sealer, state_sealer, store_id, oram, log, true);
-        let serials = engine.inner.st.lock().reserved;
+        // Serials (after an unclean stop, above any the last run may have used) and this run's
+        // key epochs, reserved before anything is sealed.
+        let serials = if unclean { floor + RESERVE_STEP } else { engine.inner.st.lock().reserved };
         engine.reserve_now(serials).await?;
         if unclean {
             // The store may have seen any slot read since the checkpoint: rebuild everything.
-            // Serials from here on are above any the last run may have used.
-            engine.reserve_now(floor + RESERVE_STEP).await?;
             let partitions = engine.config().partitions();
             for p in 0..partitions {
                 let sh = engine.inner.st.lock().oram.plan_rebuild(p);
@@ -653,8 +653,14 @@ impl DurableObliviStore {
     }
 
     async fn access_inner(&self, block: BlockId, op: Op) -> Result<Vec<u8>> {
-        let inner = &self.inner;
-        // Wait while a checkpoint needs quiet; then count in.
+        self.count_in().await?;
+        let result = self.access_counted(block, op).await;
+        self.count_out();
+        result
+    }
+
+    /// Waits while a checkpoint needs quiet, then counts one more access or sweep in flight.
+    async fn count_in(&self) -> Result<()> {
         self.wait_until(|s| {
             if s.holding == 0 {
                 s.active += 1;
@@ -663,11 +669,13 @@ impl DurableObliviStore {
                 Ok(false)
             }
         })
-        .await?;
-        let result = self.access_counted(block, op).await;
-        inner.st.lock().active -= 1;
+        .await
+    }
+
+    /// The end of an access, sweep or eviction counted in flight.
+    fn count_out(&self) {
+        self.inner.st.lock().active -= 1;
         self.ring();
-        result
     }
 
     async fn access_counted(&self, block: BlockId, op: Op) -> Result<Vec<u8>> {
@@ -832,8 +840,7 @@ impl DurableObliviStore {
             }
             drop(guard);
             drop(permit);
-            me.inner.st.lock().active -= 1;
-            me.ring();
+            me.count_out();
         });
     }
 
@@ -856,8 +863,7 @@ impl DurableObliviStore {
             drop(room);
             drop(guard);
             drop(permit);
-            me.inner.st.lock().active -= 1;
-            me.ring();
+            me.count_out();
         });
     }
 
@@ -985,18 +991,9 @@ impl DurableObliviStore {
             )));
         }
         for p in range {
-            self.wait_until(|s| {
-                if s.holding == 0 {
-                    s.active += 1;
-                    Ok(true)
-                } else {
-                    Ok(false)
-                }
-            })
-            .await?;
+            self.count_in().await?;
             let done = self.sweep_one(p as u32).await;
-            self.inner.st.lock().active -= 1;
-            self.ring();
+            self.count_out();
             done?;
         }
         Ok(())

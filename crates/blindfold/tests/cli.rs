@@ -622,6 +622,16 @@ fn user_commands_manage_sealed_users_and_refuse_a_wrong_key() {
     assert!(list.contains("no users"), "{list}");
 }
 
+/// `serve` with the retired key `old` (written to a file in `tmp`) and `args` is refused.
+fn assert_retired_key_refused(tmp: &std::path::Path, old: &[u8], args: &[String]) {
+    let retired = tmp.join("retired.json");
+    std::fs::write(&retired, old).unwrap();
+    let mut with_retired = args.to_vec();
+    with_retired.extend(["--key-file".into(), retired.to_str().unwrap().into()]);
+    let out = serve_fails(&strs(&with_retired));
+    assert!(out.contains("does not belong"), "{out}");
+}
+
 /// Waits until the running gateway has finished the key rotation (its file is gone).
 fn wait_for_rotation(d: &std::path::Path) {
     let t0 = std::time::Instant::now();
@@ -673,12 +683,7 @@ fn rotate_key_re_seals_everything_then_retires_the_old_key() {
     let o = blindfold(&["verify", "--data-dir", dir]);
     assert!(o.status.success() && text(&o).contains("OK:"), "{}", text(&o));
     // The retired key opens nothing any more.
-    let retired = tmp.path().join("retired.json");
-    std::fs::write(&retired, &old).unwrap();
-    let mut with_retired = args.clone();
-    with_retired.extend(["--key-file".into(), retired.to_str().unwrap().into()]);
-    let out = serve_fails(&strs(&with_retired));
-    assert!(out.contains("does not belong"), "{out}");
+    assert_retired_key_refused(tmp.path(), &old, &args);
     // The next rotation puts the new key under a passphrase.
     let o = Command::new(env!("CARGO_BIN_EXE_blindfold"))
         .args(["rotate-key", "--data-dir", dir, "--new-passphrase"])
@@ -720,12 +725,7 @@ fn rotate_key_with_the_partition_engines() {
     assert_ne!(std::fs::read(&key).unwrap(), old, "the key file holds the new key");
     let o = blindfold(&["verify", "--data-dir", dir]);
     assert!(o.status.success() && text(&o).contains("OK:"), "{}", text(&o));
-    let retired = tmp.path().join("retired.json");
-    std::fs::write(&retired, &old).unwrap();
-    let mut with_retired = args.clone();
-    with_retired.extend(["--key-file".into(), retired.to_str().unwrap().into()]);
-    let out = serve_fails(&strs(&with_retired));
-    assert!(out.contains("does not belong"), "{out}");
+    assert_retired_key_refused(tmp.path(), &old, &args);
 
     let d = tmp.path().join("cp");
     let dir = d.to_str().unwrap();
