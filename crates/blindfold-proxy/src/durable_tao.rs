@@ -856,17 +856,26 @@ impl DurableTao {
     /// flush and the record's fsync then run while requests go on (see [`DurableTao::prepare`]).
     async fn commit_all(&self, c: &mut Committer) -> Result<()> {
         if self.slotted.is_some() && c.log_bytes <= self.log_limit {
-            let (covered, prepared) = {
+            let started = std::time::Instant::now();
+            let (covered, prepared, drained, stopped) = {
                 let _exclusive = self.gate.write().await;
+                let drained = started.elapsed();
                 self.check()?;
                 let covered = self.written.load(Ordering::SeqCst);
-                (covered, self.prepare(c).await)
+                (covered, self.prepare(c).await, drained, started.elapsed())
             };
             let r = match prepared {
                 Ok(Some(p)) => self.finish_prepared(c, p).await,
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),
             };
+            tracing::debug!(
+                drain_ms = drained.as_secs_f64() * 1e3,
+                stopped_ms = stopped.as_secs_f64() * 1e3,
+                total_ms = started.elapsed().as_secs_f64() * 1e3,
+                log_bytes = c.log_bytes,
+                "non-stop commit"
+            );
             if let Err(e) = &r {
                 self.poisoned.store(true, Ordering::SeqCst);
                 tracing::error!(error = %e, "commit failed; refusing further accesses until restart");
@@ -875,10 +884,15 @@ impl DurableTao {
             self.committed.store(covered, Ordering::SeqCst);
             return Ok(());
         }
+        let started = std::time::Instant::now();
         let _exclusive = self.gate.write().await;
         let covered = self.written.load(Ordering::SeqCst);
         self.commit_locked(c).await?;
         self.committed.store(covered, Ordering::SeqCst);
+        tracing::debug!(
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            "stopping commit (checkpoint due)"
+        );
         Ok(())
     }
 
@@ -905,10 +919,13 @@ impl DurableTao {
     async fn finish_prepared(&self, c: &mut Committer, p: Prepared) -> Result<()> {
         let slotted = self.slotted.as_ref().expect("prepared commits are two-slot ones");
         let Prepared { cells, posmap, state } = p;
+        let started = std::time::Instant::now();
+        let n_cells = cells.len();
         let cells = cells.into_iter().map(|(c, sealed)| (CellId(c), sealed));
         write_batches(&*self.store, self.retry, cells).await?;
         let store = Arc::clone(&self.store);
         with_retry(self.retry, || store.flush()).await?;
+        let stored = started.elapsed();
         let pinned = self.pinned.as_ref().map(|p| p.take_dirty()).unwrap_or_default();
         let record = SlotRecord {
             seq: c.seq + 1,
@@ -926,7 +943,17 @@ impl DurableTao {
                 })
                 .collect(),
         };
-        c.log_bytes += append_record(&c.log, &c.dir, SLOT_RECORD_MAGIC, &record, &c.sealer).await?;
+        let n_pinned = record.pinned.len();
+        let appended = append_record(&c.log, &c.dir, SLOT_RECORD_MAGIC, &record, &c.sealer).await?;
+        tracing::debug!(
+            cells = n_cells,
+            pinned = n_pinned,
+            record_bytes = appended,
+            store_ms = stored.as_secs_f64() * 1e3,
+            log_ms = (started.elapsed() - stored).as_secs_f64() * 1e3,
+            "commit written"
+        );
+        c.log_bytes += appended;
         c.seq = record.seq;
         slotted.publish();
         self.overlay.end_commit();
