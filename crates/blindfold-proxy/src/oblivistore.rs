@@ -446,15 +446,6 @@ impl DurableObliviStore {
         // first seal.
         let mut sealer = CellSealer::new(key, store_id, epoch);
         if let Some(old) = previous {
-            if oram.config().path_shape().is_some() {
-                // Its crash test under two keys failed now and then (a committed write read
-                // back with an older value), cause not found: not offered until it passes.
-                return Err(ProxyError::State(
-                    "CURIOUS over Path ORAM partitions cannot re-seal its cells under a new key \
-                     yet: finish or undo the key rotation with the old key"
-                        .into(),
-                ));
-            }
             sealer = sealer.with_previous_key(old);
         }
         let engine = Self::assemble(dir, store, sealer, state_sealer, store_id, oram, log, true);
@@ -1024,8 +1015,9 @@ impl DurableObliviStore {
     pub async fn commit(&self) -> Result<()> {
         let seq = {
             let mut s = self.inner.st.lock();
-            if let Some(p) = &s.poisoned {
-                return Err(ProxyError::State(format!("the engine stopped: {p}")));
+            if s.poisoned.is_some() {
+                // Why was logged when it stopped.
+                return Err(ProxyError::Poisoned);
             }
             let dirty = s.oram.take_dirty();
             if dirty.is_empty() {

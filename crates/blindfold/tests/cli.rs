@@ -704,35 +704,38 @@ fn rotate_key_re_seals_everything_then_retires_the_old_key() {
     assert!(o.status.success() && text(&o).contains("OK:"), "{}", text(&o));
 }
 
-/// The ObliviStore engine rotates its key while serving (each partition rebuilt under the new
-/// key); CURIOUS over Path ORAM partitions refuses a rotation before writing anything.
+/// The partition engines rotate their key while serving (each partition rebuilt under the
+/// new key); an engine that cannot re-seal (tee) is refused before anything is written.
 #[test]
 fn rotate_key_with_the_partition_engines() {
     let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path().join("os");
-    let dir = d.to_str().unwrap();
-    let mut args = small_store(&d);
-    args.extend(["--engine".into(), "oblivistore".into(), "--allow-overhead".into()]);
-    serve(&strs(&args)).stop();
-    let key = d.join("key.json");
-    let old = std::fs::read(&key).unwrap();
-    let o = blindfold(&["rotate-key", "--data-dir", dir]);
-    assert!(o.status.success(), "{}", text(&o));
-    let served = serve(&strs(&args));
-    wait_for_rotation(&d);
-    let log = served.stop();
-    assert!(log.contains("key rotation under way"), "{log}");
-    assert_ne!(std::fs::read(&key).unwrap(), old, "the key file holds the new key");
-    let o = blindfold(&["verify", "--data-dir", dir]);
-    assert!(o.status.success() && text(&o).contains("OK:"), "{}", text(&o));
-    assert_retired_key_refused(tmp.path(), &old, &args);
+    for engine in ["oblivistore", "curious-path"] {
+        let d = tmp.path().join(engine);
+        let dir = d.to_str().unwrap();
+        let mut args = small_store(&d);
+        args.extend(["--engine".into(), engine.into(), "--allow-overhead".into()]);
+        serve(&strs(&args)).stop();
+        let key = d.join("key.json");
+        let old = std::fs::read(&key).unwrap();
+        let o = blindfold(&["rotate-key", "--data-dir", dir]);
+        assert!(o.status.success(), "{engine}: {}", text(&o));
+        let served = serve(&strs(&args));
+        wait_for_rotation(&d);
+        let log = served.stop();
+        assert!(log.contains("key rotation under way"), "{engine}: {log}");
+        assert_ne!(std::fs::read(&key).unwrap(), old, "{engine}: the key file holds the new key");
+        let o = blindfold(&["verify", "--data-dir", dir]);
+        assert!(o.status.success() && text(&o).contains("OK:"), "{engine}: {}", text(&o));
+        assert_retired_key_refused(tmp.path(), &old, &args);
+    }
 
-    let d = tmp.path().join("cp");
-    let dir = d.to_str().unwrap();
-    let mut args = small_store(&d);
-    args.extend(["--engine".into(), "curious-path".into(), "--allow-overhead".into()]);
-    serve(&strs(&args)).stop();
-    let o = blindfold(&["rotate-key", "--data-dir", dir]);
+    // The same data directory, its parameters saying `tee`: refused, nothing written.
+    let d = tmp.path().join("curious-path");
+    let params = d.join("gateway.json");
+    let json = std::fs::read_to_string(&params).unwrap();
+    assert!(json.contains("\"curious-path\""), "{json}");
+    std::fs::write(&params, json.replace("\"curious-path\"", "\"tee\"")).unwrap();
+    let o = blindfold(&["rotate-key", "--data-dir", d.to_str().unwrap()]);
     assert!(!o.status.success() && text(&o).contains("cannot re-seal"), "{}", text(&o));
     assert!(!d.join("rotation.sealed").exists() && !d.join("key.json.next").exists());
 }
