@@ -69,6 +69,8 @@ const DEFAULT_MAX_OVERLAY: usize = 4096;
 const WRITE_BATCH: usize = 256;
 /// Batches of cells a commit, a replay or a rebuild keeps in flight to the store at once.
 const WRITE_CONCURRENCY: usize = 8;
+/// Bytes of cells a whole-store read (verify, recover, grow) keeps in flight at most.
+const READ_AHEAD_BYTES: u64 = 64 << 20;
 
 #[derive(Serialize, Deserialize)]
 struct Checkpoint {
@@ -229,6 +231,28 @@ pub(crate) async fn write_batches(
         .buffer_unordered(WRITE_CONCURRENCY)
         .try_collect::<()>()
         .await
+}
+
+/// Reads cells `0..total` of `store` in order, `batch` at a time, with several reads in flight
+/// (as many as fit in [`READ_AHEAD_BYTES`], at most [`WRITE_CONCURRENCY`]); yields each
+/// batch's first cell and contents, in order. What `verify` and `recover` read through.
+pub(crate) fn read_in_order(
+    store: &dyn Store,
+    retry: RetryPolicy,
+    total: u64,
+    batch: u64,
+) -> impl futures::Stream<Item = Result<(u64, Vec<Vec<u8>>)>> + '_ {
+    use futures::StreamExt;
+    let batch = batch.max(1);
+    let bytes = batch.saturating_mul(u64::from(store.geometry().cell_size()).max(1));
+    let ahead = (READ_AHEAD_BYTES / bytes).clamp(1, WRITE_CONCURRENCY as u64) as usize;
+    futures::stream::iter((0..total).step_by(batch as usize))
+        .map(move |start| async move {
+            let cells: Vec<CellId> = (start..(start + batch).min(total)).map(CellId).collect();
+            let fetched = with_retry(retry, || store.read(&cells)).await?;
+            Ok((start, fetched))
+        })
+        .buffered(ahead)
 }
 
 /// What [`DurablePathOram::open`] found and did.
@@ -1388,8 +1412,8 @@ impl DurablePathOram {
     }
 }
 
-/// Reads every cell of `store` that `versions` says was written, 256 at a time, and
-/// authenticates it under its trusted version; `progress(done, total)` is called as it goes.
+/// Reads every cell of `store` that `versions` says was written, 256 at a time with several
+/// batches in flight, and authenticates it under its trusted version; `progress(done, total)` is called as it goes.
 pub(crate) async fn verify_cells(
     store: &dyn Store,
     retry: RetryPolicy,
@@ -1397,31 +1421,30 @@ pub(crate) async fn verify_cells(
     versions: &VersionTable,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<VerifyReport> {
+    use futures::StreamExt;
     let total = versions.len();
     let mut report = VerifyReport::default();
-    let batch = 256u64;
-    let mut start = 0u64;
-    while start < total {
-        let cells: Vec<CellId> = (start..(start + batch).min(total)).map(CellId).collect();
-        let fetched = with_retry(retry, || store.read(&cells)).await?;
-        for (cell, mut buf) in cells.iter().zip(fetched) {
-            let version = versions.get(cell.0);
+    let mut reads = std::pin::pin!(read_in_order(store, retry, total, 256));
+    while let Some(read) = reads.next().await {
+        let (start, fetched) = read?;
+        let end = start + fetched.len() as u64;
+        for (cell, mut buf) in (start..end).zip(fetched) {
+            let version = versions.get(cell);
             if version == 0 {
                 report.never_written += 1;
                 continue;
             }
-            if let Err(e) = crate::path::check_epoch(cell.0, versions.epoch(cell.0), &buf) {
-                report.failures.push((cell.0, format!("{e} (sealed under another key epoch)")));
+            if let Err(e) = crate::path::check_epoch(cell, versions.epoch(cell), &buf) {
+                report.failures.push((cell, format!("{e} (sealed under another key epoch)")));
                 continue;
             }
-            let ad = CellAd { cell: cell.0, version, segment: 0 };
+            let ad = CellAd { cell, version, segment: 0 };
             match sealer.open_in_place(&ad, &mut buf) {
                 Ok(_) => report.cells_checked += 1,
-                Err(e) => report.failures.push((cell.0, e.to_string())),
+                Err(e) => report.failures.push((cell, e.to_string())),
             }
         }
-        start += batch;
-        progress(start.min(total), total);
+        progress(end, total);
     }
     Ok(report)
 }

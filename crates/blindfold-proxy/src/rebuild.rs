@@ -56,7 +56,9 @@ use blindfold_store::{CellId, Store};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-use crate::durable::{load_saved_path_oram, save_rebuilt_path_oram, write_batches, SavedPathOram};
+use crate::durable::{
+    load_saved_path_oram, read_in_order, save_rebuilt_path_oram, write_batches, SavedPathOram,
+};
 use crate::durable_tao::{load_saved_tao, save_rebuilt_tao, SavedTao};
 use crate::path::{open_cell, seal_cells, with_retry, RetryPolicy};
 use crate::pinned::{PinnedCells, PinnedStore};
@@ -358,8 +360,9 @@ fn next_epoch(epoch: u32) -> Result<u32> {
     epoch.checked_add(1).ok_or(ProxyError::State("key epochs exhausted".into()))
 }
 
-/// Reads every cell of `old` in order, `BATCH` at a time, and hands each written cell that
-/// opens under its saved version and epoch to `take`; the others are listed as unreadable.
+/// Reads every cell of `old` in order, `BATCH` at a time (several in flight), and hands each
+/// written cell that opens under its saved version and epoch to `take`; the others are listed
+/// as unreadable.
 async fn read_old(
     old: &dyn Store,
     opener: &CellSealer,
@@ -374,24 +377,22 @@ async fn read_old(
             needed: format!("at least {total} cells"),
         });
     }
-    let retry = RetryPolicy::default();
-    let mut start = 0u64;
-    while start < total {
-        let cells: Vec<CellId> = (start..(start + BATCH as u64).min(total)).map(CellId).collect();
-        let fetched = with_retry(retry, || old.read(&cells)).await?;
-        report.cells_read += cells.len() as u64;
-        for (cell, buf) in cells.iter().zip(fetched) {
-            let version = versions.get(cell.0);
+    use futures::StreamExt;
+    let mut reads = std::pin::pin!(read_in_order(old, RetryPolicy::default(), total, BATCH as u64));
+    while let Some(read) = reads.next().await {
+        let (start, fetched) = read?;
+        report.cells_read += fetched.len() as u64;
+        for (cell, buf) in (start..).zip(fetched) {
+            let version = versions.get(cell);
             if version == 0 {
                 continue;
             }
-            match open_cell(opener, *cell, version, versions.epoch(cell.0), buf) {
-                Ok(plain) => take(cell.0, &plain)?,
-                Err(e) if e.is_integrity() => report.unreadable_cells.push(cell.0),
+            match open_cell(opener, CellId(cell), version, versions.epoch(cell), buf) {
+                Ok(plain) => take(cell, &plain)?,
+                Err(e) if e.is_integrity() => report.unreadable_cells.push(cell),
                 Err(e) => return Err(e),
             }
         }
-        start += BATCH as u64;
     }
     Ok(())
 }
