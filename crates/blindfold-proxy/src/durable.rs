@@ -1413,7 +1413,8 @@ impl DurablePathOram {
 }
 
 /// Reads every cell of `store` that `versions` says was written, 256 at a time with several
-/// batches in flight, and authenticates it under its trusted version; `progress(done, total)` is called as it goes.
+/// batches in flight, and authenticates it under its trusted version; `progress(done, total)`
+/// is called as it goes.
 pub(crate) async fn verify_cells(
     store: &dyn Store,
     retry: RetryPolicy,
