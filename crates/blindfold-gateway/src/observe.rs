@@ -932,6 +932,9 @@ impl<S: Store> Store for TappedStore<S> {
     async fn flush(&self) -> blindfold_store::Result<()> {
         self.inner.flush().await
     }
+    fn writes_may_be_retried(&self) -> bool {
+        self.inner.writes_may_be_retried()
+    }
 }
 
 #[async_trait]

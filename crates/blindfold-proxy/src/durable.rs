@@ -1791,4 +1791,28 @@ mod write_batches_tests {
         }
         assert_eq!(seen.len() as u64, n);
     }
+
+    /// A store that may fail a write retryably still gets it retried (the batch is kept for
+    /// that); one that never does is handed the buffers without a copy.
+    #[tokio::test]
+    async fn writes_are_retried_where_they_may_fail() {
+        use blindfold_store::{CountingStore, FaultConfig, FaultStore};
+        let g = Geometry::new(64, 8).unwrap();
+        assert!(!MemoryStore::new(g).writes_may_be_retried());
+        assert!(!CountingStore::new(MemoryStore::new(g)).writes_may_be_retried());
+        let faults = FaultConfig { seed: 3, error_rate: 0.5, ..FaultConfig::default() };
+        let flaky = FaultStore::new(MemoryStore::new(g), faults);
+        assert!(flaky.writes_may_be_retried());
+        let retry =
+            RetryPolicy { attempts: 30, first_backoff: std::time::Duration::from_micros(1) };
+        for round in 0..20u64 {
+            let cells: Vec<(CellId, Vec<u8>)> =
+                (0..64).map(|c| (CellId(c), (c + round).to_le_bytes().to_vec())).collect();
+            crate::path::write_sealed(&flaky, retry, cells).await.unwrap();
+        }
+        let back = flaky.inner().read(&(0..64).map(CellId).collect::<Vec<_>>()).await.unwrap();
+        for (c, data) in back.iter().enumerate() {
+            assert_eq!(data.as_slice(), (c as u64 + 19).to_le_bytes(), "cell {c}");
+        }
+    }
 }

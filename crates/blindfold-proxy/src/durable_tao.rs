@@ -341,6 +341,9 @@ impl Store for OverlayStore {
     async fn flush(&self) -> blindfold_store::Result<()> {
         Ok(())
     }
+    fn writes_may_be_retried(&self) -> bool {
+        false // writes go to memory
+    }
 }
 
 /// The position-map entries of `now` that differ from `before`, as (block, leaf + 1).

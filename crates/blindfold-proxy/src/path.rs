@@ -352,7 +352,7 @@ impl SealedPathOram {
             match self.oram.feed(plain)? {
                 Progress::Continue { writes, read: next } => {
                     let sealed = seal_cells(&self.sealer, &mut self.versions, writes)?;
-                    let write = with_retry(retry, || store.write(sealed.clone()));
+                    let write = write_sealed(&*store, retry, sealed);
                     let fetch = with_retry(retry, || store.read(&next));
                     let (w, r) = tokio::join!(write, fetch);
                     w?;
@@ -378,7 +378,10 @@ pub(crate) async fn write_sealed(
     if sealed.is_empty() {
         return Ok(());
     }
-    // Avoid cloning the batch unless a retry is actually needed.
+    if !store.writes_may_be_retried() {
+        // Nothing to keep for a retry: the buffers go to the store as they are.
+        return Ok(store.write(sealed).await?);
+    }
     match store.write(sealed.clone()).await {
         Ok(()) => Ok(()),
         Err(e) if e.is_retryable() => {

@@ -220,6 +220,9 @@ impl Store for PinnedStore {
     async fn flush(&self) -> blindfold_store::Result<()> {
         self.inner.flush().await
     }
+    fn writes_may_be_retried(&self) -> bool {
+        self.inner.writes_may_be_retried()
+    }
 }
 
 #[cfg(test)]

@@ -213,6 +213,9 @@ impl Store for SlottedStore {
     async fn flush(&self) -> blindfold_store::Result<()> {
         self.inner.flush().await
     }
+    fn writes_may_be_retried(&self) -> bool {
+        self.inner.writes_may_be_retried()
+    }
 }
 
 #[cfg(test)]

@@ -406,4 +406,7 @@ impl<S: Store> Store for CountingStore<S> {
         add(&self.counters.flushes, 1);
         self.inner.flush().await
     }
+    fn writes_may_be_retried(&self) -> bool {
+        self.inner.writes_may_be_retried()
+    }
 }

@@ -271,4 +271,7 @@ impl<S: Store> Store for LatencyStore<S> {
     async fn flush(&self) -> Result<()> {
         self.across(0, self.inner.flush(), |_| 0).await
     }
+    fn writes_may_be_retried(&self) -> bool {
+        self.inner.writes_may_be_retried()
+    }
 }

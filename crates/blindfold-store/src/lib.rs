@@ -252,6 +252,15 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Makes every write that has returned durable.
     async fn flush(&self) -> Result<()>;
+
+    /// Whether a failed [`Store::write`] may succeed if tried again (some of its errors are
+    /// [retryable](StoreError::is_retryable)). A caller keeps a copy of a batch for a retry
+    /// only then: a store whose writes never fail that way (memory) says `false`, and its
+    /// callers hand it their buffers without copying them. Wrappers that add no failures of
+    /// their own answer for the store they wrap.
+    fn writes_may_be_retried(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]
@@ -271,6 +280,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     async fn flush(&self) -> Result<()> {
         (**self).flush().await
     }
+    fn writes_may_be_retried(&self) -> bool {
+        (**self).writes_may_be_retried()
+    }
 }
 
 #[async_trait]
@@ -289,5 +301,8 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     async fn flush(&self) -> Result<()> {
         (**self).flush().await
+    }
+    fn writes_may_be_retried(&self) -> bool {
+        (**self).writes_may_be_retried()
     }
 }

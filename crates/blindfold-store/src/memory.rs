@@ -94,4 +94,7 @@ impl Store for MemoryStore {
     async fn flush(&self) -> Result<()> {
         Ok(())
     }
+    fn writes_may_be_retried(&self) -> bool {
+        false // it never fails a write in a way a retry could mend
+    }
 }

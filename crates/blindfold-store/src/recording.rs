@@ -202,4 +202,7 @@ impl<S: Store> Store for RecordingStore<S> {
         self.record(TraceEvent::new(TraceOp::Flush, Vec::new(), Vec::new(), 0));
         self.inner.flush().await
     }
+    fn writes_may_be_retried(&self) -> bool {
+        self.inner.writes_may_be_retried()
+    }
 }
