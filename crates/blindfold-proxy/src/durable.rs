@@ -67,8 +67,8 @@ const DEFAULT_LOG_LIMIT: u64 = 256 << 20;
 /// Commit by itself once this many cells wait in the overlay.
 const DEFAULT_MAX_OVERLAY: usize = 4096;
 const WRITE_BATCH: usize = 256;
-/// Batches of cells a commit, a replay or a rebuild keeps in flight to the store at once.
-const WRITE_CONCURRENCY: usize = 8;
+/// Batches of cells a commit, a replay, a rebuild or a whole-store read keeps in flight at once.
+const BATCHES_IN_FLIGHT: usize = 8;
 /// Bytes of cells a whole-store read (verify, recover, grow) keeps in flight at most.
 const READ_AHEAD_BYTES: u64 = 64 << 20;
 
@@ -196,9 +196,9 @@ pub(crate) struct LoggedCell {
     pub(crate) sealed: Vec<u8>,
 }
 
-/// Writes `cells` to the store in batches of [`WRITE_BATCH`], up to [`WRITE_CONCURRENCY`] of
+/// Writes `cells` to the store in batches of [`WRITE_BATCH`], up to [`BATCHES_IN_FLIGHT`] of
 /// them in flight at once, moving rather than copying the cells. Behind a link of round trip
-/// `r` this takes about `r · ⌈n / (WRITE_BATCH · WRITE_CONCURRENCY)⌉` instead of
+/// `r` this takes about `r · ⌈n / (WRITE_BATCH · BATCHES_IN_FLIGHT)⌉` instead of
 /// `r · ⌈n / WRITE_BATCH⌉`. A cell named twice is written once, with its last contents (two
 /// concurrent writes of one cell could land in either order).
 pub(crate) async fn write_batches(
@@ -228,13 +228,13 @@ pub(crate) async fn write_batches(
     batches.push(cells);
     futures::stream::iter(batches)
         .map(|batch| write_sealed(store, retry, batch))
-        .buffer_unordered(WRITE_CONCURRENCY)
+        .buffer_unordered(BATCHES_IN_FLIGHT)
         .try_collect::<()>()
         .await
 }
 
 /// Reads cells `0..total` of `store` in order, `batch` at a time, with several reads in flight
-/// (as many as fit in [`READ_AHEAD_BYTES`], at most [`WRITE_CONCURRENCY`]); yields each
+/// (as many as fit in [`READ_AHEAD_BYTES`], at most [`BATCHES_IN_FLIGHT`]); yields each
 /// batch's first cell and contents, in order. What `verify` and `recover` read through.
 pub(crate) fn read_in_order(
     store: &dyn Store,
@@ -245,7 +245,7 @@ pub(crate) fn read_in_order(
     use futures::StreamExt;
     let batch = batch.max(1);
     let bytes = batch.saturating_mul(u64::from(store.geometry().cell_size()).max(1));
-    let ahead = (READ_AHEAD_BYTES / bytes).clamp(1, WRITE_CONCURRENCY as u64) as usize;
+    let ahead = (READ_AHEAD_BYTES / bytes).clamp(1, BATCHES_IN_FLIGHT as u64) as usize;
     futures::stream::iter((0..total).step_by(batch as usize))
         .map(move |start| async move {
             let cells: Vec<CellId> = (start..(start + batch).min(total)).map(CellId).collect();

@@ -730,11 +730,7 @@ impl DurableObliviStore {
         let mut early = None;
         if !self.inner.tree {
             let sh = inner.st.lock().oram.plan_evict(p);
-            let want = ((sh.reads.len() + sh.writes.len()) as u32).min(inner.buffer_blocks);
-            let room = match inner.buffer.clone().acquire_many_owned(want).await {
-                Ok(r) => r,
-                Err(_) => return Err(ProxyError::State("the engine was closed".into())),
-            };
+            let room = self.shuffle_room(&sh).await?;
             early = Some((sh, room));
         }
         let (fetched, prefetched) = match &early {
@@ -818,13 +814,9 @@ impl DurableObliviStore {
                 None => me.inner.parts[partition as usize].clone().lock_owned().await,
             };
             let sh = me.inner.st.lock().oram.plan_evict(partition);
-            // Room in the shuffle buffer for what this shuffle reads and writes (its size
-            // follows from the partition's counter: a public wait).
-            let want = ((sh.reads.len() + sh.writes.len()) as u32).min(me.inner.buffer_blocks);
-            let room = me.inner.buffer.clone().acquire_many_owned(want).await;
-            let done = match room {
+            let done = match me.shuffle_room(&sh).await {
                 Ok(_room) => me.run_shuffle(sh).await,
-                Err(_) => Err(ProxyError::State("the engine was closed".into())),
+                Err(e) => Err(e),
             };
             if let Err(e) = done {
                 me.poison(&e);
@@ -833,6 +825,18 @@ impl DurableObliviStore {
             drop(permit);
             me.count_out();
         });
+    }
+
+    /// Room in the shuffle buffer for what `sh` reads and writes (its size follows from the
+    /// partition's counter: a public wait).
+    async fn shuffle_room(&self, sh: &Shuffle) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        let want = ((sh.reads.len() + sh.writes.len()) as u32).min(self.inner.buffer_blocks);
+        self.inner
+            .buffer
+            .clone()
+            .acquire_many_owned(want)
+            .await
+            .map_err(|_| ProxyError::State("the engine was closed".into()))
     }
 
     /// The eviction planned with an access's read, its cells read and its log sync done:
@@ -996,14 +1000,7 @@ impl DurableObliviStore {
         }
         let _guard = self.inner.parts[p as usize].clone().lock_owned().await;
         let sh = self.inner.st.lock().oram.plan_rebuild(p);
-        let want = ((sh.reads.len() + sh.writes.len()) as u32).min(self.inner.buffer_blocks);
-        let _room = self
-            .inner
-            .buffer
-            .clone()
-            .acquire_many_owned(want)
-            .await
-            .map_err(|_| ProxyError::State("the engine was closed".into()))?;
+        let _room = self.shuffle_room(&sh).await?;
         let done = self.run_shuffle(sh).await;
         if let Err(e) = &done {
             self.poison(e);

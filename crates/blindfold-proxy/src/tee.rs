@@ -396,7 +396,6 @@ impl DurableTee {
         self.inner.sched.lock().oram.config().clone()
     }
 
-    /// Counters.
     /// A key rotation's sweep: none (this engine cannot re-seal its cells under a new key).
     pub fn sweep_paths(&self) -> u64 {
         0
@@ -407,6 +406,7 @@ impl DurableTee {
         Err(ProxyError::State("the tee engine cannot re-seal its cells under a new key".into()))
     }
 
+    /// Counters.
     pub fn stats(&self) -> TeeEngineStats {
         let s = self.inner.sched.lock();
         TeeEngineStats {
