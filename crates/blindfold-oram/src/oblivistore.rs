@@ -654,6 +654,140 @@ impl ObliviStoreOram {
         })
     }
 
+    /// A fresh ORAM of `config` that already holds `blocks` (a rebuild for `recover` or a
+    /// growth): each block goes to a uniformly random partition, into its top level (levelled
+    /// partitions, slots shuffled) or, under a uniformly random leaf, into the deepest bucket
+    /// of its path with room (Path ORAM partitions). Every level or bucket is built under
+    /// `serial`; later shuffles use serials above it.
+    ///
+    /// Returns the ORAM, every cell to write with what it holds — the cells of
+    /// [`ObliviStoreOram::initial_cells`], in that order, whatever `blocks` is — and the blocks
+    /// that found no room (rare: a partition over its capacity, a full path), which the caller
+    /// hands to [`ObliviStoreOram::load_cached`] with their data.
+    pub fn bulk_loaded(
+        config: ObliviStoreConfig,
+        blocks: impl IntoIterator<Item = u64>,
+        serial: u64,
+    ) -> Result<(Self, Vec<SlotRead>, Vec<u64>)> {
+        Self::bulk_loaded_with(config, blocks, serial, ChaCha20Rng::from_entropy())
+    }
+
+    /// [`ObliviStoreOram::bulk_loaded`] with a seeded generator (tests).
+    pub fn bulk_loaded_seeded(
+        config: ObliviStoreConfig,
+        blocks: impl IntoIterator<Item = u64>,
+        serial: u64,
+        seed: u64,
+    ) -> Result<(Self, Vec<SlotRead>, Vec<u64>)> {
+        Self::bulk_loaded_with(config, blocks, serial, ChaCha20Rng::seed_from_u64(seed))
+    }
+
+    fn bulk_loaded_with(
+        config: ObliviStoreConfig,
+        blocks: impl IntoIterator<Item = u64>,
+        serial: u64,
+        rng: ChaCha20Rng,
+    ) -> Result<(Self, Vec<SlotRead>, Vec<u64>)> {
+        if serial < 2 || serial == u64::MAX {
+            return Err(OramError::InvalidConfig(format!("serial {serial} for a bulk load")));
+        }
+        let mut o = Self::with_rng(config, rng);
+        let c = o.config.clone();
+        let mut each: Vec<Vec<u64>> = vec![Vec::new(); c.partitions as usize];
+        for b in blocks {
+            o.check_block(b)?;
+            if o.places.insert(b, Place::Cached).is_some() {
+                return Err(OramError::Corrupt(format!("block {b} loaded twice")));
+            }
+            let p = o.random_partition();
+            each[p as usize].push(b);
+        }
+        let mut left = Vec::new();
+        let mut cells = Vec::new();
+        for (p, mut mine) in each.into_iter().enumerate() {
+            if mine.len() > c.capacity as usize {
+                left.extend(mine.split_off(c.capacity as usize));
+            }
+            let pu = p as u32;
+            match c.path_shape() {
+                Some((z, height)) => {
+                    let buckets = ObliviStoreConfig::path_buckets((z, height));
+                    let mut holders = vec![DUMMY; (buckets * z as u64) as usize];
+                    let mut used = vec![0u32; buckets as usize];
+                    let mut placed = 0u32;
+                    for b in mine {
+                        let leaf = o.random_leaf();
+                        let spot = (0..=height)
+                            .rev()
+                            .map(|d| bucket_on_path(leaf, d, height))
+                            .find(|&bk| used[bk as usize] < z);
+                        let Some(bk) = spot else {
+                            left.push(b);
+                            continue;
+                        };
+                        let slot = (bk * z as u64) as u32 + used[bk as usize];
+                        used[bk as usize] += 1;
+                        holders[slot as usize] = b;
+                        o.places.insert(b, Place::InTree { partition: pu, slot, leaf });
+                        placed += 1;
+                    }
+                    let part = &mut o.partitions[p];
+                    part.reals = placed;
+                    let tree = part.tree.as_mut().expect("a Path ORAM partition");
+                    tree.serial = vec![serial; buckets as usize];
+                    for (k, &h) in holders.iter().enumerate() {
+                        let (bucket, i) = (k as u64 / z as u64, (k as u64 % z as u64) as u32);
+                        cells.push(SlotRead {
+                            cell: c.path_cell(pu, bucket, 0, i),
+                            serial,
+                            holder: h,
+                        });
+                    }
+                    tree.holders = holders;
+                }
+                None => {
+                    let mut holders = mine;
+                    let reals = holders.len() as u32;
+                    holders.resize(c.level_slots(c.levels) as usize, DUMMY);
+                    holders.shuffle(&mut o.rng);
+                    for (s, &h) in holders.iter().enumerate() {
+                        cells.push(SlotRead {
+                            cell: c.cell(pu, c.levels, 0, s as u64),
+                            serial,
+                            holder: h,
+                        });
+                        if h != DUMMY {
+                            let at =
+                                Place::Stored { partition: pu, level: c.levels, slot: s as u32 };
+                            o.places.insert(h, at);
+                        }
+                    }
+                    let part = &mut o.partitions[p];
+                    part.reals = reals;
+                    part.top = Level::build(serial, holders);
+                }
+            }
+        }
+        o.next_serial = serial + 1;
+        Ok((o, cells, left))
+    }
+
+    /// Puts `block` (with `data`) in the eviction cache, bound for a uniformly random
+    /// partition: a block [`ObliviStoreOram::bulk_loaded`] found no room for.
+    pub fn load_cached(&mut self, block: u64, data: Vec<u8>) -> Result<()> {
+        self.check_block(block)?;
+        let target = self.random_partition();
+        self.put_cached(block, target, data, false)
+    }
+
+    /// The blocks in the eviction cache with their data (those whose read is done).
+    pub fn cached_blocks(&self) -> Vec<(u64, &[u8])> {
+        let mut v: Vec<_> =
+            self.cache.iter().filter_map(|(&b, c)| Some((b, c.data.as_deref()?))).collect();
+        v.sort_unstable_by_key(|x| x.0);
+        v
+    }
+
     /// The configuration.
     pub fn config(&self) -> &ObliviStoreConfig {
         &self.config

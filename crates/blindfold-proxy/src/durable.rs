@@ -242,14 +242,46 @@ pub(crate) fn read_in_order(
     total: u64,
     batch: u64,
 ) -> impl futures::Stream<Item = Result<(u64, Vec<Vec<u8>>)>> + '_ {
+    read_batches(store, retry, total, batch, |from, to| (from..to).map(CellId).collect())
+}
+
+/// As [`read_in_order`], for the cells `cells` (in that order): yields each batch's first
+/// index into `cells` and the batch's contents.
+pub(crate) fn read_listed<'a>(
+    store: &'a dyn Store,
+    retry: RetryPolicy,
+    cells: &'a [CellId],
+    batch: u64,
+) -> impl futures::Stream<Item = Result<(u64, Vec<Vec<u8>>)>> + 'a {
+    read_batches(store, retry, cells.len() as u64, batch, |from, to| {
+        cells[from as usize..to as usize].to_vec()
+    })
+}
+
+/// Reads `total` cells in batches of `batch`, batch `[from, to)` being `cells(from, to)`, in
+/// order with reads ahead (see [`read_in_order`]).
+fn read_batches<'a>(
+    store: &'a dyn Store,
+    retry: RetryPolicy,
+    total: u64,
+    batch: u64,
+    cells: impl Fn(u64, u64) -> Vec<CellId> + Copy + 'a,
+) -> impl futures::Stream<Item = Result<(u64, Vec<Vec<u8>>)>> + 'a {
     use futures::StreamExt;
     let batch = batch.max(1);
     let bytes = batch.saturating_mul(u64::from(store.geometry().cell_size()).max(1));
     let ahead = (READ_AHEAD_BYTES / bytes).clamp(1, BATCHES_IN_FLIGHT as u64) as usize;
     futures::stream::iter((0..total).step_by(batch as usize))
         .map(move |start| async move {
-            let cells: Vec<CellId> = (start..(start + batch).min(total)).map(CellId).collect();
+            let cells = cells(start, (start + batch).min(total));
             let fetched = with_retry(retry, || store.read(&cells)).await?;
+            if fetched.len() != cells.len() {
+                return Err(ProxyError::State(format!(
+                    "the store answered {} cells for {}",
+                    fetched.len(),
+                    cells.len()
+                )));
+            }
             Ok((start, fetched))
         })
         .buffered(ahead)

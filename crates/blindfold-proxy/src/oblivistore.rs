@@ -70,7 +70,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::durable::{
     decode_checkpoint, decode_record, encode_frame, open_empty_log, prepare_new_dir,
-    read_frames_with_legacy, write_checkpoint_as, CHECKPOINT, REDO_LOG,
+    read_frames_with_legacy, read_listed, write_checkpoint_as, CHECKPOINT, REDO_LOG,
 };
 use crate::error::integrity;
 use crate::path::{with_retry, RetryPolicy};
@@ -87,6 +87,8 @@ const RESERVE_MAGIC: u32 = 0xB1F0_5703;
 const START_MAGIC: u32 = 0xB1F0_5704;
 /// An access's read is about to go out (naming the block, for a real read).
 const REVEAL_MAGIC: u32 = 0xB1F0_5705;
+/// Cells `verify` reads per store request.
+const VERIFY_BATCH: u64 = 256;
 /// Serials reserved at a time.
 const RESERVE_STEP: u64 = 1 << 16;
 /// Write a checkpoint once the log is larger than this (at a quiet moment).
@@ -875,24 +877,7 @@ impl DurableObliviStore {
         }
         let sealer = &self.inner.sealer;
         let bs = self.inner.st.lock().oram.config().block_size() as usize;
-        raw.into_iter()
-            .zip(slots)
-            .map(|(bytes, s)| {
-                let ad = CellAd { cell: s.cell.0, version: s.serial, segment: 0 };
-                let plain = sealer.open(&ad, &bytes).map_err(|e| integrity(s.cell.0, e))?;
-                if plain.len() != 8 + bs
-                    || u64::from_le_bytes(plain[..8].try_into().expect("8 bytes")) != s.holder
-                {
-                    return Err(ProxyError::Integrity {
-                        cell: s.cell.0,
-                        source: blindfold_crypto::CryptoError::Malformed(
-                            "the cell holds another block than it should".into(),
-                        ),
-                    });
-                }
-                Ok((s.holder != DUMMY).then(|| plain[8..].to_vec()))
-            })
-            .collect()
+        raw.into_iter().zip(slots).map(|(bytes, s)| open_slot(sealer, bs, s, &bytes)).collect()
     }
 
     /// Carries out a shuffle the caller holds the partition for, and logs it.
@@ -1091,16 +1076,25 @@ impl DurableObliviStore {
         self.inner.st.lock().holding += 1;
         let result = async {
             self.wait_until(|s| Ok(s.active == 0)).await?;
-            let cells = self.inner.st.lock().oram.filled_cells();
+            use futures::StreamExt;
+            let (slots, bs) = {
+                let s = self.inner.st.lock();
+                (s.oram.filled_cells(), s.oram.config().block_size() as usize)
+            };
+            let cells: Vec<CellId> = slots.iter().map(|s| s.cell).collect();
             let mut report = VerifyReport::default();
             let total = cells.len() as u64;
-            for chunk in cells.chunks(256) {
-                for s in chunk {
-                    match self.read_slots(std::slice::from_ref(s)).await {
-                        Ok(_) => report.cells_checked += 1,
+            let store = &*self.inner.store;
+            let mut reads =
+                std::pin::pin!(read_listed(store, RetryPolicy::default(), &cells, VERIFY_BATCH));
+            while let Some(read) = reads.next().await {
+                let (start, fetched) = read?;
+                for (s, bytes) in slots[start as usize..].iter().zip(fetched) {
+                    report.cells_checked += 1;
+                    match open_slot(&self.inner.sealer, bs, s, &bytes) {
+                        Ok(_) => {}
                         Err(e) if e.is_integrity() => {
-                            report.cells_checked += 1;
-                            report.failures.push((s.cell.0, e.to_string()));
+                            report.failures.push((s.cell.0, e.to_string()))
                         }
                         Err(e) => return Err(e),
                     }
@@ -1116,7 +1110,67 @@ impl DurableObliviStore {
     }
 }
 
-fn seal(
+/// Opens the cell `bytes` read for `s` (blocks of `bs` bytes): its block's data, `None` for a
+/// dummy; an integrity error if it does not open under its serial or holds another block.
+pub(crate) fn open_slot(
+    sealer: &CellSealer,
+    bs: usize,
+    s: &SlotRead,
+    bytes: &[u8],
+) -> Result<Option<Vec<u8>>> {
+    let ad = CellAd { cell: s.cell.0, version: s.serial, segment: 0 };
+    let plain = sealer.open(&ad, bytes).map_err(|e| integrity(s.cell.0, e))?;
+    if plain.len() != 8 + bs
+        || u64::from_le_bytes(plain[..8].try_into().expect("8 bytes")) != s.holder
+    {
+        return Err(ProxyError::Integrity {
+            cell: s.cell.0,
+            source: blindfold_crypto::CryptoError::Malformed(
+                "the cell holds another block than it should".into(),
+            ),
+        });
+    }
+    Ok((s.holder != DUMMY).then(|| plain[8..].to_vec()))
+}
+
+/// A saved engine's trusted state, as `recover` and a growth read it.
+pub(crate) struct SavedObliviStore {
+    pub store_id: StoreId,
+    pub oram: ObliviStoreOram,
+    pub next_epoch: u32,
+}
+
+/// Loads the checkpoint in `dir` (of an engine stopped cleanly, or a snapshot's).
+pub(crate) fn load_saved(dir: &Path, key: &MasterKey) -> Result<SavedObliviStore> {
+    let path = dir.join(CHECKPOINT);
+    let raw = std::fs::read(&path).map_err(|e| crate::durable::io(&path, "reading", e))?;
+    let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &StateSealer::new(key))
+        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
+    Ok(SavedObliviStore {
+        store_id: StoreId(ckpt.store_id),
+        oram: ObliviStoreOram::from_state(ckpt.oram)?,
+        next_epoch: ckpt.next_epoch,
+    })
+}
+
+/// Replaces the checkpoint in `dir` with `saved` (atomically) and removes any redo log.
+pub(crate) fn save_rebuilt(dir: &Path, saved: SavedObliviStore, key: &MasterKey) -> Result<()> {
+    let ckpt = Checkpoint {
+        store_id: saved.store_id.0,
+        oram: saved.oram.state()?,
+        next_epoch: saved.next_epoch,
+    };
+    crate::durable::remove_log(dir)?;
+    write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &StateSealer::new(key))
+}
+
+/// The store's shape for `config` (as [`DurableObliviStore::geometry`]), checked against
+/// `store`.
+pub(crate) fn check_store(store: &dyn Store, config: &ObliviStoreConfig) -> Result<()> {
+    crate::error::check_array(store.geometry(), DurableObliviStore::geometry(config)?, "the store")
+}
+
+pub(crate) fn seal(
     sealer: &CellSealer,
     cell: CellId,
     serial: u64,
@@ -1128,5 +1182,5 @@ fn seal(
 }
 
 fn check_geometry(store: &Arc<dyn Store>, config: &ObliviStoreConfig) -> Result<()> {
-    crate::error::check_array(store.geometry(), DurableObliviStore::geometry(config)?, "the store")
+    check_store(&**store, config)
 }

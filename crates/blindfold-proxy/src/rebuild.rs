@@ -50,6 +50,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use blindfold_crypto::{CellSealer, MasterKey};
+use blindfold_oram::oblivistore::{ObliviStoreConfig, ObliviStoreOram, DUMMY};
 use blindfold_oram::path::SLOT_HEADER;
 use blindfold_oram::{BlockId, OramError, PathOram, PathOramConfig, PathOramState};
 use blindfold_store::{CellId, Store};
@@ -57,7 +58,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
 use crate::durable::{
-    load_saved_path_oram, read_in_order, save_rebuilt_path_oram, write_batches, SavedPathOram,
+    load_saved_path_oram, read_in_order, read_listed, save_rebuilt_path_oram, write_batches,
+    SavedPathOram,
 };
 use crate::durable_tao::{load_saved_tao, save_rebuilt_tao, SavedTao};
 use crate::path::{open_cell, seal_cells, with_retry, RetryPolicy};
@@ -79,6 +81,20 @@ const EPOCH_RANGE: u32 = 1 << 31;
 /// each pair of timelines, where `runs` counts their restarts.
 pub fn fresh_epoch() -> u32 {
     rand::rngs::OsRng.gen_range(1..EPOCH_RANGE)
+}
+
+/// A uniformly random first serial in `2^40..2^62`, from the operating system's generator,
+/// for the cells of a partition engine's rebuild (the ObliviStore and CURIOUS engines).
+///
+/// Their cells are bound to an address and a serial, whatever the key epoch: a rebuilt engine
+/// must never seal a cell under a serial the lost timeline may have used at the same address,
+/// or the store could hand that timeline's cell back and it would open. The lost run's serials
+/// lie below `2^40` plus what it used after the snapshot, or (after an earlier recovery) in an
+/// independent random range; two timelines of at most `2^40` serials each overlap with
+/// probability about `2^-21`, and even then only a cell sealed at the same address under the
+/// same serial by both would open.
+pub fn fresh_serial() -> u64 {
+    rand::rngs::OsRng.gen_range(1u64 << 40..1u64 << 62)
 }
 
 /// What a rebuild found and did.
@@ -308,6 +324,139 @@ async fn tao_into(
         },
         key,
     )?;
+    Ok(report)
+}
+
+/// Rebuilds the [`crate::DurableObliviStore`] (ObliviStore or CURIOUS) whose checkpoint is in
+/// `dir` (over the cells of `old`) into `new`, a store of the same geometry, sealed under
+/// `epoch` from a [`fresh_serial`] on; then replaces the checkpoint. The store sees a read of
+/// every cell of every level the checkpoint has filled (a set the public shuffle schedule
+/// fixes) and a write of every partition's top level (or every bucket's first copy): every
+/// block found goes to a fresh uniformly random partition.
+pub async fn rebuild_oblivistore(
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+) -> Result<Rebuilt> {
+    partitions_into(dir, old, new, key, epoch, None).await
+}
+
+/// Grows the [`crate::DurableObliviStore`] whose checkpoint is in `dir` (shut down cleanly)
+/// into `new`, a store laid out for `config` (more blocks of the same size and the same kind
+/// of partitions); then replaces the checkpoint. As [`grow_path_oram`]: every block keeps its
+/// contents, a cell that does not authenticate stops the growth with nothing replaced.
+pub async fn grow_oblivistore(
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+    config: ObliviStoreConfig,
+) -> Result<Rebuilt> {
+    partitions_into(dir, old, new, key, epoch, Some(config)).await
+}
+
+/// The number of blocks of the ObliviStore or CURIOUS engine whose checkpoint is in `dir`.
+pub fn saved_oblivistore_blocks(dir: &Path, key: &MasterKey) -> Result<u64> {
+    Ok(crate::oblivistore::load_saved(dir, key)?.oram.config().blocks())
+}
+
+async fn partitions_into(
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+    grow_to: Option<ObliviStoreConfig>,
+) -> Result<Rebuilt> {
+    use futures::StreamExt;
+    let saved = crate::oblivistore::load_saved(dir, key)?;
+    let config = saved.oram.config().clone();
+    crate::oblivistore::check_store(&*old, &config)?;
+    if let Some(to) = &grow_to {
+        let same_kind = std::mem::discriminant(&to.sub_oram())
+            == std::mem::discriminant(&config.sub_oram())
+            && to.batch() == config.batch();
+        if to.blocks() <= config.blocks() || to.block_size() != config.block_size() || !same_kind {
+            return Err(ProxyError::State(format!(
+                "cannot grow an engine of {} blocks of {} bytes into one of {} blocks of {} \
+                 bytes{}: growing adds blocks and keeps their size and the kind of partitions",
+                config.blocks(),
+                config.block_size(),
+                to.blocks(),
+                to.block_size(),
+                if same_kind { "" } else { " with other partitions" }
+            )));
+        }
+    }
+    let target = grow_to.clone().unwrap_or_else(|| config.clone());
+    crate::oblivistore::check_store(&*new, &target)?;
+    let bs = config.block_size() as usize;
+    let opener = CellSealer::new(key, saved.store_id, saved.next_epoch);
+    let mut report = Rebuilt { epoch, ..Rebuilt::default() };
+    // Where each stored block's current copy is: cell → block.
+    let stored: HashMap<u64, u64> =
+        saved.oram.blocks_stored().into_iter().map(|(b, c)| (c.0, b)).collect();
+    let slots = saved.oram.filled_cells();
+    let cells: Vec<CellId> = slots.iter().map(|s| s.cell).collect();
+    let mut found: HashMap<u64, Vec<u8>> = HashMap::new();
+    {
+        let mut reads =
+            std::pin::pin!(read_listed(&*old, RetryPolicy::default(), &cells, BATCH as u64));
+        while let Some(read) = reads.next().await {
+            let (start, fetched) = read?;
+            report.cells_read += fetched.len() as u64;
+            for (s, bytes) in slots[start as usize..].iter().zip(fetched) {
+                match crate::oblivistore::open_slot(&opener, bs, s, &bytes) {
+                    Ok(Some(data)) if stored.get(&s.cell.0) == Some(&s.holder) => {
+                        found.insert(s.holder, data);
+                    }
+                    // A dummy, or a copy a later shuffle or read left behind.
+                    Ok(_) => {}
+                    Err(e) if e.is_integrity() => report.unreadable_cells.push(s.cell.0),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    if grow_to.is_some() {
+        refuse_damage(&report)?;
+    }
+    for (b, data) in saved.oram.cached_blocks() {
+        found.insert(b, data.to_vec());
+    }
+    let mut lost: Vec<u64> = stored.values().copied().filter(|b| !found.contains_key(b)).collect();
+    lost.sort_unstable();
+    report.lost = lost;
+    report.blocks_found = found.len() as u64;
+    let mut ids: Vec<u64> = found.keys().copied().collect();
+    ids.sort_unstable();
+    let (mut oram, new_cells, left) = ObliviStoreOram::bulk_loaded(target, ids, fresh_serial())?;
+    let sealer = CellSealer::new(key, saved.store_id, epoch);
+    let zeros = vec![0u8; bs];
+    let retry = RetryPolicy::default();
+    for chunk in new_cells.chunks(BATCH * 16) {
+        let sealed = chunk
+            .iter()
+            .map(|c| {
+                let data = if c.holder == DUMMY { &zeros } else { &found[&c.holder] };
+                crate::oblivistore::seal(&sealer, c.cell, c.serial, c.holder, data)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        report.cells_written += sealed.len() as u64;
+        write_batches(&*new, retry, sealed).await?;
+    }
+    with_retry(retry, || new.flush()).await?;
+    for b in left {
+        let data = found.remove(&b).expect("found");
+        oram.load_cached(b, data)?;
+    }
+    let next_epoch = next_epoch(epoch)?;
+    let rebuilt =
+        crate::oblivistore::SavedObliviStore { store_id: saved.store_id, oram, next_epoch };
+    crate::oblivistore::save_rebuilt(dir, rebuilt, key)?;
     Ok(report)
 }
 

@@ -2,13 +2,15 @@
 //! along the path its snapshot leaf named (which the store saw in the lost timeline), and the
 //! recovered engine reads back what the snapshot held.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use blindfold_crypto::{MasterKey, StoreId};
-use blindfold_oram::{BlockId, Leaf, PathOramConfig, TreeShape};
-use blindfold_proxy::rebuild::{fresh_epoch, rebuild_path_oram, rebuild_tao};
-use blindfold_proxy::{DurablePathOram, DurableTao, TaoConfig};
+use blindfold_oram::oblivistore::ObliviStoreConfig;
+use blindfold_oram::{BlockId, Leaf, Op, PathOramConfig, TreeShape};
+use blindfold_proxy::rebuild::{fresh_epoch, rebuild_oblivistore, rebuild_path_oram, rebuild_tao};
+use blindfold_proxy::{DurableObliviStore, DurablePathOram, DurableTao, TaoConfig};
 use blindfold_store::{CellId, Geometry, MemoryStore, RecordingStore, Store, TraceOp};
 
 const BS: u32 = 32;
@@ -229,5 +231,153 @@ async fn cells_rewritten_after_the_snapshot_are_reported_lost() {
         } else {
             assert_eq!(got, block(i, 1), "block {i}");
         }
+    }
+}
+
+/// The three kinds of partition engine: ObliviStore, CURIOUS over levelled partitions and
+/// CURIOUS over Path ORAM partitions (b = 3, z = 5).
+fn partition_configs() -> Vec<ObliviStoreConfig> {
+    vec![
+        ObliviStoreConfig::new(BLOCKS, BS).unwrap(),
+        ObliviStoreConfig::curious(BLOCKS, BS, 3).unwrap(),
+        ObliviStoreConfig::curious_path(BLOCKS, BS, 3, 5).unwrap(),
+    ]
+}
+
+async fn partition_engine(
+    dir: &Path,
+    config: ObliviStoreConfig,
+    store: Arc<dyn Store>,
+    key: &MasterKey,
+) -> DurableObliviStore {
+    DurableObliviStore::create(dir, config, store, key, StoreId::random(), &mut |_, _| {})
+        .await
+        .unwrap()
+}
+
+/// The partition of every stored block.
+fn partitions_of(engine: &DurableObliviStore) -> HashMap<u64, u64> {
+    let per = engine.config().partition_cells();
+    engine.block_cells().into_iter().map(|(b, c)| (b, c.0 / per)).collect()
+}
+
+/// A partition engine recovered from its snapshot: every block the snapshot held comes back
+/// (or is reported lost, never returned with other contents), in a partition independent of
+/// the one the snapshot named, and no cell the lost timeline sealed opens in the rebuilt
+/// array, even at the same address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_engines_recover_into_fresh_partitions() {
+    for config in partition_configs() {
+        let key = MasterKey::generate();
+        let g = DurableObliviStore::geometry(&config).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let (lost_dir, new_dir) = (root.path().join("lost"), root.path().join("new"));
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
+        let before = {
+            let e = partition_engine(&lost_dir, config.clone(), store.clone(), &key).await;
+            for i in 0..BLOCKS {
+                e.access(BlockId(i), Op::Write(block(i, 1))).await.unwrap();
+            }
+            e.commit().await.unwrap();
+            e.shutdown().await.unwrap();
+            let (e, _) = DurableObliviStore::open(&lost_dir, store.clone(), &key).await.unwrap();
+            let p = partitions_of(&e);
+            e.shutdown().await.unwrap();
+            p
+        };
+        copy_checkpoint(&lost_dir, &new_dir);
+        {
+            // The lost timeline: reads show partitions, writes and shuffles overwrite cells.
+            let (e, _) = DurableObliviStore::open(&lost_dir, store.clone(), &key).await.unwrap();
+            for i in 0..8 {
+                e.access(BlockId(i), Op::Write(block(i, 2))).await.unwrap();
+            }
+            e.commit().await.unwrap();
+            e.shutdown().await.unwrap();
+        }
+        let fresh: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
+        let rebuilt =
+            rebuild_oblivistore(&new_dir, store.clone(), fresh.clone(), &key, fresh_epoch())
+                .await
+                .unwrap();
+        assert_eq!(rebuilt.blocks_found + rebuilt.lost.len() as u64, BLOCKS, "{rebuilt:?}");
+        assert!(rebuilt.blocks_found >= BLOCKS * 3 / 4, "{rebuilt:?}");
+        let (e, _) = DurableObliviStore::open(&new_dir, fresh.clone(), &key).await.unwrap();
+        let after = partitions_of(&e);
+        let kept = after.iter().filter(|(b, p)| before.get(b) == Some(p)).count();
+        let parts = config.partitions() as f64;
+        // Independent: about 1/P of them stay where they were; the snapshot's own places: all.
+        let expected = after.len() as f64 / parts;
+        assert!(
+            (kept as f64) < expected + 5.0 * expected.sqrt() + 3.0,
+            "{kept} of {} blocks kept their snapshot partition (P = {parts})",
+            after.len()
+        );
+        for i in 0..BLOCKS {
+            let got = e.access(BlockId(i), Op::Read).await.unwrap();
+            if rebuilt.lost.contains(&i) {
+                assert_eq!(got, vec![0; BS as usize], "lost block {i}");
+            } else {
+                assert_eq!(got, block(i, 1), "block {i} ({config:?})");
+            }
+        }
+        e.commit().await.unwrap();
+        e.shutdown().await.unwrap();
+        // The store hands the lost timeline's cells back, each at its own address.
+        let all: Vec<CellId> = (0..g.cell_count()).map(CellId).collect();
+        let old = store.read(&all).await.unwrap();
+        fresh.write(all.into_iter().zip(old).collect()).await.unwrap();
+        let (e, _) = DurableObliviStore::open(&new_dir, fresh, &key).await.unwrap();
+        let report = e.verify(&mut |_, _| {}).await.unwrap();
+        assert!(report.cells_checked > 0);
+        assert_eq!(
+            report.failures.len() as u64,
+            report.cells_checked,
+            "a cell of the lost timeline opened in the rebuilt array"
+        );
+    }
+}
+
+/// Cells the lost run rewrote after the snapshot are caught: the blocks in them are lost,
+/// every other block comes back as the snapshot had it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_engine_cells_damaged_after_the_snapshot_are_reported_lost() {
+    for config in partition_configs() {
+        let key = MasterKey::generate();
+        let g = DurableObliviStore::geometry(&config).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("e");
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
+        let e = partition_engine(&dir, config.clone(), store.clone(), &key).await;
+        for i in 0..BLOCKS {
+            e.access(BlockId(i), Op::Write(block(i, 1))).await.unwrap();
+        }
+        e.commit().await.unwrap();
+        e.shutdown().await.unwrap();
+        let (e, _) = DurableObliviStore::open(&dir, store.clone(), &key).await.unwrap();
+        let cells = e.block_cells();
+        e.shutdown().await.unwrap();
+        // Three stored blocks' cells flipped.
+        let hit: Vec<(u64, CellId)> =
+            cells.iter().step_by(cells.len() / 3).take(3).copied().collect();
+        for &(_, c) in &hit {
+            let mut raw = store.read(&[c]).await.unwrap().pop().unwrap();
+            raw[20] ^= 1;
+            store.write(vec![(c, raw)]).await.unwrap();
+        }
+        let fresh: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
+        let rebuilt =
+            rebuild_oblivistore(&dir, store, fresh.clone(), &key, fresh_epoch()).await.unwrap();
+        let mut lost: Vec<u64> = hit.iter().map(|h| h.0).collect();
+        lost.sort_unstable();
+        assert_eq!(rebuilt.lost, lost);
+        assert_eq!(rebuilt.unreadable_cells.len(), 3);
+        let (e, _) = DurableObliviStore::open(&dir, fresh, &key).await.unwrap();
+        for i in 0..BLOCKS {
+            let got = e.access(BlockId(i), Op::Read).await.unwrap();
+            let want = if lost.contains(&i) { vec![0; BS as usize] } else { block(i, 1) };
+            assert_eq!(got, want, "block {i}");
+        }
+        e.shutdown().await.unwrap();
     }
 }
