@@ -1155,6 +1155,20 @@ oblivistore_read_back() {
   done
 }
 
+# Offline growth, then a recovery from the store and the key alone into a new directory.
+part_grow_recover() { # data-dir
+  local dir=$1 out
+  out=$("$BIN" grow --data-dir "$dir" --capacity 128MiB 2>&1) || { echo "grow failed: $out"; return 1; }
+  echo "$out" | grep -q 'grew the store from 64 MiB to 128 MiB' || { echo "$out"; return 1; }
+  rm -rf "$dir-rec"
+  out=$("$BIN" recover --data-dir "$dir-rec" --store "file://$dir/cells" --key-file "$dir/key.json" 2>&1) ||
+    { echo "recover failed: $out"; return 1; }
+  echo "$out" | grep -q "OK: start it with .*--key-file $dir/key.json" || { echo "$out"; return 1; }
+  CAPACITY=128MiB start_server "$dir-rec" --key-file "$dir/key.json" || return 1
+  oblivistore_read_back || { stop_server >/dev/null 2>&1; return 1; }
+  stop_server >/dev/null 2>&1
+}
+
 for PART_ENGINE in oblivistore curious curious-path; do
   only "$PART_ENGINE" || continue
   step "e2e: the $PART_ENGINE engine (serve --engine $PART_ENGINE)"
@@ -1178,6 +1192,8 @@ for PART_ENGINE in oblivistore curious curious-path; do
   STOP_STATUS=$?
   check "$PART_ENGINE: clean exit on SIGTERM" server_stopped_cleanly
   check "$PART_ENGINE: blindfold verify" tee_verify "$PART_DIR"
+  check "$PART_ENGINE: blindfold grow to 128 MiB, blindfold recover into a new directory, every object reads back" \
+    part_grow_recover "$PART_DIR"
 done
 
 # Distributed mode: two `blindfold node` processes (certificates from `blindfold cluster-certs`)

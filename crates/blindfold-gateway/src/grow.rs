@@ -16,7 +16,9 @@
 //!    intent is removed and the gateway serves on at the old size;
 //! 4. a fresh tree of the new size is bulk-loaded with every block (fresh uniformly random
 //!    leaves), sealed under a fresh random key epoch, every cell written once in cell order,
-//!    into the array `oram.g<N+1>`;
+//!    into the array `oram.g<N+1>` (the ObliviStore and CURIOUS engines: every block to a fresh
+//!    uniformly random partition of the larger engine, every top level or first bucket copy
+//!    written once, from a fresh random serial on);
 //! 5. the engine's checkpoint is replaced atomically — the point of no return — then
 //!    `gateway.json` gets the new capacity and generation, then the intent is removed;
 //! 6. the engine is reopened on the new array and the directory's capacity raised; a snapshot
@@ -56,7 +58,7 @@ use std::time::Instant;
 
 use blindfold_crypto::MasterKey;
 use blindfold_proxy::rebuild::{fresh_epoch, Rebuilt};
-use blindfold_proxy::{DurablePathOram, DurableTao, ProxyError};
+use blindfold_proxy::{DurableObliviStore, DurablePathOram, DurableTao, ProxyError};
 use blindfold_store::{open_store, Store, StoreError, StoreUrl};
 use serde::{Deserialize, Serialize};
 
@@ -64,8 +66,8 @@ use crate::engine::{Serialized, SharedEngine, Swappable};
 use crate::objects::ObjectLayer;
 use crate::observe::Observer;
 use crate::server::{
-    cached_bytes, oram_array, oram_config, oram_geometry, physical_view, read_params, sync_parent,
-    tao_config, write_private, GatewayParams, OramEngine, StoreWrapper,
+    cached_bytes, oblivistore_config, oram_array, oram_config, oram_geometry, physical_view,
+    read_params, sync_parent, tao_config, write_private, GatewayParams, OramEngine, StoreWrapper,
 };
 use crate::snapshot::SnapshotSlot;
 use crate::{GatewayError, Result};
@@ -260,8 +262,14 @@ fn write_params(dir: &Path, params: &GatewayParams) -> Result<()> {
 fn grown_params(params: &GatewayParams, blocks: u64, generation: u32) -> Result<GatewayParams> {
     let p = GatewayParams { blocks, generation, ..params.clone() };
     oram_config(&p)?;
-    if p.engine == OramEngine::Tao {
-        tao_config(&p)?;
+    match p.engine {
+        OramEngine::Tao => {
+            tao_config(&p)?;
+        }
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+            oblivistore_config(&p)?;
+        }
+        OramEngine::PathOram | OramEngine::Tee => {}
     }
     Ok(p)
 }
@@ -421,10 +429,12 @@ async fn grow_closed(
             let config = tao_config(&new_params)?;
             blindfold_proxy::rebuild::grow_tao(&oram_dir, old, new, key, epoch, config).await?
         }
-        OramEngine::Tee
-        | OramEngine::ObliviStore
-        | OramEngine::Curious
-        | OramEngine::CuriousPath => return Err(cannot_grow(params.engine)),
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+            let config = oblivistore_config(&new_params)?;
+            blindfold_proxy::rebuild::grow_oblivistore(&oram_dir, old, new, key, epoch, config)
+                .await?
+        }
+        OramEngine::Tee => return Err(cannot_grow(params.engine)),
     };
     *replaced = true;
     if crash == Some(CrashPoint::AfterCheckpoint) {
@@ -445,14 +455,14 @@ fn checkpoint_blocks(dir: &Path, params: &GatewayParams, key: &MasterKey) -> Res
     Ok(match params.engine {
         OramEngine::PathOram => blindfold_proxy::rebuild::saved_path_oram_blocks(&oram_dir, key)?,
         OramEngine::Tao => blindfold_proxy::rebuild::saved_tao_blocks(&oram_dir, key)?,
-        OramEngine::Tee
-        | OramEngine::ObliviStore
-        | OramEngine::Curious
-        | OramEngine::CuriousPath => return Err(cannot_grow(params.engine)),
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+            blindfold_proxy::rebuild::saved_oblivistore_blocks(&oram_dir, key)?
+        }
+        OramEngine::Tee => return Err(cannot_grow(params.engine)),
     })
 }
 
-/// The TEE and ObliviStore engines cannot be grown yet.
+/// The TEE engine cannot be grown yet.
 fn cannot_grow(engine: OramEngine) -> GatewayError {
     GatewayError::Config(format!(
         "the {engine} engine cannot grow its store yet: create a larger one and copy the \
@@ -754,10 +764,10 @@ impl Grower {
             OramEngine::PathOram => Arc::new(Serialized::new(
                 DurablePathOram::open_rotating(&oram_dir, store, &self.key, None).await?.0,
             )),
-            OramEngine::Tee
-            | OramEngine::ObliviStore
-            | OramEngine::Curious
-            | OramEngine::CuriousPath => return Err(cannot_grow(params.engine)),
+            OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => Arc::new(
+                DurableObliviStore::open_rotating(&oram_dir, store, &self.key, None).await?.0,
+            ),
+            OramEngine::Tee => return Err(cannot_grow(params.engine)),
         })
     }
 

@@ -107,7 +107,7 @@ pub enum OramEngine {
 impl OramEngine {
     /// Whether `blindfold grow`, `recover` and key rotation can rebuild this engine's store.
     pub fn can_rebuild(self) -> bool {
-        matches!(self, Self::Tao | Self::PathOram)
+        !matches!(self, Self::Tee)
     }
 }
 
@@ -1960,11 +1960,7 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
             ))
         }
         OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            return Err(GatewayError::Config(format!(
-                "`blindfold recover` cannot rebuild a data directory of the {} engine yet; \
-                     restore the data directory from a backup instead",
-                params.engine
-            )))
+            blindfold_proxy::rebuild::rebuild_oblivistore(&oram_dir, old, new, &key, epoch).await?
         }
     };
     // Objects and uploads with a lost block are dropped: reading them would give zeros.

@@ -75,6 +75,15 @@ async fn a_full_tao_store_grows_while_serving() {
     grows_while_serving(OramEngine::Tao).await;
 }
 
+/// ObliviStore and both kinds of CURIOUS: every block to a fresh partition of the larger
+/// engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_partition_engine_stores_grow_while_serving() {
+    for engine in [OramEngine::ObliviStore, OramEngine::Curious, OramEngine::CuriousPath] {
+        grows_while_serving(engine).await;
+    }
+}
+
 /// The same over the real S3 (MinIO) and Redis servers the test script starts: the arrays are
 /// new objects / keys there, and the old ones stay (those stores do not delete arrays).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,7 +181,13 @@ async fn grows_on(engine: OramEngine, store: Option<blindfold_store::StoreUrl>) 
 /// and the next start finishes the growth.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_any_step_of_a_growth_loses_nothing() {
-    for engine in [OramEngine::PathOram, OramEngine::Tao] {
+    for engine in [
+        OramEngine::PathOram,
+        OramEngine::Tao,
+        OramEngine::ObliviStore,
+        OramEngine::Curious,
+        OramEngine::CuriousPath,
+    ] {
         for at in [
             CrashPoint::AfterIntent,
             CrashPoint::HalfWritten,
@@ -216,9 +231,14 @@ async fn a_crash_at_any_step_of_a_growth_loses_nothing() {
 /// A store whose cells do not authenticate is not grown: the gateway serves on at its size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_store_is_not_grown() {
+    damaged_store_is_not_grown(OramEngine::PathOram).await;
+    damaged_store_is_not_grown(OramEngine::CuriousPath).await;
+}
+
+async fn damaged_store_is_not_grown(engine: OramEngine) {
     use blindfold_store::{CellId, Store};
     let root = tempfile::tempdir().unwrap();
-    let opened = server::open(&cfg(root.path(), OramEngine::PathOram)).await.unwrap();
+    let opened = server::open(&cfg(root.path(), engine)).await.unwrap();
     let model = fill(&opened).await;
     let blocks = opened.params.blocks;
     stop(opened).await;
@@ -238,7 +258,7 @@ async fn a_damaged_store_is_not_grown() {
         file.flush().await.unwrap();
     };
     damage().await;
-    let opened = server::open(&cfg(root.path(), OramEngine::PathOram)).await.unwrap();
+    let opened = server::open(&cfg(root.path(), engine)).await.unwrap();
     let e = opened.grower.clone().unwrap().grow(blocks * 2).await.unwrap_err();
     assert!(e.to_string().contains("do not authenticate"), "{e}");
     let data = root.path().join("data");
@@ -249,7 +269,7 @@ async fn a_damaged_store_is_not_grown() {
     drop(opened);
     damage().await;
     // Repaired, the store serves at its size, and grows.
-    let opened = server::open(&cfg(root.path(), OramEngine::PathOram)).await.unwrap();
+    let opened = server::open(&cfg(root.path(), engine)).await.unwrap();
     check(&opened, &model).await;
     opened.grower.clone().unwrap().grow(blocks * 2).await.unwrap();
     check(&opened, &model).await;

@@ -53,6 +53,14 @@ async fn recover_the_tao_engine_from_store_and_key_alone() {
     recover_with(OramEngine::Tao).await;
 }
 
+/// ObliviStore and both kinds of CURIOUS: their partitions are rebuilt into a new array.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_the_partition_engines_from_store_and_key_alone() {
+    for engine in [OramEngine::ObliviStore, OramEngine::Curious, OramEngine::CuriousPath] {
+        recover_with(engine).await;
+    }
+}
+
 async fn recover_with(engine: OramEngine) {
     let cfg =
         |d: &std::path::Path, c: &std::path::Path, k: &std::path::Path| cfg_with(d, c, k, engine);
@@ -151,6 +159,13 @@ async fn lost_timeline_ciphertexts_never_authenticate_after_recover_path_oram() 
     lost_timeline_substitution(OramEngine::PathOram).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_timeline_ciphertexts_never_authenticate_after_recover_partition_engines() {
+    for engine in [OramEngine::ObliviStore, OramEngine::Curious, OramEngine::CuriousPath] {
+        lost_timeline_substitution(engine).await;
+    }
+}
+
 /// A gateway stops cleanly (snapshot S), then goes on writing and is lost (the lost
 /// timeline). `recover` from S, the same workload again, and then the store puts the lost
 /// timeline's ciphertexts back in place of the recovered ones: none may authenticate, and no
@@ -220,13 +235,11 @@ async fn lost_timeline_substitution(engine: OramEngine) {
     // reach: those cells are checked from memory and authenticate; none of the store's may.
     let pinned = match engine {
         OramEngine::Tao => (1u64 << opened.params.cache_levels) - 1,
-        OramEngine::PathOram => 0,
-        OramEngine::Tee
+        OramEngine::PathOram
         | OramEngine::ObliviStore
         | OramEngine::Curious
-        | OramEngine::CuriousPath => {
-            unreachable!("recover refuses it")
-        }
+        | OramEngine::CuriousPath => 0,
+        OramEngine::Tee => unreachable!("recover refuses it"),
     };
     assert_eq!(
         report.cells_ok,

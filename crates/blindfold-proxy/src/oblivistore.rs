@@ -1090,16 +1090,15 @@ impl DurableObliviStore {
             while let Some(read) = reads.next().await {
                 let (start, fetched) = read?;
                 for (s, bytes) in slots[start as usize..].iter().zip(fetched) {
-                    report.cells_checked += 1;
                     match open_slot(&self.inner.sealer, bs, s, &bytes) {
-                        Ok(_) => {}
+                        Ok(_) => report.cells_checked += 1,
                         Err(e) if e.is_integrity() => {
                             report.failures.push((s.cell.0, e.to_string()))
                         }
                         Err(e) => return Err(e),
                     }
                 }
-                progress(report.cells_checked, total);
+                progress(report.cells_checked + report.failures.len() as u64, total);
             }
             Ok(report)
         }

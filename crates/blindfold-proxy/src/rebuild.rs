@@ -30,6 +30,16 @@
 //! cell of the new tree is sealed under the fresh epoch, which each cell's seal must then name
 //! exactly (see [`crate::VersionTable`]), so none of the lost timeline's ciphertexts opens.
 //!
+//! # Partition engines
+//!
+//! [`rebuild_oblivistore`] and [`grow_oblivistore`] do the same for the ObliviStore and CURIOUS
+//! engines ([`crate::DurableObliviStore`]): every cell of every filled level (or every bucket's
+//! current copy) is read once and opened under its serial; every block found, and every block
+//! in the checkpoint's eviction cache, goes to a fresh uniformly random partition of a new
+//! engine ([`ObliviStoreOram::bulk_loaded`]), whose top levels (or first bucket copies) are
+//! written once in a fixed order. Their cells are bound to a serial rather than a key epoch, so
+//! the new engine's serials start at a [`fresh_serial`].
+//!
 //! # Growing
 //!
 //! [`grow_path_oram`] and [`grow_tao`] (for `blindfold grow`) run the same two passes from a

@@ -8,9 +8,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use blindfold_crypto::{MasterKey, StoreId};
-use blindfold_oram::{BlockId, PathOramConfig};
-use blindfold_proxy::rebuild::{fresh_epoch, grow_path_oram, grow_tao};
-use blindfold_proxy::{DurablePathOram, DurableTao, TaoConfig};
+use blindfold_oram::oblivistore::ObliviStoreConfig;
+use blindfold_oram::{BlockId, Op, PathOramConfig};
+use blindfold_proxy::rebuild::{fresh_epoch, grow_oblivistore, grow_path_oram, grow_tao};
+use blindfold_proxy::{DurableObliviStore, DurablePathOram, DurableTao, TaoConfig};
 use blindfold_store::{CellId, MemoryStore, RecordingStore, Store, TraceOp};
 use rand::{Rng, SeedableRng};
 
@@ -268,5 +269,133 @@ async fn growth_refuses_smaller_or_reshaped_trees() {
             Arc::new(MemoryStore::new(DurablePathOram::geometry(&to).unwrap()));
         let e = grow_path_oram(&dir, old.clone(), new, &key, fresh_epoch(), to).await.unwrap_err();
         assert!(e.to_string().contains("cannot grow"), "{e}");
+    }
+}
+
+/// The partition engines: ObliviStore, CURIOUS over levelled partitions, CURIOUS over Path
+/// ORAM partitions (b = 3, z = 5).
+fn partition_configs(blocks: u64) -> Vec<ObliviStoreConfig> {
+    vec![
+        ObliviStoreConfig::new(blocks, BS).unwrap(),
+        ObliviStoreConfig::curious(blocks, BS, 3).unwrap(),
+        ObliviStoreConfig::curious_path(blocks, BS, 3, 5).unwrap(),
+    ]
+}
+
+/// A partition engine grows with every block kept (the workloads of two seeds, against their
+/// models; new blocks read as zeros and take writes), and what the store sees does not depend
+/// on the data: the new array gets the same writes, in the same order, for both workloads;
+/// the old array gets only reads, each cell at most once, of the levels that were filled (a
+/// whole tree's current copies for Path ORAM partitions: the same count for both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_engines_grow_with_every_block_kept() {
+    for (small, large) in partition_configs(BLOCKS).into_iter().zip(partition_configs(GROWN)) {
+        let key = MasterKey::generate();
+        let root = tempfile::tempdir().unwrap();
+        let mut shapes = Vec::new();
+        for seed in [10u64, 20] {
+            let dir = root.path().join(format!("e{seed}"));
+            let g = DurableObliviStore::geometry(&small).unwrap();
+            let old = Arc::new(RecordingStore::new(MemoryStore::new(g)));
+            let w = writes(seed);
+            let e = DurableObliviStore::create(
+                &dir,
+                small.clone(),
+                old.clone(),
+                &key,
+                StoreId::random(),
+                &mut |_, _| {},
+            )
+            .await
+            .unwrap();
+            for (b, data, commit) in &w {
+                e.access(BlockId(*b), Op::Write(data.clone())).await.unwrap();
+                if *commit {
+                    e.commit().await.unwrap();
+                }
+            }
+            e.shutdown().await.unwrap();
+            let model = model(&w);
+            old.take_trace();
+            let gn = DurableObliviStore::geometry(&large).unwrap();
+            let new = Arc::new(RecordingStore::new(MemoryStore::new(gn)));
+            let grown = grow_oblivistore(
+                &dir,
+                old.clone(),
+                new.clone(),
+                &key,
+                fresh_epoch(),
+                large.clone(),
+            )
+            .await
+            .unwrap();
+            assert!(grown.lost.is_empty() && grown.unreadable_cells.is_empty(), "{grown:?}");
+            assert_eq!(grown.blocks_found, model.len() as u64);
+            assert!(old.trace().iter().all(|e| e.op == TraceOp::Read));
+            let read: Vec<u64> =
+                old.trace().iter().flat_map(|e| e.cells.iter().map(|c| c.0)).collect();
+            let mut once = read.clone();
+            once.sort_unstable();
+            once.dedup();
+            assert_eq!(once.len(), read.len(), "a cell was read twice");
+            if large.path_shape().is_some() {
+                let (z, h) = small.path_shape().unwrap();
+                let per = ((2u64 << h) - 1) * u64::from(z);
+                assert_eq!(read.len() as u64, per * u64::from(small.partitions()));
+            }
+            assert!(new.trace().iter().all(|e| e.op != TraceOp::Read));
+            let written: Vec<(TraceOp, Vec<u64>)> =
+                new.trace().iter().map(|e| (e.op, e.cells.iter().map(|c| c.0).collect())).collect();
+            shapes.push(written);
+            let (e, _) = DurableObliviStore::open(&dir, new, &key).await.unwrap();
+            for b in 0..GROWN {
+                let got = e.access(BlockId(b), Op::Read).await.unwrap();
+                let want = model.get(&b).cloned().unwrap_or(vec![0; BS as usize]);
+                assert_eq!(got, want, "block {b} after growing ({large:?})");
+            }
+            e.access(BlockId(GROWN - 1), Op::Write(vec![7; BS as usize])).await.unwrap();
+            assert_eq!(e.access(BlockId(GROWN - 1), Op::Read).await.unwrap(), vec![7; BS as usize]);
+            e.shutdown().await.unwrap();
+        }
+        assert_eq!(shapes[0], shapes[1], "the store could tell the two workloads apart");
+    }
+}
+
+/// A partition engine grows only into more blocks of the same size and kind of partitions;
+/// anything else is refused with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_engine_growth_refuses_smaller_or_other_engines() {
+    let key = MasterKey::generate();
+    let root = tempfile::tempdir().unwrap();
+    let small = ObliviStoreConfig::new(BLOCKS, BS).unwrap();
+    let g = DurableObliviStore::geometry(&small).unwrap();
+    let dir = root.path().join("e");
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
+    let e = DurableObliviStore::create(
+        &dir,
+        small,
+        store.clone(),
+        &key,
+        StoreId::random(),
+        &mut |_, _| {},
+    )
+    .await
+    .unwrap();
+    e.shutdown().await.unwrap();
+    let refused = [
+        ObliviStoreConfig::new(BLOCKS / 2, BS).unwrap(),
+        ObliviStoreConfig::new(GROWN, BS * 2).unwrap(),
+        ObliviStoreConfig::curious(GROWN, BS, 3).unwrap(),
+        ObliviStoreConfig::curious_path(GROWN, BS, 3, 5).unwrap(),
+    ];
+    for to in refused {
+        let new = Arc::new(RecordingStore::new(MemoryStore::new(
+            DurableObliviStore::geometry(&to).unwrap(),
+        )));
+        let e = grow_oblivistore(&dir, store.clone(), new.clone(), &key, fresh_epoch(), to)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("growing adds blocks"), "{e}");
+        assert!(new.trace().is_empty());
     }
 }

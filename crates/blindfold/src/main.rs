@@ -1902,7 +1902,15 @@ async fn recover(a: GatewayArgs) -> Result<()> {
             report.bad_cells.len()
         );
     }
-    println!("  OK: start it with `blindfold serve --data-dir {}`", cfg.data_dir.display());
+    // The key stays where it was given: the start command names it unless it is the default.
+    let key_arg = match &cfg.key_file {
+        Some(k) if *k != cfg.data_dir.join("key.json") => format!(" --key-file {}", k.display()),
+        _ => String::new(),
+    };
+    println!(
+        "  OK: start it with `blindfold serve --data-dir {}{key_arg}`",
+        cfg.data_dir.display()
+    );
     Ok(())
 }
 
@@ -1980,10 +1988,15 @@ async fn grow(a: GrowArgs) -> Result<()> {
         eprintln!("blindfold: {note}");
     }
     let Some(grower) = opened.grower.clone() else {
-        bail!("this engine cannot grow");
+        bail!(
+            "the {} engine of {} cannot grow its store yet (nothing was changed): create a \
+             larger gateway and copy the objects over (e.g. with `aws s3 sync`)",
+            opened.params.engine,
+            dir.display()
+        );
     };
     let pb = spinner(format!(
-        "blindfold grow: rebuilding the tree of {} into {} blocks",
+        "blindfold grow: rebuilding the ORAM of {} into {} blocks",
         dir.display(),
         blocks
     ));
