@@ -341,6 +341,12 @@ async fn open_new_array(
     )))
 }
 
+/// `store`, stopping (as a crash would) once a quarter of its cells have been written (tests).
+pub(crate) fn cut_short(store: Arc<dyn Store>) -> Arc<dyn Store> {
+    let quarter = (store.geometry().cell_count() / 4) as i64;
+    Arc::new(CutShort { inner: store, left: quarter.into() })
+}
+
 /// A store that stops (as a crash would) once `limit` cells have been written to it.
 #[derive(Debug)]
 struct CutShort {
@@ -411,12 +417,8 @@ async fn grow_closed(
     let old = open_store(&url, &old_name, oram_geometry(params)?)
         .await
         .map_err(|e| GatewayError::Config(format!("opening store array {old_name}: {e}")))?;
-    let new: Arc<dyn Store> = if crash == Some(CrashPoint::HalfWritten) {
-        let half = (new.geometry().cell_count() / 4) as i64;
-        Arc::new(CutShort { inner: new, left: half.into() })
-    } else {
-        new
-    };
+    let new: Arc<dyn Store> =
+        if crash == Some(CrashPoint::HalfWritten) { cut_short(new) } else { new };
     let oram_dir = dir.join("oram");
     let epoch = fresh_epoch();
     let rebuilt = match params.engine {

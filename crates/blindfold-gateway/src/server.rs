@@ -800,6 +800,11 @@ pub async fn open_with(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     }
     match read_params(dir)? {
         Some(params) => open_existing(cfg, hooks, params).await,
+        None if dir.join(RECOVERING).exists() => Err(GatewayError::Config(format!(
+            "{} holds a `blindfold recover` that did not finish: run the same `blindfold \
+             recover` again (it starts over; the store's snapshot and arrays are as they were)",
+            dir.display()
+        ))),
         None => create(cfg, hooks).await,
     }
 }
@@ -1053,6 +1058,34 @@ async fn create(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     };
     debris.add(dir.join("oram"));
     debris.add(dir.join("meta.redb"));
+    // A store that already holds a gateway (its snapshot index) is never taken over: the new
+    // gateway would overwrite that gateway's arrays.
+    if hooks.engine == EngineKind::PathOram {
+        match crate::snapshot::existing_index(&store_url, &key).await? {
+            Some(true) => {
+                return Err(GatewayError::Config(format!(
+                    "{} already holds a blindfold gateway sealed with this key, and {} is not \
+                     its data directory: to rebuild that directory from the store run \
+                     `blindfold recover --data-dir DIR --store {} --key-file {}`; for a new \
+                     gateway choose another store location. Nothing was changed",
+                    params.store,
+                    dir.display(),
+                    params.store,
+                    key_path.display()
+                )))
+            }
+            Some(false) => {
+                return Err(GatewayError::Config(format!(
+                    "{} already holds another blindfold gateway's data (sealed with another \
+                     key): choose another store location (directory, bucket prefix or \
+                     database) for a new gateway, or give the key that gateway was made with. \
+                     Nothing was changed",
+                    params.store
+                )))
+            }
+            None => {}
+        }
+    }
     let credentials = match &cfg.credentials {
         Some(c) => (c.clone(), None),
         None => {
@@ -1885,6 +1918,28 @@ const RECOVERING: &str = "recovering";
 /// other reason) are dropped from the directory and named in the description. The old array
 /// is left untouched; the operator can delete it afterwards.
 pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
+    recover_until(cfg, None).await
+}
+
+/// Where a test can cut a `recover` short, as a crash at that instant would.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoverCrash {
+    /// A quarter of the new array is written.
+    HalfWritten,
+    /// The engine's checkpoint names the rebuilt engine; the directory is not restored yet.
+    AfterRebuild,
+    /// The directory is restored; `gateway.json` is not written yet.
+    AfterDirectory,
+}
+
+/// [`recover`], stopping as a crash would at `crash` (tests).
+#[doc(hidden)]
+pub async fn recover_until(
+    cfg: &ServeConfig,
+    crash: Option<RecoverCrash>,
+) -> Result<(Opened, String)> {
+    let simulated = |at: RecoverCrash| GatewayError::Config(format!("simulated crash at {at:?}"));
     let dir = &cfg.data_dir;
     if dir.join("gateway.json").exists() {
         return Err(GatewayError::Config(format!(
@@ -1942,6 +1997,10 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
     };
     let old = open_array(old_array.clone()).await?;
     let new = open_array(new_array.clone()).await?;
+    let new = match crash {
+        Some(RecoverCrash::HalfWritten) => crate::grow::cut_short(new),
+        _ => new,
+    };
     write_private(&oram_dir.join("checkpoint.bin"), &snap.oram_checkpoint)?;
     let epoch = blindfold_proxy::rebuild::fresh_epoch();
     let rebuilt = match params.engine {
@@ -1963,6 +2022,9 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
             blindfold_proxy::rebuild::rebuild_oblivistore(&oram_dir, old, new, &key, epoch).await?
         }
     };
+    if crash == Some(RecoverCrash::AfterRebuild) {
+        return Err(simulated(RecoverCrash::AfterRebuild));
+    }
     // Objects and uploads with a lost block are dropped: reading them would give zeros.
     let lost: std::collections::HashSet<u64> = rebuilt.lost.iter().copied().collect();
     let mut directory = snap.directory;
@@ -1987,6 +2049,9 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
     directory.free.sort_unstable();
     directory.free.dedup();
     Directory::restore(&dir.join("meta.redb"), params.blocks, &directory, &key)?;
+    if crash == Some(RecoverCrash::AfterDirectory) {
+        return Err(simulated(RecoverCrash::AfterDirectory));
+    }
     // Last: gateway.json makes the directory a gateway (written atomically).
     write_private(&dir.join("gateway.json"), &serde_json::to_vec_pretty(&params).expect("json"))?;
     sync_dir(dir)?;

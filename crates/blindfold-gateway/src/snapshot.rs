@@ -217,6 +217,18 @@ async fn read_index(index: &dyn Store, key: &MasterKey) -> Result<Option<(u64, S
     }
 }
 
+/// Whether the store at `url` already has a snapshot index written (by any gateway, under any
+/// key): `Some(true)` if it opens under `key`, `Some(false)` if it holds something else, `None`
+/// if there is none. A new gateway over such a store would overwrite the arrays it names.
+pub async fn existing_index(url: &StoreUrl, key: &MasterKey) -> Result<Option<bool>> {
+    let index = open_store(url, INDEX, index_geometry()).await.map_err(store_err)?;
+    let cell = index.read(&[CellId(0)]).await.map_err(store_err)?.pop().unwrap_or_default();
+    if cell.iter().all(|&b| b == 0) {
+        return Ok(None);
+    }
+    Ok(Some(read_index(&*index, key).await?.is_some()))
+}
+
 async fn write_index(index: &dyn Store, key: &MasterKey, count: u64, name: &str) -> Result<()> {
     let sealed = sealer(key)
         .seal(&CellAd { cell: 0, version: 1, segment: 0 }, &encode_index(count, name))
