@@ -87,8 +87,8 @@ const RESERVE_MAGIC: u32 = 0xB1F0_5703;
 const START_MAGIC: u32 = 0xB1F0_5704;
 /// An access's read is about to go out (naming the block, for a real read).
 const REVEAL_MAGIC: u32 = 0xB1F0_5705;
-/// Cells `verify` reads per store request.
-const VERIFY_BATCH: u64 = 256;
+/// Cells a whole-engine read (`verify`, `recover`, `grow`) asks the store for per request.
+const SLOTS_PER_READ: u64 = 256;
 /// Serials reserved at a time.
 const RESERVE_STEP: u64 = 1 << 16;
 /// Write a checkpoint once the log is larger than this (at a quiet moment).
@@ -288,7 +288,7 @@ impl DurableObliviStore {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Self> {
         prepare_new_dir(dir)?;
-        check_geometry(&store, &config)?;
+        check_store(&*store, &config)?;
         let oram = ObliviStoreOram::new(config.clone());
         let sealer = CellSealer::new(key, store_id, 0);
         let cells: Vec<SlotRead> = oram.initial_cells().collect();
@@ -394,13 +394,10 @@ impl DurableObliviStore {
     ) -> Result<(Self, Recovery)> {
         crate::make_private(dir)?;
         let state_sealer = StateSealer::with_keys(key, previous);
-        let path = dir.join(CHECKPOINT);
-        let raw = std::fs::read(&path).map_err(|e| crate::durable::io(&path, "reading", e))?;
-        let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &state_sealer)
-            .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
+        let ckpt = read_checkpoint(dir, &state_sealer)?;
         let store_id = StoreId(ckpt.store_id);
         let mut oram = ObliviStoreOram::from_state(ckpt.oram)?;
-        check_geometry(&store, oram.config())?;
+        check_store(&*store, oram.config())?;
         let mut epoch = ckpt.next_epoch;
         let log_path = dir.join(REDO_LOG);
         let (frames, _, torn) = read_frames_with_legacy(
@@ -1076,30 +1073,24 @@ impl DurableObliviStore {
         self.inner.st.lock().holding += 1;
         let result = async {
             self.wait_until(|s| Ok(s.active == 0)).await?;
-            use futures::StreamExt;
             let (slots, bs) = {
                 let s = self.inner.st.lock();
                 (s.oram.filled_cells(), s.oram.config().block_size() as usize)
             };
-            let cells: Vec<CellId> = slots.iter().map(|s| s.cell).collect();
             let mut report = VerifyReport::default();
-            let total = cells.len() as u64;
-            let store = &*self.inner.store;
-            let mut reads =
-                std::pin::pin!(read_listed(store, RetryPolicy::default(), &cells, VERIFY_BATCH));
-            while let Some(read) = reads.next().await {
-                let (start, fetched) = read?;
-                for (s, bytes) in slots[start as usize..].iter().zip(fetched) {
-                    match open_slot(&self.inner.sealer, bs, s, &bytes) {
-                        Ok(_) => report.cells_checked += 1,
-                        Err(e) if e.is_integrity() => {
-                            report.failures.push((s.cell.0, e.to_string()))
-                        }
-                        Err(e) => return Err(e),
-                    }
+            let total = slots.len() as u64;
+            open_slots_in_order(&*self.inner.store, &self.inner.sealer, bs, &slots, |s, opened| {
+                match opened {
+                    Ok(_) => report.cells_checked += 1,
+                    Err(e) => report.failures.push((s.cell.0, e.to_string())),
                 }
-                progress(report.cells_checked + report.failures.len() as u64, total);
-            }
+                let done = report.cells_checked + report.failures.len() as u64;
+                if done.is_multiple_of(SLOTS_PER_READ) || done == total {
+                    progress(done, total);
+                }
+                Ok(())
+            })
+            .await?;
             Ok(report)
         }
         .await;
@@ -1132,6 +1123,32 @@ pub(crate) fn open_slot(
     Ok((s.holder != DUMMY).then(|| plain[8..].to_vec()))
 }
 
+/// Reads `slots` from `store` in order ([`SLOTS_PER_READ`] per request, several requests in
+/// flight) and hands each to `take` with what opening it gave: its block's data (`None`: a
+/// dummy) or an integrity error. Any other error stops the read.
+pub(crate) async fn open_slots_in_order(
+    store: &dyn Store,
+    sealer: &CellSealer,
+    bs: usize,
+    slots: &[SlotRead],
+    mut take: impl FnMut(&SlotRead, Result<Option<Vec<u8>>>) -> Result<()>,
+) -> Result<()> {
+    use futures::StreamExt;
+    let cells: Vec<CellId> = slots.iter().map(|s| s.cell).collect();
+    let mut reads =
+        std::pin::pin!(read_listed(store, RetryPolicy::default(), &cells, SLOTS_PER_READ));
+    while let Some(read) = reads.next().await {
+        let (start, fetched) = read?;
+        for (s, bytes) in slots[start as usize..].iter().zip(fetched) {
+            match open_slot(sealer, bs, s, &bytes) {
+                Err(e) if !e.is_integrity() => return Err(e),
+                opened => take(s, opened)?,
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A saved engine's trusted state, as `recover` and a growth read it.
 pub(crate) struct SavedObliviStore {
     pub store_id: StoreId,
@@ -1139,12 +1156,16 @@ pub(crate) struct SavedObliviStore {
     pub next_epoch: u32,
 }
 
-/// Loads the checkpoint in `dir` (of an engine stopped cleanly, or a snapshot's).
-pub(crate) fn load_saved(dir: &Path, key: &MasterKey) -> Result<SavedObliviStore> {
+fn read_checkpoint(dir: &Path, state_sealer: &StateSealer) -> Result<Checkpoint> {
     let path = dir.join(CHECKPOINT);
     let raw = std::fs::read(&path).map_err(|e| crate::durable::io(&path, "reading", e))?;
-    let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &StateSealer::new(key))
-        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
+    decode_checkpoint(&raw, CHECKPOINT_MAGIC, state_sealer)
+        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))
+}
+
+/// Loads the checkpoint in `dir` (of an engine stopped cleanly, or a snapshot's).
+pub(crate) fn load_saved(dir: &Path, key: &MasterKey) -> Result<SavedObliviStore> {
+    let ckpt = read_checkpoint(dir, &StateSealer::new(key))?;
     Ok(SavedObliviStore {
         store_id: StoreId(ckpt.store_id),
         oram: ObliviStoreOram::from_state(ckpt.oram)?,
@@ -1163,8 +1184,7 @@ pub(crate) fn save_rebuilt(dir: &Path, saved: SavedObliviStore, key: &MasterKey)
     write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &StateSealer::new(key))
 }
 
-/// The store's shape for `config` (as [`DurableObliviStore::geometry`]), checked against
-/// `store`.
+/// Checks that `store` has the shape [`DurableObliviStore::geometry`] gives for `config`.
 pub(crate) fn check_store(store: &dyn Store, config: &ObliviStoreConfig) -> Result<()> {
     crate::error::check_array(store.geometry(), DurableObliviStore::geometry(config)?, "the store")
 }
@@ -1178,8 +1198,4 @@ pub(crate) fn seal(
 ) -> Result<(CellId, Vec<u8>)> {
     let ad = CellAd { cell: cell.0, version: serial, segment: 0 };
     sealer.seal(&ad, &cell_plain(holder, data)).map(|s| (cell, s)).map_err(ProxyError::Crypto)
-}
-
-fn check_geometry(store: &Arc<dyn Store>, config: &ObliviStoreConfig) -> Result<()> {
-    check_store(&**store, config)
 }

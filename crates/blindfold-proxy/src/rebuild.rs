@@ -68,8 +68,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
 use crate::durable::{
-    load_saved_path_oram, read_in_order, read_listed, save_rebuilt_path_oram, write_batches,
-    SavedPathOram,
+    load_saved_path_oram, read_in_order, save_rebuilt_path_oram, write_batches, SavedPathOram,
 };
 use crate::durable_tao::{load_saved_tao, save_rebuilt_tao, SavedTao};
 use crate::path::{open_cell, seal_cells, with_retry, RetryPolicy};
@@ -381,7 +380,6 @@ async fn partitions_into(
     epoch: u32,
     grow_to: Option<ObliviStoreConfig>,
 ) -> Result<Rebuilt> {
-    use futures::StreamExt;
     let saved = crate::oblivistore::load_saved(dir, key)?;
     let config = saved.oram.config().clone();
     crate::oblivistore::check_store(&*old, &config)?;
@@ -410,27 +408,20 @@ async fn partitions_into(
     let stored: HashMap<u64, u64> =
         saved.oram.blocks_stored().into_iter().map(|(b, c)| (c.0, b)).collect();
     let slots = saved.oram.filled_cells();
-    let cells: Vec<CellId> = slots.iter().map(|s| s.cell).collect();
+    report.cells_read = slots.len() as u64;
     let mut found: HashMap<u64, Vec<u8>> = HashMap::new();
-    {
-        let mut reads =
-            std::pin::pin!(read_listed(&*old, RetryPolicy::default(), &cells, BATCH as u64));
-        while let Some(read) = reads.next().await {
-            let (start, fetched) = read?;
-            report.cells_read += fetched.len() as u64;
-            for (s, bytes) in slots[start as usize..].iter().zip(fetched) {
-                match crate::oblivistore::open_slot(&opener, bs, s, &bytes) {
-                    Ok(Some(data)) if stored.get(&s.cell.0) == Some(&s.holder) => {
-                        found.insert(s.holder, data);
-                    }
-                    // A dummy, or a copy a later shuffle or read left behind.
-                    Ok(_) => {}
-                    Err(e) if e.is_integrity() => report.unreadable_cells.push(s.cell.0),
-                    Err(e) => return Err(e),
-                }
+    crate::oblivistore::open_slots_in_order(&*old, &opener, bs, &slots, |s, opened| {
+        match opened {
+            Ok(Some(data)) if stored.get(&s.cell.0) == Some(&s.holder) => {
+                found.insert(s.holder, data);
             }
+            // A dummy, or a copy a later shuffle or read left behind.
+            Ok(_) => {}
+            Err(_) => report.unreadable_cells.push(s.cell.0),
         }
-    }
+        Ok(())
+    })
+    .await?;
     if grow_to.is_some() {
         refuse_damage(&report)?;
     }

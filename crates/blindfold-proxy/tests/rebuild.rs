@@ -255,6 +255,14 @@ async fn partition_engine(
         .unwrap()
 }
 
+/// Writes blocks `0..n`, tagged `tag`, and commits.
+async fn write_blocks(e: &DurableObliviStore, n: u64, tag: u8) {
+    for i in 0..n {
+        e.access(BlockId(i), Op::Write(block(i, tag))).await.unwrap();
+    }
+    e.commit().await.unwrap();
+}
+
 /// The partition of every stored block.
 fn partitions_of(engine: &DurableObliviStore) -> HashMap<u64, u64> {
     let per = engine.config().partition_cells();
@@ -263,8 +271,7 @@ fn partitions_of(engine: &DurableObliviStore) -> HashMap<u64, u64> {
 
 /// A partition engine recovered from its snapshot: every block the snapshot held comes back
 /// (or is reported lost, never returned with other contents), in a partition independent of
-/// the one the snapshot named, and no cell the lost timeline sealed opens in the rebuilt
-/// array, even at the same address.
+/// the one the snapshot named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_engines_recover_into_fresh_partitions() {
     for config in partition_configs() {
@@ -275,10 +282,7 @@ async fn partition_engines_recover_into_fresh_partitions() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
         let before = {
             let e = partition_engine(&lost_dir, config.clone(), store.clone(), &key).await;
-            for i in 0..BLOCKS {
-                e.access(BlockId(i), Op::Write(block(i, 1))).await.unwrap();
-            }
-            e.commit().await.unwrap();
+            write_blocks(&e, BLOCKS, 1).await;
             e.shutdown().await.unwrap();
             let (e, _) = DurableObliviStore::open(&lost_dir, store.clone(), &key).await.unwrap();
             let p = partitions_of(&e);
@@ -289,10 +293,7 @@ async fn partition_engines_recover_into_fresh_partitions() {
         {
             // The lost timeline: reads show partitions, writes and shuffles overwrite cells.
             let (e, _) = DurableObliviStore::open(&lost_dir, store.clone(), &key).await.unwrap();
-            for i in 0..8 {
-                e.access(BlockId(i), Op::Write(block(i, 2))).await.unwrap();
-            }
-            e.commit().await.unwrap();
+            write_blocks(&e, 8, 2).await;
             e.shutdown().await.unwrap();
         }
         let fresh: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
@@ -339,10 +340,7 @@ async fn no_cell_of_the_lost_timeline_opens_after_a_partition_engine_recovers() 
         let (lost_dir, new_dir) = (root.path().join("lost"), root.path().join("new"));
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
         let run = |e: DurableObliviStore, tag: u8| async move {
-            for i in 0..BLOCKS {
-                e.access(BlockId(i), Op::Write(block(i, tag))).await.unwrap();
-            }
-            e.commit().await.unwrap();
+            write_blocks(&e, BLOCKS, tag).await;
             e.shutdown().await.unwrap();
         };
         run(partition_engine(&lost_dir, config.clone(), store.clone(), &key).await, 1).await;
@@ -377,10 +375,7 @@ async fn partition_engine_cells_damaged_after_the_snapshot_are_reported_lost() {
         let dir = root.path().join("e");
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
         let e = partition_engine(&dir, config.clone(), store.clone(), &key).await;
-        for i in 0..BLOCKS {
-            e.access(BlockId(i), Op::Write(block(i, 1))).await.unwrap();
-        }
-        e.commit().await.unwrap();
+        write_blocks(&e, BLOCKS, 1).await;
         e.shutdown().await.unwrap();
         let (e, _) = DurableObliviStore::open(&dir, store.clone(), &key).await.unwrap();
         let cells = e.block_cells();
