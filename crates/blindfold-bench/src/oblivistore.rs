@@ -233,7 +233,7 @@ fn link_of(rtt_ms: u64, mbit: Option<u64>) -> LinkConfig {
 }
 
 /// The partition engines keep at most 1,024 eviction permits out, each access holding 1 + ν of
-/// them (about 680 accesses in flight with ν = 0.5); clients beyond that only queue, and a
+/// them (about 975 accesses in flight with ν = 0.05); clients beyond that only queue, and a
 /// point's last requests take `clients ÷ throughput` to drain.
 pub const OBLIVISTORE_CLIENTS: usize = 768;
 

@@ -722,7 +722,7 @@ impl DurableObliviStore {
             }
         };
         // Levelled partitions: the eviction that pairs with this read is planned now, so that
-        // its shuffle's reads (every unread slot of the levels it merges, a public set) go out
+        // its shuffle's reads (a public number of unread slots of the levels it merges) go out
         // beside the access's read and the log sync its writes need runs meanwhile: the
         // partition is held for one read and one write round trip, not three. (A Path ORAM
         // partition's write-back reads nothing and needs the blocks this read brings.)
