@@ -130,9 +130,10 @@ impl ObliviStoreConfig {
         Ok(c)
     }
 
-    /// CURIOUS over Path ORAM partitions: `P = ⌈√N⌉` partitions, each a Path ORAM tree with
-    /// buckets of `z` slots and about `capacity / z` leaves (so about twice as many slots as
-    /// the partition may hold blocks). Every access reads one whole path of one partition and
+    /// CURIOUS over Path ORAM partitions: `P = ⌈√N⌉` partitions (up to twice as many, when
+    /// that makes every tree a level lower), each a Path ORAM tree with buckets of `z` slots
+    /// and about `capacity / z` leaves (so about twice as many slots as the partition may hold
+    /// blocks). Every access reads one whole path of one partition and
     /// writes the same path back (to the buckets' other copies) with the blocks it read that
     /// still fit there and up to `b` more cached blocks bound for the partition.
     pub fn curious_path(blocks: u64, block_size: u32, b: u32, z: u32) -> Result<Self> {
@@ -140,6 +141,19 @@ impl ObliviStoreConfig {
             return Err(OramError::InvalidConfig(format!("CURIOUS's z = {z} is outside 1..=64")));
         }
         let mut c = Self::curious(blocks, block_size, b)?;
+        // A path costs a bucket per level, so a tree one level lower is worth more partitions:
+        // with half the leaves, as many partitions as it takes for each one's capacity to fit
+        // the leaves' slots, if that is at most twice as many.
+        let half = (c.capacity as u64).div_ceil(z as u64).next_power_of_two() / 2;
+        let fits = |n: u64| n + 2 * (n as f64).sqrt().ceil() as u64 + 4 <= half * z as u64;
+        if let Some(n) = (1..=blocks).take_while(|&n| fits(n)).last() {
+            let more = blocks.div_ceil(n);
+            if more <= 2 * c.partitions as u64 {
+                let capped = Self::with_partitions(blocks, block_size, more as u32, 0.0)?;
+                c.partitions = capped.partitions;
+                c.capacity = capped.capacity;
+            }
+        }
         c.levels = 0;
         let leaves = (c.capacity as u64).div_ceil(z as u64).next_power_of_two();
         c.sub = SubOram::Path { z, height: leaves.trailing_zeros() };

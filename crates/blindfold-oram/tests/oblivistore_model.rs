@@ -362,3 +362,28 @@ fn a_shuffle_reads_a_public_number_of_uniformly_placed_cells() {
         );
     }
 }
+
+/// CURIOUS over Path ORAM partitions takes more partitions (at most `2⌈√N⌉`) only where that
+/// makes its trees a level lower, and every tree keeps room for its partition's capacity at
+/// its leaves.
+#[test]
+fn curious_path_trades_partitions_for_shorter_paths() {
+    for blocks in [64u64, 200, 256, 1000, 4096, 1 << 16, 100_000, 1 << 20] {
+        let c = ObliviStoreConfig::curious_path(blocks, 8, 3, 5).unwrap();
+        let (z, height) = c.path_shape().unwrap();
+        let root = (blocks as f64).sqrt().ceil() as u32;
+        let plain = ObliviStoreConfig::curious(blocks, 8, 3).unwrap();
+        let plain_height =
+            (plain.capacity() as u64).div_ceil(z as u64).next_power_of_two().trailing_zeros();
+        assert!(c.partitions() >= root && c.partitions() <= 2 * root, "{blocks}: {c:?}");
+        assert!(c.capacity() as u64 <= (z as u64) << height, "{blocks}: no room at the leaves");
+        assert!(c.partitions() as u64 * c.capacity() as u64 >= blocks);
+        if c.partitions() > root {
+            assert_eq!(height + 1, plain_height, "{blocks}: more partitions for nothing");
+        } else {
+            assert_eq!(height, plain_height);
+        }
+    }
+    let c = ObliviStoreConfig::curious_path(1 << 16, 4096, 3, 5).unwrap();
+    assert_eq!((c.partitions(), c.path_shape()), (497, Some((5, 5))));
+}
