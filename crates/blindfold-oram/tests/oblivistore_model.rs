@@ -11,6 +11,13 @@ use rand_chacha::ChaCha8Rng;
 /// cell → (serial, holder, data)
 type Sim = HashMap<u64, (u64, u64, Vec<u8>)>;
 
+/// A new planner of `config` and the store it starts with.
+fn fresh(config: ObliviStoreConfig, seed: u64) -> (ObliviStoreOram, Sim) {
+    let o = ObliviStoreOram::seeded(config, seed);
+    let sim = o.initial_cells().map(|c| (c.cell.0, (c.serial, c.holder, vec![0; 8]))).collect();
+    (o, sim)
+}
+
 fn run_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle) {
     let mut got = HashMap::new();
     for (r, &live) in sh.reads.iter().zip(&sh.live) {
@@ -103,11 +110,7 @@ fn planner_matches_a_hashmap() {
             1 => ObliviStoreConfig::curious(blocks, 8, 3).unwrap(),
             _ => ObliviStoreConfig::curious_path(blocks, 8, 3, 5).unwrap(),
         };
-        let mut o = ObliviStoreOram::seeded(config, seed);
-        let mut sim = Sim::new();
-        for c in o.initial_cells().collect::<Vec<_>>() {
-            sim.insert(c.cell.0, (c.serial, c.holder, vec![0; 8]));
-        }
+        let (mut o, mut sim) = fresh(config, seed);
         let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut real_evictions = 0;
@@ -156,11 +159,7 @@ fn the_eviction_cache_stays_small() {
         };
         let partitions = config.partitions() as usize;
         let bound = if config.evict_rate() > 0.0 { 8 } else { 3 } * partitions;
-        let mut o = ObliviStoreOram::seeded(config, 3);
-        let mut sim = Sim::new();
-        for c in o.initial_cells().collect::<Vec<_>>() {
-            sim.insert(c.cell.0, (c.serial, c.holder, vec![0; 8]));
-        }
+        let (mut o, mut sim) = fresh(config, 3);
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         let mut debt = 0.0;
         // Every block written once, then reads.
@@ -332,11 +331,7 @@ fn a_shuffle_reads_a_public_number_of_uniformly_placed_cells() {
                 }
             }
         };
-        let mut o = ObliviStoreOram::seeded(config.clone(), 5);
-        let mut sim = Sim::new();
-        for c in o.initial_cells().collect::<Vec<_>>() {
-            sim.insert(c.cell.0, (c.serial, c.holder, vec![0; 8]));
-        }
+        let (mut o, mut sim) = fresh(config.clone(), 5);
         let mut rng = ChaCha8Rng::seed_from_u64(11);
         let mut debt = 0.0;
         for b in 0..blocks {
