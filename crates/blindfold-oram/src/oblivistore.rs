@@ -146,13 +146,12 @@ impl ObliviStoreConfig {
         // with half the leaves, as many partitions as it takes for each one's capacity to fit
         // the leaves' slots, if that is at most twice as many.
         let half = (c.capacity as u64).div_ceil(z as u64).next_power_of_two() / 2;
-        let fits = |n: u64| n + 2 * (n as f64).sqrt().ceil() as u64 + 4 <= half * z as u64;
+        let fits = |n: u64| Self::capacity_for(n) <= half * z as u64;
         if let Some(n) = (1..=blocks).take_while(|&n| fits(n)).last() {
             let more = blocks.div_ceil(n);
             if more <= 2 * c.partitions as u64 {
-                let capped = Self::with_partitions(blocks, block_size, more as u32, 0.0)?;
-                c.partitions = capped.partitions;
-                c.capacity = capped.capacity;
+                c.partitions = more as u32;
+                c.capacity = Self::capacity_for(blocks.div_ceil(more)) as u32;
             }
         }
         c.levels = 0;
@@ -226,8 +225,7 @@ impl ObliviStoreConfig {
                 "eviction rate {evict_rate} is outside 0..=8"
             )));
         }
-        let n = blocks.div_ceil(partitions as u64);
-        let capacity = n + 2 * (n as f64).sqrt().ceil() as u64 + 4;
+        let capacity = Self::capacity_for(blocks.div_ceil(partitions as u64));
         if capacity > 1 << 24 {
             return Err(OramError::InvalidConfig(format!(
                 "{capacity} blocks per partition is too many: use more partitions"
@@ -246,6 +244,12 @@ impl ObliviStoreConfig {
         };
         config.total_cells().ok_or_else(|| OramError::InvalidConfig("too many cells".into()))?;
         Ok(config)
+    }
+
+    /// The real blocks a partition of `n = ⌈N/P⌉` blocks may hold: `n + 2⌈√n⌉ + 4`, room for
+    /// the uneven spread of uniformly random evictions.
+    fn capacity_for(n: u64) -> u64 {
+        n + 2 * (n as f64).sqrt().ceil() as u64 + 4
     }
 
     /// Logical blocks.
