@@ -39,6 +39,20 @@
 //! writes (the whole new level) follow from the counter alone. Because each read is paired
 //! with an eviction into the same partition, a level is never read more often between two
 //! rebuilds than it has dummies.
+//!
+//! # Reads while a partition shuffles
+//!
+//! A partition has at most one shuffle between its planning and its landing, but accesses keep
+//! reading it meanwhile (the paper's asynchronous shuffling and early cache-ins). Such a read
+//! skips the levels the shuffle merges (their unread cells are the shuffle's to read, and the
+//! level it writes is empty until it lands): it reads one slot of every other filled level.
+//! A block that lives in a merged level is taken from the shuffle's reads instead (every live
+//! block is among them); the driver hands those over with
+//! [`ObliviStoreOram::shuffle_fetched`], and an access planned before they arrived answers only
+//! after they have ([`ReadPlan::after`]), whatever its block. Its eviction waits for the
+//! shuffle to land. So reads may run ahead of their evictions; an access reads a partition
+//! only while every level it would read has been read fewer times since it was built than it
+//! has dummies at the least ([`ObliviStoreOram::readable`]), a rule on public counts alone.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -371,6 +385,23 @@ struct Partition {
     /// The tree of a Path ORAM partition (`None`: levelled).
     #[serde(default)]
     tree: Option<PathTree>,
+    /// A levelled partition's shuffle between its planning and its landing (never in a
+    /// checkpoint: those are taken when nothing is in flight).
+    #[serde(skip)]
+    busy: Option<Busy>,
+}
+
+/// The shuffle of a levelled partition that is planned and has not landed.
+#[derive(Clone, Debug)]
+struct Busy {
+    /// Its serial.
+    serial: u64,
+    /// The levels it merges (bit `l`; bit `levels` for the top): accesses do not read them.
+    merged: u64,
+    /// Once its reads have arrived, the data of the live blocks among them.
+    arrived: Option<HashMap<u64, Vec<u8>>>,
+    /// Blocks accesses took from the merged levels before the reads arrived.
+    waiting: Vec<u64>,
 }
 
 /// A Path ORAM partition's buckets.
@@ -475,6 +506,10 @@ pub struct ReadPlan {
     /// Other slots whose blocks go to the eviction cache (a Path ORAM partition's read takes
     /// every block of the path): the driver hands their data to [`ObliviStoreOram::fill`].
     pub keep: Vec<usize>,
+    /// The serial of the partition's shuffle whose reads had not arrived when this read was
+    /// planned: the access answers only after they have (a block the shuffle carries arrives
+    /// with them; every other access waits alike, so the wait shows nothing).
+    pub after: Option<u64>,
 }
 
 /// A shuffle: an eviction into a partition, rebuilding one level.
@@ -591,6 +626,10 @@ pub struct ObliviStoreStats {
     pub slots_read: u64,
     /// Slots read and written by shuffles.
     pub shuffle_cells: u64,
+    /// Accesses planned while their partition's shuffle was in flight (they read around it).
+    pub reads_during_shuffles: u64,
+    /// Of which real reads whose block that shuffle carried.
+    pub carried: u64,
 }
 
 /// The trusted state, for checkpoints.
@@ -653,6 +692,7 @@ impl ObliviStoreOram {
                             holders: vec![DUMMY; buckets * zh.0 as usize],
                             due: None,
                         }),
+                        busy: None,
                     }
                 }
                 None => Partition {
@@ -662,6 +702,7 @@ impl ObliviStoreOram {
                     top_area: 0,
                     reals: 0,
                     tree: None,
+                    busy: None,
                 },
             })
             .collect();
@@ -873,7 +914,15 @@ impl ObliviStoreOram {
             .sum();
         let cache: u64 =
             self.cache.values().map(|c| 64 + c.data.as_ref().map_or(0, |d| d.len() as u64)).sum();
-        slots * 13 + self.places.len() as u64 * 40 + cache
+        // Shuffles in flight whose reads arrived keep their live blocks' data.
+        let carried: u64 = self
+            .partitions
+            .iter()
+            .filter_map(|p| p.busy.as_ref()?.arrived.as_ref())
+            .flat_map(|got| got.values())
+            .map(|d| 48 + d.len() as u64)
+            .sum();
+        slots * 13 + self.places.len() as u64 * 40 + cache + carried
     }
 
     fn check_block(&self, block: u64) -> Result<()> {
@@ -948,9 +997,37 @@ impl ObliviStoreOram {
         }
     }
 
-    /// The slots an access reads in `partition` (which the caller holds): one per filled
-    /// level. For a real read the block moves to the cache (its data pending until
-    /// [`ObliviStoreOram::fill`]) and gets a fresh partition.
+    /// Whether an access may read `partition` now. A Path ORAM partition: always (the caller
+    /// holds it). A levelled one: while every filled level the read would take a slot of (all
+    /// but those the partition's shuffle in flight merges) has been read fewer times since it
+    /// was built than it has dummies at the least, `level_slots − level_reals`. Reads may run
+    /// ahead of the evictions that refresh the levels (those wait for the shuffle in flight),
+    /// and this keeps them within the dummies. Every count it looks at is public: which levels
+    /// are filled or merged, and how many of a level's cells were read since it was written.
+    pub fn readable(&self, partition: u32) -> bool {
+        if self.config.path_shape().is_some() {
+            return true;
+        }
+        let levels = self.config.levels;
+        let part = &self.partitions[partition as usize];
+        let merged = part.busy.as_ref().map_or(0, |b| b.merged);
+        (0..=levels).all(|l| {
+            if !part.filled(l, levels) || merged >> l & 1 == 1 {
+                return true;
+            }
+            let (lvl, _) = part.level(l, levels);
+            let read = lvl.read.iter().filter(|r| **r).count() as u64;
+            read < self.config.level_slots(l) - self.config.level_reals(l)
+        })
+    }
+
+    /// The slots an access reads in `partition`: one per filled level (a Path ORAM partition,
+    /// which the caller holds: [`ObliviStoreOram::plan_read_path`]). A levelled partition may
+    /// have a shuffle in flight (see [`ObliviStoreOram::readable`], which must hold): the
+    /// levels it merges are skipped, and a block in one of them comes with the shuffle's reads.
+    /// For a real read the block moves to the cache (its data pending until
+    /// [`ObliviStoreOram::fill`] or [`ObliviStoreOram::shuffle_fetched`]) and gets a fresh
+    /// partition.
     pub fn plan_read(&mut self, block: u64, partition: u32, real: bool) -> Result<ReadPlan> {
         if self.config.path_shape().is_some() {
             return self.plan_read_path(block, partition, real);
@@ -970,13 +1047,23 @@ impl ObliviStoreOram {
                 }
             }
         }
+        let (merged, after) = match &self.partitions[partition as usize].busy {
+            Some(b) => {
+                self.stats.reads_during_shuffles += 1;
+                (b.merged, b.arrived.is_none().then_some(b.serial))
+            }
+            None => (0, None),
+        };
+        // The block is in a level the shuffle in flight merges: it comes with that shuffle.
+        let carried = at.is_some_and(|(l, _)| merged >> l & 1 == 1);
+        self.stats.carried += u64::from(carried);
         let mut slots = Vec::with_capacity(levels as usize + 1);
         let mut real_index = None;
         let area = self.partitions[partition as usize].top_area;
         for level in 0..=levels {
             let rng = &mut self.rng;
             let part = &mut self.partitions[partition as usize];
-            if !part.filled(level, levels) {
+            if !part.filled(level, levels) || merged >> level & 1 == 1 {
                 continue;
             }
             let lvl = part.level_mut(level, levels);
@@ -1015,7 +1102,7 @@ impl ObliviStoreOram {
         self.stats.slots_read += slots.len() as u64;
         if real {
             let (level, _) = at.expect("set for real reads");
-            if real_index.is_none() {
+            if real_index.is_none() && !carried {
                 return Err(OramError::Corrupt(format!(
                     "block {block} is in level {level} of partition {partition}, which is empty"
                 )));
@@ -1023,9 +1110,46 @@ impl ObliviStoreOram {
             self.partitions[partition as usize].reals -= 1;
             self.places.insert(block, Place::Cached);
             let target = self.random_partition();
-            self.cache_block(block, None, target, Some((partition, level)), false);
+            let mut data = None;
+            if carried {
+                let busy = self.partitions[partition as usize].busy.as_mut().expect("merging");
+                match &busy.arrived {
+                    Some(got) => data = got.get(&block).cloned(),
+                    None => busy.waiting.push(block),
+                }
+            }
+            self.cache_block(block, data, target, Some((partition, level)), false);
         }
-        Ok(ReadPlan { partition, slots, real: real_index, keep: Vec::new() })
+        Ok(ReadPlan { partition, slots, real: real_index, keep: Vec::new(), after })
+    }
+
+    /// The reads of `partition`'s shuffle `serial` have arrived: `live` holds the data of the
+    /// live blocks among them. Blocks accesses took from the merged levels meanwhile get
+    /// their data, and later accesses take theirs from here until the shuffle lands.
+    pub fn shuffle_fetched(&mut self, partition: u32, serial: u64, live: HashMap<u64, Vec<u8>>) {
+        let Some(busy) = self.partitions[partition as usize].busy.as_mut() else { return };
+        if busy.serial != serial {
+            return;
+        }
+        let waiting = std::mem::take(&mut busy.waiting);
+        for b in waiting {
+            if let (Some(c), Some(d)) = (self.cache.get_mut(&b), live.get(&b)) {
+                if c.data.is_none() {
+                    c.data = Some(d.clone());
+                }
+            }
+        }
+        if let Some(busy) = self.partitions[partition as usize].busy.as_mut() {
+            busy.arrived = Some(live);
+        }
+    }
+
+    /// Whether the reads of `partition`'s shuffle `serial` have arrived (or it has landed).
+    pub fn shuffle_arrived(&self, partition: u32, serial: u64) -> bool {
+        match &self.partitions[partition as usize].busy {
+            Some(b) if b.serial == serial => b.arrived.is_some(),
+            _ => true,
+        }
     }
 
     /// [`ObliviStoreOram::plan_read`] of a Path ORAM partition: the whole path to the block's
@@ -1107,7 +1231,7 @@ impl ObliviStoreOram {
                 self.cache.get_mut(&b).expect("cached above").leaf = l;
             }
         }
-        Ok(ReadPlan { partition, slots, real: real_index, keep })
+        Ok(ReadPlan { partition, slots, real: real_index, keep, after: None })
     }
 
     /// The data of a real read arrived.
@@ -1397,6 +1521,7 @@ impl ObliviStoreOram {
         let levels = self.config.levels;
         let serial = self.fresh_serial();
         let part = &self.partitions[partition as usize];
+        debug_assert!(part.busy.is_none(), "two shuffles of partition {partition} at once");
         let level = if rebuild { levels } else { (part.counter.trailing_ones()).min(levels) };
         let counter = if level == levels { 0 } else { part.counter + 1 };
         let area = if level == levels { 1 - part.top_area } else { 0 };
@@ -1477,6 +1602,10 @@ impl ObliviStoreOram {
         self.stats.shuffle_cells += (reads.len() + slots) as u64;
         let evicted_versions = evicted.iter().map(|e| e.2).collect();
         let evicted = evicted.into_iter().map(|(b, d, _)| (b, d)).collect();
+        // Until it lands, accesses read around the levels it merges.
+        let merged = merged.iter().fold(0u64, |m, &l| m | 1 << l);
+        self.partitions[partition as usize].busy =
+            Some(Busy { serial, merged, arrived: None, waiting: Vec::new() });
         Shuffle {
             partition,
             level,
@@ -1503,9 +1632,16 @@ impl ObliviStoreOram {
     ) -> ShuffleRecord {
         let levels = self.config.levels;
         let p = shuffle.partition;
-        // Spilled blocks go to the cache (and into the record, which carries their data).
+        if self.partitions[p as usize].busy.as_ref().is_some_and(|b| b.serial == shuffle.serial) {
+            self.partitions[p as usize].busy = None;
+        }
+        // Spilled blocks go to the cache (and into the record, which carries their data),
+        // unless an access took them from the shuffle meanwhile.
         for (b, data) in spilled {
-            if shuffle.spill.contains(&b) {
+            let here = matches!(self.places.get(&b),
+                Some(Place::Stored { partition, .. } | Place::InTree { partition, .. })
+                    if *partition == p);
+            if shuffle.spill.contains(&b) && here {
                 self.revealed.remove(&b);
                 let target = self.random_partition();
                 self.places.insert(b, Place::Cached);
@@ -1571,6 +1707,22 @@ impl ObliviStoreOram {
                 c.evicting = false;
                 stale.extend(holders.iter().position(|h| h == b).map(|s| s as u32));
                 self.partitions[p as usize].reals -= 1;
+            }
+        }
+        if tree.is_none() {
+            // Blocks an access took from the merged levels while the shuffle was in flight:
+            // their new cells are stale (the block is cached now, or was even evicted to
+            // another partition since).
+            let merged = |l: u32| shuffle.level == levels || l < shuffle.level;
+            for (s, &h) in holders.iter().enumerate() {
+                if h == DUMMY || shuffle.evicted.iter().any(|(b, _)| *b == h) {
+                    continue;
+                }
+                let stays = matches!(self.places.get(&h),
+                    Some(&Place::Stored { partition, level, .. }) if partition == p && merged(level));
+                if !stays {
+                    stale.push(s as u32);
+                }
             }
         }
         self.stats.shuffles += 1;
@@ -1946,6 +2098,7 @@ impl ObliviStoreOram {
     pub fn state(&self) -> Result<ObliviStoreState> {
         let due = self.partitions.iter().any(|p| p.tree.as_ref().is_some_and(|t| t.due.is_some()));
         if due
+            || self.partitions.iter().any(|p| p.busy.is_some())
             || !self.pins.is_empty()
             || self.cache.values().any(|c| c.evicting || c.data.is_none())
         {

@@ -138,6 +138,163 @@ fn planner_matches_a_hashmap() {
     }
 }
 
+/// Accesses read a partition while its shuffle is in flight (the driver's asynchrony, here
+/// with every step interleaved at random): each read skips the levels the shuffle merges, a
+/// block in one of them comes with the shuffle's reads, evictions queue behind the shuffle,
+/// and reads wait only while [`ObliviStoreOram::readable`] says a level's public read count
+/// has reached its dummies. Checked against a `HashMap` (in the order the accesses finish),
+/// every cell read against the simulated store, and the invariants whenever nothing is in
+/// flight. Few partitions, so that most accesses meet a shuffle.
+#[test]
+fn reads_during_shuffles_match_a_hashmap() {
+    struct Pending {
+        b: u64,
+        op: Op,
+        p: u32,
+        real: bool,
+        planned: Option<Option<u64>>,
+    }
+    for seed in 0..6u64 {
+        let blocks = 120;
+        let config = match seed % 2 {
+            0 => ObliviStoreConfig::with_partitions(blocks, 8, 3, 0.5).unwrap(),
+            _ => ObliviStoreConfig::curious(blocks, 8, 3).unwrap(),
+        };
+        let partitions = config.partitions();
+        let (mut o, mut sim) = fresh(config.clone(), seed);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed + 100);
+        let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+        // partition → (the shuffle in flight, whether its reads arrived); evictions queued.
+        let mut flying: HashMap<u32, (Shuffle, bool)> = HashMap::new();
+        let mut queued: HashMap<u32, u32> = HashMap::new();
+        let mut pending: Vec<Pending> = Vec::new();
+        let mut debt = 0.0;
+        let mut finished = 0u64;
+        let evict = |o: &mut ObliviStoreOram,
+                     flying: &mut HashMap<u32, (Shuffle, bool)>,
+                     queued: &mut HashMap<u32, u32>,
+                     p: u32| {
+            if flying.contains_key(&p) {
+                *queued.entry(p).or_default() += 1;
+            } else {
+                flying.insert(p, (o.plan_evict(p), false));
+            }
+        };
+        let mut step = 0u64;
+        while finished < 3000 || !pending.is_empty() || !flying.is_empty() {
+            step += 1;
+            assert!(step < 200_000, "no progress");
+            let roll = rng.gen_range(0..10);
+            if roll < 3 && finished < 3000 && pending.len() < 12 {
+                // A new access.
+                let b =
+                    if rng.gen_bool(0.3) { rng.gen_range(0..4) } else { rng.gen_range(0..blocks) };
+                let op = if rng.gen_bool(0.5) {
+                    Op::Write((step << 8 | b).to_le_bytes().to_vec())
+                } else {
+                    Op::Read
+                };
+                let (p, real) = o.begin(b).unwrap();
+                pending.push(Pending { b, op, p, real, planned: None });
+            } else if roll < 6 {
+                // Plan the read of an access that has not read yet, if its partition allows.
+                let Some(i) = pending.iter().position(|a| a.planned.is_none()) else { continue };
+                let a = &mut pending[i];
+                if !o.readable(a.p) {
+                    assert!(flying.contains_key(&a.p), "a read waits with no shuffle in flight");
+                    continue;
+                }
+                let plan = o.plan_read(a.b, a.p, a.real).unwrap();
+                for (k, s) in plan.slots.iter().enumerate() {
+                    let (serial, holder, data) = sim.get(&s.cell.0).cloned().expect("written");
+                    assert_eq!((serial, holder), (s.serial, s.holder), "read of {:?}", s.cell);
+                    if plan.real == Some(k) {
+                        o.fill(a.b, data);
+                    }
+                }
+                a.planned = Some(plan.after);
+                let p = a.p;
+                evict(&mut o, &mut flying, &mut queued, p);
+                debt += config.evict_rate();
+                while debt >= 1.0 {
+                    debt -= 1.0;
+                    let q = rng.gen_range(0..partitions);
+                    evict(&mut o, &mut flying, &mut queued, q);
+                }
+            } else if roll < 8 {
+                // A shuffle's reads arrive, or its writes land.
+                let keys: Vec<u32> = flying.keys().copied().collect();
+                let Some(&p) = keys.get(rng.gen_range(0..keys.len().max(1))) else { continue };
+                let (sh, arrived) = flying.remove(&p).unwrap();
+                let mut got = HashMap::new();
+                for (r, &live) in sh.reads.iter().zip(&sh.live) {
+                    let (serial, holder, data) = sim.get(&r.cell.0).cloned().expect("written");
+                    assert_eq!((serial, holder), (r.serial, r.holder), "shuffle read");
+                    if live {
+                        got.insert(holder, data);
+                    }
+                }
+                if !arrived {
+                    o.shuffle_fetched(p, sh.serial, got);
+                    flying.insert(p, (sh, true));
+                    continue;
+                }
+                for &(cell, h) in &sh.writes {
+                    let data = if h == DUMMY {
+                        vec![0; 8]
+                    } else if let Some((_, d)) = sh.evicted.iter().find(|(b, _)| *b == h) {
+                        d.clone()
+                    } else {
+                        got[&h].clone()
+                    };
+                    sim.insert(cell.0, (sh.serial, h, data));
+                }
+                let spilled = sh.spill.iter().map(|b| (*b, got[b].clone())).collect();
+                o.finish_shuffle(sh, spilled);
+                if let Some(n) = queued.get_mut(&p).filter(|n| **n > 0) {
+                    *n -= 1;
+                    flying.insert(p, (o.plan_evict(p), false));
+                }
+            } else {
+                // An access that has read finishes once its block is known and any shuffle it
+                // must wait for has read.
+                let Some(i) = pending.iter().position(|a| {
+                    a.planned.is_some_and(|after| {
+                        after.is_none_or(|s| o.shuffle_arrived(a.p, s)) && o.ready(a.b)
+                    })
+                }) else {
+                    continue;
+                };
+                let a = pending.swap_remove(i);
+                let old = o.finish(a.b, a.op.clone()).unwrap();
+                let want = model.get(&a.b).cloned().unwrap_or(vec![0; 8]);
+                assert_eq!(old, want, "seed {seed}: block {}", a.b);
+                if let Op::Write(d) = a.op {
+                    model.insert(a.b, d);
+                }
+                finished += 1;
+            }
+            if pending.is_empty() && flying.is_empty() {
+                o.check_invariants().unwrap();
+            }
+        }
+        o.check_invariants().unwrap();
+        let st = o.stats();
+        eprintln!(
+            "seed {seed}: {} of {} accesses read around a shuffle, {} carried",
+            st.reads_during_shuffles, st.accesses, st.carried
+        );
+        assert!(st.reads_during_shuffles > 300, "{st:?}");
+        assert!(st.carried > 10, "{st:?}");
+        // Everything reads back, one access at a time.
+        let mut debt = 0.0;
+        for b in 0..blocks {
+            let got = access(&mut o, &mut sim, &mut rng, &mut debt, b, Op::Read);
+            assert_eq!(got, model.get(&b).cloned().unwrap_or(vec![0; 8]), "block {b}");
+        }
+    }
+}
+
 /// The eviction cache stays a small queue, whatever the workload: for ObliviStore (ν = 0.05
 /// background evictions per access, where it settles near `5P` blocks after draining what the
 /// first writes left) within `8P`, for CURIOUS (`b = 3` blocks per eviction, no background

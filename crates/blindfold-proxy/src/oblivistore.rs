@@ -52,7 +52,7 @@
 //! cell the durable state names is overwritten. A rebuild after an unclean stop reads a whole
 //! tree and writes it to the other copies under fresh leaves.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -161,6 +161,12 @@ struct St {
     holding: u32,
     /// Bytes in the redo log.
     log_bytes: u64,
+    /// The next access read's ticket (levelled partitions).
+    read_ticket: u64,
+    /// Per levelled partition, the tickets of its access reads still in flight: a shuffle
+    /// writes only once every read planned before it has its answer (a level it writes may
+    /// be one such a read took a slot of before the level was merged).
+    open_reads: HashMap<u32, BTreeSet<u64>>,
 }
 
 impl St {
@@ -169,6 +175,27 @@ impl St {
         self.queue.push(frame);
         self.queued += 1;
         self.queued
+    }
+
+    fn open_read(&mut self, p: u32) -> u64 {
+        let t = self.read_ticket;
+        self.read_ticket += 1;
+        self.open_reads.entry(p).or_default().insert(t);
+        t
+    }
+
+    fn close_read(&mut self, p: u32, t: u64) {
+        if let Some(open) = self.open_reads.get_mut(&p) {
+            open.remove(&t);
+            if open.is_empty() {
+                self.open_reads.remove(&p);
+            }
+        }
+    }
+
+    /// Whether every read of `p` with a ticket below `before` has its answer.
+    fn reads_done(&self, p: u32, before: u64) -> bool {
+        self.open_reads.get(&p).and_then(|o| o.first()).is_none_or(|&t| t >= before)
     }
 }
 
@@ -260,6 +287,17 @@ pub struct ObliviStoreEngineStats {
     pub trusted_bytes: u64,
 }
 
+/// The live blocks among a shuffle's reads (`fetched`, in the order of `sh.reads`) and their
+/// data.
+fn live_blocks<D>(sh: &Shuffle, fetched: impl Iterator<Item = Option<D>>) -> HashMap<u64, D> {
+    sh.reads
+        .iter()
+        .zip(fetched)
+        .zip(&sh.live)
+        .filter_map(|((s, d), &live)| Some((s.holder, d.filter(|_| live)?)))
+        .collect()
+}
+
 fn cell_plain(holder: u64, data: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(8 + data.len());
     v.extend_from_slice(&holder.to_le_bytes());
@@ -345,6 +383,8 @@ impl DurableObliviStore {
             active: 0,
             holding: 0,
             log_bytes: 0,
+            read_ticket: 0,
+            open_reads: HashMap::new(),
         };
         Self {
             inner: Arc::new(Inner {
@@ -458,7 +498,7 @@ impl DurableObliviStore {
             for p in 0..partitions {
                 let sh = engine.inner.st.lock().oram.plan_rebuild(p);
                 rec.cells_rewritten += sh.writes.len() as u64;
-                engine.run_shuffle(sh).await?;
+                engine.run_shuffle(sh, 0).await?;
             }
         }
         engine.checkpoint_quiet().await?;
@@ -707,42 +747,75 @@ impl DurableObliviStore {
             self.poison(&e);
             return Err(e);
         }
-        let guard = inner.parts[p as usize].clone().lock_owned().await;
-        let plan = {
-            let mut s = inner.st.lock();
-            match s.oram.plan_read(b, p, real) {
-                Ok(plan) => plan,
+        let (plan, ticket, guard, early) = if self.inner.tree {
+            // A Path ORAM partition: held from its read until its write-back has landed.
+            let guard = inner.parts[p as usize].clone().lock_owned().await;
+            let planned = inner.st.lock().oram.plan_read(b, p, real).map_err(ProxyError::from);
+            match planned {
+                Ok(plan) => (plan, None, Some(guard), None),
                 Err(e) => {
-                    s.oram.unpin(b);
-                    drop(s);
-                    let e = ProxyError::from(e);
+                    inner.st.lock().oram.unpin(b);
                     self.poison(&e);
                     return Err(e);
                 }
             }
+        } else {
+            // A levelled partition is read around its shuffle in flight, if any (once the
+            // public read counts allow). If none is, the eviction that pairs with this read is
+            // planned now, so that its shuffle's reads (a public number of unread slots of the
+            // levels it merges) go out beside the access's read and the log sync its writes
+            // need runs meanwhile; else it waits for the partition behind the shuffles queued.
+            let mut planned = None;
+            let waited = self
+                .wait_until(|s| {
+                    if !s.oram.readable(p) {
+                        return Ok(false);
+                    }
+                    let plan = s.oram.plan_read(b, p, real)?;
+                    let ticket = s.open_read(p);
+                    let guard = inner.parts[p as usize].clone().try_lock_owned().ok();
+                    let sh = guard.as_ref().map(|_| (s.oram.plan_evict(p), s.read_ticket));
+                    planned = Some((plan, ticket, guard, sh));
+                    Ok(true)
+                })
+                .await;
+            if let Err(e) = waited {
+                inner.st.lock().oram.unpin(b);
+                self.poison(&e);
+                return Err(e);
+            }
+            let (plan, ticket, guard, sh) = planned.expect("planned when the wait ended");
+            let early = match sh {
+                Some((sh, before)) => match self.shuffle_room(&sh).await {
+                    Ok(room) => Some((sh, before, room)),
+                    Err(e) => {
+                        inner.st.lock().close_read(p, ticket);
+                        return Err(e);
+                    }
+                },
+                None => None,
+            };
+            (plan, Some(ticket), guard, early)
         };
-        // Levelled partitions: the eviction that pairs with this read is planned now, so that
-        // its shuffle's reads (a public number of unread slots of the levels it merges) go out
-        // beside the access's read and the log sync its writes need runs meanwhile: the
-        // partition is held for one read and one write round trip, not three. (A Path ORAM
-        // partition's write-back reads nothing and needs the blocks this read brings.)
-        let mut early = None;
-        if !self.inner.tree {
-            let sh = inner.st.lock().oram.plan_evict(p);
-            let room = self.shuffle_room(&sh).await?;
-            early = Some((sh, room));
-        }
         let (fetched, prefetched) = match &early {
-            Some((sh, _)) => {
+            Some((sh, _, _)) => {
                 let (a, b, c) = tokio::join!(
                     self.read_slots(&plan.slots),
-                    self.read_slots(&sh.reads),
+                    async {
+                        let f = self.read_slots(&sh.reads).await?;
+                        self.fetched(sh, &f);
+                        Ok(f)
+                    },
                     self.before_write(sh)
                 );
                 (a, b.and_then(|f| c.map(|_| Some(f))))
             }
             None => (self.read_slots(&plan.slots).await, Ok(None)),
         };
+        if let Some(t) = ticket {
+            inner.st.lock().close_read(p, t);
+            self.ring();
+        }
         let (fetched, prefetched) = match (fetched, prefetched) {
             (Ok(f), Ok(p)) => (f, p),
             (Err(e), _) | (_, Err(e)) => {
@@ -766,9 +839,11 @@ impl DurableObliviStore {
         // partition until its shuffle has landed.
         let mut permits = permits;
         let own = permits.split(1).expect("at least one permit");
-        match (early, prefetched) {
-            (Some((sh, room)), Some(pre)) => self.spawn_planned_eviction(guard, own, room, sh, pre),
-            _ => self.spawn_eviction(p, Some(guard), own),
+        match (early, prefetched, guard) {
+            (Some((sh, before, room)), Some(pre), Some(guard)) => {
+                self.spawn_planned_eviction(guard, own, room, sh, pre, before)
+            }
+            (_, _, guard) => self.spawn_eviction(p, guard, own),
         }
         while permits.num_permits() > 0 {
             let one = permits.split(1).expect("counted");
@@ -777,6 +852,14 @@ impl DurableObliviStore {
                 rand::thread_rng().gen_range(0..self.config().partitions())
             };
             self.spawn_eviction(q, None, one);
+        }
+        // A read planned while the partition's shuffle was reading answers after those reads
+        // (they may carry its block; every such access waits alike).
+        if let Some(serial) = plan.after {
+            if let Err(e) = self.wait_until(|s| Ok(s.oram.shuffle_arrived(p, serial))).await {
+                self.inner.st.lock().oram.unpin(b);
+                return Err(e);
+            }
         }
         // The block's data: arrived now, or with the access it is repeated from.
         let mut result = None;
@@ -812,9 +895,12 @@ impl DurableObliviStore {
                 Some(g) => g,
                 None => me.inner.parts[partition as usize].clone().lock_owned().await,
             };
-            let sh = me.inner.st.lock().oram.plan_evict(partition);
+            let (sh, before) = {
+                let mut s = me.inner.st.lock();
+                (s.oram.plan_evict(partition), s.read_ticket)
+            };
             let done = match me.shuffle_room(&sh).await {
-                Ok(_room) => me.run_shuffle(sh).await,
+                Ok(_room) => me.run_shuffle(sh, before).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = done {
@@ -847,11 +933,12 @@ impl DurableObliviStore {
         room: tokio::sync::OwnedSemaphorePermit,
         sh: Shuffle,
         fetched: Vec<Option<Vec<u8>>>,
+        before: u64,
     ) {
         let me = self.clone();
         me.inner.st.lock().active += 1;
         tokio::spawn(async move {
-            if let Err(e) = me.write_shuffle(sh, fetched).await {
+            if let Err(e) = me.write_shuffle(sh, fetched, before).await {
                 me.poison(&e);
             }
             drop(room);
@@ -877,11 +964,25 @@ impl DurableObliviStore {
         raw.into_iter().zip(slots).map(|(bytes, s)| open_slot(sealer, bs, s, &bytes)).collect()
     }
 
-    /// Carries out a shuffle the caller holds the partition for, and logs it.
-    async fn run_shuffle(&self, sh: Shuffle) -> Result<()> {
+    /// Carries out a shuffle the caller holds the partition for, and logs it (`before`: the
+    /// first access read ticket not planned before it).
+    async fn run_shuffle(&self, sh: Shuffle, before: u64) -> Result<()> {
         self.before_write(&sh).await?;
         let fetched = self.read_slots(&sh.reads).await?;
-        self.write_shuffle(sh, fetched).await
+        self.fetched(&sh, &fetched);
+        self.write_shuffle(sh, fetched, before).await
+    }
+
+    /// A shuffle's reads arrived: the planner gets its live blocks for the accesses reading
+    /// around it.
+    fn fetched(&self, sh: &Shuffle, fetched: &[Option<Vec<u8>>]) {
+        if self.inner.tree {
+            return;
+        }
+        let live = live_blocks(sh, fetched.iter().map(Option::as_ref));
+        let live = live.into_iter().map(|(b, d)| (b, d.clone())).collect();
+        self.inner.st.lock().oram.shuffle_fetched(sh.partition, sh.serial, live);
+        self.ring();
     }
 
     /// What must be durable before a shuffle of a partition the caller holds writes: its
@@ -907,15 +1008,17 @@ impl DurableObliviStore {
     }
 
     /// Writes a shuffle whose cells were read (`fetched`, in the order of `sh.reads`) and
-    /// whose [`DurableObliviStore::before_write`] is done, then logs it.
-    async fn write_shuffle(&self, sh: Shuffle, fetched: Vec<Option<Vec<u8>>>) -> Result<()> {
+    /// whose [`DurableObliviStore::before_write`] is done, once every access read of the
+    /// partition planned before it (tickets below `before`) has its answer; then logs it.
+    async fn write_shuffle(
+        &self,
+        sh: Shuffle,
+        fetched: Vec<Option<Vec<u8>>>,
+        before: u64,
+    ) -> Result<()> {
         let p = sh.partition;
-        let mut blocks = std::collections::HashMap::new();
-        for ((s, d), live) in sh.reads.iter().zip(fetched).zip(&sh.live) {
-            if let (Some(d), true) = (d, live) {
-                blocks.insert(s.holder, d);
-            }
-        }
+        self.wait_until(|s| Ok(s.reads_done(p, before))).await?;
+        let mut blocks = live_blocks(&sh, fetched.into_iter());
         let bs = self.inner.st.lock().oram.config().block_size() as usize;
         let zeros = vec![0u8; bs];
         let mut cells = Vec::with_capacity(sh.writes.len());
@@ -981,9 +1084,12 @@ impl DurableObliviStore {
             self.mark_unclean().await?;
         }
         let _guard = self.inner.parts[p as usize].clone().lock_owned().await;
-        let sh = self.inner.st.lock().oram.plan_rebuild(p);
+        let (sh, before) = {
+            let mut s = self.inner.st.lock();
+            (s.oram.plan_rebuild(p), s.read_ticket)
+        };
         let _room = self.shuffle_room(&sh).await?;
-        let done = self.run_shuffle(sh).await;
+        let done = self.run_shuffle(sh, before).await;
         if let Err(e) = &done {
             self.poison(e);
         }

@@ -70,9 +70,13 @@ async fn curious_path_matches_a_hashmap_with_many_accesses_at_once_under_jitter(
 async fn hashmap_run(config: ObliviStoreConfig) {
     let key = MasterKey::generate();
     let backing = MemoryStore::new(DurableObliviStore::geometry(&config).unwrap());
-    let jitter: Arc<dyn Store> = Arc::new(JitterStore::new(backing, Duration::from_micros(300), 3));
+    // The trace as the store serves it (below the reordering).
+    let recorder = Arc::new(RecordingStore::new(backing));
+    let jitter: Arc<dyn Store> =
+        Arc::new(JitterStore::new(recorder.clone(), Duration::from_micros(300), 3));
     let dir = tempfile::tempdir().unwrap();
-    let engine = create(dir.path(), config, jitter.clone(), &key).await;
+    let engine = create(dir.path(), config.clone(), jitter.clone(), &key).await;
+    recorder.take_trace();
     let mut tasks = Vec::new();
     for t in 0..8u64 {
         let engine = engine.clone();
@@ -104,7 +108,14 @@ async fn hashmap_run(config: ObliviStoreConfig) {
     }
     engine.settle().await.unwrap();
     engine.check_invariants().unwrap();
-    assert!(engine.stats().oram.real_evictions > 100, "{:?}", engine.stats());
+    let stats = engine.stats().oram;
+    assert!(stats.real_evictions > 100, "{stats:?}");
+    if config.path_shape().is_none() {
+        // Accesses read partitions whose shuffles were in flight, some taking their block
+        // from such a shuffle; what the store saw keeps to the public schedule all the same.
+        assert!(stats.reads_during_shuffles > 100 && stats.carried > 0, "{stats:?}");
+    }
+    Public::new(config.clone()).check(&recorder.take_trace(), false, &mut Vec::new());
     // Everything survives a clean restart.
     engine.shutdown().await.unwrap();
     drop(engine);
@@ -246,13 +257,15 @@ async fn rollback_run(config: ObliviStoreConfig) {
 struct Public {
     config: ObliviStoreConfig,
     read: HashSet<u64>,
+    /// Levelled partitions: access reads of each `(partition, level)` since it was written.
+    level_reads: HashMap<(u64, u32), u64>,
     /// Path ORAM partitions: the leaf of each access's read, with its partition.
     leaves: Vec<(u64, u32)>,
 }
 
 impl Public {
     fn new(config: ObliviStoreConfig) -> Self {
-        Self { config, read: HashSet::new(), leaves: Vec::new() }
+        Self { config, read: HashSet::new(), level_reads: HashMap::new(), leaves: Vec::new() }
     }
 
     /// Path ORAM partitions: the buckets (heap order) a request touches, each with all `z` of
@@ -339,6 +352,26 @@ impl Public {
         }
     }
 
+    /// Every partition was rebuilt (a recovery, whose trace is not checked): every top level
+    /// written, every small level emptied.
+    fn rebuilt(&mut self) {
+        self.read.clear();
+        self.level_reads.clear();
+    }
+
+    /// The level (`levels()`: the top, either area) of a levelled partition's cell.
+    fn level_of(&self, cell: CellId) -> u32 {
+        let within = cell.0 % self.config.partition_cells();
+        let mut start = 0;
+        for l in 0..self.config.levels() {
+            start += self.config.level_slots(l);
+            if within < start {
+                return l;
+            }
+        }
+        self.config.levels()
+    }
+
     fn partition_of(&self, cells: &[CellId]) -> u64 {
         let per = self.config.partition_cells();
         let p = cells[0].0 / per;
@@ -373,23 +406,22 @@ impl Public {
                         );
                     }
                     // One slot per distinct level: an access's read.
-                    let base = p * self.config.partition_cells();
-                    let level_of = |within: u64| {
-                        let mut start = 0;
-                        for l in 0..top {
-                            start += self.config.level_slots(l);
-                            if within < start {
-                                return l;
-                            }
-                        }
-                        top
-                    };
-                    let mut levels: Vec<u32> =
-                        e.cells.iter().map(|c| level_of(c.0 - base)).collect();
+                    let mut levels: Vec<u32> = e.cells.iter().map(|&c| self.level_of(c)).collect();
                     levels.sort_unstable();
                     let distinct = levels.windows(2).all(|w| w[0] != w[1]);
                     if distinct && levels.last() == Some(&top) {
                         accesses.push(p);
+                        // Reads may run ahead of the evictions that refresh the levels, but
+                        // never more often than a level has dummies at the least.
+                        for &l in &levels {
+                            let n = {
+                                let n = self.level_reads.entry((p, l)).or_default();
+                                *n += 1;
+                                *n
+                            };
+                            let most = self.config.level_slots(l) - self.config.level_reals(l);
+                            assert!(n <= most, "level {l} of partition {p} read {n} times");
+                        }
                     }
                 }
                 TraceOp::Write => {
@@ -399,6 +431,8 @@ impl Public {
                     }
                     let n = e.cells.len() as u64;
                     let whole = (0..=top).any(|l| self.config.level_slots(l) == n);
+                    // A write starts a level afresh.
+                    self.level_reads.remove(&(p, self.level_of(e.cells[0])));
                     if !whole {
                         let prefix = (0..=top).any(|l| n < self.config.level_slots(l));
                         assert!(
@@ -466,8 +500,9 @@ async fn crash_run(seed: u64, config: ObliviStoreConfig) {
             Err(e) => panic!("trial {trial}: recovery failed: {e}"),
         };
         if rec.cells_rewritten > 0 {
-            // Every partition was rebuilt: nothing read before is readable again unwritten.
-            public.read.clear();
+            // Every partition was rebuilt: nothing read before is readable again unwritten,
+            // and every level starts afresh.
+            public.rebuilt();
         } else {
             assert!(trace.iter().all(|e| e.op != TraceOp::Read), "a clean open read cells");
         }
@@ -500,7 +535,7 @@ async fn crash_run(seed: u64, config: ObliviStoreConfig) {
     assert!(crashes >= 5, "the store died only {crashes} times");
     let (engine, _) = DurableObliviStore::open(dir.path(), backing.clone(), &key).await.unwrap();
     recorder.take_trace();
-    public.read.clear();
+    public.rebuilt();
     for b in ledger.acked_blocks() {
         let got = engine.read(BlockId(b)).await.unwrap();
         ledger.check(b, &got, "at the end");
@@ -728,6 +763,102 @@ async fn answers_in_arrival_order_hide_a_repeated_block_from_a_store_that_delays
     // With it, both wait: the timing no longer depends on which block was asked.
     assert!(!second_answers_while_held(true, true).await);
     assert!(!second_answers_while_held(true, false).await);
+}
+
+/// A store that, once armed, holds back every write into one partition until released.
+#[derive(Debug)]
+struct HoldWritesStore {
+    inner: Arc<dyn Store>,
+    per: u64,
+    partition: parking_lot::Mutex<Option<u64>>,
+    held: std::sync::atomic::AtomicU64,
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+#[async_trait]
+impl Store for HoldWritesStore {
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+    async fn read(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        self.inner.read(cells).await
+    }
+    async fn read_ranges(&self, ranges: &[ByteRange]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        self.inner.read_ranges(ranges).await
+    }
+    async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
+        let held = *self.partition.lock();
+        if cells.first().is_some_and(|c| Some(c.0 .0 / self.per) == held) {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            let mut rx = self.release.subscribe();
+            let _ = rx.wait_for(|r| *r).await;
+        }
+        self.inner.write(cells).await
+    }
+    async fn flush(&self) -> blindfold_store::Result<()> {
+        self.inner.flush().await
+    }
+}
+
+/// ObliviStore's asynchronous shuffling: while the store holds back a partition's shuffle
+/// (its writes), accesses to other blocks of that partition are still answered, reading around
+/// the shuffle, as far as the levels' dummies allow; the rest wait for it and none is lost.
+/// (A partition that served one access at a time answered none of them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_answers_while_the_store_holds_its_shuffle() {
+    let config = config(256);
+    let key = MasterKey::generate();
+    let backing: Arc<dyn Store> =
+        Arc::new(MemoryStore::new(DurableObliviStore::geometry(&config).unwrap()));
+    let hold = Arc::new(HoldWritesStore {
+        inner: backing,
+        per: config.partition_cells(),
+        partition: parking_lot::Mutex::new(None),
+        held: Default::default(),
+        release: tokio::sync::watch::channel(false).0,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let engine = create(dir.path(), config.clone(), hold.clone(), &key).await;
+    for b in 0..256u64 {
+        engine.write(BlockId(b), data(b)).await.unwrap();
+    }
+    engine.commit().await.unwrap();
+    engine.settle().await.unwrap();
+    // The partition holding the most blocks, and those blocks.
+    let per = config.partition_cells();
+    let mut by_partition: HashMap<u64, Vec<u64>> = HashMap::new();
+    for (b, c) in engine.block_cells() {
+        by_partition.entry(c.0 / per).or_default().push(b);
+    }
+    let (&p, blocks) = by_partition.iter().max_by_key(|(_, v)| v.len()).unwrap();
+    let blocks = blocks.clone();
+    assert!(blocks.len() >= 8, "{by_partition:?}");
+    *hold.partition.lock() = Some(p);
+    let tasks: Vec<_> = blocks
+        .iter()
+        .map(|&b| {
+            let e = engine.clone();
+            tokio::spawn(async move { (b, e.read(BlockId(b)).await) })
+        })
+        .collect();
+    // The first access's shuffle is held; more accesses to the partition answer meanwhile.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tasks.iter().filter(|t| t.is_finished()).count() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "no access answered while held");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(hold.held.load(Ordering::SeqCst) >= 1, "no shuffle was held");
+    let answered = tasks.iter().filter(|t| t.is_finished()).count();
+    hold.release.send_replace(true);
+    for t in tasks {
+        let (b, got) = t.await.unwrap();
+        assert_eq!(got.unwrap(), data(b), "block {b}");
+    }
+    engine.settle().await.unwrap();
+    engine.check_invariants().unwrap();
+    let st = engine.stats().oram;
+    eprintln!("{answered} of {} answered while held; {st:?}", blocks.len());
+    assert!(st.reads_during_shuffles >= 2, "{st:?}");
 }
 
 /// A store that, once armed, serves reads and refuses every write: the gateway's read of a
