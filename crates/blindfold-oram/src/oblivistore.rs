@@ -18,10 +18,12 @@
 //!
 //! An access to block `b` reads one slot of every filled level of one partition: `b`'s own slot
 //! in the level holding it, a uniformly random unread dummy everywhere else. If `b` is in the
-//! cache, on its way, never written, or already being accessed, the partition is uniformly
-//! random and every slot is a dummy (a fake read). The block then goes to the cache, assigned to
-//! a fresh uniformly random partition. Which partition a real read hits is therefore uniform and
-//! independent of everything the store saw before.
+//! cache (or on its way), the partition is the one it is bound for and every slot is a dummy (a
+//! fake read); if it was never written or is already being accessed, a uniformly random one.
+//! The block then goes to the cache, assigned to a fresh uniformly random partition. Which
+//! partition an access hits is therefore the one its block's last access drew, uniform and
+//! independent of everything the store saw since, whether an eviction has taken it there yet
+//! or not.
 //!
 //! # Eviction and shuffling
 //!
@@ -989,6 +991,13 @@ impl ObliviStoreOram {
             Some(Place::Stored { partition, .. } | Place::InTree { partition, .. }) if first => {
                 Ok((*partition, true))
             }
+            // A cached block is read (fakely) where it is bound, as if an eviction had taken it
+            // there already: a read elsewhere would make a block accessed again soon more
+            // likely to be read where a recent eviction went (it is there only if one took it).
+            Some(Place::Cached) if first => {
+                self.stats.fake_reads += 1;
+                Ok((self.cache.get(&block).map_or(0, |c| c.target), false))
+            }
             _ => {
                 self.stats.fake_reads += 1;
                 let p = self.random_partition();
@@ -1153,7 +1162,8 @@ impl ObliviStoreOram {
     }
 
     /// [`ObliviStoreOram::plan_read`] of a Path ORAM partition: the whole path to the block's
-    /// leaf (a uniformly random leaf for a fake read). Every live block on it goes to the
+    /// leaf (for a fake read, the leaf a cached block is bound for here, else a uniformly
+    /// random one). Every live block on it goes to the
     /// cache: the accessed one bound for a fresh partition, the others still bound for this
     /// one with their leaves, to be written back by the eviction that follows.
     fn plan_read_path(&mut self, block: u64, partition: u32, real: bool) -> Result<ReadPlan> {
@@ -1173,7 +1183,10 @@ impl ObliviStoreOram {
                 }
             }
         }
-        let leaf = match leaf {
+        // A fake read of a block bound for this partition reads the path to the leaf it is
+        // bound for (where a real read would go once an eviction takes it there).
+        let bound = self.cache.get(&block).filter(|c| c.target == p).map(|c| c.leaf);
+        let leaf = match leaf.or(bound) {
             Some(l) => l,
             None => self.random_leaf(),
         };
@@ -1269,9 +1282,13 @@ impl ObliviStoreOram {
                 vec![0; bs]
             }
             Some(Place::Cached) => {
-                if !self.cache.get(&block).is_some_and(|c| c.evicting) {
-                    self.set_target(block, target);
+                // A fresh partition, also for a block an eviction is carrying: that eviction
+                // then leaves it in the cache (a new version), else the block's next read would
+                // go where this one went.
+                if let Some(c) = self.cache.get_mut(&block).filter(|c| c.evicting) {
+                    c.version += 1;
                 }
+                self.set_target(block, target);
                 self.cache
                     .get(&block)
                     .and_then(|c| c.data.clone())

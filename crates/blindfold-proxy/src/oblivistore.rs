@@ -1,11 +1,12 @@
 //! The ObliviStore engine (seed 001): the gateway's side, concurrent and crash-consistent.
 //!
-//! [`DurableObliviStore`] drives an [`ObliviStoreOram`] planner against a [`Store`]. Accesses to
-//! different partitions run at once; each partition serves one read or shuffle at a time (its
-//! lock). An access reads one slot per filled level of its partition, hands the partition to
-//! the eviction that must follow the read (a background task that keeps the lock until the
-//! shuffle it causes has landed) and answers as soon as its block is known. More evictions go
-//! to uniformly random partitions at rate ν per access, in the background.
+//! [`DurableObliviStore`] drives an [`ObliviStoreOram`] planner against a [`Store`]. Accesses
+//! run at once, also on one partition: an access reads one slot per filled level of its
+//! partition (around the levels its shuffle in flight merges, if any; see the planner's docs),
+//! queues the eviction that must follow the read (a background task; a partition runs one
+//! shuffle at a time, its lock) and answers as soon as its block is known. More evictions go to
+//! uniformly random partitions at rate ν per access, in the background. A Path ORAM partition
+//! is held by an access from its read until its write-back has landed.
 //!
 //! # Scheduling
 //!

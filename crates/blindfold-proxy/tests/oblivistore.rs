@@ -634,6 +634,30 @@ async fn the_store_sees_uniform_partitions_and_the_public_schedule_whatever_the_
     }
 }
 
+/// One block asked for over and over: each access reads the partition its previous access
+/// bound the block for, whether an eviction has taken it there yet (a real read) or not (a fake
+/// read), so consecutive reads share a partition with probability 1/P. Were a cached block read
+/// in a uniformly random partition instead, it would be read where it is stored only after an
+/// eviction took it there, and evictions follow reads: the same partition twice in a row about
+/// twice as often (the store would tell a hot block from a cold one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hammered_block_is_read_where_no_eviction_predicts() {
+    for (name, config) in [
+        ("oblivistore", config(256)),
+        ("curious", ObliviStoreConfig::curious(256, BS, 3).unwrap()),
+        ("curious-path", path_config(256)),
+    ] {
+        let (config, accesses, _) = partitions_seen(config, |_| 7).await;
+        let repeats = accesses.windows(2).filter(|w| w[0] == w[1]).count() as f64;
+        let expected = (accesses.len() - 1) as f64 / f64::from(config.partitions());
+        eprintln!("{name}: {repeats} repeats, {expected:.0} expected by chance");
+        assert!(
+            repeats < expected * 1.4 + 10.0,
+            "{name}: the same partition twice in a row {repeats} times ({expected:.0} by chance)"
+        );
+    }
+}
+
 /// CURIOUS over Path ORAM partitions: whatever the workload, each access reads one whole path
 /// of one partition, partitions and leaves uniform (chi-square), and every write is that path
 /// or a whole tree (checked by [`Public::check_path`]).
