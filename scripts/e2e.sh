@@ -1229,6 +1229,17 @@ nodes_list() {
   aws --endpoint-url "$ENDPOINT" s3 rm --recursive "$AWSB"
   aws --endpoint-url "$ENDPOINT" s3 rb "$AWSB"
 }
+nodes_verify() { # data-dir node-urls tls-dir
+  local out
+  # Without the nodes, a clear refusal.
+  if out=$("$BIN" verify --data-dir "$1" 2>&1); then
+    die "verify without --nodes succeeded: $out"
+  fi
+  echo "$out" | grep -q -- "--nodes" || die "verify without --nodes: unclear error: $out"
+  out=$("$BIN" verify --data-dir "$1" --nodes "$2" --tls-dir "$3" 2>&1) || die "verify failed: $out"
+  echo "$out"
+  echo "$out" | grep -q "OK: every stored cell is authentic" || die "verify did not say OK"
+}
 if only nodes; then
   step "e2e: distributed mode (two blindfold node processes behind serve --nodes)"
   mkdir -p "$WORK/nodes"
@@ -1254,6 +1265,8 @@ if only nodes; then
     if CAPACITY=32MiB start_server "$WORK/nodes/data" --nodes "$N2,$N1" --tls-dir "$WORK/nodes/certs/balancer"; then
       check "nodes: restart with the nodes in another order; aws mb, cp, ranged get, sync a tree, rm, rb" tee_aws
       stop_server >"$WORK/stop.log" 2>&1
+      check "nodes: blindfold verify through the nodes (and a clear refusal without them)" \
+        nodes_verify "$WORK/nodes/data" "$N1,$N2" "$WORK/nodes/certs/balancer"
     else
       echo "FAIL - nodes: restart: see above"
       FAILED=$((FAILED + 1))

@@ -39,8 +39,10 @@ enum Command {
     /// Serve the S3 API over oblivious storage (no configuration needed: everything missing is
     /// created in the data directory on first start).
     Serve(ServeArgs),
-    /// Check every stored cell's integrity and the trusted state's consistency.
-    Verify(GatewayArgs),
+    /// Check every stored cell's integrity and the trusted state's consistency. For a gateway
+    /// whose blocks live on ORAM nodes, give its --nodes and --tls-dir: each node checks its
+    /// own cells.
+    Verify(VerifyArgs),
     /// Show a data directory: capacity, how full it is, engine, geometry, disk use, last clean
     /// stop. Reads only the trusted state; touches no store.
     Status(StatusArgs),
@@ -462,6 +464,19 @@ struct GatewayArgs {
     /// $BLINDFOLD_PASSPHRASE, or else one line of standard input.
     #[arg(long)]
     passphrase: bool,
+}
+
+#[derive(Args, Debug)]
+struct VerifyArgs {
+    #[command(flatten)]
+    gateway: GatewayArgs,
+    /// The ORAM nodes of a gateway that keeps its blocks on nodes (as given to `serve
+    /// --nodes`), comma-separated `https://host:port`; they must be running.
+    #[arg(long, value_delimiter = ',', requires = "tls_dir")]
+    nodes: Vec<String>,
+    /// With --nodes: the balancer's certificates (`blindfold cluster-certs`, `balancer`).
+    #[arg(long, requires = "nodes")]
+    tls_dir: Option<PathBuf>,
 }
 
 /// Format of log lines.
@@ -1614,31 +1629,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         })?),
         None => None,
     };
-    let balancer_dir = blindfold_node::balancer::is_balancer_dir(&cfg.data_dir.join("oram"));
-    let mut opened = match &a.tls_dir {
-        Some(tls_dir) => {
-            if read_params(&cfg.data_dir)?.is_some() && !balancer_dir {
-                bail!("{} keeps its blocks in its own store, not on nodes", cfg.data_dir.display());
-            }
-            let tls = blindfold_node::ClusterTls::load(tls_dir)?;
-            let factory = blindfold_node::balancer::engine_factory(
-                a.nodes.clone(),
-                tls,
-                blindfold_node::BalancerConfig::default(),
-            );
-            let hooks = blindfold_gateway::server::OpenHooks {
-                engine_factory: Some(factory),
-                ..Default::default()
-            };
-            blindfold_gateway::server::open_with(&cfg, hooks).await?
-        }
-        None if balancer_dir => bail!(
-            "{} keeps its blocks on ORAM nodes: start it with --nodes (see {}) and --tls-dir",
-            cfg.data_dir.display(),
-            cfg.data_dir.join("oram").join(blindfold_node::balancer::NODES_FILE).display()
-        ),
-        None => blindfold_gateway::server::open(&cfg).await?,
-    };
+    let mut opened = open_gateway(&cfg, &a.nodes, a.tls_dir.as_deref()).await?;
     opened.grow_at = a.grow_at;
     opened.grow_max = a.grow_max.map(|m| m / u64::from(opened.params.block_size));
     if a.tls == Some(TlsMode::SelfSigned) {
@@ -1884,6 +1875,41 @@ fn status(a: StatusArgs) -> Result<()> {
     Ok(())
 }
 
+/// Opens the gateway of `cfg` over its own store or, for a data directory whose blocks live on
+/// ORAM nodes, over the nodes at `nodes` with the balancer's certificates in `tls_dir`.
+async fn open_gateway(
+    cfg: &blindfold_gateway::server::ServeConfig,
+    nodes: &[String],
+    tls_dir: Option<&std::path::Path>,
+) -> Result<blindfold_gateway::server::Opened> {
+    use blindfold_gateway::server::read_params;
+    let balancer_dir = blindfold_node::balancer::is_balancer_dir(&cfg.data_dir.join("oram"));
+    Ok(match tls_dir {
+        Some(tls_dir) => {
+            if read_params(&cfg.data_dir)?.is_some() && !balancer_dir {
+                bail!("{} keeps its blocks in its own store, not on nodes", cfg.data_dir.display());
+            }
+            let tls = blindfold_node::ClusterTls::load(tls_dir)?;
+            let factory = blindfold_node::balancer::engine_factory(
+                nodes.to_vec(),
+                tls,
+                blindfold_node::BalancerConfig::default(),
+            );
+            let hooks = blindfold_gateway::server::OpenHooks {
+                engine_factory: Some(factory),
+                ..Default::default()
+            };
+            blindfold_gateway::server::open_with(cfg, hooks).await?
+        }
+        None if balancer_dir => bail!(
+            "{} keeps its blocks on ORAM nodes: give --nodes (see {}) and --tls-dir",
+            cfg.data_dir.display(),
+            cfg.data_dir.join("oram").join(blindfold_node::balancer::NODES_FILE).display()
+        ),
+        None => blindfold_gateway::server::open(cfg).await?,
+    })
+}
+
 async fn recover(a: GatewayArgs) -> Result<()> {
     let cfg = serve_config(&a)?;
     let (opened, about) = blindfold_gateway::server::recover(&cfg).await?;
@@ -2012,13 +2038,13 @@ async fn grow(a: GrowArgs) -> Result<()> {
     Ok(())
 }
 
-async fn verify(a: GatewayArgs) -> Result<()> {
-    let cfg = serve_config(&a)?;
+async fn verify(a: VerifyArgs) -> Result<()> {
+    let cfg = serve_config(&a.gateway)?;
     if !cfg.data_dir.join("gateway.json").exists() {
         bail!("{} is not a blindfold data directory (no gateway.json)", cfg.data_dir.display());
     }
     eprintln!("blindfold verify: opening {}", cfg.data_dir.display());
-    let opened = blindfold_gateway::server::open(&cfg).await?;
+    let opened = open_gateway(&cfg, &a.nodes, a.tls_dir.as_deref()).await?;
     eprintln!("blindfold verify: reading every cell of {}", opened.params.store);
     // A bar on a terminal; elsewhere (logs, pipes) a line every tenth of the way.
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
