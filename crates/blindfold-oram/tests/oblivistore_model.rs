@@ -174,10 +174,13 @@ fn reads_during_shuffles_match_a_hashmap() {
                      flying: &mut HashMap<u32, (Shuffle, bool)>,
                      queued: &mut HashMap<u32, u32>,
                      p: u32| {
-            if flying.contains_key(&p) {
-                *queued.entry(p).or_default() += 1;
-            } else {
-                flying.insert(p, (o.plan_evict(p), false));
+            match flying.entry(p) {
+                std::collections::hash_map::Entry::Occupied(_) => {
+                    *queued.entry(p).or_default() += 1
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert((o.plan_evict(p), false));
+                }
             }
         };
         let mut step = 0u64;
