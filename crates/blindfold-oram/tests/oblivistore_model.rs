@@ -19,6 +19,12 @@ fn fresh(config: ObliviStoreConfig, seed: u64) -> (ObliviStoreOram, Sim) {
 }
 
 fn run_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle) {
+    let got = shuffle_reads(sim, &sh);
+    land_shuffle(o, sim, sh, got);
+}
+
+/// A shuffle's reads, each checked against the simulated store: the live blocks' data.
+fn shuffle_reads(sim: &Sim, sh: &Shuffle) -> HashMap<u64, Vec<u8>> {
     let mut got = HashMap::new();
     for (r, &live) in sh.reads.iter().zip(&sh.live) {
         let (serial, holder, data) = sim.get(&r.cell.0).cloned().expect("cell written");
@@ -27,6 +33,11 @@ fn run_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle) {
             got.insert(holder, data);
         }
     }
+    got
+}
+
+/// A shuffle's writes reach the simulated store and the planner learns it landed.
+fn land_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle, got: HashMap<u64, Vec<u8>>) {
     for &(cell, h) in &sh.writes {
         let data = if h == DUMMY {
             vec![0; 8]
@@ -229,31 +240,13 @@ fn reads_during_shuffles_match_a_hashmap() {
                 let keys: Vec<u32> = flying.keys().copied().collect();
                 let Some(&p) = keys.get(rng.gen_range(0..keys.len().max(1))) else { continue };
                 let (sh, arrived) = flying.remove(&p).unwrap();
-                let mut got = HashMap::new();
-                for (r, &live) in sh.reads.iter().zip(&sh.live) {
-                    let (serial, holder, data) = sim.get(&r.cell.0).cloned().expect("written");
-                    assert_eq!((serial, holder), (r.serial, r.holder), "shuffle read");
-                    if live {
-                        got.insert(holder, data);
-                    }
-                }
+                let got = shuffle_reads(&sim, &sh);
                 if !arrived {
                     o.shuffle_fetched(p, sh.serial, got);
                     flying.insert(p, (sh, true));
                     continue;
                 }
-                for &(cell, h) in &sh.writes {
-                    let data = if h == DUMMY {
-                        vec![0; 8]
-                    } else if let Some((_, d)) = sh.evicted.iter().find(|(b, _)| *b == h) {
-                        d.clone()
-                    } else {
-                        got[&h].clone()
-                    };
-                    sim.insert(cell.0, (sh.serial, h, data));
-                }
-                let spilled = sh.spill.iter().map(|b| (*b, got[b].clone())).collect();
-                o.finish_shuffle(sh, spilled);
+                land_shuffle(&mut o, &mut sim, sh, got);
                 if let Some(n) = queued.get_mut(&p).filter(|n| **n > 0) {
                     *n -= 1;
                     flying.insert(p, (o.plan_evict(p), false));

@@ -688,8 +688,9 @@ async fn curious_path_reads_uniform_paths_whatever_the_workload() {
     }
 }
 
-/// A store that holds back, once armed, every read of the partition of the first read it sees,
-/// until released: the adversary scheduling the network of TaoStore's argument.
+/// A store that holds back, once armed, every read of the partition of the first read it sees
+/// (the adversary scheduling the network of TaoStore's argument), or, with `writes`, every
+/// write into the partition `held` names, until released.
 #[derive(Debug)]
 struct HoldStore {
     inner: Arc<dyn Store>,
@@ -697,6 +698,29 @@ struct HoldStore {
     armed: AtomicBool,
     held: parking_lot::Mutex<Option<u64>>,
     release: tokio::sync::watch::Sender<bool>,
+    writes: bool,
+    /// Requests held back so far.
+    holding: std::sync::atomic::AtomicU64,
+}
+
+impl HoldStore {
+    fn new(inner: Arc<dyn Store>, per: u64, writes: bool) -> Self {
+        Self {
+            inner,
+            per,
+            armed: AtomicBool::new(false),
+            held: parking_lot::Mutex::new(None),
+            release: tokio::sync::watch::channel(false).0,
+            writes,
+            holding: Default::default(),
+        }
+    }
+
+    async fn hold(&self) {
+        self.holding.fetch_add(1, Ordering::SeqCst);
+        let mut rx = self.release.subscribe();
+        let _ = rx.wait_for(|r| *r).await;
+    }
 }
 
 #[async_trait]
@@ -705,15 +729,14 @@ impl Store for HoldStore {
         self.inner.geometry()
     }
     async fn read(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
-        if self.armed.load(Ordering::SeqCst) && !cells.is_empty() {
+        if !self.writes && self.armed.load(Ordering::SeqCst) && !cells.is_empty() {
             let p = cells[0].0 / self.per;
             let hold = {
                 let mut h = self.held.lock();
                 *h.get_or_insert(p) == p
             };
             if hold {
-                let mut rx = self.release.subscribe();
-                let _ = rx.wait_for(|r| *r).await;
+                self.hold().await;
             }
         }
         self.inner.read(cells).await
@@ -722,6 +745,10 @@ impl Store for HoldStore {
         self.inner.read_ranges(ranges).await
     }
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
+        let held = *self.held.lock();
+        if self.writes && cells.first().is_some_and(|c| Some(c.0 .0 / self.per) == held) {
+            self.hold().await;
+        }
         self.inner.write(cells).await
     }
     async fn flush(&self) -> blindfold_store::Result<()> {
@@ -736,13 +763,7 @@ async fn second_answers_while_held(in_order: bool, same: bool) -> bool {
     let key = MasterKey::generate();
     let backing: Arc<dyn Store> =
         Arc::new(MemoryStore::new(DurableObliviStore::geometry(&config).unwrap()));
-    let hold = Arc::new(HoldStore {
-        inner: backing,
-        per: config.partition_cells(),
-        armed: AtomicBool::new(false),
-        held: parking_lot::Mutex::new(None),
-        release: tokio::sync::watch::channel(false).0,
-    });
+    let hold = Arc::new(HoldStore::new(backing, config.partition_cells(), false));
     let dir = tempfile::tempdir().unwrap();
     let mut engine = create(dir.path(), config.clone(), hold.clone(), &key).await;
     engine.set_in_order(in_order);
@@ -789,41 +810,6 @@ async fn answers_in_arrival_order_hide_a_repeated_block_from_a_store_that_delays
     assert!(!second_answers_while_held(true, false).await);
 }
 
-/// A store that, once armed, holds back every write into one partition until released.
-#[derive(Debug)]
-struct HoldWritesStore {
-    inner: Arc<dyn Store>,
-    per: u64,
-    partition: parking_lot::Mutex<Option<u64>>,
-    held: std::sync::atomic::AtomicU64,
-    release: tokio::sync::watch::Sender<bool>,
-}
-
-#[async_trait]
-impl Store for HoldWritesStore {
-    fn geometry(&self) -> Geometry {
-        self.inner.geometry()
-    }
-    async fn read(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
-        self.inner.read(cells).await
-    }
-    async fn read_ranges(&self, ranges: &[ByteRange]) -> blindfold_store::Result<Vec<Vec<u8>>> {
-        self.inner.read_ranges(ranges).await
-    }
-    async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
-        let held = *self.partition.lock();
-        if cells.first().is_some_and(|c| Some(c.0 .0 / self.per) == held) {
-            self.held.fetch_add(1, Ordering::SeqCst);
-            let mut rx = self.release.subscribe();
-            let _ = rx.wait_for(|r| *r).await;
-        }
-        self.inner.write(cells).await
-    }
-    async fn flush(&self) -> blindfold_store::Result<()> {
-        self.inner.flush().await
-    }
-}
-
 /// ObliviStore's asynchronous shuffling: while the store holds back a partition's shuffle
 /// (its writes), accesses to other blocks of that partition are still answered, reading around
 /// the shuffle, as far as the levels' dummies allow; the rest wait for it and none is lost.
@@ -834,13 +820,7 @@ async fn a_partition_answers_while_the_store_holds_its_shuffle() {
     let key = MasterKey::generate();
     let backing: Arc<dyn Store> =
         Arc::new(MemoryStore::new(DurableObliviStore::geometry(&config).unwrap()));
-    let hold = Arc::new(HoldWritesStore {
-        inner: backing,
-        per: config.partition_cells(),
-        partition: parking_lot::Mutex::new(None),
-        held: Default::default(),
-        release: tokio::sync::watch::channel(false).0,
-    });
+    let hold = Arc::new(HoldStore::new(backing, config.partition_cells(), true));
     let dir = tempfile::tempdir().unwrap();
     let engine = create(dir.path(), config.clone(), hold.clone(), &key).await;
     for b in 0..256u64 {
@@ -857,7 +837,7 @@ async fn a_partition_answers_while_the_store_holds_its_shuffle() {
     let (&p, blocks) = by_partition.iter().max_by_key(|(_, v)| v.len()).unwrap();
     let blocks = blocks.clone();
     assert!(blocks.len() >= 8, "{by_partition:?}");
-    *hold.partition.lock() = Some(p);
+    *hold.held.lock() = Some(p);
     let tasks: Vec<_> = blocks
         .iter()
         .map(|&b| {
@@ -871,7 +851,7 @@ async fn a_partition_answers_while_the_store_holds_its_shuffle() {
         assert!(tokio::time::Instant::now() < deadline, "no access answered while held");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(hold.held.load(Ordering::SeqCst) >= 1, "no shuffle was held");
+    assert!(hold.holding.load(Ordering::SeqCst) >= 1, "no shuffle was held");
     let answered = tasks.iter().filter(|t| t.is_finished()).count();
     hold.release.send_replace(true);
     for t in tasks {
