@@ -897,6 +897,17 @@ impl ObliviStoreOram {
         self.next_serial
     }
 
+    /// Binds every cached block for a fresh uniformly random partition (and leaf). After an
+    /// unclean stop: an access cut off by the crash may have made its fake read in the
+    /// partition its block was bound for, and the block's next access must not go there again.
+    pub fn retarget_cached(&mut self) {
+        let blocks: Vec<u64> = self.cache.keys().copied().collect();
+        for b in blocks {
+            let target = self.random_partition();
+            self.set_target(b, target);
+        }
+    }
+
     /// Makes every later serial at least `floor` (after a restart: serials the last run may
     /// have used unlogged are never used again).
     pub fn skip_serials_to(&mut self, floor: u64) {

@@ -481,6 +481,11 @@ impl DurableObliviStore {
         }
         oram.skip_serials_to(floor);
         let unclean = !frames.is_empty() || torn > 0;
+        if unclean {
+            // A cached block's fake read goes where it is bound: one cut off by the crash may
+            // have shown that partition, so every cached block is bound afresh.
+            oram.retarget_cached();
+        }
         let log = crate::durable::open_log(dir)?;
         // This run seals under epochs no earlier run used, reserved in the log before the
         // first seal.

@@ -905,7 +905,9 @@ fn first_read_partition(trace: &[TraceEvent], per: u64) -> Option<u64> {
 /// the store would link the two accesses. Each read is logged before it goes out and the
 /// rebuild sends such blocks to fresh partitions. Without that (tried: the rebuild keeping
 /// every block in its partition) 8 trials in 8 read the same partition; with it, about 1 in
-/// `P` = 8 by chance.
+/// `P` = 8 by chance. Every other trial takes a block waiting in the eviction cache, whose
+/// (fake) read goes to the partition it is bound for: the recovery binds every cached block
+/// afresh (without that, those trials read the same partition every time).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_read_before_a_crash_is_read_in_a_fresh_partition_after_recovery() {
     for config in [config(64), ObliviStoreConfig::curious(64, BS, 3).unwrap(), path_config(64)] {
@@ -915,14 +917,26 @@ async fn a_block_read_before_a_crash_is_read_in_a_fresh_partition_after_recovery
         drop(engine);
         let trials = 12u64;
         let mut same = 0;
+        let mut cached_trials = 0;
+        let mut same_cached = 0;
         for trial in 0..trials {
-            let block = BlockId(trial * 7 % 64);
             // The read of `block` reaches the store; its shuffle fails and the engine stops.
             let dying =
                 Arc::new(ReadsOnlyStore { inner: recorder.clone(), armed: AtomicBool::new(false) });
             let (engine, _) =
                 DurableObliviStore::open(dir.path(), dying.clone(), &key).await.unwrap();
             engine.settle().await.unwrap();
+            // Every other trial, a block waiting in the eviction cache if there is one (its
+            // read is a fake one, in the partition it is bound for).
+            let stored: HashSet<u64> = engine.block_cells().into_iter().map(|(b, _)| b).collect();
+            let cached = (0..64).find(|b| !stored.contains(b));
+            let block = match cached {
+                Some(b) if trial % 2 == 1 => {
+                    cached_trials += 1;
+                    BlockId(b)
+                }
+                _ => BlockId(trial * 7 % 64),
+            };
             dying.armed.store(true, Ordering::SeqCst);
             recorder.take_trace();
             let _ = engine.read(block).await;
@@ -938,9 +952,20 @@ async fn a_block_read_before_a_crash_is_read_in_a_fresh_partition_after_recovery
             assert_eq!(engine.read(block).await.unwrap(), data(block.0));
             let after = first_read_partition(&recorder.take_trace(), per).unwrap();
             same += u64::from(before == after);
+            if cached.is_some() && trial % 2 == 1 {
+                same_cached += u64::from(before == after);
+            }
             engine.settle().await.unwrap();
             engine.shutdown().await.unwrap();
         }
+        assert!(cached_trials >= 3, "{:?}: {cached_trials} cached blocks", config.sub_oram());
+        // By chance 1 in 8 each; 5 or more of 6 has odds of about 2 in 10^4.
+        assert!(
+            same_cached < 5.min(cached_trials),
+            "{:?}: a cached block read in the same partition after the recovery in \
+             {same_cached} of {cached_trials} trials",
+            config.sub_oram()
+        );
         // By chance 1.5 of 12 (P = 8); 7 or more has odds of about 1 in 10^4.
         assert!(
             same <= 6,
