@@ -1240,10 +1240,10 @@ nodes_verify() { # data-dir node-urls tls-dir
   if out=$("$BIN" verify --data-dir "$1" 2>&1); then
     die "verify without --nodes succeeded: $out"
   fi
-  echo "$out" | grep -q -- "--nodes" || die "verify without --nodes: unclear error: $out"
+  grep -q -- "--nodes" <<<"$out" || die "verify without --nodes: unclear error: $out"
   out=$("$BIN" verify --data-dir "$1" --nodes "$2" --tls-dir "$3" 2>&1) || die "verify failed: $out"
   echo "$out"
-  echo "$out" | grep -q "OK: every stored cell is authentic" || die "verify did not say OK"
+  grep -q "OK: every stored cell is authentic" <<<"$out" || die "verify did not say OK"
 }
 if only nodes; then
   step "e2e: distributed mode (two blindfold node processes behind serve --nodes)"

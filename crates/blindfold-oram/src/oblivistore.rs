@@ -1660,6 +1660,8 @@ impl ObliviStoreOram {
     ) -> ShuffleRecord {
         let levels = self.config.levels;
         let p = shuffle.partition;
+        // Whether a levelled partition's level `l` is one the shuffle merged (and retires).
+        let merged = |l: u32| shuffle.level == levels || l < shuffle.level;
         if self.partitions[p as usize].busy.as_ref().is_some_and(|b| b.serial == shuffle.serial) {
             self.partitions[p as usize].busy = None;
         }
@@ -1686,7 +1688,7 @@ impl ObliviStoreOram {
                     && match tree {
                         // A Path ORAM partition: the rewritten buckets' old copies.
                         Some((whole, buckets)) => whole || buckets.contains(&(ol as u64)),
-                        None => shuffle.level == levels || ol < shuffle.level,
+                        None => merged(ol),
                     }
             })
         };
@@ -1741,7 +1743,6 @@ impl ObliviStoreOram {
             // Blocks an access took from the merged levels while the shuffle was in flight:
             // their new cells are stale (the block is cached now, or was even evicted to
             // another partition since).
-            let merged = |l: u32| shuffle.level == levels || l < shuffle.level;
             for (s, &h) in holders.iter().enumerate() {
                 if h == DUMMY || shuffle.evicted.iter().any(|(b, _)| *b == h) {
                     continue;

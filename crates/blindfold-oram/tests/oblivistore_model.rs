@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use blindfold_oram::oblivistore::{ObliviStoreConfig, ObliviStoreOram, Shuffle, SlotRead, DUMMY};
+use blindfold_oram::oblivistore::{
+    ObliviStoreConfig, ObliviStoreOram, ReadPlan, Shuffle, SlotRead, DUMMY,
+};
 use blindfold_oram::Op;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -52,6 +54,22 @@ fn land_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle, got: HashMa
     o.finish_shuffle(sh, spilled);
 }
 
+/// An access's read of block `b`, each cell checked against the simulated store: the block
+/// (and, from a Path ORAM partition, every block the read takes) handed to the planner.
+fn serve_read(o: &mut ObliviStoreOram, sim: &Sim, plan: &ReadPlan, b: u64) {
+    for (i, s) in plan.slots.iter().enumerate() {
+        let (serial, holder, data) = sim.get(&s.cell.0).cloned().expect("cell written");
+        assert_eq!((serial, holder), (s.serial, s.holder), "read of {:?}", s.cell);
+        if plan.real == Some(i) {
+            assert_eq!(holder, b);
+            o.fill(b, data);
+        } else if plan.keep.contains(&i) {
+            assert_ne!(holder, DUMMY);
+            o.fill(holder, data);
+        }
+    }
+}
+
 /// What the store sees of one step: an access's read or a shuffle.
 enum Seen<'a> {
     Read(&'a [SlotRead]),
@@ -82,17 +100,7 @@ fn access_watched(
     let (p, real) = o.begin(b).unwrap();
     let plan = o.plan_read(b, p, real).unwrap();
     watch(Seen::Read(&plan.slots));
-    for (i, s) in plan.slots.iter().enumerate() {
-        let (serial, holder, data) = sim.get(&s.cell.0).cloned().expect("cell written");
-        assert_eq!((serial, holder), (s.serial, s.holder));
-        if plan.real == Some(i) {
-            assert_eq!(holder, b);
-            o.fill(b, data);
-        } else if plan.keep.contains(&i) {
-            assert_ne!(holder, DUMMY);
-            o.fill(holder, data);
-        }
-    }
+    serve_read(o, sim, &plan, b);
     assert!(o.ready(b));
     let old = o.finish(b, op).unwrap();
     let sh = o.plan_evict(p);
@@ -219,13 +227,7 @@ fn reads_during_shuffles_match_a_hashmap() {
                     continue;
                 }
                 let plan = o.plan_read(a.b, a.p, a.real).unwrap();
-                for (k, s) in plan.slots.iter().enumerate() {
-                    let (serial, holder, data) = sim.get(&s.cell.0).cloned().expect("written");
-                    assert_eq!((serial, holder), (s.serial, s.holder), "read of {:?}", s.cell);
-                    if plan.real == Some(k) {
-                        o.fill(a.b, data);
-                    }
-                }
+                serve_read(&mut o, &sim, &plan, a.b);
                 a.planned = Some(plan.after);
                 let p = a.p;
                 evict(&mut o, &mut flying, &mut queued, p);

@@ -288,17 +288,6 @@ pub struct ObliviStoreEngineStats {
     pub trusted_bytes: u64,
 }
 
-/// The live blocks among a shuffle's reads (`fetched`, in the order of `sh.reads`) and their
-/// data.
-fn live_blocks<D>(sh: &Shuffle, fetched: impl Iterator<Item = Option<D>>) -> HashMap<u64, D> {
-    sh.reads
-        .iter()
-        .zip(fetched)
-        .zip(&sh.live)
-        .filter_map(|((s, d), &live)| Some((s.holder, d.filter(|_| live)?)))
-        .collect()
-}
-
 fn cell_plain(holder: u64, data: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(8 + data.len());
     v.extend_from_slice(&holder.to_le_bytes());
@@ -807,11 +796,7 @@ impl DurableObliviStore {
             Some((sh, _, _)) => {
                 let (a, b, c) = tokio::join!(
                     self.read_slots(&plan.slots),
-                    async {
-                        let f = self.read_slots(&sh.reads).await?;
-                        self.fetched(sh, &f);
-                        Ok(f)
-                    },
+                    async { Ok(self.fetched(sh, self.read_slots(&sh.reads).await?)) },
                     self.before_write(sh)
                 );
                 (a, b.and_then(|f| c.map(|_| Some(f))))
@@ -938,13 +923,13 @@ impl DurableObliviStore {
         permit: tokio::sync::OwnedSemaphorePermit,
         room: tokio::sync::OwnedSemaphorePermit,
         sh: Shuffle,
-        fetched: Vec<Option<Vec<u8>>>,
+        blocks: HashMap<u64, Vec<u8>>,
         before: u64,
     ) {
         let me = self.clone();
         me.inner.st.lock().active += 1;
         tokio::spawn(async move {
-            if let Err(e) = me.write_shuffle(sh, fetched, before).await {
+            if let Err(e) = me.write_shuffle(sh, blocks, before).await {
                 me.poison(&e);
             }
             drop(room);
@@ -974,21 +959,26 @@ impl DurableObliviStore {
     /// first access read ticket not planned before it).
     async fn run_shuffle(&self, sh: Shuffle, before: u64) -> Result<()> {
         self.before_write(&sh).await?;
-        let fetched = self.read_slots(&sh.reads).await?;
-        self.fetched(&sh, &fetched);
-        self.write_shuffle(sh, fetched, before).await
+        let blocks = self.fetched(&sh, self.read_slots(&sh.reads).await?);
+        self.write_shuffle(sh, blocks, before).await
     }
 
-    /// A shuffle's reads arrived: the planner gets its live blocks for the accesses reading
-    /// around it.
-    fn fetched(&self, sh: &Shuffle, fetched: &[Option<Vec<u8>>]) {
-        if self.inner.tree {
-            return;
+    /// A shuffle's reads arrived (`fetched`, in the order of `sh.reads`): the live blocks
+    /// among them and their data, of which the planner gets a copy for the accesses reading
+    /// around the shuffle (levelled partitions).
+    fn fetched(&self, sh: &Shuffle, fetched: Vec<Option<Vec<u8>>>) -> HashMap<u64, Vec<u8>> {
+        let live: HashMap<u64, Vec<u8>> = sh
+            .reads
+            .iter()
+            .zip(fetched)
+            .zip(&sh.live)
+            .filter_map(|((s, d), &live)| Some((s.holder, d.filter(|_| live)?)))
+            .collect();
+        if !self.inner.tree {
+            self.inner.st.lock().oram.shuffle_fetched(sh.partition, sh.serial, live.clone());
+            self.ring();
         }
-        let live = live_blocks(sh, fetched.iter().map(Option::as_ref));
-        let live = live.into_iter().map(|(b, d)| (b, d.clone())).collect();
-        self.inner.st.lock().oram.shuffle_fetched(sh.partition, sh.serial, live);
-        self.ring();
+        live
     }
 
     /// What must be durable before a shuffle of a partition the caller holds writes: its
@@ -1013,18 +1003,18 @@ impl DurableObliviStore {
         self.sync_through(need).await
     }
 
-    /// Writes a shuffle whose cells were read (`fetched`, in the order of `sh.reads`) and
-    /// whose [`DurableObliviStore::before_write`] is done, once every access read of the
-    /// partition planned before it (tickets below `before`) has its answer; then logs it.
+    /// Writes a shuffle whose cells were read (`blocks`: the live ones, from
+    /// [`DurableObliviStore::fetched`]) and whose [`DurableObliviStore::before_write`] is
+    /// done, once every access read of the partition planned before it (tickets below
+    /// `before`) has its answer; then logs it.
     async fn write_shuffle(
         &self,
         sh: Shuffle,
-        fetched: Vec<Option<Vec<u8>>>,
+        mut blocks: HashMap<u64, Vec<u8>>,
         before: u64,
     ) -> Result<()> {
         let p = sh.partition;
         self.wait_until(|s| Ok(s.reads_done(p, before))).await?;
-        let mut blocks = live_blocks(&sh, fetched.into_iter());
         let bs = self.inner.st.lock().oram.config().block_size() as usize;
         let zeros = vec![0u8; bs];
         let mut cells = Vec::with_capacity(sh.writes.len());
