@@ -664,6 +664,11 @@ impl DurableTao {
             cell_sealer(key, previous, store_id, epoch),
             ChaCha20Rng::from_entropy(),
         )?;
+        // The pinned top stays open in the engine, rewritten only when it changes; a key
+        // rotation's sweeps must re-seal every cell, so not while one may be under way.
+        if let (Some(p), None) = (&pinned, previous) {
+            tao.keep_top_resident(p.count());
+        }
         let journal_log = log.try_clone().map_err(|e| crate::durable::io(dir, "cloning", e))?;
         let this = Self {
             tao,
@@ -947,13 +952,16 @@ impl DurableTao {
                 .collect(),
         };
         let n_pinned = record.pinned.len();
-        let appended = append_record(&c.log, &c.dir, SLOT_RECORD_MAGIC, &record, &c.sealer).await?;
+        let frame = encode_frame(SLOT_RECORD_MAGIC, &record, &c.sealer)?;
+        let encoded = started.elapsed();
+        let appended = append_frame(&c.log, &c.dir, frame).await?;
         tracing::debug!(
             cells = n_cells,
             pinned = n_pinned,
             record_bytes = appended,
             store_ms = stored.as_secs_f64() * 1e3,
-            log_ms = (started.elapsed() - stored).as_secs_f64() * 1e3,
+            encode_ms = (encoded - stored).as_secs_f64() * 1e3,
+            log_ms = (started.elapsed() - encoded).as_secs_f64() * 1e3,
             "commit written"
         );
         c.log_bytes += appended;

@@ -320,6 +320,10 @@ struct Node {
     slots: Vec<Slot>,
     /// Value of the modification clock when this bucket last changed.
     modified: u64,
+    /// Value of the clock at which the store's copy last held these contents (when the bucket
+    /// was fetched, or the write-back snapshot that wrote it): contents unchanged since iff
+    /// `modified <= saved`.
+    saved: u64,
 }
 
 /// A request waiting for the real read of its block.
@@ -340,6 +344,14 @@ struct State {
     /// Paths fetched and evicted since the last write-back snapshot.
     batch: Vec<Leaf>,
     clock: u64,
+    /// Buckets `0 .. resident` (the tree top a [`crate::pinned::PinnedStore`] keeps in trusted
+    /// memory) stay in the subtree once fetched and are written back only when they changed;
+    /// see [`TaoOram::keep_top_resident`].
+    resident: u64,
+    /// Resident buckets now in the subtree (not counted against `subtree_limit`).
+    resident_held: usize,
+    /// Resident buckets that write-backs left alone because they had not changed.
+    top_unchanged: u64,
     rng: ChaCha20Rng,
     /// Released when the most recent request's reply is released.
     seq_tail: Option<oneshot::Receiver<()>>,
@@ -353,6 +365,23 @@ struct State {
 }
 
 impl State {
+    /// Buckets in the subtree that count against `subtree_limit` (every one but the resident
+    /// tree top).
+    fn held(&self) -> usize {
+        self.subtree.len() - self.resident_held
+    }
+
+    /// Puts a fetched bucket into the subtree unless a copy is there already (another request
+    /// brought it in meanwhile: its copy is as fresh or fresher).
+    fn insert_fetched(&mut self, b: u64, slots: Vec<Slot>, clock: u64) {
+        if let MapEntry::Vacant(v) = self.subtree.entry(b) {
+            v.insert(Node { slots, modified: clock, saved: clock });
+            if b < self.resident {
+                self.resident_held += 1;
+            }
+        }
+    }
+
     fn random_leaf(&mut self, shape: TreeShape) -> Leaf {
         Leaf(self.rng.gen_range(0..shape.leaves()))
     }
@@ -468,6 +497,9 @@ impl TaoOram {
             pending: HashMap::new(),
             batch: Vec::new(),
             clock: 0,
+            resident: 0,
+            resident_held: 0,
+            top_unchanged: 0,
             rng,
             seq_tail: None,
             wb_queue: Vec::new(),
@@ -529,6 +561,25 @@ impl TaoOram {
     /// The key epoch it seals under now (it moves on after 2^31 seals).
     pub fn current_epoch(&self) -> u32 {
         self.shared.sealer.current_epoch()
+    }
+
+    /// Keeps the top `buckets` buckets of the tree (heap order) in the subtree, open, once they
+    /// are fetched, and writes one back only when its contents changed since the store last
+    /// held them. Only for buckets the store below keeps in trusted memory (a
+    /// [`crate::pinned::PinnedStore`]): the untrusted store never sees those cells, so what it
+    /// sees is unchanged, while the engine no longer re-opens them on every fetch nor re-seals
+    /// (and the durable engine no longer logs) the ones a write-back did not change. Not while
+    /// rotating the key: a sweep must re-seal every cell. The open copies count as trusted
+    /// memory ([`TaoOram::trusted_bytes`]) but not against `subtree_limit`.
+    pub fn keep_top_resident(&self, buckets: u64) {
+        let mut s = self.shared.state.lock();
+        s.resident = buckets.min(self.shared.shape().buckets());
+    }
+
+    /// Resident buckets ([`TaoOram::keep_top_resident`]) that write-backs left alone because
+    /// their contents had not changed, since this engine was opened.
+    pub fn top_unchanged(&self) -> u64 {
+        self.shared.state.lock().top_unchanged
     }
 
     /// The store this engine reads and writes.
@@ -652,8 +703,7 @@ impl TaoOram {
         sh.wait_until(|s| {
             s.poisoned
                 || s.in_flight == 0
-                || s.subtree.len().saturating_add((s.in_flight + n).saturating_mul(per_path))
-                    <= high
+                || s.held().saturating_add((s.in_flight + n).saturating_mul(per_path)) <= high
         })
         .await
     }
@@ -738,8 +788,10 @@ impl TaoOram {
             s.clock += 1;
             let clock = s.clock;
             for (b, slots) in nodes {
-                s.subtree.entry(b).or_insert(Node { slots, modified: clock });
+                s.insert_fetched(b, slots, clock);
             }
+            // Changes from now on are after the fetched copies.
+            s.clock += 1;
             s.stats.paths_fetched += 1;
         }
         let mut guard = sh.state.lock();
@@ -775,7 +827,7 @@ impl TaoOram {
             s.batch.push(leaf);
         }
         s.stats.max_stash = s.stats.max_stash.max(s.stash.len());
-        s.stats.max_subtree = s.stats.max_subtree.max(s.subtree.len());
+        s.stats.max_subtree = s.stats.max_subtree.max(s.held());
         if s.stash.len() > sh.config.stash_limit {
             return Err(ProxyError::Capacity(format!(
                 "stash holds {} blocks after replaying the reveal log, limit {}",
@@ -818,7 +870,9 @@ impl TaoOram {
         if s.poisoned {
             return Err(ProxyError::Poisoned);
         }
-        if s.in_flight != 0 || !s.subtree.is_empty() || !s.batch.is_empty() || s.wb_running {
+        // What a flush leaves: nothing but resident buckets, each as the store holds it.
+        let settled = s.subtree.iter().all(|(&b, n)| b < s.resident && n.modified <= n.saved);
+        if s.in_flight != 0 || !settled || !s.batch.is_empty() || s.wb_running {
             return Err(ProxyError::State(
                 "TaoStore engine is not quiescent: flush with no request in flight first".into(),
             ));
@@ -844,9 +898,10 @@ impl TaoOram {
         self.shared.state.lock().stash.len()
     }
 
-    /// Buckets in the subtree now.
+    /// Buckets in the subtree now, the resident tree top aside
+    /// ([`TaoOram::keep_top_resident`]).
     pub fn subtree_len(&self) -> usize {
-        self.shared.state.lock().subtree.len()
+        self.shared.state.lock().held()
     }
 
     /// Bytes of trusted memory now: position map, stash, subtree and version table.
@@ -1033,7 +1088,22 @@ impl Shared {
     ) -> Result<(Answer, Option<String>)> {
         let buckets: Vec<u64> = self.path_buckets(leaf).collect();
         let cells: Vec<CellId> = buckets.iter().map(|&b| CellId(b)).collect();
-        let fetched = with_retry(self.retry, || self.store.read(&cells)).await?;
+        // Resident buckets already held open need no read (they never leave the subtree, and
+        // the store below keeps them in trusted memory: the untrusted store sees the same).
+        let wanted: Vec<usize> = {
+            let s = self.state.lock();
+            (0..buckets.len())
+                .filter(|&i| !(buckets[i] < s.resident && s.subtree.contains_key(&buckets[i])))
+                .collect()
+        };
+        let mut fetched: Vec<Option<Vec<u8>>> = vec![None; buckets.len()];
+        if !wanted.is_empty() {
+            let read: Vec<CellId> = wanted.iter().map(|&i| cells[i]).collect();
+            let raw = with_retry(self.retry, || self.store.read(&read)).await?;
+            for (i, cell) in wanted.into_iter().zip(raw) {
+                fetched[i] = Some(cell);
+            }
+        }
 
         // Which fetched buckets are not in the subtree yet, and their trusted versions
         // (version, key epoch).
@@ -1047,7 +1117,6 @@ impl Shared {
                 .collect()
         };
         // Decrypt outside the lock.
-        let mut fetched: Vec<Option<Vec<u8>>> = fetched.into_iter().map(Some).collect();
         let mut opened = Vec::with_capacity(absent.len());
         for (i, (version, epoch)) in absent {
             let raw = fetched[i].take().unwrap_or_default();
@@ -1065,12 +1134,10 @@ impl Shared {
         s.clock += 1;
         let clock = s.clock;
         for (b, slots) in opened {
-            // Another request may have brought this bucket in meanwhile: its copy is as fresh
-            // or fresher.
-            if let MapEntry::Vacant(v) = s.subtree.entry(b) {
-                v.insert(Node { slots, modified: clock });
-            }
+            s.insert_fetched(b, slots, clock);
         }
+        // Changes from now on are after the fetched copies.
+        s.clock += 1;
         let answer = match kind {
             Kind::Real(op) => Answer::Now(self.answer(s, block, &buckets, op)?),
             Kind::Fake(rx) => Answer::Later(rx),
@@ -1079,17 +1146,13 @@ impl Shared {
         s.stats.paths_fetched += 1;
         self.evict(s, leaf, &buckets);
         s.stats.max_stash = s.stats.max_stash.max(s.stash.len());
-        s.stats.max_subtree = s.stats.max_subtree.max(s.subtree.len());
+        s.stats.max_subtree = s.stats.max_subtree.max(s.held());
         s.batch.push(leaf);
         let job = s.batch.len() >= self.config.write_back_every && self.close_batch(s);
         let over = if s.stash.len() > self.config.stash_limit {
             Some(format!("stash holds {} blocks, limit {}", s.stash.len(), self.config.stash_limit))
-        } else if s.subtree.len() > self.config.subtree_limit {
-            Some(format!(
-                "subtree holds {} buckets, limit {}",
-                s.subtree.len(),
-                self.config.subtree_limit
-            ))
+        } else if s.held() > self.config.subtree_limit {
+            Some(format!("subtree holds {} buckets, limit {}", s.held(), self.config.subtree_limit))
         } else {
             None
         };
@@ -1146,8 +1209,14 @@ impl Shared {
         let z = self.config.z() as usize;
         let levels = path.len();
         let mut by_depth: Vec<Vec<Slot>> = vec![Vec::new(); levels];
+        // Each bucket's blocks before, to tell which buckets this eviction changed (a block
+        // is never changed in place, so the same ids mean the same contents).
+        let mut before: Vec<Vec<u64>> = Vec::with_capacity(levels);
         for b in path {
             let node = s.subtree.get_mut(b).expect("the whole path is in the subtree");
+            let mut ids: Vec<u64> = node.slots.iter().map(|e| e.id).collect();
+            ids.sort_unstable();
+            before.push(ids);
             for e in node.slots.drain(..) {
                 let d = shape.common_depth(leaf, Leaf(u64::from(e.leaf)));
                 by_depth[d as usize].push(e);
@@ -1163,7 +1232,11 @@ impl Shared {
             let node = s.subtree.get_mut(&path[level]).expect("the whole path is in the subtree");
             let take = pool.len().min(z);
             node.slots.extend(pool.drain(pool.len() - take..));
-            node.modified = s.clock;
+            let mut ids: Vec<u64> = node.slots.iter().map(|e| e.id).collect();
+            ids.sort_unstable();
+            if ids != before[level] {
+                node.modified = s.clock;
+            }
         }
         for e in pool {
             s.stash.insert(e.id, e);
@@ -1212,13 +1285,22 @@ impl Shared {
                 let mut cells = Vec::with_capacity(buckets.len());
                 for b in buckets {
                     // Pinned buckets stay in the subtree until written back.
-                    let slots = s.subtree.get(&b).map(|n| n.slots.clone()).unwrap_or_default();
-                    debug_assert!(s.subtree.contains_key(&b), "pinned buckets stay in the subtree");
+                    let node = s.subtree.get(&b);
+                    debug_assert!(node.is_some(), "pinned buckets stay in the subtree");
+                    if b < s.resident && node.is_some_and(|n| n.modified <= n.saved) {
+                        // A resident bucket the store below already holds as it is.
+                        s.top_unchanged += 1;
+                        continue;
+                    }
+                    let slots = node.map(|n| n.slots.clone()).unwrap_or_default();
                     let version = s.versions.next(b);
                     s.versions.set(b, version);
                     cells.push((b, version, slots));
                 }
-                (paths, cells, s.clock)
+                // Changes from now on are after this snapshot.
+                let clock = s.clock;
+                s.clock += 1;
+                (paths, cells, clock)
             };
             let count = cells.len() as u64;
             let ids: Vec<u64> = cells.iter().map(|c| c.0).collect();
@@ -1232,6 +1314,9 @@ impl Shared {
                     let cell = seal_cell(&self.sealer, CellId(b), version, &plain)?;
                     epochs.push((b, crate::versions::sealed_epoch(&cell)));
                     sealed.push((CellId(b), cell));
+                }
+                if sealed.is_empty() {
+                    return Ok(());
                 }
                 write_sealed(&*self.store, self.retry, sealed).await
             }
@@ -1255,9 +1340,10 @@ impl Shared {
                             }
                         }
                         for b in ids {
-                            let unneeded = !s.pins.contains_key(&b)
-                                && s.subtree.get(&b).is_some_and(|n| n.modified <= clock);
-                            if unneeded {
+                            let resident = b < s.resident;
+                            let Some(node) = s.subtree.get_mut(&b) else { continue };
+                            node.saved = node.saved.max(clock);
+                            if !resident && !s.pins.contains_key(&b) && node.modified <= clock {
                                 s.subtree.remove(&b);
                             }
                         }
