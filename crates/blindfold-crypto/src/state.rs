@@ -46,6 +46,8 @@ impl std::fmt::Debug for StateSealer {
 impl StateSealer {
     /// Bytes that sealing adds: 12-byte nonce and 16-byte tag.
     pub const OVERHEAD: usize = NONCE_LEN + TAG_LEN;
+    /// Bytes of the nonce that starts a sealed record ([`StateSealer::seal_into`]).
+    pub const NONCE_LEN: usize = NONCE_LEN;
 
     /// The state sealer of `master`.
     pub fn new(master: &MasterKey) -> Self {
@@ -84,20 +86,38 @@ impl StateSealer {
     /// Seals `plaintext`, bound to `aad`.
     pub fn seal(&self, aad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, CryptoError> {
         let mut out = Vec::with_capacity(plaintext.len() + Self::OVERHEAD);
+        out.extend_from_slice(&[0u8; NONCE_LEN]);
+        out.extend_from_slice(plaintext);
+        self.seal_into(aad, &mut out, 0)?;
+        Ok(out)
+    }
+
+    /// Seals in place what `buf` holds after `start + NONCE_LEN` bytes, bound to `aad`: the
+    /// nonce goes into `buf[start .. start + NONCE_LEN]` (whatever was there is overwritten)
+    /// and the tag is appended, so `buf[start..]` becomes what [`StateSealer::seal`] returns
+    /// for that plaintext. For large records serialized straight into their frame: no copy.
+    pub fn seal_into(
+        &self,
+        aad: &[u8],
+        buf: &mut Vec<u8>,
+        start: usize,
+    ) -> Result<(), CryptoError> {
+        if buf.len() < start + NONCE_LEN {
+            return Err(CryptoError::Malformed("no room for the nonce".into()));
+        }
         let mut nonce = [0u8; NONCE_LEN];
         self.rng.fill(&mut nonce).map_err(|_| CryptoError::Rng)?;
-        out.extend_from_slice(&nonce);
-        out.extend_from_slice(plaintext);
+        buf[start..start + NONCE_LEN].copy_from_slice(&nonce);
         let tag = self
             .key
             .seal_in_place_separate_tag(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(aad),
-                &mut out[NONCE_LEN..],
+                &mut buf[start + NONCE_LEN..],
             )
             .map_err(|_| CryptoError::Malformed("plaintext too long for AES-GCM".into()))?;
-        out.extend_from_slice(tag.as_ref());
-        Ok(out)
+        buf.extend_from_slice(tag.as_ref());
+        Ok(())
     }
 
     /// Opens what [`StateSealer::seal`] returned for the same `aad`. Any change, another key or
@@ -154,6 +174,22 @@ mod tests {
         }
         assert!(s.open(b"ckpt", &sealed[..10]).is_err());
         assert!(!sealed.windows(8).any(|w| w == b"position"), "no plaintext in the output");
+    }
+
+    #[test]
+    fn sealing_in_place_gives_what_seal_gives() {
+        let key = MasterKey::generate();
+        let s = StateSealer::new(&key);
+        let mut buf = b"header--".to_vec();
+        buf.extend_from_slice(&[0xAA; NONCE_LEN]);
+        buf.extend_from_slice(b"redo record");
+        s.seal_into(b"redo", &mut buf, 8).unwrap();
+        assert_eq!(&buf[..8], b"header--", "what precedes `start` is left alone");
+        assert_eq!(buf.len(), 8 + 11 + StateSealer::OVERHEAD);
+        assert_eq!(s.open(b"redo", &buf[8..]).unwrap(), b"redo record");
+        assert!(s.open(b"ckpt", &buf[8..]).is_err(), "aad is bound");
+        assert_ne!(&buf[8..8 + NONCE_LEN], &[0xAA; NONCE_LEN], "a fresh nonce");
+        assert!(s.seal_into(b"redo", &mut vec![0u8; 11], 0).is_err(), "no room for a nonce");
     }
 
     #[test]

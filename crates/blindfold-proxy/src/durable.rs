@@ -677,15 +677,23 @@ impl std::fmt::Debug for Frame {
 
 /// Encodes `record` as one sealed redo-log frame: magic, length and CRC of the sealed body,
 /// then the body (the record sealed under the state key, bound to its magic).
+///
+/// The record is serialized straight into the frame and sealed there, in place: a commit's
+/// record can hold megabytes of pinned cells.
 pub fn encode_frame<T: Serialize>(magic: u32, record: &T, sealer: &StateSealer) -> Result<Vec<u8>> {
-    let plain = bincode::serialize(record).map_err(|e| ProxyError::State(e.to_string()))?;
-    let sealed = sealer.seal(&magic.to_le_bytes(), &plain).map_err(ProxyError::Crypto)?;
-    drop(plain);
-    let mut frame = Vec::with_capacity(16 + sealed.len());
-    frame.extend_from_slice(&magic.to_le_bytes());
-    frame.extend_from_slice(&(sealed.len() as u64).to_le_bytes());
-    frame.extend_from_slice(&crc32fast::hash(&sealed).to_le_bytes());
-    frame.extend_from_slice(&sealed);
+    const HEADER: usize = 16;
+    let size = bincode::serialized_size(record).map_err(|e| ProxyError::State(e.to_string()))?;
+    let size = usize::try_from(size).map_err(|_| ProxyError::State("record too large".into()))?;
+    let mut frame = Vec::with_capacity(HEADER + size + StateSealer::OVERHEAD);
+    // Header and nonce, filled in below.
+    frame.resize(HEADER + StateSealer::NONCE_LEN, 0);
+    bincode::serialize_into(&mut frame, record).map_err(|e| ProxyError::State(e.to_string()))?;
+    sealer.seal_into(&magic.to_le_bytes(), &mut frame, HEADER).map_err(ProxyError::Crypto)?;
+    let body_len = (frame.len() - HEADER) as u64;
+    let crc = crc32fast::hash(&frame[HEADER..]);
+    frame[..4].copy_from_slice(&magic.to_le_bytes());
+    frame[4..12].copy_from_slice(&body_len.to_le_bytes());
+    frame[12..16].copy_from_slice(&crc.to_le_bytes());
     Ok(frame)
 }
 

@@ -227,13 +227,13 @@ pub struct OverlayStore {
 #[derive(Debug, Default)]
 struct Layers {
     /// Written since the last commit began.
-    current: HashMap<u64, Vec<u8>>,
+    current: HashMap<u64, Arc<Vec<u8>>>,
     /// Taken by the commit in progress, until it is durable.
-    committing: HashMap<u64, Vec<u8>>,
+    committing: HashMap<u64, Arc<Vec<u8>>>,
 }
 
 impl Layers {
-    fn newest(&self, cell: u64) -> Option<&Vec<u8>> {
+    fn newest(&self, cell: u64) -> Option<&Arc<Vec<u8>>> {
         self.current.get(&cell).or_else(|| self.committing.get(&cell))
     }
 }
@@ -262,19 +262,22 @@ impl OverlayStore {
 
     /// Takes every waiting cell, sorted by cell.
     pub fn take(&self) -> Vec<(u64, Vec<u8>)> {
-        let mut cells: Vec<_> =
-            std::mem::take(&mut self.overlay.lock().current).into_iter().collect();
+        let mut cells: Vec<_> = std::mem::take(&mut self.overlay.lock().current)
+            .into_iter()
+            .map(|(c, d)| (c, Arc::unwrap_or_clone(d)))
+            .collect();
         cells.sort_unstable_by_key(|c| c.0);
         cells
     }
 
-    /// Moves every waiting cell aside for a commit (reads still see them) and returns copies,
-    /// sorted by cell. One commit at a time.
-    pub fn begin_commit(&self) -> Vec<(u64, Vec<u8>)> {
+    /// Moves every waiting cell aside for a commit (reads still see them) and returns shared
+    /// references to them, sorted by cell: the copies the store's writes take are made by the
+    /// caller, after requests were let go again. One commit at a time.
+    pub fn begin_commit(&self) -> Vec<(u64, Arc<Vec<u8>>)> {
         let mut o = self.overlay.lock();
         debug_assert!(o.committing.is_empty(), "one commit at a time");
         o.committing = std::mem::take(&mut o.current);
-        let mut cells: Vec<_> = o.committing.iter().map(|(&c, d)| (c, d.clone())).collect();
+        let mut cells: Vec<_> = o.committing.iter().map(|(&c, d)| (c, Arc::clone(d))).collect();
         cells.sort_unstable_by_key(|c| c.0);
         cells
     }
@@ -295,7 +298,7 @@ impl Store for OverlayStore {
         // The copies current when the read is issued, as a store would answer.
         let newer: Vec<Option<Vec<u8>>> = {
             let o = self.overlay.lock();
-            cells.iter().map(|c| o.newest(c.0).cloned()).collect()
+            cells.iter().map(|c| o.newest(c.0).map(|d| d.to_vec())).collect()
         };
         let mut fetched = self.inner.read(cells).await?;
         for (buf, newer) in fetched.iter_mut().zip(newer) {
@@ -333,7 +336,7 @@ impl Store for OverlayStore {
         }
         let mut o = self.overlay.lock();
         for (c, data) in cells {
-            o.current.insert(c.0, data);
+            o.current.insert(c.0, Arc::new(data));
         }
         Ok(())
     }
@@ -359,7 +362,7 @@ fn changed_posmap(now: &[u32], before: &[u32]) -> Vec<(u32, u32)> {
 /// A commit whose cells and state were taken with requests stopped, to be written with
 /// requests running.
 struct Prepared {
-    cells: Vec<(u64, Vec<u8>)>,
+    cells: Vec<(u64, Arc<Vec<u8>>)>,
     posmap: Vec<(u32, u32)>,
     state: TaoState,
 }
@@ -375,7 +378,7 @@ struct Committer {
     store_id: StoreId,
     /// The position map as of the last commit, to log only what changed.
     posmap: Vec<u32>,
-    sealer: StateSealer,
+    sealer: Arc<StateSealer>,
 }
 
 /// The TaoStore engine with a crash-consistent trusted state; see the module documentation.
@@ -686,7 +689,7 @@ impl DurableTao {
                 next_epoch: after.next_epoch,
                 store_id,
                 posmap,
-                sealer: StateSealer::with_keys(key, previous),
+                sealer: Arc::new(StateSealer::with_keys(key, previous)),
             }),
             opener: cell_sealer(key, previous, store_id, epoch),
             journal: Journal {
@@ -911,9 +914,16 @@ impl DurableTao {
     /// if it never becomes durable, the next start replays them after the earlier ones (see
     /// [`DurableTao::open`]).
     async fn prepare(&self, c: &mut Committer) -> Result<Option<Prepared>> {
+        let started = std::time::Instant::now();
         self.tao.flush().await?;
+        let flushed = started.elapsed();
         let state = self.tao.export_state()?;
         let posmap = changed_posmap(&state.posmap, &c.posmap);
+        tracing::debug!(
+            flush_ms = flushed.as_secs_f64() * 1e3,
+            export_ms = (started.elapsed() - flushed).as_secs_f64() * 1e3,
+            "commit prepared"
+        );
         if self.overlay.is_empty() && posmap.is_empty() {
             return Ok(None);
         }
@@ -929,7 +939,7 @@ impl DurableTao {
         let Prepared { cells, posmap, state } = p;
         let started = std::time::Instant::now();
         let n_cells = cells.len();
-        let cells = cells.into_iter().map(|(c, sealed)| (CellId(c), sealed));
+        let cells = cells.into_iter().map(|(c, sealed)| (CellId(c), Arc::unwrap_or_clone(sealed)));
         write_batches(&*self.store, self.retry, cells).await?;
         let store = Arc::clone(&self.store);
         with_retry(self.retry, || store.flush()).await?;
@@ -952,7 +962,13 @@ impl DurableTao {
                 .collect(),
         };
         let n_pinned = record.pinned.len();
-        let frame = encode_frame(SLOT_RECORD_MAGIC, &record, &c.sealer)?;
+        let seq = record.seq;
+        // Megabytes with a large pinned top: sealed off the request threads.
+        let sealer = Arc::clone(&c.sealer);
+        let frame =
+            tokio::task::spawn_blocking(move || encode_frame(SLOT_RECORD_MAGIC, &record, &sealer))
+                .await
+                .map_err(|e| ProxyError::State(format!("record encoder panicked: {e}")))??;
         let encoded = started.elapsed();
         let appended = append_frame(&c.log, &c.dir, frame).await?;
         tracing::debug!(
@@ -965,7 +981,7 @@ impl DurableTao {
             "commit written"
         );
         c.log_bytes += appended;
-        c.seq = record.seq;
+        c.seq = seq;
         slotted.publish();
         self.overlay.end_commit();
         c.posmap = state.posmap;
