@@ -970,7 +970,12 @@ impl DurableTao {
                 .await
                 .map_err(|e| ProxyError::State(format!("record encoder panicked: {e}")))??;
         let encoded = started.elapsed();
-        let appended = append_frame(&c.log, &c.dir, frame).await?;
+        // One append at a time: the reveal journal writes to the same file, and a frame must
+        // never be split by another (a write cut short, e.g. by a full disk, is retried).
+        let appended = {
+            let _journal = self.journal.writer.lock().await;
+            append_frame(&c.log, &c.dir, frame).await?
+        };
         tracing::debug!(
             cells = n_cells,
             pinned = n_pinned,
