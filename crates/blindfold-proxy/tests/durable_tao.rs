@@ -20,6 +20,17 @@ fn config() -> TaoConfig {
     TaoConfig::builder(64, BS).write_back_every(4).build().unwrap()
 }
 
+/// A new engine over `store` with the top `pinned` levels in trusted memory.
+async fn create(
+    dir: &std::path::Path,
+    config: TaoConfig,
+    store: Arc<dyn Store>,
+    key: &MasterKey,
+    pinned: u32,
+) -> DurableTao {
+    DurableTao::create_pinned(dir, config, store, key, StoreId::random(), pinned).await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_writes_survive_a_crash_at_any_point() {
     let key = MasterKey::generate();
@@ -39,16 +50,7 @@ async fn committed_writes_survive_a_crash_at_any_point() {
             // Every other two-slot trial keeps the top two levels in trusted memory: their
             // changes travel in the commit records.
             let pinned = if two_slots && trial % 4 == 0 { 2 } else { 0 };
-            let mut tao = DurableTao::create_pinned(
-                dir.path(),
-                config(),
-                backing.clone(),
-                &key,
-                StoreId::random(),
-                pinned,
-            )
-            .await
-            .unwrap();
+            let mut tao = create(dir.path(), config(), backing.clone(), &key, pinned).await;
             assert_eq!(tao.two_slots(), two_slots);
             if trial % 2 == 1 {
                 tao.set_log_limit(2_000); // checkpoints along the way
@@ -163,19 +165,9 @@ async fn unchanged_top_buckets_are_not_rewritten_and_nothing_is_lost() {
         Arc::new(MemoryStore::new(DurableTao::geometry(&config).unwrap()));
     let dir = tempfile::tempdir().unwrap();
     let pinned = config.shape().levels() - 1; // all but the leaves
-    let tao = DurableTao::create_pinned(
-        dir.path(),
-        config.clone(),
-        backing.clone(),
-        &key,
-        StoreId::random(),
-        pinned,
-    )
-    .await
-    .unwrap();
+    let mut tao = create(dir.path(), config, backing.clone(), &key, pinned).await;
     let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut rng = ChaCha8Rng::seed_from_u64(17);
-    let mut tao = tao;
     for round in 0..6u32 {
         for _ in 0..40 {
             let b = rng.gen_range(0..256);
