@@ -675,22 +675,24 @@ impl std::fmt::Debug for Frame {
     }
 }
 
+/// Bytes before a redo-log frame's body: magic (4), body length (8), CRC of the body (4).
+const FRAME_HEADER: usize = 16;
+
 /// Encodes `record` as one sealed redo-log frame: magic, length and CRC of the sealed body,
 /// then the body (the record sealed under the state key, bound to its magic).
 ///
 /// The record is serialized straight into the frame and sealed there, in place: a commit's
 /// record can hold megabytes of pinned cells.
 pub fn encode_frame<T: Serialize>(magic: u32, record: &T, sealer: &StateSealer) -> Result<Vec<u8>> {
-    const HEADER: usize = 16;
     let size = bincode::serialized_size(record).map_err(|e| ProxyError::State(e.to_string()))?;
     let size = usize::try_from(size).map_err(|_| ProxyError::State("record too large".into()))?;
-    let mut frame = Vec::with_capacity(HEADER + size + StateSealer::OVERHEAD);
+    let mut frame = Vec::with_capacity(FRAME_HEADER + size + StateSealer::OVERHEAD);
     // Header and nonce, filled in below.
-    frame.resize(HEADER + StateSealer::NONCE_LEN, 0);
+    frame.resize(FRAME_HEADER + StateSealer::NONCE_LEN, 0);
     bincode::serialize_into(&mut frame, record).map_err(|e| ProxyError::State(e.to_string()))?;
-    sealer.seal_into(&magic.to_le_bytes(), &mut frame, HEADER).map_err(ProxyError::Crypto)?;
-    let body_len = (frame.len() - HEADER) as u64;
-    let crc = crc32fast::hash(&frame[HEADER..]);
+    sealer.seal_into(&magic.to_le_bytes(), &mut frame, FRAME_HEADER).map_err(ProxyError::Crypto)?;
+    let body_len = (frame.len() - FRAME_HEADER) as u64;
+    let crc = crc32fast::hash(&frame[FRAME_HEADER..]);
     frame[..4].copy_from_slice(&magic.to_le_bytes());
     frame[4..12].copy_from_slice(&body_len.to_le_bytes());
     frame[12..16].copy_from_slice(&crc.to_le_bytes());
@@ -758,15 +760,15 @@ pub(crate) fn decode_frames(
 ) -> std::result::Result<(Vec<Frame>, u64, u64), String> {
     let mut frames = Vec::new();
     let mut at = 0usize;
-    while buf.len() - at >= 16 {
+    while buf.len() - at >= FRAME_HEADER {
         let found = u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"));
         let len = u64::from_le_bytes(buf[at + 4..at + 12].try_into().expect("8 bytes"));
         let crc = u32::from_le_bytes(buf[at + 12..at + 16].try_into().expect("4 bytes"));
         if len > MAX_FRAME {
             break;
         }
-        let Some(body) = (at + 16).checked_add(len as usize).and_then(|end| buf.get(at + 16..end))
-        else {
+        let start = at + FRAME_HEADER;
+        let Some(body) = start.checked_add(len as usize).and_then(|end| buf.get(start..end)) else {
             break;
         };
         let sealed = magics.contains(&found);
@@ -784,7 +786,7 @@ pub(crate) fn decode_frames(
             body.to_vec()
         };
         frames.push(Frame { magic: found, body: opened });
-        at += 16 + len as usize;
+        at += FRAME_HEADER + len as usize;
     }
     Ok((frames, at as u64, (buf.len() - at) as u64))
 }

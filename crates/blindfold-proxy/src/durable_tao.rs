@@ -939,7 +939,8 @@ impl DurableTao {
         let Prepared { cells, posmap, state } = p;
         let started = std::time::Instant::now();
         let n_cells = cells.len();
-        let cells = cells.into_iter().map(|(c, sealed)| (CellId(c), Arc::unwrap_or_clone(sealed)));
+        // The overlay keeps its reference until the commit is durable, so each is a copy.
+        let cells = cells.into_iter().map(|(c, sealed)| (CellId(c), Vec::clone(&sealed)));
         write_batches(&*self.store, self.retry, cells).await?;
         let store = Arc::clone(&self.store);
         with_retry(self.retry, || store.flush()).await?;

@@ -326,6 +326,15 @@ struct Node {
     saved: u64,
 }
 
+impl Node {
+    /// The ids of the blocks it holds, sorted.
+    fn block_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.slots.iter().map(|e| e.id).collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
 /// A request waiting for the real read of its block.
 struct Waiter {
     op: Op,
@@ -371,12 +380,17 @@ impl State {
         self.subtree.len() - self.resident_held
     }
 
+    /// Whether bucket `b` is part of the resident tree top ([`TaoOram::keep_top_resident`]).
+    fn is_resident(&self, b: u64) -> bool {
+        b < self.resident
+    }
+
     /// Puts a fetched bucket into the subtree unless a copy is there already (another request
     /// brought it in meanwhile: its copy is as fresh or fresher).
     fn insert_fetched(&mut self, b: u64, slots: Vec<Slot>, clock: u64) {
         if let MapEntry::Vacant(v) = self.subtree.entry(b) {
             v.insert(Node { slots, modified: clock, saved: clock });
-            if b < self.resident {
+            if self.is_resident(b) {
                 self.resident_held += 1;
             }
         }
@@ -871,7 +885,7 @@ impl TaoOram {
             return Err(ProxyError::Poisoned);
         }
         // What a flush leaves: nothing but resident buckets, each as the store holds it.
-        let settled = s.subtree.iter().all(|(&b, n)| b < s.resident && n.modified <= n.saved);
+        let settled = s.subtree.iter().all(|(&b, n)| s.is_resident(b) && n.modified <= n.saved);
         if s.in_flight != 0 || !settled || !s.batch.is_empty() || s.wb_running {
             return Err(ProxyError::State(
                 "TaoStore engine is not quiescent: flush with no request in flight first".into(),
@@ -1093,7 +1107,7 @@ impl Shared {
         let wanted: Vec<usize> = {
             let s = self.state.lock();
             (0..buckets.len())
-                .filter(|&i| !(buckets[i] < s.resident && s.subtree.contains_key(&buckets[i])))
+                .filter(|&i| !(s.is_resident(buckets[i]) && s.subtree.contains_key(&buckets[i])))
                 .collect()
         };
         let mut fetched: Vec<Option<Vec<u8>>> = vec![None; buckets.len()];
@@ -1214,9 +1228,7 @@ impl Shared {
         let mut before: Vec<Vec<u64>> = Vec::with_capacity(levels);
         for b in path {
             let node = s.subtree.get_mut(b).expect("the whole path is in the subtree");
-            let mut ids: Vec<u64> = node.slots.iter().map(|e| e.id).collect();
-            ids.sort_unstable();
-            before.push(ids);
+            before.push(node.block_ids());
             for e in node.slots.drain(..) {
                 let d = shape.common_depth(leaf, Leaf(u64::from(e.leaf)));
                 by_depth[d as usize].push(e);
@@ -1232,9 +1244,7 @@ impl Shared {
             let node = s.subtree.get_mut(&path[level]).expect("the whole path is in the subtree");
             let take = pool.len().min(z);
             node.slots.extend(pool.drain(pool.len() - take..));
-            let mut ids: Vec<u64> = node.slots.iter().map(|e| e.id).collect();
-            ids.sort_unstable();
-            if ids != before[level] {
+            if node.block_ids() != before[level] {
                 node.modified = s.clock;
             }
         }
@@ -1287,7 +1297,7 @@ impl Shared {
                     // Pinned buckets stay in the subtree until written back.
                     let node = s.subtree.get(&b);
                     debug_assert!(node.is_some(), "pinned buckets stay in the subtree");
-                    if b < s.resident && node.is_some_and(|n| n.modified <= n.saved) {
+                    if s.is_resident(b) && node.is_some_and(|n| n.modified <= n.saved) {
                         // A resident bucket the store below already holds as it is.
                         s.top_unchanged += 1;
                         continue;
@@ -1340,7 +1350,7 @@ impl Shared {
                             }
                         }
                         for b in ids {
-                            let resident = b < s.resident;
+                            let resident = s.is_resident(b);
                             let Some(node) = s.subtree.get_mut(&b) else { continue };
                             node.saved = node.saved.max(clock);
                             if !resident && !s.pins.contains_key(&b) && node.modified <= clock {
