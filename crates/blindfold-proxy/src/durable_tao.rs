@@ -36,7 +36,7 @@
 //! the clients' request timing, already public). A commit writes back every fetched path,
 //! including an incomplete batch of fewer than `k` paths.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -57,9 +57,11 @@ use crate::durable::{
     read_frames_with_legacy, read_prev_checkpoint, replace_log, verify_cells, write_batches,
     write_checkpoint_as, LegacyVersions, LoggedCell, SlotCell, CHECKPOINT, REDO_LOG,
 };
-use crate::path::{with_retry, RetryPolicy};
+use crate::path::{seal_cell, with_retry, RetryPolicy};
 use crate::pinned::{PinnedCells, PinnedStore};
 use crate::slots::{slotted_geometry, SlotMap, SlottedStore};
+use crate::tao::{encode_bucket, TopWritten};
+use crate::toplog::{TopBucket, TopPool};
 use crate::{
     ProxyError, Recovery, Result, Reveal, TaoConfig, TaoOram, TaoState, TaoStats, VerifyReport,
 };
@@ -71,7 +73,10 @@ const PREV_CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK2";
 /// A commit of an in-place store: the cells' sealed contents travel in the record.
 const RECORD_MAGIC: u32 = 0xB1F0_7A02;
 /// A commit of a two-slot store: the cells are already in the store; the record names them.
+/// Written by blindfold 0.3 (pinned cells sealed and whole), replayed on open.
 const SLOT_RECORD_MAGIC: u32 = 0xB1F0_7A03;
+/// As [`SLOT_RECORD_MAGIC`], with the open tree top logged by block ([`crate::toplog`]).
+const TOP_RECORD_MAGIC: u32 = 0xB1F0_7A04;
 const REVEAL_MAGIC: u32 = 0xB1F0_7B02;
 /// Unsealed checkpoint and commit records of blindfold 0.1, migrated on open.
 const LEGACY_CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK1";
@@ -148,8 +153,18 @@ struct SlotRecord {
     stash: Vec<(u64, u32, Vec<u8>)>,
     stats: TaoStats,
     cells: Vec<SlotCell>,
-    /// The pinned cells (top of the tree) this commit changed, with their sealed bytes.
+    /// The pinned cells (top of the tree) this commit changed, with their sealed bytes (those
+    /// not in a [`TopRecord`]'s `top`).
     pinned: Vec<LoggedCell>,
+}
+
+/// A commit of a two-slot store whose engine keeps the pinned tree top open: as
+/// [`SlotRecord`], plus the open top buckets the commit changed, by block (replayed after
+/// `pinned`).
+#[derive(Serialize, Deserialize)]
+struct TopRecord {
+    slots: SlotRecord,
+    top: Vec<TopBucket>,
 }
 
 /// What requests revealed since the last commit, logged before their paths are read: one
@@ -365,6 +380,8 @@ struct Prepared {
     cells: Vec<(u64, Arc<Vec<u8>>)>,
     posmap: Vec<(u32, u32)>,
     state: TaoState,
+    /// The open tree top's buckets written since the last commit.
+    top: Vec<TopWritten>,
 }
 
 /// What only a commit touches.
@@ -379,6 +396,8 @@ struct Committer {
     /// The position map as of the last commit, to log only what changed.
     posmap: Vec<u32>,
     sealer: Arc<StateSealer>,
+    /// The tree top's blocks as the records since the checkpoint left them.
+    pool: TopPool,
 }
 
 /// The TaoStore engine with a crash-consistent trusted state; see the module documentation.
@@ -404,6 +423,10 @@ pub struct DurableTao {
     written: AtomicU64,
     /// Value of `written` that the last commit covered.
     committed: AtomicU64,
+    /// Blocks of the open tree top that commit records named, and of those the ones logged
+    /// with their contents ([`DurableTao::top_blocks_logged`]).
+    top_named: AtomicU64,
+    top_with_contents: AtomicU64,
     poisoned: AtomicBool,
     max_overlay: usize,
     log_limit: u64,
@@ -532,12 +555,15 @@ impl DurableTao {
                 dir.join(CHECKPOINT).display()
             )));
         }
-        // Pinned cells changed by replayed commits, put back once the pinned store is up.
+        // Pinned cells changed by replayed commits, put back once the pinned store is up:
+        // sealed as logged, or logged open by block (sealed below, under this run's epoch).
         let mut pinned_logged: HashMap<u64, Vec<u8>> = HashMap::new();
+        let mut pinned_open: HashMap<u64, TopWritten> = HashMap::new();
+        let mut pool = TopPool::default();
         let log_path = dir.join(REDO_LOG);
         let (frames, _, torn_bytes) = read_frames_with_legacy(
             &log_path,
-            &[RECORD_MAGIC, SLOT_RECORD_MAGIC, REVEAL_MAGIC],
+            &[RECORD_MAGIC, SLOT_RECORD_MAGIC, TOP_RECORD_MAGIC, REVEAL_MAGIC],
             &[LEGACY_RECORD_MAGIC],
             &state_sealer,
         )?;
@@ -552,19 +578,43 @@ impl DurableTao {
                 revealed.push(decode_record(&frame.body).map_err(|m| bad(&m))?);
                 continue;
             }
-            if frame.magic == SLOT_RECORD_MAGIC {
-                let rec: SlotRecord = decode_record(&frame.body).map_err(|m| bad(&m))?;
+            if frame.magic == SLOT_RECORD_MAGIC || frame.magic == TOP_RECORD_MAGIC {
+                let TopRecord { slots: rec, top } = if frame.magic == TOP_RECORD_MAGIC {
+                    decode_record(&frame.body).map_err(|m| bad(&m))?
+                } else {
+                    let slots = decode_record(&frame.body).map_err(|m| bad(&m))?;
+                    TopRecord { slots, top: Vec::new() }
+                };
                 if rec.seq <= seq {
                     continue;
                 }
                 let map = slots.as_mut().ok_or_else(|| bad("two-slot record, in-place store"))?;
                 apply_slot_cells(&rec.cells, &mut state.versions, map).map_err(|m| bad(&m))?;
+                let pinned_count = PinnedCells::count(pinned_cells.levels);
                 for c in rec.pinned {
-                    if c.cell >= PinnedCells::count(pinned_cells.levels) {
+                    if c.cell >= pinned_count {
                         return Err(bad("pinned cell out of range"));
                     }
                     state.versions.record(c.cell, c.version, &c.sealed);
+                    pinned_open.remove(&c.cell);
                     pinned_logged.insert(c.cell, c.sealed);
+                }
+                let config = &state.config;
+                let block_size = config.block_size() as usize;
+                let top =
+                    pool.resolve(top, block_size, config.z() as usize).map_err(|m| bad(&m))?;
+                pool.apply(&top);
+                for w in top {
+                    if w.cell >= pinned_count {
+                        return Err(bad("pinned cell out of range"));
+                    }
+                    let leaves = config.shape().leaves();
+                    if w.blocks.iter().any(|e| e.0 >= config.blocks() || u64::from(e.1) >= leaves) {
+                        return Err(bad("top bucket names a block or leaf out of range"));
+                    }
+                    state.versions.set(w.cell, w.version);
+                    pinned_logged.remove(&w.cell);
+                    pinned_open.insert(w.cell, w);
                 }
                 for (i, v) in rec.posmap {
                     *state.posmap.get_mut(i as usize).ok_or_else(|| bad("block out of range"))? = v;
@@ -608,8 +658,21 @@ impl DurableTao {
         if recovery.replayed > 0 {
             with_retry(retry, || store.flush()).await?;
         }
-        // Reserve this run's epoch before sealing anything under it.
+        // Reserve this run's epoch before sealing anything under it (the checkpoint below
+        // reserves it; the top buckets sealed before it stay in trusted memory until then).
         let epoch = next_epoch;
+        let top_sealer = cell_sealer(key, previous, store_id, epoch);
+        for (cell, w) in pinned_open {
+            let blocks = w.blocks.iter().map(|(id, leaf, data)| (*id, *leaf, &data[..]));
+            let sealed = seal_cell(
+                &top_sealer,
+                CellId(cell),
+                w.version,
+                &encode_bucket(&state.config, blocks),
+            )?;
+            state.versions.record(cell, w.version, &sealed);
+            pinned_logged.insert(cell, sealed);
+        }
         if let Some(map) = &slots {
             if map.len() != state.versions.len() {
                 return Err(ProxyError::State(format!(
@@ -671,6 +734,7 @@ impl DurableTao {
         // rotation's sweeps must re-seal every cell, so not while one may be under way.
         if let (Some(p), None) = (&pinned, previous) {
             tao.keep_top_resident(p.count());
+            tao.record_top_writes();
         }
         let journal_log = log.try_clone().map_err(|e| crate::durable::io(dir, "cloning", e))?;
         let this = Self {
@@ -690,6 +754,7 @@ impl DurableTao {
                 store_id,
                 posmap,
                 sealer: Arc::new(StateSealer::with_keys(key, previous)),
+                pool: TopPool::default(),
             }),
             opener: cell_sealer(key, previous, store_id, epoch),
             journal: Journal {
@@ -702,6 +767,8 @@ impl DurableTao {
             },
             written: AtomicU64::new(0),
             committed: AtomicU64::new(0),
+            top_named: AtomicU64::new(0),
+            top_with_contents: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
             max_overlay: DEFAULT_MAX_OVERLAY,
             log_limit: DEFAULT_LOG_LIMIT,
@@ -749,6 +816,12 @@ impl DurableTao {
             + self.slotted.as_ref().map_or(0, |s| s.trusted_bytes())
             + self.pinned.as_ref().map_or(0, |p| p.trusted_bytes())
             + self.overlay.held() as u64 * u64::from(self.store.geometry().cell_size())
+    }
+
+    /// Blocks of the open tree top that this run's commit records named, and how many of
+    /// them carried their contents (the rest were known to the log; see [`crate::toplog`]).
+    pub fn top_blocks_logged(&self) -> (u64, u64) {
+        (self.top_named.load(Ordering::Relaxed), self.top_with_contents.load(Ordering::Relaxed))
     }
 
     fn check(&self) -> Result<()> {
@@ -928,15 +1001,16 @@ impl DurableTao {
             return Ok(None);
         }
         let cells = self.overlay.begin_commit();
+        let top = self.tao.take_top_written();
         self.journal.after.store(c.seq + 1, Ordering::SeqCst);
-        Ok(Some(Prepared { cells, posmap, state }))
+        Ok(Some(Prepared { cells, posmap, state, top }))
     }
 
     /// Without the gate: the prepared cells to their free slots, the flush, the record; then
     /// the slots switch and the overlay forgets the cells.
     async fn finish_prepared(&self, c: &mut Committer, p: Prepared) -> Result<()> {
         let slotted = self.slotted.as_ref().expect("prepared commits are two-slot ones");
-        let Prepared { cells, posmap, state } = p;
+        let Prepared { cells, posmap, state, top } = p;
         let started = std::time::Instant::now();
         let n_cells = cells.len();
         // The overlay keeps its reference until the commit is durable, so each is a copy.
@@ -946,28 +1020,38 @@ impl DurableTao {
         with_retry(self.retry, || store.flush()).await?;
         let stored = started.elapsed();
         let pinned = self.pinned.as_ref().map(|p| p.take_dirty()).unwrap_or_default();
-        let record = SlotRecord {
-            seq: c.seq + 1,
-            epoch_high: self.tao.current_epoch(),
-            posmap,
-            stash: state.stash,
-            stats: state.stats,
-            cells: pending_slot_cells(slotted, &state.versions),
-            pinned: pinned
-                .into_iter()
-                .map(|(cell, sealed)| LoggedCell {
-                    cell,
-                    version: state.versions.get(cell),
-                    sealed,
-                })
-                .collect(),
+        // Pinned cells the open top logs by block need no sealed copy.
+        let by_block: HashSet<u64> = top.iter().map(|w| w.cell).collect();
+        let record = TopRecord {
+            slots: SlotRecord {
+                seq: c.seq + 1,
+                epoch_high: self.tao.current_epoch(),
+                posmap,
+                stash: state.stash,
+                stats: state.stats,
+                cells: pending_slot_cells(slotted, &state.versions),
+                pinned: pinned
+                    .into_iter()
+                    .filter(|(cell, _)| !by_block.contains(cell))
+                    .map(|(cell, sealed)| LoggedCell {
+                        cell,
+                        version: state.versions.get(cell),
+                        sealed,
+                    })
+                    .collect(),
+            },
+            top: c.pool.encode(&top),
         };
-        let n_pinned = record.pinned.len();
-        let seq = record.seq;
-        // Megabytes with a large pinned top: sealed off the request threads.
+        let n_pinned = record.slots.pinned.len();
+        let n_top = record.top.len();
+        let top_blocks: usize = record.top.iter().map(|b| b.blocks.len()).sum();
+        let top_logged: usize =
+            record.top.iter().flat_map(|b| &b.blocks).filter(|e| e.data.is_some()).count();
+        let seq = record.slots.seq;
+        // Sealed off the request threads (megabytes when many new blocks reach the top).
         let sealer = Arc::clone(&c.sealer);
         let frame =
-            tokio::task::spawn_blocking(move || encode_frame(SLOT_RECORD_MAGIC, &record, &sealer))
+            tokio::task::spawn_blocking(move || encode_frame(TOP_RECORD_MAGIC, &record, &sealer))
                 .await
                 .map_err(|e| ProxyError::State(format!("record encoder panicked: {e}")))??;
         let encoded = started.elapsed();
@@ -977,9 +1061,16 @@ impl DurableTao {
             let _journal = self.journal.writer.lock().await;
             append_frame(&c.log, &c.dir, frame).await?
         };
+        c.pool.apply(&top);
+        self.top_named.fetch_add(top_blocks as u64, Ordering::Relaxed);
+        self.top_with_contents.fetch_add(top_logged as u64, Ordering::Relaxed);
         tracing::debug!(
             cells = n_cells,
             pinned = n_pinned,
+            top_buckets = n_top,
+            top_blocks,
+            top_logged,
+            pool_blocks = c.pool.len(),
             record_bytes = appended,
             store_ms = stored.as_secs_f64() * 1e3,
             encode_ms = (encoded - stored).as_secs_f64() * 1e3,
@@ -1068,6 +1159,8 @@ impl DurableTao {
             seq: c.seq,
         };
         write_checkpoint_as(&c.dir, CHECKPOINT_MAGIC, &ckpt, &c.sealer)?;
+        // Records from now on are replayed from this checkpoint, which holds the top whole.
+        c.pool.clear();
         c.next_epoch = ckpt.next_epoch;
         empty_log(&c.log, &c.dir)?;
         c.log_bytes = 0;

@@ -90,6 +90,7 @@ mod ring;
 pub mod slots;
 pub mod tao;
 mod tee;
+mod toplog;
 mod versions;
 
 pub use direct::SealedDirect;

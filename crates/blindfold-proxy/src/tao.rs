@@ -314,6 +314,16 @@ struct Slot {
     data: Arc<[u8]>,
 }
 
+/// A resident bucket ([`TaoOram::keep_top_resident`]) as a write-back wrote it, open: what
+/// the durable engine logs instead of the sealed cell ([`TaoOram::take_top_written`]).
+#[derive(Clone, Debug)]
+pub(crate) struct TopWritten {
+    pub(crate) cell: u64,
+    pub(crate) version: u64,
+    /// The bucket's blocks: id, leaf, contents (shared with the engine, not copied).
+    pub(crate) blocks: Vec<(u64, u32, Arc<[u8]>)>,
+}
+
 /// A bucket held in the subtree.
 #[derive(Debug)]
 struct Node {
@@ -361,6 +371,9 @@ struct State {
     resident_held: usize,
     /// Resident buckets that write-backs left alone because they had not changed.
     top_unchanged: u64,
+    /// Resident buckets written back since [`TaoOram::take_top_written`] last took them, the
+    /// latest write of each (`None`: not recorded).
+    top_written: Option<HashMap<u64, TopWritten>>,
     rng: ChaCha20Rng,
     /// Released when the most recent request's reply is released.
     seq_tail: Option<oneshot::Receiver<()>>,
@@ -514,6 +527,7 @@ impl TaoOram {
             resident: 0,
             resident_held: 0,
             top_unchanged: 0,
+            top_written: None,
             rng,
             seq_tail: None,
             wb_queue: Vec::new(),
@@ -588,6 +602,24 @@ impl TaoOram {
     pub fn keep_top_resident(&self, buckets: u64) {
         let mut s = self.shared.state.lock();
         s.resident = buckets.min(self.shared.shape().buckets());
+    }
+
+    /// From now on, remembers every resident bucket a write-back writes (its latest write, open)
+    /// for [`TaoOram::take_top_written`]: the durable engine logs those instead of their sealed
+    /// cells.
+    pub(crate) fn record_top_writes(&self) {
+        self.shared.state.lock().top_written.get_or_insert_with(HashMap::new);
+    }
+
+    /// The resident buckets written back since the last call (the latest write of each, sorted
+    /// by cell); empty unless [`TaoOram::record_top_writes`] was called. Call it with the
+    /// engine flushed, so that every write it returns is complete.
+    pub(crate) fn take_top_written(&self) -> Vec<TopWritten> {
+        let mut s = self.shared.state.lock();
+        let Some(written) = s.top_written.as_mut() else { return Vec::new() };
+        let mut out: Vec<TopWritten> = written.drain().map(|(_, w)| w).collect();
+        out.sort_unstable_by_key(|w| w.cell);
+        out
     }
 
     /// Resident buckets ([`TaoOram::keep_top_resident`]) that write-backs left alone because
@@ -1276,7 +1308,7 @@ impl Shared {
     /// write covers depends only on when requests arrived and when the store answered.
     async fn writer(&self) {
         loop {
-            let (paths, cells, clock) = {
+            let (paths, cells, clock, top) = {
                 let mut guard = self.state.lock();
                 let s = &mut *guard;
                 if s.wb_queue.is_empty() || s.poisoned {
@@ -1293,6 +1325,7 @@ impl Shared {
                 buckets.sort_unstable();
                 buckets.dedup();
                 let mut cells = Vec::with_capacity(buckets.len());
+                let mut top = Vec::new();
                 for b in buckets {
                     // Pinned buckets stay in the subtree until written back.
                     let node = s.subtree.get(&b);
@@ -1305,12 +1338,16 @@ impl Shared {
                     let slots = node.map(|n| n.slots.clone()).unwrap_or_default();
                     let version = s.versions.next(b);
                     s.versions.set(b, version);
+                    if s.is_resident(b) && s.top_written.is_some() {
+                        let blocks = slots.iter().map(|e| (e.id, e.leaf, e.data.clone())).collect();
+                        top.push(TopWritten { cell: b, version, blocks });
+                    }
                     cells.push((b, version, slots));
                 }
                 // Changes from now on are after this snapshot.
                 let clock = s.clock;
                 s.clock += 1;
-                (paths, cells, clock)
+                (paths, cells, clock, top)
             };
             let count = cells.len() as u64;
             let ids: Vec<u64> = cells.iter().map(|c| c.0).collect();
@@ -1336,6 +1373,9 @@ impl Shared {
                 let s = &mut *guard;
                 match result {
                     Ok(()) => {
+                        if let Some(written) = s.top_written.as_mut() {
+                            written.extend(top.into_iter().map(|w| (w.cell, w)));
+                        }
                         for (b, epoch) in epochs {
                             s.versions.set_epoch(b, epoch.unwrap_or(VersionTable::ANY_EPOCH));
                         }
@@ -1415,15 +1455,24 @@ impl Shared {
     }
 
     fn encode_bucket(&self, slots: &[Slot]) -> Vec<u8> {
-        let slot = SLOT_HEADER + self.config.block_size() as usize;
-        let mut out = vec![0u8; self.config.z() as usize * slot];
-        for (raw, e) in out.chunks_exact_mut(slot).zip(slots) {
-            raw[..8].copy_from_slice(&(e.id + 1).to_le_bytes());
-            raw[8..12].copy_from_slice(&e.leaf.to_le_bytes());
-            raw[SLOT_HEADER..].copy_from_slice(&e.data);
-        }
-        out
+        encode_bucket(&self.config, slots.iter().map(|e| (e.id, e.leaf, &e.data[..])))
     }
+}
+
+/// A bucket's plaintext: `Z` slots of `id + 1`, leaf and contents; empty slots are zeros.
+/// At most `Z` blocks, each of the block size (the caller checks).
+pub(crate) fn encode_bucket<'a>(
+    config: &TaoConfig,
+    blocks: impl Iterator<Item = (u64, u32, &'a [u8])>,
+) -> Vec<u8> {
+    let slot = SLOT_HEADER + config.block_size() as usize;
+    let mut out = vec![0u8; config.z() as usize * slot];
+    for (raw, (id, leaf, data)) in out.chunks_exact_mut(slot).zip(blocks) {
+        raw[..8].copy_from_slice(&(id + 1).to_le_bytes());
+        raw[8..12].copy_from_slice(&leaf.to_le_bytes());
+        raw[SLOT_HEADER..].copy_from_slice(data);
+    }
+    out
 }
 
 /// The reply to a request made with [`TaoOram::submit`]: resolves to the block's contents
