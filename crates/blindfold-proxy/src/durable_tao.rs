@@ -15,7 +15,9 @@
 //! 1. writes the overlay's cells (moved aside, still visible to reads) to the slots that do not
 //!    hold the committed copies, and flushes the store;
 //! 2. appends one redo record — which cells moved, their versions, the changed position-map
-//!    entries, the stash, the changed cells of the tree top kept in memory — and fsyncs it;
+//!    entries, the stash, the changed buckets of the tree top kept in memory (by block, and a
+//!    block's contents only when the log does not hold them yet: [`crate::toplog`]) — and
+//!    fsyncs it;
 //! 3. switches the slots and forgets the moved-aside cells.
 //!
 //! Requests served meanwhile log their reveals as following the commit being made; if it

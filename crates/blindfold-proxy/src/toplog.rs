@@ -165,8 +165,8 @@ mod tests {
 
     #[test]
     fn a_moved_block_is_named_and_replay_finds_its_contents() {
-        let (a, b, b2): (Arc<[u8]>, Arc<[u8]>, Arc<[u8]>) =
-            (vec![1; 4].into(), vec![2; 4].into(), vec![2; 4].into());
+        let contents = |byte: u8| -> Arc<[u8]> { vec![byte; 4].into() };
+        let (a, b, b2) = (contents(1), contents(2), contents(2));
         let (mut writer, mut replay) = (TopPool::default(), TopPool::default());
         let mut commit = |written: Vec<TopWritten>| -> (Vec<TopBucket>, Vec<TopWritten>) {
             let logged = roundtrip(&writer.encode(&written));
