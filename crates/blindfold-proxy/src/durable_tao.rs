@@ -1151,6 +1151,7 @@ impl DurableTao {
     /// With the gate held exclusively and nothing in the overlay: the whole state to the
     /// checkpoint, and an empty log.
     fn checkpoint_locked(&self, c: &mut Committer) -> Result<()> {
+        self.seal_top()?;
         let state = self.tao.export_state()?;
         let ckpt = Checkpoint {
             store_id: c.store_id.0,
@@ -1169,6 +1170,18 @@ impl DurableTao {
         Ok(())
     }
 
+    /// With the gate held exclusively and the engine flushed: the open tree top's buckets that
+    /// commits logged by block but nobody sealed since ([`TaoOram::record_top_writes`]) are
+    /// sealed into the pinned store, so that its copies match the trusted versions.
+    fn seal_top(&self) -> Result<()> {
+        let sealed = self.tao.seal_top()?;
+        match &self.pinned {
+            Some(p) => p.restore(sealed),
+            None if sealed.is_empty() => Ok(()),
+            None => Err(ProxyError::State("open tree top without a pinned store".into())),
+        }
+    }
+
     /// Commits, then writes the whole trusted state to the checkpoint (clean shutdown).
     pub async fn shutdown(&self) -> Result<()> {
         let mut c = self.committer.lock().await;
@@ -1183,6 +1196,7 @@ impl DurableTao {
         let mut c = self.committer.lock().await;
         let _exclusive = self.gate.write().await;
         self.commit_locked(&mut c).await?;
+        self.seal_top()?;
         let versions = self.tao.export_state()?.versions;
         verify_cells(&*self.store, self.retry, &self.opener, &versions, progress).await
     }

@@ -6,7 +6,9 @@
 //! access reads and writes all of them) and saves `k` buckets of traffic and a share of the
 //! requests on every access. [`PinnedStore`] serves those cells from memory, still sealed, and
 //! passes every other cell through. The pinned cells are trusted state: a durable engine logs
-//! the ones a commit changed in its commit record and all of them in its checkpoint.
+//! the ones a commit changed in its commit record and all of them in its checkpoint. (The
+//! TaoStore engine keeps them open and logs them by block instead; it seals the changed ones
+//! into this store only when a checkpoint or a verify reads them.)
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -116,7 +118,8 @@ impl PinnedStore {
         dirty.into_iter().map(|c| (c, cells[c as usize].clone())).collect()
     }
 
-    /// Puts back cells a replayed commit record logged.
+    /// Puts in cells sealed outside the store's write path — those a replayed commit record
+    /// logged, or an open tree top sealed for a checkpoint — without marking them written.
     pub fn restore(&self, logged: Vec<(u64, Vec<u8>)>) -> Result<()> {
         let size = self.inner.geometry().cell_size() as usize;
         let mut cells = self.cells.write();

@@ -88,7 +88,7 @@
 //! arrival, before any reply.
 
 use std::collections::hash_map::Entry as MapEntry;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use blindfold_crypto::CellSealer;
@@ -372,8 +372,11 @@ struct State {
     /// Resident buckets that write-backs left alone because they had not changed.
     top_unchanged: u64,
     /// Resident buckets written back since [`TaoOram::take_top_written`] last took them, the
-    /// latest write of each (`None`: not recorded).
+    /// latest write of each (`None`: not recorded; see [`TaoOram::record_top_writes`]).
     top_written: Option<HashMap<u64, TopWritten>>,
+    /// Resident buckets written back (to `top_written`) but not sealed since; see
+    /// [`TaoOram::seal_top`].
+    top_unsealed: BTreeSet<u64>,
     rng: ChaCha20Rng,
     /// Released when the most recent request's reply is released.
     seq_tail: Option<oneshot::Receiver<()>>,
@@ -528,6 +531,7 @@ impl TaoOram {
             resident_held: 0,
             top_unchanged: 0,
             top_written: None,
+            top_unsealed: BTreeSet::new(),
             rng,
             seq_tail: None,
             wb_queue: Vec::new(),
@@ -604,11 +608,51 @@ impl TaoOram {
         s.resident = buckets.min(self.shared.shape().buckets());
     }
 
-    /// From now on, remembers every resident bucket a write-back writes (its latest write, open)
-    /// for [`TaoOram::take_top_written`]: the durable engine logs those instead of their sealed
-    /// cells.
+    /// From now on, a write-back of a resident bucket ([`TaoOram::keep_top_resident`]) neither
+    /// seals nor writes it: it takes a new version and is handed, open, to
+    /// [`TaoOram::take_top_written`] (the durable engine logs it by block), and the store below
+    /// keeps its older sealed copy until [`TaoOram::seal_top`]. Nobody opens that copy
+    /// meanwhile: a resident bucket stays in the subtree once fetched.
     pub(crate) fn record_top_writes(&self) {
         self.shared.state.lock().top_written.get_or_insert_with(HashMap::new);
+    }
+
+    /// Seals, under their current versions, the resident buckets written back since the last
+    /// call ([`TaoOram::record_top_writes`]), for the store below to hold before its copies are
+    /// read outside the engine (a checkpoint, a verify). Only when quiescent, as
+    /// [`TaoOram::export_state`].
+    pub(crate) fn seal_top(&self) -> Result<Vec<(u64, Vec<u8>)>> {
+        let open: Vec<(u64, u64, Vec<Slot>)> = {
+            let mut s = self.shared.state.lock();
+            if s.in_flight != 0 || !s.batch.is_empty() || s.wb_running {
+                return Err(ProxyError::State(
+                    "TaoStore engine is not quiescent: flush with no request in flight first"
+                        .into(),
+                ));
+            }
+            let cells = std::mem::take(&mut s.top_unsealed);
+            cells
+                .into_iter()
+                .map(|b| {
+                    let slots = s.subtree.get(&b).map(|n| n.slots.clone()).unwrap_or_default();
+                    (b, s.versions.get(b), slots)
+                })
+                .collect()
+        };
+        let sh = &self.shared;
+        let mut sealed = Vec::with_capacity(open.len());
+        for (b, version, slots) in open {
+            let cell = seal_cell(&sh.sealer, CellId(b), version, &sh.encode_bucket(&slots))?;
+            sealed.push((b, cell));
+        }
+        let mut s = sh.state.lock();
+        for (b, cell) in &sealed {
+            s.versions.set_epoch(
+                *b,
+                crate::versions::sealed_epoch(cell).unwrap_or(VersionTable::ANY_EPOCH),
+            );
+        }
+        Ok(sealed)
     }
 
     /// The resident buckets written back since the last call (the latest write of each, sorted
@@ -1325,6 +1369,7 @@ impl Shared {
                 buckets.sort_unstable();
                 buckets.dedup();
                 let mut cells = Vec::with_capacity(buckets.len());
+                // Resident buckets handed over open instead of sealed (record_top_writes).
                 let mut top = Vec::new();
                 for b in buckets {
                     // Pinned buckets stay in the subtree until written back.
@@ -1341,6 +1386,7 @@ impl Shared {
                     if s.is_resident(b) && s.top_written.is_some() {
                         let blocks = slots.iter().map(|e| (e.id, e.leaf, e.data.clone())).collect();
                         top.push(TopWritten { cell: b, version, blocks });
+                        continue;
                     }
                     cells.push((b, version, slots));
                 }
@@ -1350,7 +1396,8 @@ impl Shared {
                 (paths, cells, clock, top)
             };
             let count = cells.len() as u64;
-            let ids: Vec<u64> = cells.iter().map(|c| c.0).collect();
+            let ids: Vec<u64> =
+                cells.iter().map(|c| c.0).chain(top.iter().map(|w| w.cell)).collect();
             // Key epoch each cell was sealed under, recorded once the write is done (until
             // then the buckets stay pinned in the subtree: nobody opens their stored copies).
             let mut epochs = Vec::with_capacity(cells.len());
@@ -1373,6 +1420,7 @@ impl Shared {
                 let s = &mut *guard;
                 match result {
                     Ok(()) => {
+                        s.top_unsealed.extend(top.iter().map(|w| w.cell));
                         if let Some(written) = s.top_written.as_mut() {
                             written.extend(top.into_iter().map(|w| (w.cell, w)));
                         }
