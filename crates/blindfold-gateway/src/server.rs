@@ -684,9 +684,6 @@ pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
     };
     let cached = cached_bytes(&config);
     let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
-    // The TaoStore engine keeps its cached top both sealed and open (once used).
-    let cached_held =
-        if params.engine == OramEngine::Tao && params.two_slots() { 2 * cached } else { cached };
     let bytes = |g: &blindfold_store::Geometry| g.cell_count() * u64::from(g.cell_size());
     let posmap = if params.engine == OramEngine::PathOram && params.blocks > 1 << 20 {
         1 << 19 // recursive: 2^16 entries in memory
@@ -699,7 +696,9 @@ pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
         capacity_bytes: params.blocks * u64::from(params.block_size),
         store_bytes: bytes(&geometry) + bytes(&snap),
         oram_bytes: bytes(&geometry),
-        trusted_bytes: posmap + cells * 8 + cached_held,
+        // Every engine holds a cached bucket once: the TaoStore engine sealed until first
+        // used, then open (sealed again only for a moment, for a checkpoint or a verify).
+        trusted_bytes: posmap + cells * 8 + cached,
     })
 }
 

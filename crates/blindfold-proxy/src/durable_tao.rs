@@ -710,7 +710,7 @@ impl DurableTao {
             store_id: store_id.0,
             state,
             slots,
-            pinned: pinned.as_ref().map(|p| p.export()).unwrap_or_default(),
+            pinned: pinned.as_ref().map(|p| p.export()).transpose()?.unwrap_or_default(),
             next_epoch: epoch
                 .checked_add(1)
                 .ok_or(ProxyError::State("key epochs exhausted".into()))?,
@@ -993,6 +993,10 @@ impl DurableTao {
         self.tao.flush().await?;
         let flushed = started.elapsed();
         let state = self.tao.export_state()?;
+        // The top buckets the engine now holds open: their sealed copies are let go.
+        if let Some(p) = &self.pinned {
+            p.release(&self.tao.take_newly_open());
+        }
         let posmap = changed_posmap(&state.posmap, &c.posmap);
         tracing::debug!(
             flush_ms = flushed.as_secs_f64() * 1e3,
@@ -1151,13 +1155,17 @@ impl DurableTao {
     /// With the gate held exclusively and nothing in the overlay: the whole state to the
     /// checkpoint, and an empty log.
     fn checkpoint_locked(&self, c: &mut Committer) -> Result<()> {
-        self.seal_top()?;
+        let held = self.seal_top()?;
         let state = self.tao.export_state()?;
+        let pinned = self.pinned.as_ref().map(|p| p.export()).transpose()?.unwrap_or_default();
+        if let Some(p) = &self.pinned {
+            p.release(&held);
+        }
         let ckpt = Checkpoint {
             store_id: c.store_id.0,
             state,
             slots: self.slotted.as_ref().map(|s| s.map()),
-            pinned: self.pinned.as_ref().map(|p| p.export()).unwrap_or_default(),
+            pinned,
             next_epoch: c.next_epoch.max(self.tao.current_epoch().saturating_add(1)),
             seq: c.seq,
         };
@@ -1171,15 +1179,19 @@ impl DurableTao {
     }
 
     /// With the gate held exclusively and the engine flushed: the open tree top's buckets that
-    /// commits logged by block but nobody sealed since ([`TaoOram::record_top_writes`]) are
-    /// sealed into the pinned store, so that its copies match the trusted versions.
-    fn seal_top(&self) -> Result<()> {
-        let sealed = self.tao.seal_top()?;
+    /// commits logged by block but nobody sealed since ([`TaoOram::record_top_writes`]), and
+    /// those whose sealed copies the pinned store let go ([`PinnedStore::release`]), are sealed
+    /// into the pinned store, so that every copy there matches the trusted versions. Returns
+    /// the cells to let go of again afterwards.
+    fn seal_top(&self) -> Result<Vec<u64>> {
+        let held = self.pinned.as_ref().map(|p| p.held()).unwrap_or_default();
+        let sealed = self.tao.seal_top(&held)?;
         match &self.pinned {
-            Some(p) => p.restore(sealed),
-            None if sealed.is_empty() => Ok(()),
-            None => Err(ProxyError::State("open tree top without a pinned store".into())),
+            Some(p) => p.restore(sealed)?,
+            None if sealed.is_empty() => {}
+            None => return Err(ProxyError::State("open tree top without a pinned store".into())),
         }
+        Ok(held)
     }
 
     /// Commits, then writes the whole trusted state to the checkpoint (clean shutdown).
@@ -1196,9 +1208,14 @@ impl DurableTao {
         let mut c = self.committer.lock().await;
         let _exclusive = self.gate.write().await;
         self.commit_locked(&mut c).await?;
-        self.seal_top()?;
+        let held = self.seal_top()?;
         let versions = self.tao.export_state()?.versions;
-        verify_cells(&*self.store, self.retry, &self.opener, &versions, progress).await
+        let report =
+            verify_cells(&*self.store, self.retry, &self.opener, &versions, progress).await;
+        if let Some(p) = &self.pinned {
+            p.release(&held);
+        }
+        report
     }
 }
 

@@ -50,6 +50,9 @@ pub struct PinnedStore {
     cells: RwLock<Vec<Vec<u8>>>,
     /// Pinned cells written since the last [`PinnedStore::take_dirty`].
     dirty: Mutex<BTreeSet<u64>>,
+    /// Pinned cells whose sealed copy was let go because the engine holds them open
+    /// ([`PinnedStore::release`]): reading one is an error until it is written or restored.
+    held: Mutex<BTreeSet<u64>>,
 }
 
 impl PinnedStore {
@@ -93,6 +96,7 @@ impl PinnedStore {
             levels: pinned.levels,
             cells: RwLock::new(cells),
             dirty: Mutex::new(BTreeSet::new()),
+            held: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -101,14 +105,51 @@ impl PinnedStore {
         PinnedCells::count(self.levels)
     }
 
-    /// Every pinned cell, for a checkpoint.
-    pub fn export(&self) -> PinnedCells {
-        PinnedCells {
+    /// Every pinned cell, for a checkpoint. Fails while a cell is held open
+    /// ([`PinnedStore::release`]): restore it first.
+    pub fn export(&self) -> Result<PinnedCells> {
+        if let Some(c) = self.held.lock().first() {
+            return Err(ProxyError::State(format!(
+                "pinned cell {c} is held open by the engine: seal it before a checkpoint"
+            )));
+        }
+        Ok(PinnedCells {
             levels: self.levels,
             cells: Some(
                 self.cells.read().iter().map(|c| serde_bytes::ByteBuf::from(c.clone())).collect(),
             ),
+        })
+    }
+
+    /// Lets go of the sealed copies of `cells`, which the engine above holds open from now on
+    /// and never reads from here again; their memory is freed. They come back sealed by a
+    /// write or [`PinnedStore::restore`] (before a checkpoint, say). A cell written since the
+    /// last [`PinnedStore::take_dirty`] is not let go: its copy is still to be logged.
+    pub fn release(&self, cells: &[u64]) {
+        let dirty = self.dirty.lock();
+        let mut held = self.held.lock();
+        let mut pinned = self.cells.write();
+        for &c in cells {
+            if c < self.count() && !dirty.contains(&c) {
+                pinned[c as usize] = Vec::new();
+                held.insert(c);
+            }
         }
+    }
+
+    /// The cells let go of ([`PinnedStore::release`]) and not sealed again since, sorted.
+    pub fn held(&self) -> Vec<u64> {
+        self.held.lock().iter().copied().collect()
+    }
+
+    /// An error for a read of `cell` if it is held open.
+    fn check_not_held(&self, held: &BTreeSet<u64>, cell: u64) -> blindfold_store::Result<()> {
+        if held.contains(&cell) {
+            return Err(blindfold_store::StoreError::InvalidRequest(format!(
+                "pinned cell {cell} is held open by the engine; its sealed copy was let go"
+            )));
+        }
+        Ok(())
     }
 
     /// The pinned cells written since the last call, with their bytes, sorted.
@@ -122,12 +163,14 @@ impl PinnedStore {
     /// logged, or an open tree top sealed for a checkpoint — without marking them written.
     pub fn restore(&self, logged: Vec<(u64, Vec<u8>)>) -> Result<()> {
         let size = self.inner.geometry().cell_size() as usize;
+        let mut held = self.held.lock();
         let mut cells = self.cells.write();
         for (c, data) in logged {
             if c >= self.count() || data.len() != size {
                 return Err(ProxyError::State(format!("logged pinned cell {c} out of range")));
             }
             cells[c as usize] = data;
+            held.remove(&c);
         }
         Ok(())
     }
@@ -153,12 +196,14 @@ impl Store for PinnedStore {
         } else {
             self.inner.read(&outside).await?.into_iter()
         };
+        let held = self.held.lock();
         let pinned = self.cells.read();
         cells
             .iter()
             .map(|c| {
                 g.check_cell(*c)?;
                 Ok(if c.0 < count {
+                    self.check_not_held(&held, c.0)?;
                     let cell = &pinned[c.0 as usize];
                     if cell.is_empty() {
                         vec![0; g.cell_size() as usize]
@@ -182,6 +227,7 @@ impl Store for PinnedStore {
             self.inner.read_ranges(&outside).await?.into_iter()
         };
         let g = self.inner.geometry();
+        let held = self.held.lock();
         let pinned = self.cells.read();
         ranges
             .iter()
@@ -190,6 +236,7 @@ impl Store for PinnedStore {
                     return Ok(fetched.next().expect("one fetched range per range outside"));
                 }
                 g.check_range(r)?;
+                self.check_not_held(&held, r.cell.0)?;
                 let cell = &pinned[r.cell.0 as usize];
                 let (from, to) = (r.offset as usize, (r.offset + r.len) as usize);
                 Ok(if cell.is_empty() { vec![0; to - from] } else { cell[from..to].to_vec() })
@@ -202,13 +249,15 @@ impl Store for PinnedStore {
         let count = self.count();
         let mut outside = Vec::with_capacity(cells.len());
         {
-            let mut pinned = self.cells.write();
             let mut dirty = self.dirty.lock();
+            let mut held = self.held.lock();
+            let mut pinned = self.cells.write();
             for (c, data) in cells {
                 g.check_write(c, &data)?;
                 if c.0 < count {
                     pinned[c.0 as usize] = data;
                     dirty.insert(c.0);
+                    held.remove(&c.0);
                 } else {
                     outside.push((c, data));
                 }
@@ -255,10 +304,38 @@ mod tests {
         assert_eq!(seen, vec![9, 9]);
         assert_eq!(p.take_dirty(), vec![(1, vec![1; 4])]);
         assert!(p.take_dirty().is_empty());
-        let saved = p.export();
+        let saved = p.export().unwrap();
         let back = PinnedStore::new(inner.clone(), saved).await.unwrap();
         assert_eq!(back.read(&[CellId(1)]).await.unwrap(), vec![vec![1; 4]]);
         assert!(back.restore(vec![(3, vec![0; 4])]).is_err());
         assert!(PinnedStore::new(inner, PinnedCells { levels: 4, cells: None }).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_released_cell_is_never_served_until_sealed_again() {
+        let inner = Arc::new(MemoryStore::new(Geometry::new(15, 4).unwrap()));
+        let p = PinnedStore::new(inner, PinnedCells { levels: 2, cells: None }).await.unwrap();
+        p.write(vec![(CellId(0), vec![7; 4]), (CellId(1), vec![1; 4])]).await.unwrap();
+        // Written since the last take_dirty: still to be logged, so kept.
+        p.release(&[1]);
+        assert!(p.held().is_empty());
+        p.take_dirty();
+        p.release(&[1, 2]);
+        assert_eq!(p.held(), vec![1, 2]);
+        assert_eq!(p.trusted_bytes(), 4, "only cell 0 is still held sealed");
+        // Neither a read nor a checkpoint may see a cell whose copy was let go (an empty
+        // cell would read as an empty bucket).
+        assert!(p.read(&[CellId(1)]).await.is_err());
+        let range = ByteRange { cell: CellId(2), offset: 0, len: 2 };
+        assert!(p.read_ranges(&[range]).await.is_err());
+        assert!(p.export().unwrap_err().to_string().contains("held open"));
+        assert_eq!(p.read(&[CellId(0)]).await.unwrap(), vec![vec![7; 4]]);
+        // Sealed again by a restore or a write.
+        p.restore(vec![(1, vec![2; 4])]).unwrap();
+        p.write(vec![(CellId(2), vec![3; 4])]).await.unwrap();
+        assert!(p.held().is_empty());
+        let cells = p.export().unwrap().cells.unwrap();
+        assert_eq!(cells[1].as_ref(), &[2; 4]);
+        assert_eq!(cells[2].as_ref(), &[3; 4]);
     }
 }

@@ -377,6 +377,8 @@ struct State {
     /// Resident buckets written back (to `top_written`) but not sealed since; see
     /// [`TaoOram::seal_top`].
     top_unsealed: BTreeSet<u64>,
+    /// Resident buckets that entered the subtree since [`TaoOram::take_newly_open`].
+    newly_open: Vec<u64>,
     rng: ChaCha20Rng,
     /// Released when the most recent request's reply is released.
     seq_tail: Option<oneshot::Receiver<()>>,
@@ -408,6 +410,7 @@ impl State {
             v.insert(Node { slots, modified: clock, saved: clock });
             if self.is_resident(b) {
                 self.resident_held += 1;
+                self.newly_open.push(b);
             }
         }
     }
@@ -532,6 +535,7 @@ impl TaoOram {
             top_unchanged: 0,
             top_written: None,
             top_unsealed: BTreeSet::new(),
+            newly_open: Vec::new(),
             rng,
             seq_tail: None,
             wb_queue: Vec::new(),
@@ -617,11 +621,17 @@ impl TaoOram {
         self.shared.state.lock().top_written.get_or_insert_with(HashMap::new);
     }
 
+    /// The resident buckets that entered the subtree, open, since the last call. They stay
+    /// there for good, and the engine never reads the store's copies of them again.
+    pub(crate) fn take_newly_open(&self) -> Vec<u64> {
+        std::mem::take(&mut self.shared.state.lock().newly_open)
+    }
+
     /// Seals, under their current versions, the resident buckets written back since the last
-    /// call ([`TaoOram::record_top_writes`]), for the store below to hold before its copies are
-    /// read outside the engine (a checkpoint, a verify). Only when quiescent, as
-    /// [`TaoOram::export_state`].
-    pub(crate) fn seal_top(&self) -> Result<Vec<(u64, Vec<u8>)>> {
+    /// call ([`TaoOram::record_top_writes`]) and the resident buckets `also` (held open), for
+    /// the store below to hold before its copies are read outside the engine (a checkpoint, a
+    /// verify). Only when quiescent, as [`TaoOram::export_state`].
+    pub(crate) fn seal_top(&self, also: &[u64]) -> Result<Vec<(u64, Vec<u8>)>> {
         let open: Vec<(u64, u64, Vec<Slot>)> = {
             let mut s = self.shared.state.lock();
             if s.in_flight != 0 || !s.batch.is_empty() || s.wb_running {
@@ -630,14 +640,18 @@ impl TaoOram {
                         .into(),
                 ));
             }
-            let cells = std::mem::take(&mut s.top_unsealed);
+            let mut cells = std::mem::take(&mut s.top_unsealed);
+            cells.extend(also.iter().copied().filter(|&b| s.is_resident(b)));
             cells
                 .into_iter()
                 .map(|b| {
-                    let slots = s.subtree.get(&b).map(|n| n.slots.clone()).unwrap_or_default();
-                    (b, s.versions.get(b), slots)
+                    // A resident bucket, once in the subtree, stays there.
+                    let node = s.subtree.get(&b).ok_or_else(|| {
+                        ProxyError::State(format!("tree top bucket {b} is not held open"))
+                    })?;
+                    Ok((b, s.versions.get(b), node.slots.clone()))
                 })
-                .collect()
+                .collect::<Result<_>>()?
         };
         let sh = &self.shared;
         let mut sealed = Vec::with_capacity(open.len());

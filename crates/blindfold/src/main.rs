@@ -529,8 +529,8 @@ struct ServeArgs {
     pad_objects: bool,
     /// Trusted memory (MiB) for the top levels of the ORAM tree of a new store: each cached
     /// level saves one bucket of storage traffic per access, for either engine (with `tao`,
-    /// not on an --in-place store; `tao` holds each cached bucket sealed and, once used, open
-    /// too, so up to twice this). Fixed at creation [default: 32].
+    /// not on an --in-place store; `tao` holds each cached bucket sealed until first used,
+    /// then open instead). Fixed at creation [default: 32].
     #[arg(long)]
     cache_mib: Option<u64>,
     /// Oblivious engine of a new store: `tao` (concurrent, TaoStore design: many block
