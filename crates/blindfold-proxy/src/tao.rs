@@ -615,8 +615,9 @@ impl TaoOram {
     /// From now on, a write-back of a resident bucket ([`TaoOram::keep_top_resident`]) neither
     /// seals nor writes it: it takes a new version and is handed, open, to
     /// [`TaoOram::take_top_written`] (the durable engine logs it by block), and the store below
-    /// keeps its older sealed copy until [`TaoOram::seal_top`]. Nobody opens that copy
-    /// meanwhile: a resident bucket stays in the subtree once fetched.
+    /// keeps its older sealed copy (or none: see [`TaoOram::take_newly_open`]) until
+    /// [`TaoOram::seal_top`]. Nobody opens that copy meanwhile: a resident bucket stays in the
+    /// subtree once fetched.
     pub(crate) fn record_top_writes(&self) {
         self.shared.state.lock().top_written.get_or_insert_with(HashMap::new);
     }
