@@ -217,6 +217,9 @@ pub struct SideReport {
     /// The machine's one-minute load average at the end of the measured phase: well above
     /// its core count means other work competed with the benchmark.
     pub load_average: f64,
+    /// Bytes of trusted memory the engine held after its final commit (position map, stash,
+    /// tree top, version table, …; the engine's own count).
+    pub trusted_bytes: u64,
 }
 
 /// Results of [`run`]. Field names are the JSON keys; the ORAM side's fields sit at the top
@@ -631,6 +634,7 @@ async fn run_side_in(
     let usage =
         crate::cost::Usage::from_counts(&c, w.ops.len() as u64, counts.geometry().total_bytes());
     let kind = objects.engine().kind().to_string();
+    let trusted_bytes = objects.engine().gauges().trusted_bytes;
 
     drop(s3); // closes the client's connections, so the server's connection tasks end
     drop(objects);
@@ -689,6 +693,7 @@ async fn run_side_in(
         cpu_seconds: cpu,
         cores_busy: cpu / seconds,
         load_average,
+        trusted_bytes,
     })
 }
 
@@ -846,6 +851,9 @@ pub fn render(r: &GatewayReport) -> String {
         format!("{:.0} / {:.0}", x.store_bytes_up as f64 / 1e6, x.store_bytes_down as f64 / 1e6)
     });
     row(&mut s, "store round trips", r, |x| x.store_round_trips.to_string());
+    row(&mut s, "trusted memory after the run", r, |x| {
+        blindfold_gateway::server::human_bytes(x.trusted_bytes)
+    });
     row(&mut s, "CPU cores busy", r, |x| format!("{:.2} of {}", x.cores_busy, r.machine.cores));
     row(&mut s, "machine load average (1 min)", r, |x| format!("{:.1}", x.load_average));
     row(&mut s, "measured / load seconds", r, |x| {
