@@ -606,11 +606,11 @@ impl DurableTao {
                 let top =
                     pool.resolve(top, block_size, config.z() as usize).map_err(|m| bad(&m))?;
                 pool.apply(&top);
+                let leaves = config.shape().leaves();
                 for w in top {
                     if w.cell >= pinned_count {
                         return Err(bad("pinned cell out of range"));
                     }
-                    let leaves = config.shape().leaves();
                     if w.blocks.iter().any(|e| e.0 >= config.blocks() || u64::from(e.1) >= leaves) {
                         return Err(bad("top bucket names a block or leaf out of range"));
                     }

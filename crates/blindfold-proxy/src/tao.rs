@@ -316,7 +316,7 @@ struct Slot {
 
 /// A resident bucket ([`TaoOram::keep_top_resident`]) as a write-back wrote it, open: what
 /// the durable engine logs instead of the sealed cell ([`TaoOram::take_top_written`]).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct TopWritten {
     pub(crate) cell: u64,
     pub(crate) version: u64,
@@ -396,6 +396,17 @@ impl State {
     /// tree top).
     fn held(&self) -> usize {
         self.subtree.len() - self.resident_held
+    }
+
+    /// No request in flight, no batch open, no write-back running: what
+    /// [`TaoOram::export_state`] and [`TaoOram::seal_top`] need (after a flush).
+    fn check_quiescent(&self) -> Result<()> {
+        if self.in_flight != 0 || !self.batch.is_empty() || self.wb_running {
+            return Err(ProxyError::State(
+                "TaoStore engine is not quiescent: flush with no request in flight first".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether bucket `b` is part of the resident tree top ([`TaoOram::keep_top_resident`]).
@@ -635,12 +646,7 @@ impl TaoOram {
     pub(crate) fn seal_top(&self, also: &[u64]) -> Result<Vec<(u64, Vec<u8>)>> {
         let open: Vec<(u64, u64, Vec<Slot>)> = {
             let mut s = self.shared.state.lock();
-            if s.in_flight != 0 || !s.batch.is_empty() || s.wb_running {
-                return Err(ProxyError::State(
-                    "TaoStore engine is not quiescent: flush with no request in flight first"
-                        .into(),
-                ));
-            }
+            s.check_quiescent()?;
             let mut cells = std::mem::take(&mut s.top_unsealed);
             cells.extend(also.iter().copied().filter(|&b| s.is_resident(b)));
             cells
@@ -658,16 +664,13 @@ impl TaoOram {
         let mut sealed = Vec::with_capacity(open.len());
         for (b, version, slots) in open {
             let cell = seal_cell(&sh.sealer, CellId(b), version, &sh.encode_bucket(&slots))?;
-            sealed.push((b, cell));
+            sealed.push((b, version, cell));
         }
         let mut s = sh.state.lock();
-        for (b, cell) in &sealed {
-            s.versions.set_epoch(
-                *b,
-                crate::versions::sealed_epoch(cell).unwrap_or(VersionTable::ANY_EPOCH),
-            );
+        for (b, version, cell) in &sealed {
+            s.versions.record(*b, *version, cell);
         }
-        Ok(sealed)
+        Ok(sealed.into_iter().map(|(b, _, cell)| (b, cell)).collect())
     }
 
     /// The resident buckets written back since the last call (the latest write of each, sorted
@@ -975,11 +978,12 @@ impl TaoOram {
         if s.poisoned {
             return Err(ProxyError::Poisoned);
         }
+        s.check_quiescent()?;
         // What a flush leaves: nothing but resident buckets, each as the store holds it.
-        let settled = s.subtree.iter().all(|(&b, n)| s.is_resident(b) && n.modified <= n.saved);
-        if s.in_flight != 0 || !settled || !s.batch.is_empty() || s.wb_running {
+        if !s.subtree.iter().all(|(&b, n)| s.is_resident(b) && n.modified <= n.saved) {
             return Err(ProxyError::State(
-                "TaoStore engine is not quiescent: flush with no request in flight first".into(),
+                "TaoStore engine is not quiescent: buckets wait for their write-back; flush first"
+                    .into(),
             ));
         }
         let mut stash: Vec<_> = s.stash.values().map(|e| (e.id, e.leaf, e.data.to_vec())).collect();
