@@ -174,6 +174,8 @@ struct Summary<'a> {
     capacity_bytes: u64,
     z: u32,
     cache_levels: u32,
+    /// Buckets kept in memory (the TaoStore engine may keep part of one more level).
+    cache_cells: u64,
     pad_objects: bool,
     uptime_s: u64,
     poisoned: bool,
@@ -259,6 +261,11 @@ pub async fn route(state: Arc<AdminState>, req: Request<hyper::body::Incoming>) 
                 capacity_bytes: blocks * u64::from(p.block_size),
                 z: p.z,
                 cache_levels: p.cache_levels,
+                cache_cells: if p.engine == crate::server::OramEngine::Tao {
+                    p.tao_pinned_cells()
+                } else {
+                    blindfold_proxy::PinnedCells::for_levels(p.cache_levels)
+                },
                 pad_objects: p.pad_objects,
                 uptime_s: state.started.elapsed().as_secs(),
                 poisoned: state.observer.is_poisoned(),

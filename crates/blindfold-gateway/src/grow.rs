@@ -66,7 +66,7 @@ use crate::engine::{Serialized, SharedEngine, Swappable};
 use crate::objects::ObjectLayer;
 use crate::observe::Observer;
 use crate::server::{
-    cached_bytes, oblivistore_config, oram_array, oram_config, oram_geometry, physical_view,
+    cached_bytes_of, oblivistore_config, oram_array, oram_config, oram_geometry, physical_view,
     read_params, sync_parent, tao_config, write_private, GatewayParams, OramEngine, StoreWrapper,
 };
 use crate::snapshot::SnapshotSlot;
@@ -783,9 +783,8 @@ impl Grower {
             Some(a) => crate::snapshot::latest_seq(&*a.store, &self.key).await.unwrap_or(0),
             None => 0,
         };
-        let config = oram_config(params)?;
         let cells = crate::server::engine_cells(params)?;
-        let cached = cached_bytes(&config);
+        let cached = cached_bytes_of(params)?;
         let wanted = crate::snapshot::geometry(params.blocks, cells, cached)?;
         let array = match previous {
             // Still large enough (the room kept for the trusted state grew too little).

@@ -181,6 +181,12 @@ pub struct GatewayParams {
     /// this option existed, and with the TaoStore engine before format version 2).
     #[serde(default)]
     pub cache_levels: u32,
+    /// With the TaoStore engine: buckets of the tree kept in trusted memory, in heap order —
+    /// the `cache_levels` whole levels and the left part of the next one, as many as fit the
+    /// memory budget (0 in directories made before partial levels: `cache_levels` whole
+    /// levels then).
+    #[serde(default)]
+    pub cache_cells: u64,
     /// The ORAM engine (directories made before there was a choice use Path ORAM).
     #[serde(default = "path_oram_engine")]
     pub engine: OramEngine,
@@ -462,16 +468,48 @@ fn cache_levels_for(params: &GatewayParams, budget: u64) -> Result<u32> {
     Ok(l)
 }
 
-/// As [`cache_levels_for`], for the TaoStore engine's tree (its sealed cells are what it keeps).
-fn tao_pinned_levels_for(params: &GatewayParams, budget: u64) -> Result<u32> {
+/// The TaoStore engine's tree top for a memory budget of `budget` bytes: as many buckets in
+/// heap order as fit (each costs its sealed cell's size), the leaves left in the store; and the
+/// whole levels among them. A budget between two whole levels pins the left part of the next:
+/// paths to the leaves below it skip one more bucket in the store.
+fn tao_pinned_for(params: &GatewayParams, budget: u64) -> Result<(u32, u64)> {
     let t = tao_config(params)?;
-    let levels = t.shape().levels();
     let cell = u64::from(t.geometry()?.cell_size());
-    let mut l = 0;
-    while l + 1 < levels && ((1u64 << (l + 1)) - 1).saturating_mul(cell) <= budget {
-        l += 1;
+    let inner = t.shape().buckets() - t.shape().leaves();
+    let cells = (budget / cell).min(inner);
+    Ok(((cells + 1).ilog2(), cells))
+}
+
+impl GatewayParams {
+    /// Buckets of the TaoStore engine's tree kept in trusted memory (see
+    /// [`GatewayParams::cache_cells`]).
+    pub fn tao_pinned_cells(&self) -> u64 {
+        if self.cache_cells > 0 {
+            self.cache_cells
+        } else {
+            blindfold_proxy::PinnedCells::for_levels(self.cache_levels)
+        }
     }
-    Ok(l)
+
+    /// The cached tree top for people: "3 tree levels", "10 tree levels and 57 % of the next".
+    pub fn cache_summary(&self) -> Option<String> {
+        let whole = blindfold_proxy::PinnedCells::for_levels(self.cache_levels);
+        let cells = if self.engine == OramEngine::Tao { self.tao_pinned_cells() } else { whole };
+        if cells == 0 {
+            return None;
+        }
+        let levels = format!(
+            "{} tree level{}",
+            self.cache_levels,
+            if self.cache_levels == 1 { "" } else { "s" }
+        );
+        Some(if cells > whole {
+            let next = (whole + 1) as f64;
+            format!("{levels} and {:.0} % of the next", (cells - whole) as f64 * 100.0 / next)
+        } else {
+            levels
+        })
+    }
 }
 
 /// Which engine stores the object layer's blocks.
@@ -661,6 +699,17 @@ impl Footprint {
     }
 }
 
+/// Bytes of tree top the engine of `params` keeps in trusted memory, at most.
+pub(crate) fn cached_bytes_of(params: &GatewayParams) -> Result<u64> {
+    if params.engine == OramEngine::Tao && params.cache_cells > 0 {
+        let cell = u64::from(tao_config(params)?.geometry()?.cell_size());
+        return Ok(params.cache_cells * cell);
+    }
+    // (Directories made before partial levels keep the estimate their snapshot area was
+    // sized with.)
+    Ok(cached_bytes(&oram_config(params)?))
+}
+
 pub(crate) fn cached_bytes(config: &PathOramConfig) -> u64 {
     config
         .trees()
@@ -682,7 +731,7 @@ pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
             oblivistore_cells(params)?
         }
     };
-    let cached = cached_bytes(&config);
+    let cached = cached_bytes_of(params)?;
     let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
     let bytes = |g: &blindfold_store::Geometry| g.cell_count() * u64::from(g.cell_size());
     let posmap = if params.engine == OramEngine::PathOram && params.blocks > 1 << 20 {
@@ -751,6 +800,7 @@ pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
         z: 4,
         pad_objects: cfg.pad_objects,
         cache_levels: 0,
+        cache_cells: 0,
         engine: cfg.engine,
         generation: 0,
     };
@@ -764,7 +814,8 @@ pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
             p
         }
         OramEngine::Tao => {
-            GatewayParams { cache_levels: tao_pinned_levels_for(&p, cfg.cache_mib << 20)?, ..p }
+            let (cache_levels, cache_cells) = tao_pinned_for(&p, cfg.cache_mib << 20)?;
+            GatewayParams { cache_levels, cache_cells, ..p }
         }
         OramEngine::Tee => {
             tee_config(&p)?;
@@ -1269,8 +1320,10 @@ async fn assemble(
     } else if params.engine == OramEngine::Tao {
         if creating {
             let config = tao_config(&params)?;
-            let pinned = params.cache_levels;
-            Arc::new(DurableTao::create_pinned(&oram_dir, config, store, &key, id, pinned).await?)
+            let pinned = params.tao_pinned_cells();
+            Arc::new(
+                DurableTao::create_pinned_cells(&oram_dir, config, store, &key, id, pinned).await?,
+            )
         } else {
             let (engine, rec) =
                 DurableTao::open_rotating(&oram_dir, store, &key, previous.as_ref()).await?;
@@ -1292,22 +1345,27 @@ async fn assemble(
     // The snapshot is needed only at shutdown and by `recover`: damage to it must not stop
     // the gateway from serving.
     let keys: Vec<&MasterKey> = std::iter::once(&*key).chain(previous.as_ref()).collect();
-    let snapshots =
-        match crate::snapshot::open(&store_url, &keys, params.blocks, cells, cached_bytes(&config))
-            .await
-        {
-            Ok(s) => Some(s),
-            Err(e) => {
-                let warning = format!(
-                    "the snapshot area in the store cannot be opened ({e}); serving anyway, but \
+    let snapshots = match crate::snapshot::open(
+        &store_url,
+        &keys,
+        params.blocks,
+        cells,
+        cached_bytes_of(&params)?,
+    )
+    .await
+    {
+        Ok(s) => Some(s),
+        Err(e) => {
+            let warning = format!(
+                "the snapshot area in the store cannot be opened ({e}); serving anyway, but \
                      no snapshot will be written at shutdown, so `blindfold recover` would \
                      only find an older one: run `blindfold verify`"
-                );
-                tracing::warn!("{warning}");
-                notes.push(warning);
-                None
-            }
-        };
+            );
+            tracing::warn!("{warning}");
+            notes.push(warning);
+            None
+        }
+    };
     let swappable = Arc::new(crate::engine::Swappable::new(engine));
     let watched = crate::engine::Watched::observed(
         Arc::clone(&swappable) as Arc<dyn SharedEngine>,
@@ -2146,6 +2204,43 @@ mod tests {
         ] {
             assert_eq!(s3_operation(&req(method, headers, uri)), want, "{method} {uri}");
         }
+    }
+
+    /// The TaoStore engine's tree top fills its budget: whole levels and the left part of the
+    /// next, never the leaves; a budget of exactly three levels pins three.
+    #[test]
+    fn the_tao_tree_top_fills_its_memory_budget() {
+        let p = GatewayParams {
+            format: "blindfold-gateway".into(),
+            version: PARAMS_VERSION,
+            store: "memory:".into(),
+            store_id: "00".repeat(16),
+            block_size: 1024,
+            blocks: 1024,
+            z: 4,
+            pad_objects: false,
+            cache_levels: 0,
+            cache_cells: 0,
+            engine: OramEngine::Tao,
+            generation: 0,
+        };
+        let t = tao_config(&p).unwrap();
+        let cell = u64::from(t.geometry().unwrap().cell_size());
+        let inner = t.shape().buckets() - t.shape().leaves();
+        assert_eq!(inner, 255, "1024 blocks, Z = 4: 256 leaves");
+        assert_eq!(tao_pinned_for(&p, 0).unwrap(), (0, 0));
+        assert_eq!(tao_pinned_for(&p, 7 * cell).unwrap(), (3, 7));
+        assert_eq!(tao_pinned_for(&p, 11 * cell + cell - 1).unwrap(), (3, 11));
+        assert_eq!(tao_pinned_for(&p, 1 << 40).unwrap(), (8, 255));
+        let (cache_levels, cache_cells) = tao_pinned_for(&p, 11 * cell).unwrap();
+        let p = GatewayParams { cache_levels, cache_cells, ..p };
+        assert_eq!(p.tao_pinned_cells(), 11);
+        assert_eq!(p.cache_summary().unwrap(), "3 tree levels and 50 % of the next");
+        assert_eq!(cached_bytes_of(&p).unwrap(), 11 * cell);
+        // A directory made before partial levels: its whole levels, as before.
+        let old = GatewayParams { cache_cells: 0, ..p };
+        assert_eq!(old.tao_pinned_cells(), 7);
+        assert_eq!(old.cache_summary().unwrap(), "3 tree levels");
     }
 
     #[test]

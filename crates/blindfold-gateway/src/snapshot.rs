@@ -40,7 +40,10 @@ pub const ARRAY: &str = "snapshot";
 const CHUNK: usize = 64 * 1024;
 /// Version 02: the header carries the SHA-256 of the whole body (01 had none, so chunks of two
 /// snapshots with the same sequence number could be spliced; 01 headers are not accepted).
-const MAGIC: &[u8; 8] = b"BFSNAP02";
+/// Version 03: the parameters carry [`GatewayParams::cache_cells`]; version 02 snapshots are
+/// still read.
+const MAGIC: &[u8; 8] = b"BFSNAP03";
+const MAGIC_V2: &[u8; 8] = b"BFSNAP02";
 
 /// What a snapshot holds.
 #[derive(Serialize, Deserialize)]
@@ -55,6 +58,59 @@ pub struct Snapshot {
     pub oram_checkpoint: Vec<u8>,
     /// The directory.
     pub directory: DirectoryDump,
+}
+
+/// A version 02 snapshot: its parameters lack [`GatewayParams::cache_cells`].
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct SnapshotV2 {
+    seq: u64,
+    created_ns: i128,
+    params: ParamsV2,
+    oram_checkpoint: Vec<u8>,
+    directory: DirectoryDump,
+}
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct ParamsV2 {
+    format: String,
+    version: u32,
+    store: String,
+    store_id: String,
+    block_size: u32,
+    blocks: u64,
+    z: u32,
+    pad_objects: bool,
+    cache_levels: u32,
+    engine: crate::server::OramEngine,
+    generation: u32,
+}
+
+impl From<SnapshotV2> for Snapshot {
+    fn from(s: SnapshotV2) -> Self {
+        let p = s.params;
+        Snapshot {
+            seq: s.seq,
+            created_ns: s.created_ns,
+            params: GatewayParams {
+                format: p.format,
+                version: p.version,
+                store: p.store,
+                store_id: p.store_id,
+                block_size: p.block_size,
+                blocks: p.blocks,
+                z: p.z,
+                pad_objects: p.pad_objects,
+                cache_levels: p.cache_levels,
+                cache_cells: 0,
+                engine: p.engine,
+                generation: p.generation,
+            },
+            oram_checkpoint: s.oram_checkpoint,
+            directory: s.directory,
+        }
+    }
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -307,13 +363,25 @@ async fn read_header(store: &dyn Store, sealer: &CellSealer, slot_base: u64) -> 
         .open_in_place(&CellAd { cell: slot_base, version: 0, segment: 0 }, &mut cell)
         .ok()?;
     let h: Header = bincode::deserialize(plain).ok()?;
-    (&h.magic == MAGIC).then_some(h)
+    (&h.magic == MAGIC || &h.magic == MAGIC_V2).then_some(h)
 }
 
 /// Writes `snap` into the slot its sequence number selects.
 pub async fn write(store: &dyn Store, key: &MasterKey, snap: &Snapshot) -> Result<()> {
-    let sealer = sealer(key);
     let body = bincode::serialize(snap).map_err(|e| GatewayError::Corrupt(e.to_string()))?;
+    write_body(store, key, MAGIC, snap.seq, snap.created_ns, &body).await
+}
+
+/// Writes an encoded snapshot `body` of format `magic`.
+async fn write_body(
+    store: &dyn Store,
+    key: &MasterKey,
+    magic: &[u8; 8],
+    seq: u64,
+    created_ns: i128,
+    body: &[u8],
+) -> Result<()> {
+    let sealer = sealer(key);
     let per_slot = store.geometry().cell_count() / 2;
     let chunks = body.len().div_ceil(CHUNK) as u64;
     if chunks + 1 > per_slot {
@@ -322,14 +390,14 @@ pub async fn write(store: &dyn Store, key: &MasterKey, snap: &Snapshot) -> Resul
             body.len()
         )));
     }
-    let base = (snap.seq % 2) * per_slot;
+    let base = (seq % 2) * per_slot;
     let mut batch = Vec::new();
     for (i, chunk) in body.chunks(CHUNK).enumerate() {
         let cell = base + 1 + i as u64;
         let mut plain = chunk.to_vec();
         plain.resize(CHUNK, 0);
         let sealed = sealer
-            .seal(&CellAd { cell, version: snap.seq, segment: 0 }, &plain)
+            .seal(&CellAd { cell, version: seq, segment: 0 }, &plain)
             .map_err(|e| GatewayError::Corrupt(e.to_string()))?;
         batch.push((CellId(cell), sealed));
         if batch.len() == 64 {
@@ -344,12 +412,12 @@ pub async fn write(store: &dyn Store, key: &MasterKey, snap: &Snapshot) -> Resul
     }
     store.flush().await.map_err(|e| GatewayError::Config(e.to_string()))?;
     let header = Header {
-        magic: *MAGIC,
-        seq: snap.seq,
-        created_ns: snap.created_ns,
+        magic: *magic,
+        seq,
+        created_ns,
         len: body.len() as u64,
         chunks: chunks as u32,
-        digest: body_digest(&body),
+        digest: body_digest(body),
     };
     let mut plain = bincode::serialize(&header).expect("header");
     plain.resize(CHUNK, 0);
@@ -427,7 +495,12 @@ pub async fn read_latest(store: &dyn Store, key: &MasterKey) -> Result<Snapshot>
             );
             continue;
         }
-        match bincode::deserialize::<Snapshot>(&body) {
+        let decoded = if &h.magic == MAGIC_V2 {
+            bincode::deserialize::<SnapshotV2>(&body).map(Snapshot::from)
+        } else {
+            bincode::deserialize::<Snapshot>(&body)
+        };
+        match decoded {
             Ok(s) => return Ok(s),
             Err(e) => last_err = format!("snapshot {} cannot be decoded: {e}", h.seq),
         }
@@ -456,6 +529,7 @@ mod tests {
                 z: 4,
                 pad_objects: false,
                 cache_levels: 0,
+                cache_cells: 0,
                 engine: OramEngine::Tao,
                 generation: 0,
             },
@@ -463,6 +537,45 @@ mod tests {
             oram_checkpoint: vec![fill; 4 * CHUNK],
             directory: DirectoryDump::default(),
         }
+    }
+
+    /// A snapshot written before the parameters carried `cache_cells` (format 02) still reads,
+    /// and a newer one (03) beside it wins by its sequence number.
+    #[tokio::test]
+    async fn a_version_2_snapshot_still_reads() {
+        let key = MasterKey::generate();
+        let g = geometry(100, 1000, 0).unwrap();
+        let store = MemoryStore::new(g);
+        let p = snap(0, 0).params;
+        let old = SnapshotV2 {
+            seq: 4,
+            created_ns: 9,
+            params: ParamsV2 {
+                format: p.format,
+                version: p.version,
+                store: p.store,
+                store_id: p.store_id,
+                block_size: p.block_size,
+                blocks: p.blocks,
+                z: p.z,
+                pad_objects: p.pad_objects,
+                cache_levels: 3,
+                engine: p.engine,
+                generation: 2,
+            },
+            oram_checkpoint: vec![0x44; 100],
+            directory: DirectoryDump::default(),
+        };
+        let body = bincode::serialize(&old).unwrap();
+        write_body(&store, &key, MAGIC_V2, 4, 9, &body).await.unwrap();
+        let got = read_latest(&store, &key).await.unwrap();
+        assert_eq!((got.seq, got.params.cache_levels, got.params.cache_cells), (4, 3, 0));
+        assert_eq!((got.params.generation, got.oram_checkpoint), (2, vec![0x44; 100]));
+        let mut new = snap(5, 0x55);
+        new.params.cache_cells = 12;
+        write(&store, &key, &new).await.unwrap();
+        let got = read_latest(&store, &key).await.unwrap();
+        assert_eq!((got.seq, got.params.cache_cells), (5, 12));
     }
 
     /// Two timelines diverged from one snapshot (e.g. two `recover`s) each write a snapshot

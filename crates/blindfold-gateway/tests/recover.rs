@@ -234,7 +234,7 @@ async fn lost_timeline_substitution(engine: OramEngine) {
     // The TaoStore engine keeps the top of its tree in trusted memory, out of the store's
     // reach: those cells are checked from memory and authenticate; none of the store's may.
     let pinned = match engine {
-        OramEngine::Tao => (1u64 << opened.params.cache_levels) - 1,
+        OramEngine::Tao => opened.params.tao_pinned_cells(),
         OramEngine::PathOram
         | OramEngine::ObliviStore
         | OramEngine::Curious

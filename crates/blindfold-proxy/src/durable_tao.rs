@@ -69,7 +69,9 @@ use crate::{
 };
 
 /// Version 3 adds the slot map of two-slot stores (see [`crate::slots`]).
-const CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK3";
+const CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK4";
+/// Sealed checkpoints whose pinned top was a number of whole levels, migrated on open.
+const V3_CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK3";
 /// Sealed checkpoints of blindfold 0.2 (no slot map), migrated on open.
 const PREV_CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK2";
 /// A commit of an in-place store: the cells' sealed contents travel in the record.
@@ -109,6 +111,25 @@ struct PrevCheckpoint {
     state: TaoState,
     next_epoch: u32,
     seq: u64,
+}
+
+/// A checkpoint of format 3: as [`Checkpoint`], the pinned top counted in whole levels.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct V3Checkpoint {
+    store_id: [u8; 16],
+    state: TaoState,
+    slots: Option<SlotMap>,
+    pinned: V3Pinned,
+    next_epoch: u32,
+    seq: u64,
+}
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct V3Pinned {
+    levels: u32,
+    cells: Option<Vec<serde_bytes::ByteBuf>>,
 }
 
 /// A checkpoint as blindfold 0.1 wrote it (unsealed).
@@ -453,7 +474,7 @@ impl DurableTao {
         key: &MasterKey,
         store_id: StoreId,
     ) -> Result<Self> {
-        Self::create_pinned(dir, config, store, key, store_id, 0).await
+        Self::create_pinned_cells(dir, config, store, key, store_id, 0).await
     }
 
     /// As [`DurableTao::create`], keeping the top `pinned_levels` levels of the tree in trusted
@@ -466,17 +487,40 @@ impl DurableTao {
         store_id: StoreId,
         pinned_levels: u32,
     ) -> Result<Self> {
+        if pinned_levels >= config.shape().levels() {
+            return Err(ProxyError::State(format!(
+                "{pinned_levels} levels in memory leave none of the tree's {} in the store",
+                config.shape().levels()
+            )));
+        }
+        let count = PinnedCells::for_levels(pinned_levels);
+        Self::create_pinned_cells(dir, config, store, key, store_id, count).await
+    }
+
+    /// As [`DurableTao::create`], keeping the tree's first `pinned` buckets in heap order in
+    /// trusted memory: whole top levels and possibly the left part of the next (see
+    /// [`crate::pinned`]). The leaves stay in the store, so `pinned` is at most the tree's
+    /// inner buckets. Needs a two-slot store.
+    pub async fn create_pinned_cells(
+        dir: &Path,
+        config: TaoConfig,
+        store: Arc<dyn Store>,
+        key: &MasterKey,
+        store_id: StoreId,
+        pinned: u64,
+    ) -> Result<Self> {
         let two_slots = store.geometry() == Self::geometry(&config)?;
-        if pinned_levels > 0 && !two_slots {
+        if pinned > 0 && !two_slots {
             return Err(ProxyError::State(
                 "keeping the top of the tree in memory needs a store with two slots per cell"
                     .into(),
             ));
         }
-        if pinned_levels >= config.shape().levels() {
+        let inner = config.shape().buckets() - config.shape().leaves();
+        if pinned > inner {
             return Err(ProxyError::State(format!(
-                "{pinned_levels} levels in memory leave none of the tree's {} in the store",
-                config.shape().levels()
+                "{pinned} buckets in memory: the tree has {inner} above its leaves, and the \
+                 leaves stay in the store"
             )));
         }
         prepare_new_dir(dir)?;
@@ -493,11 +537,8 @@ impl DurableTao {
             state,
             slots: two_slots.then(|| SlotMap::new(cells)),
             pinned: PinnedCells {
-                levels: pinned_levels,
-                cells: Some(vec![
-                    serde_bytes::ByteBuf::new();
-                    PinnedCells::count(pinned_levels) as usize
-                ]),
+                count: pinned,
+                cells: Some(vec![serde_bytes::ByteBuf::new(); pinned as usize]),
             },
             next_epoch: 0,
             seq: 0,
@@ -551,9 +592,9 @@ impl DurableTao {
         let mut state = ckpt.state;
         let mut slots = ckpt.slots;
         let pinned_cells = ckpt.pinned;
-        if pinned_cells.levels > 0 && slots.is_none() {
+        if pinned_cells.count > 0 && slots.is_none() {
             return Err(ProxyError::State(format!(
-                "{}: pinned tree levels on an in-place store",
+                "{}: pinned tree top on an in-place store",
                 dir.join(CHECKPOINT).display()
             )));
         }
@@ -592,7 +633,7 @@ impl DurableTao {
                 }
                 let map = slots.as_mut().ok_or_else(|| bad("two-slot record, in-place store"))?;
                 apply_slot_cells(&rec.cells, &mut state.versions, map).map_err(|m| bad(&m))?;
-                let pinned_count = PinnedCells::count(pinned_cells.levels);
+                let pinned_count = pinned_cells.count;
                 for c in rec.pinned {
                     if c.cell >= pinned_count {
                         return Err(bad("pinned cell out of range"));
@@ -695,7 +736,7 @@ impl DurableTao {
             Some(s) => Arc::clone(s) as Arc<dyn Store>,
             None => store,
         };
-        let pinned = if pinned_cells.levels > 0 {
+        let pinned = if pinned_cells.count > 0 {
             let p = PinnedStore::new(Arc::clone(&store), pinned_cells).await?;
             p.restore(pinned_logged.into_iter().collect())?;
             Some(Arc::new(p))
@@ -1234,6 +1275,19 @@ pub(crate) struct SavedTao {
 
 /// The checkpoint of `dir`, sealed or (migrating) unsealed from an earlier version.
 fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
+    if let Some(v3) = read_prev_checkpoint::<V3Checkpoint>(dir, V3_CHECKPOINT_MAGIC, sealer)? {
+        return Ok(Checkpoint {
+            store_id: v3.store_id,
+            state: v3.state,
+            slots: v3.slots,
+            pinned: PinnedCells {
+                count: PinnedCells::for_levels(v3.pinned.levels),
+                cells: v3.pinned.cells,
+            },
+            next_epoch: v3.next_epoch,
+            seq: v3.seq,
+        });
+    }
     if let Some(prev) = read_prev_checkpoint::<PrevCheckpoint>(dir, PREV_CHECKPOINT_MAGIC, sealer)?
     {
         return Ok(Checkpoint {
@@ -1294,4 +1348,58 @@ pub(crate) fn save_rebuilt_tao(dir: &Path, saved: SavedTao, key: &MasterKey) -> 
     };
     crate::durable::remove_log(dir)?;
     write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &StateSealer::new(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use blindfold_store::MemoryStore;
+
+    use super::*;
+
+    /// A checkpoint of format 3 (the pinned top counted in whole levels) opens with its top and
+    /// every committed block, and is rewritten in the current format.
+    #[tokio::test]
+    async fn a_format_3_checkpoint_opens_with_its_pinned_top() {
+        let key = MasterKey::generate();
+        let dir = tempfile::tempdir().unwrap();
+        let config = TaoConfig::builder(64, 32).write_back_every(4).build().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(MemoryStore::new(DurableTao::geometry(&config).unwrap()));
+        let tao = DurableTao::create_pinned(
+            dir.path(),
+            config,
+            store.clone(),
+            &key,
+            StoreId::random(),
+            2,
+        )
+        .await
+        .unwrap();
+        let blocks: Vec<(BlockId, Vec<u8>)> =
+            (0..64).map(|b| (BlockId(b), vec![b as u8; 32])).collect();
+        tao.write_many(blocks.clone()).await.unwrap();
+        tao.commit().await.unwrap();
+        tao.shutdown().await.unwrap();
+        drop(tao);
+        let sealer = StateSealer::new(&key);
+        let ckpt = load_checkpoint(dir.path(), &sealer).unwrap();
+        assert_eq!(ckpt.pinned.count, 3);
+        assert!(ckpt.pinned.cells.as_ref().unwrap().iter().any(|c| !c.is_empty()));
+        let v3 = V3Checkpoint {
+            store_id: ckpt.store_id,
+            state: ckpt.state,
+            slots: ckpt.slots,
+            pinned: V3Pinned { levels: 2, cells: ckpt.pinned.cells },
+            next_epoch: ckpt.next_epoch,
+            seq: ckpt.seq,
+        };
+        write_checkpoint_as(dir.path(), V3_CHECKPOINT_MAGIC, &v3, &sealer).unwrap();
+        let (tao, _) = DurableTao::open(dir.path(), store, &key).await.unwrap();
+        let ids: Vec<BlockId> = blocks.iter().map(|(b, _)| *b).collect();
+        let got = tao.read_many(&ids).await.unwrap();
+        assert!(got.iter().zip(&blocks).all(|(g, (_, d))| g == d));
+        let head = std::fs::read(dir.path().join(CHECKPOINT)).unwrap();
+        assert_eq!(&head[..8], CHECKPOINT_MAGIC);
+        assert_eq!(load_checkpoint(dir.path(), &sealer).unwrap().pinned.count, 3);
+    }
 }

@@ -4,8 +4,11 @@
 //! The top `k` levels of a Path ORAM tree (heap order: cells `0 .. 2^k - 1`) lie on every
 //! path, so keeping them in the gateway hides nothing the store would otherwise learn (every
 //! access reads and writes all of them) and saves `k` buckets of traffic and a share of the
-//! requests on every access. [`PinnedStore`] serves those cells from memory, still sealed, and
-//! passes every other cell through. The pinned cells are trusted state: a durable engine logs
+//! requests on every access. The pinned cells are a prefix of the heap order, so a budget
+//! between two whole levels pins the left part of the next level too: a path to a leaf under
+//! that part skips one more bucket in the store. Which buckets a path skips depends only on
+//! its leaf, which the store learns from the buckets it reads anyway. [`PinnedStore`] serves
+//! those cells from memory, still sealed, and passes every other cell through. The pinned cells are trusted state: a durable engine logs
 //! the ones a commit changed in its commit record and all of them in its checkpoint. (The
 //! TaoStore engine keeps them open and logs them by block instead; it seals the changed ones
 //! into this store only when a checkpoint or a verify reads them.)
@@ -23,16 +26,17 @@ use crate::{ProxyError, Result};
 /// The pinned cells of a durable engine, as its checkpoint holds them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PinnedCells {
-    /// Levels of the tree kept in memory: cells `0 .. 2^levels - 1`.
-    pub levels: u32,
+    /// Cells kept in memory: `0 .. count`, the tree top in heap order (whole levels and
+    /// possibly the left part of the next one).
+    pub count: u64,
     /// Each pinned cell's sealed bytes (empty: never written); `None` after a rebuild, which
     /// wrote them to the store: the next start reads them from there once.
     pub cells: Option<Vec<serde_bytes::ByteBuf>>,
 }
 
 impl PinnedCells {
-    /// Cells pinned with `levels` levels.
-    pub fn count(levels: u32) -> u64 {
+    /// Cells pinned with `levels` whole levels.
+    pub fn for_levels(levels: u32) -> u64 {
         if levels == 0 {
             0
         } else {
@@ -46,7 +50,7 @@ impl PinnedCells {
 #[derive(Debug)]
 pub struct PinnedStore {
     inner: Arc<dyn Store>,
-    levels: u32,
+    count: u64,
     cells: RwLock<Vec<Vec<u8>>>,
     /// Pinned cells written since the last [`PinnedStore::take_dirty`].
     dirty: Mutex<BTreeSet<u64>>,
@@ -56,15 +60,14 @@ pub struct PinnedStore {
 }
 
 impl PinnedStore {
-    /// Pins the top `pinned.levels` levels over `inner`. Pinned cells not in `pinned` (after a
+    /// Pins cells `0 .. pinned.count` over `inner`. Pinned cells not in `pinned` (after a
     /// rebuild) are read from `inner` now, once, in cell order.
     pub async fn new(inner: Arc<dyn Store>, pinned: PinnedCells) -> Result<Self> {
-        let count = PinnedCells::count(pinned.levels);
+        let count = pinned.count;
         let g = inner.geometry();
         if count >= g.cell_count() {
             return Err(ProxyError::State(format!(
-                "{} pinned levels leave no level of the {}-cell tree in the store",
-                pinned.levels,
+                "{count} pinned cells leave none of the {}-cell tree in the store",
                 g.cell_count()
             )));
         }
@@ -75,9 +78,8 @@ impl PinnedStore {
                     || cells.iter().any(|c| !c.is_empty() && c.len() != size)
                 {
                     return Err(ProxyError::State(format!(
-                        "pinned cells: {} of them for {} levels, or of the wrong size",
+                        "pinned cells: {} of them for {count}, or of the wrong size",
                         cells.len(),
-                        pinned.levels
                     )));
                 }
                 cells.into_iter().map(|c| c.into_vec()).collect()
@@ -93,7 +95,7 @@ impl PinnedStore {
         };
         Ok(Self {
             inner,
-            levels: pinned.levels,
+            count,
             cells: RwLock::new(cells),
             dirty: Mutex::new(BTreeSet::new()),
             held: Mutex::new(BTreeSet::new()),
@@ -102,7 +104,7 @@ impl PinnedStore {
 
     /// Number of pinned cells.
     pub fn count(&self) -> u64 {
-        PinnedCells::count(self.levels)
+        self.count
     }
 
     /// Every pinned cell, for a checkpoint. Fails while a cell is held open
@@ -114,7 +116,7 @@ impl PinnedStore {
             )));
         }
         Ok(PinnedCells {
-            levels: self.levels,
+            count: self.count,
             cells: Some(
                 self.cells.read().iter().map(|c| serde_bytes::ByteBuf::from(c.clone())).collect(),
             ),
@@ -289,10 +291,10 @@ mod tests {
             Geometry::new(15, 4).unwrap(),
         )));
         let p =
-            PinnedStore::new(inner.clone(), PinnedCells { levels: 2, cells: Some(vec![]) }).await;
+            PinnedStore::new(inner.clone(), PinnedCells { count: 3, cells: Some(vec![]) }).await;
         assert!(p.is_err(), "three pinned cells need three entries");
         let p =
-            PinnedStore::new(inner.clone(), PinnedCells { levels: 2, cells: None }).await.unwrap();
+            PinnedStore::new(inner.clone(), PinnedCells { count: 3, cells: None }).await.unwrap();
         assert_eq!(p.count(), 3);
         inner.clear();
         p.write(vec![(CellId(1), vec![1; 4]), (CellId(9), vec![9; 4])]).await.unwrap();
@@ -308,13 +310,13 @@ mod tests {
         let back = PinnedStore::new(inner.clone(), saved).await.unwrap();
         assert_eq!(back.read(&[CellId(1)]).await.unwrap(), vec![vec![1; 4]]);
         assert!(back.restore(vec![(3, vec![0; 4])]).is_err());
-        assert!(PinnedStore::new(inner, PinnedCells { levels: 4, cells: None }).await.is_err());
+        assert!(PinnedStore::new(inner, PinnedCells { count: 15, cells: None }).await.is_err());
     }
 
     #[tokio::test]
     async fn a_released_cell_is_never_served_until_sealed_again() {
         let inner = Arc::new(MemoryStore::new(Geometry::new(15, 4).unwrap()));
-        let p = PinnedStore::new(inner, PinnedCells { levels: 2, cells: None }).await.unwrap();
+        let p = PinnedStore::new(inner, PinnedCells { count: 3, cells: None }).await.unwrap();
         p.write(vec![(CellId(0), vec![7; 4]), (CellId(1), vec![1; 4])]).await.unwrap();
         // Written since the last take_dirty: still to be logged, so kept.
         p.release(&[1]);

@@ -303,9 +303,9 @@ async fn tao_into(
     let (old, new) = slotted_pair(old, new, saved.slots, target.tree().total_cells())?;
     // The pinned top of the tree is read from the checkpoint; the rebuilt tree writes every
     // cell to the new array, and the next start reads its top back into memory once.
-    let levels = saved.pinned.levels;
+    let pinned = saved.pinned.count;
     let old: Arc<dyn Store> =
-        if levels > 0 { Arc::new(PinnedStore::new(old, saved.pinned).await?) } else { old };
+        if pinned > 0 { Arc::new(PinnedStore::new(old, saved.pinned).await?) } else { old };
     read_old(&*old, &opener, &state.versions, &mut report, |_, plain| found.bucket(plain)).await?;
     if grow_to.is_some() {
         refuse_damage(&report)?;
@@ -327,7 +327,7 @@ async fn tao_into(
             store_id: saved.store_id,
             state,
             slots: new.slots(),
-            pinned: PinnedCells { levels, cells: None },
+            pinned: PinnedCells { count: pinned, cells: None },
             next_epoch: next_epoch(epoch)?,
             seq: saved.seq,
         },

@@ -20,15 +20,18 @@ fn config() -> TaoConfig {
     TaoConfig::builder(64, BS).write_back_every(4).build().unwrap()
 }
 
-/// A new engine over `store` with the top `pinned` levels in trusted memory.
+/// A new engine over `store` with the tree's first `pinned` buckets (heap order) in trusted
+/// memory.
 async fn create(
     dir: &std::path::Path,
     config: TaoConfig,
     store: Arc<dyn Store>,
     key: &MasterKey,
-    pinned: u32,
+    pinned: u64,
 ) -> DurableTao {
-    DurableTao::create_pinned(dir, config, store, key, StoreId::random(), pinned).await.unwrap()
+    DurableTao::create_pinned_cells(dir, config, store, key, StoreId::random(), pinned)
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,9 +50,16 @@ async fn committed_writes_survive_a_crash_at_any_point() {
         let backing: Arc<dyn Store> = Arc::new(MemoryStore::new(geometry));
         let mut acked: HashMap<u64, Vec<u8>> = HashMap::new();
         {
-            // Three two-slot trials in four keep the top two levels in trusted memory (their
-            // changes travel in the commit records), with checkpoints along the way or not.
-            let pinned = if two_slots && trial % 8 != 5 { 2 } else { 0 };
+            // Three two-slot trials in four keep the top of the tree in trusted memory (their
+            // changes travel in the commit records), with checkpoints along the way or not:
+            // two whole levels, or two levels and half the next, or three and 3 of 8.
+            let pinned = match trial % 8 {
+                _ if !two_slots => 0,
+                0 => 3,
+                1 => 5,
+                4 => 10,
+                _ => 0,
+            };
             let mut tao = create(dir.path(), config(), backing.clone(), &key, pinned).await;
             assert_eq!(tao.two_slots(), two_slots);
             if trial % 2 == 1 {
@@ -165,10 +175,9 @@ async fn unchanged_top_buckets_are_not_rewritten_and_nothing_is_lost() {
     let backing: Arc<dyn Store> =
         Arc::new(MemoryStore::new(DurableTao::geometry(&config).unwrap()));
     let dir = tempfile::tempdir().unwrap();
-    let pinned = config.shape().levels() - 1; // all but the leaves
-                                              // The sealed top, were every pinned cell held sealed.
-    let sealed_top =
-        ((1u64 << pinned) - 1) * u64::from(DurableTao::geometry(&config).unwrap().cell_size());
+    // All but the leaves, and the sealed top were every pinned cell held sealed.
+    let pinned = config.shape().buckets() - config.shape().leaves();
+    let sealed_top = pinned * u64::from(DurableTao::geometry(&config).unwrap().cell_size());
     let mut tao = create(dir.path(), config, backing.clone(), &key, pinned).await;
     // Trusted memory besides the engine's own: the pinned store's sealed copies, the slot map
     // (a byte a cell) and the overlay (empty after a commit).
@@ -220,9 +229,10 @@ async fn unchanged_top_buckets_are_not_rewritten_and_nothing_is_lost() {
     }
 }
 
-/// With the top levels pinned in trusted memory, the store never sees a read or a write of
-/// them (in either slot), while the engine agrees with a model across commits, restarts, a
-/// crash and a rebuild into a new array (whose first start reads the top back once).
+/// With the top of the tree pinned in trusted memory (whole levels, or part of the next one
+/// too), the store never sees a read or a write of it (in either slot), while the engine
+/// agrees with a model across commits, restarts, a crash and a rebuild into a new array (whose
+/// first start reads the top back once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pinned_top_levels_never_reach_the_store() {
     use blindfold_store::{RecordingStore, TraceOp};
@@ -231,14 +241,26 @@ async fn pinned_top_levels_never_reach_the_store() {
     let n = config().tree().total_cells();
     let rec =
         Arc::new(RecordingStore::new(MemoryStore::new(DurableTao::geometry(&config()).unwrap())));
-    // Three levels: cells 0..7, also at n..n+7 in the second slot.
-    let top = |c: u64| c % n < 7;
     let all = config().shape().levels();
     assert!(
         DurableTao::create_pinned(dir.path(), config(), rec.clone(), &key, StoreId::random(), all)
             .await
             .is_err(),
         "some level must stay in the store"
+    );
+    let inner = config().shape().buckets() - config().shape().leaves();
+    assert!(
+        DurableTao::create_pinned_cells(
+            dir.path(),
+            config(),
+            rec.clone(),
+            &key,
+            StoreId::random(),
+            inner + 1
+        )
+        .await
+        .is_err(),
+        "the leaves stay in the store"
     );
     let dir = tempfile::tempdir().unwrap();
     let in_place = Arc::new(MemoryStore::new(config().geometry().unwrap()));
@@ -248,86 +270,101 @@ async fn pinned_top_levels_never_reach_the_store() {
             .is_err(),
         "pinning needs two slots"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let tao =
-        DurableTao::create_pinned(dir.path(), config(), rec.clone(), &key, StoreId::random(), 3)
-            .await
-            .unwrap();
-    let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
-    let mut rng = ChaCha8Rng::seed_from_u64(5);
-    for round in 0..4u8 {
-        for _ in 0..20 {
-            let b = rng.gen_range(0..64);
-            let d: Vec<u8> = (0..BS).map(|_| rng.gen()).collect();
-            tao.write_many(vec![(BlockId(b), d.clone())]).await.unwrap();
-            model.insert(b, d);
-            tao.read_many(&[BlockId(rng.gen_range(0..64))]).await.unwrap();
+    // Three whole levels (7 cells), then three levels and half the next (11).
+    for count in [7u64, 11] {
+        let rec = Arc::new(RecordingStore::new(MemoryStore::new(
+            DurableTao::geometry(&config()).unwrap(),
+        )));
+        let dir = tempfile::tempdir().unwrap();
+        // Cells 0..count, also at n..n+count in the second slot.
+        let top = |c: u64| c % n < count;
+        let tao = DurableTao::create_pinned_cells(
+            dir.path(),
+            config(),
+            rec.clone(),
+            &key,
+            StoreId::random(),
+            count,
+        )
+        .await
+        .unwrap();
+        let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for round in 0..4u8 {
+            for _ in 0..20 {
+                let b = rng.gen_range(0..64);
+                let d: Vec<u8> = (0..BS).map(|_| rng.gen()).collect();
+                tao.write_many(vec![(BlockId(b), d.clone())]).await.unwrap();
+                model.insert(b, d);
+                tao.read_many(&[BlockId(rng.gen_range(0..64))]).await.unwrap();
+            }
+            tao.commit().await.unwrap();
+            if round == 2 {
+                tao.shutdown().await.unwrap(); // a checkpoint with the pinned cells
+            }
+        }
+        drop(tao); // a crash: the last commits are only in the redo log
+        let (tao, _) = DurableTao::open(dir.path(), rec.clone(), &key).await.unwrap();
+        for (b, d) in &model {
+            assert_eq!(&tao.read_many(&[BlockId(*b)]).await.unwrap()[0], d, "block {b}");
+        }
+        let report = tao.verify(|_, _| {}).await.unwrap();
+        assert!(report.failures.is_empty(), "{:?}", report.failures);
+        tao.shutdown().await.unwrap();
+        let touched: Vec<u64> = rec
+            .take_trace()
+            .into_iter()
+            .flat_map(|e| e.cells)
+            .map(|c| c.0)
+            .filter(|&c| top(c))
+            .collect();
+        assert!(touched.is_empty(), "the store saw pinned cells {touched:?}");
+
+        // Recover into a new array: every cell is written there, and the first start reads the
+        // top back once (and only then).
+        let fresh = Arc::new(RecordingStore::new(MemoryStore::new(
+            DurableTao::geometry(&config()).unwrap(),
+        )));
+        let rebuilt = blindfold_proxy::rebuild::rebuild_tao(
+            dir.path(),
+            rec.clone(),
+            fresh.clone(),
+            &key,
+            blindfold_proxy::rebuild::fresh_epoch(),
+        )
+        .await
+        .unwrap();
+        // (Blocks only ever read have a leaf but no stored copy: the rebuild lists them as lost,
+        // and they read as zeros, as before.)
+        assert!(rebuilt.unreadable_cells.is_empty(), "{rebuilt:?}");
+        assert!(rebuilt.lost.iter().all(|b| !model.contains_key(b)), "{rebuilt:?}");
+        fresh.clear();
+        let (tao, _) = DurableTao::open(dir.path(), fresh.clone(), &key).await.unwrap();
+        let first: Vec<(TraceOp, Vec<u64>)> = fresh
+            .take_trace()
+            .into_iter()
+            .map(|e| (e.op, e.cells.iter().map(|c| c.0).collect()))
+            .collect();
+        let read_top: Vec<u64> = first
+            .iter()
+            .filter(|(op, _)| *op == TraceOp::Read)
+            .flat_map(|(_, c)| c.iter().copied())
+            .filter(|&c| top(c))
+            .collect();
+        assert_eq!(read_top.len() as u64, count, "the top read once at the first start: {first:?}");
+        for (b, d) in &model {
+            assert_eq!(&tao.read_many(&[BlockId(*b)]).await.unwrap()[0], d, "block {b}");
         }
         tao.commit().await.unwrap();
-        if round == 2 {
-            tao.shutdown().await.unwrap(); // a checkpoint with the pinned cells
-        }
+        let later: Vec<u64> = fresh
+            .take_trace()
+            .into_iter()
+            .flat_map(|e| e.cells)
+            .map(|c| c.0)
+            .filter(|&c| top(c))
+            .collect();
+        assert!(later.is_empty(), "after the start the store saw pinned cells {later:?}");
     }
-    drop(tao); // a crash: the last commits are only in the redo log
-    let (tao, _) = DurableTao::open(dir.path(), rec.clone(), &key).await.unwrap();
-    for (b, d) in &model {
-        assert_eq!(&tao.read_many(&[BlockId(*b)]).await.unwrap()[0], d, "block {b}");
-    }
-    let report = tao.verify(|_, _| {}).await.unwrap();
-    assert!(report.failures.is_empty(), "{:?}", report.failures);
-    tao.shutdown().await.unwrap();
-    let touched: Vec<u64> = rec
-        .take_trace()
-        .into_iter()
-        .flat_map(|e| e.cells)
-        .map(|c| c.0)
-        .filter(|&c| top(c))
-        .collect();
-    assert!(touched.is_empty(), "the store saw pinned cells {touched:?}");
-
-    // Recover into a new array: every cell is written there, and the first start reads the
-    // top back once (and only then).
-    let fresh =
-        Arc::new(RecordingStore::new(MemoryStore::new(DurableTao::geometry(&config()).unwrap())));
-    let rebuilt = blindfold_proxy::rebuild::rebuild_tao(
-        dir.path(),
-        rec.clone(),
-        fresh.clone(),
-        &key,
-        blindfold_proxy::rebuild::fresh_epoch(),
-    )
-    .await
-    .unwrap();
-    // (Blocks only ever read have a leaf but no stored copy: the rebuild lists them as lost,
-    // and they read as zeros, as before.)
-    assert!(rebuilt.unreadable_cells.is_empty(), "{rebuilt:?}");
-    assert!(rebuilt.lost.iter().all(|b| !model.contains_key(b)), "{rebuilt:?}");
-    fresh.clear();
-    let (tao, _) = DurableTao::open(dir.path(), fresh.clone(), &key).await.unwrap();
-    let first: Vec<(TraceOp, Vec<u64>)> = fresh
-        .take_trace()
-        .into_iter()
-        .map(|e| (e.op, e.cells.iter().map(|c| c.0).collect()))
-        .collect();
-    let read_top: Vec<u64> = first
-        .iter()
-        .filter(|(op, _)| *op == TraceOp::Read)
-        .flat_map(|(_, c)| c.iter().copied())
-        .filter(|&c| top(c))
-        .collect();
-    assert_eq!(read_top.len(), 7, "the top read once at the first start: {first:?}");
-    for (b, d) in &model {
-        assert_eq!(&tao.read_many(&[BlockId(*b)]).await.unwrap()[0], d, "block {b}");
-    }
-    tao.commit().await.unwrap();
-    let later: Vec<u64> = fresh
-        .take_trace()
-        .into_iter()
-        .flat_map(|e| e.cells)
-        .map(|c| c.0)
-        .filter(|&c| top(c))
-        .collect();
-    assert!(later.is_empty(), "after the start the store saw pinned cells {later:?}");
 }
 
 /// Back-pressure: many clients at once over a slow store, with a small bound on the engine's

@@ -530,7 +530,9 @@ struct ServeArgs {
     /// Trusted memory (MiB) for the top levels of the ORAM tree of a new store: each cached
     /// level saves one bucket of storage traffic per access, for either engine (with `tao`,
     /// not on an --in-place store; `tao` holds each cached bucket sealed until first used,
-    /// then open instead). Fixed at creation [default: 32].
+    /// then open instead, and fills the budget bucket by bucket: whole levels, then the left
+    /// part of the next, so paths to leaves below that part skip one more bucket). Fixed at
+    /// creation [default: 32].
     #[arg(long)]
     cache_mib: Option<u64>,
     /// Oblivious engine of a new store: `tao` (concurrent, TaoStore design: many block
@@ -1499,7 +1501,8 @@ fn check_flags_against(a: &ServeArgs, p: &blindfold_gateway::server::GatewayPara
         clashes.push(format!("--engine {e} (it uses {})", p.engine));
     }
     if a.cache_mib.is_some() {
-        clashes.push(format!("--cache-mib (it keeps {} tree levels in memory)", p.cache_levels));
+        let kept = p.cache_summary().unwrap_or_else(|| "no tree level".into());
+        clashes.push(format!("--cache-mib (it keeps {kept} in memory)"));
     }
     if !clashes.is_empty() {
         bail!(
@@ -1821,11 +1824,7 @@ fn status(a: StatusArgs) -> Result<()> {
         f.blocks,
         f.block_size,
         p.z,
-        if p.cache_levels > 0 {
-            format!(", {} tree levels in memory", p.cache_levels)
-        } else {
-            String::new()
-        },
+        p.cache_summary().map(|c| format!(", {c} in memory")).unwrap_or_default(),
         if p.pad_objects { ", object sizes padded" } else { "" }
     );
     println!(
