@@ -96,8 +96,12 @@ struct Checkpoint {
     state: TaoState,
     /// Which slot holds each cell, for a two-slot store; `None` for an in-place one.
     slots: Option<SlotMap>,
-    /// The top of the tree, kept in trusted memory (two-slot stores only).
+    /// The top of the tree, kept in trusted memory (two-slot stores only): sealed, but for the
+    /// buckets the engine held open, which are empty here and in `top`.
     pinned: PinnedCells,
+    /// The tree top the engine held open, by block, every block with its contents: it costs
+    /// what it holds, not a sealed cell per bucket, and takes no sealing at a checkpoint.
+    top: Vec<TopBucket>,
     /// First key epoch no run has sealed with.
     next_epoch: u32,
     /// Sequence number of the last redo record folded into this checkpoint.
@@ -540,6 +544,7 @@ impl DurableTao {
                 count: pinned,
                 cells: Some(vec![serde_bytes::ByteBuf::new(); pinned as usize]),
             },
+            top: Vec::new(),
             next_epoch: 0,
             seq: 0,
         };
@@ -598,10 +603,16 @@ impl DurableTao {
                 dir.join(CHECKPOINT).display()
             )));
         }
-        // Pinned cells changed by replayed commits, put back once the pinned store is up:
-        // sealed as logged, or logged open by block (sealed below, under this run's epoch).
+        // Pinned cells the checkpoint holds open, or that replayed commits changed, put back
+        // once the pinned store is up: sealed as logged, or open by block (sealed below, under
+        // this run's epoch).
         let mut pinned_logged: HashMap<u64, Vec<u8>> = HashMap::new();
-        let mut pinned_open: HashMap<u64, TopWritten> = HashMap::new();
+        let mut pinned_open: HashMap<u64, TopWritten> =
+            resolve_top(ckpt.top, pinned_cells.count, &state.config)
+                .map_err(|m| ProxyError::State(format!("{}: {m}", dir.join(CHECKPOINT).display())))?
+                .into_iter()
+                .map(|w| (w.cell, w))
+                .collect();
         let mut pool = TopPool::default();
         let log_path = dir.join(REDO_LOG);
         let (frames, _, torn_bytes) = read_frames_with_legacy(
@@ -647,14 +658,8 @@ impl DurableTao {
                 let top =
                     pool.resolve(top, block_size, config.z() as usize).map_err(|m| bad(&m))?;
                 pool.apply(&top);
-                let leaves = config.shape().leaves();
                 for w in top {
-                    if w.cell >= pinned_count {
-                        return Err(bad("pinned cell out of range"));
-                    }
-                    if w.blocks.iter().any(|e| e.0 >= config.blocks() || u64::from(e.1) >= leaves) {
-                        return Err(bad("top bucket names a block or leaf out of range"));
-                    }
+                    check_top(&w, pinned_count, config).map_err(|m| bad(&m))?;
                     state.versions.set(w.cell, w.version);
                     pinned_logged.remove(&w.cell);
                     pinned_open.insert(w.cell, w);
@@ -752,6 +757,7 @@ impl DurableTao {
             state,
             slots,
             pinned: pinned.as_ref().map(|p| p.export()).transpose()?.unwrap_or_default(),
+            top: Vec::new(),
             next_epoch: epoch
                 .checked_add(1)
                 .ok_or(ProxyError::State("key epochs exhausted".into()))?,
@@ -1196,17 +1202,23 @@ impl DurableTao {
     /// With the gate held exclusively and nothing in the overlay: the whole state to the
     /// checkpoint, and an empty log.
     fn checkpoint_locked(&self, c: &mut Committer) -> Result<()> {
-        let held = self.seal_top()?;
+        // The top the engine holds open goes in by block, as it is; the pinned store's sealed
+        // copies of those buckets may be stale or let go, and are left out.
+        let open = self.tao.open_top()?;
+        let cells: Vec<u64> = open.iter().map(|w| w.cell).collect();
         let state = self.tao.export_state()?;
-        let pinned = self.pinned.as_ref().map(|p| p.export()).transpose()?.unwrap_or_default();
-        if let Some(p) = &self.pinned {
-            p.release(&held);
+        let pinned =
+            self.pinned.as_ref().map(|p| p.export_open(&cells)).transpose()?.unwrap_or_default();
+        if !open.is_empty() && self.pinned.is_none() {
+            return Err(ProxyError::State("open tree top without a pinned store".into()));
         }
         let ckpt = Checkpoint {
             store_id: c.store_id.0,
             state,
             slots: self.slotted.as_ref().map(|s| s.map()),
             pinned,
+            // An empty pool: every block with its contents.
+            top: TopPool::default().encode(&open),
             next_epoch: c.next_epoch.max(self.tao.current_epoch().saturating_add(1)),
             seq: c.seq,
         };
@@ -1269,6 +1281,8 @@ pub(crate) struct SavedTao {
     pub(crate) state: TaoState,
     pub(crate) slots: Option<SlotMap>,
     pub(crate) pinned: PinnedCells,
+    /// The tree top the checkpoint holds open (its cells are empty in `pinned`).
+    pub(crate) top: Vec<TopWritten>,
     pub(crate) next_epoch: u32,
     pub(crate) seq: u64,
 }
@@ -1284,6 +1298,7 @@ fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
                 count: PinnedCells::for_levels(v3.pinned.levels),
                 cells: v3.pinned.cells,
             },
+            top: Vec::new(),
             next_epoch: v3.next_epoch,
             seq: v3.seq,
         });
@@ -1295,6 +1310,7 @@ fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
             state: prev.state,
             slots: None,
             pinned: PinnedCells::default(),
+            top: Vec::new(),
             next_epoch: prev.next_epoch,
             seq: prev.seq,
         });
@@ -1315,6 +1331,7 @@ fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
             },
             slots: None,
             pinned: PinnedCells::default(),
+            top: Vec::new(),
             next_epoch: old.next_epoch,
             seq: old.seq,
         },
@@ -1322,15 +1339,44 @@ fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
     Ok(ckpt)
 }
 
+/// A checkpoint's open tree top, every block with its contents, checked against the tree.
+fn resolve_top(
+    top: Vec<TopBucket>,
+    pinned: u64,
+    config: &TaoConfig,
+) -> std::result::Result<Vec<TopWritten>, String> {
+    let (block_size, z) = (config.block_size() as usize, config.z() as usize);
+    let top = TopPool::default().resolve(top, block_size, z)?;
+    for w in &top {
+        check_top(w, pinned, config)?;
+    }
+    Ok(top)
+}
+
+/// Checks a tree top bucket from a redo record or a checkpoint against the tree.
+fn check_top(w: &TopWritten, pinned: u64, config: &TaoConfig) -> std::result::Result<(), String> {
+    if w.cell >= pinned {
+        return Err("pinned cell out of range".into());
+    }
+    let leaves = config.shape().leaves();
+    if w.blocks.iter().any(|e| e.0 >= config.blocks() || u64::from(e.1) >= leaves) {
+        return Err("top bucket names a block or leaf out of range".into());
+    }
+    Ok(())
+}
+
 /// Reads the checkpoint in `dir` (the redo log is not looked at; see
 /// [`crate::durable::load_saved_path_oram`]).
 pub(crate) fn load_saved_tao(dir: &Path, key: &MasterKey) -> Result<SavedTao> {
     let c = load_checkpoint(dir, &StateSealer::new(key))?;
+    let top = resolve_top(c.top, c.pinned.count, &c.state.config)
+        .map_err(|m| ProxyError::State(format!("{}: {m}", dir.join(CHECKPOINT).display())))?;
     Ok(SavedTao {
         store_id: StoreId(c.store_id),
         state: c.state,
         slots: c.slots,
         pinned: c.pinned,
+        top,
         next_epoch: c.next_epoch,
         seq: c.seq,
     })
@@ -1343,6 +1389,7 @@ pub(crate) fn save_rebuilt_tao(dir: &Path, saved: SavedTao, key: &MasterKey) -> 
         state: saved.state,
         slots: saved.slots,
         pinned: saved.pinned,
+        top: TopPool::default().encode(&saved.top),
         next_epoch: saved.next_epoch,
         seq: saved.seq,
     };
@@ -1381,10 +1428,19 @@ mod tests {
         tao.commit().await.unwrap();
         tao.shutdown().await.unwrap();
         drop(tao);
+        // The checkpoint holds the top the engine held open by block, and not sealed.
         let sealer = StateSealer::new(&key);
         let ckpt = load_checkpoint(dir.path(), &sealer).unwrap();
+        assert!(!ckpt.top.is_empty());
+        let cells = ckpt.pinned.cells.as_ref().unwrap();
+        assert!(ckpt.top.iter().all(|b| cells[b.cell as usize].is_empty()));
+        // A start seals the whole top (and the checkpoint it writes holds it sealed, as
+        // format 3 did); a crash right after.
+        drop(DurableTao::open(dir.path(), store.clone(), &key).await.unwrap());
+        let ckpt = load_checkpoint(dir.path(), &sealer).unwrap();
         assert_eq!(ckpt.pinned.count, 3);
-        assert!(ckpt.pinned.cells.as_ref().unwrap().iter().any(|c| !c.is_empty()));
+        assert!(ckpt.top.is_empty());
+        assert!(ckpt.pinned.cells.as_ref().unwrap().iter().all(|c| !c.is_empty()));
         let v3 = V3Checkpoint {
             store_id: ckpt.store_id,
             state: ckpt.state,

@@ -110,15 +110,32 @@ impl PinnedStore {
     /// Every pinned cell, for a checkpoint. Fails while a cell is held open
     /// ([`PinnedStore::release`]): restore it first.
     pub fn export(&self) -> Result<PinnedCells> {
-        if let Some(c) = self.held.lock().first() {
+        self.export_open(&[])
+    }
+
+    /// As [`PinnedStore::export`], for a checkpoint that holds the cells `open` (sorted) open
+    /// itself: those are left empty here, whether held or not.
+    pub fn export_open(&self, open: &[u64]) -> Result<PinnedCells> {
+        let is_open = |c: u64| open.binary_search(&c).is_ok();
+        if let Some(c) = self.held.lock().iter().find(|&&c| !is_open(c)) {
             return Err(ProxyError::State(format!(
                 "pinned cell {c} is held open by the engine: seal it before a checkpoint"
             )));
         }
+        let cells = self.cells.read();
         Ok(PinnedCells {
             count: self.count,
             cells: Some(
-                self.cells.read().iter().map(|c| serde_bytes::ByteBuf::from(c.clone())).collect(),
+                (0..self.count)
+                    .zip(cells.iter())
+                    .map(|(i, c)| {
+                        if is_open(i) {
+                            serde_bytes::ByteBuf::new()
+                        } else {
+                            serde_bytes::ByteBuf::from(c.clone())
+                        }
+                    })
+                    .collect(),
             ),
         })
     }

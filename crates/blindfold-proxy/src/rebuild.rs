@@ -306,7 +306,16 @@ async fn tao_into(
     let pinned = saved.pinned.count;
     let old: Arc<dyn Store> =
         if pinned > 0 { Arc::new(PinnedStore::new(old, saved.pinned).await?) } else { old };
-    read_old(&*old, &opener, &state.versions, &mut report, |_, plain| found.bucket(plain)).await?;
+    // The buckets the checkpoint holds open are taken from it, not read (their cells are empty
+    // in the pinned store).
+    let mut versions = state.versions.clone();
+    for w in saved.top {
+        versions.set(w.cell, 0);
+        for (id, _, data) in w.blocks {
+            found.block(id, data.to_vec())?;
+        }
+    }
+    read_old(&*old, &opener, &versions, &mut report, |_, plain| found.bucket(plain)).await?;
     if grow_to.is_some() {
         refuse_damage(&report)?;
     }
@@ -328,6 +337,7 @@ async fn tao_into(
             state,
             slots: new.slots(),
             pinned: PinnedCells { count: pinned, cells: None },
+            top: Vec::new(),
             next_epoch: next_epoch(epoch)?,
             seq: saved.seq,
         },

@@ -673,6 +673,26 @@ impl TaoOram {
         Ok(sealed.into_iter().map(|(b, _, cell)| (b, cell)).collect())
     }
 
+    /// Every resident bucket held open in the subtree, open, with its current version, sorted
+    /// by cell: what a checkpoint keeps of the tree top instead of sealed cells. Only when
+    /// quiescent, as [`TaoOram::export_state`].
+    pub(crate) fn open_top(&self) -> Result<Vec<TopWritten>> {
+        let s = self.shared.state.lock();
+        s.check_quiescent()?;
+        let mut out: Vec<TopWritten> = s
+            .subtree
+            .iter()
+            .filter(|(&b, _)| s.is_resident(b))
+            .map(|(&b, n)| TopWritten {
+                cell: b,
+                version: s.versions.get(b),
+                blocks: n.slots.iter().map(|e| (e.id, e.leaf, e.data.clone())).collect(),
+            })
+            .collect();
+        out.sort_unstable_by_key(|w| w.cell);
+        Ok(out)
+    }
+
     /// The resident buckets written back since the last call (the latest write of each, sorted
     /// by cell); empty unless [`TaoOram::record_top_writes`] was called. Call it with the
     /// engine flushed, so that every write it returns is complete.
