@@ -64,8 +64,8 @@ pub struct GitBench {
     /// The S3 server: the direct side's bucket, and where the gateways keep their cells.
     #[serde(serialize_with = "display")]
     pub store: StoreUrl,
-    /// Trusted memory for the tree top, MiB.
-    pub cache_mib: u64,
+    /// Trusted memory for the tree top, MiB (default: each engine's).
+    pub cache_mib: Option<u64>,
     /// Emulated round trip to the S3 server, ms (0: none, the private cloud). The direct
     /// side's git reaches the server through a relay with this link, each gateway its store
     /// through [`blindfold_store::LatencyStore`]; git reaches a gateway on this machine directly
@@ -454,7 +454,9 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
             data_dir: data_dir.path().to_path_buf(),
             capacity,
             block_size,
-            cache_mib: p.cache_mib,
+            cache_mib: p
+                .cache_mib
+                .unwrap_or_else(|| blindfold_gateway::server::default_cache_mib(engine)),
             engine,
             kind,
             in_place: false,

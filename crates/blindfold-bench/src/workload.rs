@@ -427,7 +427,7 @@ async fn store_side(p: &WorkloadBench, g: &Generated) -> Result<StoreSide> {
 /// Trusted storage (position map, versions, cached tree top) over the store's bytes, as the
 /// gateway's footprint estimates them for this capacity, block size and engine.
 fn outsource_ratio(capacity: u64, block_size: u32, engine: OramEngine) -> Result<f64> {
-    use blindfold_gateway::server::{footprint, new_params, ServeConfig, DEFAULT_CACHE_MIB};
+    use blindfold_gateway::server::{default_cache_mib, footprint, new_params, ServeConfig};
     let cfg = ServeConfig {
         listen: "127.0.0.1:0".parse().expect("address"),
         data_dir: std::env::temp_dir(),
@@ -438,7 +438,7 @@ fn outsource_ratio(capacity: u64, block_size: u32, engine: OramEngine) -> Result
         capacity,
         block_size,
         pad_objects: false,
-        cache_mib: DEFAULT_CACHE_MIB,
+        cache_mib: default_cache_mib(engine),
         engine,
         in_place: false,
     };

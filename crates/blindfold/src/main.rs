@@ -154,7 +154,8 @@ struct NodeArgs {
     /// Block size in bytes, fixed at creation; must be the gateway's [default: 4096].
     #[arg(long)]
     block_size: Option<u32>,
-    /// Trusted memory (MiB) for the top of the node's ORAM tree [default: 32].
+    /// Trusted memory (MiB) for the top of the node's ORAM tree [default: 128 with tao, 32
+    /// with path-oram].
     #[arg(long)]
     cache_mib: Option<u64>,
 }
@@ -532,7 +533,7 @@ struct ServeArgs {
     /// not on an --in-place store; `tao` holds each cached bucket sealed until first used,
     /// then open instead, and fills the budget bucket by bucket: whole levels, then the left
     /// part of the next, so paths to leaves below that part skip one more bucket). Fixed at
-    /// creation [default: 32].
+    /// creation [default: 128 with tao, 32 with path-oram].
     #[arg(long)]
     cache_mib: Option<u64>,
     /// Oblivious engine of a new store: `tao` (concurrent, TaoStore design: many block
@@ -1046,9 +1047,10 @@ struct GitBenchArgs {
     /// Block sizes, comma-separated (e.g. 4KiB,64KiB).
     #[arg(long, value_delimiter = ',', default_value = "64KiB", value_parser = parse_block_size)]
     block_size: Vec<u32>,
-    /// Trusted memory (MiB) for the top levels of the ORAM tree, as `serve --cache-mib`.
-    #[arg(long, default_value_t = blindfold_gateway::server::DEFAULT_CACHE_MIB)]
-    cache_mib: u64,
+    /// Trusted memory (MiB) for the top levels of the ORAM tree, as `serve --cache-mib`
+    /// [default: each engine's, as `serve`].
+    #[arg(long)]
+    cache_mib: Option<u64>,
     /// A short run: a small generated repository instead of the bundle, the first engine only.
     #[arg(long)]
     quick: bool,
@@ -1112,9 +1114,10 @@ struct GatewayBenchArgs {
     /// ORAM block size, bytes.
     #[arg(long, default_value_t = 4096)]
     block_size: u32,
-    /// Trusted memory (MiB) for the top levels of the ORAM tree, as `serve --cache-mib`.
-    #[arg(long, default_value_t = blindfold_gateway::server::DEFAULT_CACHE_MIB)]
-    cache_mib: u64,
+    /// Trusted memory (MiB) for the top levels of the ORAM tree, as `serve --cache-mib`
+    /// [default: 128 with tao, 32 with path-oram].
+    #[arg(long)]
+    cache_mib: Option<u64>,
     /// The gateway's engine, as `serve --engine`: tao, path-oram, tee, oblivistore, curious or
     /// curious-path.
     #[arg(long, default_value_t = blindfold_gateway::server::OramEngine::Tao)]
@@ -1326,7 +1329,9 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
         concurrency: args.concurrency,
         capacity: args.capacity,
         block_size: args.block_size,
-        cache_mib: args.cache_mib,
+        cache_mib: args
+            .cache_mib
+            .unwrap_or_else(|| blindfold_gateway::server::default_cache_mib(args.engine)),
         engine: args.engine,
         in_place: args.in_place,
         rtt_ms: args.rtt_ms,
@@ -1539,8 +1544,9 @@ async fn serve(a: ServeArgs) -> Result<()> {
     cfg.capacity = a.capacity.unwrap_or(1 << 30);
     cfg.block_size = a.block_size.unwrap_or_else(|| default_block_size(cfg.store.as_ref()));
     cfg.pad_objects = a.pad_objects;
-    cfg.cache_mib = a.cache_mib.unwrap_or(blindfold_gateway::server::DEFAULT_CACHE_MIB);
     cfg.engine = a.engine.unwrap_or_default();
+    cfg.cache_mib =
+        a.cache_mib.unwrap_or_else(|| blindfold_gateway::server::default_cache_mib(cfg.engine));
     cfg.in_place = a.in_place;
     // Everything that can be checked is checked before anything is created.
     match read_params(&cfg.data_dir)? {
@@ -2344,7 +2350,9 @@ async fn node(a: NodeArgs) -> Result<()> {
         capacity,
         block_size,
         pad_objects: false,
-        cache_mib: a.cache_mib.unwrap_or(blindfold_gateway::server::DEFAULT_CACHE_MIB),
+        cache_mib: a.cache_mib.unwrap_or_else(|| {
+            blindfold_gateway::server::default_cache_mib(a.engine.unwrap_or_default())
+        }),
         engine: a.engine.unwrap_or_default(),
         in_place: false,
     };
