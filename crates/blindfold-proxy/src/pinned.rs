@@ -11,7 +11,7 @@
 //! those cells from memory, still sealed, and passes every other cell through. The pinned cells are trusted state: a durable engine logs
 //! the ones a commit changed in its commit record and all of them in its checkpoint. (The
 //! TaoStore engine keeps them open and logs them by block instead; it seals the changed ones
-//! into this store only when a checkpoint or a verify reads them.)
+//! into this store only when a verify reads them, and a checkpoint holds them by block.)
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -179,7 +179,7 @@ impl PinnedStore {
     }
 
     /// Puts in cells sealed outside the store's write path — those a replayed commit record
-    /// logged, or an open tree top sealed for a checkpoint — without marking them written.
+    /// logged, or an open tree top sealed for a verify — without marking them written.
     pub fn restore(&self, logged: Vec<(u64, Vec<u8>)>) -> Result<()> {
         let size = self.inner.geometry().cell_size() as usize;
         let mut held = self.held.lock();

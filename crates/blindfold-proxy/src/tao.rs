@@ -641,8 +641,8 @@ impl TaoOram {
 
     /// Seals, under their current versions, the resident buckets written back since the last
     /// call ([`TaoOram::record_top_writes`]) and the resident buckets `also` (held open), for
-    /// the store below to hold before its copies are read outside the engine (a checkpoint, a
-    /// verify). Only when quiescent, as [`TaoOram::export_state`].
+    /// the store below to hold before its copies are read outside the engine (a verify).
+    /// Only when quiescent, as [`TaoOram::export_state`].
     pub(crate) fn seal_top(&self, also: &[u64]) -> Result<Vec<(u64, Vec<u8>)>> {
         let open: Vec<(u64, u64, Vec<Slot>)> = {
             let mut s = self.shared.state.lock();
