@@ -278,6 +278,11 @@ async fn pinned_top_levels_never_reach_the_store() {
         let dir = tempfile::tempdir().unwrap();
         // Cells 0..count, also at n..n+count in the second slot.
         let top = |c: u64| c % n < count;
+        // The pinned cells a recording store saw since its trace was last taken.
+        let seen_top = |r: &RecordingStore<MemoryStore>| -> Vec<u64> {
+            let cells = r.take_trace().into_iter().flat_map(|e| e.cells);
+            cells.map(|c| c.0).filter(|&c| top(c)).collect()
+        };
         let tao = DurableTao::create_pinned_cells(
             dir.path(),
             config(),
@@ -311,13 +316,7 @@ async fn pinned_top_levels_never_reach_the_store() {
         let report = tao.verify(|_, _| {}).await.unwrap();
         assert!(report.failures.is_empty(), "{:?}", report.failures);
         tao.shutdown().await.unwrap();
-        let touched: Vec<u64> = rec
-            .take_trace()
-            .into_iter()
-            .flat_map(|e| e.cells)
-            .map(|c| c.0)
-            .filter(|&c| top(c))
-            .collect();
+        let touched = seen_top(&rec);
         assert!(touched.is_empty(), "the store saw pinned cells {touched:?}");
 
         // Recover into a new array: every cell is written there, and the first start reads the
@@ -356,13 +355,7 @@ async fn pinned_top_levels_never_reach_the_store() {
             assert_eq!(&tao.read_many(&[BlockId(*b)]).await.unwrap()[0], d, "block {b}");
         }
         tao.commit().await.unwrap();
-        let later: Vec<u64> = fresh
-            .take_trace()
-            .into_iter()
-            .flat_map(|e| e.cells)
-            .map(|c| c.0)
-            .filter(|&c| top(c))
-            .collect();
+        let later = seen_top(&fresh);
         assert!(later.is_empty(), "after the start the store saw pinned cells {later:?}");
     }
 }
