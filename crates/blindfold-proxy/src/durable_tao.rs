@@ -710,16 +710,18 @@ impl DurableTao {
         // reserves it; the top buckets sealed before it stay in trusted memory until then).
         let epoch = next_epoch;
         let top_sealer = cell_sealer(key, previous, store_id, epoch);
-        for (cell, w) in pinned_open {
+        let mut reopened: Vec<TopWritten> = pinned_open.into_values().collect();
+        reopened.sort_unstable_by_key(|w| w.cell);
+        for w in &reopened {
             let blocks = w.blocks.iter().map(|(id, leaf, data)| (*id, *leaf, &data[..]));
             let sealed = seal_cell(
                 &top_sealer,
-                CellId(cell),
+                CellId(w.cell),
                 w.version,
                 &encode_bucket(&state.config, blocks),
             )?;
-            state.versions.record(cell, w.version, &sealed);
-            pinned_logged.insert(cell, sealed);
+            state.versions.record(w.cell, w.version, &sealed);
+            pinned_logged.insert(w.cell, sealed);
         }
         if let Some(map) = &slots {
             if map.len() != state.versions.len() {
@@ -752,12 +754,19 @@ impl DurableTao {
             Some(p) => Arc::clone(p) as Arc<dyn Store>,
             None => store,
         };
+        // The buckets just sealed from blocks go into the checkpoint as blocks again: it then
+        // costs what the top holds, as a running engine's checkpoint does.
+        let reopened_cells: Vec<u64> = reopened.iter().map(|w| w.cell).collect();
         let after = Checkpoint {
             store_id: store_id.0,
             state,
             slots,
-            pinned: pinned.as_ref().map(|p| p.export()).transpose()?.unwrap_or_default(),
-            top: Vec::new(),
+            pinned: pinned
+                .as_ref()
+                .map(|p| p.export_open(&reopened_cells))
+                .transpose()?
+                .unwrap_or_default(),
+            top: TopPool::default().encode(&reopened),
             next_epoch: epoch
                 .checked_add(1)
                 .ok_or(ProxyError::State("key epochs exhausted".into()))?,
@@ -1434,9 +1443,18 @@ mod tests {
         assert!(!ckpt.top.is_empty());
         let cells = ckpt.pinned.cells.as_ref().unwrap();
         assert!(ckpt.top.iter().all(|b| cells[b.cell as usize].is_empty()));
-        // A start seals the whole top (and the checkpoint it writes holds it sealed, as
-        // format 3 did); a crash right after.
-        drop(DurableTao::open(dir.path(), store.clone(), &key).await.unwrap());
+        // A start keeps them by block in the checkpoint it writes; a crash right after, and
+        // another. Then a clean stop before anything opened the top: all of it sealed, as
+        // format 3 held it.
+        for _ in 0..2 {
+            drop(DurableTao::open(dir.path(), store.clone(), &key).await.unwrap());
+            let again = load_checkpoint(dir.path(), &sealer).unwrap();
+            let cells: Vec<u64> = again.top.iter().map(|b| b.cell).collect();
+            assert_eq!(cells, ckpt.top.iter().map(|b| b.cell).collect::<Vec<_>>());
+        }
+        let (tao, _) = DurableTao::open(dir.path(), store.clone(), &key).await.unwrap();
+        tao.shutdown().await.unwrap();
+        drop(tao);
         let ckpt = load_checkpoint(dir.path(), &sealer).unwrap();
         assert_eq!(ckpt.pinned.count, 3);
         assert!(ckpt.top.is_empty());
