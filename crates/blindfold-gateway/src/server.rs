@@ -519,8 +519,10 @@ impl GatewayParams {
             if self.cache_levels == 1 { "" } else { "s" }
         );
         Some(if cells > whole {
-            let next = (whole + 1) as f64;
-            format!("{levels} and {:.0} % of the next", (cells - whole) as f64 * 100.0 / next)
+            // Level `k` under `k` whole levels has `2^k = whole + 1` buckets; rounded down, so
+            // a level one bucket short never reads as whole.
+            let percent = (cells - whole).saturating_mul(100) / (whole + 1);
+            format!("{levels} and {percent} % of the next")
         } else {
             levels
         })
@@ -820,16 +822,18 @@ pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
         generation: 0,
     };
     let p = match cfg.engine {
-        OramEngine::PathOram => {
-            GatewayParams { cache_levels: cache_levels_for(&p, cfg.cache_mib << 20)?, ..p }
-        }
+        OramEngine::PathOram => GatewayParams {
+            cache_levels: cache_levels_for(&p, cfg.cache_mib.saturating_mul(1 << 20))?,
+            ..p
+        },
         // Keeping the tree top in memory needs two slots per cell (see DurableTao).
         OramEngine::Tao if cfg.in_place => {
             tao_config(&p)?;
             p
         }
         OramEngine::Tao => {
-            let (cache_levels, cache_cells) = tao_pinned_for(&p, cfg.cache_mib << 20)?;
+            let (cache_levels, cache_cells) =
+                tao_pinned_for(&p, cfg.cache_mib.saturating_mul(1 << 20))?;
             GatewayParams { cache_levels, cache_cells, ..p }
         }
         OramEngine::Tee => {
