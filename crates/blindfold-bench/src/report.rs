@@ -484,8 +484,8 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
          the store's bytes over the gateway's trusted bytes (as the thesis printed it: larger \
          means less local storage), estimated for this run's capacity (sized to the workload) \
          and for the thesis's 5 GB ORAM; the tree top the gateway keeps in trusted memory \
-         (128 MiB with tao, 32 with path-oram) is most of a small store. \"vs no ORAM\" is the slowdown against the same gateway with \
-         blocks but no ORAM (the thesis's second baseline). The thesis ran workloads A–E in the \
+         (128 MiB with tao, 32 with path-oram) is most of a small store. \"vs no ORAM\" is the \
+         slowdown against the same gateway with blocks but no ORAM (the thesis's second baseline). The thesis ran workloads A–E in the \
          public cloud only; its figures are from its Appendix C (`workloads/thesis.csv` gives \
          the table and line of each)."
             .into(),

@@ -261,11 +261,7 @@ pub async fn route(state: Arc<AdminState>, req: Request<hyper::body::Incoming>) 
                 capacity_bytes: blocks * u64::from(p.block_size),
                 z: p.z,
                 cache_levels: p.cache_levels,
-                cache_cells: if p.engine == crate::server::OramEngine::Tao {
-                    p.tao_pinned_cells()
-                } else {
-                    blindfold_proxy::PinnedCells::for_levels(p.cache_levels)
-                },
+                cache_cells: p.cached_cells(),
                 pad_objects: p.pad_objects,
                 uptime_s: state.started.elapsed().as_secs(),
                 poisoned: state.observer.is_poisoned(),

@@ -506,10 +506,19 @@ impl GatewayParams {
         }
     }
 
+    /// Buckets of the data tree kept in trusted memory, with any engine.
+    pub fn cached_cells(&self) -> u64 {
+        if self.engine == OramEngine::Tao {
+            self.tao_pinned_cells()
+        } else {
+            blindfold_proxy::PinnedCells::for_levels(self.cache_levels)
+        }
+    }
+
     /// The cached tree top for people: "3 tree levels", "10 tree levels and 57 % of the next".
     pub fn cache_summary(&self) -> Option<String> {
         let whole = blindfold_proxy::PinnedCells::for_levels(self.cache_levels);
-        let cells = if self.engine == OramEngine::Tao { self.tao_pinned_cells() } else { whole };
+        let cells = self.cached_cells();
         if cells == 0 {
             return None;
         }

@@ -491,12 +491,7 @@ impl DurableTao {
         store_id: StoreId,
         pinned_levels: u32,
     ) -> Result<Self> {
-        if pinned_levels >= config.shape().levels() {
-            return Err(ProxyError::State(format!(
-                "{pinned_levels} levels in memory leave none of the tree's {} in the store",
-                config.shape().levels()
-            )));
-        }
+        // All levels, or more, are more buckets than the tree has above its leaves: refused there.
         let count = PinnedCells::for_levels(pinned_levels);
         Self::create_pinned_cells(dir, config, store, key, store_id, count).await
     }
@@ -608,8 +603,7 @@ impl DurableTao {
         // this run's epoch).
         let mut pinned_logged: HashMap<u64, Vec<u8>> = HashMap::new();
         let mut pinned_open: HashMap<u64, TopWritten> =
-            resolve_top(ckpt.top, pinned_cells.count, &state.config)
-                .map_err(|m| ProxyError::State(format!("{}: {m}", dir.join(CHECKPOINT).display())))?
+            resolve_top(dir, ckpt.top, pinned_cells.count, &state.config)?
                 .into_iter()
                 .map(|w| (w.cell, w))
                 .collect();
@@ -1348,18 +1342,19 @@ fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
     Ok(ckpt)
 }
 
-/// A checkpoint's open tree top, every block with its contents, checked against the tree.
+/// The open tree top of the checkpoint in `dir`, every block with its contents, checked
+/// against the tree.
 fn resolve_top(
+    dir: &Path,
     top: Vec<TopBucket>,
     pinned: u64,
     config: &TaoConfig,
-) -> std::result::Result<Vec<TopWritten>, String> {
+) -> Result<Vec<TopWritten>> {
     let (block_size, z) = (config.block_size() as usize, config.z() as usize);
-    let top = TopPool::default().resolve(top, block_size, z)?;
-    for w in &top {
-        check_top(w, pinned, config)?;
-    }
-    Ok(top)
+    let checked = TopPool::default()
+        .resolve(top, block_size, z)
+        .and_then(|top| top.iter().try_for_each(|w| check_top(w, pinned, config)).map(|()| top));
+    checked.map_err(|m| ProxyError::State(format!("{}: {m}", dir.join(CHECKPOINT).display())))
 }
 
 /// Checks a tree top bucket from a redo record or a checkpoint against the tree.
@@ -1378,8 +1373,7 @@ fn check_top(w: &TopWritten, pinned: u64, config: &TaoConfig) -> std::result::Re
 /// [`crate::durable::load_saved_path_oram`]).
 pub(crate) fn load_saved_tao(dir: &Path, key: &MasterKey) -> Result<SavedTao> {
     let c = load_checkpoint(dir, &StateSealer::new(key))?;
-    let top = resolve_top(c.top, c.pinned.count, &c.state.config)
-        .map_err(|m| ProxyError::State(format!("{}: {m}", dir.join(CHECKPOINT).display())))?;
+    let top = resolve_top(dir, c.top, c.pinned.count, &c.state.config)?;
     Ok(SavedTao {
         store_id: StoreId(c.store_id),
         state: c.state,

@@ -8,10 +8,11 @@
 //! between two whole levels pins the left part of the next level too: a path to a leaf under
 //! that part skips one more bucket in the store. Which buckets a path skips depends only on
 //! its leaf, which the store learns from the buckets it reads anyway. [`PinnedStore`] serves
-//! those cells from memory, still sealed, and passes every other cell through. The pinned cells are trusted state: a durable engine logs
-//! the ones a commit changed in its commit record and all of them in its checkpoint. (The
-//! TaoStore engine keeps them open and logs them by block instead; it seals the changed ones
-//! into this store only when a verify reads them, and a checkpoint holds them by block.)
+//! those cells from memory, still sealed, and passes every other cell through. The pinned
+//! cells are trusted state: a durable engine logs the ones a commit changed in its commit
+//! record and all of them in its checkpoint. (The TaoStore engine keeps them open and logs
+//! them by block instead; it seals the changed ones into this store only when a verify reads
+//! them, and a checkpoint holds them by block.)
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
