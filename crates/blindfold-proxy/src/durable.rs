@@ -142,28 +142,36 @@ pub(crate) struct SlotCell {
 }
 
 /// Applies the cells of a replayed [`SlotRecord`] to the trusted versions and slot map,
-/// checking each against them (the record comes from the data directory).
+/// checking each against them (the record comes from the data directory). `slot_of` gives the
+/// slot-map entry of a cell: itself, or its group in a packed store ([`crate::Packing`]).
 pub(crate) fn apply_slot_cells(
     cells: &[SlotCell],
     versions: &mut VersionTable,
     slots: &mut SlotMap,
+    slot_of: impl Fn(u64) -> u64,
 ) -> std::result::Result<(), String> {
     for c in cells {
-        if c.cell >= versions.len() || c.cell >= slots.len() || c.slot > 1 {
+        if c.cell >= versions.len() || c.slot > 1 {
             return Err(format!("cell {} or slot {} out of range", c.cell, c.slot));
+        }
+        let entry = slot_of(c.cell);
+        if entry >= slots.len() {
+            return Err(format!("cell {} out of the slot map", c.cell));
         }
         versions.set(c.cell, c.version);
         versions.set_epoch(c.cell, c.epoch);
-        slots.set(c.cell, c.slot);
+        slots.set(entry, c.slot);
     }
     Ok(())
 }
 
-/// The commit-record cells of the writes `slotted` holds pending, with their trusted
+/// The commit-record cells of the pending writes (`cell`, its new slot), with their trusted
 /// versions and epochs.
-pub(crate) fn pending_slot_cells(slotted: &SlottedStore, versions: &VersionTable) -> Vec<SlotCell> {
-    slotted
-        .pending()
+pub(crate) fn pending_slot_cells(
+    pending: Vec<(u64, u8)>,
+    versions: &VersionTable,
+) -> Vec<SlotCell> {
+    pending
         .into_iter()
         .map(|(cell, slot)| SlotCell {
             cell,
@@ -901,7 +909,7 @@ impl DurablePathOram {
                 let map = slots
                     .as_mut()
                     .ok_or_else(|| bad("two-slot redo record for an in-place store".into()))?;
-                apply_slot_cells(&rec.cells, &mut versions, map)
+                apply_slot_cells(&rec.cells, &mut versions, map, |c| c)
                     .map_err(|m| bad(format!("redo record: {m}")))?;
                 oram.apply_delta(rec.delta)?;
                 next_epoch = next_epoch.max(rec.epoch_high.saturating_add(1));
@@ -1400,7 +1408,7 @@ impl DurablePathOram {
             seq: self.seq + 1,
             epoch_high: self.sealer.current_epoch(),
             delta,
-            cells: pending_slot_cells(slotted, &self.versions),
+            cells: pending_slot_cells(slotted.pending(), &self.versions),
         };
         let len =
             append_record(&self.log, &self.dir, SLOT_RECORD_MAGIC, &record, &self.state_sealer)

@@ -59,6 +59,7 @@ use crate::durable::{
     read_frames_with_legacy, read_prev_checkpoint, replace_log, verify_cells, write_batches,
     write_checkpoint_as, LegacyVersions, LoggedCell, SlotCell, CHECKPOINT, REDO_LOG,
 };
+use crate::packed::{PackedStore, Packing};
 use crate::path::{seal_cell, with_retry, RetryPolicy};
 use crate::pinned::{PinnedCells, PinnedStore};
 use crate::slots::{slotted_geometry, SlotMap, SlottedStore};
@@ -435,6 +436,8 @@ pub struct DurableTao {
     /// `slotted` if the store has two slots per cell, else the store itself.
     store: Arc<dyn Store>,
     slotted: Option<Arc<SlottedStore>>,
+    /// Over `slotted` when several buckets share a store object ([`crate::packed`]).
+    packed: Option<Arc<PackedStore>>,
     pinned: Option<Arc<PinnedStore>>,
     /// Requests hold it shared; a commit holds it exclusively.
     gate: tokio::sync::RwLock<()>,
@@ -508,7 +511,33 @@ impl DurableTao {
         store_id: StoreId,
         pinned: u64,
     ) -> Result<Self> {
-        let two_slots = store.geometry() == Self::geometry(&config)?;
+        Self::create_packed(dir, config, store, key, store_id, pinned, 1).await
+    }
+
+    /// As [`DurableTao::create_pinned_cells`], with the tree stored in subtrees of
+    /// `pack_levels` levels per store object ([`crate::packed`]; 1 is a bucket per object).
+    /// The store must have [`DurableTao::packed_geometry`]'s shape, two slots per object.
+    pub async fn create_packed(
+        dir: &Path,
+        config: TaoConfig,
+        store: Arc<dyn Store>,
+        key: &MasterKey,
+        store_id: StoreId,
+        pinned: u64,
+        pack_levels: u32,
+    ) -> Result<Self> {
+        let packing = Packing::new(config.shape().levels(), pack_levels)?;
+        let two_slots = store.geometry() == Self::packed_geometry(&config, pack_levels)?;
+        if packing.is_packed() && !two_slots {
+            return Err(ProxyError::Geometry {
+                found: format!(
+                    "{} cells of {} bytes",
+                    store.geometry().cell_count(),
+                    store.geometry().cell_size()
+                ),
+                needed: format!("two slots of {} groups of {pack_levels} levels", packing.groups()),
+            });
+        }
         if pinned > 0 && !two_slots {
             return Err(ProxyError::State(
                 "keeping the top of the tree in memory needs a store with two slots per cell"
@@ -523,7 +552,6 @@ impl DurableTao {
             )));
         }
         prepare_new_dir(dir)?;
-        let cells = config.tree().total_cells();
         let state = TaoState {
             posmap: vec![0; config.blocks() as usize],
             stash: Vec::new(),
@@ -534,7 +562,7 @@ impl DurableTao {
         let ckpt = Checkpoint {
             store_id: store_id.0,
             state,
-            slots: two_slots.then(|| SlotMap::new(cells)),
+            slots: two_slots.then(|| SlotMap::new(packing.groups())),
             pinned: PinnedCells {
                 count: pinned,
                 cells: Some(vec![serde_bytes::ByteBuf::new(); pinned as usize]),
@@ -556,6 +584,26 @@ impl DurableTao {
     /// The store shape of a new engine of `config`: two slots per cell (see [`crate::slots`]).
     pub fn geometry(config: &TaoConfig) -> Result<Geometry> {
         slotted_geometry(config.geometry()?)
+    }
+
+    /// The store shape of a new engine of `config` whose tree is stored in subtrees of
+    /// `pack_levels` levels per store object ([`crate::packed`]), two slots each.
+    pub fn packed_geometry(config: &TaoConfig, pack_levels: u32) -> Result<Geometry> {
+        let packing = Packing::new(config.shape().levels(), pack_levels)?;
+        slotted_geometry(packing.geometry(config.geometry()?.cell_size())?)
+    }
+
+    /// The writes a commit is about to log: each bucket with its new slot.
+    fn pending_cells(&self, slotted: &SlottedStore) -> Vec<(u64, u8)> {
+        match &self.packed {
+            Some(p) => p.pending(),
+            None => slotted.pending(),
+        }
+    }
+
+    /// Levels of the tree per store object (1: a bucket per object).
+    pub fn pack_levels(&self) -> u32 {
+        self.packed.as_ref().map_or(1, |p| p.packing().depth())
     }
 
     /// Whether the store holds two slots per cell (else commits overwrite it in place).
@@ -592,6 +640,27 @@ impl DurableTao {
         let mut state = ckpt.state;
         let mut slots = ckpt.slots;
         let pinned_cells = ckpt.pinned;
+        // The slot map has a bit per store object: per bucket, or per group of a packed tree.
+        let levels = state.config.shape().levels();
+        let packing = match &slots {
+            Some(map) => Packing::for_groups(levels, map.len()).map_err(|e| {
+                ProxyError::State(format!(
+                    "{}: slot map of {} cells for {} cells ({e})",
+                    dir.join(CHECKPOINT).display(),
+                    map.len(),
+                    state.versions.len()
+                ))
+            })?,
+            None => Packing::new(levels, 1)?,
+        };
+        if state.versions.len() != packing.buckets() {
+            return Err(ProxyError::State(format!(
+                "{}: {} cell versions for a tree of {} buckets",
+                dir.join(CHECKPOINT).display(),
+                state.versions.len(),
+                packing.buckets()
+            )));
+        }
         if pinned_cells.count > 0 && slots.is_none() {
             return Err(ProxyError::State(format!(
                 "{}: pinned tree top on an in-place store",
@@ -637,7 +706,8 @@ impl DurableTao {
                     continue;
                 }
                 let map = slots.as_mut().ok_or_else(|| bad("two-slot record, in-place store"))?;
-                apply_slot_cells(&rec.cells, &mut state.versions, map).map_err(|m| bad(&m))?;
+                apply_slot_cells(&rec.cells, &mut state.versions, map, |c| packing.group_of(c).0)
+                    .map_err(|m| bad(&m))?;
                 let pinned_count = pinned_cells.count;
                 for c in rec.pinned {
                     if c.cell >= pinned_count {
@@ -717,25 +787,24 @@ impl DurableTao {
             state.versions.record(w.cell, w.version, &sealed);
             pinned_logged.insert(w.cell, sealed);
         }
-        if let Some(map) = &slots {
-            if map.len() != state.versions.len() {
-                return Err(ProxyError::State(format!(
-                    "{}: slot map of {} cells for {} cells",
-                    dir.join(CHECKPOINT).display(),
-                    map.len(),
-                    state.versions.len()
-                )));
-            }
-        }
         // The layers under the engine: the store, its slot map, the pinned top of the tree
         // (with the changes the replayed records logged, so the checkpoint below has them).
         let slotted = match &slots {
             Some(map) => Some(Arc::new(SlottedStore::new(Arc::clone(&store), map.clone())?)),
             None => None,
         };
-        let store = match &slotted {
-            Some(s) => Arc::clone(s) as Arc<dyn Store>,
-            None => store,
+        let packed = match &slotted {
+            Some(s) if packing.is_packed() => Some(Arc::new(PackedStore::new(
+                Arc::clone(s),
+                packing,
+                state.config.geometry()?.cell_size(),
+            )?)),
+            _ => None,
+        };
+        let store = match (&packed, &slotted) {
+            (Some(p), _) => Arc::clone(p) as Arc<dyn Store>,
+            (None, Some(s)) => Arc::clone(s) as Arc<dyn Store>,
+            (None, None) => store,
         };
         let pinned = if pinned_cells.count > 0 {
             let p = PinnedStore::new(Arc::clone(&store), pinned_cells).await?;
@@ -794,6 +863,7 @@ impl DurableTao {
             overlay,
             store,
             slotted,
+            packed,
             pinned,
             gate: tokio::sync::RwLock::new(()),
             admission: tokio::sync::Mutex::new(()),
@@ -1085,7 +1155,7 @@ impl DurableTao {
                 posmap,
                 stash: state.stash,
                 stats: state.stats,
-                cells: pending_slot_cells(slotted, &state.versions),
+                cells: pending_slot_cells(self.pending_cells(slotted), &state.versions),
                 pinned: pinned
                     .into_iter()
                     .filter(|(cell, _)| !by_block.contains(cell))
@@ -1135,7 +1205,10 @@ impl DurableTao {
         );
         c.log_bytes += appended;
         c.seq = seq;
-        slotted.publish();
+        match &self.packed {
+            Some(p) => p.publish(),
+            None => slotted.publish(),
+        }
         self.overlay.end_commit();
         c.posmap = state.posmap;
         Ok(())

@@ -83,6 +83,7 @@ mod error;
 mod oblivistore;
 #[cfg(feature = "onion")]
 mod onion;
+mod packed;
 mod path;
 pub mod pinned;
 pub mod rebuild;
@@ -100,6 +101,7 @@ pub use error::ProxyError;
 pub use oblivistore::{DurableObliviStore, ObliviStoreEngineStats};
 #[cfg(feature = "onion")]
 pub use onion::{OnionPhaseTimes, SealedOnionOram, SealedOnionState};
+pub use packed::{PackedStore, Packing, MAX_PACK_LEVELS};
 pub use path::{SealedPathOram, SealedPathState};
 pub use pinned::{PinnedCells, PinnedStore};
 pub use ring::{AccessTiming, RingData, RingPhaseTimes, SealedRingOram, SealedRingState};

@@ -71,6 +71,7 @@ use crate::durable::{
     load_saved_path_oram, read_in_order, save_rebuilt_path_oram, write_batches, SavedPathOram,
 };
 use crate::durable_tao::{load_saved_tao, save_rebuilt_tao, SavedTao};
+use crate::packed::{PackedStore, Packing};
 use crate::path::{open_cell, seal_cells, with_retry, RetryPolicy};
 use crate::pinned::{PinnedCells, PinnedStore};
 use crate::slots::{SlotMap, SlottedStore};
@@ -300,7 +301,7 @@ async fn tao_into(
     let opener = CellSealer::new(key, saved.store_id, saved.next_epoch);
     let mut found = Found::new(&tree);
     let mut report = Rebuilt { epoch, ..Rebuilt::default() };
-    let (old, new) = slotted_pair(old, new, saved.slots, target.tree().total_cells())?;
+    let (old, new) = packed_pair(old, new, saved.slots, &state.config, &target)?;
     // The pinned top of the tree is read from the checkpoint; the rebuilt tree writes every
     // cell to the new array, and the next start reads its top back into memory once.
     let pinned = saved.pinned.count;
@@ -477,6 +478,7 @@ async fn partitions_into(
 enum NewArray {
     InPlace(Arc<dyn Store>),
     Slotted(Arc<SlottedStore>),
+    Packed(Arc<PackedStore>),
 }
 
 impl NewArray {
@@ -484,6 +486,7 @@ impl NewArray {
         match self {
             Self::InPlace(s) => &**s,
             Self::Slotted(s) => &**s,
+            Self::Packed(p) => &**p,
         }
     }
 
@@ -494,6 +497,10 @@ impl NewArray {
             Self::Slotted(s) => {
                 s.publish();
                 Some(s.map())
+            }
+            Self::Packed(p) => {
+                p.publish();
+                Some(p.slot_map())
             }
         }
     }
@@ -514,6 +521,32 @@ fn slotted_pair(
         }
         None => (old, NewArray::InPlace(new)),
     })
+}
+
+/// As [`slotted_pair`] for a TaoStore tree, which may be stored in subtrees of several levels
+/// per store object ([`crate::packed`]): the saved slot map says how deep, and the new tree
+/// (of `target`'s size) is packed the same way.
+fn packed_pair(
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    slots: Option<SlotMap>,
+    saved: &TaoConfig,
+    target: &TaoConfig,
+) -> Result<(Arc<dyn Store>, NewArray)> {
+    let Some(map) = slots else {
+        return slotted_pair(old, new, None, target.tree().total_cells());
+    };
+    let depth = Packing::for_groups(saved.shape().levels(), map.len())?.depth();
+    if depth == 1 {
+        return slotted_pair(old, new, Some(map), target.tree().total_cells());
+    }
+    let size = saved.geometry()?.cell_size();
+    let old_packing = Packing::new(saved.shape().levels(), depth)?;
+    let old = Arc::new(SlottedStore::new(old, map)?);
+    let old = Arc::new(PackedStore::new(old, old_packing, size)?) as Arc<dyn Store>;
+    let packing = Packing::new(target.shape().levels(), depth)?;
+    let new = Arc::new(SlottedStore::new(new, SlotMap::new(packing.groups()))?);
+    Ok((old, NewArray::Packed(Arc::new(PackedStore::new(new, packing, size)?))))
 }
 
 fn next_epoch(epoch: u32) -> Result<u32> {

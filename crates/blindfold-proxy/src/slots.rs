@@ -154,6 +154,25 @@ impl SlottedStore {
         }
     }
 
+    /// Reads each cell's newest copy: the one written since the last publish if there is
+    /// one, else the committed copy. (A [`crate::packed::PackedStore`] rewriting a group that a
+    /// write of the same commit changed before must start from that write.)
+    pub async fn read_newest(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        let phys: Vec<CellId> = {
+            let map = self.map.read();
+            let pending = self.pending.lock();
+            cells
+                .iter()
+                .map(|c| {
+                    self.logical.check_cell(*c)?;
+                    let slot = pending.get(&c.0).copied().unwrap_or_else(|| map.get(c.0));
+                    Ok(self.phys(c.0, slot))
+                })
+                .collect::<blindfold_store::Result<_>>()?
+        };
+        self.inner.read(&phys).await
+    }
+
     /// Bytes of trusted memory used (the slot map).
     pub fn trusted_bytes(&self) -> u64 {
         self.map.read().trusted_bytes()

@@ -431,3 +431,120 @@ async fn invalid_requests_are_refused() {
     assert!(TaoConfig::builder(BLOCKS, BLOCK_SIZE).write_back_every(0).build().is_err());
     assert!(!s.oram.is_poisoned());
 }
+
+/// Packed two levels per store object ([`blindfold_proxy::PackedStore`] over two slots), the
+/// store sees each path as its groups, whatever the workload: a read fetches exactly the
+/// groups of one path, to a uniformly random leaf; a write-back writes the groups of whole
+/// paths, and reads back first only groups it writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn packed_trace_is_whole_paths_of_groups_whatever_the_workload() {
+    use blindfold_proxy::{slotted_geometry, DurableTao, Packing};
+    use std::collections::HashSet;
+    const CLIENTS: u64 = 8;
+    const PER_CLIENT: u64 = 100;
+    let config = config(10);
+    let shape = config.shape();
+    let packing = Packing::new(shape.levels(), 2).unwrap();
+    let size = config.geometry().unwrap().cell_size();
+    // The groups of the path to each leaf, root first.
+    let path_groups = |leaf: u64| -> Vec<u64> {
+        let mut g: Vec<u64> = (0..shape.levels())
+            .map(|l| packing.group_of(shape.bucket_on_path(blindfold_oram::Leaf(leaf), l).0).0)
+            .collect();
+        g.dedup();
+        g
+    };
+    let by_groups: HashMap<Vec<u64>, u64> =
+        (0..shape.leaves()).map(|leaf| (path_groups(leaf), leaf)).collect();
+    // Below the top band every leaf's groups differ only in the last one: by_groups may map
+    // several leaves to one set; the read's leaf is then known to within those.
+    for w in [Workload::Hammer, Workload::Uniform, Workload::Scan] {
+        let memory =
+            Arc::new(MemoryStore::new(slotted_geometry(packing.geometry(size).unwrap()).unwrap()));
+        let recording = Arc::new(RecordingStore::new(memory as Arc<dyn Store>));
+        let dir = tempfile::tempdir().unwrap();
+        let key = MasterKey::generate();
+        let tao = DurableTao::create_packed(
+            dir.path(),
+            config.clone(),
+            recording.clone() as Arc<dyn Store>,
+            &key,
+            StoreId::random(),
+            0,
+            2,
+        )
+        .await
+        .unwrap();
+        assert_eq!(tao.pack_levels(), 2);
+        let tao = Arc::new(tao);
+        recording.take_trace();
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                let tao = Arc::clone(&tao);
+                tokio::spawn(async move {
+                    let mut rng = ChaCha8Rng::seed_from_u64(1000 + c);
+                    for i in 0..PER_CLIENT {
+                        let block = BlockId(match w {
+                            Workload::Hammer => 7,
+                            Workload::Uniform => rng.gen_range(0..BLOCKS),
+                            Workload::Scan => (c * PER_CLIENT + i) % BLOCKS,
+                        });
+                        if rng.gen_bool(0.5) {
+                            tao.write_many(vec![(block, value(i))]).await.unwrap();
+                        } else {
+                            tao.read_many(&[block]).await.unwrap();
+                        }
+                        if i % 10 == 9 {
+                            tao.commit().await.unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            c.await.unwrap();
+        }
+        tao.commit().await.unwrap();
+        let trace = recording.take_trace();
+        let n = packing.groups();
+        let group = |c: &CellId| c.0 % n; // either slot
+        let mut leaves = Vec::new();
+        let mut writes = 0;
+        for (i, e) in trace.iter().enumerate() {
+            let groups: Vec<u64> = e.cells.iter().map(group).collect();
+            match e.op {
+                TraceOp::Write => {
+                    writes += 1;
+                    // Whole paths: each written group's parent group is written too.
+                    let set: HashSet<u64> = groups.iter().copied().collect();
+                    assert!(set.contains(&0), "{w:?}: the root group is on every path");
+                    // The read-back before it, if any, names only groups this write writes.
+                    if let Some(prev) = i.checked_sub(1).map(|p| &trace[p]) {
+                        if prev.op == TraceOp::Read
+                            && !by_groups.contains_key(&{
+                                let g: Vec<u64> = prev.cells.iter().map(group).collect();
+                                g
+                            })
+                        {
+                            assert!(prev.cells.iter().all(|c| set.contains(&group(c))), "{w:?}");
+                        }
+                    }
+                }
+                TraceOp::Read => {
+                    if let Some(&leaf) = by_groups.get(&groups) {
+                        leaves.push(leaf);
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert!(writes > 0);
+        // One fetch of a whole path per request (read-backs are not paths of the tree).
+        assert_eq!(leaves.len() as u64, CLIENTS * PER_CLIENT, "{w:?}: one path per request");
+        // The leaves of the bottom band's groups: uniform over the groups of that band.
+        let bottom = 1u64 << (shape.levels() - 1).saturating_sub(1);
+        let groups_below: Vec<u64> = leaves.iter().map(|l| l / 2 % bottom).collect();
+        let test = stats::uniformity(&stats::histogram(groups_below.iter().copied(), bottom));
+        assert!(test.p_value > ALPHA, "{w:?}: fetched paths are not uniform: {test:?}");
+    }
+}
