@@ -76,6 +76,9 @@ pub struct GatewayBench {
     /// One copy of each ORAM cell, overwritten in place after the redo log carries it (as
     /// `serve --in-place`), instead of two slots per cell.
     pub in_place: bool,
+    /// Levels of the TaoStore tree per store object (`serve --pack-levels`; 1: a bucket per
+    /// object).
+    pub pack_levels: u32,
     /// Emulated network between each gateway and its store (both sides alike): round trip,
     /// milliseconds (0: none).
     pub rtt_ms: u64,
@@ -111,6 +114,7 @@ impl Default for GatewayBench {
             cache_mib: blindfold_gateway::server::DEFAULT_CACHE_MIB,
             engine: Default::default(),
             in_place: false,
+            pack_levels: 1,
             rtt_ms: 0,
             mbit: None,
             seed: 1,
@@ -513,6 +517,8 @@ pub(crate) struct LiveSetup {
     pub kind: EngineKind,
     /// One copy per cell (`serve --in-place`).
     pub in_place: bool,
+    /// Tree levels per store object (`serve --pack-levels`).
+    pub pack_levels: u32,
     /// Emulated round trip to the store, ms (0: none).
     pub rtt_ms: u64,
     /// Emulated bandwidth each way, Mbit/s.
@@ -543,6 +549,7 @@ impl LiveGateway {
             cache_mib: s.cache_mib,
             engine: s.engine,
             in_place: s.in_place,
+            pack_levels: s.pack_levels,
         };
         type Counting = CountingStore<Arc<dyn Store>>;
         let link = emulated_link(s.rtt_ms, s.mbit)?;
@@ -602,6 +609,8 @@ async fn run_side_in(
         engine: p.engine,
         kind: engine,
         in_place: p.in_place,
+        // The baseline stores no tree.
+        pack_levels: if engine == EngineKind::DirectBaseline { 1 } else { p.pack_levels },
         rtt_ms: p.rtt_ms,
         mbit: p.mbit,
     };

@@ -460,6 +460,7 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
             engine,
             kind,
             in_place: false,
+            pack_levels: 1,
             rtt_ms: p.rtt_ms,
             mbit: p.mbit,
         };

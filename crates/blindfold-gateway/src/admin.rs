@@ -167,7 +167,7 @@ fn seconds_param(query: &str, default: u64, max: Duration) -> Result<Duration, S
 struct Summary<'a> {
     version: &'static str,
     engine: String,
-    layout: &'static str,
+    layout: String,
     store: &'a str,
     block_size: u32,
     blocks: u64,
@@ -254,7 +254,7 @@ pub async fn route(state: Arc<AdminState>, req: Request<hyper::body::Incoming>) 
             json(&Summary {
                 version: env!("CARGO_PKG_VERSION"),
                 engine: p.engine.to_string(),
-                layout: if p.two_slots() { "two slots per cell" } else { "in place" },
+                layout: p.layout(),
                 store: &p.store,
                 block_size: p.block_size,
                 blocks,

@@ -61,6 +61,17 @@ pub enum PhysicalView {
         /// Leaves of the data tree.
         leaves: u64,
     },
+    /// A binary tree stored in groups of several levels per cell ([`blindfold_proxy::Packing`]),
+    /// two-slot: a path reads one group per band; the target is the group of the bottom band
+    /// it reaches (`first .. first + groups` in either copy).
+    Groups {
+        /// Cells of one copy (the number of groups).
+        copy_cells: u64,
+        /// First group of the bottom band.
+        first: u64,
+        /// Groups of the bottom band.
+        groups: u64,
+    },
     /// One cell per block.
     Flat {
         /// Cells.
@@ -73,6 +84,7 @@ impl PhysicalView {
     pub fn targets(&self) -> u64 {
         match *self {
             Self::Tree { leaves, .. } => leaves,
+            Self::Groups { groups, .. } => groups,
             Self::Flat { cells } => cells,
         }
     }
@@ -85,6 +97,10 @@ impl PhysicalView {
                 let c = if copy_cells == 0 { cell.0 } else { cell.0 % copy_cells };
                 let first_leaf = leaves - 1;
                 (c >= first_leaf && c < first_leaf + leaves).then(|| c - first_leaf)
+            }
+            Self::Groups { copy_cells, first, groups } => {
+                let c = cell.0 % copy_cells.max(1);
+                (c >= first && c < first + groups).then(|| c - first)
             }
             Self::Flat { cells } => (cell.0 < cells).then_some(cell.0),
         }

@@ -72,6 +72,10 @@ pub struct ServeConfig {
     /// (half the store, but every commit writes its cells to the local redo log first),
     /// instead of two slots per cell.
     pub in_place: bool,
+    /// With the TaoStore engine on a two-slot store: levels of the tree per store object
+    /// (1: a bucket per object; 2 or more: subtrees of that many levels, see
+    /// `blindfold_proxy::PackedStore`). Used when creating.
+    pub pack_levels: u32,
 }
 
 /// The oblivious engine under the object layer, fixed when a data directory is created.
@@ -202,6 +206,10 @@ pub struct GatewayParams {
     /// levels then).
     #[serde(default)]
     pub cache_cells: u64,
+    /// With the TaoStore engine: levels of the tree per store object (0 or 1: a bucket per
+    /// object, as every directory made before packing; see `blindfold_proxy::PackedStore`).
+    #[serde(default)]
+    pub pack_levels: u32,
     /// The ORAM engine (directories made before there was a choice use Path ORAM).
     #[serde(default = "path_oram_engine")]
     pub engine: OramEngine,
@@ -422,6 +430,13 @@ pub(crate) fn physical_view(params: &GatewayParams) -> Result<PhysicalView> {
             let config = oram_config(params)?;
             (config.total_cells(), config.trees()[0].shape.leaves())
         }
+        OramEngine::Tao if params.two_slots() && params.tao_pack_levels() > 1 => {
+            let t = tao_config(params)?;
+            let p = blindfold_proxy::Packing::new(t.shape().levels(), params.tao_pack_levels())
+                .map_err(|e| GatewayError::Config(e.to_string()))?;
+            let (first, groups) = p.bottom_groups();
+            return Ok(PhysicalView::Groups { copy_cells: p.groups(), first, groups });
+        }
         OramEngine::Tao => {
             let t = tao_config(params)?;
             (t.tree().total_cells(), t.shape().leaves())
@@ -453,7 +468,9 @@ pub(crate) fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::G
     Ok(match (params.engine, params.two_slots()) {
         (OramEngine::PathOram, true) => DurablePathOram::geometry(&oram_config(params)?)?,
         (OramEngine::PathOram, false) => SealedPathOram::geometry(&oram_config(params)?)?,
-        (OramEngine::Tao, true) => DurableTao::geometry(&tao_config(params)?)?,
+        (OramEngine::Tao, true) => {
+            DurableTao::packed_geometry(&tao_config(params)?, params.tao_pack_levels())?
+        }
         (OramEngine::Tao, false) => tao_config(params)?.geometry()?,
         (OramEngine::Tee, _) => DurableTee::geometry(&tee_config(params)?)?,
         (OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath, _) => {
@@ -496,6 +513,23 @@ fn tao_pinned_for(params: &GatewayParams, budget: u64) -> Result<(u32, u64)> {
 }
 
 impl GatewayParams {
+    /// Levels of the TaoStore engine's tree per store object (1: a bucket per object).
+    pub fn tao_pack_levels(&self) -> u32 {
+        self.pack_levels.max(1)
+    }
+
+    /// The store layout for people: "in place", "two slots per cell", "two slots per object
+    /// of 2 tree levels".
+    pub fn layout(&self) -> String {
+        match (self.two_slots(), self.engine == OramEngine::Tao && self.tao_pack_levels() > 1) {
+            (false, _) => "in place".into(),
+            (true, false) => "two slots per cell".into(),
+            (true, true) => {
+                format!("two slots per object of {} tree levels", self.tao_pack_levels())
+            }
+        }
+    }
+
     /// Buckets of the TaoStore engine's tree kept in trusted memory (see
     /// [`GatewayParams::cache_cells`]).
     pub fn tao_pinned_cells(&self) -> u64 {
@@ -827,23 +861,40 @@ pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
         pad_objects: cfg.pad_objects,
         cache_levels: 0,
         cache_cells: 0,
+        pack_levels: 0,
         engine: cfg.engine,
         generation: 0,
     };
+    if cfg.pack_levels > 1 && cfg.engine != OramEngine::Tao {
+        return Err(GatewayError::Config(format!(
+            "--pack-levels is for the tao engine; {} keeps one bucket per store object",
+            cfg.engine
+        )));
+    }
     let p = match cfg.engine {
         OramEngine::PathOram => GatewayParams {
             cache_levels: cache_levels_for(&p, cfg.cache_mib.saturating_mul(1 << 20))?,
             ..p
         },
-        // Keeping the tree top in memory needs two slots per cell (see DurableTao).
+        // Keeping the tree top in memory, and packing, need two slots per cell (DurableTao).
         OramEngine::Tao if cfg.in_place => {
+            if cfg.pack_levels > 1 {
+                return Err(GatewayError::Config(
+                    "--pack-levels needs two slots per object: drop --in-place".into(),
+                ));
+            }
             tao_config(&p)?;
             p
         }
         OramEngine::Tao => {
             let (cache_levels, cache_cells) =
                 tao_pinned_for(&p, cfg.cache_mib.saturating_mul(1 << 20))?;
-            GatewayParams { cache_levels, cache_cells, ..p }
+            let p = GatewayParams { cache_levels, cache_cells, pack_levels: cfg.pack_levels, ..p };
+            let levels = tao_config(&p)?.shape().levels();
+            blindfold_proxy::Packing::new(levels, p.tao_pack_levels()).map_err(|e| {
+                GatewayError::Config(format!("--pack-levels {}: {e}", cfg.pack_levels))
+            })?;
+            p
         }
         OramEngine::Tee => {
             tee_config(&p)?;
@@ -1267,8 +1318,12 @@ async fn assemble(
             (PhysicalView::Flat { cells: params.blocks }, "direct".to_owned(), "flat".to_owned())
         }
         EngineKind::PathOram => {
-            let layout = if params.two_slots() { "two-slots" } else { "in-place" };
-            (physical_view(&params)?, params.engine.to_string(), layout.to_owned())
+            let layout = match (params.two_slots(), params.tao_pack_levels()) {
+                (false, _) => "in-place".to_owned(),
+                (true, 1) => "two-slots".to_owned(),
+                (true, l) => format!("two-slots, {l} tree levels per object"),
+            };
+            (physical_view(&params)?, params.engine.to_string(), layout)
         }
     };
     let mut observer = Observer::new();
@@ -1349,8 +1404,9 @@ async fn assemble(
         if creating {
             let config = tao_config(&params)?;
             let pinned = params.tao_pinned_cells();
+            let pack = params.tao_pack_levels();
             Arc::new(
-                DurableTao::create_pinned_cells(&oram_dir, config, store, &key, id, pinned).await?,
+                DurableTao::create_packed(&oram_dir, config, store, &key, id, pinned, pack).await?,
             )
         } else {
             let (engine, rec) =
@@ -2249,6 +2305,7 @@ mod tests {
             pad_objects: false,
             cache_levels: 0,
             cache_cells: 0,
+            pack_levels: 0,
             engine: OramEngine::Tao,
             generation: 0,
         };

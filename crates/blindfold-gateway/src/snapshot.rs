@@ -40,9 +40,10 @@ pub const ARRAY: &str = "snapshot";
 const CHUNK: usize = 64 * 1024;
 /// Version 02: the header carries the SHA-256 of the whole body (01 had none, so chunks of two
 /// snapshots with the same sequence number could be spliced; 01 headers are not accepted).
-/// Version 03: the parameters carry [`GatewayParams::cache_cells`]; version 02 snapshots are
-/// still read.
-const MAGIC: &[u8; 8] = b"BFSNAP03";
+/// Version 03: the parameters carry [`GatewayParams::cache_cells`]. Version 04: and
+/// [`GatewayParams::pack_levels`]. Versions 02 and 03 are still read.
+const MAGIC: &[u8; 8] = b"BFSNAP04";
+const MAGIC_V3: &[u8; 8] = b"BFSNAP03";
 const MAGIC_V2: &[u8; 8] = b"BFSNAP02";
 
 /// What a snapshot holds.
@@ -60,17 +61,18 @@ pub struct Snapshot {
     pub directory: DirectoryDump,
 }
 
-/// A version 02 snapshot: its parameters lack [`GatewayParams::cache_cells`].
+/// A snapshot of an older format, whose parameters (`P`) lack fields added since.
 #[derive(Deserialize)]
 #[cfg_attr(test, derive(Serialize))]
-struct SnapshotV2 {
+struct OldSnapshot<P> {
     seq: u64,
     created_ns: i128,
-    params: ParamsV2,
+    params: P,
     oram_checkpoint: Vec<u8>,
     directory: DirectoryDump,
 }
 
+/// The parameters of a version 02 snapshot: without [`GatewayParams::cache_cells`].
 #[derive(Deserialize)]
 #[cfg_attr(test, derive(Serialize))]
 struct ParamsV2 {
@@ -87,26 +89,70 @@ struct ParamsV2 {
     generation: u32,
 }
 
-impl From<SnapshotV2> for Snapshot {
-    fn from(s: SnapshotV2) -> Self {
-        let p = s.params;
+/// The parameters of a version 03 snapshot: without [`GatewayParams::pack_levels`].
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct ParamsV3 {
+    format: String,
+    version: u32,
+    store: String,
+    store_id: String,
+    block_size: u32,
+    blocks: u64,
+    z: u32,
+    pad_objects: bool,
+    cache_levels: u32,
+    cache_cells: u64,
+    engine: crate::server::OramEngine,
+    generation: u32,
+}
+
+impl From<ParamsV2> for GatewayParams {
+    fn from(p: ParamsV2) -> Self {
+        ParamsV3 {
+            format: p.format,
+            version: p.version,
+            store: p.store,
+            store_id: p.store_id,
+            block_size: p.block_size,
+            blocks: p.blocks,
+            z: p.z,
+            pad_objects: p.pad_objects,
+            cache_levels: p.cache_levels,
+            cache_cells: 0,
+            engine: p.engine,
+            generation: p.generation,
+        }
+        .into()
+    }
+}
+
+impl From<ParamsV3> for GatewayParams {
+    fn from(p: ParamsV3) -> Self {
+        GatewayParams {
+            format: p.format,
+            version: p.version,
+            store: p.store,
+            store_id: p.store_id,
+            block_size: p.block_size,
+            blocks: p.blocks,
+            z: p.z,
+            pad_objects: p.pad_objects,
+            cache_levels: p.cache_levels,
+            cache_cells: p.cache_cells,
+            pack_levels: 0,
+            engine: p.engine,
+            generation: p.generation,
+        }
+    }
+}
+
+impl<P: Into<GatewayParams>> From<OldSnapshot<P>> for Snapshot {
+    fn from(s: OldSnapshot<P>) -> Self {
         Snapshot {
             seq: s.seq,
             created_ns: s.created_ns,
-            params: GatewayParams {
-                format: p.format,
-                version: p.version,
-                store: p.store,
-                store_id: p.store_id,
-                block_size: p.block_size,
-                blocks: p.blocks,
-                z: p.z,
-                pad_objects: p.pad_objects,
-                cache_levels: p.cache_levels,
-                cache_cells: 0,
-                engine: p.engine,
-                generation: p.generation,
-            },
+            params: s.params.into(),
             oram_checkpoint: s.oram_checkpoint,
             directory: s.directory,
         }
@@ -363,7 +409,7 @@ async fn read_header(store: &dyn Store, sealer: &CellSealer, slot_base: u64) -> 
         .open_in_place(&CellAd { cell: slot_base, version: 0, segment: 0 }, &mut cell)
         .ok()?;
     let h: Header = bincode::deserialize(plain).ok()?;
-    (&h.magic == MAGIC || &h.magic == MAGIC_V2).then_some(h)
+    [MAGIC, MAGIC_V3, MAGIC_V2].contains(&&h.magic).then_some(h)
 }
 
 /// Writes `snap` into the slot its sequence number selects.
@@ -496,7 +542,9 @@ pub async fn read_latest(store: &dyn Store, key: &MasterKey) -> Result<Snapshot>
             continue;
         }
         let decoded = if &h.magic == MAGIC_V2 {
-            bincode::deserialize::<SnapshotV2>(&body).map(Snapshot::from)
+            bincode::deserialize::<OldSnapshot<ParamsV2>>(&body).map(Snapshot::from)
+        } else if &h.magic == MAGIC_V3 {
+            bincode::deserialize::<OldSnapshot<ParamsV3>>(&body).map(Snapshot::from)
         } else {
             bincode::deserialize::<Snapshot>(&body)
         };
@@ -530,6 +578,7 @@ mod tests {
                 pad_objects: false,
                 cache_levels: 0,
                 cache_cells: 0,
+                pack_levels: 0,
                 engine: OramEngine::Tao,
                 generation: 0,
             },
@@ -547,7 +596,7 @@ mod tests {
         let g = geometry(100, 1000, 0).unwrap();
         let store = MemoryStore::new(g);
         let p = snap(0, 0).params;
-        let old = SnapshotV2 {
+        let old = OldSnapshot {
             seq: 4,
             created_ns: 9,
             params: ParamsV2 {
@@ -576,6 +625,37 @@ mod tests {
         write(&store, &key, &new).await.unwrap();
         let got = read_latest(&store, &key).await.unwrap();
         assert_eq!((got.seq, got.params.cache_cells), (5, 12));
+        // Format 03 (with `cache_cells`, before packing) reads as one bucket per object.
+        let p = snap(0, 0).params;
+        let v3 = OldSnapshot {
+            seq: 6,
+            created_ns: 9,
+            params: ParamsV3 {
+                format: p.format,
+                version: p.version,
+                store: p.store,
+                store_id: p.store_id,
+                block_size: p.block_size,
+                blocks: p.blocks,
+                z: p.z,
+                pad_objects: p.pad_objects,
+                cache_levels: 3,
+                cache_cells: 9,
+                engine: p.engine,
+                generation: 1,
+            },
+            oram_checkpoint: vec![0x66; 100],
+            directory: DirectoryDump::default(),
+        };
+        write_body(&store, &key, MAGIC_V3, 6, 9, &bincode::serialize(&v3).unwrap()).await.unwrap();
+        let got = read_latest(&store, &key).await.unwrap();
+        assert_eq!((got.seq, got.params.cache_cells, got.params.pack_levels), (6, 9, 0));
+        assert_eq!(got.params.tao_pack_levels(), 1);
+        let mut new = snap(7, 0x77);
+        new.params.pack_levels = 2;
+        write(&store, &key, &new).await.unwrap();
+        let got = read_latest(&store, &key).await.unwrap();
+        assert_eq!((got.seq, got.params.pack_levels), (7, 2));
     }
 
     /// Two timelines diverged from one snapshot (e.g. two `recover`s) each write a snapshot

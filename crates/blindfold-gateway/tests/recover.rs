@@ -30,6 +30,7 @@ fn cfg_with(
         cache_mib: 1,
         engine,
         in_place: false,
+        pack_levels: 1,
     }
 }
 

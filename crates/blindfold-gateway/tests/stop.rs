@@ -16,6 +16,7 @@ fn config(dir: &std::path::Path) -> ServeConfig {
         cache_mib: 0,
         engine: Default::default(),
         in_place: false,
+        pack_levels: 1,
     }
 }
 

@@ -70,6 +70,7 @@ async fn start_node(
         cache_mib: 0,
         engine,
         in_place: false,
+        pack_levels: 1,
     };
     let tls = ClusterTls::load(tls_dir).unwrap();
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();

@@ -18,9 +18,16 @@
 //! # Writes
 //!
 //! A write names buckets; each group it touches is written whole. Members it does not name
-//! keep their contents: the group is read first (one GET, the newest copy, see
-//! [`SlottedStore::read_newest`]) unless the write names every member. Writes are serialised
-//! so two of them never assemble the same group from the same old copy.
+//! keep their contents, taken from the newest copy of the group: the one this store last
+//! read or wrote, if it still holds it (a bounded cache of whole groups, see below), else read
+//! first (one GET, [`SlottedStore::read_newest`]). Writes are serialised so two of them never
+//! assemble the same group from the same old copy.
+//!
+//! The cache holds sealed groups only (nothing the store does not hold too), up to
+//! [`READ_BACK_CACHE_BYTES`], oldest out first. A path's groups are usually still there when
+//! its write-back comes, so the write needs no read first. A read's copy enters only if no
+//! write or publish happened while it was under way (it could be older than the newest
+//! copy); a write always puts its own.
 //!
 //! Which groups are read, read back and written follows from which buckets the layer above
 //! reads and writes, which the store saw one by one before; so packing tells the store
@@ -46,6 +53,46 @@ use crate::{ProxyError, Result};
 
 /// Deepest subtree per store object: 15 buckets.
 pub const MAX_PACK_LEVELS: u32 = 4;
+
+/// Room for whole groups kept for the writes that follow their reads (see the module
+/// documentation).
+pub const READ_BACK_CACHE_BYTES: u64 = 64 << 20;
+
+/// What was written since the last publish.
+#[derive(Debug, Default)]
+struct Written {
+    cells: BTreeSet<u64>,
+    groups: std::collections::HashSet<u64>,
+}
+
+/// Groups recently read or written, newest copies, oldest out first.
+#[derive(Debug, Default)]
+struct Cache {
+    groups: std::collections::HashMap<u64, Vec<u8>>,
+    order: std::collections::VecDeque<u64>,
+    capacity: usize,
+    /// Bumped by every write and publish: a read that saw it move keeps its copy out.
+    changes: u64,
+}
+
+impl Cache {
+    fn put(&mut self, group: u64, data: Vec<u8>) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.groups.insert(group, data).is_none() {
+            self.order.push_back(group);
+        }
+        while self.groups.len() > self.capacity {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.groups.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+}
 
 /// How a tree of buckets (heap order) is cut into groups of `depth` levels; see the module
 /// documentation.
@@ -120,6 +167,12 @@ impl Packing {
         (1u64 << self.levels) - 1
     }
 
+    /// The groups of the bottom band (those holding the leaves): the first one and how many.
+    /// Each covers `2^(depth - 1)` leaves, or all of them in a tree of fewer levels.
+    pub fn bottom_groups(&self) -> (u64, u64) {
+        (self.starts[0], 1u64 << Self::root_level(self.levels, self.depth, 0))
+    }
+
     /// The group of bucket `cell` and its place in it.
     pub fn group_of(&self, cell: u64) -> (u64, u64) {
         debug_assert!(cell < self.buckets());
@@ -153,8 +206,12 @@ pub struct PackedStore {
     logical: Geometry,
     /// Held while a write assembles and stores its groups.
     writing: tokio::sync::Mutex<()>,
-    /// Buckets written since the last [`PackedStore::publish`].
-    written: Mutex<BTreeSet<u64>>,
+    /// Buckets written since the last [`PackedStore::publish`], and their groups. (Locked
+    /// before `cache` where both are.)
+    written: Mutex<Written>,
+    cache: Mutex<Cache>,
+    /// Groups read back before a write because the cache did not hold them.
+    read_backs: std::sync::atomic::AtomicU64,
 }
 
 impl PackedStore {
@@ -174,13 +231,30 @@ impl PackedStore {
             });
         }
         let logical = Geometry::new(packing.buckets(), cell_size)?;
+        let group_bytes = u64::from(needed.cell_size()).max(1);
+        let cache =
+            Cache { capacity: (READ_BACK_CACHE_BYTES / group_bytes) as usize, ..Cache::default() };
         Ok(Self {
             inner,
             packing,
             logical,
             writing: tokio::sync::Mutex::new(()),
-            written: Mutex::new(BTreeSet::new()),
+            written: Mutex::new(Written::default()),
+            cache: Mutex::new(cache),
+            read_backs: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Keeps at most `groups` groups for later writes (0: none, every partial write reads its
+    /// groups back first).
+    pub fn set_cache_groups(&self, groups: usize) {
+        let mut c = self.cache.lock();
+        *c = Cache { capacity: groups, changes: c.changes + 1, ..Cache::default() };
+    }
+
+    /// Groups read back before a write so far (the cache did not hold them).
+    pub fn read_backs(&self) -> u64 {
+        self.read_backs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The layout.
@@ -193,6 +267,7 @@ impl PackedStore {
         let slots: BTreeMap<u64, u8> = self.inner.pending().into_iter().collect();
         self.written
             .lock()
+            .cells
             .iter()
             .map(|&cell| {
                 let group = self.packing.group_of(cell).0;
@@ -209,8 +284,10 @@ impl PackedStore {
     /// Makes the pending writes the committed copies (see [`SlottedStore::publish`]).
     pub fn publish(&self) {
         let mut written = self.written.lock();
+        let mut cache = self.cache.lock();
         self.inner.publish();
-        written.clear();
+        cache.changes += 1;
+        *written = Written::default();
     }
 
     fn size(&self) -> usize {
@@ -237,7 +314,20 @@ impl Store for PackedStore {
             });
             places.push((i, member as usize));
         }
+        let before = self.cache.lock().changes;
         let fetched = self.inner.read(&groups).await?;
+        {
+            // What a read returns is the committed copy: older than a pending write's.
+            let written = self.written.lock();
+            let mut cache = self.cache.lock();
+            if cache.changes == before {
+                for (g, data) in groups.iter().zip(&fetched) {
+                    if !cache.groups.contains_key(&g.0) && !written.groups.contains(&g.0) {
+                        cache.put(g.0, data.clone());
+                    }
+                }
+            }
+        }
         let size = self.size();
         places
             .into_iter()
@@ -280,28 +370,39 @@ impl Store for PackedStore {
         }
         let _writing = self.writing.lock().await;
         let members = self.packing.members();
-        // Groups the write does not fill: their other members' newest copies first.
-        let partial: Vec<CellId> = by_group
-            .iter()
-            .filter(|(_, m)| {
-                m.iter().map(|(i, _)| *i).collect::<BTreeSet<_>>().len() as u64 != members
-            })
-            .map(|(&g, _)| CellId(g))
-            .collect();
-        let mut old = if partial.is_empty() {
-            Vec::new().into_iter()
-        } else {
-            self.inner.read_newest(&partial).await?.into_iter()
+        // Groups the write does not fill: their other members' newest copies, from the cache
+        // or read back first.
+        let filled = |m: &[(u64, Vec<u8>)]| {
+            m.iter().map(|(i, _)| *i).collect::<BTreeSet<_>>().len() as u64 == members
         };
+        let mut cached: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        let mut partial: Vec<CellId> = Vec::new();
+        {
+            let cache = self.cache.lock();
+            for (&g, _) in by_group.iter().filter(|(_, m)| !filled(m)) {
+                match cache.groups.get(&g) {
+                    Some(data) => {
+                        cached.insert(g, data.clone());
+                    }
+                    None => partial.push(CellId(g)),
+                }
+            }
+        }
+        self.read_backs.fetch_add(partial.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        if !partial.is_empty() {
+            let back = self.inner.read_newest(&partial).await?;
+            for (g, data) in partial.iter().zip(back) {
+                cached.insert(g.0, data);
+            }
+        }
         let size = self.size();
         let whole = size * members as usize;
         let mut out = Vec::with_capacity(by_group.len());
         for (group, written) in by_group {
-            let filled = written.iter().map(|(i, _)| *i).collect::<BTreeSet<_>>().len() as u64;
-            let mut data = if filled == members {
+            let mut data = if filled(&written) {
                 vec![0u8; whole]
             } else {
-                old.next().expect("one old copy per partial group")
+                cached.remove(&group).expect("an old copy of every partial group")
             };
             if data.len() != whole {
                 return Err(StoreError::Remote {
@@ -315,9 +416,30 @@ impl Store for PackedStore {
             }
             out.push((CellId(group), data));
         }
-        self.inner.write(out).await?;
-        self.written.lock().extend(names);
-        Ok(())
+        let kept: Vec<(u64, Vec<u8>)> = out.iter().map(|(g, d)| (g.0, d.clone())).collect();
+        let result = self.inner.write(out).await;
+        let mut written = self.written.lock();
+        let mut cache = self.cache.lock();
+        cache.changes += 1;
+        match result {
+            Ok(()) => {
+                for (g, data) in kept {
+                    written.groups.insert(g);
+                    cache.put(g, data);
+                }
+                written.cells.extend(names);
+                Ok(())
+            }
+            Err(e) => {
+                // What the store holds of these groups is unknown now: no read's copy of
+                // them is cached until the next publish.
+                for (g, _) in kept {
+                    cache.groups.remove(&g);
+                    written.groups.insert(g);
+                }
+                Err(e)
+            }
+        }
     }
 
     async fn flush(&self) -> blindfold_store::Result<()> {
@@ -390,8 +512,18 @@ mod tests {
 
     #[tokio::test]
     async fn reads_what_was_written_across_commits() {
+        // No cache, a cache of two groups (always evicting), the default.
+        for groups in [Some(0), Some(2), None] {
+            model_run(groups).await;
+        }
+    }
+
+    async fn model_run(cache_groups: Option<usize>) {
         // A model: the committed copy of each bucket, and what the open commit wrote.
         let (_, s) = packed(7, 3, 8).await;
+        if let Some(g) = cache_groups {
+            s.set_cache_groups(g);
+        }
         let n = s.geometry().cell_count();
         let mut committed = vec![vec![0u8; 8]; n as usize];
         let mut open: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
@@ -458,6 +590,21 @@ mod tests {
         assert_eq!(inner.counts().cells_read, 4);
         // The siblings the write did not name kept their (empty) contents.
         assert_eq!(s.read(&[CellId(2), CellId(128)]).await.unwrap(), vec![vec![0; 16]; 2]);
+        // Written back after it was read, the path needs no read first: its groups are cached.
+        inner.reset();
+        let read_backs = s.read_backs();
+        s.write(path.iter().map(|c| (*c, vec![7; 16])).collect()).await.unwrap();
+        assert_eq!((inner.counts().cells_read, inner.counts().cells_written), (0, 4));
+        assert_eq!(s.read_backs(), read_backs);
+        s.publish();
+        // Without the cache it reads them back.
+        s.set_cache_groups(0);
+        s.read(&path).await.unwrap();
+        inner.reset();
+        s.write(path.iter().map(|c| (*c, vec![8; 16])).collect()).await.unwrap();
+        assert_eq!((inner.counts().cells_read, inner.counts().cells_written), (4, 4));
+        assert_eq!(s.read_backs(), read_backs + 4);
+        s.publish();
         // A write naming every member of a group reads nothing first.
         inner.reset();
         let whole: Vec<(CellId, Vec<u8>)> =

@@ -550,6 +550,13 @@ struct ServeArgs {
     /// default keeps two slots per cell and logs only which cells moved). Fixed at creation.
     #[arg(long)]
     in_place: bool,
+    /// With the tao engine: store the ORAM tree in subtrees of this many levels (1 to 4) per
+    /// store object, so an access costs a store request per that many levels of its path
+    /// instead of one per level, and moves the whole subtrees (2^N - 1 buckets for N). Pays
+    /// on a store that bills and waits per request (S3); see the README's "Packing". Fixed at
+    /// creation [default: 1, a bucket per object].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4))]
+    pack_levels: Option<u32>,
     /// Also serve the admin listener on this address: Prometheus `/metrics`, `/healthz`,
     /// `/readyz`, the dashboard (`/`) and the access-pattern visualizer (`/visualizer`).
     /// Everything but the probes needs the S3 keys (HTTP Basic) or --admin-token. Off by
@@ -1126,6 +1133,9 @@ struct GatewayBenchArgs {
     /// carries it, as `serve --in-place` (default: two slots per cell, cells never in the log).
     #[arg(long)]
     in_place: bool,
+    /// Levels of the tao engine's tree per store object, as `serve --pack-levels` (1 to 4).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
+    pack_levels: u32,
     /// Emulate a network between each gateway and its store: round trip in milliseconds,
     /// applied to both sides alike (e.g. 20 for a cloud region nearby).
     #[arg(long, default_value_t = 0)]
@@ -1334,6 +1344,7 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
             .unwrap_or_else(|| blindfold_gateway::server::default_cache_mib(args.engine)),
         engine: args.engine,
         in_place: args.in_place,
+        pack_levels: args.pack_levels,
         rtt_ms: args.rtt_ms,
         mbit: args.mbit,
         seed: args.seed,
@@ -1447,6 +1458,7 @@ fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeConfi
         cache_mib: blindfold_gateway::server::DEFAULT_CACHE_MIB,
         engine: Default::default(),
         in_place: false,
+        pack_levels: 1,
     })
 }
 
@@ -1505,6 +1517,9 @@ fn check_flags_against(a: &ServeArgs, p: &blindfold_gateway::server::GatewayPara
     if let Some(e) = a.engine.filter(|&e| e != p.engine) {
         clashes.push(format!("--engine {e} (it uses {})", p.engine));
     }
+    if let Some(l) = a.pack_levels.filter(|&l| l != p.tao_pack_levels()) {
+        clashes.push(format!("--pack-levels {l} (it keeps {})", p.layout()));
+    }
     if a.cache_mib.is_some() {
         let kept = p.cache_summary().unwrap_or_else(|| "no tree level".into());
         clashes.push(format!("--cache-mib (it keeps {kept} in memory)"));
@@ -1548,6 +1563,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
     cfg.cache_mib =
         a.cache_mib.unwrap_or_else(|| blindfold_gateway::server::default_cache_mib(cfg.engine));
     cfg.in_place = a.in_place;
+    cfg.pack_levels = a.pack_levels.unwrap_or(1);
     // Everything that can be checked is checked before anything is created.
     match read_params(&cfg.data_dir)? {
         Some(p) => check_flags_against(&a, &p)?,
@@ -1822,7 +1838,7 @@ fn status(a: StatusArgs) -> Result<()> {
         "  store: {} ({} engine, {})",
         p.store,
         p.engine,
-        if p.two_slots() { "two slots per cell" } else { "cells overwritten in place" }
+        if p.two_slots() { p.layout() } else { "cells overwritten in place".into() }
     );
     println!(
         "  capacity: {} ({} blocks of {} bytes, Z = {}{}{})",
@@ -2355,6 +2371,7 @@ async fn node(a: NodeArgs) -> Result<()> {
         }),
         engine: a.engine.unwrap_or_default(),
         in_place: false,
+        pack_levels: 1,
     };
     let tls = blindfold_node::ClusterTls::load(&a.tls_dir)?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -23,6 +23,7 @@ pub fn file_cfg(root: &std::path::Path, engine: OramEngine) -> ServeConfig {
         cache_mib: 0,
         engine,
         in_place: false,
+        pack_levels: 1,
     }
 }
 
@@ -105,6 +106,7 @@ pub fn memory_cfg(root: &std::path::Path, access_key: &str, secret_key: &str) ->
         cache_mib: server::DEFAULT_CACHE_MIB,
         engine: Default::default(),
         in_place: false,
+        pack_levels: 1,
     }
 }
 
