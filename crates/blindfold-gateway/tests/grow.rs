@@ -107,13 +107,26 @@ async fn grows_while_serving(engine: OramEngine) {
     grows_on(engine, None).await;
 }
 
+/// The tao engine's tree stored two levels per store object: the growth, the restart and the
+/// `recover` after it keep the packing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_packed_tao_store_grows_while_serving() {
+    grows_packed(OramEngine::Tao, None, 2).await;
+}
+
 /// `store`: `None` for files under the test's directory.
 async fn grows_on(engine: OramEngine, store: Option<blindfold_store::StoreUrl>) {
+    grows_packed(engine, store, 1).await;
+}
+
+async fn grows_packed(engine: OramEngine, store: Option<blindfold_store::StoreUrl>, pack: u32) {
     let root = tempfile::tempdir().unwrap();
     let file_store = store.is_none();
     let cfg = |root: &Path, engine| match &store {
-        Some(url) => ServeConfig { store: Some(url.clone()), ..cfg(root, engine) },
-        None => cfg(root, engine),
+        Some(url) => {
+            ServeConfig { store: Some(url.clone()), pack_levels: pack, ..cfg(root, engine) }
+        }
+        None => ServeConfig { pack_levels: pack, ..cfg(root, engine) },
     };
     let opened = server::open(&cfg(root.path(), engine)).await.unwrap();
     let mut model = fill(&opened).await;
@@ -166,6 +179,7 @@ async fn grows_on(engine: OramEngine, store: Option<blindfold_store::StoreUrl>) 
     stop(opened).await;
     let opened = server::open(&cfg(root.path(), engine)).await.unwrap();
     assert_eq!(opened.params.blocks, blocks * 4);
+    assert_eq!(opened.params.tao_pack_levels(), pack);
     check(&opened, &model).await;
     stop(opened).await;
 
@@ -174,7 +188,10 @@ async fn grows_on(engine: OramEngine, store: Option<blindfold_store::StoreUrl>) 
     rcfg.data_dir = root.path().join("recovered");
     let (opened, _) = server::recover(&rcfg).await.unwrap();
     assert_eq!(opened.params.blocks, blocks * 4);
+    assert_eq!(opened.params.tao_pack_levels(), pack);
     check(&opened, &model).await;
+    let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
 }
 
 /// A crash at each step of a growth (the process dies: nothing is shut down) loses no object,

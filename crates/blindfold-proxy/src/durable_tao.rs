@@ -1140,7 +1140,13 @@ impl DurableTao {
         let started = std::time::Instant::now();
         let n_cells = cells.len();
         // The overlay keeps its reference until the commit is durable, so each is a copy.
-        let cells = cells.into_iter().map(|(c, sealed)| (CellId(c), Vec::clone(&sealed)));
+        let mut cells: Vec<(CellId, Vec<u8>)> =
+            cells.into_iter().map(|(c, sealed)| (CellId(c), Vec::clone(&sealed))).collect();
+        // Packed, a group's buckets go in one write batch as far as the batches allow: each
+        // batch writes every group it touches whole.
+        if let Some(p) = &self.packed {
+            cells.sort_unstable_by_key(|(c, _)| p.packing().group_of(c.0));
+        }
         write_batches(&*self.store, self.retry, cells).await?;
         let store = Arc::clone(&self.store);
         with_retry(self.retry, || store.flush()).await?;
@@ -1192,6 +1198,7 @@ impl DurableTao {
         self.top_with_contents.fetch_add(top_logged as u64, Ordering::Relaxed);
         tracing::debug!(
             cells = n_cells,
+            read_backs = self.packed.as_ref().map_or(0, |p| p.read_backs()),
             pinned = n_pinned,
             top_buckets = n_top,
             top_blocks,

@@ -25,9 +25,10 @@
 //!
 //! The cache holds sealed groups only (nothing the store does not hold too), up to
 //! [`READ_BACK_CACHE_BYTES`], oldest out first. A path's groups are usually still there when
-//! its write-back comes, so the write needs no read first. A read's copy enters only if no
-//! write or publish happened while it was under way (it could be older than the newest
-//! copy); a write always puts its own.
+//! its write-back comes, so the write needs no read first. A write always puts its own copy.
+//! A read returns the committed copy, so its copy enters only where that is the newest: not
+//! for a group written since the last publish, and not if a publish or an eviction happened
+//! while the read was under way (the group may have been written and let go meanwhile).
 //!
 //! Which groups are read, read back and written follows from which buckets the layer above
 //! reads and writes, which the store saw one by one before; so packing tells the store
@@ -71,7 +72,8 @@ struct Cache {
     groups: std::collections::HashMap<u64, Vec<u8>>,
     order: std::collections::VecDeque<u64>,
     capacity: usize,
-    /// Bumped by every write and publish: a read that saw it move keeps its copy out.
+    /// Bumped by every publish and every copy let go: a read that saw it move keeps its copy
+    /// out (see [`PackedStore::read`]).
     changes: u64,
 }
 
@@ -87,6 +89,7 @@ impl Cache {
             match self.order.pop_front() {
                 Some(old) => {
                     self.groups.remove(&old);
+                    self.changes += 1;
                 }
                 None => break,
             }
@@ -420,7 +423,6 @@ impl Store for PackedStore {
         let result = self.inner.write(out).await;
         let mut written = self.written.lock();
         let mut cache = self.cache.lock();
-        cache.changes += 1;
         match result {
             Ok(()) => {
                 for (g, data) in kept {
@@ -437,6 +439,7 @@ impl Store for PackedStore {
                     cache.groups.remove(&g);
                     written.groups.insert(g);
                 }
+                cache.changes += 1;
                 Err(e)
             }
         }
@@ -615,6 +618,66 @@ mod tests {
         );
         s.write(whole).await.unwrap();
         assert_eq!((inner.counts().cells_read, inner.counts().cells_written), (0, 1));
+    }
+
+    /// Readers filling the cache while a writer writes and publishes, over a store that
+    /// delays and reorders every call: a stale copy in the cache would put old buckets back
+    /// with a later partial write.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_reads_never_put_a_stale_copy_in_the_cache() {
+        for (seed, cache) in [(1u64, 2usize), (2, 4), (3, 1000)] {
+            let p = Packing::new(6, 2).unwrap();
+            let g = slotted_geometry(p.geometry(8).unwrap()).unwrap();
+            let jitter = blindfold_store::JitterStore::new(
+                Arc::new(MemoryStore::new(g)),
+                std::time::Duration::from_millis(2),
+                seed,
+            );
+            let slotted =
+                Arc::new(SlottedStore::new(Arc::new(jitter), SlotMap::new(p.groups())).unwrap());
+            let s = Arc::new(PackedStore::new(slotted, p, 8).unwrap());
+            s.set_cache_groups(cache);
+            let n = s.geometry().cell_count();
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let readers: Vec<_> = (0..3)
+                .map(|r| {
+                    let (s, stop) = (Arc::clone(&s), Arc::clone(&stop));
+                    tokio::spawn(async move {
+                        let mut rng = rand::rngs::StdRng::seed_from_u64(seed * 10 + r);
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            let cells: Vec<CellId> =
+                                (0..4).map(|_| CellId(rng.gen_range(0..n))).collect();
+                            s.read(&cells).await.unwrap();
+                        }
+                    })
+                })
+                .collect();
+            let mut model = vec![vec![0u8; 8]; n as usize];
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            for round in 1..=250u8 {
+                let cells: Vec<(CellId, Vec<u8>)> = (0..rng.gen_range(1..3))
+                    .map(|_| (CellId(rng.gen_range(0..n)), vec![round; 8]))
+                    .collect();
+                for (c, d) in &cells {
+                    model[c.0 as usize] = d.clone();
+                }
+                s.write(cells).await.unwrap();
+                if rng.gen_bool(0.4) {
+                    s.publish();
+                }
+                tokio::time::sleep(std::time::Duration::from_micros(rng.gen_range(0..1500))).await;
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for r in readers {
+                r.await.unwrap();
+            }
+            s.publish();
+            let all: Vec<CellId> = (0..n).map(CellId).collect();
+            let got = s.read(&all).await.unwrap();
+            for (c, d) in got.iter().enumerate() {
+                assert_eq!(d, &model[c], "seed {seed}, cache {cache}: bucket {c}");
+            }
+        }
     }
 
     #[tokio::test]
