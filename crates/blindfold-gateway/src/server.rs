@@ -530,6 +530,27 @@ impl GatewayParams {
         }
     }
 
+    /// With the TaoStore engine on two slots: the store objects a path crosses below the cached
+    /// top, and the buckets they hold of it, for the path that skips the fewest (the
+    /// rightmost; paths to leaves under a partly cached level skip one bucket more).
+    pub fn tao_path_objects(&self) -> Option<(u64, u64)> {
+        if self.engine != OramEngine::Tao || !self.two_slots() {
+            return None;
+        }
+        let t = tao_config(self).ok()?;
+        let shape = t.shape();
+        let packing = blindfold_proxy::Packing::new(shape.levels(), self.tao_pack_levels()).ok()?;
+        let pinned = self.tao_pinned_cells();
+        let leaf = blindfold_oram::Leaf(shape.leaves() - 1);
+        let below: Vec<u64> = (0..shape.levels())
+            .map(|l| shape.bucket_on_path(leaf, l).0)
+            .filter(|&b| b >= pinned)
+            .collect();
+        let mut groups: Vec<u64> = below.iter().map(|&b| packing.group_of(b).0).collect();
+        groups.dedup();
+        Some((groups.len() as u64, below.len() as u64))
+    }
+
     /// Buckets of the TaoStore engine's tree kept in trusted memory (see
     /// [`GatewayParams::cache_cells`]).
     pub fn tao_pinned_cells(&self) -> u64 {
@@ -1259,6 +1280,19 @@ async fn create(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
         params.store,
         human_bytes(f.store_bytes)
     ));
+    if let (Some((objects, buckets)), true) = (params.tao_path_objects(), params.pack_levels > 1) {
+        notes.push(format!(
+            "packed {} tree levels per store object: an access reads and writes {objects} \
+             object(s) holding {buckets} bucket(s) of its path{}",
+            params.tao_pack_levels(),
+            if objects == buckets {
+                " — as many as unpacked, each larger: packing pays only when several levels \
+                 lie below the cached top (a larger store, or a smaller --cache-mib)"
+            } else {
+                ""
+            }
+        ));
+    }
     opened.notes = notes;
     Ok(opened)
 }

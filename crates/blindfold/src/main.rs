@@ -1854,6 +1854,12 @@ fn status(a: StatusArgs) -> Result<()> {
         human_bytes(f.store_bytes),
         human_bytes(f.trusted_bytes)
     );
+    if let Some((objects, buckets)) = p.tao_path_objects() {
+        println!(
+            "  an access reads and writes {objects} store object(s) ({buckets} bucket(s) of its \
+             path below the cached top)"
+        );
+    }
     let key_path = a.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
     let pass = if a.passphrase { Some(read_passphrase()?) } else { None };
     let opened = load_key_file(&key_path, pass.as_ref())
