@@ -89,6 +89,9 @@ pub struct GatewayBench {
     /// Draw progress bars.
     #[serde(skip)]
     pub progress: bool,
+    /// Prices for the cost table (the report carries their date and source).
+    #[serde(skip)]
+    pub prices: crate::cost::PriceTable,
 }
 
 /// Serializes a value by its `Display` form (store URLs, engines).
@@ -119,6 +122,7 @@ impl Default for GatewayBench {
             mbit: None,
             seed: 1,
             progress: true,
+            prices: crate::cost::PriceTable::builtin(),
         }
     }
 }
@@ -759,7 +763,7 @@ pub async fn run_with(params: GatewayBench, w: Workload) -> Result<GatewayReport
         p50_ratio: oram.p50_ms / baseline.p50_ms,
         peak_rss_bytes: peak_rss_bytes(),
         cost: crate::cost::compare(
-            &crate::cost::PriceTable::builtin(),
+            &params.prices,
             &oram.usage,
             &baseline.usage,
             w.sizes.iter().sum(),

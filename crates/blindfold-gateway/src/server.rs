@@ -1283,8 +1283,10 @@ async fn create(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     if let (Some((objects, buckets)), true) = (params.tao_path_objects(), params.pack_levels > 1) {
         notes.push(format!(
             "packed {} tree levels per store object: an access reads and writes {objects} \
-             object(s) holding {buckets} bucket(s) of its path{}",
+             object(s) holding {buckets} bucket(s) of its path; up to {} of sealed objects stay \
+             in memory for the write-backs{}",
             params.tao_pack_levels(),
+            human_bytes(blindfold_proxy::READ_BACK_CACHE_BYTES),
             if objects == buckets {
                 " — as many as unpacked, each larger: packing pays only when several levels \
                  lie below the cached top (a larger store, or a smaller --cache-mib)"

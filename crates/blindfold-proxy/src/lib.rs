@@ -101,7 +101,7 @@ pub use error::ProxyError;
 pub use oblivistore::{DurableObliviStore, ObliviStoreEngineStats};
 #[cfg(feature = "onion")]
 pub use onion::{OnionPhaseTimes, SealedOnionOram, SealedOnionState};
-pub use packed::{PackedStore, Packing, MAX_PACK_LEVELS};
+pub use packed::{PackedStore, Packing, MAX_PACK_LEVELS, READ_BACK_CACHE_BYTES};
 pub use path::{SealedPathOram, SealedPathState};
 pub use pinned::{PinnedCells, PinnedStore};
 pub use ring::{AccessTiming, RingData, RingPhaseTimes, SealedRingOram, SealedRingState};

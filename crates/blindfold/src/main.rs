@@ -1136,6 +1136,11 @@ struct GatewayBenchArgs {
     /// Levels of the tao engine's tree per store object, as `serve --pack-levels` (1 to 4).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
     pack_levels: u32,
+    /// Prices for the cost table: a JSON or TOML file overriding or adding providers (format
+    /// in docs/cost.md; e.g. docs/prices-aws-in-region.toml); the built-in list prices
+    /// otherwise.
+    #[arg(long, value_name = "FILE")]
+    prices: Option<PathBuf>,
     /// Emulate a network between each gateway and its store: round trip in milliseconds,
     /// applied to both sides alike (e.g. 20 for a cloud region nearby).
     #[arg(long, default_value_t = 0)]
@@ -1345,6 +1350,10 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
         engine: args.engine,
         in_place: args.in_place,
         pack_levels: args.pack_levels,
+        prices: match &args.prices {
+            Some(path) => blindfold_bench::cost::PriceTable::load(path)?,
+            None => blindfold_bench::cost::PriceTable::builtin(),
+        },
         rtt_ms: args.rtt_ms,
         mbit: args.mbit,
         seed: args.seed,
