@@ -115,10 +115,10 @@ impl Packing {
     /// The layout of a tree of `levels` levels in groups of `depth` levels (1 ..=
     /// [`MAX_PACK_LEVELS`]; 1 is one bucket per group, the unpacked layout).
     pub fn new(levels: u32, depth: u32) -> Result<Self> {
-        if !(1..=MAX_PACK_LEVELS).contains(&depth) || levels == 0 || levels > 40 {
+        if !(1..=MAX_PACK_LEVELS).contains(&depth) || depth > levels.max(1) || levels > 40 {
             return Err(ProxyError::State(format!(
                 "packing {depth} levels per store object in a tree of {levels} levels: the \
-                 depth must be 1 to {MAX_PACK_LEVELS}"
+                 depth must be 1 to {MAX_PACK_LEVELS}, and at most the tree's levels"
             )));
         }
         let bands = levels.div_ceil(depth);
@@ -469,6 +469,10 @@ mod tests {
     fn every_bucket_has_its_own_place() {
         for levels in 1..=9 {
             for depth in 1..=MAX_PACK_LEVELS {
+                if depth > levels {
+                    assert!(Packing::new(levels, depth).is_err());
+                    continue;
+                }
                 let p = Packing::new(levels, depth).unwrap();
                 let mut seen = BTreeSet::new();
                 for cell in 0..p.buckets() {
@@ -488,12 +492,15 @@ mod tests {
                     c = (c - 1) / 2;
                 }
                 assert_eq!(on_path.len() as u32, levels.div_ceil(depth));
-                assert_eq!(Packing::for_groups(levels, p.groups()).unwrap().depth(), {
-                    // Depths with the same group count (tiny trees) resolve to the smallest.
-                    (1..=depth)
-                        .find(|&d| Packing::new(levels, d).unwrap().groups() == p.groups())
-                        .unwrap()
-                });
+                // The group count alone says the depth (a checkpoint's slot map has no more).
+                assert_eq!(Packing::for_groups(levels, p.groups()).unwrap(), p);
+            }
+        }
+        // … for every tree a gateway can have.
+        for levels in 1..=40 {
+            for depth in 1..=MAX_PACK_LEVELS.min(levels) {
+                let p = Packing::new(levels, depth).unwrap();
+                assert_eq!(Packing::for_groups(levels, p.groups()).unwrap(), p);
             }
         }
         assert_eq!(Packing::new(1, 1).unwrap().groups(), 1);
