@@ -814,6 +814,13 @@ pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
     };
     let cached = cached_bytes_of(params)?;
     let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
+    // A packed tree keeps recently read groups for the writes that follow.
+    let groups = match params.engine {
+        OramEngine::Tao if params.two_slots() => {
+            DurableTao::packed_cache_bytes(&tao_config(params)?, params.tao_pack_levels())?
+        }
+        _ => 0,
+    };
     let bytes = |g: &blindfold_store::Geometry| g.cell_count() * u64::from(g.cell_size());
     let posmap = if params.engine == OramEngine::PathOram && params.blocks > 1 << 20 {
         1 << 19 // recursive: 2^16 entries in memory
@@ -828,7 +835,7 @@ pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
         oram_bytes: bytes(&geometry),
         // Every engine holds a cached bucket once: the TaoStore engine sealed until first
         // used, then open (sealed again only for a moment, for a checkpoint or a verify).
-        trusted_bytes: posmap + cells * 8 + cached,
+        trusted_bytes: posmap + cells * 8 + cached + groups,
     })
 }
 
@@ -1286,7 +1293,10 @@ async fn create(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
              object(s) holding {buckets} bucket(s) of its path; up to {} of sealed objects stay \
              in memory for the write-backs{}",
             params.tao_pack_levels(),
-            human_bytes(blindfold_proxy::READ_BACK_CACHE_BYTES),
+            human_bytes(DurableTao::packed_cache_bytes(
+                &tao_config(&params)?,
+                params.tao_pack_levels()
+            )?),
             if objects == buckets {
                 " — as many as unpacked, each larger: packing pays only when several levels \
                  lie below the cached top (a larger store, or a smaller --cache-mib)"

@@ -129,6 +129,15 @@ async fn grows_packed(engine: OramEngine, store: Option<blindfold_store::StoreUr
         None => ServeConfig { pack_levels: pack, ..cfg(root, engine) },
     };
     let opened = server::open(&cfg(root.path(), engine)).await.unwrap();
+    if pack > 1 {
+        // The packed tree's cache of groups counts in the trusted-memory estimate: on a store
+        // this small, room for all of them (half the two-slot store).
+        let packed = server::footprint(&opened.params).unwrap();
+        let flat =
+            server::footprint(&server::GatewayParams { pack_levels: 1, ..opened.params.clone() })
+                .unwrap();
+        assert_eq!(packed.trusted_bytes - flat.trusted_bytes, packed.oram_bytes / 2);
+    }
     let mut model = fill(&opened).await;
     let grower = opened.grower.clone().unwrap();
     let blocks = opened.params.blocks;

@@ -593,6 +593,16 @@ impl DurableTao {
         slotted_geometry(packing.geometry(config.geometry()?.cell_size())?)
     }
 
+    /// Trusted memory the cache of a packed tree's groups may take (0 unpacked; see
+    /// [`PackedStore`]).
+    pub fn packed_cache_bytes(config: &TaoConfig, pack_levels: u32) -> Result<u64> {
+        if pack_levels <= 1 {
+            return Ok(0);
+        }
+        let packing = Packing::new(config.shape().levels(), pack_levels)?;
+        PackedStore::cache_bytes(&packing, config.geometry()?.cell_size())
+    }
+
     /// The writes a commit is about to log: each bucket with its new slot.
     fn pending_cells(&self, slotted: &SlottedStore) -> Vec<(u64, u8)> {
         match &self.packed {
@@ -937,6 +947,7 @@ impl DurableTao {
         self.tao.trusted_bytes()
             + self.slotted.as_ref().map_or(0, |s| s.trusted_bytes())
             + self.pinned.as_ref().map_or(0, |p| p.trusted_bytes())
+            + self.packed.as_ref().map_or(0, |p| p.trusted_bytes())
             + self.overlay.held() as u64 * u64::from(self.store.geometry().cell_size())
     }
 

@@ -100,6 +100,11 @@ impl Cache {
     }
 }
 
+/// Whole groups of `group_bytes` that fit in [`READ_BACK_CACHE_BYTES`], at most all of them.
+fn cache_groups(packing: &Packing, group_bytes: u32) -> usize {
+    (READ_BACK_CACHE_BYTES / u64::from(group_bytes).max(1)).min(packing.groups()) as usize
+}
+
 /// How a tree of buckets (heap order) is cut into groups of `depth` levels; see the module
 /// documentation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -237,9 +242,8 @@ impl PackedStore {
             });
         }
         let logical = Geometry::new(packing.buckets(), cell_size)?;
-        let group_bytes = u64::from(needed.cell_size()).max(1);
         let cache =
-            Cache { capacity: (READ_BACK_CACHE_BYTES / group_bytes) as usize, ..Cache::default() };
+            Cache { capacity: cache_groups(&packing, needed.cell_size()), ..Cache::default() };
         Ok(Self {
             inner,
             packing,
@@ -256,6 +260,19 @@ impl PackedStore {
     pub fn set_cache_groups(&self, groups: usize) {
         let mut c = self.cache.lock();
         *c = Cache { capacity: groups, changes: c.changes + 1, ..Cache::default() };
+    }
+
+    /// Trusted memory the cache of groups holds now (at most [`PackedStore::cache_bytes`] of
+    /// the layout).
+    pub fn trusted_bytes(&self) -> u64 {
+        self.cache.lock().groups.values().map(|g| g.len() as u64).sum()
+    }
+
+    /// Trusted memory the cache of groups may hold on a tree laid out by `packing` with
+    /// buckets of `cell_size` bytes: [`READ_BACK_CACHE_BYTES`], or the whole store if smaller.
+    pub fn cache_bytes(packing: &Packing, cell_size: u32) -> Result<u64> {
+        let group = packing.geometry(cell_size)?.cell_size();
+        Ok(cache_groups(packing, group) as u64 * u64::from(group))
     }
 
     /// Groups read back before a write so far (the cache did not hold them).

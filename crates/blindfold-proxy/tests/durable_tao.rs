@@ -598,3 +598,42 @@ async fn a_packed_tree_detects_tampering_swaps_and_rollback() {
         assert!(matches!(read, Err(ProxyError::Integrity { .. })), "{attack}: {read:?}");
     }
 }
+
+/// The groups a packed tree keeps for its write-backs are trusted memory: counted in
+/// `trusted_bytes`, and never more than `packed_cache_bytes` says (here the whole store, which
+/// is smaller than the cache's room).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_packed_tree_counts_its_group_cache_as_trusted_memory() {
+    let key = MasterKey::generate();
+    let geometry = DurableTao::packed_geometry(&config(), 2).unwrap();
+    let bound = DurableTao::packed_cache_bytes(&config(), 2).unwrap();
+    assert_eq!(bound, geometry.cell_count() / 2 * u64::from(geometry.cell_size()));
+    assert_eq!(DurableTao::packed_cache_bytes(&config(), 1).unwrap(), 0);
+    let mut held = Vec::new();
+    for pack in [1, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let geometry = DurableTao::packed_geometry(&config(), pack).unwrap();
+        let tao = DurableTao::create_packed(
+            dir.path(),
+            config(),
+            Arc::new(MemoryStore::new(geometry)),
+            &key,
+            StoreId::random(),
+            0,
+            pack,
+        )
+        .await
+        .unwrap();
+        let blocks: Vec<(BlockId, Vec<u8>)> =
+            (0..64).map(|b| (BlockId(b), vec![b as u8; BS as usize])).collect();
+        tao.write_many(blocks).await.unwrap();
+        tao.commit().await.unwrap();
+        let ids: Vec<BlockId> = (0..64).map(BlockId).collect();
+        tao.read_many(&ids).await.unwrap();
+        held.push(tao.trusted_bytes());
+    }
+    let extra = held[1].saturating_sub(held[0]);
+    // Every group was just read, so the cache holds most of them.
+    assert!(extra >= bound / 2, "the packed tree's cache is not counted: {held:?}, {bound}");
+    assert!(extra <= bound + bound / 2, "{extra} bytes more than unpacked, bound {bound}");
+}

@@ -552,9 +552,10 @@ struct ServeArgs {
     in_place: bool,
     /// With the tao engine: store the ORAM tree in subtrees of this many levels (1 to 4) per
     /// store object, so an access costs a store request per that many levels of its path
-    /// instead of one per level, and moves the whole subtrees (2^N - 1 buckets for N). Pays
-    /// on a store that bills and waits per request (S3); see the README's "Packing". Fixed at
-    /// creation [default: 1, a bucket per object].
+    /// instead of one per level, and moves the whole subtrees (2^N - 1 buckets for N). Up to
+    /// 256 MiB of recently read subtrees stay in trusted memory for the write-backs (counted
+    /// in the banner's estimate). Pays on a store that bills and waits per request (S3); see
+    /// the README's "Packing". Fixed at creation [default: 1, a bucket per object].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4))]
     pack_levels: Option<u32>,
     /// Also serve the admin listener on this address: Prometheus `/metrics`, `/healthz`,
