@@ -21,9 +21,13 @@
 //! 3. switches the slots and forgets the moved-aside cells.
 //!
 //! Requests served meanwhile log their reveals as following the commit being made; if it
-//! never becomes durable, the next start replays them after the earlier ones. On an in-place
-//! store (and when a checkpoint is due) requests stay stopped throughout, and the record
-//! carries the sealed cells themselves before they overwrite the store.
+//! never becomes durable, the next start replays them after the earlier ones. When the log
+//! has grown past its limit, the commit also captures a checkpoint of the state it exports
+//! (while requests are stopped anyway: the open tree top and the pinned cells are copied) and
+//! writes it once its record is durable, while requests go on; the new log keeps the reveals
+//! logged since the capture, which the checkpoint does not account for. On an in-place store
+//! requests stay stopped throughout, and the record carries the sealed cells themselves
+//! before they overwrite the store.
 //!
 //! A crash before the record is durable loses only unacknowledged work; after it, the next
 //! start replays the record. Commits are grouped: one that finds its caller's writes already
@@ -412,6 +416,48 @@ struct Prepared {
     top: Vec<TopWritten>,
 }
 
+/// Replaces `dir`'s redo log by what it holds from byte `from` on, less the byte range
+/// `leave_out` (a commit record the new checkpoint covers); returns the new log, opened for
+/// appending, and its length.
+fn keep_after(
+    dir: &Path,
+    from: u64,
+    leave_out: Option<std::ops::Range<u64>>,
+) -> Result<(File, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let path = dir.join(REDO_LOG);
+    let io = |what, e| crate::durable::io(&path, what, e);
+    let mut f = File::open(&path).map_err(|e| io("opening", e))?;
+    let len = f.metadata().map_err(|e| io("reading the size of", e))?.len();
+    let leave_out = leave_out.unwrap_or(len..len);
+    if from > len || from > leave_out.start || leave_out.end > len {
+        return Err(ProxyError::State(format!(
+            "{}: {len} bytes, shorter than this run's appends ({from}, {leave_out:?})",
+            path.display()
+        )));
+    }
+    let mut tail = Vec::new();
+    f.seek(SeekFrom::Start(from)).map_err(|e| io("seeking in", e))?;
+    f.take(len - from).read_to_end(&mut tail).map_err(|e| io("reading", e))?;
+    let cut = |at: u64| (at - from) as usize;
+    let kept: Vec<Vec<u8>> = [0..cut(leave_out.start), cut(leave_out.end)..tail.len()]
+        .into_iter()
+        .filter(|r| r.start < r.end)
+        .map(|r| tail[r].to_vec())
+        .collect();
+    let bytes = kept.iter().map(|k| k.len() as u64).sum();
+    Ok((replace_log(dir, &kept)?, bytes))
+}
+
+/// The redo log's length now.
+fn log_len(c: &Committer) -> Result<u64> {
+    let len = c
+        .log
+        .metadata()
+        .map_err(|e| crate::durable::io(&c.dir.join(REDO_LOG), "reading the size of", e))?;
+    Ok(len.len())
+}
+
 /// What only a commit touches.
 #[derive(Debug)]
 struct Committer {
@@ -426,6 +472,18 @@ struct Committer {
     sealer: Arc<StateSealer>,
     /// The tree top's blocks as the records since the checkpoint left them.
     pool: TopPool,
+    /// Where in the redo log the last commit record lies (byte range; set by
+    /// [`DurableTao::finish_prepared`]).
+    last_record: Option<std::ops::Range<u64>>,
+}
+
+/// A checkpoint captured with requests stopped, to be written once the commit prepared with
+/// it is durable ([`DurableTao::write_captured_checkpoint`]).
+struct Captured {
+    ckpt: Checkpoint,
+    /// The redo log's length when it was captured: the reveals logged after it are of
+    /// requests the checkpoint does not account for.
+    log_at: u64,
 }
 
 /// The TaoStore engine with a crash-consistent trusted state; see the module documentation.
@@ -887,6 +945,7 @@ impl DurableTao {
                 posmap,
                 sealer: Arc::new(StateSealer::with_keys(key, previous)),
                 pool: TopPool::default(),
+                last_record: None,
             }),
             opener: cell_sealer(key, previous, store_id, epoch),
             journal: Journal {
@@ -1072,18 +1131,38 @@ impl DurableTao {
     /// engine writes back into the overlay and its state is exported; the store writes, the
     /// flush and the record's fsync then run while requests go on (see [`DurableTao::prepare`]).
     async fn commit_all(&self, c: &mut Committer) -> Result<()> {
-        if self.slotted.is_some() && c.log_bytes <= self.log_limit {
+        if self.slotted.is_some() {
             let started = std::time::Instant::now();
+            let due = c.log_bytes > self.log_limit;
             let (covered, prepared, drained, stopped) = {
                 let _exclusive = self.gate.write().await;
                 let drained = started.elapsed();
                 self.check()?;
                 let covered = self.written.load(Ordering::SeqCst);
-                (covered, self.prepare(c).await, drained, started.elapsed())
+                // A checkpoint due is taken of the state this commit makes durable: captured
+                // now, written once the commit is. (No reveal is being logged: requests log
+                // theirs holding the gate shared.)
+                let log_at = if due { log_len(c).map(Some) } else { Ok(None) };
+                let prepared = match (log_at, self.prepare(c).await) {
+                    (Ok(Some(log_at)), Ok(p)) => {
+                        self.capture_checkpoint(c).map(|ckpt| (p, Some(Captured { ckpt, log_at })))
+                    }
+                    (Ok(None), Ok(p)) => Ok((p, None)),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                };
+                (covered, prepared, drained, started.elapsed())
             };
             let r = match prepared {
-                Ok(Some(p)) => self.finish_prepared(c, p).await,
-                Ok(None) => Ok(()),
+                Ok((p, ckpt)) => {
+                    let r = match p {
+                        Some(p) => self.finish_prepared(c, p).await,
+                        None => Ok(()),
+                    };
+                    match (r, ckpt) {
+                        (Ok(()), Some(k)) => self.write_captured_checkpoint(c, k).await,
+                        (r, _) => r,
+                    }
+                }
                 Err(e) => Err(e),
             };
             tracing::debug!(
@@ -1091,6 +1170,7 @@ impl DurableTao {
                 stopped_ms = stopped.as_secs_f64() * 1e3,
                 total_ms = started.elapsed().as_secs_f64() * 1e3,
                 log_bytes = c.log_bytes,
+                checkpoint = due,
                 "non-stop commit"
             );
             if let Err(e) = &r {
@@ -1106,10 +1186,7 @@ impl DurableTao {
         let covered = self.written.load(Ordering::SeqCst);
         self.commit_locked(c).await?;
         self.committed.store(covered, Ordering::SeqCst);
-        tracing::debug!(
-            total_ms = started.elapsed().as_secs_f64() * 1e3,
-            "stopping commit (checkpoint due)"
-        );
+        tracing::debug!(total_ms = started.elapsed().as_secs_f64() * 1e3, "stopping commit");
         Ok(())
     }
 
@@ -1202,7 +1279,10 @@ impl DurableTao {
         // never be split by another (a write cut short, e.g. by a full disk, is retried).
         let appended = {
             let _journal = self.journal.writer.lock().await;
-            append_frame(&c.log, &c.dir, frame).await?
+            let appended = append_frame(&c.log, &c.dir, frame).await?;
+            let end = log_len(c)?;
+            c.last_record = Some(end.saturating_sub(appended)..end);
+            appended
         };
         c.pool.apply(&top);
         self.top_named.fetch_add(top_blocks as u64, Ordering::Relaxed);
@@ -1296,6 +1376,22 @@ impl DurableTao {
     /// With the gate held exclusively and nothing in the overlay: the whole state to the
     /// checkpoint, and an empty log.
     fn checkpoint_locked(&self, c: &mut Committer) -> Result<()> {
+        let ckpt = self.capture_checkpoint(c)?;
+        write_checkpoint_as(&c.dir, CHECKPOINT_MAGIC, &ckpt, &c.sealer)?;
+        // Records from now on are replayed from this checkpoint, which holds the top whole.
+        c.pool.clear();
+        c.next_epoch = ckpt.next_epoch;
+        empty_log(&c.log, &c.dir)?;
+        c.log_bytes = 0;
+        c.last_record = None;
+        Ok(())
+    }
+
+    /// With the gate held exclusively and the engine flushed: the checkpoint of the state as
+    /// it is, as of the commit after `c.seq` if one is prepared (its slot map is filled in when
+    /// it is written). Copies the open top and the pinned store's cells; the sealing and
+    /// writing are left to the caller.
+    fn capture_checkpoint(&self, c: &Committer) -> Result<Checkpoint> {
         // The top the engine holds open goes in by block, as it is; the pinned store's sealed
         // copies of those buckets may be stale or let go, and are left out.
         let open = self.tao.open_top()?;
@@ -1306,7 +1402,7 @@ impl DurableTao {
         if !open.is_empty() && self.pinned.is_none() {
             return Err(ProxyError::State("open tree top without a pinned store".into()));
         }
-        let ckpt = Checkpoint {
+        Ok(Checkpoint {
             store_id: c.store_id.0,
             state,
             slots: self.slotted.as_ref().map(|s| s.map()),
@@ -1315,13 +1411,50 @@ impl DurableTao {
             top: TopPool::default().encode(&open),
             next_epoch: c.next_epoch.max(self.tao.current_epoch().saturating_add(1)),
             seq: c.seq,
-        };
-        write_checkpoint_as(&c.dir, CHECKPOINT_MAGIC, &ckpt, &c.sealer)?;
-        // Records from now on are replayed from this checkpoint, which holds the top whole.
+        })
+    }
+
+    /// Without the gate, on a two-slot store, once the commit prepared with `captured` is
+    /// durable (or there was nothing to commit): writes the checkpoint as of that commit, then
+    /// replaces the redo log by the reveals logged since the capture (of requests served
+    /// meanwhile, which the checkpoint does not account for), leaving out the commit's own
+    /// record. A crash before the checkpoint is renamed into place replays the log as before;
+    /// one after it, before the log is replaced, skips the records the checkpoint covers and
+    /// keeps those reveals, as the new log does.
+    async fn write_captured_checkpoint(&self, c: &mut Committer, captured: Captured) -> Result<()> {
+        let started = std::time::Instant::now();
+        let Captured { mut ckpt, log_at } = captured;
+        ckpt.seq = c.seq;
+        // The slot map as that commit left it: no other commit has published since.
+        ckpt.slots = self.slotted.as_ref().map(|s| s.map());
+        let next_epoch = ckpt.next_epoch;
+        let (dir, sealer) = (c.dir.clone(), Arc::clone(&c.sealer));
+        tokio::task::spawn_blocking(move || {
+            write_checkpoint_as(&dir, CHECKPOINT_MAGIC, &ckpt, &sealer)
+        })
+        .await
+        .map_err(|e| ProxyError::State(format!("checkpoint writer panicked: {e}")))??;
+        let written = started.elapsed();
         c.pool.clear();
-        c.next_epoch = ckpt.next_epoch;
-        empty_log(&c.log, &c.dir)?;
-        c.log_bytes = 0;
+        c.next_epoch = next_epoch;
+        // Reveals may be appending: hold the journal's writer while the log is replaced.
+        let mut journal = self.journal.writer.lock().await;
+        let record = c.last_record.take().filter(|r| r.start >= log_at);
+        let dir = c.dir.clone();
+        let (new, kept) = tokio::task::spawn_blocking(move || keep_after(&dir, log_at, record))
+            .await
+            .map_err(|e| ProxyError::State(format!("redo log rewriter panicked: {e}")))??;
+        let path = c.dir.join(REDO_LOG);
+        *journal = new.try_clone().map_err(|e| crate::durable::io(&path, "cloning", e))?;
+        c.log = new;
+        c.log_bytes = kept;
+        drop(journal);
+        tracing::debug!(
+            checkpoint_ms = written.as_secs_f64() * 1e3,
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            kept_bytes = c.log_bytes,
+            "checkpoint written while requests ran"
+        );
         Ok(())
     }
 

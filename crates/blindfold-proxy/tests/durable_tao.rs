@@ -425,12 +425,25 @@ async fn a_flood_of_clients_waits_instead_of_overflowing_trusted_memory() {
     }
 }
 
-/// A store whose writes and flushes hang once armed: a commit stuck while writing its cells.
+/// A store whose writes hang once armed, until released: a commit stuck while writing its
+/// cells.
 #[derive(Debug)]
 struct StallingWrites {
     inner: Arc<dyn Store>,
     armed: std::sync::atomic::AtomicBool,
     stalled: tokio::sync::Notify,
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+impl StallingWrites {
+    fn new(inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            armed: false.into(),
+            stalled: tokio::sync::Notify::new(),
+            release: tokio::sync::watch::Sender::new(false),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -450,7 +463,7 @@ impl Store for StallingWrites {
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
         if self.armed.load(std::sync::atomic::Ordering::SeqCst) {
             self.stalled.notify_one();
-            std::future::pending::<()>().await;
+            let _ = self.release.subscribe().wait_for(|go| *go).await;
         }
         self.inner.write(cells).await
     }
@@ -473,11 +486,7 @@ async fn requests_served_during_a_commit_stay_oblivious_across_a_crash() {
     let n = config.tree().total_cells();
     let rec =
         Arc::new(RecordingStore::new(MemoryStore::new(DurableTao::geometry(&config).unwrap())));
-    let stall = Arc::new(StallingWrites {
-        inner: rec.clone(),
-        armed: false.into(),
-        stalled: tokio::sync::Notify::new(),
-    });
+    let stall = Arc::new(StallingWrites::new(rec.clone()));
     let tao = Arc::new(
         DurableTao::create(dir.path(), config, stall.clone(), &key, StoreId::random())
             .await
@@ -636,4 +645,100 @@ async fn a_packed_tree_counts_its_group_cache_as_trusted_memory() {
     // Every group was just read, so the cache holds most of them.
     assert!(extra >= bound / 2, "the packed tree's cache is not counted: {held:?}, {bound}");
     assert!(extra <= bound + bound / 2, "{extra} bytes more than unpacked, bound {bound}");
+}
+
+/// A commit that checkpoints lets requests go on too, and the checkpoint keeps what they
+/// revealed: reads served while the commit writes the store run to the end (they would wait
+/// for the whole commit if the checkpoint stopped requests), the checkpoint covers the commit
+/// (nothing is replayed at the next start), and after a crash the blocks those reads revealed
+/// still move to fresh leaves. (Failed when the new log kept only what followed the commit's
+/// record: the reveals logged while its cells were being written were dropped.) The same holds
+/// for a crash after the new checkpoint is in place but before the log is replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_lets_requests_go_on_and_keeps_their_reveals() {
+    for window in [false, true] {
+        checkpoint_under_requests(window).await;
+    }
+}
+
+/// `window`: the crash comes between the checkpoint's rename and the log's replacement (the
+/// old log, with the requests' reveals, is put back).
+async fn checkpoint_under_requests(window: bool) {
+    use blindfold_store::{RecordingStore, TraceOp};
+    let key = MasterKey::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let config = TaoConfig::builder(128, BS).write_back_every(4).build().unwrap();
+    let n = config.tree().total_cells();
+    let rec =
+        Arc::new(RecordingStore::new(MemoryStore::new(DurableTao::geometry(&config).unwrap())));
+    let stall = Arc::new(StallingWrites::new(rec.clone()));
+    let mut tao = DurableTao::create(dir.path(), config, stall.clone(), &key, StoreId::random())
+        .await
+        .unwrap();
+    tao.set_log_limit(1); // every commit after the first checkpoints
+    let tao = Arc::new(tao);
+    for b in 0..128u64 {
+        tao.write_many(vec![(BlockId(b), vec![b as u8; BS as usize])]).await.unwrap();
+    }
+    tao.commit().await.unwrap();
+    let log = dir.path().join("redo.log");
+    assert!(std::fs::metadata(&log).unwrap().len() > 1, "the first commit left a record");
+    stall.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let stalled = stall.stalled.notified();
+    let committing = {
+        let tao = Arc::clone(&tao);
+        tokio::spawn(async move {
+            tao.write_many(vec![(BlockId(5), vec![0xEE; BS as usize])]).await.unwrap();
+            tao.commit().await
+        })
+    };
+    stalled.await;
+    let deepest = |rec: &RecordingStore<MemoryStore>| -> u64 {
+        rec.take_trace()
+            .into_iter()
+            .filter(|e| e.op == TraceOp::Read)
+            .flat_map(|e| e.cells)
+            .map(|c| c.0 % n)
+            .max()
+            .unwrap()
+    };
+    let blocks = [9u64, 17, 33, 65, 100, 127];
+    let mut before = Vec::new();
+    for b in blocks {
+        rec.clear();
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(20), tao.read_many(&[BlockId(b)]))
+                .await
+                .expect("a read waited for the checkpointing commit");
+        assert_eq!(read.unwrap()[0], vec![b as u8; BS as usize]);
+        before.push(deepest(&rec));
+    }
+    assert!(!committing.is_finished());
+    // The log as it stands: older records and reveals, then the reads' (the commit's own
+    // record is not written yet).
+    let old_log = std::fs::read(&log).unwrap();
+    stall.armed.store(false, std::sync::atomic::Ordering::SeqCst);
+    stall.release.send_replace(true);
+    committing.await.unwrap().unwrap();
+    assert!(std::fs::metadata(&log).unwrap().len() < old_log.len() as u64, "log not replaced");
+    // kill -9 now: the reads' own commit never happens.
+    drop(tao);
+    if window {
+        std::fs::write(&log, &old_log).unwrap();
+    }
+    let (tao, recovery) = DurableTao::open(dir.path(), rec.clone(), &key).await.unwrap();
+    assert_eq!(recovery.replayed, 0, "the checkpoint covers the commit: {recovery:?}");
+    // Exactly the reads: the write before the commit is accounted for by the checkpoint.
+    assert_eq!(recovery.reaccessed, blocks.len() as u64, "{recovery:?}");
+    let mut again = 0;
+    for (b, leaf) in blocks.iter().zip(&before) {
+        rec.clear();
+        assert_eq!(tao.read_many(&[BlockId(*b)]).await.unwrap()[0], vec![*b as u8; BS as usize]);
+        again += usize::from(deepest(&rec) == *leaf);
+    }
+    // A fresh leaf repeats one in 64 times; all six repeat when the reveals are dropped.
+    assert!(again <= 2, "{again} of {} blocks read their revealed path again", blocks.len());
+    assert_eq!(tao.read_many(&[BlockId(5)]).await.unwrap()[0], vec![0xEE; BS as usize]);
+    let report = tao.verify(|_, _| {}).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
 }
