@@ -445,18 +445,20 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
             EngineKind::PathOram => format!("gateway {engine}, {}", human(block_size)),
         };
         let data_dir = tempfile::Builder::new().prefix("blindfold-bench-git-gw-").tempdir()?;
+        let store = StoreUrl::S3 {
+            bucket: bucket.clone(),
+            prefix: format!("{under}/gateway-{n}"),
+            options: options.clone(),
+        };
+        let cache_mib = p
+            .cache_mib
+            .unwrap_or_else(|| blindfold_gateway::server::default_cache_mib(engine, Some(&store)));
         let setup = LiveSetup {
-            store: StoreUrl::S3 {
-                bucket: bucket.clone(),
-                prefix: format!("{under}/gateway-{n}"),
-                options: options.clone(),
-            },
+            store,
             data_dir: data_dir.path().to_path_buf(),
             capacity,
             block_size,
-            cache_mib: p
-                .cache_mib
-                .unwrap_or_else(|| blindfold_gateway::server::default_cache_mib(engine)),
+            cache_mib,
             engine,
             kind,
             in_place: false,

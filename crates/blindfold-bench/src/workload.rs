@@ -438,7 +438,7 @@ fn outsource_ratio(capacity: u64, block_size: u32, engine: OramEngine) -> Result
         capacity,
         block_size,
         pad_objects: false,
-        cache_mib: default_cache_mib(engine),
+        cache_mib: default_cache_mib(engine, Some(&StoreUrl::Memory)),
         engine,
         in_place: false,
         pack_levels: 1,

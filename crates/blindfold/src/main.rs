@@ -154,8 +154,8 @@ struct NodeArgs {
     /// Block size in bytes, fixed at creation; must be the gateway's [default: 4096].
     #[arg(long)]
     block_size: Option<u32>,
-    /// Trusted memory (MiB) for the top of the node's ORAM tree [default: 128 with tao, 32
-    /// with path-oram].
+    /// Trusted memory (MiB) for the top of the node's ORAM tree [default: 128 with tao (256
+    /// on an s3:// store), 32 with path-oram].
     #[arg(long)]
     cache_mib: Option<u64>,
 }
@@ -533,7 +533,8 @@ struct ServeArgs {
     /// not on an --in-place store; `tao` holds each cached bucket sealed until first used,
     /// then open instead, and fills the budget bucket by bucket: whole levels, then the left
     /// part of the next, so paths to leaves below that part skip one more bucket). Fixed at
-    /// creation [default: 128 with tao, 32 with path-oram].
+    /// creation [default: 128 with tao (256 on an s3:// store, which bills every request and
+    /// byte a cached level saves), 32 with path-oram].
     #[arg(long)]
     cache_mib: Option<u64>,
     /// Oblivious engine of a new store: `tao` (concurrent, TaoStore design: many block
@@ -1123,7 +1124,7 @@ struct GatewayBenchArgs {
     #[arg(long, default_value_t = 4096)]
     block_size: u32,
     /// Trusted memory (MiB) for the top levels of the ORAM tree, as `serve --cache-mib`
-    /// [default: 128 with tao, 32 with path-oram].
+    /// [default: as `serve`: 128 with tao, 256 with tao on an s3:// store, 32 with path-oram].
     #[arg(long)]
     cache_mib: Option<u64>,
     /// The gateway's engine, as `serve --engine`: tao, path-oram, tee, oblivistore, curious or
@@ -1335,8 +1336,9 @@ fn save_json(path: Option<&std::path::Path>, report: &impl serde::Serialize) -> 
 async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
     use blindfold_bench::gateway::{self as gateway_bench, GatewayBench};
     let preset = if args.quick { GatewayBench::default().quick() } else { GatewayBench::default() };
+    let store = args.store;
     let params = GatewayBench {
-        store: args.store,
+        store: store.clone(),
         ops: args.ops.unwrap_or(preset.ops),
         objects: args.objects.unwrap_or(preset.objects),
         min_size: args.min_size,
@@ -1347,7 +1349,7 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
         block_size: args.block_size,
         cache_mib: args
             .cache_mib
-            .unwrap_or_else(|| blindfold_gateway::server::default_cache_mib(args.engine)),
+            .unwrap_or(blindfold_gateway::server::default_cache_mib(args.engine, Some(&store))),
         engine: args.engine,
         in_place: args.in_place,
         pack_levels: args.pack_levels,
@@ -1570,8 +1572,9 @@ async fn serve(a: ServeArgs) -> Result<()> {
     cfg.block_size = a.block_size.unwrap_or_else(|| default_block_size(cfg.store.as_ref()));
     cfg.pad_objects = a.pad_objects;
     cfg.engine = a.engine.unwrap_or_default();
-    cfg.cache_mib =
-        a.cache_mib.unwrap_or_else(|| blindfold_gateway::server::default_cache_mib(cfg.engine));
+    cfg.cache_mib = a.cache_mib.unwrap_or_else(|| {
+        blindfold_gateway::server::default_cache_mib(cfg.engine, cfg.store.as_ref())
+    });
     cfg.in_place = a.in_place;
     cfg.pack_levels = a.pack_levels.unwrap_or(1);
     // Everything that can be checked is checked before anything is created.
@@ -2383,7 +2386,10 @@ async fn node(a: NodeArgs) -> Result<()> {
         block_size,
         pad_objects: false,
         cache_mib: a.cache_mib.unwrap_or_else(|| {
-            blindfold_gateway::server::default_cache_mib(a.engine.unwrap_or_default())
+            blindfold_gateway::server::default_cache_mib(
+                a.engine.unwrap_or_default(),
+                a.store.as_ref(),
+            )
         }),
         engine: a.engine.unwrap_or_default(),
         in_place: false,
