@@ -480,7 +480,11 @@ struct Committer {
 /// A checkpoint captured with requests stopped, to be written once the commit prepared with
 /// it is durable ([`DurableTao::write_captured_checkpoint`]).
 struct Captured {
+    /// Without its pinned cells, which the commit may still write ([`DurableTao::write_captured_checkpoint`]
+    /// adds them).
     ckpt: Checkpoint,
+    /// The pinned cells the checkpoint holds open, by block, in `ckpt.top`.
+    open: Vec<u64>,
     /// The redo log's length when it was captured: the reveals logged after it are of
     /// requests the checkpoint does not account for.
     log_at: u64,
@@ -1144,9 +1148,9 @@ impl DurableTao {
                 // theirs holding the gate shared.)
                 let log_at = if due { log_len(c).map(Some) } else { Ok(None) };
                 let prepared = match (log_at, self.prepare(c).await) {
-                    (Ok(Some(log_at)), Ok(p)) => {
-                        self.capture_checkpoint(c).map(|ckpt| (p, Some(Captured { ckpt, log_at })))
-                    }
+                    (Ok(Some(log_at)), Ok(p)) => self
+                        .capture_checkpoint(c)
+                        .map(|(ckpt, open)| (p, Some(Captured { ckpt, open, log_at }))),
                     (Ok(None), Ok(p)) => Ok((p, None)),
                     (Err(e), _) | (_, Err(e)) => Err(e),
                 };
@@ -1376,7 +1380,8 @@ impl DurableTao {
     /// With the gate held exclusively and nothing in the overlay: the whole state to the
     /// checkpoint, and an empty log.
     fn checkpoint_locked(&self, c: &mut Committer) -> Result<()> {
-        let ckpt = self.capture_checkpoint(c)?;
+        let (mut ckpt, open) = self.capture_checkpoint(c)?;
+        ckpt.pinned = self.export_pinned(&open)?;
         write_checkpoint_as(&c.dir, CHECKPOINT_MAGIC, &ckpt, &c.sealer)?;
         // Records from now on are replayed from this checkpoint, which holds the top whole.
         c.pool.clear();
@@ -1388,30 +1393,37 @@ impl DurableTao {
     }
 
     /// With the gate held exclusively and the engine flushed: the checkpoint of the state as
-    /// it is, as of the commit after `c.seq` if one is prepared (its slot map is filled in when
-    /// it is written). Copies the open top and the pinned store's cells; the sealing and
-    /// writing are left to the caller.
-    fn capture_checkpoint(&self, c: &Committer) -> Result<Checkpoint> {
+    /// it is, as of the commit after `c.seq` if one is prepared, and the pinned cells it holds
+    /// open. Copies the open top. Its slot map and its pinned cells are the caller's to fill
+    /// in once the store and the pinned store hold that commit's cells
+    /// ([`DurableTao::export_pinned`]); so are the sealing and the writing.
+    fn capture_checkpoint(&self, c: &Committer) -> Result<(Checkpoint, Vec<u64>)> {
         // The top the engine holds open goes in by block, as it is; the pinned store's sealed
         // copies of those buckets may be stale or let go, and are left out.
         let open = self.tao.open_top()?;
         let cells: Vec<u64> = open.iter().map(|w| w.cell).collect();
         let state = self.tao.export_state()?;
-        let pinned =
-            self.pinned.as_ref().map(|p| p.export_open(&cells)).transpose()?.unwrap_or_default();
         if !open.is_empty() && self.pinned.is_none() {
             return Err(ProxyError::State("open tree top without a pinned store".into()));
         }
-        Ok(Checkpoint {
+        let ckpt = Checkpoint {
             store_id: c.store_id.0,
             state,
             slots: self.slotted.as_ref().map(|s| s.map()),
-            pinned,
+            pinned: PinnedCells::default(),
             // An empty pool: every block with its contents.
             top: TopPool::default().encode(&open),
             next_epoch: c.next_epoch.max(self.tao.current_epoch().saturating_add(1)),
             seq: c.seq,
-        })
+        };
+        Ok((ckpt, cells))
+    }
+
+    /// The pinned store's cells for a checkpoint, but the `open` ones (sorted), which it holds
+    /// by block. Only commits write the pinned store (from the overlay), so between one
+    /// commit and the next, with the committer held, it is the state that commit left.
+    fn export_pinned(&self, open: &[u64]) -> Result<PinnedCells> {
+        Ok(self.pinned.as_ref().map(|p| p.export_open(open)).transpose()?.unwrap_or_default())
     }
 
     /// Without the gate, on a two-slot store, once the commit prepared with `captured` is
@@ -1423,10 +1435,12 @@ impl DurableTao {
     /// keeps those reveals, as the new log does.
     async fn write_captured_checkpoint(&self, c: &mut Committer, captured: Captured) -> Result<()> {
         let started = std::time::Instant::now();
-        let Captured { mut ckpt, log_at } = captured;
+        let Captured { mut ckpt, open, log_at } = captured;
         ckpt.seq = c.seq;
-        // The slot map as that commit left it: no other commit has published since.
+        // The slot map and the pinned cells as that commit left them: no other commit has
+        // written since. (Captured before it, the pinned cells would miss what it wrote.)
         ckpt.slots = self.slotted.as_ref().map(|s| s.map());
+        ckpt.pinned = self.export_pinned(&open)?;
         let next_epoch = ckpt.next_epoch;
         let (dir, sealer) = (c.dir.clone(), Arc::clone(&c.sealer));
         tokio::task::spawn_blocking(move || {
