@@ -479,67 +479,113 @@ impl Store for StallingWrites {
 /// came back on the very leaf the store had just seen.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_served_during_a_commit_stay_oblivious_across_a_crash() {
-    use blindfold_store::{RecordingStore, TraceOp};
     let key = MasterKey::generate();
     let dir = tempfile::tempdir().unwrap();
-    let config = TaoConfig::builder(128, BS).write_back_every(4).build().unwrap();
-    let n = config.tree().total_cells();
-    let rec =
-        Arc::new(RecordingStore::new(MemoryStore::new(DurableTao::geometry(&config).unwrap())));
-    let stall = Arc::new(StallingWrites::new(rec.clone()));
-    let tao = Arc::new(
-        DurableTao::create(dir.path(), config, stall.clone(), &key, StoreId::random())
-            .await
-            .unwrap(),
-    );
-    for b in 0..128u64 {
-        tao.write_many(vec![(BlockId(b), vec![b as u8; BS as usize])]).await.unwrap();
-    }
-    tao.commit().await.unwrap();
-    // A PUT whose commit gets stuck writing the store.
-    stall.armed.store(true, std::sync::atomic::Ordering::SeqCst);
-    let stalled = stall.stalled.notified();
-    let committing = {
-        let tao = Arc::clone(&tao);
-        tokio::spawn(async move {
-            tao.write_many(vec![(BlockId(5), vec![0xEE; BS as usize])]).await.unwrap();
-            tao.commit().await
-        })
-    };
-    stalled.await;
+    let stuck = StuckCommit::start(dir.path(), &key, None).await;
     // Meanwhile, reads are served; note the leaf each one showed the store.
-    let deepest = |rec: &RecordingStore<MemoryStore>| -> u64 {
-        rec.take_trace()
-            .into_iter()
-            .filter(|e| e.op == TraceOp::Read)
-            .flat_map(|e| e.cells)
-            .map(|c| c.0 % n)
-            .max()
-            .unwrap()
-    };
-    let blocks = [9u64, 17, 33, 65, 100, 127];
-    let mut before = Vec::new();
-    for b in blocks {
-        rec.clear();
-        assert_eq!(tao.read_many(&[BlockId(b)]).await.unwrap()[0], vec![b as u8; BS as usize]);
-        before.push(deepest(&rec));
-    }
+    let before = stuck.read_revealed(&stuck.tao).await;
     // kill -9: the commit never finishes.
+    let StuckCommit { tao, rec, committing, n, .. } = stuck;
     committing.abort();
     let _ = committing.await;
     drop(tao);
     let (tao, recovery) = DurableTao::open(dir.path(), rec.clone(), &key).await.unwrap();
-    assert!(recovery.reaccessed >= blocks.len() as u64, "{recovery:?}");
-    let mut again = 0;
-    for (b, leaf) in blocks.iter().zip(&before) {
-        rec.clear();
-        assert_eq!(tao.read_many(&[BlockId(*b)]).await.unwrap()[0], vec![*b as u8; BS as usize]);
-        again += usize::from(deepest(&rec) == *leaf);
-    }
+    assert!(recovery.reaccessed >= REVEALED.len() as u64, "{recovery:?}");
     // A fresh leaf repeats one in 64 times; all six repeat when the window is forgotten.
-    assert!(again <= 2, "{again} of {} blocks read their revealed path again", blocks.len());
+    let again = repeats(&tao, &rec, n, &before).await;
+    assert!(again <= 2, "{again} of {} blocks read their revealed path again", REVEALED.len());
     let got = tao.read_many(&[BlockId(5)]).await.unwrap().pop().unwrap();
     assert!(got == vec![5; BS as usize] || got == vec![0xEE; BS as usize]);
+}
+
+type Recorded = blindfold_store::RecordingStore<MemoryStore>;
+
+/// Blocks read while a commit is stuck (each holds its own number).
+const REVEALED: [u64; 6] = [9, 17, 33, 65, 100, 127];
+
+/// A store of 128 blocks, each holding its number (committed), over a recording store whose
+/// writes then stall: a commit of a write to block 5 is stuck writing the store.
+struct StuckCommit {
+    tao: Arc<DurableTao>,
+    rec: Arc<Recorded>,
+    stall: Arc<StallingWrites>,
+    committing: tokio::task::JoinHandle<Result<(), ProxyError>>,
+    /// Cells per slot.
+    n: u64,
+}
+
+impl StuckCommit {
+    /// `log_limit`: the engine's (`Some(1)`: every commit after the first checkpoints).
+    async fn start(dir: &std::path::Path, key: &MasterKey, log_limit: Option<u64>) -> Self {
+        let config = TaoConfig::builder(128, BS).write_back_every(4).build().unwrap();
+        let n = config.tree().total_cells();
+        let rec = Arc::new(Recorded::new(MemoryStore::new(DurableTao::geometry(&config).unwrap())));
+        let stall = Arc::new(StallingWrites::new(rec.clone()));
+        let mut tao =
+            DurableTao::create(dir, config, stall.clone(), key, StoreId::random()).await.unwrap();
+        if let Some(limit) = log_limit {
+            tao.set_log_limit(limit);
+        }
+        let tao = Arc::new(tao);
+        for b in 0..128u64 {
+            tao.write_many(vec![(BlockId(b), vec![b as u8; BS as usize])]).await.unwrap();
+        }
+        tao.commit().await.unwrap();
+        // A PUT whose commit gets stuck writing the store.
+        stall.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let stalled = stall.stalled.notified();
+        let committing = {
+            let tao = Arc::clone(&tao);
+            tokio::spawn(async move {
+                tao.write_many(vec![(BlockId(5), vec![0xEE; BS as usize])]).await.unwrap();
+                tao.commit().await
+            })
+        };
+        stalled.await;
+        Self { tao, rec, stall, committing, n }
+    }
+
+    /// Reads each of [`REVEALED`] through `tao` (within 20 s each: they must not wait for the
+    /// stuck commit) and returns the leaf bucket each one showed the store.
+    async fn read_revealed(&self, tao: &DurableTao) -> Vec<u64> {
+        let mut leaves = Vec::new();
+        for b in REVEALED {
+            self.rec.clear();
+            let read = tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                tao.read_many(&[BlockId(b)]),
+            )
+            .await
+            .expect("a read waited for the stuck commit");
+            assert_eq!(read.unwrap()[0], vec![b as u8; BS as usize]);
+            leaves.push(deepest_read(&self.rec, self.n));
+        }
+        leaves
+    }
+}
+
+/// The deepest bucket (either slot) read since the trace was last taken: the leaf of the one
+/// path read.
+fn deepest_read(rec: &Recorded, n: u64) -> u64 {
+    rec.take_trace()
+        .into_iter()
+        .filter(|e| e.op == blindfold_store::TraceOp::Read)
+        .flat_map(|e| e.cells)
+        .map(|c| c.0 % n)
+        .max()
+        .unwrap()
+}
+
+/// Reads each of [`REVEALED`] again (after a restart) and counts those that showed the store
+/// the same leaf as `before`.
+async fn repeats(tao: &DurableTao, rec: &Recorded, n: u64, before: &[u64]) -> usize {
+    let mut again = 0;
+    for (b, leaf) in REVEALED.iter().zip(before) {
+        rec.clear();
+        assert_eq!(tao.read_many(&[BlockId(*b)]).await.unwrap()[0], vec![*b as u8; BS as usize]);
+        again += usize::from(deepest_read(rec, n) == *leaf);
+    }
+    again
 }
 
 /// Packed two levels per store object, a bucket tampered with inside its object, two objects
@@ -664,55 +710,13 @@ async fn a_checkpoint_lets_requests_go_on_and_keeps_their_reveals() {
 /// `window`: the crash comes between the checkpoint's rename and the log's replacement (the
 /// old log, with the requests' reveals, is put back).
 async fn checkpoint_under_requests(window: bool) {
-    use blindfold_store::{RecordingStore, TraceOp};
     let key = MasterKey::generate();
     let dir = tempfile::tempdir().unwrap();
-    let config = TaoConfig::builder(128, BS).write_back_every(4).build().unwrap();
-    let n = config.tree().total_cells();
-    let rec =
-        Arc::new(RecordingStore::new(MemoryStore::new(DurableTao::geometry(&config).unwrap())));
-    let stall = Arc::new(StallingWrites::new(rec.clone()));
-    let mut tao = DurableTao::create(dir.path(), config, stall.clone(), &key, StoreId::random())
-        .await
-        .unwrap();
-    tao.set_log_limit(1); // every commit after the first checkpoints
-    let tao = Arc::new(tao);
-    for b in 0..128u64 {
-        tao.write_many(vec![(BlockId(b), vec![b as u8; BS as usize])]).await.unwrap();
-    }
-    tao.commit().await.unwrap();
     let log = dir.path().join("redo.log");
-    assert!(std::fs::metadata(&log).unwrap().len() > 1, "the first commit left a record");
-    stall.armed.store(true, std::sync::atomic::Ordering::SeqCst);
-    let stalled = stall.stalled.notified();
-    let committing = {
-        let tao = Arc::clone(&tao);
-        tokio::spawn(async move {
-            tao.write_many(vec![(BlockId(5), vec![0xEE; BS as usize])]).await.unwrap();
-            tao.commit().await
-        })
-    };
-    stalled.await;
-    let deepest = |rec: &RecordingStore<MemoryStore>| -> u64 {
-        rec.take_trace()
-            .into_iter()
-            .filter(|e| e.op == TraceOp::Read)
-            .flat_map(|e| e.cells)
-            .map(|c| c.0 % n)
-            .max()
-            .unwrap()
-    };
-    let blocks = [9u64, 17, 33, 65, 100, 127];
-    let mut before = Vec::new();
-    for b in blocks {
-        rec.clear();
-        let read =
-            tokio::time::timeout(std::time::Duration::from_secs(20), tao.read_many(&[BlockId(b)]))
-                .await
-                .expect("a read waited for the checkpointing commit");
-        assert_eq!(read.unwrap()[0], vec![b as u8; BS as usize]);
-        before.push(deepest(&rec));
-    }
+    // Every commit after the first checkpoints; the second is stuck writing the store.
+    let stuck = StuckCommit::start(dir.path(), &key, Some(1)).await;
+    let before = stuck.read_revealed(&stuck.tao).await;
+    let StuckCommit { tao, rec, stall, committing, n } = stuck;
     assert!(!committing.is_finished());
     // The log as it stands: older records and reveals, then the reads' (the commit's own
     // record is not written yet).
@@ -729,15 +733,10 @@ async fn checkpoint_under_requests(window: bool) {
     let (tao, recovery) = DurableTao::open(dir.path(), rec.clone(), &key).await.unwrap();
     assert_eq!(recovery.replayed, 0, "the checkpoint covers the commit: {recovery:?}");
     // Exactly the reads: the write before the commit is accounted for by the checkpoint.
-    assert_eq!(recovery.reaccessed, blocks.len() as u64, "{recovery:?}");
-    let mut again = 0;
-    for (b, leaf) in blocks.iter().zip(&before) {
-        rec.clear();
-        assert_eq!(tao.read_many(&[BlockId(*b)]).await.unwrap()[0], vec![*b as u8; BS as usize]);
-        again += usize::from(deepest(&rec) == *leaf);
-    }
+    assert_eq!(recovery.reaccessed, REVEALED.len() as u64, "{recovery:?}");
     // A fresh leaf repeats one in 64 times; all six repeat when the reveals are dropped.
-    assert!(again <= 2, "{again} of {} blocks read their revealed path again", blocks.len());
+    let again = repeats(&tao, &rec, n, &before).await;
+    assert!(again <= 2, "{again} of {} blocks read their revealed path again", REVEALED.len());
     assert_eq!(tao.read_many(&[BlockId(5)]).await.unwrap()[0], vec![0xEE; BS as usize]);
     let report = tao.verify(|_, _| {}).await.unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);
