@@ -815,6 +815,20 @@ fn lat(l: &Latency) -> String {
     triple(l.count, l.p50_ms, l.p95_ms, l.p99_ms)
 }
 
+/// What the engine was given: its cache (the engines that have one), block size and packing.
+fn engine_shape(p: &GatewayBench) -> String {
+    use blindfold_gateway::server::OramEngine;
+    let mut parts = Vec::new();
+    if matches!(p.engine, OramEngine::PathOram | OramEngine::Tao) {
+        parts.push(format!("cache {} MiB", p.cache_mib));
+    }
+    parts.push(format!("{} blocks", size(u64::from(p.block_size))));
+    if p.engine == OramEngine::Tao && p.pack_levels > 1 {
+        parts.push(format!("{} levels per store object", p.pack_levels));
+    }
+    format!(" ({})", parts.join(", "))
+}
+
 /// The report as a human-readable table.
 pub fn render(r: &GatewayReport) -> String {
     let p = &r.params;
@@ -837,11 +851,7 @@ pub fn render(r: &GatewayReport) -> String {
             link_text(p),
             size(r.capacity_bytes),
             p.engine,
-            if p.engine == blindfold_gateway::server::OramEngine::PathOram {
-                format!(" (cache {} MiB)", p.cache_mib)
-            } else {
-                String::new()
-            },
+            engine_shape(p),
         ),
     );
     s.push_str(&format!(
@@ -913,4 +923,23 @@ pub fn render(r: &GatewayReport) -> String {
     kv(&mut s, "", note);
     s.push_str(&crate::cost::render(&r.cost));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blindfold_gateway::server::OramEngine;
+
+    #[test]
+    fn the_workload_line_names_the_cache_block_size_and_packing() {
+        let p = GatewayBench {
+            cache_mib: 256,
+            block_size: 65536,
+            pack_levels: 2,
+            ..GatewayBench::default()
+        };
+        assert_eq!(engine_shape(&p), " (cache 256 MiB, 64 KiB blocks, 2 levels per store object)");
+        let p = GatewayBench { engine: OramEngine::ObliviStore, ..GatewayBench::default() };
+        assert_eq!(engine_shape(&p), " (4 KiB blocks)");
+    }
 }
