@@ -24,11 +24,20 @@ REDIS_PID=""
 
 servers_log() { printf '    [servers] %s\n' "$*"; }
 
-# A TCP port on 127.0.0.1 that nothing listens on.
+# A TCP port on 127.0.0.1 that nothing listens on, outside the kernel's range for the local
+# ports of outgoing connections (a port one of those holds refuses the server's bind although
+# nothing listens on it; CI once failed so).
 servers_free_port() {
-  local port
+  local port lo=20000 hi=59999 elo ehi
+  if read -r elo ehi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null; then
+    if ((elo - 1 - lo >= 2000)); then
+      hi=$((elo - 1))
+    elif ((65000 - ehi >= 2000)); then
+      lo=$((ehi + 1)) hi=65000
+    fi
+  fi
   for _ in $(seq 1 100); do
-    port=$((20000 + RANDOM % 40000))
+    port=$((lo + RANDOM % (hi - lo + 1)))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       echo "$port"
       return 0
@@ -105,17 +114,27 @@ servers_start_redis() {
     { apt-get update -qq && apt-get install -y -qq redis-server; } >/dev/null ||
       { servers_log "cannot install redis-server"; return 1; }
   fi
-  port=$(servers_free_port) || return 1
   password="pw-$RANDOM$RANDOM$RANDOM"
-  redis-server --bind 127.0.0.1 --port "$port" --requirepass "$password" \
-    --save '' --appendonly no --dir "$SERVERS_DIR" --daemonize no \
-    >"$SERVERS_DIR/redis.log" 2>&1 &
-  REDIS_PID=$!
-  if ! servers_wait "REDISCLI_AUTH=$password redis-cli -h 127.0.0.1 -p $port ping | grep -q PONG" 20; then
+  local attempt
+  for attempt in 1 2 3; do
+    port=$(servers_free_port) || return 1
+    redis-server --bind 127.0.0.1 --port "$port" --requirepass "$password" \
+      --save '' --appendonly no --dir "$SERVERS_DIR" --daemonize no \
+      >"$SERVERS_DIR/redis.log" 2>&1 &
+    REDIS_PID=$!
+    if servers_wait "REDISCLI_AUTH=$password redis-cli -h 127.0.0.1 -p $port ping | grep -q PONG" 20; then
+      break
+    fi
+    kill "$REDIS_PID" 2>/dev/null
+    # Taken between the check and the bind: another port.
+    if ((attempt < 3)) && grep -q "Address already in use" "$SERVERS_DIR/redis.log"; then
+      servers_log "port $port was taken; trying another"
+      continue
+    fi
     servers_log "Redis did not answer; its log:"
     tail -20 "$SERVERS_DIR/redis.log" >&2
     return 1
-  fi
+  done
   export BLINDFOLD_TEST_REDIS_URL="redis://:$password@127.0.0.1:$port/0"
   servers_log "$(redis-server --version | awk '{print $1, $2, $3}') on 127.0.0.1:$port (pid $REDIS_PID)"
 }
