@@ -107,7 +107,7 @@ struct ParamsV3 {
     generation: u32,
 }
 
-impl From<ParamsV2> for GatewayParams {
+impl From<ParamsV2> for ParamsV3 {
     fn from(p: ParamsV2) -> Self {
         ParamsV3 {
             format: p.format,
@@ -123,7 +123,12 @@ impl From<ParamsV2> for GatewayParams {
             engine: p.engine,
             generation: p.generation,
         }
-        .into()
+    }
+}
+
+impl From<ParamsV2> for GatewayParams {
+    fn from(p: ParamsV2) -> Self {
+        ParamsV3::from(p).into()
     }
 }
 
@@ -588,6 +593,35 @@ mod tests {
         }
     }
 
+    /// The parameters of [`snap`] as a version 02 snapshot held them.
+    fn params_v2(cache_levels: u32, generation: u32) -> ParamsV2 {
+        let p = snap(0, 0).params;
+        ParamsV2 {
+            format: p.format,
+            version: p.version,
+            store: p.store,
+            store_id: p.store_id,
+            block_size: p.block_size,
+            blocks: p.blocks,
+            z: p.z,
+            pad_objects: p.pad_objects,
+            cache_levels,
+            engine: p.engine,
+            generation,
+        }
+    }
+
+    /// An old-format snapshot whose checkpoint is 100 bytes of `fill`.
+    fn old_snapshot<P>(seq: u64, params: P, fill: u8) -> OldSnapshot<P> {
+        OldSnapshot {
+            seq,
+            created_ns: 9,
+            params,
+            oram_checkpoint: vec![fill; 100],
+            directory: DirectoryDump::default(),
+        }
+    }
+
     /// A snapshot written before the parameters carried `cache_cells` (format 02) still reads,
     /// and a newer one (03) beside it wins by its sequence number.
     #[tokio::test]
@@ -595,26 +629,7 @@ mod tests {
         let key = MasterKey::generate();
         let g = geometry(100, 1000, 0).unwrap();
         let store = MemoryStore::new(g);
-        let p = snap(0, 0).params;
-        let old = OldSnapshot {
-            seq: 4,
-            created_ns: 9,
-            params: ParamsV2 {
-                format: p.format,
-                version: p.version,
-                store: p.store,
-                store_id: p.store_id,
-                block_size: p.block_size,
-                blocks: p.blocks,
-                z: p.z,
-                pad_objects: p.pad_objects,
-                cache_levels: 3,
-                engine: p.engine,
-                generation: 2,
-            },
-            oram_checkpoint: vec![0x44; 100],
-            directory: DirectoryDump::default(),
-        };
+        let old = old_snapshot(4, params_v2(3, 2), 0x44);
         let body = bincode::serialize(&old).unwrap();
         write_body(&store, &key, MAGIC_V2, 4, 9, &body).await.unwrap();
         let got = read_latest(&store, &key).await.unwrap();
@@ -626,27 +641,7 @@ mod tests {
         let got = read_latest(&store, &key).await.unwrap();
         assert_eq!((got.seq, got.params.cache_cells), (5, 12));
         // Format 03 (with `cache_cells`, before packing) reads as one bucket per object.
-        let p = snap(0, 0).params;
-        let v3 = OldSnapshot {
-            seq: 6,
-            created_ns: 9,
-            params: ParamsV3 {
-                format: p.format,
-                version: p.version,
-                store: p.store,
-                store_id: p.store_id,
-                block_size: p.block_size,
-                blocks: p.blocks,
-                z: p.z,
-                pad_objects: p.pad_objects,
-                cache_levels: 3,
-                cache_cells: 9,
-                engine: p.engine,
-                generation: 1,
-            },
-            oram_checkpoint: vec![0x66; 100],
-            directory: DirectoryDump::default(),
-        };
+        let v3 = old_snapshot(6, ParamsV3 { cache_cells: 9, ..params_v2(3, 1).into() }, 0x66);
         write_body(&store, &key, MAGIC_V3, 6, 9, &bincode::serialize(&v3).unwrap()).await.unwrap();
         let got = read_latest(&store, &key).await.unwrap();
         assert_eq!((got.seq, got.params.cache_cells, got.params.pack_levels), (6, 9, 0));
