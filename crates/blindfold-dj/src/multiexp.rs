@@ -132,8 +132,10 @@ pub(crate) struct OddPowers {
     pows: Vec<Integer>,
 }
 
-/// The largest sliding-window width for Straus's method (128 odd powers per base).
-const MAX_STRAUS_WIDTH: u32 = 8;
+/// The largest sliding-window width for Straus's method (2,048 odd powers per base). A
+/// select's tables serve every chunk column, so wide windows pay: 16 bases over 11 columns of
+/// 12,288-bit exponents choose 11 (`docs/design.md`, "Damgård–Jurik").
+const MAX_STRAUS_WIDTH: u32 = 12;
 
 impl OddPowers {
     /// The window width that minimizes the work for one base whose table serves `uses`
@@ -307,5 +309,8 @@ mod tests {
         assert!(shared > single, "{shared} vs {single}");
         assert_eq!(OddPowers::width_for(1, 1, 384, usize::MAX), 1);
         assert_eq!(OddPowers::width_for(2048, 33, 384, 384), 1);
+        // Onion ORAM's deepest eviction selects (16 bases of 11 columns, 12,288-bit exponents,
+        // 1,792-byte residues, a 32 MiB budget shared by the bases) go past the old limit of 8.
+        assert_eq!(OddPowers::width_for(12_288, 11, 1792, (32 << 20) / 16), 11);
     }
 }
