@@ -74,6 +74,9 @@ pub struct OnionBench {
     pub half_slots: Option<u32>,
     /// Slots of a leaf's stripped area (default: the scheme's).
     pub leaf_slots: Option<u32>,
+    /// Damgård–Jurik layer of a block under one onion, the seed's `s_0` (default: the
+    /// scheme's, [`OnionOramConfig::DEFAULT_FIRST_LAYER`]).
+    pub first_layer: Option<u32>,
     /// Requests measured.
     pub ops: u64,
     /// Share of reads.
@@ -95,6 +98,7 @@ impl Default for OnionBench {
             a: 3,
             half_slots: None,
             leaf_slots: None,
+            first_layer: None,
             ops: 600,
             read_ratio: 0.75,
             seed: 1,
@@ -135,6 +139,10 @@ pub struct OnionReport {
     pub half_slots: u32,
     /// Slots of a leaf's stripped area.
     pub leaf_slots: u32,
+    /// Damgård–Jurik layer of a block under one onion (chunks of `first_layer · |n|` bits).
+    pub first_layer: u32,
+    /// Chunks per block.
+    pub chunks: u64,
     /// Buckets in the tree.
     pub buckets: u64,
     /// Key generation, ms.
@@ -210,12 +218,12 @@ async fn random_fill(
         let bucket = BucketId(b);
         for s in 0..config.slots_of(bucket) {
             let depth = config.depth(bucket, s);
-            let clen = pk.ciphertext_len(depth)?;
+            let clen = pk.ciphertext_len(config.layer(depth))?;
             let len = SealedOnionOram::slot_len(config, pk, depth)?;
             let mut cell = vec![0u8; cell_size];
             rng.fill_bytes(&mut cell[..len]);
             for chunk in cell[..len].chunks_mut(clen) {
-                chunk[0] = 0; // below 2^(8(len-1)) <= n^(depth+1)
+                chunk[0] = 0; // below 2^(8(len-1)) <= n^(layer+1)
             }
             batch.push((config.cell(bucket, s), cell));
             if batch.len() >= 256 {
@@ -239,6 +247,9 @@ pub async fn run(p: &OnionBench) -> Result<OnionReport> {
     if let Some(l) = p.leaf_slots {
         builder = builder.leaf_slots(l);
     }
+    if let Some(s) = p.first_layer {
+        builder = builder.first_layer(s);
+    }
     let config = builder.build().context("Onion ORAM parameters")?;
     let say = |m: String| {
         if p.progress {
@@ -257,6 +268,7 @@ pub async fn run(p: &OnionBench) -> Result<OnionReport> {
     let meta = Arc::new(MemoryStore::new(SealedOnionOram::meta_geometry(&config)?));
     let data = Arc::new(MemoryStore::new(SealedOnionOram::data_geometry(&config, key.public())?));
     let server_bytes = meta.geometry().total_bytes() + data.geometry().total_bytes();
+    let chunks = SealedOnionOram::chunks(&config, key.public())? as u64;
     let slot_bytes_by_depth = (1..=config.max_depth())
         .map(|d| SealedOnionOram::slot_len(&config, key.public(), d).map(|l| l as u64))
         .collect::<blindfold_proxy::Result<Vec<_>>>()?;
@@ -407,6 +419,8 @@ pub async fn run(p: &OnionBench) -> Result<OnionReport> {
         params: p.clone(),
         half_slots: config.half_slots(),
         leaf_slots: config.leaf_slots(),
+        first_layer: config.first_layer(),
+        chunks,
         buckets: config.buckets(),
         keygen_ms: ms(keygen),
         load_ms: ms(load),
@@ -455,9 +469,12 @@ pub fn render(r: &OnionReport) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "Onion ORAM, Damgård–Jurik {}-bit: {} blocks of {} B, {} buckets (height {}), τ = {}, \
-         half buckets of {} slots, leaves of {} + 2×{} slots; {} requests ({} evictions) measured",
+        "Onion ORAM, Damgård–Jurik {}-bit, blocks under one onion at layer s0 = {} ({} chunks \
+         each): {} blocks of {} B, {} buckets (height {}), τ = {}, half buckets of {} slots, \
+         leaves of {} + 2×{} slots; {} requests ({} evictions) measured",
         p.key_bits,
+        r.first_layer,
+        r.chunks,
         p.blocks,
         p.block_size,
         r.buckets,

@@ -78,6 +78,8 @@ pub struct OnionOramConfig {
     a: u32,
     half: u32,
     leaf_slots: u32,
+    /// Damgård–Jurik layer of a block under one onion.
+    first_layer: u32,
 }
 
 /// Builder for [`OnionOramConfig`].
@@ -89,9 +91,16 @@ pub struct OnionOramConfigBuilder {
     a: u32,
     half: Option<u32>,
     leaf_slots: Option<u32>,
+    first_layer: u32,
 }
 
 impl OnionOramConfig {
+    /// Default of [`OnionOramConfigBuilder::first_layer`]: measured fastest for the reference
+    /// paper's setup (`docs/design.md`, "Onion ORAM", "The first layer").
+    pub const DEFAULT_FIRST_LAYER: u32 = 3;
+    /// Largest [`OnionOramConfigBuilder::first_layer`] accepted.
+    pub const MAX_FIRST_LAYER: u32 = 16;
+
     /// Bytes of one slot's metadata entry: block id + 1 (0 = empty) and leaf, both u64.
     pub const ENTRY_BYTES: usize = 16;
 
@@ -104,6 +113,7 @@ impl OnionOramConfig {
             a: 3,
             half: None,
             leaf_slots: None,
+            first_layer: Self::DEFAULT_FIRST_LAYER,
         }
     }
 
@@ -199,6 +209,19 @@ impl OnionOramConfig {
         self.height + 1
     }
 
+    /// Damgård–Jurik layer `s` of a block under one onion: the block is cut into plaintexts of
+    /// layer `s` (`s·|n|` bits each) and a slot of depth `d` holds ciphertexts of layer
+    /// `s + d - 1` ([`layer`](Self::layer)). This is the seed's `s_0`: each select then grows
+    /// a chunk by the factor `(s + d) / (s + d - 1)` instead of `(d + 1) / d`.
+    pub fn first_layer(&self) -> u32 {
+        self.first_layer
+    }
+
+    /// The Damgård–Jurik layer of the ciphertexts in a slot of onion depth `depth >= 1`.
+    pub fn layer(&self, depth: u32) -> u32 {
+        self.first_layer + depth - 1
+    }
+
     fn kind(&self, bucket: BucketId) -> Kind {
         if bucket.0 == 0 {
             Kind::Root
@@ -243,6 +266,13 @@ impl OnionOramConfigBuilder {
         self
     }
 
+    /// Damgård–Jurik layer of a block under one onion (default
+    /// [`OnionOramConfig::DEFAULT_FIRST_LAYER`]; see [`OnionOramConfig::first_layer`]).
+    pub fn first_layer(mut self, s: u32) -> Self {
+        self.first_layer = s;
+        self
+    }
+
     /// Checks and builds.
     ///
     /// Defaults, chosen so that an overflow is improbable (there is no stash): a half receives
@@ -279,6 +309,13 @@ impl OnionOramConfigBuilder {
         if half == 0 || half > 256 || leaf_slots == 0 || leaf_slots > 1024 {
             return bad(format!("half buckets of {half} and leaves of {leaf_slots} slots"));
         }
+        if self.first_layer == 0 || self.first_layer > OnionOramConfig::MAX_FIRST_LAYER {
+            return bad(format!(
+                "first Damgård–Jurik layer {} (need 1..={})",
+                self.first_layer,
+                OnionOramConfig::MAX_FIRST_LAYER
+            ));
+        }
         if u64::from(leaf_slots) * (1u64 << height) < self.blocks {
             return bad(format!(
                 "{} leaves of {leaf_slots} slots cannot hold {} blocks",
@@ -293,6 +330,7 @@ impl OnionOramConfigBuilder {
             a: self.a,
             half,
             leaf_slots,
+            first_layer: self.first_layer,
         })
     }
 }
@@ -1111,6 +1149,18 @@ mod tests {
         assert_eq!(c.buckets(), 2047);
         assert_eq!(c.shape().leaves(), 1024);
         assert_eq!((c.a(), c.half_slots(), c.leaf_slots()), (3, 8, 20));
+    }
+
+    #[test]
+    fn the_first_layer_shifts_every_depth_and_is_bounded() {
+        let c = OnionOramConfig::builder(64, 8).height(3).build().unwrap();
+        assert_eq!(c.first_layer(), OnionOramConfig::DEFAULT_FIRST_LAYER);
+        let c = OnionOramConfig::builder(64, 8).height(3).first_layer(5).build().unwrap();
+        assert_eq!((c.layer(1), c.layer(c.max_depth())), (5, 8));
+        for bad in [0, OnionOramConfig::MAX_FIRST_LAYER + 1] {
+            let err = OnionOramConfig::builder(64, 8).first_layer(bad).build().unwrap_err();
+            assert!(err.to_string().contains("first Damgård–Jurik layer"), "{err}");
+        }
     }
 
     #[test]

@@ -7,16 +7,17 @@
 //!   bound to the bucket and to a trusted per-bucket version ([`VersionTable`]).
 //! * **Data**: one cell per slot. The innermost content of a block is the block sealed with
 //!   AES-GCM, bound to the block id and to the block's trusted write counter (kept in the
-//!   position map). It is cut into `C` pieces of `plaintext_chunk_len(1)` bytes; a slot of
-//!   onion depth `d` holds `C` Damgård–Jurik ciphertexts of layer `d`, each
-//!   `ciphertext_len(d)` bytes, and a select over depth-`d` slots (selector of layer `d + 1`,
-//!   chunk = one layer-`d` ciphertext) turns them into `C` ciphertexts of layer `d + 1`. The
-//!   store's cells are sized for the deepest slots (a leaf's halves); shallower slots use a
-//!   prefix.
+//!   position map). It is cut into `C` pieces of `plaintext_chunk_len(s0)` bytes, `s0` the
+//!   configuration's first layer ([`OnionOramConfig::first_layer`]); a slot of onion depth `d`
+//!   holds `C` Damgård–Jurik ciphertexts of layer `s0 + d - 1`, each
+//!   `ciphertext_len(s0 + d - 1)` bytes, and a select over depth-`d` slots (selector of layer
+//!   `s0 + d`, chunk = one ciphertext of layer `s0 + d - 1`) turns them into `C` ciphertexts of
+//!   layer `s0 + d`. The store's cells are sized for the deepest slots (a leaf's halves);
+//!   shallower slots use a prefix.
 //!
-//! A chunk at depth `d` is therefore `d + 1` times the size of the plaintext piece it carries
-//! (Damgård–Jurik's `(1 + 1/s)` per layer, compounded from `s = 1`), plus the AES-GCM overhead
-//! and the rounding to whole pieces.
+//! A chunk at depth `d` is therefore `(s0 + d) / s0` times the size of the plaintext piece it
+//! carries (Damgård–Jurik's `(1 + 1/s)` per layer, compounded from `s = s0`), plus the AES-GCM
+//! overhead and the rounding to whole pieces.
 //!
 //! # Integrity
 //!
@@ -114,16 +115,20 @@ fn dj(what: &str, e: DjError) -> ProxyError {
 }
 
 impl SealedOnionOram {
-    /// Chunks per block: the sealed block cut into layer-1 plaintexts.
+    /// Chunks per block: the sealed block cut into plaintexts of the first layer.
     pub fn chunks(config: &OnionOramConfig, public: &PublicKey) -> Result<usize> {
-        let piece = public.plaintext_chunk_len(1).map_err(|e| dj("key", e))?;
+        let piece = public.plaintext_chunk_len(config.first_layer()).map_err(|e| dj("key", e))?;
         Ok((config.block_size() as usize + CellSealer::OVERHEAD).div_ceil(piece))
     }
 
     /// Bytes of a slot of onion depth `depth`.
     pub fn slot_len(config: &OnionOramConfig, public: &PublicKey, depth: u32) -> Result<usize> {
-        Ok(Self::chunks(config, public)?
-            * public.ciphertext_len(depth).map_err(|e| dj("key", e))?)
+        Ok(Self::chunks(config, public)? * Self::chunk_len(config, public, depth)?)
+    }
+
+    /// Bytes of one chunk of a slot of onion depth `depth` (a ciphertext of its layer).
+    fn chunk_len(config: &OnionOramConfig, public: &PublicKey, depth: u32) -> Result<usize> {
+        public.ciphertext_len(config.layer(depth)).map_err(|e| dj("key", e))
     }
 
     /// The shape of the metadata array: one cell per bucket.
@@ -179,6 +184,16 @@ impl SealedOnionOram {
     ) -> Result<Self> {
         let config = oram.config().clone();
         let public = Arc::new(key.public().clone());
+        // The deepest select's selector: a leaf's halves are selected by the access.
+        let top = config.layer(config.max_depth()) + 1;
+        if top > blindfold_dj::MAX_LAYER {
+            return Err(ProxyError::Oram(OramError::InvalidConfig(format!(
+                "first layer {} and tree height {} need Damgård–Jurik layer {top}; at most {}",
+                config.first_layer(),
+                config.max_depth() - 1,
+                blindfold_dj::MAX_LAYER
+            ))));
+        }
         check_array(meta.geometry(), Self::meta_geometry(&config)?, "metadata array")?;
         check_array(data.geometry(), Self::data_geometry(&config, &public)?, "data array")?;
         let chunks = Self::chunks(&config, &public)?;
@@ -338,6 +353,11 @@ impl SealedOnionOram {
         Ok(())
     }
 
+    /// The Damgård–Jurik layer of a slot of onion depth `depth`.
+    fn layer(&self, depth: u32) -> u32 {
+        self.oram.config().layer(depth)
+    }
+
     /// Encrypts `bits` (0 or 1) at `layer`, on all cores.
     fn encrypt_bits(&mut self, bits: &[bool], layer: u32) -> Result<Vec<Ciphertext>> {
         let values: Vec<Integer> = bits.iter().map(|&b| Integer::from(u32::from(b))).collect();
@@ -352,7 +372,7 @@ impl SealedOnionOram {
     ) -> Result<SelectRequest> {
         let config = self.oram.config();
         let len = Self::slot_len(config, &self.public, group.depth)? as u32;
-        let chunk_len = self.public.ciphertext_len(group.depth).map_err(|e| dj("key", e))? as u32;
+        let chunk_len = Self::chunk_len(config, &self.public, group.depth)? as u32;
         Ok(SelectRequest {
             public_key: Arc::clone(&self.public),
             selector,
@@ -362,17 +382,19 @@ impl SealedOnionOram {
     }
 
     /// Encrypts a block's innermost bytes (sealed block, padded to whole pieces) under one
-    /// layer: a whole data cell (zero-padded).
+    /// onion (the first layer): a whole data cell (zero-padded).
     fn encrypt_block(&mut self, innermost: &[u8]) -> Result<Vec<u8>> {
-        let piece = self.public.plaintext_chunk_len(1).map_err(|e| dj("key", e))?;
+        let first = self.oram.config().first_layer();
+        let piece = self.public.plaintext_chunk_len(first).map_err(|e| dj("key", e))?;
         let mut padded = innermost.to_vec();
         padded.resize(self.chunks * piece, 0);
         let values: Vec<Integer> = padded
             .chunks(piece)
-            .map(|c| self.public.plaintext_from_bytes(1, c))
+            .map(|c| self.public.plaintext_from_bytes(first, c))
             .collect::<std::result::Result<_, _>>()
             .map_err(|e| dj("block", e))?;
-        let cs = self.key.encrypt_many(&values, 1, &mut self.rng).map_err(|e| dj("block", e))?;
+        let cs =
+            self.key.encrypt_many(&values, first, &mut self.rng).map_err(|e| dj("block", e))?;
         let cell = self.data.geometry().cell_size() as usize;
         let mut out = Vec::with_capacity(cell);
         for c in &cs {
@@ -385,8 +407,10 @@ impl SealedOnionOram {
     /// Peels a slot's content of onion depth `depth` (its first `slot_len(depth)` bytes) down
     /// to the innermost bytes, on all cores.
     fn peel(&self, bytes: &[u8], depth: u32) -> Result<Vec<u8>> {
-        let clen = self.public.ciphertext_len(depth).map_err(|e| dj("key", e))?;
-        let piece = self.public.plaintext_chunk_len(1).map_err(|e| dj("key", e))?;
+        let config = self.oram.config();
+        let (layer, first) = (config.layer(depth), config.first_layer());
+        let clen = Self::chunk_len(config, &self.public, depth)?;
+        let piece = self.public.plaintext_chunk_len(first).map_err(|e| dj("key", e))?;
         let need = self.chunks * clen;
         if bytes.len() < need {
             return Err(dj(
@@ -396,11 +420,11 @@ impl SealedOnionOram {
         }
         let cs = bytes[..need]
             .chunks(clen)
-            .map(|b| self.public.ciphertext_from_bytes(depth, b))
+            .map(|b| self.public.ciphertext_from_bytes(layer, b))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| dj("peeling a slot", e))?;
         let mut out = Vec::with_capacity(self.chunks * piece);
-        for m in self.key.peel_all_many(&cs, 1) {
+        for m in self.key.peel_all_many(&cs, first) {
             let m = m.map_err(|e| dj("peeling a slot", e))?;
             out.extend(
                 self.public.plaintext_to_bytes(&m, piece).map_err(|e| dj("peeling a slot", e))?,
@@ -430,7 +454,7 @@ impl SealedOnionOram {
         for (g, group) in plan.groups.iter().enumerate() {
             let bits: Vec<bool> =
                 (0..group.cells.len()).map(|s| plan.hit == Some((g, s))).collect();
-            let selector = self.encrypt_bits(&bits, group.depth + 1)?;
+            let selector = self.encrypt_bits(&bits, self.layer(group.depth) + 1)?;
             groups.push(self.select_request(group, selector)?);
         }
         let outer_bits: Vec<bool> =
@@ -506,11 +530,11 @@ impl SealedOnionOram {
         let mut writes = Vec::new();
         for step in &plan.steps {
             let width = step.parent.cells.len();
-            let layer = step.parent.depth + 1;
+            let layer = self.layer(step.parent.depth) + 1;
             // All selection vectors of this step in one batch (one layer).
             let mut bits = Vec::new();
             for (target, take) in &step.targets {
-                debug_assert_eq!(target.depth, layer);
+                debug_assert_eq!(self.layer(target.depth), layer);
                 for src in take {
                     bits.extend((0..width).map(|i| *src == Some(i)));
                 }

@@ -24,9 +24,18 @@ struct Fixture {
 }
 
 fn fixture(blocks: u64, height: u32, seed: u64) -> Fixture {
+    fixture_at(blocks, height, seed, OnionOramConfig::DEFAULT_FIRST_LAYER)
+}
+
+/// A fixture whose blocks start at Damgård–Jurik layer `first_layer`.
+fn fixture_at(blocks: u64, height: u32, seed: u64, first_layer: u32) -> Fixture {
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let key = SecretKey::generate(256, &mut rng).unwrap();
-    let config = OnionOramConfig::builder(blocks, BS).height(height).build().unwrap();
+    let config = OnionOramConfig::builder(blocks, BS)
+        .height(height)
+        .first_layer(first_layer)
+        .build()
+        .unwrap();
     let meta = Arc::new(MemoryStore::new(SealedOnionOram::meta_geometry(&config).unwrap()));
     let data =
         Arc::new(MemoryStore::new(SealedOnionOram::data_geometry(&config, key.public()).unwrap()));
@@ -48,7 +57,31 @@ fn block(i: u32) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agrees_with_a_hashmap() {
-    let mut fx = fixture(12, 2, 1);
+    agrees_with_a_hashmap_at(OnionOramConfig::DEFAULT_FIRST_LAYER).await;
+}
+
+/// The same with Paillier chunks (`s0 = 1`, the layout before the first layer was
+/// configurable) and with chunks of four layers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agrees_with_a_hashmap_at_other_first_layers() {
+    agrees_with_a_hashmap_at(1).await;
+    agrees_with_a_hashmap_at(4).await;
+}
+
+async fn agrees_with_a_hashmap_at(first_layer: u32) {
+    let mut fx = fixture_at(12, 2, 1, first_layer);
+    // A slot at depth d holds ciphertexts of layer s0 + d - 1, and blocks are cut into
+    // plaintexts of layer s0.
+    let pk = fx.oram.public_key().clone();
+    let chunks =
+        (BS as usize + CellSealer::OVERHEAD).div_ceil(pk.plaintext_chunk_len(first_layer).unwrap());
+    assert_eq!(SealedOnionOram::chunks(&fx.config, &pk).unwrap(), chunks);
+    for d in 1..=fx.config.max_depth() {
+        assert_eq!(
+            SealedOnionOram::slot_len(&fx.config, &pk, d).unwrap(),
+            chunks * pk.ciphertext_len(first_layer + d - 1).unwrap()
+        );
+    }
     let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut rng = ChaCha20Rng::seed_from_u64(2);
     // 90 accesses: 30 evictions, every leaf stripped several times, blocks found in every
@@ -116,7 +149,7 @@ async fn tampered_data_is_detected() {
     let mut bytes = fx.data.read(&[root0]).await.unwrap().remove(0);
     // Change one ciphertext of the block into another valid-looking one: multiply the first
     // chunk's value by 1 (no change) is useless; flip a low bit instead (still below n^2).
-    let clen = fx.oram.public_key().ciphertext_len(1).unwrap();
+    let clen = fx.oram.public_key().ciphertext_len(fx.config.layer(1)).unwrap();
     bytes[clen - 1] ^= 1;
     fx.data.write(vec![(root0, bytes)]).await.unwrap();
     assert_integrity(fx.oram.read(BlockId(0)).await, "flipped bit in a slot");
