@@ -553,16 +553,19 @@ mod tests {
     /// A tiny run: the report's counts follow from the parameters, and every phase was timed.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_tiny_run_reports_every_phase() {
+        // Blocks of 160 bytes sealed to 192 are three chunks of layer 3 (95 bytes each at 256
+        // bits), the last one partly padding: every read checks its block.
         let p = OnionBench {
             key_bits: 256,
             blocks: 8,
-            block_size: 32,
+            block_size: 160,
             height: 2,
             ops: 6,
             progress: false,
             ..OnionBench::default()
         };
         let r = run(&p).await.unwrap();
+        assert_eq!((r.first_layer, r.chunks), (OnionOramConfig::DEFAULT_FIRST_LAYER, 3));
         assert_eq!((r.accesses, r.evictions), (6, 2));
         assert!(!r.seed_setup && !r.target_met);
         assert_eq!(r.table.len(), 11);
