@@ -218,7 +218,7 @@ async fn random_fill(
         let bucket = BucketId(b);
         for s in 0..config.slots_of(bucket) {
             let depth = config.depth(bucket, s);
-            let clen = pk.ciphertext_len(config.layer(depth))?;
+            let clen = SealedOnionOram::chunk_len(config, pk, depth)?;
             let len = SealedOnionOram::slot_len(config, pk, depth)?;
             let mut cell = vec![0u8; cell_size];
             rng.fill_bytes(&mut cell[..len]);

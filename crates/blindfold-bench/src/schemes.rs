@@ -812,12 +812,12 @@ fn dj_ct_len(s: u32) -> u64 {
     u64::from(s + 1) * 128
 }
 
-/// Bytes of a sealed block as stored at onion depth `d` when its first layer is `s0` (1024-bit
-/// keys: pieces of `128·s0 - 1` bytes, ciphertexts of layer `s0 + d - 1`).
-fn onion_slot_len(block_size: u32, s0: u32, d: u32) -> u64 {
-    let piece = u64::from(s0) * 128 - 1;
-    let chunks = (u64::from(block_size) + CellSealer::OVERHEAD as u64).div_ceil(piece);
-    chunks * dj_ct_len(s0 + d - 1)
+/// Bytes of a sealed block of `config` as stored at onion depth `d` (1024-bit keys: pieces of
+/// `128·s0 - 1` bytes for the first layer `s0`, ciphertexts of layer `config.layer(d)`).
+fn onion_slot_len(config: &blindfold_oram::OnionOramConfig, d: u32) -> u64 {
+    let piece = u64::from(config.first_layer()) * 128 - 1;
+    let chunks = (u64::from(config.block_size()) + CellSealer::OVERHEAD as u64).div_ceil(piece);
+    chunks * dj_ct_len(config.layer(d))
 }
 
 fn onion_rows(bench: &SchemesBench) -> Result<OnionRows> {
@@ -864,13 +864,12 @@ fn onion_rows(bench: &SchemesBench) -> Result<OnionRows> {
         v.push((config.leaf_slots(), 1));
         v
     };
-    let s0 = config.first_layer();
     let selector_bytes: f64 = path_slots
         .iter()
         .map(|&(n, d)| f64::from(n) * dj_ct_len(config.layer(d) + 1) as f64)
         .sum::<f64>()
         + path_slots.len() as f64 * dj_ct_len(1) as f64;
-    let answer_bytes = (onion_slot_len(bench.block_size, s0, h + 2) as f64 / 127.0).ceil() * 256.0;
+    let answer_bytes = (onion_slot_len(&config, h + 2) as f64 / 127.0).ceil() * 256.0;
     let sweep = std::iter::once(bench.main_speed)
         .chain(bench.speeds.iter().copied())
         .collect::<std::collections::BTreeSet<u64>>()
@@ -906,7 +905,7 @@ fn onion_rows(bench: &SchemesBench) -> Result<OnionRows> {
             let meta = c.buckets() * (c.meta_bytes() + CellSealer::OVERHEAD) as u64;
             let plain =
                 c.data_cells() * (u64::from(bench.block_size) + CellSealer::OVERHEAD as u64);
-            let ahe = c.data_cells() * onion_slot_len(bench.block_size, s0, c.max_depth());
+            let ahe = c.data_cells() * onion_slot_len(&c, c.max_depth());
             Ok((c.buckets(), plain + meta, ahe + meta))
         })
         .collect::<Result<Vec<_>>>()?;

@@ -127,7 +127,7 @@ impl SealedOnionOram {
     }
 
     /// Bytes of one chunk of a slot of onion depth `depth` (a ciphertext of its layer).
-    fn chunk_len(config: &OnionOramConfig, public: &PublicKey, depth: u32) -> Result<usize> {
+    pub fn chunk_len(config: &OnionOramConfig, public: &PublicKey, depth: u32) -> Result<usize> {
         public.ciphertext_len(config.layer(depth)).map_err(|e| dj("key", e))
     }
 
