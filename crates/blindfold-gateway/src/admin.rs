@@ -27,7 +27,6 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
 use serde::Serialize;
 
@@ -44,13 +43,44 @@ const ICON_SVG: &str = include_str!("../assets/icon.svg");
 /// Longest demo run.
 pub const DEMO_MAX: Duration = Duration::from_secs(120);
 
-/// Who may use the admin listener.
+/// Who may use the admin listener: the S3 keys (HTTP Basic) and, if configured, an admin
+/// token (Bearer, or as the Basic password). Built by [`AdminAuth::new`], which refuses a token
+/// that is no secret.
 #[derive(Clone)]
 pub struct AdminAuth {
     /// The S3 access key and secret key.
-    pub credentials: (String, String),
-    /// A separate admin token, if one is configured.
-    pub token: Option<String>,
+    credentials: (String, String),
+    /// A separate admin token, if one is configured (never blank: see [`check_admin_token`]).
+    token: Option<String>,
+}
+
+/// Shortest admin token accepted.
+pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
+
+/// Why `token` cannot be an admin token, if it cannot: a blank token would let anyone in (HTTP
+/// Basic with any user name and an empty password), and a short one is guessed.
+pub fn check_admin_token(token: &str) -> Result<(), String> {
+    const UNSET: &str = "leave --admin-token, $BLINDFOLD_ADMIN_TOKEN and the config file's \
+                         admin-token unset to log in with the S3 keys only";
+    if token.trim().is_empty() {
+        return Err(format!(
+            "the admin token is blank, which would let anyone in: give a token of at least \
+             {MIN_ADMIN_TOKEN_LEN} characters, or {UNSET}"
+        ));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "the admin token holds spaces or control characters (clients cannot send it in a \
+             header as given): use visible characters only, or {UNSET}"
+        ));
+    }
+    if token.chars().count() < MIN_ADMIN_TOKEN_LEN {
+        return Err(format!(
+            "the admin token is shorter than {MIN_ADMIN_TOKEN_LEN} characters, too easy to \
+             guess: use a longer one (e.g. `openssl rand -hex 24`), or {UNSET}"
+        ));
+    }
+    Ok(())
 }
 
 impl std::fmt::Debug for AdminAuth {
@@ -69,6 +99,23 @@ fn same(a: &str, b: &str) -> bool {
 }
 
 impl AdminAuth {
+    /// Access with the S3 `credentials` and, if given, `token` (refused if it is no secret:
+    /// see [`check_admin_token`]). Empty S3 keys are refused too.
+    pub fn new(credentials: (String, String), token: Option<String>) -> Result<Self, String> {
+        if credentials.0.is_empty() || credentials.1.is_empty() {
+            return Err("the S3 access key and secret key must not be empty".into());
+        }
+        if let Some(t) = &token {
+            check_admin_token(t)?;
+        }
+        Ok(Self { credentials, token })
+    }
+
+    /// Whether an admin token is configured.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
     /// Whether `authorization` (the header's value) grants access.
     pub fn allows(&self, authorization: Option<&str>) -> bool {
         let Some(value) = authorization else { return false };
@@ -82,6 +129,10 @@ impl AdminAuth {
         };
         let Ok(decoded) = String::from_utf8(decoded) else { return false };
         let Some((user, password)) = decoded.split_once(':') else { return false };
+        // Whatever was configured, an empty password never opens anything.
+        if password.is_empty() {
+            return false;
+        }
         let by_keys = same(user, &self.credentials.0) & same(password, &self.credentials.1);
         let by_token = self.token.as_deref().is_some_and(|t| same(password, t));
         by_keys | by_token
@@ -277,7 +328,10 @@ pub async fn route(state: Arc<AdminState>, req: Request<hyper::body::Incoming>) 
             } else {
                 Some(Arc::clone(&state.observer))
             };
-            json(&observer.and_then(|o| o.window()))
+            match observer {
+                Some(o) => reply(StatusCode::OK, "application/json", o.window_json()),
+                None => reply(StatusCode::OK, "application/json", "null"),
+            }
         }
         (&Method::POST, "/api/window") => {
             let length = match seconds_param(&query, 10, crate::observe::WINDOW_MAX) {
@@ -308,9 +362,18 @@ pub async fn route(state: Arc<AdminState>, req: Request<hyper::body::Incoming>) 
                     )
                 }
             };
+            // One demo at a time: the check and the start under one lock.
+            let mut demo = state.demo.lock();
+            if demo.as_ref().is_some_and(|d| d.window_open()) {
+                return reply(
+                    StatusCode::CONFLICT,
+                    "text/plain",
+                    "a demo is running already: watch it, or start another when it ends\n",
+                );
+            }
             match start_demo(oram, length) {
                 Ok(observer) => {
-                    *state.demo.lock() = Some(observer);
+                    *demo = Some(observer);
                     json(
                         &serde_json::json!({"demo": true, "oram": oram, "seconds": length.as_secs()}),
                     )
@@ -422,29 +485,70 @@ pub fn spawn_sampler(state: &Arc<AdminState>) {
     });
 }
 
-/// Serves the admin listener on `listener` (over TLS if `tls` is given) until the process
-/// ends.
+/// Serves the admin listener on `listener` (over TLS if `tls` is given, within `limits`: give
+/// it a pool of its own, [`crate::listen::Limits::separate`]) until the process ends.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AdminState>,
     tls: Option<crate::tls::Tls>,
+    limits: crate::listen::Limits,
 ) {
     spawn_sampler(&state);
-    let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    loop {
-        let (socket, peer) = match listener.accept().await {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = %e, "admin accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+    let make_svc = || {
         let state = Arc::clone(&state);
-        let svc = hyper::service::service_fn(move |req| {
+        hyper::service::service_fn(move |req| {
             let state = Arc::clone(&state);
             async move { Ok::<_, std::convert::Infallible>(route(state, req).await) }
-        });
-        crate::tls::spawn_connection(http.clone(), socket, peer, tls.as_ref(), svc, "admin");
+        })
+    };
+    let forever = std::future::pending::<()>();
+    crate::listen::accept_until(&listener, tls.as_ref(), &limits, "admin", make_svc, forever).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn basic(user: &str, password: &str) -> String {
+        let raw = format!("{user}:{password}");
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(raw))
+    }
+
+    fn keys() -> (String, String) {
+        ("AKADMIN".into(), "s3-secret-key-of-forty-characters-000000".into())
+    }
+
+    #[test]
+    fn a_blank_or_short_token_is_refused_and_says_why() {
+        for t in ["", " ", "\t \n", "short", "with a space in it!!"] {
+            let e = AdminAuth::new(keys(), Some(t.into())).unwrap_err();
+            assert!(e.contains("admin token"), "{t:?}: {e}");
+        }
+        assert!(AdminAuth::new(keys(), Some(" ".into())).unwrap_err().contains("anyone"));
+        assert!(AdminAuth::new(("".into(), "x".into()), None).is_err());
+        assert!(AdminAuth::new(("ak".into(), "".into()), None).is_err());
+    }
+
+    #[test]
+    fn only_the_keys_or_the_token_open_it() {
+        let token = "a-real-admin-token-0123";
+        let with = AdminAuth::new(keys(), Some(token.into())).unwrap();
+        let without = AdminAuth::new(keys(), None).unwrap();
+        let (ak, sk) = keys();
+        for auth in [&with, &without] {
+            assert!(auth.allows(Some(&basic(&ak, &sk))));
+            assert!(!auth.allows(Some(&basic("attacker", ""))), "empty password");
+            assert!(!auth.allows(Some(&basic(&ak, ""))), "empty password");
+            assert!(!auth.allows(Some(&basic("", ""))));
+            assert!(!auth.allows(Some("Bearer ")));
+            assert!(!auth.allows(Some("Bearer")));
+            assert!(!auth.allows(Some(&basic(&ak, &sk[..sk.len() - 1]))));
+            assert!(!auth.allows(None));
+        }
+        assert!(with.allows(Some(&format!("Bearer {token}"))));
+        assert!(with.allows(Some(&basic("anyone", token))));
+        assert!(!without.allows(Some(&format!("Bearer {token}"))));
+        assert!(!with.allows(Some(&format!("Bearer {}", &token[1..]))));
+        assert!(!format!("{with:?}").contains(token), "the token never prints");
     }
 }

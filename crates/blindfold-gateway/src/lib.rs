@@ -24,6 +24,7 @@ mod directory;
 pub mod engine;
 mod error;
 pub mod grow;
+pub mod listen;
 pub mod objects;
 pub mod observe;
 pub mod rotation;

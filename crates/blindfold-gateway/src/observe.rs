@@ -40,6 +40,10 @@ pub const WINDOW_EVENT_CAP: usize = 200_000;
 pub const WINDOW_REQUEST_CAP: usize = 5_000;
 /// Longest recording window.
 pub const WINDOW_MAX: Duration = Duration::from_secs(600);
+/// How often a recording window's report is built for the visualizer's polls at most: polls in
+/// between (from any number of clients) get the same bytes, so polling costs the recording
+/// path one copy of the window per period, whoever polls.
+pub const WINDOW_REPORT_EVERY: Duration = Duration::from_millis(250);
 /// Bins of the uniformity test over the store's view.
 pub const UNIFORMITY_BINS: u64 = 32;
 /// Points of dashboard history (one per second).
@@ -413,6 +417,8 @@ pub struct Observer {
     recent_latencies: Mutex<Vec<f32>>,
     window: Mutex<Option<Window>>,
     window_on: AtomicBool,
+    /// The last report of the window as JSON, and when it was built.
+    window_json: Mutex<Option<(Instant, bytes::Bytes)>>,
     view: Mutex<Option<PhysicalView>>,
     history: Mutex<std::collections::VecDeque<HistoryPoint>>,
     last: Mutex<(u64, u64, u64)>,
@@ -584,6 +590,7 @@ impl Observer {
             recent_latencies: Mutex::new(Vec::new()),
             window: Mutex::new(None),
             window_on: AtomicBool::new(false),
+            window_json: Mutex::new(None),
             view: Mutex::new(None),
             history: Mutex::new(std::collections::VecDeque::new()),
             last: Mutex::new((0, 0, 0)),
@@ -763,6 +770,28 @@ impl Observer {
         let length = length.min(WINDOW_MAX).max(Duration::from_millis(100));
         *self.window.lock() = Some(Window::new(view, length, label.to_owned()));
         self.window_on.store(true, Ordering::Relaxed);
+        *self.window_json.lock() = None;
+    }
+
+    /// Whether a window is recording now (its time has not run out).
+    pub fn window_open(&self) -> bool {
+        self.window.lock().as_ref().is_some_and(Window::open)
+    }
+
+    /// The current (or last) window as JSON (`null` if none), built at most once per
+    /// [`WINDOW_REPORT_EVERY`]: concurrent polls wait for one build and share it.
+    pub fn window_json(&self) -> bytes::Bytes {
+        let mut cached = self.window_json.lock();
+        if let Some((at, json)) = &*cached {
+            if at.elapsed() < WINDOW_REPORT_EVERY {
+                return json.clone();
+            }
+        }
+        let json = bytes::Bytes::from(
+            serde_json::to_vec(&self.window()).unwrap_or_else(|_| b"null".to_vec()),
+        );
+        *cached = Some((Instant::now(), json.clone()));
+        json
     }
 
     /// The current (or last) window.

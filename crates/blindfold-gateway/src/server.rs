@@ -278,6 +278,8 @@ pub struct Opened {
     pub grow_max: Option<u64>,
     /// Where to serve the Swift API beside S3 ([`crate::swift`]), if anywhere.
     pub swift_listener: Option<tokio::net::TcpListener>,
+    /// What the S3 and Swift listeners allow their clients (one connection pool for both).
+    pub limits: crate::listen::Limits,
     /// Metrics and recordings of this gateway (see [`crate::observe`]).
     pub observer: Arc<Observer>,
 }
@@ -1542,6 +1544,7 @@ async fn assemble(
         grow_at: None,
         grow_max: None,
         swift_listener: None,
+        limits: crate::listen::Limits::default(),
         observer,
     })
 }
@@ -1989,7 +1992,13 @@ pub async fn run_tls(
             access(&opened),
             tls.is_some(),
         ));
-        let task = tokio::spawn(crate::swift::serve(listener, front, tls.clone(), stopped));
+        let task = tokio::spawn(crate::swift::serve(
+            listener,
+            front,
+            tls.clone(),
+            opened.limits.clone(),
+            stopped,
+        ));
         (stop, task)
     });
     let service = service(&opened);
@@ -1998,7 +2007,8 @@ pub async fn run_tls(
         let (service, observer) = (service.clone(), Arc::clone(&observer));
         hyper::service::service_fn(move |req| handle(service.clone(), Arc::clone(&observer), req))
     };
-    crate::tls::accept_until(&listener, tls.as_ref(), "s3", make_svc, shutdown).await;
+    crate::listen::accept_until(&listener, tls.as_ref(), &opened.limits, "s3", make_svc, shutdown)
+        .await;
     if let Some((stop, task)) = sweeper {
         // The sweep stops between two chunks (never inside an access).
         let _ = stop.send(true);

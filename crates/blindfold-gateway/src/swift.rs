@@ -47,8 +47,12 @@ use crate::GatewayError;
 pub const TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Most entries one listing returns (Swift's default and maximum).
 const LIST_LIMIT: usize = 10_000;
-/// Most tokens held at once (the oldest go first).
-const MAX_TOKENS: usize = 100_000;
+/// Most tokens held at once; when all are in use (after dropping the expired), a sign-in is
+/// refused with 503 until one expires: nobody's session is ended to make room.
+pub const MAX_TOKENS: usize = 100_000;
+/// Most tokens one key holder has at once; a further sign-in ends that holder's oldest session
+/// (never another holder's).
+pub const MAX_TOKENS_PER_USER: usize = 256;
 
 type Body = BoxBody<Bytes, std::io::Error>;
 
@@ -56,13 +60,58 @@ struct Token {
     access_key: String,
     account: String,
     expires: Instant,
+    /// What the holder was entitled to at sign-in: a later rotation, removal or policy change
+    /// ends the session (see [`Access::sign_in`]).
+    grant: crate::users::Grant,
+}
+
+/// The live tokens, and each holder's tokens oldest first (so a holder's oldest goes in O(1)
+/// and the lock is never held for a scan, but for a sweep of the expired once a minute).
+#[derive(Default)]
+struct Tokens {
+    by_token: HashMap<String, Token>,
+    /// Per access key, tokens in the order issued (some may have gone from `by_token`).
+    by_holder: HashMap<String, std::collections::VecDeque<String>>,
+    swept: Option<Instant>,
+}
+
+impl Tokens {
+    /// Adds a token; `Err` if the table is full of live tokens of other holders.
+    fn insert(&mut self, token: String, t: Token, now: Instant) -> Result<(), ()> {
+        if self.swept.is_none_or(|s| now.duration_since(s) > Duration::from_secs(60))
+            || self.by_token.len() >= MAX_TOKENS
+        {
+            self.swept = Some(now);
+            self.by_token.retain(|_, t| t.expires > now);
+            let live = &self.by_token;
+            self.by_holder.retain(|_, q| {
+                q.retain(|k| live.contains_key(k));
+                !q.is_empty()
+            });
+        }
+        let queue = self.by_holder.entry(t.access_key.clone()).or_default();
+        while queue.len() >= MAX_TOKENS_PER_USER {
+            if let Some(oldest) = queue.pop_front() {
+                self.by_token.remove(&oldest);
+            }
+        }
+        if self.by_token.len() >= MAX_TOKENS {
+            if queue.is_empty() {
+                self.by_holder.remove(&t.access_key);
+            }
+            return Err(());
+        }
+        queue.push_back(token.clone());
+        self.by_token.insert(token, t);
+        Ok(())
+    }
 }
 
 /// The Swift front end of one gateway.
 pub struct Swift {
     objects: Arc<ObjectLayer>,
     access: Arc<Access>,
-    tokens: Mutex<HashMap<String, Token>>,
+    tokens: Mutex<Tokens>,
     /// `https` when served over TLS (for the storage URL).
     scheme: &'static str,
 }
@@ -283,7 +332,7 @@ impl Swift {
     /// when it is served over HTTPS.
     pub fn new(objects: Arc<ObjectLayer>, access: Arc<Access>, tls: bool) -> Self {
         let scheme = if tls { "https" } else { "http" };
-        Self { objects, access, tokens: Mutex::new(HashMap::new()), scheme }
+        Self { objects, access, tokens: Mutex::new(Tokens::default()), scheme }
     }
 
     /// Answers one request.
@@ -344,30 +393,41 @@ impl Swift {
         let account_ok = !account.is_empty()
             && account.len() <= 64
             && account.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if !account_ok || !self.access.secret_matches(access_key, key) {
-            tracing::info!("swift: sign-in refused");
-            return text(StatusCode::UNAUTHORIZED, "Unauthorized");
-        }
-        let token = format!("AUTH_tk{}", crate::server::random_token(32, b"0123456789abcdef"));
-        {
-            let mut tokens = self.tokens.lock();
-            let now = Instant::now();
-            tokens.retain(|_, t| t.expires > now);
-            if tokens.len() >= MAX_TOKENS {
-                if let Some(oldest) =
-                    tokens.iter().min_by_key(|(_, t)| t.expires).map(|(k, _)| k.clone())
-                {
-                    tokens.remove(&oldest);
-                }
+        let grant = if account_ok { self.access.sign_in(access_key, key) } else { None };
+        let Some(grant) = grant else {
+            static REFUSED: crate::listen::LogThrottle =
+                crate::listen::LogThrottle::new(Duration::from_secs(10));
+            if let Some(held_back) = REFUSED.allow() {
+                tracing::info!(held_back, "swift: sign-in refused");
             }
-            tokens.insert(
-                token.clone(),
-                Token {
-                    access_key: access_key.to_owned(),
-                    account: account.to_owned(),
-                    expires: now + TOKEN_TTL,
-                },
+            return text(StatusCode::UNAUTHORIZED, "Unauthorized");
+        };
+        let token = format!("AUTH_tk{}", crate::server::random_token(32, b"0123456789abcdef"));
+        let now = Instant::now();
+        let t = Token {
+            access_key: access_key.to_owned(),
+            account: account.to_owned(),
+            expires: now + TOKEN_TTL,
+            grant,
+        };
+        if self.tokens.lock().insert(token.clone(), t, now).is_err() {
+            static FULL: crate::listen::LogThrottle =
+                crate::listen::LogThrottle::new(Duration::from_secs(10));
+            if let Some(held_back) = FULL.allow() {
+                tracing::warn!(
+                    max = MAX_TOKENS,
+                    held_back,
+                    "swift: sign-in refused: every token place holds a live session (tokens \
+                     last {} h; signing in again ends a user's own oldest)",
+                    TOKEN_TTL.as_secs() / 3600
+                );
+            }
+            let mut r = text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Too many sessions are open; try again later.",
             );
+            set(&mut r, "retry-after", 60);
+            return r;
         }
         let host = header(h, "host").unwrap_or("localhost");
         let scheme = self.scheme;
@@ -446,11 +506,27 @@ type Answer = Result<Response<Body>, GatewayError>;
 
 impl Swift {
     /// The access key a valid token for `account` was issued to.
+    /// A token whose holder's secret, existence or policy changed since sign-in is refused
+    /// (and dropped), as soon as the S3 side refuses the old secret.
     fn token_holder(&self, h: &HeaderMap, account: &str) -> Option<String> {
         let token = header(h, "x-auth-token").or_else(|| header(h, "x-storage-token"))?;
-        let tokens = self.tokens.lock();
-        let t = tokens.get(token)?;
-        (t.expires > Instant::now() && t.account == account).then(|| t.access_key.clone())
+        let (holder, grant) = {
+            let tokens = self.tokens.lock();
+            let t = tokens.by_token.get(token)?;
+            if t.expires <= Instant::now() || t.account != account {
+                return None;
+            }
+            (t.access_key.clone(), t.grant)
+        };
+        // Outside the token lock: this may re-read the users file.
+        if self.access.grant(&holder).is_some_and(|now| now.same(&grant)) {
+            return Some(holder);
+        }
+        tracing::info!(
+            "swift: a token issued before its holder's keys or policy changed was refused"
+        );
+        self.tokens.lock().by_token.remove(token);
+        None
     }
 
     /// Why an object of `container` is not there: no such container, or no such object.
@@ -738,11 +814,13 @@ impl Swift {
     }
 }
 
-/// Serves the Swift API on `listener` (over `tls` if given) until `stop` turns true.
+/// Serves the Swift API on `listener` (over `tls` if given, within `limits`) until `stop` turns
+/// true.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     swift: Arc<Swift>,
     tls: Option<crate::tls::Tls>,
+    limits: crate::listen::Limits,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let make_svc = || {
@@ -755,7 +833,7 @@ pub async fn serve(
     let stopped = async move {
         let _ = stop.wait_for(|&s| s).await;
     };
-    crate::tls::accept_until(&listener, tls.as_ref(), "swift", make_svc, stopped).await;
+    crate::listen::accept_until(&listener, tls.as_ref(), &limits, "swift", make_svc, stopped).await;
 }
 
 #[cfg(test)]

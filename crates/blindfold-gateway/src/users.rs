@@ -476,13 +476,34 @@ impl Access {
     /// Whether `secret` is the secret key of `access_key` (compared in constant time); for
     /// front ends that authenticate with the keys themselves (Swift's TempAuth).
     pub fn secret_matches(&self, access_key: &str, secret: &str) -> bool {
+        self.sign_in(access_key, secret).is_some()
+    }
+
+    /// Checks `secret` against the secret key of `access_key` (in constant time); on a match,
+    /// returns the [`Grant`] a session of the holder is bound to. A front end that issues
+    /// tokens keeps it and honours a token only while [`Access::grant`] still returns the same:
+    /// a new secret, a removal, or a changed policy ends every session started before it, at
+    /// the moment the S3 side refuses the old secret (the same re-read of the users file).
+    pub fn sign_in(&self, access_key: &str, secret: &str) -> Option<Grant> {
         use subtle::ConstantTimeEq as _;
-        let expected: Option<String> = if access_key == self.admin_access_key {
-            Some(self.admin_secret_key.expose().to_owned())
-        } else {
-            self.user(access_key).map(|u| u.secret_key().to_owned())
-        };
-        expected.is_some_and(|e| bool::from(e.as_bytes().ct_eq(secret.as_bytes())))
+        let (expected, grant) = self.secret_and_grant(access_key)?;
+        bool::from(expected.as_bytes().ct_eq(secret.as_bytes())).then_some(grant)
+    }
+
+    /// The [`Grant`] `access_key` holds now (`None` if it is no longer known).
+    pub fn grant(&self, access_key: &str) -> Option<Grant> {
+        self.secret_and_grant(access_key).map(|(_, g)| g)
+    }
+
+    fn secret_and_grant(&self, access_key: &str) -> Option<(zeroize::Zeroizing<String>, Grant)> {
+        if access_key == self.admin_access_key {
+            let secret = zeroize::Zeroizing::new(self.admin_secret_key.expose().to_owned());
+            let grant = Grant::of(access_key, &secret, &["*".to_owned()], false);
+            return Some((secret, grant));
+        }
+        let u = self.user(access_key)?;
+        let grant = Grant::of(&u.access_key, &u.secret_key, &u.buckets, u.read_only);
+        Some((zeroize::Zeroizing::new(u.secret_key.clone()), grant))
     }
 
     /// Whether the holder of `access_key` may use `bucket`, for reading only (`reads`) or also
@@ -502,6 +523,39 @@ impl Access {
             CopySource::Bucket { bucket, .. } => self.check_bucket(&creds.access_key, bucket, true),
             _ => Err(s3_error!(AccessDenied, "Access Denied")),
         }
+    }
+}
+
+/// A digest of everything that entitles a key holder (access key, secret key, buckets,
+/// read-only): sessions bound to it end when any of these changes. Compared in constant time;
+/// it reveals nothing of the secret (SHA-256 under a domain label).
+#[derive(Clone, Copy)]
+pub struct Grant([u8; 32]);
+
+impl Grant {
+    fn of(access_key: &str, secret: &str, buckets: &[String], read_only: bool) -> Self {
+        let mut h = ring::digest::Context::new(&ring::digest::SHA256);
+        h.update(b"blindfold grant v1\0");
+        for part in [access_key, secret].into_iter().chain(buckets.iter().map(String::as_str)) {
+            h.update(&(part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        h.update(&[u8::from(read_only)]);
+        let mut out = [0u8; 32];
+        out.copy_from_slice(h.finish().as_ref());
+        Self(out)
+    }
+
+    /// Whether both are the same grant (constant time).
+    pub fn same(&self, other: &Grant) -> bool {
+        use subtle::ConstantTimeEq as _;
+        bool::from(self.0.ct_eq(&other.0))
+    }
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Grant(…)")
     }
 }
 
@@ -649,6 +703,23 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a blindfold users file"));
+    }
+
+    #[test]
+    fn a_grant_changes_with_the_secret_the_buckets_and_read_only() {
+        let b = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let g = Grant::of("AK", "secret", &b(&["ab", "c"]), false);
+        assert!(g.same(&Grant::of("AK", "secret", &b(&["ab", "c"]), false)));
+        for other in [
+            Grant::of("AK", "secreT", &b(&["ab", "c"]), false),
+            Grant::of("AK", "secret", &b(&["a", "bc"]), false),
+            Grant::of("AK", "secret", &b(&["ab"]), false),
+            Grant::of("AK", "secret", &b(&["ab", "c"]), true),
+            Grant::of("AK2", "secret", &b(&["ab", "c"]), false),
+        ] {
+            assert!(!g.same(&other));
+        }
+        assert_eq!(format!("{g:?}"), "Grant(…)");
     }
 
     #[test]

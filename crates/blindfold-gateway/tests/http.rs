@@ -360,6 +360,33 @@ async fn admin_posts_need_the_header_and_sane_parameters() {
     g.stop().await;
 }
 
+#[tokio::test]
+async fn one_demo_runs_at_a_time_and_window_polls_share_one_report() {
+    let g = Running::start().await;
+    let with = format!("{}X-Blindfold-Admin: 1\r\n", keys());
+    let (head, body) = admin_exchange(&g, "POST", "/api/demo?oram=on&seconds=5", &with).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}{body}");
+    for oram in ["on", "off"] {
+        let path = format!("/api/demo?oram={oram}&seconds=5");
+        let (head, body) = admin_exchange(&g, "POST", &path, &with).await;
+        assert!(head.starts_with("http/1.1 409"), "a second demo at once: {head}{body}");
+        assert!(body.contains("running"), "{body}");
+    }
+    // The demo records 400 accesses a second; polls close together get one report.
+    let mut bodies = Vec::new();
+    for _ in 0..5 {
+        bodies.push(admin_exchange(&g, "GET", "/api/window?source=demo", &keys()).await.1);
+    }
+    bodies.dedup();
+    assert!(bodies.len() <= 2, "{} reports built for 5 quick polls", bodies.len());
+    let first: serde_json::Value = serde_json::from_str(&bodies[0]).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let (_, later) = admin_exchange(&g, "GET", "/api/window?source=demo", &keys()).await;
+    let later: serde_json::Value = serde_json::from_str(&later).unwrap();
+    assert!(later["elapsed_ms"].as_u64() > first["elapsed_ms"].as_u64(), "the report moves on");
+    g.stop().await;
+}
+
 /// S3 traffic shows in the metrics by operation and status, and bucket and object names never
 /// do; a recording window the operator opened holds the names.
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use blindfold_gateway::server;
 use blindfold_gateway::swift::{self, Swift};
-use blindfold_gateway::users::Access;
+use blindfold_gateway::users::{Access, UserFile};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -21,16 +21,27 @@ struct Front {
 }
 
 async fn start() -> Front {
+    start_with(false).await.0
+}
+
+/// A Swift front end; with `users`, reading `<data-dir>/users.sealed` (returned to edit) as
+/// `blindfold serve` does.
+async fn start_with(users: bool) -> (Front, Arc<Access>, Option<UserFile>) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = common::memory_cfg(dir.path(), "AKSWIFTTEST", "swift-test-secret");
     let opened = server::open(&cfg).await.unwrap();
-    let access = Arc::new(Access::new(("AKSWIFTTEST".into(), "swift-test-secret".into()), None));
-    let front = Arc::new(Swift::new(Arc::clone(&opened.objects), access, false));
+    let file = users.then(|| UserFile::new(&opened.data_dir, &opened.key));
+    let access = Arc::new(Access::new(
+        ("AKSWIFTTEST".into(), "swift-test-secret".into()),
+        users.then(|| UserFile::new(&opened.data_dir, &opened.key)),
+    ));
+    let front = Arc::new(Swift::new(Arc::clone(&opened.objects), Arc::clone(&access), false));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(swift::serve(listener, front, None, stopped));
-    Front { addr, _opened: opened, _stop: stop, _dir: dir }
+    let limits = blindfold_gateway::listen::Limits::default();
+    tokio::spawn(swift::serve(listener, front, None, limits, stopped));
+    (Front { addr, _opened: opened, _stop: stop, _dir: dir }, access, file)
 }
 
 /// One request on a fresh connection: (status code, lower-cased head, body).
@@ -65,14 +76,14 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 
 /// Signs in; returns the token and the storage path (`/v1/AUTH_…`).
 async fn token(f: &Front) -> (String, String) {
-    let (status, head, _) = call(
-        f,
-        "GET",
-        "/auth/v1.0",
-        &[("X-Auth-User", "team:AKSWIFTTEST"), ("X-Auth-Key", "swift-test-secret")],
-        b"",
-    )
-    .await;
+    token_of(f, "AKSWIFTTEST", "swift-test-secret").await
+}
+
+/// Signs in to account `team` with an access key and secret.
+async fn token_of(f: &Front, access_key: &str, secret: &str) -> (String, String) {
+    let user = format!("team:{access_key}");
+    let (status, head, _) =
+        call(f, "GET", "/auth/v1.0", &[("X-Auth-User", &user), ("X-Auth-Key", secret)], b"").await;
     assert_eq!(status, 200, "{head}");
     // (The reader lower-cases heads: the account and the token's prefix are restored.)
     let url = header(&head, "x-storage-url").unwrap();
@@ -227,4 +238,77 @@ async fn hostile_requests_get_clear_errors() {
     let (status, _, _) =
         call(&f, "PUT", &format!("{path}/box/x"), &[t[0], ("X-Copy-From", "nosep")], b"").await;
     assert_eq!(status, 412);
+}
+
+/// Waits until the S3 side refuses `secret` for `access_key` (the users file is re-read at
+/// most once a second), then returns at once.
+async fn until_s3_refuses(access: &Access, access_key: &str, secret: &str) {
+    let started = std::time::Instant::now();
+    while access.secret_matches(access_key, secret) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "the S3 side never noticed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotating_or_removing_a_user_signs_out_its_swift_tokens_when_s3_refuses_it() {
+    let (f, access, file) = start_with(true).await;
+    let file = file.unwrap();
+    let (tok, path) = token(&f).await;
+    call(&f, "PUT", &format!("{path}/box"), &[("X-Auth-Token", &tok)], b"").await;
+    let alice = file.add("alice", vec!["box".into()], false).unwrap();
+    let bob = file.add("bob", vec!["box".into()], true).unwrap();
+    let (a_tok, _) = token_of(&f, &alice.access_key, alice.secret_key()).await;
+    let (b_tok, _) = token_of(&f, &bob.access_key, bob.secret_key()).await;
+    let put = |tok: String| {
+        let f = &f;
+        let path = path.clone();
+        async move { call(f, "PUT", &format!("{path}/box/o"), &[("X-Auth-Token", &tok)], b"x").await.0 }
+    };
+    let get = |tok: String| {
+        let f = &f;
+        let path = path.clone();
+        async move { call(f, "GET", &format!("{path}/box/o"), &[("X-Auth-Token", &tok)], b"").await.0 }
+    };
+    assert_eq!(put(a_tok.clone()).await, 201);
+    assert_eq!(get(b_tok.clone()).await, 200);
+    assert_eq!(put(b_tok.clone()).await, 403, "bob reads only");
+
+    // A rotation: the old token goes the moment the S3 side refuses the old secret.
+    let rotated = file.rotate("alice").unwrap();
+    until_s3_refuses(&access, &alice.access_key, alice.secret_key()).await;
+    assert_eq!(get(a_tok.clone()).await, 401, "a token from before the rotation still reads");
+    assert_eq!(put(a_tok.clone()).await, 401, "a token from before the rotation still writes");
+    // The new secret signs in again.
+    let (a_new, _) = token_of(&f, &rotated.access_key, rotated.secret_key()).await;
+    assert_eq!(get(a_new.clone()).await, 200);
+
+    // A removal likewise.
+    file.remove("bob").unwrap();
+    until_s3_refuses(&access, &bob.access_key, bob.secret_key()).await;
+    assert_eq!(get(b_tok).await, 401, "a removed user's token still reads");
+    // Nobody else was signed out.
+    assert_eq!(get(a_new).await, 200);
+    assert_eq!(get(tok).await, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_in_again_and_again_signs_out_nobody_else() {
+    let (f, _access, file) = start_with(true).await;
+    let file = file.unwrap();
+    let (admin_tok, path) = token(&f).await;
+    call(&f, "PUT", &format!("{path}/box"), &[("X-Auth-Token", &admin_tok)], b"").await;
+    let mallory = file.add("mallory", vec!["box".into()], true).unwrap();
+    let (first, _) = token_of(&f, &mallory.access_key, mallory.secret_key()).await;
+    // Far more sign-ins than one user may hold tokens.
+    for _ in 0..swift::MAX_TOKENS_PER_USER + 10 {
+        token_of(&f, &mallory.access_key, mallory.secret_key()).await;
+    }
+    let head = |tok: String| {
+        let f = &f;
+        let path = path.clone();
+        async move { call(f, "HEAD", &path, &[("X-Auth-Token", &tok)], b"").await.0 }
+    };
+    assert_eq!(head(admin_tok).await, 204, "another user's token was evicted");
+    assert_eq!(head(first).await, 401, "a user's own oldest token goes first");
 }

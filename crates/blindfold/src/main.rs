@@ -504,10 +504,10 @@ struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:9100", env = "BLINDFOLD_LISTEN", value_parser = parse_listen)]
     listen: std::net::SocketAddr,
     /// S3 access key (default: from <data-dir>/credentials.json, generated on first start).
-    #[arg(long, env = "BLINDFOLD_ACCESS_KEY", requires = "secret_key")]
+    #[arg(long, env = "BLINDFOLD_ACCESS_KEY", requires = "secret_key", value_parser = parse_access_key)]
     access_key: Option<String>,
-    /// S3 secret key.
-    #[arg(long, env = "BLINDFOLD_SECRET_KEY", requires = "access_key", hide_env_values = true)]
+    /// S3 secret key (not blank).
+    #[arg(long, env = "BLINDFOLD_SECRET_KEY", requires = "access_key", hide_env_values = true, value_parser = parse_secret_key)]
     secret_key: Option<String>,
     /// Logical capacity of a new store [default: 1GiB]: a bare number is bytes; KiB, MiB,
     /// GiB, TiB are powers of 1024, KB, MB, GB, TB powers of 1000; decimals are accepted
@@ -567,7 +567,8 @@ struct ServeArgs {
     admin_listen: Option<std::net::SocketAddr>,
     /// A token that also opens the admin listener (`Authorization: Bearer TOKEN`), so a
     /// Prometheus server need not hold the S3 secret.
-    #[arg(long, env = "BLINDFOLD_ADMIN_TOKEN", hide_env_values = true)]
+    /// At least 16 visible characters; a blank one is refused (it would let anyone in).
+    #[arg(long, env = "BLINDFOLD_ADMIN_TOKEN", hide_env_values = true, value_parser = parse_admin_token)]
     admin_token: Option<String>,
     /// Price table entry for the cost metrics: aws-s3, gcs, azure-blob, ibm-cos,
     /// backblaze-b2 or cloudflare-r2 (see docs/cost.md), or an id from --prices.
@@ -604,6 +605,19 @@ struct ServeArgs {
     /// `swift -A http://ADDR/auth/v1.0 -U blindfold:AK -K SK list`. Off by default.
     #[arg(long, env = "BLINDFOLD_SWIFT_LISTEN", value_parser = parse_listen)]
     swift_listen: Option<std::net::SocketAddr>,
+    /// Connections the S3 and Swift listeners hold open at once, together; one past it is
+    /// answered 503 (Retry-After) and closed. Keep it below the file-descriptor limit
+    /// (`ulimit -n`) less what the store needs. The admin listener has 64 of its own.
+    #[arg(long, env = "BLINDFOLD_MAX_CONNECTIONS", default_value_t = blindfold_gateway::listen::DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_connections: u32,
+    /// Seconds a client may take to send a request's header before it is cut off (a client
+    /// sending half a header holds nothing for long).
+    #[arg(long, env = "BLINDFOLD_HEADER_TIMEOUT", default_value_t = blindfold_gateway::listen::DEFAULT_HEADER_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600))]
+    header_timeout: u64,
+    /// Seconds a connection may stay with no byte moving while none of its requests is being
+    /// answered, before it is closed.
+    #[arg(long, env = "BLINDFOLD_IDLE_TIMEOUT", default_value_t = blindfold_gateway::listen::DEFAULT_IDLE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    idle_timeout: u64,
     /// The largest capacity automatic growth goes to (default: no limit).
     #[arg(long, requires = "grow_at", value_parser = blindfold_gateway::server::parse_size)]
     grow_max: Option<u64>,
@@ -1479,6 +1493,36 @@ fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeConfi
     })
 }
 
+/// Parses `--admin-token`: refuses a blank or short token (see
+/// [`blindfold_gateway::admin::check_admin_token`]), from the flag, the variable or the config
+/// file alike.
+fn parse_admin_token(s: &str) -> Result<String, String> {
+    blindfold_gateway::admin::check_admin_token(s)?;
+    Ok(s.to_owned())
+}
+
+/// Parses `--access-key`: not blank.
+fn parse_access_key(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("the access key is blank: give one, or leave --access-key and \
+                    $BLINDFOLD_ACCESS_KEY unset to use <data-dir>/credentials.json"
+            .into());
+    }
+    Ok(s.to_owned())
+}
+
+/// Parses `--secret-key`: not blank (an empty secret would let anyone who knows the access
+/// key sign requests).
+fn parse_secret_key(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("the secret key is blank, which would let anyone who knows the access key \
+                    in: give one, or leave --secret-key and $BLINDFOLD_SECRET_KEY unset to use \
+                    <data-dir>/credentials.json"
+            .into());
+    }
+    Ok(s.to_owned())
+}
+
 /// Parses `--listen`: `host:port` (host a name or an address) or a bare port on 127.0.0.1.
 fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
     use std::net::ToSocketAddrs;
@@ -1674,6 +1718,11 @@ async fn serve(a: ServeArgs) -> Result<()> {
         None => None,
     };
     let mut opened = open_gateway(&cfg, &a.nodes, a.tls_dir.as_deref()).await?;
+    opened.limits = blindfold_gateway::listen::Limits::new(
+        a.max_connections as usize,
+        std::time::Duration::from_secs(a.header_timeout),
+        std::time::Duration::from_secs(a.idle_timeout),
+    );
     opened.grow_at = a.grow_at;
     opened.grow_max = a.grow_max.map(|m| m / u64::from(opened.params.block_size));
     if a.tls == Some(TlsMode::SelfSigned) {
@@ -1757,16 +1806,18 @@ async fn serve(a: ServeArgs) -> Result<()> {
             format!("--admin-listen {admin_addr}: cannot listen there (in use, or not ours)")
         })?;
         let admin_addr = admin.local_addr()?;
-        let auth = blindfold_gateway::admin::AdminAuth {
-            credentials: opened.credentials.clone(),
-            token: a.admin_token.clone(),
-        };
+        let auth = blindfold_gateway::admin::AdminAuth::new(
+            opened.credentials.clone(),
+            a.admin_token.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!("--admin-token: {e}"))?;
         let state = blindfold_gateway::admin::AdminState::new(
             &opened,
             auth,
             Some(a.price_provider.clone()),
         );
-        tokio::spawn(blindfold_gateway::admin::serve(admin, state, tls.clone()));
+        let limits = opened.limits.separate(blindfold_gateway::listen::ADMIN_MAX_CONNECTIONS);
+        tokio::spawn(blindfold_gateway::admin::serve(admin, state, tls.clone(), limits));
         println!(
             "  admin: {scheme}://{admin_addr}/ (dashboard, /visualizer, /metrics; log in with the S3 \
              keys{})",

@@ -739,3 +739,66 @@ fn rotate_key_with_the_partition_engines() {
     assert!(!o.status.success() && text(&o).contains("cannot re-seal"), "{}", text(&o));
     assert!(!d.join("rotation.sealed").exists() && !d.join("key.json.next").exists());
 }
+
+/// `serve` with `args` (and `BLINDFOLD_ADMIN_TOKEN` set to `token_env` when given) must exit
+/// with an error within a minute; returns what it printed. A gateway that starts instead is
+/// killed and the test fails.
+fn serve_refused(args: &[&str], token_env: Option<&str>) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blindfold"));
+    cmd.arg("serve")
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("BLINDFOLD_PASSPHRASE")
+        .env_remove("BLINDFOLD_ADMIN_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(t) = token_env {
+        cmd.env("BLINDFOLD_ADMIN_TOKEN", t);
+    }
+    let mut child = cmd.spawn().expect("run blindfold serve");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("serve {args:?} (token variable {token_env:?}) started: {}", text(&out));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "serve should have failed: {}", text(&out));
+    text(&out)
+}
+
+#[test]
+fn a_blank_admin_token_is_refused_from_the_flag_the_variable_and_the_config_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("d");
+    let store = small_store(&d);
+    let base = [&strs(&store)[..], &["--admin-listen", "127.0.0.1:0"]].concat();
+    let config = tmp.path().join("blindfold.toml");
+    std::fs::write(&config, "admin-token = \"\"\n").unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let blank_file = tmp.path().join("blank.toml");
+    std::fs::write(&blank_file, "admin-token = \"  \"\n").unwrap();
+    std::fs::set_permissions(&blank_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cases: [(&str, Vec<&str>, Option<&str>); 6] = [
+        ("empty flag", vec!["--admin-token", ""], None),
+        ("blank flag", vec!["--admin-token", "   "], None),
+        ("empty variable", vec![], Some("")),
+        ("blank variable", vec![], Some(" \t ")),
+        ("empty config key", vec!["--config", config.to_str().unwrap()], None),
+        ("blank config key", vec!["--config", blank_file.to_str().unwrap()], None),
+    ];
+    for (what, extra, env) in cases {
+        let out = serve_refused(&[&base[..], &extra[..]].concat(), env);
+        assert!(out.contains("admin token") && out.contains("blank"), "{what}: {out}");
+        assert!(out.contains("anyone"), "{what}: the message says why: {out}");
+        assert!(!d.exists(), "{what}: a refused start creates nothing");
+    }
+    // A token too short to be a secret is refused the same way.
+    let out = serve_refused(&[&base[..], &["--admin-token", "abc"]].concat(), None);
+    assert!(out.contains("admin token") && out.contains("16"), "{out}");
+    // A real token starts.
+    serve(&[&base[..], &["--admin-token", "a-real-admin-token-0123"]].concat()).stop();
+}

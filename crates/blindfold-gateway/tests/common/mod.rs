@@ -59,21 +59,37 @@ impl Running {
         (access_key, secret_key): (&str, &str),
         tls: Option<blindfold_gateway::tls::Tls>,
     ) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(listener, (access_key, secret_key), tls, Default::default(), || {}).await
+    }
+
+    /// [`Running::start`] on `listener`, whose S3 listener allows `limits`; `before_serving`
+    /// runs after the store is opened, just before connections are accepted.
+    pub async fn start_on(
+        listener: tokio::net::TcpListener,
+        (access_key, secret_key): (&str, &str),
+        tls: Option<blindfold_gateway::tls::Tls>,
+        limits: blindfold_gateway::listen::Limits,
+        before_serving: impl FnOnce(),
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let cfg = memory_cfg(dir.path(), access_key, secret_key);
-        let opened = server::open(&cfg).await.unwrap();
+        let mut opened = server::open(&cfg).await.unwrap();
+        opened.limits = limits;
         let key = std::sync::Arc::clone(&opened.key);
-        let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = admin_listener.local_addr().unwrap();
-        let auth = blindfold_gateway::admin::AdminAuth {
-            credentials: cfg.credentials.clone().unwrap(),
-            token: Some("admin-test-token".into()),
-        };
+        let auth = blindfold_gateway::admin::AdminAuth::new(
+            cfg.credentials.clone().unwrap(),
+            Some("admin-test-token".into()),
+        )
+        .unwrap();
         let state = blindfold_gateway::admin::AdminState::new(&opened, auth, None);
-        tokio::spawn(blindfold_gateway::admin::serve(admin_listener, state, tls.clone()));
+        let limits = blindfold_gateway::listen::Limits::default();
+        tokio::spawn(blindfold_gateway::admin::serve(admin_listener, state, tls.clone(), limits));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        before_serving();
         let task = tokio::spawn(async move {
             server::run_tls(opened, listener, tls, async {
                 let _ = rx.await;
