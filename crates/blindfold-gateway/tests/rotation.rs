@@ -26,17 +26,43 @@ use blindfold_store::{CellId, CountingStore, Geometry, MemoryStore, Store};
 use blindfold_testkit::DyingStore;
 use bytes::Bytes;
 
+/// An engine and its store layout.
+#[derive(Clone, Copy, Debug)]
+struct Setup {
+    engine: OramEngine,
+    /// Top of the tree kept in trusted memory (0: none).
+    cache_mib: u64,
+    /// Tree levels per store object (tao).
+    pack_levels: u32,
+}
+
+const fn plain(engine: OramEngine) -> Setup {
+    Setup { engine, cache_mib: 0, pack_levels: 1 }
+}
+
 /// The engines that rotate their key (tee and node clusters refuse).
-const ENGINES: [OramEngine; 5] = [
-    OramEngine::Tao,
-    OramEngine::PathOram,
-    OramEngine::ObliviStore,
-    OramEngine::Curious,
-    OramEngine::CuriousPath,
+const ENGINES: [Setup; 5] = [
+    plain(OramEngine::Tao),
+    plain(OramEngine::PathOram),
+    plain(OramEngine::ObliviStore),
+    plain(OramEngine::Curious),
+    plain(OramEngine::CuriousPath),
 ];
 
-fn cfg(root: &Path, engine: OramEngine) -> server::ServeConfig {
-    server::ServeConfig { capacity: 256 << 10, ..common::file_cfg(root, engine) }
+/// The default engine's other layouts: two tree levels per store object, and the top of the
+/// tree pinned in trusted memory (its buckets then live in the checkpoint and the log).
+const TAO_LAYOUTS: [Setup; 2] = [
+    Setup { engine: OramEngine::Tao, cache_mib: 0, pack_levels: 2 },
+    Setup { engine: OramEngine::Tao, cache_mib: 1, pack_levels: 1 },
+];
+
+fn cfg(root: &Path, setup: Setup) -> server::ServeConfig {
+    server::ServeConfig {
+        capacity: 256 << 10,
+        cache_mib: setup.cache_mib,
+        pack_levels: setup.pack_levels,
+        ..common::file_cfg(root, setup.engine)
+    }
 }
 
 async fn put(opened: &server::Opened, key: &str, data: Vec<u8>) {
@@ -75,15 +101,30 @@ fn arrays(cells: &Path) -> Vec<(String, PathBuf)> {
     out
 }
 
-/// The key epoch and nonce that start a sealed cell: unique to one ciphertext.
-fn head(cell: &[u8]) -> Option<[u8; 16]> {
-    (cell.len() >= 16 && cell.iter().any(|&b| b != 0)).then(|| cell[..16].try_into().unwrap())
+/// The key epoch and nonce that start each sealed segment of a cell (unique to one
+/// ciphertext): one segment per cell, or, in a packed tao array, one per bucket of the group
+/// (which the cell holds side by side, each sealed on its own). A scan of every segment
+/// boundary of every size up to 15 buckets per cell covers both.
+fn heads_of(cell: &[u8]) -> Vec<[u8; 16]> {
+    let mut out = Vec::new();
+    for members in [1, 3, 7, 15] {
+        if cell.len() % members != 0 {
+            continue;
+        }
+        let size = cell.len() / members;
+        for seg in cell.chunks(size) {
+            if seg.len() >= 16 && seg[..16].iter().any(|&b| b != 0) {
+                out.push(seg[..16].try_into().unwrap());
+            }
+        }
+    }
+    out
 }
 
 /// The heads of every written cell of every array: the old key's ciphertexts, when taken just
 /// before the rotation.
 fn heads(cells: &Path) -> HashSet<[u8; 16]> {
-    arrays(cells).iter().flat_map(|(_, p)| raw_cells(p).1).filter_map(|c| head(&c)).collect()
+    arrays(cells).iter().flat_map(|(_, p)| raw_cells(p).1).flat_map(|c| heads_of(&c)).collect()
 }
 
 /// What still opens under `old`, one line each.
@@ -94,7 +135,7 @@ async fn opens_under(old: &MasterKey, before: &HashSet<[u8; 16]>, root: &Path) -
     for (name, path) in arrays(&root.join("cells")) {
         let (g, cells) = raw_cells(&path);
         for c in &cells {
-            if head(c).is_some_and(|h| before.contains(&h)) {
+            if heads_of(c).iter().any(|h| before.contains(h)) {
                 *stale.entry(name.clone()).or_default() += 1;
             }
         }
@@ -210,7 +251,7 @@ fn log_frames_opening(state: &StateSealer, raw: &[u8]) -> usize {
 
 /// A data directory with objects, a user and two snapshots (both slots) under its first key,
 /// stopped cleanly; then `rotate-key`. Returns the old key.
-async fn prepared(root: &Path, engine: OramEngine) -> MasterKey {
+async fn prepared(root: &Path, engine: Setup) -> MasterKey {
     let cfg = cfg(root, engine);
     for round in 0..2u8 {
         let opened = server::open(&cfg).await.unwrap();
@@ -236,7 +277,7 @@ async fn prepared(root: &Path, engine: OramEngine) -> MasterKey {
 /// finished rotation), and after the clean stop that follows.
 async fn serve_rotation(
     root: &Path,
-    engine: OramEngine,
+    engine: Setup,
     hooks: OpenHooks,
     died: impl Fn() -> bool + Send + 'static,
     old: &MasterKey,
@@ -275,7 +316,7 @@ async fn serve_rotation(
 }
 
 /// Every object reads back after the rotation, under the new key alone.
-async fn objects_intact(root: &Path, engine: OramEngine) {
+async fn objects_intact(root: &Path, engine: Setup) {
     let cfg = cfg(root, engine);
     let opened = server::open(&cfg).await.unwrap();
     assert!(opened.rotation.is_none());
@@ -294,7 +335,7 @@ async fn objects_intact(root: &Path, engine: OramEngine) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_rotation_the_old_key_opens_nothing() {
     let mut failures = Vec::new();
-    for engine in ENGINES {
+    for engine in ENGINES.into_iter().chain(TAO_LAYOUTS) {
         let root = tempfile::tempdir().unwrap();
         let old = prepared(root.path(), engine).await;
         let before = heads(&root.path().join("cells"));
@@ -314,7 +355,7 @@ type Counted = CountingStore<Arc<dyn Store>>;
 
 /// Cell writes to the ORAM array of a whole rotation of `engine` (from the start that takes it
 /// up to its clean stop), to place the crashes below.
-async fn rotation_writes(engine: OramEngine) -> u64 {
+async fn rotation_writes(engine: Setup) -> u64 {
     let root = tempfile::tempdir().unwrap();
     let old = prepared(root.path(), engine).await;
     let counted: Arc<parking_lot::Mutex<Option<Arc<Counted>>>> = Default::default();
