@@ -108,7 +108,7 @@ fn arrays(cells: &Path) -> Vec<(String, PathBuf)> {
 fn heads_of(cell: &[u8]) -> Vec<[u8; 16]> {
     let mut out = Vec::new();
     for members in [1, 3, 7, 15] {
-        if cell.len() % members != 0 {
+        if !cell.len().is_multiple_of(members) {
             continue;
         }
         let size = cell.len() / members;
