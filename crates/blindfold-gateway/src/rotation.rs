@@ -14,22 +14,35 @@
 //!    opening what the old one sealed: the directory database, the users file and the key check
 //!    are re-sealed at once (each atomically), the engine's checkpoint and log are written under
 //!    the new key as it opens, and every cell an access writes is sealed under the new key.
-//! 3. While it serves, a background task sweeps the ORAM: it reads and writes back every path
-//!    in a fixed order, a few at a time, commits, and records how far it got in the rotation
-//!    file. A crash resumes the sweep from the last recorded point.
-//! 4. When the sweep has passed every path and its last commit is durable, no cell, log record
-//!    or local file is sealed under the old key any more. The task then renames
-//!    `<key file>.next` over the key file (the old key is gone from the disk) and removes the
-//!    rotation file. A crash between the two leaves a rotation file that the new key cannot
-//!    open next to a key check that it can: the next start removes it.
+//! 3. While it serves, a background task sweeps the ORAM **twice**: it reads and writes back
+//!    every path in a fixed order, a few at a time, commits, and records how far it got in the
+//!    rotation file; then it does it all again. A crash resumes the sweep from the last
+//!    recorded point. One pass re-seals every cell's committed copy; the second is for the
+//!    copies the first left behind: a store of two slots per cell (and a partition engine's
+//!    two top-level areas, or two copies of each bucket) keeps the copy a commit replaced in
+//!    the other slot, and one pass writes one slot of each cell. A cell written in two commits
+//!    after the rotation began has both its slots under the new key (see `docs/design.md`,
+//!    "Key rotation", for why this never overwrites a copy a crash could still need).
+//! 4. When both passes are committed, the snapshot area of the store is cleared: every cell
+//!    of both snapshot slots is overwritten, in cell order, with zeros sealed under the new key
+//!    and bound to no snapshot, and the snapshot index is sealed under the new key. Snapshot
+//!    arrays and ORAM arrays that growths retired are removed where the store can. (The next
+//!    clean stop writes the first snapshot under the new key.)
+//! 5. Then no cell, log record or local file is sealed under the old key any more. The task
+//!    renames `<key file>.next` over the key file (the old key is gone from the disk) and
+//!    removes the rotation file, the only file the old key sealed. A crash between the two
+//!    leaves a rotation file that the new key cannot open next to a key check that it can:
+//!    the next start removes it. A crash anywhere before resumes the sweep, or repeats step 4
+//!    (which writes the same thing again).
 //!
 //! # What the store learns
 //!
 //! That a rotation is under way and how fast it goes: the sweep's reads and writes are of
-//! paths fixed in advance (leaf 0, 1, 2, … of each tree), interleaved with ordinary accesses,
-//! whose leaves stay fresh and uniform because a sweep neither reads nor changes any block's
-//! leaf. Cells carry their key epoch in the clear, as always; the epochs after the rotation
-//! are simply larger.
+//! paths fixed in advance (leaf 0, 1, 2, … of each tree, twice), interleaved with ordinary
+//! accesses, whose leaves stay fresh and uniform because a sweep neither reads nor changes any
+//! block's leaf. Clearing the snapshot area writes every one of its cells once, in cell order:
+//! a number fixed by the area's size. Cells carry their key epoch in the clear, as always; the
+//! epochs after the rotation are simply larger.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -40,7 +53,8 @@ use zeroize::Zeroizing;
 
 use crate::engine::SharedEngine;
 use crate::error::GatewayError;
-use crate::server::{sync_parent, write_private};
+use crate::server::{oram_array, read_params, sync_parent, write_private};
+use crate::snapshot::SnapshotSlot;
 
 type Result<T> = std::result::Result<T, GatewayError>;
 
@@ -56,9 +70,9 @@ const SWEEP_CHUNK: u64 = 16;
 struct Doc {
     /// The new master key, hex.
     new_key: String,
-    /// Paths of the sweep committed so far.
+    /// Paths of the sweep committed so far, counting both passes (up to `2 * paths`).
     swept: u64,
-    /// Paths in the whole sweep (0 until the engine has said).
+    /// Paths in one pass of the sweep (0 until the engine has said).
     paths: u64,
 }
 
@@ -94,11 +108,14 @@ pub struct Rotation {
     /// The old key's state sealer: the rotation file is sealed under it.
     sealer: StateSealer,
     new_key_hex: Zeroizing<String>,
-    /// Paths swept and committed.
+    /// Paths swept and committed, counting both passes (up to `2 * paths`).
     pub swept: u64,
-    /// Paths in the sweep (0 until known).
+    /// Paths in one pass of the sweep (0 until known).
     pub paths: u64,
 }
+
+/// Passes of the sweep: the second re-seals what the first left in cells' other slots.
+pub const PASSES: u64 = 2;
 
 fn config_err(path: &Path, e: impl std::fmt::Display) -> GatewayError {
     GatewayError::Config(format!("{}: {e}", path.display()))
@@ -116,7 +133,22 @@ impl Rotation {
         write_private(&self.dir.join(ROTATION_FILE), &sealed)
     }
 
-    /// Records that the sweep's first `swept` of `paths` paths are committed.
+    /// How far the sweep got, for people: "starting now", "120 of 512 paths re-sealed".
+    pub fn progress(&self) -> String {
+        if self.paths == 0 {
+            "starting now".to_string()
+        } else {
+            format!(
+                "{} of {} paths re-sealed (two passes of {})",
+                self.swept.min(PASSES * self.paths),
+                PASSES * self.paths,
+                self.paths
+            )
+        }
+    }
+
+    /// Records that the sweep's first `swept` paths (counting both passes, of `paths` each)
+    /// are committed.
     pub fn record(&mut self, swept: u64, paths: u64) -> Result<()> {
         self.swept = swept;
         self.paths = paths;
@@ -245,13 +277,31 @@ pub fn keys(
     Ok(Keys { current, previous: Some(loaded), rotation: Some(rotation) })
 }
 
-/// Runs the sweep of a rotation to its end while the gateway serves: a few paths at a time,
-/// each chunk committed and then recorded, and finally puts the new key file in place.
-/// Returns the number of paths swept by this run. Stops at the first engine error (the
-/// engine is then poisoned and the gateway stops; the next start resumes).
+/// What the rotation's last steps need besides the engine.
+pub struct Ending {
+    /// The data directory (its parameters name the store and what growths retired).
+    pub dir: PathBuf,
+    /// The key everything is sealed under from now on.
+    pub key: Arc<MasterKey>,
+    /// The store's snapshot area, to be cleared of what the old key sealed.
+    pub snapshots: SnapshotSlot,
+}
+
+impl std::fmt::Debug for Ending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ending").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+/// Runs the sweep of a rotation to its end while the gateway serves: two passes over every
+/// path, a few paths at a time, each chunk committed and then recorded; then clears the
+/// snapshot area and finally puts the new key file in place. Returns the number of paths
+/// swept by this run. Stops at the first engine error (the engine is then poisoned and the
+/// gateway stops; the next start resumes).
 pub async fn sweep(
     engine: Arc<dyn SharedEngine>,
     mut rotation: Rotation,
+    ending: Ending,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<u64> {
     let paths = engine.sweep_paths().await;
@@ -261,45 +311,81 @@ pub async fn sweep(
             engine.kind()
         )));
     }
-    let start = rotation.swept.min(paths);
+    let total = PASSES * paths;
+    let start = rotation.swept.min(total);
     if start > 0 {
-        tracing::info!(swept = start, paths, "resuming the key rotation's sweep");
+        tracing::info!(swept = start, total, "resuming the key rotation's sweep");
     } else {
         tracing::info!(paths, "key rotation: re-sealing every cell under the new key");
     }
     let began = std::time::Instant::now();
     let mut at = start;
-    let mut reported = 0;
-    while at < paths {
+    let mut reported = at * 10 / total;
+    while at < total {
         if *stop.borrow_and_update() {
-            tracing::info!(swept = at, paths, "key rotation paused; the next start resumes it");
+            tracing::info!(swept = at, total, "key rotation paused; the next start resumes it");
             return Ok(at - start);
         }
-        let end = (at + SWEEP_CHUNK).min(paths);
-        engine.sweep(at..end).await?;
+        // A chunk never spans the two passes: the second pass writes each cell again only
+        // after the first pass's commit of it is durable.
+        let pass_end = (at / paths + 1) * paths;
+        let end = (at + SWEEP_CHUNK).min(pass_end);
+        engine.sweep(at % paths..(end - 1) % paths + 1).await?;
         engine.commit().await?;
         rotation.record(end, paths)?;
         at = end;
-        let tenth = at * 10 / paths;
+        let tenth = at * 10 / total;
         if tenth > reported {
             reported = tenth;
             tracing::info!(
                 swept = at,
-                paths,
-                "key rotation: {}% of the paths re-sealed",
+                total,
+                "key rotation: {}% of the sweep done (two passes over every path)",
                 tenth * 10
             );
         }
         tokio::task::yield_now().await;
     }
+    clear_old_snapshots(&ending).await?;
     rotation.finish()?;
     tracing::info!(
         paths,
         seconds = began.elapsed().as_secs_f64(),
-        "key rotation finished: every cell and local file is sealed under the new key, and the \
-         new key file replaced the old one"
+        "key rotation finished: every cell (both slots) and local file is sealed under the new \
+         key, the snapshot area holds nothing the old key sealed, and the new key file replaced \
+         the old one"
     );
-    Ok(paths - start)
+    Ok(total - start)
+}
+
+/// Clears the snapshot area of everything the old key sealed: both slots overwritten and
+/// the index re-sealed under the new key (see [`crate::snapshot::clear`]); and removes the
+/// arrays that nothing names any more (what growths retired, an older snapshot array) where
+/// the store can. Repeating it writes the same again.
+async fn clear_old_snapshots(ending: &Ending) -> Result<()> {
+    let Some(array) = ending.snapshots.lock().clone() else {
+        return Err(GatewayError::Config(
+            "the snapshot area could not be opened at start, so the snapshots sealed under the \
+             old key cannot be cleared: the key rotation stays unfinished (the next start \
+             tries again; `blindfold verify` checks the store)"
+                .into(),
+        ));
+    };
+    crate::snapshot::clear(&*array.store, &ending.key).await?;
+    crate::snapshot::point_index(&array, &ending.key).await?;
+    if let Some(params) = read_params(&ending.dir)? {
+        let in_use = [oram_array(params.generation), array.name.clone()];
+        let removed =
+            crate::grow::remove_retired(&ending.dir, &params, array.replaces.as_deref(), &in_use)
+                .await;
+        if !removed.is_empty() {
+            tracing::info!(?removed, "key rotation: removed arrays nothing names any more");
+        }
+    }
+    if let Some(a) = ending.snapshots.lock().as_mut() {
+        a.replaces = None;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

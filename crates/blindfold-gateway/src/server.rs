@@ -1061,11 +1061,7 @@ async fn open_existing(
             notes.push(format!(
                 "key rotation under way ({}): it re-seals every cell while the gateway \
                  serves; the old key file is replaced when it ends",
-                if r.paths == 0 {
-                    "starting now".to_string()
-                } else {
-                    format!("{} of {} paths re-sealed", r.swept, r.paths)
-                }
+                r.progress()
             ));
         }
     }
@@ -1972,8 +1968,13 @@ pub async fn run_tls(
     let sweeper = opened.rotation.take().map(|rotation| {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let engine = Arc::clone(opened.objects.engine());
+        let ending = crate::rotation::Ending {
+            dir: opened.data_dir.clone(),
+            key: Arc::clone(&opened.key),
+            snapshots: Arc::clone(&opened.snapshots),
+        };
         let task = tokio::spawn(async move {
-            if let Err(e) = crate::rotation::sweep(engine, rotation, stopped).await {
+            if let Err(e) = crate::rotation::sweep(engine, rotation, ending, stopped).await {
                 tracing::error!(error = %e, "the key rotation stopped; the next start resumes it");
             }
         });

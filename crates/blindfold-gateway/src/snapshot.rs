@@ -483,6 +483,35 @@ async fn write_body(
     Ok(())
 }
 
+/// The version that [`clear`] binds its cells to: no snapshot has it (headers are bound to 0,
+/// chunks to their snapshot's sequence number, which counts up from 1).
+const CLEARED: u64 = u64::MAX;
+
+/// Overwrites every cell of the snapshot array `store`, both slots, in cell order, with zeros
+/// sealed under `key` and bound to no snapshot, then flushes: afterwards no snapshot opens
+/// under any key (the end of a key rotation: what an older key sealed is gone). What the
+/// store sees depends only on the array's size.
+pub async fn clear(store: &dyn Store, key: &MasterKey) -> Result<()> {
+    let sealer = sealer(key);
+    let zeros = vec![0u8; CHUNK];
+    let cells = store.geometry().cell_count();
+    let mut at = 0;
+    while at < cells {
+        let end = (at + 64).min(cells);
+        let batch = (at..end)
+            .map(|cell| {
+                let sealed = sealer
+                    .seal(&CellAd { cell, version: CLEARED, segment: 0 }, &zeros)
+                    .map_err(|e| GatewayError::Corrupt(e.to_string()))?;
+                Ok((CellId(cell), sealed))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        store.write(batch).await.map_err(|e| GatewayError::Config(e.to_string()))?;
+        at = end;
+    }
+    store.flush().await.map_err(|e| GatewayError::Config(e.to_string()))
+}
+
 /// The sequence number of the newest readable snapshot, if any.
 pub async fn latest_seq(store: &dyn Store, key: &MasterKey) -> Option<u64> {
     let sealer = sealer(key);

@@ -1085,11 +1085,49 @@ impl DurableObliviStore {
             (s.oram.plan_rebuild(p), s.read_ticket)
         };
         let _room = self.shuffle_room(&sh).await?;
-        let done = self.run_shuffle(sh, before).await;
+        let mut done = self.run_shuffle(sh, before).await;
+        if done.is_ok() {
+            done = self.clear_small_levels(p).await;
+        }
         if let Err(e) = &done {
             self.poison(e);
         }
         done
+    }
+
+    /// After a rebuild of the levelled partition `p` (its partition lock held): its small
+    /// levels hold nothing it will read again, but their cells keep what earlier builds
+    /// sealed (during a key rotation: under the key being retired). Once the rebuild's record
+    /// is durable — until then a crash replays the levels the rebuild retired, and needs their
+    /// cells — every cell of every small level is overwritten, in cell order, with a dummy
+    /// sealed under the current key and bound to a serial no level has (`u64::MAX`), and the
+    /// store is flushed. Which cells depends only on `p`. Path ORAM partitions have no small
+    /// levels: a rebuild writes every bucket's other copy.
+    async fn clear_small_levels(&self, p: u32) -> Result<()> {
+        let (cells, bs, last) = {
+            let s = self.inner.st.lock();
+            let config = s.oram.config();
+            if config.path_shape().is_some() {
+                return Ok(());
+            }
+            let small: u64 = (0..config.levels()).map(|l| config.level_slots(l)).sum();
+            let first = config.cell(p, 0, 0, 0).0;
+            (first..first + small, config.block_size() as usize, s.last[p as usize])
+        };
+        if cells.is_empty() {
+            return Ok(());
+        }
+        self.sync_through(last).await?;
+        let zeros = vec![0u8; bs];
+        let sealed = cells
+            .map(|c| seal(&self.inner.sealer, CellId(c), u64::MAX, DUMMY, &zeros))
+            .collect::<Result<Vec<_>>>()?;
+        let store = &self.inner.store;
+        for chunk in sealed.chunks(1024) {
+            with_retry(RetryPolicy::default(), || store.write(chunk.to_vec())).await?;
+        }
+        with_retry(RetryPolicy::default(), || store.flush()).await?;
+        Ok(())
     }
 
     /// Makes every write that completed before this call durable.

@@ -352,11 +352,10 @@ fn rotate_key(a: RotateKeyArgs) -> Result<()> {
     let keys = blindfold_gateway::server::data_dir_keys(dir, &key_file, pass.as_ref())?;
     if let Some(r) = &keys.rotation {
         bail!(
-            "a key rotation is already under way in {} ({} of {} paths re-sealed): start \
-             `blindfold serve` there to let it finish",
+            "a key rotation is already under way in {} ({}): start `blindfold serve` there to \
+             let it finish",
             dir.display(),
-            r.swept,
-            if r.paths == 0 { "?".to_string() } else { r.paths.to_string() }
+            r.progress()
         );
     }
     let new_pass = if a.new_passphrase {
