@@ -252,7 +252,9 @@ pub fn decode_verify(b: &[u8]) -> Result<blindfold_proxy::VerifyReport, NodeErro
         return Err(bad());
     }
     let n = u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")) as usize;
-    if n > MAX_VERIFY_FAILURES {
+    // Each failure takes at least 10 bytes: a count the body cannot hold is refused before
+    // anything is allocated for it.
+    if n > MAX_VERIFY_FAILURES || n * 10 > b.len() - 20 {
         return Err(bad());
     }
     let mut failures = Vec::with_capacity(n);
