@@ -209,6 +209,9 @@ struct NodesFileEntry {
     url: String,
     id: String,
     blocks: u64,
+    /// The name the node's certificate proved (absent in files of older versions).
+    #[serde(default)]
+    name: Option<String>,
 }
 
 /// The result of a read in flight, for the accesses that wait for it.
@@ -401,8 +404,23 @@ impl Balancer {
                 "evictions per access must be between 1 and {DUMMY_IDS}"
             )));
         }
-        let clients =
-            futures::future::try_join_all(urls.iter().map(|u| NodeClient::connect(u, tls))).await?;
+        let clients = futures::future::try_join_all(
+            urls.iter().enumerate().map(|(i, u)| NodeClient::connect(u, i, tls)),
+        )
+        .await?;
+        // Each node is the one its certificate names: two addresses answered by the same name
+        // are one node standing in for another (or one node given twice).
+        for (i, a) in clients.iter().enumerate() {
+            if let Some(b) = clients[..i].iter().find(|b| b.name() == a.name()) {
+                return Err(NodeError::Config(format!(
+                    "{} and {} both proved to be {}: a node cannot stand in for another (is \
+                     one of them started with another node's --tls-dir?)",
+                    b.url(),
+                    a.url(),
+                    a.name()
+                )));
+            }
+        }
         for c in &clients {
             if c.info().block_size != block_size {
                 return Err(NodeError::Config(format!(
@@ -510,6 +528,25 @@ impl Balancer {
             )));
         }
         let nodes_path = dir.join(NODES_FILE);
+        // The name each node proved the last time: the node holding a node's data must prove
+        // the same name again.
+        if !creating {
+            let before: Option<NodesFile> =
+                std::fs::read(&nodes_path).ok().and_then(|b| serde_json::from_slice(&b).ok());
+            for e in before.map(|f| f.nodes).unwrap_or_default() {
+                let Some(was) = e.name else { continue };
+                if let Some(c) = ordered.iter().find(|c| hex::encode(c.info().id) == e.id) {
+                    if c.name() != was {
+                        return Err(NodeError::Config(format!(
+                            "node {} holds the data of {was} but proved to be {}: a node \
+                             cannot stand in for another",
+                            c.url(),
+                            c.name()
+                        )));
+                    }
+                }
+            }
+        }
         let nodes_file = NodesFile {
             format: "blindfold-balancer".into(),
             nodes: ordered
@@ -518,6 +555,7 @@ impl Balancer {
                     url: c.url().to_owned(),
                     id: hex::encode(c.info().id),
                     blocks: c.info().blocks,
+                    name: Some(c.name().to_owned()),
                 })
                 .collect(),
         };

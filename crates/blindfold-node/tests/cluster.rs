@@ -10,6 +10,7 @@ use blindfold_crypto::MasterKey;
 use blindfold_gateway::engine::SharedEngine;
 use blindfold_gateway::server::{OramEngine, ServeConfig};
 use blindfold_node::balancer::{node_blocks_needed, RpcRecord};
+use blindfold_node::certs::node_name;
 use blindfold_node::{Balancer, BalancerConfig, ClusterTls, NodeClient};
 use blindfold_oram::BlockId;
 use blindfold_store::{Store, TraceOp};
@@ -389,6 +390,7 @@ async fn mutual_tls_refuses_strangers() {
     let read = |p: &Path| std::fs::read_to_string(p).unwrap();
     let ca = read(&certs.join("balancer/ca.pem"));
     let url = cluster.urls()[0].clone();
+    let node1 = blindfold_node::certs::node_name(1);
     let ask = |tls: ClientTlsConfig| {
         let url = url.clone();
         async move {
@@ -404,10 +406,11 @@ async fn mutual_tls_refuses_strangers() {
         }
     };
     // The balancer's certificate works …
-    NodeClient::connect(&url, &cluster.balancer_tls()).await.unwrap();
+    let client = NodeClient::connect(&url, 0, &cluster.balancer_tls()).await.unwrap();
+    assert_eq!(client.name(), blindfold_node::certs::node_name(1));
     // … no client certificate does not,
     let bare =
-        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca)).domain_name("127.0.0.1");
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca)).domain_name(&node1);
     assert!(ask(bare).await.is_err(), "a client without a certificate was served");
     // nor a node's certificate (made for servers only),
     let node_id = Identity::from_pem(
@@ -417,13 +420,13 @@ async fn mutual_tls_refuses_strangers() {
     let as_node = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(&ca))
         .identity(node_id)
-        .domain_name("127.0.0.1");
+        .domain_name(&node1);
     assert!(ask(as_node).await.is_err(), "a node's certificate was accepted as a client");
     // nor a certificate from another CA.
     let other = cluster.root.path().join("other");
     blindfold_node::write_cluster_certs(&other, &["127.0.0.1".into()]).unwrap();
     let stranger = ClusterTls::load(&other.join("balancer")).unwrap();
-    assert!(NodeClient::connect(&url, &stranger).await.is_err());
+    assert!(NodeClient::connect(&url, 0, &stranger).await.is_err());
     // A node whose certificate another CA signed is refused by the balancer.
     let impostor = start_node(
         &cluster.root.path().join("impostor"),
@@ -433,7 +436,8 @@ async fn mutual_tls_refuses_strangers() {
         "127.0.0.1:0".parse().unwrap(),
     )
     .await;
-    let refused = NodeClient::connect(&impostor.url(), &cluster.balancer_tls()).await.unwrap_err();
+    let refused =
+        NodeClient::connect(&impostor.url(), 0, &cluster.balancer_tls()).await.unwrap_err();
     assert!(refused.to_string().contains(&impostor.addr.to_string()), "{refused}");
     impostor.stop().await;
     cluster.stop().await;
@@ -609,7 +613,7 @@ async fn after_a_crash_a_revealed_place_is_not_read_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_refuse_hostile_frames_and_restarts_are_noticed() {
     let mut cluster = Cluster::new(1, 8, OramEngine::Tao).await;
-    let client = NodeClient::connect(&cluster.urls()[0], &cluster.balancer_tls()).await.unwrap();
+    let client = NodeClient::connect(&cluster.urls()[0], 0, &cluster.balancer_tls()).await.unwrap();
     let blocks = client.info().blocks;
     let good =
         blindfold_node::wire::Access { reads: vec![1], writes: vec![(2, vec![1; BS as usize])] }
@@ -918,4 +922,66 @@ async fn node_stores_see_the_same_traffic_for_every_workload() {
     for node in nodes {
         node.stop().await;
     }
+}
+
+/// Two nodes on one host (#43): a process holding node 2's certificate, at the address the
+/// balancer is told is node 1's, must not be taken for node 1; the real nodes are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cannot_stand_in_for_another() {
+    let blocks = 16;
+    let cluster = Cluster::new(2, blocks, OramEngine::PathOram).await;
+    let certs = cluster.root.path().join("certs");
+    let impostor = start_node(
+        &cluster.root.path().join("impostor"),
+        &certs.join("node-2"),
+        node_blocks_needed(blocks, 2) + 8,
+        OramEngine::PathOram,
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await;
+    let urls = vec![impostor.url(), cluster.urls()[1].clone()];
+    let opened = Balancer::open(
+        &cluster.root.path().join("balancer"),
+        &urls,
+        &cluster.balancer_tls(),
+        blocks,
+        BS,
+        &cluster.key,
+        true,
+        seeded(1),
+    )
+    .await;
+    let err = opened.expect_err("node 2's certificate was taken for node 1");
+    let text = err.to_string();
+    assert!(text.contains(&impostor.url()) && text.contains("node-2"), "{text}");
+    // Each node's certificate is for its own name: node 2's does not pass for node 1's.
+    let tls = cluster.balancer_tls();
+    assert_eq!(NodeClient::connect(&impostor.url(), 0, &tls).await.unwrap().name(), node_name(2));
+    assert_eq!(
+        NodeClient::connect(&cluster.urls()[0], 1, &tls).await.unwrap().name(),
+        node_name(1)
+    );
+    impostor.stop().await;
+    // The nodes themselves, each under its own name, are accepted, in any order.
+    let balancer = cluster.balancer(true, seeded(2)).await;
+    balancer.write_many(vec![(BlockId(1), block(1))]).await.unwrap();
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    let swapped = vec![cluster.urls()[1].clone(), cluster.urls()[0].clone()];
+    let balancer = Balancer::open(
+        &cluster.root.path().join("balancer"),
+        &swapped,
+        &cluster.balancer_tls(),
+        blocks,
+        BS,
+        &cluster.key,
+        false,
+        seeded(3),
+    )
+    .await
+    .unwrap();
+    assert_eq!(balancer.read_many(&[BlockId(1)]).await.unwrap()[0], block(1));
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    cluster.stop().await;
 }
