@@ -985,3 +985,41 @@ async fn a_node_cannot_stand_in_for_another() {
     drop(balancer);
     cluster.stop().await;
 }
+
+/// The balancer remembers which name held which node's data: two nodes restarted with each
+/// other's certificates (each proving a name of the cluster, each holding its own data) are
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_swapped_certificates_are_refused() {
+    let blocks = 16;
+    let mut cluster = Cluster::new(2, blocks, OramEngine::PathOram).await;
+    let balancer = cluster.balancer(true, seeded(4)).await;
+    balancer.write_many(vec![(BlockId(2), block(2))]).await.unwrap();
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    let certs = cluster.root.path().join("certs");
+    let old: Vec<TestNode> = cluster.nodes.drain(..).collect();
+    let mut swapped = Vec::new();
+    for (i, node) in old.into_iter().enumerate() {
+        let (dir, addr) = (node.dir.clone(), node.addr);
+        node.stop().await;
+        let other = certs.join(format!("node-{}", 2 - i));
+        swapped.push(start_node(&dir, &other, 0, OramEngine::PathOram, addr).await);
+    }
+    cluster.nodes = swapped;
+    let err = Balancer::open(
+        &cluster.root.path().join("balancer"),
+        &cluster.urls(),
+        &cluster.balancer_tls(),
+        blocks,
+        BS,
+        &cluster.key,
+        false,
+        seeded(5),
+    )
+    .await
+    .expect_err("nodes with swapped certificates were accepted");
+    let text = err.to_string();
+    assert!(text.contains("holds the data of") && text.contains("stand in"), "{text}");
+    cluster.stop().await;
+}
