@@ -4,8 +4,9 @@
 //!
 //! The balancer keeps, in trusted memory and its state directory, a position map from each
 //! logical block to its place `(node, local id)`, or to the *eviction cache* when the balancer
-//! holds the block itself. Each node's engine holds `0..blocks` local ids; the last one is the
-//! node's dummy id, never given to a block; the others are handed out from a per-node free list.
+//! holds the block itself. Each node's engine holds `0..blocks` local ids; the top
+//! [`DUMMY_IDS`] of them are the node's dummy ids, never given to a block; the others are
+//! handed out from a per-node free list.
 //!
 //! Every logical access, read or write, whatever the block:
 //!
@@ -18,7 +19,7 @@
 //! 2. makes `ν` *evictions* (ObliviStore's eviction cache, `ν` = `evictions_per_access`,
 //!    default 2): each picks a node uniformly at random and writes to it a cached block
 //!    assigned to that node (at a local id from its free list) if there is one, else a dummy
-//!    block to its dummy id.
+//!    block to one of its dummy ids.
 //!
 //! So an access sends exactly one block read and `ν` block writes. The writes go to nodes
 //! drawn uniformly for the evictions, and a real write looks like a dummy one (same size,
@@ -35,6 +36,17 @@
 //! that node's share of the `k` reads and `νk` writes: the number of requests never varies, and
 //! their sizes depend only on how many of the uniformly drawn reads and writes fell on each
 //! node.
+//!
+//! No request names a local id twice among its reads or among its writes: a fake read draws
+//! its id among those the batch does not read yet from that node, and each dummy eviction of a
+//! batch to a node takes a dummy id of its own (a batch holds at most `DUMMY_IDS / ν`
+//! accesses, so there are always enough). The node runs a request as exactly one batch of
+//! engine reads and one of engine writes, so what its store sees per request depends only on
+//! the request's counts. (Before, every dummy went to one id, and the node split a request at
+//! a repeated id into several engine calls; how many evictions are dummies follows how full
+//! the cache is, which follows the workload, so a node's store saw a block read again and
+//! again as more requests per access. `node_stores_see_the_same_traffic_for_every_workload`
+//! checks this over real nodes.)
 //!
 //! # Concurrent accesses to one block
 //!
@@ -92,8 +104,16 @@ const INTENT_MAGIC: u32 = 0xB1F0_1B02;
 /// Public description of the cluster beside the checkpoint; its presence marks a data
 /// directory whose blocks live on nodes.
 pub const NODES_FILE: &str = "nodes.json";
-/// Accesses planned together at most; larger batches are split (by count only).
-const MAX_BATCH: usize = 256;
+/// Local ids at the top of every node kept for dummy evictions: each dummy of a batch writes
+/// to one of its own, so a node never sees a local id twice in one request (and runs every
+/// request as one read batch and one write batch, whatever the ids).
+pub const DUMMY_IDS: u64 = 128;
+/// Accesses planned together at most: `DUMMY_IDS / ν`, so that even a batch whose evictions
+/// all fall on one node and are all dummies has a dummy id for each; larger batches are split
+/// (by count only).
+fn max_batch(evictions: u32) -> usize {
+    (DUMMY_IDS / u64::from(evictions.max(1))).max(1) as usize
+}
 
 /// Options of a balancer.
 #[derive(Clone, Debug)]
@@ -133,11 +153,12 @@ pub struct RpcRecord {
 }
 
 /// The local ids a node needs for a balancer of `blocks` logical blocks over `nodes` nodes:
-/// its share, room for the random imbalance of uniform placement, and the dummy id.
+/// its share, room for the random imbalance of uniform placement, and the dummy ids
+/// ([`DUMMY_IDS`]).
 pub fn node_blocks_needed(blocks: u64, nodes: usize) -> u64 {
     let share = blocks.div_ceil(nodes.max(1) as u64);
     let slack = ((share as f64).sqrt() * 4.0).ceil() as u64;
-    share + slack.max(16) + 1
+    share + slack.max(16) + DUMMY_IDS
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -188,6 +209,9 @@ struct NodesFileEntry {
     url: String,
     id: String,
     blocks: u64,
+    /// The name the node's certificate proved (absent in files of older versions).
+    #[serde(default)]
+    name: Option<String>,
 }
 
 /// The result of a read in flight, for the accesses that wait for it.
@@ -375,11 +399,28 @@ impl Balancer {
         if urls.is_empty() {
             return Err(NodeError::Config("--nodes names no node".into()));
         }
-        if config.evictions_per_access == 0 {
-            return Err(NodeError::Config("evictions per access must be at least 1".into()));
+        if config.evictions_per_access == 0 || u64::from(config.evictions_per_access) > DUMMY_IDS {
+            return Err(NodeError::Config(format!(
+                "evictions per access must be between 1 and {DUMMY_IDS}"
+            )));
         }
-        let clients =
-            futures::future::try_join_all(urls.iter().map(|u| NodeClient::connect(u, tls))).await?;
+        let clients = futures::future::try_join_all(
+            urls.iter().enumerate().map(|(i, u)| NodeClient::connect(u, i, tls)),
+        )
+        .await?;
+        // Each node is the one its certificate names: two addresses answered by the same name
+        // are one node standing in for another (or one node given twice).
+        for (i, a) in clients.iter().enumerate() {
+            if let Some(b) = clients[..i].iter().find(|b| b.name() == a.name()) {
+                return Err(NodeError::Config(format!(
+                    "{} and {} both proved to be {}: a node cannot stand in for another (is \
+                     one of them started with another node's --tls-dir?)",
+                    b.url(),
+                    a.url(),
+                    a.name()
+                )));
+            }
+        }
         for c in &clients {
             if c.info().block_size != block_size {
                 return Err(NodeError::Config(format!(
@@ -408,7 +449,8 @@ impl Balancer {
                 if c.info().blocks < need {
                     return Err(NodeError::Config(format!(
                         "node {} holds {} blocks; {} blocks over {} nodes need at least {need} \
-                         per node (its share, slack for uneven placement and one dummy block): \
+                         per node (its share, slack for uneven placement and {DUMMY_IDS} dummy \
+                         blocks): \
                          start it with --blocks {need} or more",
                         c.url(),
                         c.info().blocks,
@@ -485,6 +527,26 @@ impl Balancer {
                 ordered.len()
             )));
         }
+        let nodes_path = dir.join(NODES_FILE);
+        // The name each node proved the last time: the node holding a node's data must prove
+        // the same name again.
+        if !creating {
+            let before: Option<NodesFile> =
+                std::fs::read(&nodes_path).ok().and_then(|b| serde_json::from_slice(&b).ok());
+            for e in before.map(|f| f.nodes).unwrap_or_default() {
+                let Some(was) = e.name else { continue };
+                if let Some(c) = ordered.iter().find(|c| hex::encode(c.info().id) == e.id) {
+                    if c.name() != was {
+                        return Err(NodeError::Config(format!(
+                            "node {} holds the data of {was} but proved to be {}: a node \
+                             cannot stand in for another",
+                            c.url(),
+                            c.name()
+                        )));
+                    }
+                }
+            }
+        }
         let nodes_file = NodesFile {
             format: "blindfold-balancer".into(),
             nodes: ordered
@@ -493,10 +555,10 @@ impl Balancer {
                     url: c.url().to_owned(),
                     id: hex::encode(c.info().id),
                     blocks: c.info().blocks,
+                    name: Some(c.name().to_owned()),
                 })
                 .collect(),
         };
-        let nodes_path = dir.join(NODES_FILE);
         write_private(&nodes_path, &serde_json::to_vec_pretty(&nodes_file).expect("json"))
             .map_err(|e| NodeError::Io { path: nodes_path, source: e })?;
         let seed = config.seed.unwrap_or_else(rand::random);
@@ -559,11 +621,29 @@ impl Balancer {
         }
         let n = ordered.len();
         let node_blocks: Vec<u64> = ordered.iter().map(|c| c.info().blocks).collect();
+        if let Some(c) = ordered.iter().find(|c| c.info().blocks <= DUMMY_IDS) {
+            return Err(NodeError::Config(format!(
+                "node {} holds {} blocks: a node needs more than the {DUMMY_IDS} it keeps for \
+                 dummy evictions",
+                c.url(),
+                c.info().blocks
+            )));
+        }
         for (&b, &(node, local)) in state.placed.iter() {
-            if node as usize >= n || local + 1 >= node_blocks[node as usize] || b >= blocks {
+            if node as usize >= n || local >= node_blocks[node as usize] || b >= blocks {
                 return Err(NodeError::Config(format!(
                     "the balancer's state places a block outside the nodes ({}): damaged",
                     dir.display()
+                )));
+            }
+            if local + DUMMY_IDS >= node_blocks[node as usize] {
+                return Err(NodeError::Config(format!(
+                    "the balancer's state ({}) places a block among node {}'s top {DUMMY_IDS} \
+                     local ids, which this version keeps for dummy evictions: the state was made \
+                     by an older blindfold; copy the objects out with that version and into a \
+                     new cluster",
+                    dir.display(),
+                    ordered[node as usize].url()
                 )));
             }
         }
@@ -604,7 +684,7 @@ impl Balancer {
 
     fn free_lists(&self, placed: &HashMap<u64, (u32, u64)>) -> Vec<Vec<u64>> {
         let mut used: Vec<Vec<bool>> =
-            self.node_blocks.iter().map(|&b| vec![false; (b - 1) as usize]).collect();
+            self.node_blocks.iter().map(|&b| vec![false; (b - DUMMY_IDS) as usize]).collect();
         for &(node, local) in placed.values() {
             used[node as usize][local as usize] = true;
         }
@@ -630,8 +710,14 @@ impl Balancer {
                 if node as usize >= n || local >= self.node_blocks[node as usize] {
                     return Err(NodeError::Config("a redo record names an unknown place".into()));
                 }
-                slots.push((node as usize, per_node[node as usize].len()));
-                per_node[node as usize].push(local);
+                let reads = &mut per_node[node as usize];
+                // Intents of this version name distinct ids per node; an older one's repeated
+                // id is read once (a node refuses a request that names an id twice).
+                let slot = reads.iter().position(|&l| l == local).unwrap_or_else(|| {
+                    reads.push(local);
+                    reads.len() - 1
+                });
+                slots.push((node as usize, slot));
             }
             let results = futures::future::try_join_all(
                 per_node
@@ -718,6 +804,16 @@ impl Balancer {
         let n = self.nodes.len();
         let bs = self.block_size;
         st.batches += 1;
+        // Local ids each node is asked to read in this batch: the places of the blocks read
+        // from them first, then each fake read's id, drawn among the others, so that no node is
+        // asked for an id twice in one request.
+        let mut reading: Vec<std::collections::HashSet<u64>> =
+            vec![std::collections::HashSet::new(); n];
+        for (b, _) in &ops {
+            if let Some(&(p, x)) = st.placed.get(b) {
+                reading[p as usize].insert(x);
+            }
+        }
         let mut plan = Plan {
             batch: st.batches,
             per_node: (0..n).map(|_| Access { reads: Vec::new(), writes: Vec::new() }).collect(),
@@ -755,7 +851,14 @@ impl Balancer {
                 Some(c) => c.assigned as usize,
                 None => st.rng.gen_range(0..n),
             };
-            let local = st.rng.gen_range(0..self.node_blocks[node]);
+            // A batch reads at most `max_batch` ids of a node of more than `DUMMY_IDS` blocks:
+            // a free one is always found.
+            let local = loop {
+                let l = st.rng.gen_range(0..self.node_blocks[node]);
+                if reading[node].insert(l) {
+                    break l;
+                }
+            };
             plan.per_node[node].reads.push(local);
             let answer = match (st.cache.get_mut(&b), write) {
                 (Some(c), write) => {
@@ -801,6 +904,8 @@ impl Balancer {
             plan.answers.push(answer);
         }
         let accesses = plan.answers.len();
+        // Each dummy eviction of the batch to a node takes the next of its dummy ids.
+        let mut dummies = vec![0u64; n];
         for _ in 0..accesses * self.evictions as usize {
             let q = st.rng.gen_range(0..n);
             let candidate = if st.free[q].is_empty() {
@@ -822,7 +927,9 @@ impl Balancer {
                     plan.per_node[q].writes.push((y, data));
                 }
                 None => {
-                    let dummy = self.node_blocks[q] - 1;
+                    debug_assert!(dummies[q] < DUMMY_IDS, "a batch is at most max_batch accesses");
+                    let dummy = self.node_blocks[q] - 1 - dummies[q];
+                    dummies[q] += 1;
                     plan.per_node[q].writes.push((dummy, vec![0; bs]));
                 }
             }
@@ -859,7 +966,7 @@ impl Balancer {
         let mut out = Vec::with_capacity(ops.len());
         let mut ops = ops.into_iter().peekable();
         while ops.peek().is_some() {
-            let chunk: Vec<_> = ops.by_ref().take(MAX_BATCH).collect();
+            let chunk: Vec<_> = ops.by_ref().take(max_batch(self.evictions)).collect();
             out.extend(self.access_batch(chunk).await?);
         }
         // Reads alone never make the gateway commit: bound the intents a restart repeats
@@ -1085,7 +1192,7 @@ impl SharedEngine for Balancer {
     }
 
     fn batch_blocks(&self) -> usize {
-        64
+        max_batch(self.evictions)
     }
 
     fn gauges(&self) -> EngineGauges {

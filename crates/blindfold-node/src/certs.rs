@@ -1,17 +1,26 @@
-//! The cluster's certificates: one CA, a server certificate per node (its host as the subject
-//! alternative name, server authentication only) and one client certificate for the balancer
-//! (client authentication only), written by `blindfold cluster-certs`.
+//! The cluster's certificates: one CA, a server certificate per node (server authentication
+//! only) and one client certificate for the balancer (client authentication only), written by
+//! `blindfold cluster-certs`.
 //!
 //! ```text
 //! <out>/ca/cert.pem, key.pem          the cluster CA (keep key.pem offline once done)
 //! <out>/node-<i>/ca.pem, cert.pem, key.pem   for `blindfold node --tls-dir <out>/node-<i>`
-//! <out>/balancer/ca.pem, cert.pem, key.pem   for `blindfold serve --nodes … --tls-dir <out>/balancer`
+//! <out>/balancer/ca.pem, cert.pem, key.pem, node-names
+//!                                     for `blindfold serve --nodes … --tls-dir <out>/balancer`
 //! ```
 //!
+//! Every node's certificate names the node, not its host: node `i` is `node-<i>.blindfold`
+//! ([`node_name`]), its only subject alternative name, so two nodes on one host hold
+//! certificates for different names. The balancer's directory lists the names
+//! (`node-names`). The balancer learns which node answers at an address by the name its
+//! certificate proves (a TLS handshake that expects that name: only the holder of the node's
+//! key completes it), refuses two addresses that prove the same name, and checks on every
+//! start that each name still holds the data it held before (see
+//! [`crate::balancer::Balancer::open`]); so no node can stand in for another.
+//!
 //! A node trusts only the cluster CA for client certificates and requires one; the balancer
-//! trusts only the cluster CA for server certificates and checks the node's host name. rustls
-//! checks the extended key usage, so a node's certificate cannot act as the balancer and the
-//! balancer's cannot act as a node.
+//! trusts only the cluster CA for server certificates. rustls checks the extended key usage,
+//! so a node's certificate cannot act as the balancer and the balancer's cannot act as a node.
 
 use std::path::{Path, PathBuf};
 
@@ -74,9 +83,18 @@ pub fn host_of(entry: &str) -> Result<String, NodeError> {
     Ok(host.to_owned())
 }
 
-/// Writes the cluster's CA, one certificate per node host (in order: `node-1`, `node-2`, …)
-/// and the balancer's client certificate under `out` (see the module documentation). Returns
-/// the directories written, with what each is for.
+/// The name in node `i`'s certificate (counting from 1, in the order `cluster-certs --nodes`
+/// was given the nodes).
+pub fn node_name(i: usize) -> String {
+    format!("node-{i}.blindfold")
+}
+
+/// File in the balancer's directory listing the nodes' names, one per line.
+pub const NODE_NAMES: &str = "node-names";
+
+/// Writes the cluster's CA, one certificate per node (in order: `node-1`, `node-2`, …, each
+/// for its own name, [`node_name`]) and the balancer's client certificate under `out` (see the
+/// module documentation). Returns the directories written, with what each is for.
 pub fn write_cluster_certs(
     out: &Path,
     nodes: &[String],
@@ -105,12 +123,13 @@ pub fn write_cluster_certs(
     // Everything is made in memory first: a bad host name writes nothing.
     let mut leaves = Vec::new();
     for (i, host) in hosts.iter().enumerate() {
+        let name = node_name(i + 1);
         let (cert, key) = leaf(
-            vec![host.clone()],
-            &format!("blindfold node {host}"),
+            vec![name.clone()],
+            &format!("blindfold {name} ({host})"),
             ExtendedKeyUsagePurpose::ServerAuth,
         )?;
-        leaves.push((out.join(format!("node-{}", i + 1)), cert, key, format!("node {host}")));
+        leaves.push((out.join(format!("node-{}", i + 1)), cert, key, format!("{name} on {host}")));
     }
     let (cert, key) = leaf(Vec::new(), "blindfold balancer", ExtendedKeyUsagePurpose::ClientAuth)?;
     leaves.push((out.join("balancer"), cert, key, "the balancer (serve --nodes)".to_owned()));
@@ -119,22 +138,28 @@ pub fn write_cluster_certs(
     write_private(&ca_dir.join("cert.pem"), ca_pem.as_bytes())?;
     write_private(&ca_dir.join("key.pem"), ca_key.serialize_pem().as_bytes())?;
     let mut written = vec![(ca_dir, "the cluster CA (move key.pem offline)".to_owned())];
+    let names: String = (1..=hosts.len()).map(|i| node_name(i) + "\n").collect();
     for (dir, cert, key, what) in leaves {
         new_private_dir(&dir)?;
         write_private(&dir.join("ca.pem"), ca_pem.as_bytes())?;
         write_private(&dir.join("cert.pem"), cert.as_bytes())?;
         write_private(&dir.join("key.pem"), key.as_bytes())?;
+        if dir.ends_with("balancer") {
+            write_private(&dir.join(NODE_NAMES), names.as_bytes())?;
+        }
         written.push((dir, what));
     }
     Ok(written)
 }
 
-/// One party's TLS material: the cluster CA, its certificate and its key (PEM).
+/// One party's TLS material: the cluster CA, its certificate and its key (PEM), and for the
+/// balancer the names of the cluster's nodes.
 #[derive(Clone)]
 pub struct ClusterTls {
     ca: String,
     cert: String,
     key: String,
+    node_names: Vec<String>,
 }
 
 impl std::fmt::Debug for ClusterTls {
@@ -159,7 +184,30 @@ impl ClusterTls {
             }
             Ok(text)
         };
-        Ok(Self { ca: read("ca.pem")?, cert: read("cert.pem")?, key: read("key.pem")? })
+        // Only the balancer's directory lists the node names; nodes need none.
+        let node_names = match std::fs::read_to_string(dir.join(NODE_NAMES)) {
+            Ok(text) => {
+                text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                return Err(NodeError::Tls(format!("{}: {e}", dir.join(NODE_NAMES).display())))
+            }
+        };
+        Ok(Self { ca: read("ca.pem")?, cert: read("cert.pem")?, key: read("key.pem")?, node_names })
+    }
+
+    /// The names of the cluster's nodes (the balancer's side; see the module documentation).
+    pub fn node_names(&self) -> Result<&[String], NodeError> {
+        if self.node_names.is_empty() {
+            return Err(NodeError::Tls(format!(
+                "the balancer's --tls-dir has no {NODE_NAMES} file: its certificates come from an \
+                 older `blindfold cluster-certs`, whose node certificates name hosts, not nodes \
+                 (two nodes on one host could stand in for each other); run `blindfold \
+                 cluster-certs` again and give the nodes their new directories"
+            )));
+        }
+        Ok(&self.node_names)
     }
 
     /// The node side: present this certificate, require a client certificate from the CA.
@@ -170,12 +218,13 @@ impl ClusterTls {
             .client_auth_optional(false)
     }
 
-    /// The balancer side: present this certificate, trust only the CA, expect `host`.
-    pub fn client(&self, host: &str) -> ClientTlsConfig {
+    /// The balancer side: present this certificate, trust only the CA, expect a certificate
+    /// for `name` (a node's name, [`node_name`]).
+    pub fn client(&self, name: &str) -> ClientTlsConfig {
         ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(&self.ca))
             .identity(Identity::from_pem(&self.cert, &self.key))
-            .domain_name(host)
+            .domain_name(name)
     }
 }
 
@@ -208,6 +257,9 @@ mod tests {
             }
         }
         ClusterTls::load(&out.join("node-2")).unwrap();
+        let balancer = ClusterTls::load(&out.join("balancer")).unwrap();
+        assert_eq!(balancer.node_names().unwrap(), [node_name(1), node_name(2)]);
+        assert!(ClusterTls::load(&out.join("node-1")).unwrap().node_names().is_err());
         assert!(write_cluster_certs(&out, &["127.0.0.1".into()]).is_err());
     }
 }

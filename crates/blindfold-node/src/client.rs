@@ -22,13 +22,19 @@ pub(crate) const CELL_KEY: &str = "x-blindfold-cell";
 #[derive(Clone)]
 pub struct NodeClient {
     url: String,
+    /// The node's name, as its certificate proved it.
+    name: String,
     stub: Stub<Channel>,
     info: NodeInfo,
 }
 
 impl std::fmt::Debug for NodeClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeClient").field("url", &self.url).field("info", &self.info).finish()
+        f.debug_struct("NodeClient")
+            .field("url", &self.url)
+            .field("name", &self.name)
+            .field("info", &self.info)
+            .finish()
     }
 }
 
@@ -46,20 +52,53 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 impl NodeClient {
     /// Connects to the node at `url` (`https://host:port`), presenting the balancer's
-    /// certificate, and asks what it serves. Fails if the TLS handshake does (a node whose
-    /// certificate the cluster CA did not sign, or not for `host`).
-    pub async fn connect(url: &str, tls: &ClusterTls) -> Result<Self, NodeError> {
+    /// certificate, and asks what it serves. Which node answers is what its certificate
+    /// proves: the handshake expects each of the cluster's node names in turn (the one the
+    /// node's position suggests, `hint`, first) and succeeds only for the name the node holds
+    /// the key of ([`NodeClient::name`]). Fails if no name is proved (a node whose certificate
+    /// the cluster CA did not sign, or one of another cluster).
+    pub async fn connect(url: &str, hint: usize, tls: &ClusterTls) -> Result<Self, NodeError> {
         let url = if url.contains("://") { url.to_owned() } else { format!("https://{url}") };
         if !url.starts_with("https://") {
             return Err(NodeError::Config(format!(
                 "{url}: nodes are reached over TLS only (https://host:port)"
             )));
         }
-        let host = host_of(&url)?;
+        host_of(&url)?;
+        let names = tls.node_names()?;
+        let first = hint.min(names.len() - 1);
+        let order = std::iter::once(first).chain((0..names.len()).filter(|&i| i != first));
+        let mut last = None;
+        for i in order {
+            match Self::connect_as(&url, &names[i], tls).await {
+                // rustls checks the name after the chain: only a certificate of this cluster's
+                // CA for another name gets here.
+                Err(NodeError::Rpc { message, .. })
+                    if message.contains("not valid for name")
+                        || message.contains("NotValidForName") =>
+                {
+                    last = Some(message);
+                }
+                other => return other,
+            }
+        }
+        Err(NodeError::Rpc {
+            node: url.clone(),
+            message: format!(
+                "the node proved none of the cluster's {} node names: {}",
+                names.len(),
+                last.unwrap_or_default()
+            ),
+        })
+    }
+
+    /// [`NodeClient::connect`], expecting the node's certificate to be for `name`.
+    async fn connect_as(url: &str, name: &str, tls: &ClusterTls) -> Result<Self, NodeError> {
+        let url = url.to_owned();
         let rpc = |message: String| NodeError::Rpc { node: url.clone(), message };
         let endpoint = Endpoint::from_shared(url.clone())
             .map_err(|e| rpc(chain(&e)))?
-            .tls_config(tls.client(&host))
+            .tls_config(tls.client(name))
             .map_err(|e| rpc(chain(&e)))?
             .connect_timeout(Duration::from_secs(10))
             .timeout(RPC_TIMEOUT)
@@ -74,12 +113,17 @@ impl NodeClient {
         let info = NodeInfo::decode(&reply.into_inner().body).map_err(|e| rpc(e.to_string()))?;
         let limit = wire::max_message(info.block_size as usize);
         let stub = stub.max_decoding_message_size(limit).max_encoding_message_size(limit);
-        Ok(Self { url, stub, info })
+        Ok(Self { url, name: name.to_owned(), stub, info })
     }
 
     /// The node's address.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The node's name, as its certificate proved it (`node-<i>.blindfold`).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// What the node said about itself when connected.

@@ -4,9 +4,10 @@
 //! The node opens its data directory exactly as `blindfold serve` does
 //! ([`blindfold_gateway::server::open`]: key, parameters, any engine over any store URL, crash
 //! recovery) and serves the engine's blocks, numbered `0..blocks` ("local ids"), instead of
-//! objects. Each Access request's reads run as engine reads and its writes as engine writes,
-//! every one of them, in runs of distinct ids, so the node's store sees one ORAM access per
-//! block asked for, whatever the ids.
+//! objects. Each Access request runs as exactly one engine `read_many` of its reads and one
+//! `write_many` of its writes (a request names no id twice among either: the decoder refuses
+//! one that does), so what the node's store sees per request depends only on its counts of
+//! reads and writes, never on the ids or the workload behind them.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,26 +29,6 @@ use crate::NodeError;
 pub struct NodeService {
     engine: Arc<dyn SharedEngine>,
     info: NodeInfo,
-}
-
-/// The lengths of consecutive runs of `ids` in which no id repeats.
-fn distinct_runs(ids: impl Iterator<Item = u64>) -> Vec<usize> {
-    let mut runs = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut len = 0;
-    for id in ids {
-        if !seen.insert(id) {
-            runs.push(len);
-            seen.clear();
-            seen.insert(id);
-            len = 0;
-        }
-        len += 1;
-    }
-    if len > 0 {
-        runs.push(len);
-    }
-    runs
 }
 
 fn engine_status(e: ProxyError) -> Status {
@@ -96,22 +77,23 @@ async fn run_access(
     let bs = info.block_size as usize;
     let mut reply = Vec::with_capacity(8 + a.reads.len() * bs);
     reply.extend_from_slice(&info.instance.to_le_bytes());
-    let mut at = 0;
-    for run in distinct_runs(a.reads.iter().copied()) {
-        let ids: Vec<BlockId> = a.reads[at..at + run].iter().map(|&i| BlockId(i)).collect();
-        for block in engine.read_many(&ids).await? {
+    // One engine call for the reads and one for the writes, whatever the ids: the ids are
+    // distinct within each list (checked by `Access::decode`).
+    if !a.reads.is_empty() {
+        let ids: Vec<BlockId> = a.reads.iter().map(|&i| BlockId(i)).collect();
+        let blocks = engine.read_many(&ids).await?;
+        if blocks.len() != ids.len() {
+            return Err(ProxyError::State("the engine returned too few blocks".into()));
+        }
+        for block in blocks {
             if block.len() != bs {
                 return Err(ProxyError::State("the engine returned a short block".into()));
             }
             reply.extend_from_slice(&block);
         }
-        at += run;
     }
-    let runs = distinct_runs(a.writes.iter().map(|w| w.0));
-    let mut writes = a.writes.into_iter();
-    for run in runs {
-        let batch = writes.by_ref().take(run).map(|(i, d)| (BlockId(i), d)).collect();
-        engine.write_many(batch).await?;
+    if !a.writes.is_empty() {
+        engine.write_many(a.writes.into_iter().map(|(i, d)| (BlockId(i), d)).collect()).await?;
     }
     Ok(reply)
 }
@@ -255,16 +237,4 @@ pub async fn run(
         blindfold_gateway::server::write_snapshot(&opened).await?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::distinct_runs;
-
-    #[test]
-    fn runs_split_where_an_id_repeats() {
-        assert_eq!(distinct_runs([1, 2, 3].into_iter()), vec![3]);
-        assert_eq!(distinct_runs([1, 2, 1, 1].into_iter()), vec![2, 1, 1]);
-        assert!(distinct_runs(std::iter::empty()).is_empty());
-    }
 }

@@ -155,8 +155,9 @@ impl Access {
     }
 
     /// Decodes a request body for a node of `blocks` blocks of `block_size` bytes: the length
-    /// must be exactly what its counts say, the counts at most [`MAX_BLOCKS_PER_RPC`], and
-    /// every local id below `blocks`.
+    /// must be exactly what its counts say, the counts at most [`MAX_BLOCKS_PER_RPC`], every
+    /// local id below `blocks`, and no id named twice among the reads or among the writes (the
+    /// node runs each list as one engine batch of distinct blocks).
     pub fn decode(b: &[u8], blocks: u64, block_size: usize) -> Result<Self, NodeError> {
         if b.len() < 8 {
             return Err(NodeError::Wire(format!(
@@ -187,18 +188,32 @@ impl Access {
                 Ok(id)
             }
         };
+        let twice = |ids: &mut Vec<u64>, what: &str| {
+            ids.sort_unstable();
+            match ids.windows(2).find(|p| p[0] == p[1]) {
+                Some(p) => Err(NodeError::Wire(format!(
+                    "an access request names local id {} twice among its {what}",
+                    p[0]
+                ))),
+                None => Ok(()),
+            }
+        };
         let mut at = 8;
         let mut r = Vec::with_capacity(reads);
         for _ in 0..reads {
             r.push(check(u64_at(b, at))?);
             at += 8;
         }
+        twice(&mut r.clone(), "reads")?;
         let mut w = Vec::with_capacity(writes);
+        let mut ids = Vec::with_capacity(writes);
         for _ in 0..writes {
             let id = check(u64_at(b, at))?;
+            ids.push(id);
             w.push((id, b[at + 8..at + 8 + block_size].to_vec()));
             at += 8 + block_size;
         }
+        twice(&mut ids, "writes")?;
         Ok(Self { reads: r, writes: w })
     }
 }
@@ -252,7 +267,9 @@ pub fn decode_verify(b: &[u8]) -> Result<blindfold_proxy::VerifyReport, NodeErro
         return Err(bad());
     }
     let n = u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")) as usize;
-    if n > MAX_VERIFY_FAILURES {
+    // Each failure takes at least 10 bytes: a count the body cannot hold is refused before
+    // anything is allocated for it.
+    if n > MAX_VERIFY_FAILURES || n * 10 > b.len() - 20 {
         return Err(bad());
     }
     let mut failures = Vec::with_capacity(n);
@@ -285,7 +302,7 @@ mod tests {
         let b = a.encode(16);
         assert_eq!(b.len(), access_len(2, 1, 16));
         assert_eq!(Access::decode(&b, 4, 16).unwrap(), a);
-        let other = Access { reads: vec![0, 0], writes: vec![(0, vec![0; 16])] }.encode(16);
+        let other = Access { reads: vec![1, 0], writes: vec![(0, vec![0; 16])] }.encode(16);
         assert_eq!(other.len(), b.len());
     }
 
@@ -300,6 +317,17 @@ mod tests {
         let mut huge = vec![0u8; 8];
         huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(Access::decode(&huge, 4, 16).is_err());
+        // An id twice among the reads, or among the writes (once in each list is fine).
+        for (reads, writes) in
+            [(vec![1, 1], vec![]), (vec![], vec![2, 2]), (vec![3, 0, 3], vec![0])]
+        {
+            let a =
+                Access { reads, writes: writes.into_iter().map(|i| (i, vec![0; 16])).collect() };
+            let e = Access::decode(&a.encode(16), 4, 16).unwrap_err().to_string();
+            assert!(e.contains("twice"), "{e}");
+        }
+        let both = Access { reads: vec![1], writes: vec![(1, vec![0; 16])] };
+        assert_eq!(Access::decode(&both.encode(16), 4, 16).unwrap(), both);
     }
 
     #[test]

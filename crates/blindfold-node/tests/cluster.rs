@@ -10,8 +10,10 @@ use blindfold_crypto::MasterKey;
 use blindfold_gateway::engine::SharedEngine;
 use blindfold_gateway::server::{OramEngine, ServeConfig};
 use blindfold_node::balancer::{node_blocks_needed, RpcRecord};
+use blindfold_node::certs::node_name;
 use blindfold_node::{Balancer, BalancerConfig, ClusterTls, NodeClient};
 use blindfold_oram::BlockId;
+use blindfold_store::{Store, TraceOp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -50,14 +52,8 @@ impl TestNode {
     }
 }
 
-async fn start_node(
-    dir: &Path,
-    tls_dir: &Path,
-    blocks: u64,
-    engine: OramEngine,
-    listen: SocketAddr,
-) -> TestNode {
-    let cfg = ServeConfig {
+fn node_config(dir: &Path, blocks: u64, engine: OramEngine, listen: SocketAddr) -> ServeConfig {
+    ServeConfig {
         listen,
         data_dir: dir.to_path_buf(),
         store: None,
@@ -71,7 +67,17 @@ async fn start_node(
         engine,
         in_place: false,
         pack_levels: 1,
-    };
+    }
+}
+
+async fn start_node(
+    dir: &Path,
+    tls_dir: &Path,
+    blocks: u64,
+    engine: OramEngine,
+    listen: SocketAddr,
+) -> TestNode {
+    let cfg = node_config(dir, blocks, engine, listen);
     let tls = ClusterTls::load(tls_dir).unwrap();
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -384,6 +390,7 @@ async fn mutual_tls_refuses_strangers() {
     let read = |p: &Path| std::fs::read_to_string(p).unwrap();
     let ca = read(&certs.join("balancer/ca.pem"));
     let url = cluster.urls()[0].clone();
+    let node1 = blindfold_node::certs::node_name(1);
     let ask = |tls: ClientTlsConfig| {
         let url = url.clone();
         async move {
@@ -399,10 +406,11 @@ async fn mutual_tls_refuses_strangers() {
         }
     };
     // The balancer's certificate works …
-    NodeClient::connect(&url, &cluster.balancer_tls()).await.unwrap();
+    let client = NodeClient::connect(&url, 0, &cluster.balancer_tls()).await.unwrap();
+    assert_eq!(client.name(), blindfold_node::certs::node_name(1));
     // … no client certificate does not,
     let bare =
-        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca)).domain_name("127.0.0.1");
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca)).domain_name(&node1);
     assert!(ask(bare).await.is_err(), "a client without a certificate was served");
     // nor a node's certificate (made for servers only),
     let node_id = Identity::from_pem(
@@ -412,13 +420,13 @@ async fn mutual_tls_refuses_strangers() {
     let as_node = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(&ca))
         .identity(node_id)
-        .domain_name("127.0.0.1");
+        .domain_name(&node1);
     assert!(ask(as_node).await.is_err(), "a node's certificate was accepted as a client");
     // nor a certificate from another CA.
     let other = cluster.root.path().join("other");
     blindfold_node::write_cluster_certs(&other, &["127.0.0.1".into()]).unwrap();
     let stranger = ClusterTls::load(&other.join("balancer")).unwrap();
-    assert!(NodeClient::connect(&url, &stranger).await.is_err());
+    assert!(NodeClient::connect(&url, 0, &stranger).await.is_err());
     // A node whose certificate another CA signed is refused by the balancer.
     let impostor = start_node(
         &cluster.root.path().join("impostor"),
@@ -428,7 +436,8 @@ async fn mutual_tls_refuses_strangers() {
         "127.0.0.1:0".parse().unwrap(),
     )
     .await;
-    let refused = NodeClient::connect(&impostor.url(), &cluster.balancer_tls()).await.unwrap_err();
+    let refused =
+        NodeClient::connect(&impostor.url(), 0, &cluster.balancer_tls()).await.unwrap_err();
     assert!(refused.to_string().contains(&impostor.addr.to_string()), "{refused}");
     impostor.stop().await;
     cluster.stop().await;
@@ -604,7 +613,7 @@ async fn after_a_crash_a_revealed_place_is_not_read_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_refuse_hostile_frames_and_restarts_are_noticed() {
     let mut cluster = Cluster::new(1, 8, OramEngine::Tao).await;
-    let client = NodeClient::connect(&cluster.urls()[0], &cluster.balancer_tls()).await.unwrap();
+    let client = NodeClient::connect(&cluster.urls()[0], 0, &cluster.balancer_tls()).await.unwrap();
     let blocks = client.info().blocks;
     let good =
         blindfold_node::wire::Access { reads: vec![1], writes: vec![(2, vec![1; BS as usize])] }
@@ -636,5 +645,381 @@ async fn nodes_refuse_hostile_frames_and_restarts_are_noticed() {
     let e = balancer.commit().await.unwrap_err();
     assert!(e.to_string().contains("restarted"), "{e}");
     drop(balancer);
+    cluster.stop().await;
+}
+
+/// The adversary's view under one node: every request the node's engine sends its store.
+type Rec = Arc<blindfold_store::RecordingStore<Arc<dyn blindfold_store::Store>>>;
+
+/// `blindfold node` as [`start_node`] starts it, with a recording store under its engine.
+async fn start_recorded_node(
+    dir: &Path,
+    tls_dir: &Path,
+    blocks: u64,
+    engine: OramEngine,
+) -> (TestNode, Rec) {
+    use blindfold_gateway::server::OpenHooks;
+    let mut cfg = node_config(dir, blocks, engine, "127.0.0.1:0".parse().unwrap());
+    cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
+    let tls = ClusterTls::load(tls_dir).unwrap();
+    let slot: Arc<parking_lot::Mutex<Option<Rec>>> = Arc::default();
+    let keep = Arc::clone(&slot);
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (crash_tx, crash_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let served = rt.block_on(async move {
+            let hooks = OpenHooks {
+                wrap_store: Some(Box::new(move |inner| {
+                    let rec = Arc::new(blindfold_store::RecordingStore::new(inner));
+                    *keep.lock() = Some(Arc::clone(&rec));
+                    rec as Arc<dyn blindfold_store::Store>
+                })),
+                ..OpenHooks::default()
+            };
+            let opened = blindfold_gateway::server::open_with(&cfg, hooks).await?;
+            let info = blindfold_node::node::info_of(&opened)?;
+            let service =
+                blindfold_node::node::NodeService::new(Arc::clone(opened.objects.engine()), info);
+            let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
+            let _ = ready_tx.send(listener.local_addr().unwrap());
+            let stop = async move {
+                tokio::select! {
+                    _ = stop_rx => {}
+                    _ = crash_rx => {}
+                }
+            };
+            blindfold_node::node::serve(service, listener, &tls, stop).await?;
+            opened.objects.shutdown().await?;
+            Ok(())
+        });
+        drop(rt);
+        served
+    });
+    let addr = ready_rx.await.expect("the node started");
+    let rec = slot.lock().take().expect("the node's store was wrapped");
+    let node =
+        TestNode { dir: dir.to_path_buf(), addr, stop: Some(stop_tx), crash: Some(crash_tx), task };
+    (node, rec)
+}
+
+/// What one node's store saw during one access: the kind of each request in order, the cells
+/// they named, and the highest cell of the first read (which leaf a path reaches).
+#[derive(Clone, Debug)]
+struct Seen {
+    ops: Vec<TraceOp>,
+    cells: usize,
+    deepest: Option<u64>,
+}
+
+fn seen(rec: &Rec) -> Seen {
+    let trace = rec.take_trace();
+    // Two slots per cell: store cell `c + half` is the second copy of tree cell `c`.
+    let half = rec.geometry().cell_count() / 2;
+    Seen {
+        ops: trace.iter().map(|e| e.op).collect(),
+        cells: trace.iter().map(|e| e.cells.len()).sum(),
+        deepest: trace
+            .iter()
+            .find(|e| e.op == TraceOp::Read)
+            .and_then(|e| e.cells.iter().map(|c| c.0 % half).max()),
+    }
+}
+
+/// The reproduction (#43, point 4), over real nodes whose stores record what they see:
+/// one GET-sized read at a time, for one block read again and again ("hammer"), uniformly
+/// random blocks and a sequential scan. Per access, what each node's store sees must depend
+/// only on how many reads and writes the balancer's request to that node carried (the sizes
+/// the network sees anyway): the same requests in the same order, and the same distribution of
+/// which node is read, how the writes spread and which paths the node's ORAM reads
+/// (chi-square across the three workloads). Before the fix, dummy evictions shared one local
+/// id and each extra one became a `write_many` of its own, so "hammer" (whose evictions are
+/// mostly dummies) showed the node stores more requests per access.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_stores_see_the_same_traffic_for_every_workload() {
+    use blindfold_testkit::stats::independence;
+    use std::collections::BTreeMap;
+    let (n, blocks, per_workload) = (2usize, 64u64, 240u64);
+    let root = tempfile::tempdir().unwrap();
+    let hosts = vec!["127.0.0.1".to_string(); n];
+    blindfold_node::write_cluster_certs(&root.path().join("certs"), &hosts).unwrap();
+    let mut nodes = Vec::new();
+    let mut recs = Vec::new();
+    for i in 0..n {
+        let (node, rec) = start_recorded_node(
+            &root.path().join(format!("node{i}")),
+            &root.path().join("certs").join(format!("node-{}", i + 1)),
+            node_blocks_needed(blocks, n) + 8,
+            OramEngine::PathOram,
+        )
+        .await;
+        nodes.push(node);
+        recs.push(rec);
+    }
+    let urls: Vec<String> = nodes.iter().map(TestNode::url).collect();
+    let tls = ClusterTls::load(&root.path().join("certs").join("balancer")).unwrap();
+    let balancer = Balancer::open(
+        &root.path().join("balancer"),
+        &urls,
+        &tls,
+        blocks,
+        BS,
+        &MasterKey::from_bytes([9; 32]),
+        true,
+        seeded(43),
+    )
+    .await
+    .unwrap();
+    let all: Vec<(BlockId, Vec<u8>)> = (0..blocks).map(|b| (BlockId(b), block(b))).collect();
+    balancer.write_many(all).await.unwrap();
+    balancer.commit().await.unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(43);
+    let workloads = ["hammer", "uniform", "scan"];
+    // Per workload, per access, per node: (reads, writes) of the request, and what its store saw.
+    type PerNode = Vec<((usize, usize), Seen)>;
+    let mut runs: Vec<Vec<PerNode>> = Vec::new();
+    for (w, name) in workloads.iter().enumerate() {
+        for rec in &recs {
+            rec.clear();
+        }
+        let mut accesses = Vec::new();
+        for i in 0..per_workload {
+            let b = match w {
+                0 => 5,
+                1 => rng.gen_range(0..blocks),
+                _ => i % blocks,
+            };
+            let before = balancer.trace().len();
+            let got = balancer.read_many(&[BlockId(b)]).await.unwrap();
+            assert_eq!(got[0], block(b), "{name}: block {b}");
+            let sent = balancer.trace().split_off(before);
+            assert_eq!(sent.len(), n, "{name}: one request per node per access");
+            accesses
+                .push(sent.iter().map(|r| ((r.reads, r.writes), seen(&recs[r.node]))).collect());
+            // Commit now and then, as a gateway does after writes (it frees the local ids the
+            // reads left, so evictions carry real blocks too); a commit's own traffic is
+            // public and left out.
+            if i % 16 == 15 {
+                balancer.commit().await.unwrap();
+                for rec in &recs {
+                    rec.clear();
+                }
+            }
+        }
+        runs.push(accesses);
+    }
+    // 1. Counts and order: for each request shape, one sequence of store requests, whatever
+    //    the workload.
+    // (Request kinds as their discriminants: `TraceOp` has no order.)
+    let kinds = |ops: &[TraceOp]| ops.iter().map(|&o| o as u8).collect::<Vec<u8>>();
+    let read = TraceOp::Read as u8;
+    let mut by_shape: BTreeMap<(usize, usize), BTreeMap<Vec<u8>, [u64; 3]>> = BTreeMap::new();
+    for (w, accesses) in runs.iter().enumerate() {
+        for per_node in accesses {
+            for (shape, s) in per_node {
+                by_shape.entry(*shape).or_default().entry(kinds(&s.ops)).or_default()[w] += 1;
+            }
+        }
+    }
+    let varying: Vec<String> = by_shape
+        .iter()
+        .filter(|(_, seqs)| seqs.len() > 1)
+        .map(|((r, wr), seqs)| {
+            let list: Vec<String> = seqs
+                .iter()
+                .map(|(ops, counts)| {
+                    let reads = ops.iter().filter(|&&o| o == read).count();
+                    format!(
+                        "{} requests ({reads} reads): hammer/uniform/scan {counts:?}",
+                        ops.len()
+                    )
+                })
+                .collect();
+            format!("[{r} reads, {wr} writes] -> {}", list.join("; "))
+        })
+        .collect();
+    let per_access = |w: usize| -> (f64, f64) {
+        let (mut reqs, mut reads) = (0usize, 0usize);
+        for per_node in &runs[w] {
+            for (_, s) in per_node {
+                reqs += s.ops.len();
+                reads += s.ops.iter().filter(|o| **o == TraceOp::Read).count();
+            }
+        }
+        (reqs as f64 / per_workload as f64, reads as f64 / per_workload as f64)
+    };
+    let summary: Vec<String> = (0..3)
+        .map(|w| {
+            let (reqs, reads) = per_access(w);
+            format!("{}: {reqs:.2} node-store requests, {reads:.2} reads per access", workloads[w])
+        })
+        .collect();
+    eprintln!("{}", summary.join("\n"));
+    assert!(
+        varying.is_empty(),
+        "the node stores' requests per access depend on more than the request shape:\n{}\n{}",
+        varying.join("\n"),
+        summary.join("\n")
+    );
+    // 2. Sizes: request sizes per shape have the same distribution in every workload (a batch
+    //    of two paths reads their union, whose size varies with their overlap).
+    for shape in by_shape.keys() {
+        let sizes: Vec<(u64, u64)> = runs
+            .iter()
+            .enumerate()
+            .flat_map(|(w, accesses)| {
+                accesses
+                    .iter()
+                    .flatten()
+                    .filter(|(s, _)| s == shape)
+                    .map(move |(_, s)| (w as u64, s.cells as u64))
+            })
+            .collect();
+        // Two size classes, split at the median; tested where each holds enough samples.
+        let mut all: Vec<u64> = sizes.iter().map(|p| p.1).collect();
+        all.sort_unstable();
+        let Some(&median) = all.get(all.len() / 2) else { continue };
+        let large = all.iter().filter(|&&c| c >= median).count();
+        if large.min(all.len() - large) >= 60 {
+            let ind = independence(sizes.iter().map(|&(w, c)| (w, u64::from(c >= median))), 3, 2);
+            assert!(ind.p_value > 1e-3, "shape {shape:?}: request sizes depend on the workload");
+        }
+    }
+    // 3. What is chosen: the node read, how many writes go to node 0, which leaf each node's
+    //    ORAM reads; each independent of the workload.
+    let reads_at = runs.iter().enumerate().flat_map(|(w, a)| {
+        a.iter().map(move |per_node| {
+            (w as u64, per_node.iter().position(|(s, _)| s.0 == 1).expect("one read") as u64)
+        })
+    });
+    let ind = independence(reads_at, 3, n as u64);
+    assert!(ind.p_value > 1e-3, "the node read depends on the workload: {ind:?}");
+    let writes_at = runs
+        .iter()
+        .enumerate()
+        .flat_map(|(w, a)| a.iter().map(move |per_node| (w as u64, per_node[0].0 .1 as u64)));
+    let ind = independence(writes_at, 3, 3);
+    assert!(ind.p_value > 1e-3, "where the writes go depends on the workload: {ind:?}");
+    let leaves: Vec<(u64, u64)> = runs
+        .iter()
+        .enumerate()
+        .flat_map(|(w, a)| {
+            a.iter().flatten().filter_map(move |(_, s)| s.deepest.map(|d| (w as u64, d)))
+        })
+        .collect();
+    let mut sorted: Vec<u64> = leaves.iter().map(|p| p.1).collect();
+    sorted.sort_unstable();
+    let quartile = |d: u64| sorted.partition_point(|&x| x < d) as u64 * 4 / sorted.len() as u64;
+    let ind = independence(leaves.iter().map(|&(w, d)| (w, quartile(d))), 3, 4);
+    assert!(ind.p_value > 1e-3, "the nodes' paths depend on the workload: {ind:?}");
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+/// Two nodes on one host (#43): a process holding node 2's certificate, at the address the
+/// balancer is told is node 1's, must not be taken for node 1; the real nodes are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cannot_stand_in_for_another() {
+    let blocks = 16;
+    let cluster = Cluster::new(2, blocks, OramEngine::PathOram).await;
+    let certs = cluster.root.path().join("certs");
+    let impostor = start_node(
+        &cluster.root.path().join("impostor"),
+        &certs.join("node-2"),
+        node_blocks_needed(blocks, 2) + 8,
+        OramEngine::PathOram,
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await;
+    let urls = vec![impostor.url(), cluster.urls()[1].clone()];
+    let opened = Balancer::open(
+        &cluster.root.path().join("balancer"),
+        &urls,
+        &cluster.balancer_tls(),
+        blocks,
+        BS,
+        &cluster.key,
+        true,
+        seeded(1),
+    )
+    .await;
+    let err = opened.expect_err("node 2's certificate was taken for node 1");
+    let text = err.to_string();
+    assert!(text.contains(&impostor.url()) && text.contains("node-2"), "{text}");
+    // Each node's certificate is for its own name: node 2's does not pass for node 1's.
+    let tls = cluster.balancer_tls();
+    assert_eq!(NodeClient::connect(&impostor.url(), 0, &tls).await.unwrap().name(), node_name(2));
+    assert_eq!(
+        NodeClient::connect(&cluster.urls()[0], 1, &tls).await.unwrap().name(),
+        node_name(1)
+    );
+    impostor.stop().await;
+    // The nodes themselves, each under its own name, are accepted, in any order.
+    let balancer = cluster.balancer(true, seeded(2)).await;
+    balancer.write_many(vec![(BlockId(1), block(1))]).await.unwrap();
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    let swapped = vec![cluster.urls()[1].clone(), cluster.urls()[0].clone()];
+    let balancer = Balancer::open(
+        &cluster.root.path().join("balancer"),
+        &swapped,
+        &cluster.balancer_tls(),
+        blocks,
+        BS,
+        &cluster.key,
+        false,
+        seeded(3),
+    )
+    .await
+    .unwrap();
+    assert_eq!(balancer.read_many(&[BlockId(1)]).await.unwrap()[0], block(1));
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    cluster.stop().await;
+}
+
+/// The balancer remembers which name held which node's data: two nodes restarted with each
+/// other's certificates (each proving a name of the cluster, each holding its own data) are
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_swapped_certificates_are_refused() {
+    let blocks = 16;
+    let mut cluster = Cluster::new(2, blocks, OramEngine::PathOram).await;
+    let balancer = cluster.balancer(true, seeded(4)).await;
+    balancer.write_many(vec![(BlockId(2), block(2))]).await.unwrap();
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    let certs = cluster.root.path().join("certs");
+    let old: Vec<TestNode> = cluster.nodes.drain(..).collect();
+    let mut swapped = Vec::new();
+    for (i, node) in old.into_iter().enumerate() {
+        let (dir, addr) = (node.dir.clone(), node.addr);
+        node.stop().await;
+        let other = certs.join(format!("node-{}", 2 - i));
+        swapped.push(start_node(&dir, &other, 0, OramEngine::PathOram, addr).await);
+    }
+    cluster.nodes = swapped;
+    let err = Balancer::open(
+        &cluster.root.path().join("balancer"),
+        &cluster.urls(),
+        &cluster.balancer_tls(),
+        blocks,
+        BS,
+        &cluster.key,
+        false,
+        seeded(5),
+    )
+    .await
+    .expect_err("nodes with swapped certificates were accepted");
+    let text = err.to_string();
+    assert!(text.contains("holds the data of") && text.contains("stand in"), "{text}");
     cluster.stop().await;
 }

@@ -396,14 +396,17 @@ struct Kept {
 }
 
 /// One query's plan: read one cell per layer; the trusted component returns cell `target`
-/// (whose content is `expected`).
+/// (whose content is `expected`), after checking that every cell holds what `tags` says.
 #[derive(Clone, Debug)]
 pub struct QueryPlan {
     /// The cells, root first.
     pub cells: Vec<blindfold_store::CellId>,
+    /// What each of them holds, in the same order: the driver binds the query to exactly
+    /// these contents, so the store cannot hand the trusted component other cells.
+    pub tags: Vec<SlotTag>,
     /// Which of them the trusted component must return.
     pub target: u32,
-    /// What that cell holds.
+    /// What that cell holds (`tags[target]`).
     pub expected: SlotTag,
     /// Whether the block comes from the store (false: it is in the gateway or never written,
     /// and the query only hides that).
@@ -775,6 +778,7 @@ impl TeeOram {
             _ => None,
         };
         let mut cells = Vec::with_capacity(path.len());
+        let mut tags = Vec::with_capacity(path.len());
         let mut target = None;
         for (i, &n) in path.iter().enumerate() {
             let slot = if Some(n) == target_node {
@@ -787,6 +791,7 @@ impl TeeOram {
             let node = &mut self.nodes[n as usize];
             node.slots[slot as usize].read = true;
             node.reads += 1;
+            tags.push(node.slots[slot as usize].tag);
             cells.push(self.cell(n, self.nodes[n as usize].area, slot));
         }
         let (target, expected) = match target {
@@ -818,7 +823,8 @@ impl TeeOram {
         self.stats.queries += 1;
         self.stats.real_queries += u64::from(real);
         self.queries_since_round += 1;
-        Ok(QueryStep::Query(QueryPlan { cells, target, expected, real, data }))
+        debug_assert_eq!(tags[target as usize], expected);
+        Ok(QueryStep::Query(QueryPlan { cells, tags, target, expected, real, data }))
     }
 
     /// Marks `b`'s copy in the tree (if any) stale, here and in the round in flight; the block

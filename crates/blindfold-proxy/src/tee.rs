@@ -17,6 +17,16 @@
 //! exactly that: a cell the store altered, swapped with another or rolled back to an earlier
 //! sealing does not open, and the query fails with [`ProxyError::Integrity`].
 //!
+//! # Tickets
+//!
+//! A query ticket names what every one of its cells holds (the trusted component opens each
+//! under that and refuses the query if any does not open, so the store cannot hand a ticket
+//! other cells to learn from the answer which one was wanted) and carries the next number of
+//! one of [`QUERY_STREAMS`] query streams, taken for the query while it is in flight: the
+//! component answers a number once, and only above the last it answered on the stream, so a
+//! captured ticket cannot be replayed or delivered out of order. Eviction tickets carry their
+//! `(round, layer)`, checked the same way on the store id's stream.
+//!
 //! # Crash consistency
 //!
 //! The trusted state lives in a directory: a sealed checkpoint and a redo log (the same frame
@@ -40,7 +50,6 @@ use blindfold_oram::tee::{
 use blindfold_oram::{BlockId, Op};
 use blindfold_store::{CellId, Geometry, StoreError, TeeLayer, TeeRound, TeeStore};
 use blindfold_tee::{EvictTicket, QueryTicket, TeeCipher, TeeKey};
-use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
 use crate::durable::{
@@ -61,6 +70,84 @@ const DONE_MAGIC: u32 = 0xB1F0_7E03;
 const LOG_LIMIT: u64 = 256 << 20;
 /// Queries wait while this many rounds' worth of blocks wait in the ring.
 const RING_ROUNDS: usize = 3;
+/// Query streams: queries in flight at once (more wait for a stream). Each stream carries one
+/// query at a time, so the trusted component sees every stream's ticket numbers in order.
+const QUERY_STREAMS: usize = 64;
+
+/// The query streams of a [`DurableTee`]: each has its own id (derived from the store id) and
+/// next ticket number. A query takes a free stream for as long as its ticket (or the tickets of
+/// its retries) may be in flight, so the numbers a stream's tickets reach the trusted component
+/// with always increase, and the component can refuse every ticket that is not newer than the
+/// last it answered on its stream (a replay, or one held back and delivered late).
+///
+/// The numbers start, when the engine is created or opened, from the clock in microseconds, as
+/// the numbers of rounds carried out again after a crash do: above any number an earlier run
+/// can have used (none sends a query per microsecond per stream), so a trusted component that
+/// lived on across a crash still answers. A clock set back by more than the earlier run's
+/// lifetime would have its queries refused (as replays) until it catches up.
+struct Lanes {
+    free: parking_lot::Mutex<Vec<(usize, u64)>>,
+    permits: tokio::sync::Semaphore,
+    store_id: StoreId,
+}
+
+/// A query stream taken by one query; given back when dropped.
+struct Lane<'a> {
+    lanes: &'a Lanes,
+    index: usize,
+    next: u64,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl Lanes {
+    fn new(store_id: StoreId) -> Self {
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_micros() as u64);
+        Self {
+            // Popped from the end: a query alone always takes stream 0.
+            free: parking_lot::Mutex::new((0..QUERY_STREAMS).rev().map(|i| (i, start)).collect()),
+            permits: tokio::sync::Semaphore::new(QUERY_STREAMS),
+            store_id,
+        }
+    }
+
+    async fn take(&self) -> Result<Lane<'_>> {
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| ProxyError::State("the query streams were closed".into()))?;
+        let (index, next) = self.free.lock().pop().expect("a permit means a free stream");
+        Ok(Lane { lanes: self, index, next, _permit: permit })
+    }
+}
+
+impl Lane<'_> {
+    /// The stream's id: the store id with the stream's number folded into its last two bytes
+    /// and its first byte flipped (the rounds' stream is the store id itself).
+    fn stream(&self) -> [u8; 16] {
+        let mut s = self.lanes.store_id.0;
+        s[0] ^= 0xa5;
+        let i = (self.index as u16).to_le_bytes();
+        s[14] ^= i[0];
+        s[15] ^= i[1];
+        s
+    }
+
+    /// The next ticket number of the stream.
+    fn number(&mut self) -> u64 {
+        let n = self.next;
+        self.next += 1;
+        n
+    }
+}
+
+impl Drop for Lane<'_> {
+    fn drop(&mut self) {
+        self.lanes.free.lock().push((self.index, self.next));
+    }
+}
 
 #[derive(Serialize, Deserialize)]
 struct Checkpoint {
@@ -165,6 +252,7 @@ struct Inner {
     /// Bumped whenever something a waiting access may wait for changes.
     bell: tokio::sync::watch::Sender<u64>,
     log: tokio::sync::Mutex<File>,
+    lanes: Lanes,
 }
 
 /// The TEE-assisted engine, crash-consistent; see the [module docs](self). Cheap to share:
@@ -290,6 +378,7 @@ impl DurableTee {
                 sched: parking_lot::Mutex::new(sched),
                 bell: tokio::sync::watch::channel(0).0,
                 log: tokio::sync::Mutex::new(log),
+                lanes: Lanes::new(store_id),
             }),
         }
     }
@@ -624,34 +713,52 @@ impl DurableTee {
         });
     }
 
-    /// Sends one query and opens the answer.
+    /// Sends one query and opens the answer. The ticket names what every cell of the plan
+    /// holds (so the trusted component refuses it with any other cells) and carries the next
+    /// number of a query stream taken for the query; a retry after a failure that may pass
+    /// goes out as a new ticket with the stream's next number (the first may have reached the
+    /// trusted component, which answers a number once).
     async fn query(&self, plan: &blindfold_oram::tee::QueryPlan) -> Result<Vec<u8>> {
         let inner = &self.inner;
-        let mut id = [0u8; 8];
-        rand::thread_rng().fill_bytes(&mut id);
-        let query_id = u64::from_le_bytes(id);
-        let ticket = QueryTicket {
-            stream: inner.store_id.0,
-            query_id,
-            candidates: plan.cells.len() as u32,
-            target: plan.target,
-            expected_ad: cell_ad(&inner.store_id, plan.expected),
-        };
-        let sealed = inner
-            .cipher
-            .seal_query(&ticket)
-            .map_err(|e| ProxyError::State(format!("sealing a query ticket: {e}")))?;
         let target_cell = plan.cells[plan.target as usize].0;
-        let answer =
-            with_retry(RetryPolicy::default(), || inner.store.tee_query(&plan.cells, &sealed))
-                .await
-                .map_err(|e| store_error(e, target_cell))?;
-        inner.cipher.open_answer(&inner.store_id.0, query_id, &answer).map_err(|e| {
-            ProxyError::Integrity {
-                cell: target_cell,
-                source: CryptoError::Malformed(format!("the trusted component's answer: {e}")),
+        let ads: Vec<[u8; 32]> = plan.tags.iter().map(|t| cell_ad(&inner.store_id, *t)).collect();
+        let mut lane = inner.lanes.take().await?;
+        let stream = lane.stream();
+        let policy = RetryPolicy::default();
+        let mut backoff = policy.first_backoff;
+        for attempt in 1.. {
+            let query_id = lane.number();
+            let ticket = QueryTicket {
+                stream,
+                query_id,
+                candidates: plan.cells.len() as u32,
+                target: plan.target,
+                ads: ads.clone(),
+            };
+            let sealed = inner
+                .cipher
+                .seal_query(&ticket)
+                .map_err(|e| ProxyError::State(format!("sealing a query ticket: {e}")))?;
+            match inner.store.tee_query(&plan.cells, &sealed).await {
+                Ok(answer) => {
+                    return inner.cipher.open_answer(&stream, query_id, &answer).map_err(|e| {
+                        ProxyError::Integrity {
+                            cell: target_cell,
+                            source: CryptoError::Malformed(format!(
+                                "the trusted component's answer: {e}"
+                            )),
+                        }
+                    });
+                }
+                Err(e) if e.is_retryable() && attempt < policy.attempts => {
+                    tracing::debug!(attempt, error = %e, "sending the query again");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                Err(e) => return Err(store_error(e, target_cell)),
             }
-        })
+        }
+        unreachable!("the loop returns")
     }
 
     /// Waits until no query of an earlier generation is in flight (they may read the areas a

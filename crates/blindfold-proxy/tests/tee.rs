@@ -435,3 +435,103 @@ async fn reads_alone_before_a_crash_are_not_forgotten() {
         queries_checked(&recorder.take_trace(), &mut read_cells);
     }
 }
+
+/// A query as the host hands it to the trusted component: the candidate cells, the ticket.
+type Captured = (Vec<Vec<u8>>, Vec<u8>);
+
+/// The storage host as an attacker sees it: it keeps a copy of every query it hands the
+/// trusted component and passes it on.
+#[derive(Debug)]
+struct Spy {
+    enclave: Arc<Enclave>,
+    queries: parking_lot::Mutex<Vec<Captured>>,
+}
+
+impl blindfold_store::Trusted for Spy {
+    fn query(&self, candidates: &[Vec<u8>], ticket: &[u8]) -> blindfold_store::Result<Vec<u8>> {
+        self.queries.lock().push((candidates.to_vec(), ticket.to_vec()));
+        blindfold_store::Trusted::query(&*self.enclave, candidates, ticket)
+    }
+
+    fn evict(&self, blocks: &mut [Vec<u8>], ticket: &[u8]) -> blindfold_store::Result<()> {
+        blindfold_store::Trusted::evict(&*self.enclave, blocks, ticket)
+    }
+}
+
+/// The issue's attack on query tickets (#43, point 5). The host captures the tickets of real
+/// queries and tries them again: replayed to the same trusted component, re-targeted (every
+/// candidate replaced by one cell, to learn from the answer whether that cell was the target)
+/// on a trusted component that never saw them, and delivered out of order. Every attempt must
+/// be refused with an error, and the genuine queries must have been answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn captured_query_tickets_cannot_be_replayed_retargeted_or_reordered() {
+    let config = config(64);
+    let key = MasterKey::generate();
+    let tee_key = DurableTee::tee_key(&key);
+    let backing: Arc<dyn Store> =
+        Arc::new(MemoryStore::new(DurableTee::geometry(&config).unwrap()));
+    let enclave = Arc::new(Enclave::new(&tee_key, BS as usize));
+    let spy = Arc::new(Spy { enclave: enclave.clone(), queries: Default::default() });
+    let host: Arc<dyn TeeStore> = Arc::new(TeeHost::new(backing, spy.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let engine = create(dir.path(), config, host, &key, StoreId::random()).await;
+    for b in 0..16u64 {
+        engine.write(BlockId(b), data(b)).await.unwrap();
+    }
+    engine.commit().await.unwrap();
+    engine.settle().await.unwrap();
+    spy.queries.lock().clear();
+    // Queries one at a time, as a client reading objects.
+    for b in 0..8u64 {
+        assert_eq!(engine.read(BlockId(b)).await.unwrap(), data(b));
+    }
+    let captured = spy.queries.lock().clone();
+    assert!(captured.len() >= 8, "{} queries captured", captured.len());
+
+    // 1. Replayed to the trusted component that answered them.
+    let replayed: Vec<usize> = (0..captured.len())
+        .filter(|&i| enclave.query(&captured[i].0, &captured[i].1).is_ok())
+        .collect();
+    // 2. Re-targeted: all candidates set to candidate x, on a trusted component that never saw
+    //    the ticket (a fresh one per attempt, so that only the candidates can make it refuse).
+    let mut answered = 0;
+    let mut targets_found = 0;
+    for (cands, ticket) in &captured {
+        let mut found = false;
+        for x in 0..cands.len() {
+            let fresh = Enclave::new(&tee_key, BS as usize);
+            let all_x = vec![cands[x].clone(); cands.len()];
+            if fresh.query(&all_x, ticket).is_ok() {
+                answered += 1;
+                found = true;
+            }
+        }
+        targets_found += usize::from(found);
+    }
+    // 3. Reordered: the second query's ticket, then the first's, on a fresh trusted component.
+    let fresh = Enclave::new(&tee_key, BS as usize);
+    let second = fresh.query(&captured[1].0, &captured[1].1);
+    let first = fresh.query(&captured[0].0, &captured[0].1);
+    let attempts: usize = captured.iter().map(|c| c.0.len()).sum();
+    assert!(
+        replayed.is_empty() && answered == 0 && first.is_err(),
+        "replayed tickets answered: {} of {}; re-targeted tickets answered: {answered} of \
+         {attempts}, showing the target of {targets_found} of {} queries; the earlier of two \
+         reordered tickets answered: {}",
+        replayed.len(),
+        captured.len(),
+        captured.len(),
+        first.is_ok()
+    );
+    // In order, a ticket the trusted component has not seen is answered.
+    assert!(second.is_ok(), "{second:?}");
+    // The refusals say why.
+    let replay = enclave.query(&captured[0].0, &captured[0].1).unwrap_err().to_string();
+    assert!(replay.contains("replay"), "{replay}");
+    let reorder = first.unwrap_err().to_string();
+    assert!(reorder.contains("replay"), "{reorder}");
+    // The engine goes on answering (its own tickets are fresh).
+    for b in 8..12u64 {
+        assert_eq!(engine.read(BlockId(b)).await.unwrap(), data(b));
+    }
+}

@@ -63,7 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             query_id: q,
             candidates: 5,
             target,
-            expected_ad: [target as u8; 32],
+            ads: (0..5u8).map(|i| [i; 32]).collect(),
         })?;
         let t = Instant::now();
         let answer = enclave.query(&candidates, &ticket)?;

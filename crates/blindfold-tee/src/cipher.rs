@@ -363,7 +363,8 @@ mod tests {
     fn messages_of_one_kind_do_not_open_as_another() {
         let c = TeeCipher::new(&TeeKey::from_bytes([1; 32]), 64);
         let stream = [2; 16];
-        let q = QueryTicket { stream, query_id: 3, candidates: 2, target: 1, expected_ad: [0; 32] };
+        let q =
+            QueryTicket { stream, query_id: 3, candidates: 2, target: 1, ads: vec![[0; 32]; 2] };
         let sq = c.seal_query(&q).unwrap();
         assert!(c.open_evict(&sq).unwrap_err().is_integrity());
         let e = EvictTicket { stream, round: 1, layer: 0, perm: vec![0; 0] };

@@ -16,19 +16,22 @@ use crate::{TeeCipher, TeeError, TeeKey};
 /// Most blocks one `evict` call permutes: a 4 KiB page holds 8192 nibbles.
 pub const MAX_EVICT_BLOCKS: usize = 8192;
 
-/// Most streams whose last eviction the replay table remembers.
+/// Most streams whose last eviction, and most streams whose last query, the replay tables
+/// remember.
 pub const MAX_STREAMS: usize = 4096;
 
 /// The trusted component: selects query targets obliviously and permutes and re-encrypts
 /// blocks during eviction. See the crate docs for the interface, the formats and the security
 /// argument.
 ///
-/// No I/O; the only state kept between calls is the replay table (the last `(round, layer)`
-/// accepted per stream, at most [`MAX_STREAMS`] streams). Memory allocated by a call is a
-/// constant (the 768 KiB of eviction pages) plus an amount proportional to its inputs.
+/// No I/O; the only state kept between calls is the replay tables: the last `(round, layer)`
+/// accepted per eviction stream and the last query number answered per query stream, at most
+/// [`MAX_STREAMS`] streams each. Memory allocated by a call is a constant (the 768 KiB of
+/// eviction pages) plus an amount proportional to its inputs.
 pub struct Enclave {
     cipher: TeeCipher,
     replay: Mutex<HashMap<[u8; 16], (u64, u32)>>,
+    queries: Mutex<HashMap<[u8; 16], u64>>,
 }
 
 impl fmt::Debug for Enclave {
@@ -45,7 +48,11 @@ impl Enclave {
     ///
     /// As [`TeeCipher::new`].
     pub fn new(key: &TeeKey, block_size: usize) -> Self {
-        Self { cipher: TeeCipher::new(key, block_size), replay: Mutex::new(HashMap::new()) }
+        Self {
+            cipher: TeeCipher::new(key, block_size),
+            replay: Mutex::new(HashMap::new()),
+            queries: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Length of the plaintext blocks.
@@ -58,16 +65,24 @@ impl Enclave {
         self.cipher.cell_len()
     }
 
-    /// The paper's `enclave_query`: selects candidate `target` of the sealed query `ticket`
-    /// obliviously, strips both layers (checking the inner one against the ticket's
-    /// `expected_ad`) and returns the block sealed for the gateway, bound to the ticket's
-    /// `(stream, query_id)`.
+    /// The paper's `enclave_query`: strips both layers of every candidate, checking each
+    /// against its `ad` in the sealed query `ticket`, selects candidate `target` obliviously and
+    /// returns the block sealed for the gateway, bound to the ticket's `(stream, query_id)`.
+    ///
+    /// A ticket is answered at most once, and only if its `query_id` is above every number
+    /// answered before on its stream: a replayed or reordered ticket is refused. A ticket
+    /// handed cells other than those it was made for is refused whatever its target (every
+    /// candidate must open under its own `ad`), so the answer cannot tell the host which cell
+    /// was wanted.
     ///
     /// # Errors
     ///
-    /// [`TeeError::Integrity`] if the ticket or the selected block fails authentication,
-    /// [`TeeError::Malformed`] if the candidates do not match the ticket's count or a cell has
-    /// the wrong length.
+    /// [`TeeError::Integrity`] if the ticket or any candidate fails authentication,
+    /// [`TeeError::QueryReplay`] for a ticket whose number is not above the last answered on its
+    /// stream, [`TeeError::Malformed`] if the candidates do not match the ticket's count or a
+    /// cell has the wrong length, [`TeeError::TooManyStreams`] if the query table is full. A
+    /// ticket refused for its shape or number is not consumed; one whose candidates fail
+    /// authentication is.
     pub fn query(&self, candidates: &[Vec<u8>], ticket: &[u8]) -> Result<Vec<u8>, TeeError> {
         self.query_with(candidates, ticket, &mut |_: Access| {})
     }
@@ -102,26 +117,60 @@ impl Enclave {
         for (i, c) in candidates.iter().enumerate() {
             self.cipher.check_cell_len(c, Some(i))?;
         }
-        // The register-select loop: every piece of every candidate is read, and every piece of
-        // the buffer read and written, in the same order whatever the target.
-        let mut buf = Zeroizing::new(vec![0u8; self.cipher.cell_len()]);
-        for (c, cell) in candidates.iter().enumerate() {
+        self.accept_query(&ticket.stream, ticket.query_id)?;
+        // Every candidate is opened under its own ad, in order, and its plaintext passed
+        // through the one-block buffer with a constant-time select: every piece of every
+        // candidate is read, and every piece of the buffer read and written, in the same
+        // order whatever the target. Whether a candidate opens depends only on the cells the
+        // host handed in, never on the target.
+        let mut scratch = Zeroizing::new(vec![0u8; self.cipher.cell_len()]);
+        let mut buf = Zeroizing::new(vec![0u8; self.cipher.block_size()]);
+        let zeros = Zeroizing::new(vec![0u8; self.cipher.block_size()]);
+        let mut all_open = true;
+        for (c, (cell, ad)) in candidates.iter().zip(&ticket.ads).enumerate() {
             let chosen = (c as u32).ct_eq(&ticket.target);
-            for (i, (dst, src)) in
-                buf.chunks_exact_mut(PIECE).zip(cell.chunks_exact(PIECE)).enumerate()
-            {
+            for i in 0..self.cipher.pieces() {
                 t.record(Access::Cell { cell: c as u32, piece: i as u32, write: false });
+            }
+            scratch.copy_from_slice(cell);
+            let opened = self.cipher.open_in_place(ad, &mut scratch[..], "a candidate");
+            all_open &= opened.is_ok();
+            let block: &[u8] = match &opened {
+                Ok(b) => b,
+                Err(_) => &zeros[..],
+            };
+            for (i, (dst, src)) in buf.chunks_mut(PIECE).zip(block.chunks(PIECE)).enumerate() {
                 t.record(Access::Buffer { piece: i as u32, write: false });
                 select_piece(dst, src, chosen);
                 t.record(Access::Buffer { piece: i as u32, write: true });
             }
         }
-        let block = self.cipher.open_in_place(
-            &ticket.expected_ad,
-            &mut buf,
-            "the selected block failed authentication (modified, swapped or rolled back)",
-        )?;
-        self.cipher.seal_answer(&ticket.stream, ticket.query_id, block)
+        if !all_open {
+            return Err(TeeError::Integrity {
+                what: "a candidate failed authentication (modified, swapped, rolled back, or not \
+                       a cell the ticket was made for)",
+            });
+        }
+        self.cipher.seal_answer(&ticket.stream, ticket.query_id, &buf)
+    }
+
+    /// The query replay check: answers `query_id` on `stream` only if it is above the last
+    /// answered there, and remembers it.
+    fn accept_query(&self, stream: &[u8; 16], query_id: u64) -> Result<(), TeeError> {
+        let mut table = self.queries.lock().unwrap_or_else(|e| e.into_inner());
+        let table_len = table.len();
+        match table.get_mut(stream) {
+            Some(last) if query_id <= *last => Err(TeeError::QueryReplay { query_id, last: *last }),
+            Some(last) => {
+                *last = query_id;
+                Ok(())
+            }
+            None if table_len >= MAX_STREAMS => Err(TeeError::TooManyStreams { max: MAX_STREAMS }),
+            None => {
+                table.insert(*stream, query_id);
+                Ok(())
+            }
+        }
     }
 
     /// The paper's `evict`: moves the block at position `j` of `blocks` to position `perm[j]`
@@ -344,13 +393,19 @@ fn gather_into<C: AsMut<[u8]>, T: Tracer + ?Sized>(
     }
 }
 
-/// `dst = chosen ? src : dst` over one piece, without a branch on `chosen`.
+/// `dst = chosen ? src : dst` over one piece (of equal lengths, up to 32 bytes), without a
+/// branch on `chosen`: 8-byte words, then the bytes of a short last piece.
 #[inline]
 fn select_piece(dst: &mut [u8], src: &[u8], chosen: subtle::Choice) {
-    for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (d, s) in (&mut d).zip(&mut s) {
         let a = u64::from_le_bytes(d.try_into().expect("8 bytes"));
         let b = u64::from_le_bytes(s.try_into().expect("8 bytes"));
         d.copy_from_slice(&u64::conditional_select(&a, &b, chosen).to_le_bytes());
+    }
+    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d = u8::conditional_select(d, s, chosen);
     }
 }
 
@@ -396,5 +451,120 @@ mod tests {
         [0u32, 1, 2].iter().for_each(|p| raw.extend_from_slice(&p.to_le_bytes()));
         let sealed = c.seal_message(EVICT_TICKET_AD, &raw).unwrap();
         assert!(matches!(e.evict(&mut blocks, &sealed), Err(TeeError::Malformed { .. })));
+    }
+
+    /// Sealed tickets (so they pass authentication, as only a buggy or compromised gateway could
+    /// make them) with random or mutated contents, against random candidates and blocks: the
+    /// enclave answers or refuses with an error, never panics, leaves the blocks of a refused
+    /// eviction untouched, and answers with exactly one sealed block.
+    mod hostile_frames {
+        use super::*;
+        use crate::cipher::QUERY_TICKET_AD;
+        use crate::{EvictTicket, QueryTicket};
+        use proptest::prelude::*;
+
+        const BS: usize = 32;
+
+        fn cells(c: &TeeCipher, n: usize, junk: &[u8]) -> Vec<Vec<u8>> {
+            (0..n)
+                .map(|i| {
+                    let mut cell = c.seal(&[i as u8; 32], &[i as u8; BS]).unwrap();
+                    if let Some(&x) = junk.get(i) {
+                        let at = x as usize % cell.len();
+                        cell[at] ^= x | 1;
+                    }
+                    cell
+                })
+                .collect()
+        }
+
+        /// A valid ticket's plaintext for `n` candidates, then mutated.
+        fn query_plaintext(
+            n: u32,
+            target: u32,
+            counter: u64,
+            flips: &[(usize, u8)],
+            cut: Option<usize>,
+        ) -> Vec<u8> {
+            let t = QueryTicket {
+                stream: [5; 16],
+                query_id: counter,
+                candidates: n.max(1),
+                target: target % n.max(1),
+                ads: (0..n.max(1)).map(|i| [i as u8; 32]).collect(),
+            };
+            let mut b = t.to_bytes().unwrap().to_vec();
+            for &(at, x) in flips {
+                let i = at % b.len();
+                b[i] ^= x;
+            }
+            if let Some(c) = cut {
+                b.truncate(c);
+            }
+            b
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+            #[test]
+            fn sealed_query_tickets_of_any_content_never_panic(
+                n in 0u32..6,
+                given in 0usize..7,
+                target in any::<u32>(),
+                counter in any::<u64>(),
+                flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+                cut in proptest::option::of(0usize..80),
+                random in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..200)),
+                junk in proptest::collection::vec(any::<u8>(), 0..3),
+            ) {
+                let c = TeeCipher::new(&TeeKey::from_bytes([4; 32]), BS);
+                let e = Enclave::new(&TeeKey::from_bytes([4; 32]), BS);
+                let plain = random.unwrap_or_else(|| query_plaintext(n, target, counter, &flips, cut));
+                let sealed = c.seal_message(QUERY_TICKET_AD, &plain).unwrap();
+                let cands = cells(&c, given, &junk);
+                match e.query(&cands, &sealed) {
+                    Ok(answer) => prop_assert_eq!(answer.len(), c.answer_len()),
+                    Err(err) => prop_assert!(!err.to_string().is_empty()),
+                }
+                // The same ticket again is never answered a second time.
+                prop_assert!(e.query(&cands, &sealed).is_err());
+            }
+
+            #[test]
+            fn sealed_evict_tickets_of_any_content_never_panic(
+                perm in proptest::collection::vec(0u32..8, 0..8),
+                given in 0usize..8,
+                round in any::<u64>(),
+                layer in any::<u32>(),
+                flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+                junk in proptest::collection::vec(any::<u8>(), 0..2),
+            ) {
+                let c = TeeCipher::new(&TeeKey::from_bytes([4; 32]), BS);
+                let e = Enclave::new(&TeeKey::from_bytes([4; 32]), BS);
+                let mut raw = vec![9u8; 16];
+                raw.extend_from_slice(&round.to_le_bytes());
+                raw.extend_from_slice(&layer.to_le_bytes());
+                raw.extend_from_slice(&(perm.len() as u32).to_le_bytes());
+                perm.iter().for_each(|p| raw.extend_from_slice(&p.to_le_bytes()));
+                for &(at, x) in &flips {
+                    let i = at % raw.len();
+                    raw[i] ^= x;
+                }
+                let sealed = c.seal_message(EVICT_TICKET_AD, &raw).unwrap();
+                let mut blocks = cells(&c, given, &junk);
+                let before = blocks.clone();
+                match e.evict(&mut blocks, &sealed) {
+                    Ok(()) => {
+                        prop_assert_eq!(blocks.len(), before.len());
+                        prop_assert!(EvictTicket::from_bytes(&raw).is_ok());
+                    }
+                    Err(err) => {
+                        prop_assert!(!err.to_string().is_empty());
+                        prop_assert_eq!(&blocks, &before, "a refused eviction changed the blocks");
+                    }
+                }
+            }
+        }
     }
 }

@@ -46,6 +46,19 @@ pub enum TeeError {
         last_layer: u32,
     },
 
+    /// A query ticket's number is not above the last one answered on its stream: the ticket
+    /// was replayed, or delivered after a later one.
+    #[error(
+        "replayed or reordered query ticket: number {query_id} is not after the last answered \
+         ({last}) on its stream"
+    )]
+    QueryReplay {
+        /// The ticket's number.
+        query_id: u64,
+        /// The last number answered on the stream.
+        last: u64,
+    },
+
     /// An eviction names more blocks than the enclave's pages hold.
     #[error("eviction of {blocks} blocks refused: at most {max} fit the enclave's pages")]
     TooManyBlocks {

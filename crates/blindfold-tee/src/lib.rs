@@ -5,14 +5,14 @@
 //! out of a query's candidates without revealing which, and shuffle and re-encrypt the blocks
 //! of an eviction without revealing how. This crate is that component, plus the gateway's half
 //! of the shared cryptography. It is pure and synchronous: no I/O, no threads, no clock; state
-//! kept between calls is only the eviction replay table. It is written so it could be moved
+//! kept between calls is only the replay tables (of eviction rounds and of query numbers). It is written so it could be moved
 //! into an SGX enclave unchanged in shape: the host hands in byte slices, gets byte slices back.
 //!
 //! # Interface
 //!
 //! | call | paper | does |
 //! |---|---|---|
-//! | [`Enclave::query`]`(candidates, ticket)` | `enclave_query` | obliviously select candidate `target`, strip both layers, check GCM against the ticket's `expected_ad`, return the block sealed to `(stream, query_id)` |
+//! | [`Enclave::query`]`(candidates, ticket)` | `enclave_query` | check the ticket's number is new on its stream, strip both layers of every candidate and check each against its `ad` in the ticket, obliviously select candidate `target`, return the block sealed to `(stream, query_id)` |
 //! | [`Enclave::evict`]`(blocks, ticket)` | `evict` | move block `j` to `perm[j]`, giving every block a fresh outer layer, in place |
 //!
 //! The gateway uses a [`TeeCipher`] built from the same [`TeeKey`] to seal cells
@@ -43,17 +43,31 @@
 //! prk                 = HKDF-Extract(salt = empty, ikm = TeeKey)                 [SHA-256]
 //! k_gcm, k_xor, k_msg = HKDF-Expand(prk, "blindfold tee gcm v1" | "… xor v1" | "… msg v1", 32)
 //! message             = nonce (12, random) || AES-256-GCM(k_msg, nonce, aad, plaintext) || tag
-//!   query ticket  aad = "blindfold-tee query ticket v1"     plaintext = QueryTicket (64 B)
+//!   query ticket  aad = "blindfold-tee query ticket v1"     plaintext = QueryTicket (32 + 32c B)
 //!   evict ticket  aad = "blindfold-tee evict ticket v1"     plaintext = EvictTicket (32 + 4s B)
 //!   answer        aad = "blindfold-tee answer v1" || stream (16) || query_id u64 LE
 //!                                                           plaintext = the block
 //! ```
 //!
 //! One label per kind, so no message is accepted as another kind. The ticket layouts, fixed
-//! and little-endian, are drawn on [`QueryTicket`] and [`EvictTicket`]. An eviction ticket must be strictly newer, as `(round, layer)`, than the last
-//! one accepted on its `stream` ([`TeeError::Replay`]); the table holds at most
-//! [`MAX_STREAMS`] streams and lives in memory only, so a restarted component accepts any
-//! round again (a real enclave would keep it in sealed storage with a monotonic counter).
+//! and little-endian, are drawn on [`QueryTicket`] and [`EvictTicket`].
+//!
+//! # Freshness and binding
+//!
+//! Every ticket carries a counter the component checks, so a captured ticket is used at most
+//! once and never after a later one of its stream: an eviction ticket must be strictly newer,
+//! as `(round, layer)`, than the last one accepted on its `stream` ([`TeeError::Replay`]); a
+//! query ticket's `query_id` must be above the last one answered on its `stream`
+//! ([`TeeError::QueryReplay`]; the gateway keeps one stream per query in flight, so its own
+//! tickets always arrive in order). A query ticket is also bound to its candidates: it holds
+//! the inner-layer associated data of every candidate, and the component answers only if every
+//! candidate opens under its own, so the host cannot learn the target by handing a ticket
+//! other cells (all of them the same cell, say) and watching whether it is answered. The tables
+//! hold at most [`MAX_STREAMS`] streams each and live in memory only, so a restarted component
+//! accepts any number again; the gateway's numbers come from a durable counter and the clock
+//! (see `blindfold_proxy::DurableTee`), but only a real enclave, keeping the tables in sealed
+//! storage with a hardware monotonic counter, could stop a host that restarts it from replaying
+//! tickets to the new instance. Without SGX the host holds the key anyway (below).
 //!
 //! # Threat model
 //!
@@ -70,9 +84,11 @@
 //!
 //! # Why the accesses do not depend on the secrets
 //!
-//! *Query.* Every 32-byte piece of every candidate is read, and the one-block buffer's piece
-//! read and written, in a fixed order; the target is chosen with `subtle`'s constant-time
-//! select over 64-bit words, with no branch on it.
+//! *Query.* Every candidate is opened (every 32-byte piece read) under its own `ad`, in order,
+//! and every piece of its plaintext passed through the one-block buffer, read and written, in
+//! a fixed order; the target is chosen with `subtle`'s constant-time select over 64-bit words,
+//! with no branch on it. Whether a candidate opens depends on the cells handed in, not on the
+//! target.
 //!
 //! *Eviction.* Three structures of page-aligned 4 KiB pages — ORVP (old random vectors), NRVP
 //! (new random vectors), PIECE (the current piece of every output block) — hold a 32-byte
@@ -117,10 +133,15 @@
 //! enclave.evict(&mut cells, &ticket)?;
 //! assert!(matches!(enclave.evict(&mut cells, &ticket), Err(TeeError::Replay { .. })));
 //!
-//! // Query: block 0 is now at position 2; the host learns neither.
-//! let q = QueryTicket { stream, query_id: 1, candidates: 3, target: 2, expected_ad: [0; 32] };
-//! let answer = enclave.query(&cells, &gateway.seal_query(&q)?)?;
+//! // Query: block 0 is now at position 2; the host learns neither. The ticket names what
+//! // every position holds.
+//! let ads = vec![[1; 32], [2; 32], [0; 32]];
+//! let q = QueryTicket { stream, query_id: 1, candidates: 3, target: 2, ads };
+//! let ticket = gateway.seal_query(&q)?;
+//! let answer = enclave.query(&cells, &ticket)?;
 //! assert_eq!(gateway.open_answer(&stream, 1, &answer)?, [0u8; 64]);
+//! // The same ticket again is refused.
+//! assert!(matches!(enclave.query(&cells, &ticket), Err(TeeError::QueryReplay { .. })));
 //! # Ok::<(), TeeError>(())
 //! ```
 

@@ -6,10 +6,10 @@
 //! [`TeeCipher::seal_query`](crate::TeeCipher::seal_query)).
 //!
 //! ```text
-//! query ticket (64 bytes)
-//! offset 0        16          24           28       32            64
-//!        | stream | query_id  | candidates | target | expected_ad |
-//!          16 B     u64 LE      u32 LE       u32 LE   32 B
+//! query ticket (32 + 32·c bytes)
+//! offset 0        16          24           28       32
+//!        | stream | query_id  | candidates | target | ad[0] … ad[c-1] |
+//!          16 B     u64 LE      u32 LE       u32 LE   c × 32 B
 //!
 //! evict ticket (32 + 4·s bytes)
 //! offset 0        16       24       28       32
@@ -23,27 +23,36 @@ use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
 use crate::{TeeError, MAX_EVICT_BLOCKS};
 
-/// Which candidate a query wants, and what the selected block must authenticate as.
+/// Which candidate a query wants, and what every candidate must authenticate as.
 ///
-/// Encoded (before sealing) as 64 bytes:
+/// Encoded (before sealing) as `32 + 32·c` bytes for `c` candidates:
 ///
 /// ```text
-/// offset 0        16          24           28       32            64
-///        | stream | query_id  | candidates | target | expected_ad |
-///          16 B     u64 LE      u32 LE       u32 LE   32 B
+/// offset 0        16          24           28       32
+///        | stream | query_id  | candidates | target | ad[0] … ad[c-1] |
+///          16 B     u64 LE      u32 LE       u32 LE   c × 32 B
 /// ```
+///
+/// `query_id` is the ticket's number in its stream: the trusted component answers a ticket
+/// only if its number is above every number it answered before on that stream, so a captured
+/// ticket is answered at most once, and never after a later one. `ads` binds the ticket to
+/// its candidates: the trusted component opens every candidate under its `ad` and answers only
+/// if all of them authenticate, so a ticket handed other cells (to learn from the answer
+/// whether one of them is the target) is refused whatever the target.
 #[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
 pub struct QueryTicket {
-    /// The gateway's stream (a connection or run) the answer is bound to.
+    /// The gateway's stream the answer is bound to and the numbers are counted on.
     pub stream: [u8; 16],
-    /// The query's number within the stream; the answer is bound to it.
+    /// The query's number within the stream (strictly increasing); the answer is bound to it.
     pub query_id: u64,
-    /// How many candidate cells the host hands in (at least 1).
+    /// How many candidate cells the host hands in (at least 1, at most
+    /// [`QueryTicket::MAX_CANDIDATES`]).
     pub candidates: u32,
     /// Index of the wanted candidate, `< candidates`. Secret.
     pub target: u32,
-    /// The associated data the target's inner layer was sealed with. Secret.
-    pub expected_ad: [u8; 32],
+    /// The associated data each candidate's inner layer was sealed with, in order (one per
+    /// candidate; `ads[target]` is the wanted block's). Secret.
+    pub ads: Vec<[u8; 32]>,
 }
 
 impl fmt::Debug for QueryTicket {
@@ -53,19 +62,34 @@ impl fmt::Debug for QueryTicket {
             .field("query_id", &self.query_id)
             .field("candidates", &self.candidates)
             .field("target", &"<redacted>")
-            .field("expected_ad", &"<redacted>")
+            .field("ads", &"<redacted>")
             .finish()
     }
 }
 
 impl QueryTicket {
-    /// Length of the encoded ticket.
-    pub const LEN: usize = 64;
+    /// Length of the encoded ticket's fixed header.
+    pub const HEADER_LEN: usize = 32;
 
-    /// Checks that the fields fit together: at least one candidate, `target < candidates`.
+    /// Most candidates of one query (a path through a tree of at most this many layers).
+    pub const MAX_CANDIDATES: usize = 4096;
+
+    /// Length of the encoded ticket for `candidates` candidates.
+    pub fn encoded_len(candidates: usize) -> usize {
+        Self::HEADER_LEN + 32 * candidates
+    }
+
+    /// Checks that the fields fit together: at least one and at most
+    /// [`QueryTicket::MAX_CANDIDATES`] candidates, `target < candidates`, one `ad` per candidate.
     pub fn validate(&self) -> Result<(), TeeError> {
         if self.candidates == 0 {
             return Err(TeeError::malformed("query ticket", "no candidates"));
+        }
+        if self.candidates as usize > Self::MAX_CANDIDATES {
+            return Err(TeeError::malformed(
+                "query ticket",
+                format!("{} candidates (at most {})", self.candidates, Self::MAX_CANDIDATES),
+            ));
         }
         if self.target >= self.candidates {
             // Does not print the target: it is secret even when wrong.
@@ -74,35 +98,57 @@ impl QueryTicket {
                 format!("the target is not one of the {} candidates", self.candidates),
             ));
         }
+        if self.ads.len() != self.candidates as usize {
+            return Err(TeeError::malformed(
+                "query ticket",
+                format!("{} candidates but {} associated data", self.candidates, self.ads.len()),
+            ));
+        }
         Ok(())
     }
 
     /// The encoded ticket (see the module docs). Refuses a ticket that does not validate.
-    pub fn to_bytes(&self) -> Result<Zeroizing<[u8; Self::LEN]>, TeeError> {
+    pub fn to_bytes(&self) -> Result<Zeroizing<Vec<u8>>, TeeError> {
         self.validate()?;
-        let mut out = Zeroizing::new([0u8; Self::LEN]);
-        out[..16].copy_from_slice(&self.stream);
-        out[16..24].copy_from_slice(&self.query_id.to_le_bytes());
-        out[24..28].copy_from_slice(&self.candidates.to_le_bytes());
-        out[28..32].copy_from_slice(&self.target.to_le_bytes());
-        out[32..].copy_from_slice(&self.expected_ad);
+        let mut out = Zeroizing::new(Vec::with_capacity(Self::encoded_len(self.ads.len())));
+        out.extend_from_slice(&self.stream);
+        out.extend_from_slice(&self.query_id.to_le_bytes());
+        out.extend_from_slice(&self.candidates.to_le_bytes());
+        out.extend_from_slice(&self.target.to_le_bytes());
+        for ad in &self.ads {
+            out.extend_from_slice(ad);
+        }
         Ok(out)
     }
 
-    /// Parses an encoded ticket: exactly [`QueryTicket::LEN`] bytes that validate.
+    /// Parses an encoded ticket: the header, then exactly one `ad` per candidate, validating.
+    /// The count is checked against the length before anything is allocated for it.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, TeeError> {
-        let b: &[u8; Self::LEN] = bytes.try_into().map_err(|_| {
-            TeeError::malformed(
+        if bytes.len() < Self::HEADER_LEN {
+            return Err(TeeError::malformed(
                 "query ticket",
-                format!("{} bytes, expected {}", bytes.len(), Self::LEN),
-            )
-        })?;
+                format!("{} bytes, shorter than its {}-byte header", bytes.len(), Self::HEADER_LEN),
+            ));
+        }
+        let candidates = u32::from_le_bytes(array(&bytes[24..28]));
+        let c = candidates as usize;
+        if c > Self::MAX_CANDIDATES || bytes.len() != Self::encoded_len(c) {
+            return Err(TeeError::malformed(
+                "query ticket",
+                format!(
+                    "{} bytes for {candidates} candidates (expected {}, at most {} candidates)",
+                    bytes.len(),
+                    Self::encoded_len(c.min(Self::MAX_CANDIDATES)),
+                    Self::MAX_CANDIDATES
+                ),
+            ));
+        }
         let t = Self {
-            stream: array(&b[..16]),
-            query_id: u64::from_le_bytes(array(&b[16..24])),
-            candidates: u32::from_le_bytes(array(&b[24..28])),
-            target: u32::from_le_bytes(array(&b[28..32])),
-            expected_ad: array(&b[32..]),
+            stream: array(&bytes[..16]),
+            query_id: u64::from_le_bytes(array(&bytes[16..24])),
+            candidates,
+            target: u32::from_le_bytes(array(&bytes[28..32])),
+            ads: bytes[Self::HEADER_LEN..].chunks_exact(32).map(array::<32>).collect(),
         };
         t.validate()?;
         Ok(t)
@@ -249,7 +295,7 @@ mod tests {
             query_id: 0x0102_0304_0506_0708,
             candidates: 5,
             target: 4,
-            expected_ad: [9; 32],
+            ads: (0..5).map(|i| [9 + i; 32]).collect(),
         }
     }
 
@@ -257,21 +303,29 @@ mod tests {
     fn query_ticket_layout_round_trips() {
         let t = query();
         let b = t.to_bytes().unwrap();
+        assert_eq!(b.len(), 32 + 5 * 32);
         assert_eq!(&b[16..24], &[8, 7, 6, 5, 4, 3, 2, 1], "little endian");
         assert_eq!(&b[24..32], &[5, 0, 0, 0, 4, 0, 0, 0]);
+        assert_eq!(&b[32..64], &[9; 32]);
+        assert_eq!(&b[160..], &[13; 32]);
         assert_eq!(QueryTicket::from_bytes(&b[..]).unwrap(), t);
-        assert!(QueryTicket::from_bytes(&b[..63]).is_err());
+        assert!(QueryTicket::from_bytes(&b[..b.len() - 1]).is_err());
         let mut long = b.to_vec();
         long.push(0);
         assert!(QueryTicket::from_bytes(&long).is_err());
+        // One ad short of the count, and a count that asks for more than the limit.
+        assert!(QueryTicket { ads: vec![[0; 32]; 4], ..query() }.to_bytes().is_err());
+        let mut huge = b[..32].to_vec();
+        huge[24..28].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(QueryTicket::from_bytes(&huge).is_err());
     }
 
     #[test]
     fn query_ticket_target_must_be_a_candidate() {
         for (candidates, target) in [(0, 0), (5, 5), (5, u32::MAX)] {
-            let t = QueryTicket { candidates, target, ..query() };
+            let t = QueryTicket { candidates, target, ads: query().ads.clone(), ..query() };
             assert!(t.to_bytes().is_err());
-            let mut b = *query().to_bytes().unwrap();
+            let mut b = query().to_bytes().unwrap();
             b[24..28].copy_from_slice(&candidates.to_le_bytes());
             b[28..32].copy_from_slice(&target.to_le_bytes());
             let err = QueryTicket::from_bytes(&b).unwrap_err().to_string();

@@ -117,13 +117,14 @@ fn sealing_is_randomised() {
 
 // ---- query ----
 
+/// A ticket for `n` candidates sealed with `ad(0)`, `ad(1)`, … (as [`cells`] makes them).
 fn query_ticket(c: &TeeCipher, n: usize, target: usize, query_id: u64) -> Vec<u8> {
     c.seal_query(&QueryTicket {
         stream: STREAM,
         query_id,
         candidates: n as u32,
         target: target as u32,
-        expected_ad: ad(target),
+        ads: (0..n).map(ad).collect(),
     })
     .unwrap()
 }
@@ -146,33 +147,80 @@ fn a_tampered_target_is_an_integrity_error() {
     let c = TeeCipher::new(&key(), 64);
     let e = Enclave::new(&key(), 64);
     let (cands, _) = cells(&c, 5, &mut Rng(3));
-    for byte in [0, 31, 32, 50, 100, c.cell_len() - 1] {
+    for (n, byte) in [0, 31, 32, 50, 100, c.cell_len() - 1].into_iter().enumerate() {
         let mut bad = cands.clone();
         bad[2][byte] ^= 1;
-        let err = e.query(&bad, &query_ticket(&c, 5, 2, 1)).unwrap_err();
+        let err = e.query(&bad, &query_ticket(&c, 5, 2, n as u64 + 1)).unwrap_err();
         assert!(err.is_integrity(), "byte {byte}: {err}");
         if (32 + 12..32 + 12 + 64 + 16).contains(&byte) {
-            assert!(err.to_string().contains("selected block"), "{err}");
+            assert!(err.to_string().contains("candidate failed authentication"), "{err}");
         }
     }
     // The target swapped with another cell (a valid cell under another AD).
     let mut swapped = cands.clone();
     swapped.swap(2, 3);
-    assert!(e.query(&swapped, &query_ticket(&c, 5, 2, 1)).unwrap_err().is_integrity());
+    assert!(e.query(&swapped, &query_ticket(&c, 5, 2, 10)).unwrap_err().is_integrity());
 }
 
+/// A ticket is bound to its candidates: any candidate changed, swapped or replaced, target or
+/// not, and the query is refused, so the answer tells the host nothing about the target. In
+/// particular the probe (#43), every candidate replaced by one cell x, is refused for
+/// every x.
 #[test]
-fn tampered_other_candidates_do_not_matter() {
+fn a_ticket_handed_other_cells_is_refused_whatever_the_target() {
+    let c = TeeCipher::new(&key(), 64);
+    let (cands, pts) = cells(&c, 5, &mut Rng(4));
+    let id = std::cell::Cell::new(0);
+    let ask = |cells: &[Vec<u8>], target: usize| {
+        id.set(id.get() + 1);
+        // A fresh component each time: only the cells can make it refuse.
+        Enclave::new(&key(), 64).query(cells, &query_ticket(&c, 5, target, id.get()))
+    };
+    for (target, pt) in pts.iter().enumerate() {
+        for (x, cell) in cands.iter().enumerate() {
+            let err = ask(&vec![cell.clone(); 5], target).unwrap_err();
+            assert!(err.is_integrity(), "target {target}, all candidates = {x}: {err}");
+        }
+        for other in (0..5).filter(|&o| o != target) {
+            let mut bad = cands.clone();
+            bad[other].iter_mut().for_each(|b| *b = !*b);
+            assert!(ask(&bad, target).unwrap_err().is_integrity(), "{target} {other}");
+        }
+        let answer = ask(&cands, target).unwrap();
+        assert_eq!(&c.open_answer(&STREAM, id.get(), &answer).unwrap(), pt);
+    }
+}
+
+/// Every query ticket is answered at most once and only in order: a replayed ticket, and the
+/// earlier of two delivered out of order, are refused with a replay error; other streams have
+/// numbers of their own.
+#[test]
+fn query_tickets_are_answered_once_and_in_order() {
     let c = TeeCipher::new(&key(), 64);
     let e = Enclave::new(&key(), 64);
-    let (mut cands, pts) = cells(&c, 5, &mut Rng(4));
-    for (i, cell) in cands.iter_mut().enumerate() {
-        if i != 1 {
-            cell.iter_mut().for_each(|b| *b = !*b);
-        }
-    }
-    let answer = e.query(&cands, &query_ticket(&c, 5, 1, 9)).unwrap();
-    assert_eq!(c.open_answer(&STREAM, 9, &answer).unwrap(), pts[1]);
+    let (cands, _) = cells(&c, 3, &mut Rng(12));
+    let first = query_ticket(&c, 3, 0, 5);
+    let second = query_ticket(&c, 3, 1, 6);
+    e.query(&cands, &second).unwrap();
+    let err = e.query(&cands, &first).unwrap_err();
+    assert!(matches!(err, TeeError::QueryReplay { query_id: 5, last: 6 }), "{err}");
+    assert!(err.to_string().contains("replayed or reordered"), "{err}");
+    let err = e.query(&cands, &second).unwrap_err();
+    assert!(matches!(err, TeeError::QueryReplay { query_id: 6, last: 6 }), "{err}");
+    e.query(&cands, &query_ticket(&c, 3, 2, 7)).unwrap();
+    // Another stream counts on its own.
+    let other = QueryTicket {
+        stream: [1; 16],
+        query_id: 1,
+        candidates: 3,
+        target: 0,
+        ads: (0..3).map(ad).collect(),
+    };
+    e.query(&cands, &c.seal_query(&other).unwrap()).unwrap();
+    // A refusal for the ticket's shape does not use up its number.
+    let next = query_ticket(&c, 3, 0, 8);
+    assert!(matches!(e.query(&cands[..2], &next), Err(TeeError::Malformed { .. })));
+    e.query(&cands, &next).unwrap();
 }
 
 #[test]
@@ -197,7 +245,8 @@ fn query_refuses_bad_tickets_and_shapes() {
     let evict =
         c.seal_evict(&EvictTicket { stream: STREAM, round: 0, layer: 0, perm: vec![0, 1, 2, 3] });
     assert!(e.query(&cands, &evict.unwrap()).unwrap_err().is_integrity());
-    let answer = e.query(&cands, &good).unwrap();
+    // (`good` was answered above: an answer needs a ticket with a new number.)
+    let answer = e.query(&cands, &query_ticket(&c, 4, 0, 3)).unwrap();
     assert!(e.query(&cands, &answer).unwrap_err().is_integrity(), "an answer is not a ticket");
 
     // Shapes: candidate count, cell length.
@@ -206,9 +255,14 @@ fn query_refuses_bad_tickets_and_shapes() {
     let mut short = cands.clone();
     short[3].pop();
     assert!(matches!(e.query(&short, &good), Err(TeeError::Malformed { .. })));
-    // Wrong expected AD: the target opens under another AD only.
-    let t =
-        QueryTicket { stream: STREAM, query_id: 1, candidates: 4, target: 0, expected_ad: ad(1) };
+    // Wrong ads: the candidates open under other ads only.
+    let t = QueryTicket {
+        stream: STREAM,
+        query_id: 4,
+        candidates: 4,
+        target: 0,
+        ads: vec![ad(1), ad(2), ad(3), ad(0)],
+    };
     assert!(e.query(&cands, &c.seal_query(&t).unwrap()).unwrap_err().is_integrity());
 }
 
@@ -238,7 +292,8 @@ fn query_touches_the_same_pieces_whatever_the_target() {
     let mut traces = Vec::new();
     for target in 0..n {
         let mut trace = Vec::new();
-        e.query_traced(&cands, &query_ticket(&c, n, target, 1), &mut |a| trace.push(a)).unwrap();
+        let ticket = query_ticket(&c, n, target, target as u64 + 1);
+        e.query_traced(&cands, &ticket, &mut |a| trace.push(a)).unwrap();
         traces.push(trace);
     }
     let cell_reads = |t: &[Access]| t.iter().filter(|a| matches!(a, Access::Cell { .. })).count();
@@ -404,7 +459,7 @@ fn evict_refuses_bad_shapes_and_tickets() {
         query_id: 0,
         candidates: 4,
         target: 0,
-        expected_ad: ad(0),
+        ads: (0..4).map(ad).collect(),
     });
     assert!(e.evict(&mut blocks, &q.unwrap()).unwrap_err().is_integrity());
     assert_eq!(blocks, before, "nothing was changed by refused calls");

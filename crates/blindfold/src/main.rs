@@ -117,7 +117,8 @@ struct ClusterCertsArgs {
     #[arg(long)]
     out: PathBuf,
     /// The nodes' hosts (names or IP addresses, `host:port` accepted), comma-separated, in the
-    /// order of the `node-1`, `node-2`, … directories.
+    /// order of the `node-1`, `node-2`, … directories. Each node's certificate is for a name of
+    /// its own (`node-<i>.blindfold`), so several nodes may share a host.
     #[arg(long, value_delimiter = ',', required = true)]
     nodes: Vec<String>,
 }
