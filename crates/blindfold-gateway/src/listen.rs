@@ -10,7 +10,7 @@
 //!   `header_read_timeout`): a client that sends half a header is cut off.
 //! - **An idle deadline** ([`Limits::idle_timeout`]): a connection on which no byte moves either
 //!   way while no request of it is being answered is closed. A request the gateway is working on
-//!   (a large PUT being committed, say) is never cut by it.
+//!   (a large PUT being committed, a response body it is still producing) is never cut by it.
 //! - **Backoff when `accept` fails** (out of file descriptors, say): the loop sleeps from 5 ms
 //!   doubling to a second instead of spinning, and says so at most once every
 //!   [`LogThrottle`] period with a count of what it left out, so the log stays small.
@@ -344,23 +344,52 @@ impl Drop for Busy {
     }
 }
 
-impl<S, R> hyper::service::Service<R> for Counted<S>
+impl<S, R, B> hyper::service::Service<R> for Counted<S>
 where
-    S: hyper::service::Service<R>,
+    S: hyper::service::Service<R, Response = hyper::Response<B>>,
     S::Future: Send + 'static,
+    B: Send + 'static,
 {
-    type Response = S::Response;
+    type Response = hyper::Response<CountedBody<B>>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
     fn call(&self, req: R) -> Self::Future {
         self.busy.fetch_add(1, Ordering::AcqRel);
         let busy = Busy(Arc::clone(&self.busy));
         let fut = self.inner.call(req);
         Box::pin(async move {
-            let _busy = busy;
-            fut.await
+            let response = fut.await?;
+            // Counted until hyper has sent (or dropped) the whole body.
+            Ok(response.map(|inner| CountedBody { inner: Box::pin(inner), _busy: busy }))
         })
+    }
+}
+
+/// A response body that keeps its request counted (see [`Counted`]) until it is sent or
+/// dropped, so a body the gateway is still producing is never cut as idle.
+struct CountedBody<B> {
+    inner: Pin<Box<B>>,
+    _busy: Busy,
+}
+
+impl<B: hyper::body::Body> hyper::body::Body for CountedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        self.inner.as_mut().poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -476,6 +505,65 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// A listener with a one-second idle timeout whose one route answers after `delay`, with a
+    /// body of two chunks `gap` apart; what a client reads from it.
+    async fn slow_answer(delay: Duration, gap: Duration) -> String {
+        use http_body_util::StreamBody;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits::new(8, Duration::from_secs(5), Duration::from_secs(1));
+        let make_svc = move || {
+            hyper::service::service_fn(move |_req| async move {
+                tokio::time::sleep(delay).await;
+                let chunks = futures::stream::unfold(0u8, move |i| async move {
+                    match i {
+                        0 => Some((
+                            Ok::<_, std::io::Error>(hyper::body::Frame::data(
+                                bytes::Bytes::from_static(b"first "),
+                            )),
+                            1,
+                        )),
+                        1 => {
+                            tokio::time::sleep(gap).await;
+                            Some((
+                                Ok(hyper::body::Frame::data(bytes::Bytes::from_static(b"last"))),
+                                2,
+                            ))
+                        }
+                        _ => None,
+                    }
+                });
+                Ok::<_, std::convert::Infallible>(hyper::Response::new(StreamBody::new(chunks)))
+            })
+        };
+        tokio::spawn(async move {
+            accept_until(&listener, None, &limits, "test", make_svc, std::future::pending()).await
+        });
+        let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+        sock.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Whether `text` is the whole chunked answer (both chunks and the last, empty one).
+    fn whole(text: &str) -> bool {
+        text.starts_with("HTTP/1.1 200")
+            && text.contains("first ")
+            && text.ends_with("last\r\n0\r\n\r\n")
+    }
+
+    #[tokio::test]
+    async fn a_request_being_answered_is_never_cut_as_idle() {
+        // Two seconds before the answer, then two seconds inside its body: both longer than
+        // the idle timeout, with no byte moving.
+        let text = slow_answer(Duration::from_secs(2), Duration::ZERO).await;
+        assert!(whole(&text), "{text:?}");
+        let text = slow_answer(Duration::ZERO, Duration::from_secs(2)).await;
+        assert!(whole(&text), "{text:?}");
+    }
 
     #[test]
     fn a_throttle_lets_one_line_through_per_period_and_counts_the_rest() {
