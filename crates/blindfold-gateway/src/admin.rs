@@ -111,11 +111,6 @@ impl AdminAuth {
         Ok(Self { credentials, token })
     }
 
-    /// Whether an admin token is configured.
-    pub fn has_token(&self) -> bool {
-        self.token.is_some()
-    }
-
     /// Whether `authorization` (the header's value) grants access.
     pub fn allows(&self, authorization: Option<&str>) -> bool {
         let Some(value) = authorization else { return false };

@@ -411,6 +411,29 @@ impl<T> Watched<T> {
         self.deadline.as_mut().reset(tokio::time::Instant::now() + self.idle);
     }
 
+    /// What a read or write of the inner stream (`polled`) becomes: a result that `progressed`
+    /// (moved bytes) restarts the idle time; a pending one fails once the connection has been
+    /// idle too long.
+    fn settle<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<R>>,
+        progressed: impl FnOnce(&std::io::Result<R>) -> bool,
+    ) -> Poll<std::io::Result<R>> {
+        match polled {
+            Poll::Ready(r) => {
+                if progressed(&r) {
+                    self.moved();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => match self.check_idle(cx) {
+                Ok(()) => Poll::Pending,
+                Err(e) => Poll::Ready(Err(e)),
+            },
+        }
+    }
+
     /// On a pending read or write: `Err` once the connection has been idle too long.
     fn check_idle(&mut self, cx: &mut Context<'_>) -> std::io::Result<()> {
         if self.busy.load(Ordering::Acquire) > 0 {
@@ -435,19 +458,15 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
-        match Pin::new(&mut self.inner).poll_read(cx, buf) {
-            Poll::Ready(r) => {
-                if buf.filled().len() > before {
-                    self.moved();
-                }
-                Poll::Ready(r)
-            }
-            Poll::Pending => match self.check_idle(cx) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-        }
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let grew = buf.filled().len() > before;
+        self.settle(cx, polled, |_| grew)
     }
+}
+
+/// Whether a write moved bytes.
+fn wrote(r: &std::io::Result<usize>) -> bool {
+    r.as_ref().is_ok_and(|&n| n > 0)
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
@@ -456,18 +475,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Ready(r) => {
-                if r.as_ref().is_ok_and(|&n| n > 0) {
-                    self.moved();
-                }
-                Poll::Ready(r)
-            }
-            Poll::Pending => match self.check_idle(cx) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-        }
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.settle(cx, polled, wrote)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -483,18 +492,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(r) => {
-                if r.as_ref().is_ok_and(|&n| n > 0) {
-                    self.moved();
-                }
-                Poll::Ready(r)
-            }
-            Poll::Pending => match self.check_idle(cx) {
-                Ok(()) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            },
-        }
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.settle(cx, polled, wrote)
     }
 
     fn is_write_vectored(&self) -> bool {
