@@ -39,7 +39,10 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Connections the admin listener serves at once.
 pub const ADMIN_MAX_CONNECTIONS: usize = 64;
 /// Refusals (503 answers) being written at once; past this a refused connection is just closed.
-const MAX_REFUSING: usize = 64;
+const MAX_REFUSING: usize = 256;
+/// How long a refusal waits for the rest of what its client sent before closing (a client that
+/// never stops sending holds its place no longer).
+const REFUSAL_LINGER: Duration = Duration::from_millis(250);
 /// Longest sleep between two failing `accept` calls.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -214,7 +217,7 @@ pub async fn accept_until<F, S, B>(
 }
 
 /// Answers a connection past the limit with a 503 (in the clear) and closes it, on a task of
-/// its own bounded by [`MAX_REFUSING`] and a second; past that bound it is just closed.
+/// its own bounded by [`MAX_REFUSING`] and [`REFUSAL_LINGER`]; past that bound it is just closed.
 fn refuse(socket: tokio::net::TcpStream, tls: bool, refusing: &Arc<Semaphore>) {
     let Ok(permit) = Arc::clone(refusing).try_acquire_owned() else { return };
     if tls {
@@ -230,11 +233,17 @@ fn refuse(socket: tokio::net::TcpStream, tls: bool, refusing: &Arc<Semaphore>) {
              Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
-        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let answered = tokio::time::timeout(REFUSAL_LINGER, async {
             socket.write_all(reply.as_bytes()).await?;
-            socket.shutdown().await?;
-            // Read what the client sent, so that closing does not reset the connection before it
-            // reads the answer.
+            socket.shutdown().await
+        })
+        .await;
+        if !matches!(answered, Ok(Ok(()))) {
+            return;
+        }
+        // Read what the client sent, so that closing does not reset the connection before it
+        // reads the answer.
+        let _ = tokio::time::timeout(REFUSAL_LINGER, async {
             let mut sink = [0u8; 4096];
             while socket.read(&mut sink).await? > 0 {}
             Ok::<_, std::io::Error>(())
