@@ -46,7 +46,7 @@ pub enum GatewayError {
     Body(String),
     /// The ORAM engine failed (storage error, integrity violation, …).
     #[error(transparent)]
-    Engine(#[from] ProxyError),
+    Engine(ProxyError),
     /// The directory database failed.
     #[error("directory database error: {0}")]
     Directory(String),
@@ -56,6 +56,16 @@ pub enum GatewayError {
     /// Configuration or data-directory problem.
     #[error("{0}")]
     Config(String),
+}
+
+impl From<ProxyError> for GatewayError {
+    /// An engine's refusal of its parameters stays a configuration problem of the gateway's.
+    fn from(e: ProxyError) -> Self {
+        match e {
+            ProxyError::Config(message) => GatewayError::Config(message),
+            other => GatewayError::Engine(other),
+        }
+    }
 }
 
 impl GatewayError {

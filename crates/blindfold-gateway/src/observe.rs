@@ -16,6 +16,8 @@
 //! which the operator starts on purpose, which lives in the gateway's memory only, and which
 //! the admin listener shows only to a caller holding the credentials.
 
+pub use blindfold_proxy::catalogue::PhysicalView;
+pub use blindfold_proxy::engine::EngineGauges;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,68 +50,6 @@ pub const WINDOW_REPORT_EVERY: Duration = Duration::from_millis(250);
 pub const UNIFORMITY_BINS: u64 = 32;
 /// Points of dashboard history (one per second).
 pub const HISTORY_POINTS: usize = 600;
-
-/// How the store's cells map to what a request targets, for the uniformity test.
-///
-/// A tree ORAM reads whole paths: every path touches the root, so raw cell counts are never
-/// uniform; what must look uniform is the leaf each path reaches. A flat store (no ORAM) is
-/// targeted cell by cell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum PhysicalView {
-    /// A binary tree of buckets, one cell per bucket, heap order, data tree first; a two-slot
-    /// store keeps the second copies after the first `copy_cells`.
-    Tree {
-        /// Cells of one copy of the trees.
-        copy_cells: u64,
-        /// Leaves of the data tree.
-        leaves: u64,
-    },
-    /// A binary tree stored in groups of several levels per cell ([`blindfold_proxy::Packing`]),
-    /// two-slot: a path reads one group per band; the target is the group of the bottom band
-    /// it reaches (`first .. first + groups` in either copy).
-    Groups {
-        /// Cells of one copy (the number of groups).
-        copy_cells: u64,
-        /// First group of the bottom band.
-        first: u64,
-        /// Groups of the bottom band.
-        groups: u64,
-    },
-    /// One cell per block.
-    Flat {
-        /// Cells.
-        cells: u64,
-    },
-}
-
-impl PhysicalView {
-    /// Number of distinct targets (leaves, or cells).
-    pub fn targets(&self) -> u64 {
-        match *self {
-            Self::Tree { leaves, .. } => leaves,
-            Self::Groups { groups, .. } => groups,
-            Self::Flat { cells } => cells,
-        }
-    }
-
-    /// The target a read of `cell` reaches, if the cell says (a leaf bucket of the data tree,
-    /// or any cell of a flat store).
-    pub fn target_of(&self, cell: CellId) -> Option<u64> {
-        match *self {
-            Self::Tree { copy_cells, leaves } => {
-                let c = if copy_cells == 0 { cell.0 } else { cell.0 % copy_cells };
-                let first_leaf = leaves - 1;
-                (c >= first_leaf && c < first_leaf + leaves).then(|| c - first_leaf)
-            }
-            Self::Groups { copy_cells, first, groups } => {
-                let c = cell.0 % copy_cells.max(1);
-                (c >= first && c < first + groups).then(|| c - first)
-            }
-            Self::Flat { cells } => (cell.0 < cells).then_some(cell.0),
-        }
-    }
-}
 
 /// Pearson's chi-square test of `counts` against the uniform distribution.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq)]
@@ -179,19 +119,6 @@ struct InfoLabels {
 
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_25, 2.0, 18))
-}
-
-/// Engine state read when the metrics are scraped.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct EngineGauges {
-    /// Blocks in the stash now.
-    pub stash: u64,
-    /// Largest stash seen.
-    pub stash_max: u64,
-    /// Buckets held in the concurrent engine's subtree now (0 for Path ORAM).
-    pub subtree: u64,
-    /// Bytes of trusted memory the engine's state takes.
-    pub trusted_bytes: u64,
 }
 
 /// Prices the store traffic so far: `(provider id, dollars of requests and transfer for these

@@ -22,25 +22,27 @@ use std::task::{Context, Poll};
 use blindfold_crypto::{
     create_key_file, load_key_file, CellAd, CellSealer, MasterKey, Passphrase, StoreId,
 };
-use blindfold_oram::oblivistore::ObliviStoreConfig;
-use blindfold_oram::tee::TeeOramConfig;
-use blindfold_oram::{PathOramConfig, PosMapMode};
-use blindfold_proxy::{
-    DurableObliviStore, DurablePathOram, DurableTao, DurableTee, SealedDirect, SealedPathOram,
-    TaoConfig,
-};
+use blindfold_proxy::{DurableTao, SealedDirect};
 use blindfold_store::{open_store, StoreUrl};
 use serde::{Deserialize, Serialize};
 
+use blindfold_proxy::catalogue::EngineStore;
+pub use blindfold_proxy::catalogue::{
+    cache_levels_for, cached_bytes, cached_bytes_of, default_cache_mib, engine_cells,
+    oblivistore_cells, oblivistore_config, oram_array, oram_config, oram_geometry, physical_view,
+    tao_config, tao_pinned_for, tee_config, OramEngine, CURIOUS_B, CURIOUS_Z, DEFAULT_CACHE_MIB,
+    PARAMS_VERSION, PATH_ORAM_CACHE_MIB, S3_CACHE_MIB, TAO_WRITE_BACK_EVERY,
+};
+/// The public parameters of a data directory (its `gateway.json`): see
+/// [`blindfold_proxy::EngineParams`].
+pub type GatewayParams = blindfold_proxy::EngineParams;
+
 use crate::directory::Directory;
-use crate::engine::{DirectEngine, Serialized, SharedEngine};
+use crate::engine::{DirectEngine, SharedEngine};
 use crate::objects::ObjectLayer;
 use crate::observe::{Observer, PhysicalView};
 use crate::s3::Gateway;
 use crate::{GatewayError, Result};
-
-/// Name of the store array holding the ORAM.
-const ARRAY: &str = "oram";
 
 /// How to start a gateway.
 #[derive(Clone, Debug)]
@@ -76,163 +78,6 @@ pub struct ServeConfig {
     /// (1: a bucket per object; 2 or more: subtrees of that many levels, see
     /// `blindfold_proxy::PackedStore`). Used when creating.
     pub pack_levels: u32,
-}
-
-/// The oblivious engine under the object layer, fixed when a data directory is created.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OramEngine {
-    /// The TaoStore-style concurrent engine ([`DurableTao`]): many block accesses in flight at
-    /// once. The default.
-    #[default]
-    Tao,
-    /// The sequential crash-consistent Path ORAM ([`DurablePathOram`]): one access at a time,
-    /// paths of a batch fetched together; can keep the top of the tree in trusted memory.
-    PathOram,
-    /// The TEE-assisted engine of seed 004 ([`DurableTee`]): an m-ary tree whose queries and
-    /// evictions a trusted component beside the store carries out; the gateway keeps the
-    /// index and the blocks waiting to go back. With a local store the trusted component runs
-    /// in the gateway's process; with `remote://` in the storage server's (`blindfold enclave`).
-    Tee,
-    /// ObliviStore (seed 001, [`DurableObliviStore`]): about √N partitions, each a levelled
-    /// hierarchical ORAM shuffled in the background; requests to different partitions run at
-    /// once. Keeps the position map and an eviction cache in trusted memory.
-    ObliviStore,
-    /// CURIOUS (seed 003 §3.10.2) over ObliviStore's levelled partitions
-    /// ([`DurableObliviStore`] in CURIOUS's setting): every access touches exactly one
-    /// partition, its read followed by one eviction into it carrying up to `b` = 3 blocks.
-    Curious,
-    /// CURIOUS over Path ORAM partitions ([`DurableObliviStore`] with
-    /// [`ObliviStoreConfig::curious_path`]): every access reads one whole path of one
-    /// partition's tree (buckets of `z` = 5) and writes it back with up to `b` = 3 more blocks.
-    CuriousPath,
-}
-
-impl OramEngine {
-    /// Whether `blindfold grow`, `recover` and key rotation can rebuild this engine's store.
-    pub fn can_rebuild(self) -> bool {
-        !matches!(self, Self::Tee)
-    }
-}
-
-impl std::str::FromStr for OramEngine {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "tao" => Ok(Self::Tao),
-            "path" | "path-oram" => Ok(Self::PathOram),
-            "tee" => Ok(Self::Tee),
-            "oblivistore" => Ok(Self::ObliviStore),
-            "curious" => Ok(Self::Curious),
-            "curious-path" => Ok(Self::CuriousPath),
-            other => Err(format!(
-                "unknown engine {other:?} (use tao, path-oram, tee, oblivistore, curious or \
-                 curious-path)"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for OramEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Tao => "tao",
-            Self::PathOram => "path-oram",
-            Self::Tee => "tee",
-            Self::ObliviStore => "oblivistore",
-            Self::Curious => "curious",
-            Self::CuriousPath => "curious-path",
-        })
-    }
-}
-
-/// Paths the TaoStore engine fetches between two write-backs.
-pub const TAO_WRITE_BACK_EVERY: usize = 40;
-
-fn path_oram_engine() -> OramEngine {
-    OramEngine::PathOram
-}
-
-/// Default of [`ServeConfig::cache_mib`] for the default engine, `tao`, but on `s3://` stores
-/// ([`default_cache_mib`]).
-pub const DEFAULT_CACHE_MIB: u64 = 128;
-
-/// Default of [`ServeConfig::cache_mib`] for `path-oram` (and the engines that keep no tree top).
-pub const PATH_ORAM_CACHE_MIB: u64 = 32;
-
-/// Default of [`ServeConfig::cache_mib`] for `tao` on an `s3://` store.
-pub const S3_CACHE_MIB: u64 = 256;
-
-/// Default of [`ServeConfig::cache_mib`] for `engine` over `store` (`None`: local files),
-/// chosen by measurement (`bench gateway`, full mix, README): `tao` keeps the cached top open
-/// and checkpoints it by block, so 128 MiB cuts its store traffic from 38 to 23 bytes per
-/// logical byte at no cost in throughput; on an `s3://` store, which bills every request and
-/// every byte out, 256 MiB took the full mix on MinIO from 13.6 to 9.2 times the plain
-/// gateway's dollars at AWS list prices. `path-oram` keeps its cache sealed and slowed down
-/// with 128 MiB (10.2 → 6.5 ops/s), so it stays at 32 MiB.
-pub fn default_cache_mib(engine: OramEngine, store: Option<&StoreUrl>) -> u64 {
-    match (engine, store) {
-        (OramEngine::Tao, Some(StoreUrl::S3 { .. })) => S3_CACHE_MIB,
-        (OramEngine::Tao, _) => DEFAULT_CACHE_MIB,
-        _ => PATH_ORAM_CACHE_MIB,
-    }
-}
-
-/// Format version of new data directories (see [`GatewayParams::version`]).
-pub const PARAMS_VERSION: u32 = 2;
-
-/// Public parameters fixed when a data directory is created.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct GatewayParams {
-    /// Always "blindfold-gateway".
-    pub format: String,
-    /// Format version: 1 = the ORAM's store holds one copy of each cell, overwritten in place
-    /// (commits log every cell first); 2 = two slots per cell (commits write the free slot
-    /// and log only which cells moved; see `blindfold_proxy::SlottedStore`). New directories
-    /// are made at [`PARAMS_VERSION`]; older ones keep their layout.
-    pub version: u32,
-    /// The store URL (display form).
-    pub store: String,
-    /// Store id (hex), bound into every seal.
-    pub store_id: String,
-    /// ORAM block size.
-    pub block_size: u32,
-    /// ORAM capacity in blocks.
-    pub blocks: u64,
-    /// Slots per bucket.
-    pub z: u32,
-    /// Whether object sizes are padded.
-    pub pad_objects: bool,
-    /// Top levels of the ORAM tree kept in trusted memory (0 in directories made before
-    /// this option existed, and with the TaoStore engine before format version 2).
-    #[serde(default)]
-    pub cache_levels: u32,
-    /// With the TaoStore engine: buckets of the tree kept in trusted memory, in heap order —
-    /// the `cache_levels` whole levels and the left part of the next one, as many as fit the
-    /// memory budget (0 in directories made before partial levels: `cache_levels` whole
-    /// levels then).
-    #[serde(default)]
-    pub cache_cells: u64,
-    /// With the TaoStore engine: levels of the tree per store object (0 or 1: a bucket per
-    /// object, as every directory made before packing; see `blindfold_proxy::PackedStore`).
-    #[serde(default)]
-    pub pack_levels: u32,
-    /// The ORAM engine (directories made before there was a choice use Path ORAM).
-    #[serde(default = "path_oram_engine")]
-    pub engine: OramEngine,
-    /// Which store array holds the ORAM: `oram` for generation 0, `oram.g<N>` after the
-    /// `N`-th `recover`, which rebuilds the tree into a new array (see [`oram_array`]).
-    #[serde(default)]
-    pub generation: u32,
-}
-
-/// Name of the store array holding the ORAM of `generation`.
-pub fn oram_array(generation: u32) -> String {
-    if generation == 0 {
-        ARRAY.to_owned()
-    } else {
-        format!("{ARRAY}.g{generation}")
-    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -360,246 +205,6 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     let whole = int.checked_mul(mult).ok_or_else(too_large)?;
     let part = frac_n * mult / 10u128.pow(frac.len() as u32);
     u64::try_from(whole + part).map_err(|_| too_large())
-}
-
-pub(crate) fn tao_config(params: &GatewayParams) -> Result<TaoConfig> {
-    TaoConfig::builder(params.blocks, params.block_size)
-        .z(params.z)
-        .write_back_every(TAO_WRITE_BACK_EVERY)
-        .build()
-        .map_err(|e| GatewayError::Config(e.to_string()))
-}
-
-/// The TEE engine's tree: rounds of `blocks / 64` queries (8 to the engine's default 450), arity 8,
-/// halved until what one layer of a round works on (three buffers of a node and the blocks
-/// coming down, plus the blocks that go up) fits a storage server's default 64 MiB frames.
-pub(crate) fn tee_config(params: &GatewayParams) -> Result<TeeOramConfig> {
-    let mut k =
-        (params.blocks / 64).clamp(8, u64::from(blindfold_oram::tee::DEFAULT_ROUND_QUERIES)) as u32;
-    let cell = blindfold_tee::cell_len(params.block_size as usize) as u64;
-    loop {
-        let config = TeeOramConfig::builder(params.blocks, params.block_size)
-            .round_queries(k)
-            .build()
-            .map_err(|e| GatewayError::Config(e.to_string()))?;
-        let z = u64::from(config.node_slots().max(config.leaf_slots()));
-        let c = u64::from(config.round_blocks());
-        if (3 * (z + c) + c) * cell <= 48 << 20 || k <= 8 {
-            return Ok(config);
-        }
-        k /= 2;
-    }
-}
-
-/// CURIOUS's `b`: blocks one eviction carries at most (the thesis ran b = 3).
-pub const CURIOUS_B: u32 = 3;
-
-/// CURIOUS's `z`: slots per bucket of its Path ORAM sub-ORAM (the thesis ran z = 5).
-pub const CURIOUS_Z: u32 = 5;
-
-/// The partitions of the ObliviStore and CURIOUS engines: the defaults of
-/// [`ObliviStoreConfig::new`] and [`ObliviStoreConfig::curious`].
-pub(crate) fn oblivistore_config(params: &GatewayParams) -> Result<ObliviStoreConfig> {
-    if params.engine == OramEngine::Curious {
-        ObliviStoreConfig::curious(params.blocks, params.block_size, CURIOUS_B)
-    } else if params.engine == OramEngine::CuriousPath {
-        ObliviStoreConfig::curious_path(params.blocks, params.block_size, CURIOUS_B, CURIOUS_Z)
-    } else {
-        ObliviStoreConfig::new(params.blocks, params.block_size)
-    }
-    .map_err(|e| GatewayError::Config(e.to_string()))
-}
-
-/// Cells of the ObliviStore engine's store.
-fn oblivistore_cells(params: &GatewayParams) -> Result<u64> {
-    oblivistore_config(params)?
-        .total_cells()
-        .ok_or_else(|| GatewayError::Config("too many cells for one store".into()))
-}
-
-pub(crate) fn oram_config(params: &GatewayParams) -> Result<PathOramConfig> {
-    // Keep at most 2^16 position-map entries in memory; bigger maps are stored recursively.
-    let posmap = if params.blocks > 1 << 20 {
-        PosMapMode::Recursive { max_in_memory_entries: 1 << 16 }
-    } else {
-        PosMapMode::InMemory
-    };
-    PathOramConfig::builder(params.blocks, params.block_size)
-        .z(params.z)
-        .posmap(posmap)
-        .cache_levels(params.cache_levels)
-        .build()
-        .map_err(|e| GatewayError::Config(e.to_string()))
-}
-
-/// What the operator's recordings show of the ORAM's store array (see [`PhysicalView`]).
-pub(crate) fn physical_view(params: &GatewayParams) -> Result<PhysicalView> {
-    let (copy_cells, leaves) = match params.engine {
-        OramEngine::PathOram => {
-            let config = oram_config(params)?;
-            (config.total_cells(), config.trees()[0].shape.leaves())
-        }
-        OramEngine::Tao if params.two_slots() && params.tao_pack_levels() > 1 => {
-            let t = tao_config(params)?;
-            let p = blindfold_proxy::Packing::new(t.shape().levels(), params.tao_pack_levels())
-                .map_err(|e| GatewayError::Config(e.to_string()))?;
-            let (first, groups) = p.bottom_groups();
-            return Ok(PhysicalView::Groups { copy_cells: p.groups(), first, groups });
-        }
-        OramEngine::Tao => {
-            let t = tao_config(params)?;
-            (t.tree().total_cells(), t.shape().leaves())
-        }
-        OramEngine::Tee => {
-            return Ok(PhysicalView::Flat { cells: tee_config(params)?.total_cells() })
-        }
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            return Ok(PhysicalView::Flat { cells: oblivistore_cells(params)? })
-        }
-    };
-    Ok(PhysicalView::Tree { copy_cells, leaves })
-}
-
-/// Logical cells of the gateway's ORAM engine (one copy of each).
-pub(crate) fn engine_cells(params: &GatewayParams) -> Result<u64> {
-    Ok(match params.engine {
-        OramEngine::PathOram => oram_config(params)?.total_cells(),
-        OramEngine::Tao => tao_config(params)?.tree().total_cells(),
-        OramEngine::Tee => tee_config(params)?.total_cells(),
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            oblivistore_cells(params)?
-        }
-    })
-}
-
-/// The store shape of the gateway's ORAM engine.
-pub(crate) fn oram_geometry(params: &GatewayParams) -> Result<blindfold_store::Geometry> {
-    Ok(match (params.engine, params.two_slots()) {
-        (OramEngine::PathOram, true) => DurablePathOram::geometry(&oram_config(params)?)?,
-        (OramEngine::PathOram, false) => SealedPathOram::geometry(&oram_config(params)?)?,
-        (OramEngine::Tao, true) => {
-            DurableTao::packed_geometry(&tao_config(params)?, params.tao_pack_levels())?
-        }
-        (OramEngine::Tao, false) => tao_config(params)?.geometry()?,
-        (OramEngine::Tee, _) => DurableTee::geometry(&tee_config(params)?)?,
-        (OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath, _) => {
-            DurableObliviStore::geometry(&oblivistore_config(params)?)?
-        }
-    })
-}
-
-impl GatewayParams {
-    /// Whether the ORAM's store holds two slots per cell (format version 2 and later).
-    pub fn two_slots(&self) -> bool {
-        self.version >= 2
-    }
-}
-
-/// The most top levels of the data tree whose buckets fit in `budget` bytes, leaving at least
-/// one level in the store. Each cached level halves nothing but saves one bucket read and
-/// write per access, and costs twice the memory of the one above it.
-fn cache_levels_for(params: &GatewayParams, budget: u64) -> Result<u32> {
-    let config = oram_config(&GatewayParams { cache_levels: 0, ..params.clone() })?;
-    let levels = config.trees()[0].shape.levels();
-    let bucket = config.bucket_bytes() as u64;
-    let mut l = 0;
-    while l + 1 < levels && ((1u64 << (l + 1)) - 1).saturating_mul(bucket) <= budget {
-        l += 1;
-    }
-    Ok(l)
-}
-
-/// The TaoStore engine's tree top for a memory budget of `budget` bytes: as many buckets in
-/// heap order as fit (each costs its sealed cell's size), the leaves left in the store; and the
-/// whole levels among them. A budget between two whole levels pins the left part of the next:
-/// paths to the leaves below it skip one more bucket in the store.
-fn tao_pinned_for(params: &GatewayParams, budget: u64) -> Result<(u32, u64)> {
-    let t = tao_config(params)?;
-    let cell = u64::from(t.geometry()?.cell_size());
-    let inner = t.shape().buckets() - t.shape().leaves();
-    let cells = (budget / cell).min(inner);
-    Ok(((cells + 1).ilog2(), cells))
-}
-
-impl GatewayParams {
-    /// Levels of the TaoStore engine's tree per store object (1: a bucket per object).
-    pub fn tao_pack_levels(&self) -> u32 {
-        self.pack_levels.max(1)
-    }
-
-    /// The store layout for people: "in place", "two slots per cell", "two slots per object
-    /// of 2 tree levels".
-    pub fn layout(&self) -> String {
-        match (self.two_slots(), self.engine == OramEngine::Tao && self.tao_pack_levels() > 1) {
-            (false, _) => "in place".into(),
-            (true, false) => "two slots per cell".into(),
-            (true, true) => {
-                format!("two slots per object of {} tree levels", self.tao_pack_levels())
-            }
-        }
-    }
-
-    /// With the TaoStore engine on two slots: the store objects a path crosses below the cached
-    /// top, and the buckets they hold of it, for the path that skips the fewest (the
-    /// rightmost; paths to leaves under a partly cached level skip one bucket more).
-    pub fn tao_path_objects(&self) -> Option<(u64, u64)> {
-        if self.engine != OramEngine::Tao || !self.two_slots() {
-            return None;
-        }
-        let t = tao_config(self).ok()?;
-        let shape = t.shape();
-        let packing = blindfold_proxy::Packing::new(shape.levels(), self.tao_pack_levels()).ok()?;
-        let pinned = self.tao_pinned_cells();
-        let leaf = blindfold_oram::Leaf(shape.leaves() - 1);
-        let below: Vec<u64> = (0..shape.levels())
-            .map(|l| shape.bucket_on_path(leaf, l).0)
-            .filter(|&b| b >= pinned)
-            .collect();
-        let mut groups: Vec<u64> = below.iter().map(|&b| packing.group_of(b).0).collect();
-        groups.dedup();
-        Some((groups.len() as u64, below.len() as u64))
-    }
-
-    /// Buckets of the TaoStore engine's tree kept in trusted memory (see
-    /// [`GatewayParams::cache_cells`]).
-    pub fn tao_pinned_cells(&self) -> u64 {
-        if self.cache_cells > 0 {
-            self.cache_cells
-        } else {
-            blindfold_proxy::PinnedCells::for_levels(self.cache_levels)
-        }
-    }
-
-    /// Buckets of the data tree kept in trusted memory, with any engine.
-    pub fn cached_cells(&self) -> u64 {
-        if self.engine == OramEngine::Tao {
-            self.tao_pinned_cells()
-        } else {
-            blindfold_proxy::PinnedCells::for_levels(self.cache_levels)
-        }
-    }
-
-    /// The cached tree top for people: "3 tree levels", "10 tree levels and 57 % of the next".
-    pub fn cache_summary(&self) -> Option<String> {
-        let whole = blindfold_proxy::PinnedCells::for_levels(self.cache_levels);
-        let cells = self.cached_cells();
-        if cells == 0 {
-            return None;
-        }
-        let levels = format!(
-            "{} tree level{}",
-            self.cache_levels,
-            if self.cache_levels == 1 { "" } else { "s" }
-        );
-        Some(if cells > whole {
-            // Level `k` under `k` whole levels has `2^k = whole + 1` buckets; rounded down, so
-            // a level one bucket short never reads as whole.
-            let percent = (cells - whole).saturating_mul(100) / (whole + 1);
-            format!("{levels} and {percent} % of the next")
-        } else {
-            levels
-        })
-    }
 }
 
 /// Which engine stores the object layer's blocks.
@@ -787,26 +392,6 @@ impl Footprint {
     pub fn ratio(&self) -> f64 {
         self.oram_bytes as f64 / self.capacity_bytes.max(1) as f64
     }
-}
-
-/// Bytes of tree top the engine of `params` keeps in trusted memory, at most.
-pub(crate) fn cached_bytes_of(params: &GatewayParams) -> Result<u64> {
-    if params.engine == OramEngine::Tao && params.cache_cells > 0 {
-        let cell = u64::from(tao_config(params)?.geometry()?.cell_size());
-        return Ok(params.cache_cells * cell);
-    }
-    // (Directories made before partial levels keep the estimate their snapshot area was
-    // sized with.)
-    Ok(cached_bytes(&oram_config(params)?))
-}
-
-pub(crate) fn cached_bytes(config: &PathOramConfig) -> u64 {
-    config
-        .trees()
-        .iter()
-        .map(|t| (1u64 << config.cache_levels().min(t.shape.levels())) - 1)
-        .sum::<u64>()
-        * config.bucket_bytes() as u64
 }
 
 /// The footprint of a store with these parameters.
@@ -997,7 +582,7 @@ fn new_credentials() -> Credentials {
 }
 
 fn store_id(params: &GatewayParams) -> Result<StoreId> {
-    StoreId::from_hex(&params.store_id).map_err(|e| GatewayError::Config(e.to_string()))
+    Ok(params.store_id()?)
 }
 
 async fn open_existing(
@@ -1337,7 +922,7 @@ async fn assemble(
         .store
         .parse()
         .map_err(|e: blindfold_store::StoreError| GatewayError::Config(e.to_string()))?;
-    let config = oram_config(&params)?;
+    oram_config(&params)?;
     let injected = match hooks.engine_factory {
         Some(open) => {
             Some(open(dir.join("oram"), params.clone(), Arc::clone(&key), creating).await?)
@@ -1397,83 +982,21 @@ async fn assemble(
     } else if hooks.engine == EngineKind::DirectBaseline {
         let sealer = blindfold_crypto::CellSealer::new(&key, id, 0);
         Arc::new(DirectEngine::new(SealedDirect::new(store, sealer, params.block_size)?))
-    } else if params.engine == OramEngine::Tee {
-        let tee_store: Arc<dyn blindfold_store::TeeStore> =
-            if matches!(store_url, StoreUrl::Remote { .. }) {
-                // The trusted component runs in the storage server (`blindfold enclave`).
-                let remote = blindfold_store::open_tee_store(&store_url, &array, geometry, None)
-                    .await
-                    .map_err(|e| {
-                        GatewayError::Config(format!("opening the store {store_url}: {e}"))
-                    })?;
-                observer.wrap_tee_store(remote)
-            } else {
-                // No separate host: the trusted component runs in this process.
-                let enclave = blindfold_tee::Enclave::new(
-                    &DurableTee::tee_key(&key),
-                    params.block_size as usize,
-                );
-                Arc::new(blindfold_store::TeeHost::new(store, Arc::new(enclave)))
-            };
-        if creating {
-            let config = tee_config(&params)?;
-            let none = blindfold_proxy::Preload::none();
-            Arc::new(
-                DurableTee::create(&oram_dir, config, tee_store, &key, id, none, &mut |_, _| {})
-                    .await?,
-            )
-        } else {
-            if previous.is_some() {
-                return Err(GatewayError::Config(
-                    "the tee engine cannot re-seal its cells under a new key: finish or undo the \
-                     key rotation with another engine's data directory"
-                        .into(),
-                ));
-            }
-            let (engine, rec) = DurableTee::open(&oram_dir, tee_store, &key).await?;
-            recovered(rec, notes);
-            Arc::new(engine)
-        }
-    } else if matches!(
-        params.engine,
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath
-    ) {
-        if creating {
-            let config = oblivistore_config(&params)?;
-            Arc::new(
-                DurableObliviStore::create(&oram_dir, config, store, &key, id, &mut |_, _| {})
-                    .await?,
-            )
-        } else {
-            let (engine, rec) =
-                DurableObliviStore::open_rotating(&oram_dir, store, &key, previous.as_ref())
-                    .await?;
-            recovered(rec, notes);
-            Arc::new(engine)
-        }
-    } else if params.engine == OramEngine::Tao {
-        if creating {
-            let config = tao_config(&params)?;
-            let pinned = params.tao_pinned_cells();
-            let pack = params.tao_pack_levels();
-            Arc::new(
-                DurableTao::create_packed(&oram_dir, config, store, &key, id, pinned, pack).await?,
-            )
-        } else {
-            let (engine, rec) =
-                DurableTao::open_rotating(&oram_dir, store, &key, previous.as_ref()).await?;
-            recovered(rec, notes);
-            Arc::new(engine)
-        }
-    } else if creating {
-        Arc::new(Serialized::new(
-            DurablePathOram::create(&oram_dir, config.clone(), store, &key, id).await?,
-        ))
     } else {
-        let (engine, rec) =
-            DurablePathOram::open_rotating(&oram_dir, store, &key, previous.as_ref()).await?;
-        recovered(rec, notes);
-        Arc::new(Serialized::new(engine))
+        let wrap_tee = |tee| observer.wrap_tee_store(tee);
+        let (engine, rec) = blindfold_proxy::catalogue::open_engine(
+            &params,
+            &oram_dir,
+            EngineStore { store, url: &store_url, array: &array, geometry, wrap_tee: &wrap_tee },
+            &key,
+            previous.as_ref(),
+            creating,
+        )
+        .await?;
+        if let Some(rec) = rec {
+            recovered(rec, notes);
+        }
+        engine
     };
     let directory = Directory::open(&dir.join("meta.redb"), params.blocks, &key)?;
     let cells = engine_cells(&params)?;

@@ -45,6 +45,10 @@ pub enum ProxyError {
     /// Saved trusted state that cannot be used.
     #[error("invalid trusted state: {0}")]
     State(String),
+    /// Parameters that no engine can run with (a capacity too small for the engine, a block
+    /// size it cannot hold): the operator's to change, nothing was touched.
+    #[error("{0}")]
+    Config(String),
 }
 
 impl ProxyError {

@@ -76,9 +76,11 @@ macro_rules! block_calls {
     };
 }
 
+pub mod catalogue;
 mod direct;
 mod durable;
 mod durable_tao;
+pub mod engine;
 mod error;
 mod oblivistore;
 #[cfg(feature = "onion")]
@@ -94,9 +96,11 @@ mod tee;
 mod toplog;
 mod versions;
 
+pub use catalogue::{EngineParams, OramEngine};
 pub use direct::SealedDirect;
 pub use durable::{make_private, DurablePathOram, Recovery, VerifyReport};
 pub use durable_tao::{DurableTao, OverlayStore};
+pub use engine::{EngineGauges, SharedEngine};
 pub use error::ProxyError;
 pub use oblivistore::{DurableObliviStore, ObliviStoreEngineStats};
 #[cfg(feature = "onion")]
