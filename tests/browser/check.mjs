@@ -6,7 +6,7 @@
 //                  [--docs-img DIR] [--chromium PATH]
 //
 // Prints one `ok - …` or `FAIL - …` line per check (scripts/e2e.sh counts them) and saves
-// screenshots in --out (and, with --docs-img, the two the README shows). Exits non-zero if a
+// screenshots in --out (and, with --docs-img, the three docs/ shows). Exits non-zero if a
 // check failed.
 import { chromium } from "playwright-core";
 import { mkdirSync, existsSync } from "node:fs";

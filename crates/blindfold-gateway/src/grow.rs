@@ -45,8 +45,9 @@
 //! # Costs and limits
 //!
 //! Requests wait while the tree is rebuilt: about the time to read the old array and write the
-//! new one (the README gives measured figures). Every block in use is held in memory during the
-//! rebuild, so a growth that would need more than the memory available is refused up front.
+//! new one (docs/operations.md gives measured figures). Every block in use is held in memory
+//! during the rebuild, so a growth that would need more than the memory available is refused
+//! up front.
 //! The store holds the old and the new array at once while it grows. Shrinking is not
 //! supported. A growth waits for a key rotation under way in the same process to end (the
 //! rebuild opens every cell under one key): `blindfold grow` keeps waiting, `--grow-at` holds

@@ -117,11 +117,11 @@ pub const PATH_ORAM_CACHE_MIB: u64 = 32;
 pub const S3_CACHE_MIB: u64 = 256;
 
 /// Default of [`ServeConfig::cache_mib`] for `engine` over `store` (`None`: local files),
-/// chosen by measurement (`bench gateway`, full mix, README): `tao` keeps the cached top open
-/// and checkpoints it by block, so 128 MiB cuts its store traffic from 38 to 23 bytes per
-/// logical byte at no cost in throughput; on an `s3://` store, which bills every request and
-/// every byte out, 256 MiB took the full mix on MinIO from 13.6 to 9.2 times the plain
-/// gateway's dollars at AWS list prices. `path-oram` keeps its cache sealed and slowed down
+/// chosen by measurement (`bench gateway`, full mix, docs/benchmarks.md): `tao` keeps the
+/// cached top open and checkpoints it by block, so 128 MiB cuts its store traffic from 38 to 23
+/// bytes per logical byte at no cost in throughput; on an `s3://` store, which bills every
+/// request and every byte out, 256 MiB took the full mix on MinIO from 13.6 to 9.2 times the
+/// plain gateway's dollars at AWS list prices. `path-oram` keeps its cache sealed and slowed down
 /// with 128 MiB (10.2 → 6.5 ops/s), so it stays at 32 MiB.
 pub fn default_cache_mib(engine: OramEngine, store: Option<&StoreUrl>) -> u64 {
     match (engine, store) {

@@ -1504,7 +1504,7 @@ pub(crate) async fn verify_cells(
 mod hostile_input {
     //! The redo log and the checkpoint are read back from disk: random and mutated bytes must
     //! give an error (or a shorter log), never a panic or a huge allocation. Cases per property:
-    //! `BLINDFOLD_FUZZ_CASES` (default 256; the longer run in the README uses 100000).
+    //! `BLINDFOLD_FUZZ_CASES` (default 256; the longer run in docs/testing.md uses 100000).
     use proptest::prelude::*;
 
     use super::*;

@@ -58,9 +58,9 @@ pub const MAX_PACK_LEVELS: u32 = 4;
 
 /// Room for whole groups kept for the writes that follow their reads (see the module
 /// documentation). A commit writes back the groups of every path read since the one before
-/// (up to 8192 buckets' worth); measured on MinIO (README, "Packing"), 64 MiB held too few of
-/// them and nearly every group written was read back first (190 GETs per operation against
-/// 102 with 256 MiB).
+/// (up to 8192 buckets' worth); measured on MinIO (docs/benchmarks.md, "Packing"), 64 MiB held
+/// too few of them and nearly every group written was read back first (190 GETs per operation
+/// against 102 with 256 MiB).
 pub const READ_BACK_CACHE_BYTES: u64 = 256 << 20;
 
 /// What was written since the last publish.

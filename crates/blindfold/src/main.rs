@@ -556,7 +556,7 @@ struct ServeArgs {
     /// instead of one per level, and moves the whole subtrees (2^N - 1 buckets for N). Up to
     /// 256 MiB of recently read subtrees stay in trusted memory for the write-backs (counted
     /// in the banner's estimate). Pays on a store that bills and waits per request (S3); see
-    /// the README's "Packing". Fixed at creation [default: 1, a bucket per object].
+    /// "Packing" in docs/benchmarks.md. Fixed at creation [default: 1, a bucket per object].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4))]
     pack_levels: Option<u32>,
     /// Also serve the admin listener on this address: Prometheus `/metrics`, `/healthz`,
@@ -1598,10 +1598,10 @@ fn check_flags_against(a: &ServeArgs, p: &blindfold_gateway::server::GatewayPara
 }
 
 /// The block size of a new store when `--block-size` is not given: 64 KiB on an S3-compatible
-/// store, 4 KiB on every other. Measured with `bench gateway` (README, "Block size"): on MinIO,
-/// 64 KiB blocks gave the gateway 2.5 times the throughput of 4 KiB blocks at 0.39 times the
-/// dollars at S3 list prices (a request-priced store that is slow per request); on local files
-/// or memory, 4 KiB blocks were fastest.
+/// store, 4 KiB on every other. Measured with `bench gateway` (docs/benchmarks.md, "Block
+/// size"): on MinIO, 64 KiB blocks gave the gateway 2.5 times the throughput of 4 KiB blocks at
+/// 0.39 times the dollars at S3 list prices (a request-priced store that is slow per request);
+/// on local files or memory, 4 KiB blocks were fastest.
 fn default_block_size(store: Option<&StoreUrl>) -> u32 {
     match store {
         Some(StoreUrl::S3 { .. }) => 64 << 10,
