@@ -30,9 +30,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use crate::datadir::GatewayParams;
 use crate::engine::SharedEngine;
 use crate::observe::{Observer, PhysicalView};
-use crate::server::{GatewayParams, Opened};
+use crate::open::Opened;
 
 const DASHBOARD_HTML: &str = include_str!("../assets/dashboard.html");
 const VISUALIZER_HTML: &str = include_str!("../assets/visualizer.html");

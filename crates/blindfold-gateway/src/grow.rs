@@ -63,15 +63,18 @@ use blindfold_proxy::{DurableObliviStore, DurablePathOram, DurableTao, ProxyErro
 use blindfold_store::{open_store, Store, StoreError, StoreUrl};
 use serde::{Deserialize, Serialize};
 
+pub use crate::datadir::RETIRED_FILE;
+use crate::datadir::{read_params, retire, sync_parent, write_private, GatewayParams};
 use crate::engine::{Serialized, SharedEngine, Swappable};
+use crate::hooks::StoreWrapper;
 use crate::objects::ObjectLayer;
 use crate::observe::Observer;
-use crate::server::{
-    cached_bytes_of, oblivistore_config, oram_array, oram_config, oram_geometry, physical_view,
-    read_params, sync_parent, tao_config, write_private, GatewayParams, OramEngine, StoreWrapper,
-};
 use crate::snapshot::SnapshotSlot;
 use crate::{GatewayError, Result};
+use blindfold_proxy::catalogue::{
+    cached_bytes_of, oblivistore_config, oram_array, oram_config, oram_geometry, physical_view,
+    tao_config, OramEngine,
+};
 
 /// The growth in progress, in the data directory.
 pub const INTENT_FILE: &str = "growing.json";
@@ -79,9 +82,6 @@ pub const INTENT_FILE: &str = "growing.json";
 pub const REQUEST_FILE: &str = "grow-request.json";
 /// The answer to [`REQUEST_FILE`], written before the request is removed.
 pub const RESULT_FILE: &str = "grow-result.json";
-/// Store arrays a growth replaced, removed once a snapshot of the grown state is in the store
-/// (until then `recover` may need them).
-pub const RETIRED_FILE: &str = "retired-arrays.json";
 
 /// Generations tried for the new array when earlier growths left arrays of other sizes.
 const GENERATION_TRIES: u32 = 16;
@@ -140,7 +140,7 @@ pub struct Grown {
 impl Grown {
     /// One line for the operator.
     pub fn describe(&self) -> String {
-        let bytes = |b: u64| crate::server::human_bytes(b * u64::from(self.block_size));
+        let bytes = |b: u64| crate::params::human_bytes(b * u64::from(self.block_size));
         let old = if self.old_array_removed {
             format!("{} was removed from the store", self.old_array)
         } else {
@@ -202,59 +202,6 @@ fn remove_intent(dir: &Path) -> Result<()> {
     sync_parent(&path)
 }
 
-fn read_retired(dir: &Path) -> Vec<String> {
-    std::fs::read(dir.join(RETIRED_FILE))
-        .ok()
-        .and_then(|raw| serde_json::from_slice(&raw).ok())
-        .unwrap_or_default()
-}
-
-/// Records that the store array `name` is no longer used (after `gateway.json` names its
-/// successor: never before, or a crash could leave the live array listed).
-fn retire(dir: &Path, name: String) -> Result<()> {
-    let mut names = read_retired(dir);
-    if !names.contains(&name) {
-        names.push(name);
-        write_private(&dir.join(RETIRED_FILE), &serde_json::to_vec_pretty(&names).expect("json"))?;
-    }
-    Ok(())
-}
-
-/// After a snapshot naming only the arrays `in_use` is in the store: removes the retired
-/// arrays (and `replaced`, the snapshot array the index named before) where the store can.
-/// Returns the names removed. Failures are logged, never fatal: the arrays only take room.
-pub(crate) async fn remove_retired(
-    dir: &Path,
-    params: &GatewayParams,
-    replaced: Option<&str>,
-    in_use: &[String],
-) -> Vec<String> {
-    let mut names = read_retired(dir);
-    names.extend(replaced.map(str::to_owned));
-    names.retain(|n| !in_use.contains(n));
-    if names.is_empty() {
-        return Vec::new();
-    }
-    let Ok(url) = params.store.parse::<StoreUrl>() else { return Vec::new() };
-    let mut removed = Vec::new();
-    for name in &names {
-        match blindfold_store::remove_array(&url, name).await {
-            Ok(true) => removed.push(name.clone()),
-            Ok(false) => tracing::info!(
-                array = %name,
-                "no longer used since the store grew: delete it from the store to free the room"
-            ),
-            Err(e) => tracing::warn!(error = %e, array = %name, "an unused array was not removed"),
-        }
-    }
-    if let Err(e) = std::fs::remove_file(dir.join(RETIRED_FILE)) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!(error = %e, "{RETIRED_FILE} was not removed");
-        }
-    }
-    removed
-}
-
 fn write_params(dir: &Path, params: &GatewayParams) -> Result<()> {
     write_private(&dir.join("gateway.json"), &serde_json::to_vec_pretty(params).expect("json"))
 }
@@ -284,7 +231,7 @@ fn check_request(params: &GatewayParams, blocks: u64, used_blocks: u64) -> Resul
         return Err(GatewayError::Config(format!(
             "the store already holds {} ({} blocks); growing needs a larger capacity (shrinking \
              is not supported)",
-            crate::server::human_bytes(params.blocks * u64::from(params.block_size)),
+            crate::params::human_bytes(params.blocks * u64::from(params.block_size)),
             params.blocks
         )));
     }
@@ -296,8 +243,8 @@ fn check_request(params: &GatewayParams, blocks: u64, used_blocks: u64) -> Resul
             return Err(GatewayError::Config(format!(
                 "growing rebuilds the tree with every block in use in memory ({} needed, {} \
                  available): free memory first; nothing was changed",
-                crate::server::human_bytes(needed),
-                crate::server::human_bytes(available)
+                crate::params::human_bytes(needed),
+                crate::params::human_bytes(available)
             )));
         }
     }
@@ -784,7 +731,7 @@ impl Grower {
             Some(a) => crate::snapshot::latest_seq(&*a.store, &self.key).await.unwrap_or(0),
             None => 0,
         };
-        let cells = crate::server::engine_cells(params)?;
+        let cells = blindfold_proxy::catalogue::engine_cells(params)?;
         let cached = cached_bytes_of(params)?;
         let wanted = crate::snapshot::geometry(params.blocks, cells, cached)?;
         let array = match previous {
@@ -797,7 +744,7 @@ impl Grower {
             }
         };
         *self.snapshots.lock() = Some(array);
-        crate::server::write_snapshot_to(
+        crate::snapshot::write_snapshot_to(
             &self.snapshots,
             &self.key,
             None,

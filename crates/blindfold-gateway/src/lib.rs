@@ -20,13 +20,20 @@
 //! [`server::run`] serves it.
 
 pub mod admin;
+pub mod datadir;
 mod directory;
 pub mod engine;
 mod error;
 pub mod grow;
+pub mod hooks;
+pub mod http;
+pub mod keys;
 pub mod listen;
 pub mod objects;
 pub mod observe;
+pub mod open;
+pub mod params;
+pub mod recovery;
 pub mod rotation;
 mod s3;
 pub mod sealed_file;

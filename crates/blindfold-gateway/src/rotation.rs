@@ -51,10 +51,11 @@ use blindfold_crypto::{create_key_file, load_key_file, MasterKey, Passphrase, St
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
+use crate::datadir::{read_params, sync_parent, write_private};
 use crate::engine::SharedEngine;
 use crate::error::GatewayError;
-use crate::server::{oram_array, read_params, sync_parent, write_private};
 use crate::snapshot::SnapshotSlot;
+use blindfold_proxy::catalogue::oram_array;
 
 type Result<T> = std::result::Result<T, GatewayError>;
 
@@ -375,9 +376,13 @@ async fn clear_old_snapshots(ending: &Ending) -> Result<()> {
     crate::snapshot::point_index(&array, &ending.key).await?;
     if let Some(params) = read_params(&ending.dir)? {
         let in_use = [oram_array(params.generation), array.name.clone()];
-        let removed =
-            crate::grow::remove_retired(&ending.dir, &params, array.replaces.as_deref(), &in_use)
-                .await;
+        let removed = crate::datadir::remove_retired(
+            &ending.dir,
+            &params,
+            array.replaces.as_deref(),
+            &in_use,
+        )
+        .await;
         if !removed.is_empty() {
             tracing::info!(?removed, "key rotation: removed arrays nothing names any more");
         }

@@ -31,8 +31,8 @@ use blindfold_crypto::{CellAd, CellSealer, MasterKey, StoreId};
 use blindfold_store::{open_store, CellId, Geometry, Store, StoreUrl};
 use serde::{Deserialize, Serialize};
 
+use crate::datadir::GatewayParams;
 use crate::directory::DirectoryDump;
-use crate::server::GatewayParams;
 use crate::{GatewayError, Result};
 
 /// Store array holding the snapshot.
@@ -85,7 +85,7 @@ struct ParamsV2 {
     z: u32,
     pad_objects: bool,
     cache_levels: u32,
-    engine: crate::server::OramEngine,
+    engine: blindfold_proxy::catalogue::OramEngine,
     generation: u32,
 }
 
@@ -103,7 +103,7 @@ struct ParamsV3 {
     pad_objects: bool,
     cache_levels: u32,
     cache_cells: u64,
-    engine: crate::server::OramEngine,
+    engine: blindfold_proxy::catalogue::OramEngine,
     generation: u32,
 }
 
@@ -590,12 +590,71 @@ pub async fn read_latest(store: &dyn Store, key: &MasterKey) -> Result<Snapshot>
     Err(GatewayError::Config(last_err))
 }
 
+/// Writes a snapshot of the data directory `dir` (parameters and checkpoint as on disk, the
+/// directory of `objects`) to the array in `slot`, numbered after both the newest one there
+/// and `min_seq`; then names that array in the snapshot index. Returns its number and the
+/// arrays a growth left behind that this snapshot made unneeded and that were removed.
+pub(crate) async fn write_snapshot_to(
+    slot: &crate::snapshot::SnapshotSlot,
+    key: &MasterKey,
+    previous: Option<&MasterKey>,
+    dir: &std::path::Path,
+    objects: &crate::objects::ObjectLayer,
+    min_seq: u64,
+) -> Result<(u64, Vec<String>)> {
+    let Some(mut array) = slot.lock().clone() else {
+        return Err(GatewayError::Config(
+            "the snapshot area could not be opened at start; no snapshot written".into(),
+        ));
+    };
+    let mut latest = crate::snapshot::latest_seq(&*array.store, key).await;
+    if let (None, Some(old)) = (latest, previous) {
+        // In a key rotation the newest snapshot may still be under the old key.
+        latest = crate::snapshot::latest_seq(&*array.store, old).await;
+    }
+    let seq = latest.unwrap_or(0).max(min_seq) + 1;
+    let ckpt_path = dir.join("oram").join("checkpoint.bin");
+    let oram_checkpoint = std::fs::read(&ckpt_path)
+        .map_err(|e| GatewayError::Config(format!("reading {}: {e}", ckpt_path.display())))?;
+    let params = crate::datadir::read_params(dir)?
+        .ok_or_else(|| GatewayError::Config(format!("{}: no gateway.json", dir.display())))?;
+    let snap = crate::snapshot::Snapshot {
+        seq,
+        created_ns: crate::directory::now_ns(),
+        params,
+        oram_checkpoint,
+        directory: objects.directory().dump()?,
+    };
+    // The area is sized at start from an estimate; a trusted state that holds blocks (an
+    // eviction cache, a stash of large blocks) can outgrow it.
+    let needed = crate::snapshot::slot_cells(&snap)?;
+    if needed > array.slot_cells() {
+        let larger = array.larger(needed).await?;
+        tracing::info!(
+            from = %array.name,
+            to = %larger.name,
+            "the trusted state outgrew the snapshot area; writing the snapshot to a larger one"
+        );
+        *slot.lock() = Some(larger.clone());
+        array = larger;
+    }
+    crate::snapshot::write(&*array.store, key, &snap).await?;
+    crate::snapshot::point_index(&array, key).await?;
+    tracing::info!(seq, array = %array.name, "wrote the encrypted snapshot of the trusted state to the store");
+    // The newest snapshot names only the arrays in use now: what growths retired can go.
+    let in_use =
+        [blindfold_proxy::catalogue::oram_array(snap.params.generation), array.name.clone()];
+    let removed =
+        crate::datadir::remove_retired(dir, &snap.params, array.replaces.as_deref(), &in_use).await;
+    Ok((seq, removed))
+}
+
 #[cfg(test)]
 mod tests {
     use blindfold_store::MemoryStore;
 
     use super::*;
-    use crate::server::OramEngine;
+    use blindfold_proxy::catalogue::OramEngine;
 
     fn snap(seq: u64, fill: u8) -> Snapshot {
         Snapshot {

@@ -403,7 +403,7 @@ impl Swift {
             }
             return text(StatusCode::UNAUTHORIZED, "Unauthorized");
         };
-        let token = format!("AUTH_tk{}", crate::server::random_token(32, b"0123456789abcdef"));
+        let token = format!("AUTH_tk{}", crate::datadir::random_token(32, b"0123456789abcdef"));
         let now = Instant::now();
         let t = Token {
             access_key: access_key.to_owned(),

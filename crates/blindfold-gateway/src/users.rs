@@ -31,7 +31,7 @@ use s3s::{s3_error, S3Request, S3Result};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use crate::server::random_token;
+use crate::datadir::random_token;
 
 /// The users file in a data directory.
 pub const USERS_FILE: &str = "users.sealed";

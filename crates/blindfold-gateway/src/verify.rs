@@ -1,7 +1,7 @@
 //! `blindfold verify`: checks every stored cell against the trusted versions and the directory
 //! against the allocator.
 
-use crate::server::Opened;
+use crate::open::Opened;
 use crate::Result;
 
 /// What verification found.

@@ -630,3 +630,56 @@ impl EngineParams {
         StoreId::from_hex(&self.store_id).map_err(|e| ProxyError::Config(e.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_default_follows_the_engine_and_the_store() {
+        let s3: StoreUrl = "s3://bucket/prefix".parse().unwrap();
+        let file: StoreUrl = "file:///tmp/x".parse().unwrap();
+        assert_eq!(default_cache_mib(OramEngine::Tao, Some(&s3)), S3_CACHE_MIB);
+        assert_eq!(default_cache_mib(OramEngine::Tao, Some(&file)), DEFAULT_CACHE_MIB);
+        assert_eq!(default_cache_mib(OramEngine::Tao, None), DEFAULT_CACHE_MIB);
+        assert_eq!(default_cache_mib(OramEngine::PathOram, Some(&s3)), PATH_ORAM_CACHE_MIB);
+    }
+
+    /// The TaoStore engine's tree top fills its budget: whole levels and the left part of the
+    /// next, never the leaves; a budget of exactly three levels pins three.
+    #[test]
+    fn the_tao_tree_top_fills_its_memory_budget() {
+        let p = EngineParams {
+            format: "blindfold-gateway".into(),
+            version: PARAMS_VERSION,
+            store: "memory:".into(),
+            store_id: "00".repeat(16),
+            block_size: 1024,
+            blocks: 1024,
+            z: 4,
+            pad_objects: false,
+            cache_levels: 0,
+            cache_cells: 0,
+            pack_levels: 0,
+            engine: OramEngine::Tao,
+            generation: 0,
+        };
+        let t = tao_config(&p).unwrap();
+        let cell = u64::from(t.geometry().unwrap().cell_size());
+        let inner = t.shape().buckets() - t.shape().leaves();
+        assert_eq!(inner, 255, "1024 blocks, Z = 4: 256 leaves");
+        assert_eq!(tao_pinned_for(&p, 0).unwrap(), (0, 0));
+        assert_eq!(tao_pinned_for(&p, 7 * cell).unwrap(), (3, 7));
+        assert_eq!(tao_pinned_for(&p, 11 * cell + cell - 1).unwrap(), (3, 11));
+        assert_eq!(tao_pinned_for(&p, 1 << 40).unwrap(), (8, 255));
+        let (cache_levels, cache_cells) = tao_pinned_for(&p, 11 * cell).unwrap();
+        let p = EngineParams { cache_levels, cache_cells, ..p };
+        assert_eq!(p.tao_pinned_cells(), 11);
+        assert_eq!(p.cache_summary().unwrap(), "3 tree levels and 50 % of the next");
+        assert_eq!(cached_bytes_of(&p).unwrap(), 11 * cell);
+        // A directory made before partial levels: its whole levels, as before.
+        let old = EngineParams { cache_cells: 0, ..p };
+        assert_eq!(old.tao_pinned_cells(), 7);
+        assert_eq!(old.cache_summary().unwrap(), "3 tree levels");
+    }
+}

@@ -1,0 +1,276 @@
+//! The parameters of a new data directory: the operator's choices ([`ServeConfig`]), checked
+//! and turned into the directory's public parameters ([`new_params`]), and what a store of
+//! them takes ([`footprint`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::datadir::GatewayParams;
+use crate::{GatewayError, Result};
+use blindfold_crypto::{Passphrase, StoreId};
+use blindfold_proxy::catalogue::{
+    cache_levels_for, cached_bytes_of, oblivistore_cells, oblivistore_config, oram_config,
+    oram_geometry, tao_config, tao_pinned_for, tee_config, OramEngine, PARAMS_VERSION,
+};
+use blindfold_proxy::DurableTao;
+use blindfold_store::StoreUrl;
+
+/// How to start a gateway.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Trusted state directory.
+    pub data_dir: PathBuf,
+    /// Untrusted store; default: files in `<data-dir>/cells`.
+    pub store: Option<StoreUrl>,
+    /// Key file; default `<data-dir>/key.json`.
+    pub key_file: Option<PathBuf>,
+    /// Passphrase protecting the key file (new or existing).
+    pub passphrase: Option<Arc<Passphrase>>,
+    /// S3 credentials; default: `<data-dir>/credentials.json` (generated on first start).
+    pub credentials: Option<(String, String)>,
+    /// Logical capacity in bytes (used when creating).
+    pub capacity: u64,
+    /// ORAM block size in bytes (used when creating).
+    pub block_size: u32,
+    /// Pad object sizes to power-of-two block counts (used when creating).
+    pub pad_objects: bool,
+    /// Trusted memory, in MiB, for keeping the top of the ORAM tree (used when creating;
+    /// with the TaoStore engine only on a two-slot store, the default).
+    pub cache_mib: u64,
+    /// The ORAM engine of a new data directory.
+    pub engine: OramEngine,
+    /// Lay a new data directory's ORAM out with one copy per cell, overwritten in place
+    /// (half the store, but every commit writes its cells to the local redo log first),
+    /// instead of two slots per cell.
+    pub in_place: bool,
+    /// With the TaoStore engine on a two-slot store: levels of the tree per store object
+    /// (1: a bucket per object; 2 or more: subtrees of that many levels, see
+    /// `blindfold_proxy::PackedStore`). Used when creating.
+    pub pack_levels: u32,
+}
+
+/// Parses a size: a number of bytes, optionally with a decimal fraction and a unit.
+///
+/// `KiB`, `MiB`, `GiB`, `TiB` (and `K`, `M`, `G`, `T`) are powers of 1024; `KB`, `MB`, `GB`,
+/// `TB` powers of 1000; a bare number is bytes. `1.5GiB`, `2GB`, `64MiB`, `4096`. A fraction
+/// of a byte is rounded down.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || format!("{s:?} is not a size (try 1GiB, 1.5GB, 64MiB or 4096 for bytes)");
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty() && frac.is_empty() || frac.len() > 18 {
+        return Err(bad());
+    }
+    let int: u128 = if int.is_empty() { 0 } else { int.parse().map_err(|_| bad())? };
+    let frac_n: u128 = if frac.is_empty() { 0 } else { frac.parse().map_err(|_| bad())? };
+    let mult: u128 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {s:?} (use KiB, MiB, GiB, TiB or KB, MB, GB, TB)"
+            ))
+        }
+    };
+    let too_large = || format!("{s} is too large");
+    let whole = int.checked_mul(mult).ok_or_else(too_large)?;
+    let part = frac_n * mult / 10u128.pow(frac.len() as u32);
+    u64::try_from(whole + part).map_err(|_| too_large())
+}
+
+/// What a store takes: in the untrusted store and in the gateway's trusted memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Footprint {
+    /// Logical blocks.
+    pub blocks: u64,
+    /// Bytes per block.
+    pub block_size: u32,
+    /// Object data it holds: blocks × block size.
+    pub capacity_bytes: u64,
+    /// Bytes the untrusted store holds once every cell is written (ORAM cells and room for
+    /// the encrypted snapshot).
+    pub store_bytes: u64,
+    /// Of which the ORAM's cells.
+    pub oram_bytes: u64,
+    /// Estimated trusted memory: position map, cell versions, tree top kept in memory.
+    pub trusted_bytes: u64,
+}
+
+impl Footprint {
+    /// Bytes of ORAM cells per byte of capacity (the snapshot's room is left out: it is
+    /// mostly a fixed megabyte).
+    pub fn ratio(&self) -> f64 {
+        self.oram_bytes as f64 / self.capacity_bytes.max(1) as f64
+    }
+}
+
+/// The footprint of a store with these parameters.
+pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
+    let config = oram_config(params)?;
+    let geometry = oram_geometry(params)?;
+    let cells = match params.engine {
+        OramEngine::PathOram => config.total_cells(),
+        OramEngine::Tao => tao_config(params)?.tree().total_cells(),
+        OramEngine::Tee => tee_config(params)?.total_cells(),
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+            oblivistore_cells(params)?
+        }
+    };
+    let cached = cached_bytes_of(params)?;
+    let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
+    // A packed tree keeps recently read groups for the writes that follow.
+    let groups = match params.engine {
+        OramEngine::Tao if params.two_slots() => {
+            DurableTao::packed_cache_bytes(&tao_config(params)?, params.tao_pack_levels())?
+        }
+        _ => 0,
+    };
+    let bytes = |g: &blindfold_store::Geometry| g.cell_count() * u64::from(g.cell_size());
+    let posmap = if params.engine == OramEngine::PathOram && params.blocks > 1 << 20 {
+        1 << 19 // recursive: 2^16 entries in memory
+    } else {
+        params.blocks * 8
+    };
+    Ok(Footprint {
+        blocks: params.blocks,
+        block_size: params.block_size,
+        capacity_bytes: params.blocks * u64::from(params.block_size),
+        store_bytes: bytes(&geometry) + bytes(&snap),
+        oram_bytes: bytes(&geometry),
+        // Every engine holds a cached bucket once: the TaoStore engine sealed until first
+        // used, then open (sealed again only for a moment, for a checkpoint or a verify).
+        trusted_bytes: posmap + cells * 8 + cached + groups,
+    })
+}
+
+/// Formats a byte count for people: `16 KiB`, `2.1 GiB`, `10 bytes`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} bytes");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v} {}", UNITS[unit])
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// The parameters of a new data directory, checked, with nothing created yet.
+pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
+    if cfg.block_size < 64 {
+        return Err(GatewayError::Config("--block-size must be at least 64 bytes".into()));
+    }
+    let blocks = cfg.capacity / u64::from(cfg.block_size);
+    if blocks == 0 {
+        return Err(GatewayError::Config(format!(
+            "--capacity {} is less than one block of {} bytes (a bare number is bytes: did you \
+             mean {}MiB or {}GiB?)",
+            cfg.capacity, cfg.block_size, cfg.capacity, cfg.capacity
+        )));
+    }
+    let abs_dir = std::path::absolute(&cfg.data_dir)
+        .map_err(|e| GatewayError::Config(format!("resolving {}: {e}", cfg.data_dir.display())))?;
+    // Recorded in gateway.json: absolute, so a later start from another directory finds it.
+    let store_url = cfg.store.clone().unwrap_or(StoreUrl::File {
+        dir: abs_dir.join("cells"),
+        sync: blindfold_store::SyncMode::OnFlush,
+    });
+    let p = GatewayParams {
+        format: "blindfold-gateway".into(),
+        version: if cfg.in_place { 1 } else { PARAMS_VERSION },
+        store: store_url.to_string(),
+        store_id: StoreId::random().to_hex(),
+        block_size: cfg.block_size,
+        blocks,
+        z: 4,
+        pad_objects: cfg.pad_objects,
+        cache_levels: 0,
+        cache_cells: 0,
+        pack_levels: 0,
+        engine: cfg.engine,
+        generation: 0,
+    };
+    if cfg.pack_levels > 1 && cfg.engine != OramEngine::Tao {
+        return Err(GatewayError::Config(format!(
+            "--pack-levels is for the tao engine; {} keeps one bucket per store object",
+            cfg.engine
+        )));
+    }
+    let p = match cfg.engine {
+        OramEngine::PathOram => GatewayParams {
+            cache_levels: cache_levels_for(&p, cfg.cache_mib.saturating_mul(1 << 20))?,
+            ..p
+        },
+        // Keeping the tree top in memory, and packing, need two slots per cell (DurableTao).
+        OramEngine::Tao if cfg.in_place => {
+            if cfg.pack_levels > 1 {
+                return Err(GatewayError::Config(
+                    "--pack-levels needs two slots per object: drop --in-place".into(),
+                ));
+            }
+            tao_config(&p)?;
+            p
+        }
+        OramEngine::Tao => {
+            let (cache_levels, cache_cells) =
+                tao_pinned_for(&p, cfg.cache_mib.saturating_mul(1 << 20))?;
+            let p = GatewayParams { cache_levels, cache_cells, pack_levels: cfg.pack_levels, ..p };
+            let levels = tao_config(&p)?.shape().levels();
+            blindfold_proxy::Packing::new(levels, p.tao_pack_levels()).map_err(|e| {
+                GatewayError::Config(format!("--pack-levels {}: {e}", cfg.pack_levels))
+            })?;
+            p
+        }
+        OramEngine::Tee => {
+            tee_config(&p)?;
+            p
+        }
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+            oblivistore_config(&p)?;
+            p
+        }
+    };
+    oram_config(&p)?;
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("1XB").is_err());
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size("1.5KB"), Ok(1500));
+        assert_eq!(parse_size("0.5"), Ok(0));
+        assert!(parse_size(".").is_err());
+        assert!(parse_size("1.2.3GiB").is_err());
+        assert!(parse_size("99999999999TiB").is_err());
+    }
+}

@@ -1,0 +1,212 @@
+//! After a lost data directory: `blindfold recover` rebuilds one from the store's newest
+//! snapshot and the key; [`write_snapshot`] writes that snapshot at a clean stop.
+
+use std::path::Path;
+
+use crate::datadir::{sync_dir, write_private, RECOVERING};
+use crate::directory::Directory;
+use crate::open::{open, Opened};
+use crate::params::ServeConfig;
+use crate::{GatewayError, Result};
+use blindfold_crypto::load_key_file;
+use blindfold_proxy::catalogue::{oram_array, oram_geometry, OramEngine};
+use blindfold_store::open_store;
+
+/// Writes the encrypted snapshot of the trusted state to the store. Call with the ORAM
+/// committed and checkpointed and no traffic (clean shutdown).
+pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
+    Ok(crate::snapshot::write_snapshot_to(
+        &opened.snapshots,
+        &opened.key,
+        opened.previous_key.as_deref(),
+        &opened.data_dir,
+        &opened.objects,
+        0,
+    )
+    .await?
+    .0)
+}
+
+/// Rebuilds a data directory from the store's newest snapshot and the key, then opens it.
+/// Returns the opened gateway and a description of what was done, for the operator.
+///
+/// The snapshot's tree is not continued but rebuilt ([`blindfold_proxy::rebuild`]): every
+/// cell of the snapshot's store array is read and authenticated, and the blocks found are
+/// loaded into a fresh tree with fresh random leaves, sealed under a fresh random key epoch,
+/// in a new store array (the next [`GatewayParams::generation`]). Objects that had a block in a
+/// cell the lost gateway rewrote after the snapshot (or that fails authentication for any
+/// other reason) are dropped from the directory and named in the description. The old array
+/// is left untouched; the operator can delete it afterwards.
+pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
+    recover_until(cfg, None).await
+}
+
+/// Where a test can cut a `recover` short, as a crash at that instant would.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoverCrash {
+    /// A quarter of the new array is written.
+    HalfWritten,
+    /// The engine's checkpoint names the rebuilt engine; the directory is not restored yet.
+    AfterRebuild,
+    /// The directory is restored; `gateway.json` is not written yet.
+    AfterDirectory,
+}
+
+/// [`recover`], stopping as a crash would at `crash` (tests).
+#[doc(hidden)]
+pub async fn recover_until(
+    cfg: &ServeConfig,
+    crash: Option<RecoverCrash>,
+) -> Result<(Opened, String)> {
+    let simulated = |at: RecoverCrash| GatewayError::Config(format!("simulated crash at {at:?}"));
+    let dir = &cfg.data_dir;
+    if dir.join("gateway.json").exists() {
+        return Err(GatewayError::Config(format!(
+            "{} already holds a gateway; recover into a new, empty directory",
+            dir.display()
+        )));
+    }
+    let url = cfg.store.clone().ok_or_else(|| {
+        GatewayError::Config("--store is required: recovery reads the store's snapshot".into())
+    })?;
+    let key_path = cfg.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
+    let key = load_key_file(&key_path, cfg.passphrase.as_deref())
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    let snaps = crate::snapshot::open_for_recovery(&url, &key).await?;
+    let snap = crate::snapshot::read_latest(&*snaps, &key).await?;
+    drop(snaps);
+    let cfg_err = |what: &str, p: &Path, e: std::io::Error| {
+        GatewayError::Config(format!("{what} {}: {e}", p.display()))
+    };
+    let oram_dir = dir.join("oram");
+    if dir.join(RECOVERING).exists() {
+        // An earlier recover stopped half-way: nothing of it is in use yet.
+        for leftover in [oram_dir.clone(), dir.join("meta.redb")] {
+            let removed = if leftover.is_dir() {
+                std::fs::remove_dir_all(&leftover)
+            } else {
+                std::fs::remove_file(&leftover)
+            };
+            match removed {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(cfg_err("removing", &leftover, e))
+                }
+                _ => {}
+            }
+        }
+    }
+    std::fs::create_dir_all(&oram_dir).map_err(|e| cfg_err("creating", &oram_dir, e))?;
+    write_private(&dir.join(RECOVERING), b"")?;
+    let mut params = snap.params.clone();
+    params.store = url.to_string();
+    let old_array = oram_array(params.generation);
+    params.generation = params
+        .generation
+        .checked_add(1)
+        .ok_or_else(|| GatewayError::Config("store array generations exhausted".into()))?;
+    let new_array = oram_array(params.generation);
+    let geometry = oram_geometry(&params)?;
+    let open_array = |name: String| {
+        let url = url.clone();
+        async move {
+            open_store(&url, &name, geometry)
+                .await
+                .map_err(|e| GatewayError::Config(format!("opening store array {name}: {e}")))
+        }
+    };
+    let old = open_array(old_array.clone()).await?;
+    let new = open_array(new_array.clone()).await?;
+    let new = match crash {
+        Some(RecoverCrash::HalfWritten) => crate::grow::cut_short(new),
+        _ => new,
+    };
+    write_private(&oram_dir.join("checkpoint.bin"), &snap.oram_checkpoint)?;
+    let epoch = blindfold_proxy::rebuild::fresh_epoch();
+    let rebuilt = match params.engine {
+        OramEngine::Tao => {
+            blindfold_proxy::rebuild::rebuild_tao(&oram_dir, old, new, &key, epoch).await?
+        }
+        OramEngine::PathOram => {
+            blindfold_proxy::rebuild::rebuild_path_oram(&oram_dir, old, new, &key, epoch).await?
+        }
+        OramEngine::Tee => {
+            return Err(GatewayError::Config(
+                "`blindfold recover` cannot rebuild a tee engine's data directory yet (its cells \
+                 are re-permuted only by its trusted component); restore the data directory \
+                 from a backup instead"
+                    .into(),
+            ))
+        }
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+            blindfold_proxy::rebuild::rebuild_oblivistore(&oram_dir, old, new, &key, epoch).await?
+        }
+    };
+    if crash == Some(RecoverCrash::AfterRebuild) {
+        return Err(simulated(RecoverCrash::AfterRebuild));
+    }
+    // Objects and uploads with a lost block are dropped: reading them would give zeros.
+    let lost: std::collections::HashSet<u64> = rebuilt.lost.iter().copied().collect();
+    let mut directory = snap.directory;
+    let mut dropped = Vec::new();
+    let mut freed = Vec::new();
+    directory.objects.retain(|(bucket, key, meta)| {
+        let keep = !meta.blocks().any(|b| lost.contains(&b));
+        if !keep {
+            dropped.push(format!("{bucket}/{key}"));
+            freed.extend(meta.blocks());
+        }
+        keep
+    });
+    directory.uploads.retain(|(_, up)| {
+        let keep = !up.parts.values().any(|p| p.extent.blocks.iter().any(|b| lost.contains(b)));
+        if !keep {
+            freed.extend(up.parts.values().flat_map(|p| p.extent.blocks.iter().copied()));
+        }
+        keep
+    });
+    directory.free.extend(freed);
+    directory.free.sort_unstable();
+    directory.free.dedup();
+    Directory::restore(&dir.join("meta.redb"), params.blocks, &directory, &key)?;
+    if crash == Some(RecoverCrash::AfterDirectory) {
+        return Err(simulated(RecoverCrash::AfterDirectory));
+    }
+    // Last: gateway.json makes the directory a gateway (written atomically).
+    write_private(&dir.join("gateway.json"), &serde_json::to_vec_pretty(&params).expect("json"))?;
+    sync_dir(dir)?;
+    std::fs::remove_file(dir.join(RECOVERING))
+        .map_err(|e| cfg_err("removing", &dir.join(RECOVERING), e))?;
+    let when = time::OffsetDateTime::from_unix_timestamp_nanos(snap.created_ns)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| "unknown time".into());
+    let mut about = format!(
+        "snapshot #{} written {} ({} buckets, {} objects); rebuilt {} blocks into store array \
+         {} under a fresh key epoch; the old array {} is no longer used and may be deleted",
+        snap.seq,
+        when,
+        directory.buckets.len(),
+        directory.objects.len(),
+        rebuilt.blocks_found,
+        new_array,
+        old_array
+    );
+    if !rebuilt.unreadable_cells.is_empty() {
+        about.push_str(&format!(
+            "; {} cells changed after the snapshot (the gateway wrote after its last clean \
+             stop) or failed authentication: {} objects in them are lost",
+            rebuilt.unreadable_cells.len(),
+            dropped.len()
+        ));
+        for name in dropped.iter().take(20) {
+            about.push_str(&format!("\n    lost: {name}"));
+        }
+        if dropped.len() > 20 {
+            about.push_str(&format!("\n    … and {} more", dropped.len() - 20));
+        }
+    }
+    let mut cfg = cfg.clone();
+    cfg.key_file = Some(key_path);
+    let opened = open(&cfg).await?;
+    Ok((opened, about))
+}
