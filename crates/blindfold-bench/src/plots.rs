@@ -1,12 +1,10 @@
-//! SVG plots of `blindfold bench schemes` (seed 002's Figures 2 and 3, and latency by speed),
-//! and the line plots shared with `blindfold bench concurrency` and `blindfold bench oblivistore`.
+//! SVG charts the benchmarks draw their plots with (line, linear and grouped bar plots); each
+//! benchmark's module decides what goes into them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
-
-use crate::schemes::{Scheme, SchemesReport};
 
 const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
@@ -165,59 +163,6 @@ pub(crate) fn linear_plot(
     }
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
-}
-
-/// Draws the plots into `dir`; returns their paths.
-pub fn draw(r: &SchemesReport, dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    let by_speed = |g: fn(&crate::schemes::SchemeRun) -> f64| -> Vec<Series> {
-        Scheme::ALL
-            .iter()
-            .map(|&s| {
-                let mut pts: Vec<(f64, f64)> = r
-                    .sweep
-                    .iter()
-                    .filter(|x| x.scheme == s)
-                    .map(|x| (x.speed_bps as f64 / 1e6, g(x)))
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                (s.name().to_string(), pts)
-            })
-            .collect()
-    };
-    let p = dir.join("response-time-by-link-speed.svg");
-    line_plot(
-        &p,
-        "Average response time by link speed",
-        "link speed (Mbit/s)",
-        "ms",
-        &by_speed(|x| x.response_ms),
-    )?;
-    out.push(p);
-    let p = dir.join("system-latency-by-link-speed.svg");
-    line_plot(
-        &p,
-        "System latency by link speed",
-        "link speed (Mbit/s)",
-        "ms",
-        &by_speed(|x| x.system_latency_ms),
-    )?;
-    out.push(p);
-    let storage: Vec<Series> = [
-        ("Path", r.storage.iter().map(|x| (x.buckets as f64, x.path as f64 / 1e6)).collect()),
-        ("Ring", r.storage.iter().map(|x| (x.buckets as f64, x.ring as f64 / 1e6)).collect()),
-        (
-            "XOR Ring",
-            r.storage.iter().map(|x| (x.buckets as f64, x.xor_ring as f64 / 1e6)).collect(),
-        ),
-    ]
-    .into_iter()
-    .map(|(n, v)| (n.to_string(), v))
-    .collect();
-    let p = dir.join("server-storage.svg");
-    line_plot(&p, "Server storage by number of buckets", "buckets", "MB", &storage)?;
-    out.push(p);
-    Ok(out)
 }
 
 /// A grouped bar plot on a logarithmic axis saved as SVG at `path`: one group per entry of

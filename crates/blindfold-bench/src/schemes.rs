@@ -52,6 +52,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::machine::Machine;
+use crate::plots::{line_plot, Series};
 
 /// Emulated links run this many times slower on the paused clock; times are divided back.
 pub const TIME_SCALE: u32 = 1000;
@@ -1342,8 +1343,62 @@ pub fn save(r: &SchemesReport, dir: &Path) -> Result<Vec<PathBuf>> {
         );
     }
     put("formula.csv", s)?;
-    written.extend(crate::plots::draw(r, dir)?);
+    written.extend(draw_plots(r, dir)?);
     Ok(written)
+}
+
+/// Draws the SVG plots (seed 002's Figures 2 and 3, and latency by link speed) into `dir`;
+/// returns their paths.
+fn draw_plots(r: &SchemesReport, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let by_speed = |g: fn(&SchemeRun) -> f64| -> Vec<Series> {
+        Scheme::ALL
+            .iter()
+            .map(|&s| {
+                let mut pts: Vec<(f64, f64)> = r
+                    .sweep
+                    .iter()
+                    .filter(|x| x.scheme == s)
+                    .map(|x| (x.speed_bps as f64 / 1e6, g(x)))
+                    .collect();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                (s.name().to_string(), pts)
+            })
+            .collect()
+    };
+    let p = dir.join("response-time-by-link-speed.svg");
+    line_plot(
+        &p,
+        "Average response time by link speed",
+        "link speed (Mbit/s)",
+        "ms",
+        &by_speed(|x| x.response_ms),
+    )?;
+    out.push(p);
+    let p = dir.join("system-latency-by-link-speed.svg");
+    line_plot(
+        &p,
+        "System latency by link speed",
+        "link speed (Mbit/s)",
+        "ms",
+        &by_speed(|x| x.system_latency_ms),
+    )?;
+    out.push(p);
+    let storage: Vec<Series> = [
+        ("Path", r.storage.iter().map(|x| (x.buckets as f64, x.path as f64 / 1e6)).collect()),
+        ("Ring", r.storage.iter().map(|x| (x.buckets as f64, x.ring as f64 / 1e6)).collect()),
+        (
+            "XOR Ring",
+            r.storage.iter().map(|x| (x.buckets as f64, x.xor_ring as f64 / 1e6)).collect(),
+        ),
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_string(), v))
+    .collect();
+    let p = dir.join("server-storage.svg");
+    line_plot(&p, "Server storage by number of buckets", "buckets", "MB", &storage)?;
+    out.push(p);
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -69,6 +69,7 @@
 //! ```
 
 mod counting;
+mod duration;
 mod error;
 mod fault;
 mod file;

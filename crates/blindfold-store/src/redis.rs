@@ -391,7 +391,7 @@ pub(crate) fn parse_url(rest: &str) -> std::result::Result<(RedisAddress, RedisO
                     .filter(|&n: &usize| (1..=64).contains(&n))
                     .ok_or_else(|| format!("pool={value:?} is not a number in 1..=64"))?
             }
-            "timeout" => options.timeout = crate::url::parse_duration(&value)?,
+            "timeout" => options.timeout = crate::duration::parse_duration(&value)?,
             other => {
                 return Err(format!(
                     "unknown option {other:?}; the options are prefix, pool and timeout"
@@ -428,7 +428,7 @@ pub(crate) fn fmt_url(
         query.append_pair("pool", &options.pool.to_string());
     }
     if options.timeout != default.timeout {
-        query.append_pair("timeout", &crate::url::fmt_duration(options.timeout));
+        query.append_pair("timeout", &crate::duration::fmt_duration(options.timeout));
     }
     let query = query.finish();
     if !query.is_empty() {

@@ -615,7 +615,7 @@ pub(crate) fn parse_url(rest: &str) -> std::result::Result<(String, String, S3Op
                         || format!("concurrency={value:?} is not a number in 1..=1024"),
                     )?
             }
-            "timeout" => options.timeout = crate::url::parse_duration(&value)?,
+            "timeout" => options.timeout = crate::duration::parse_duration(&value)?,
             "retries" => {
                 options.retries = value
                     .parse()
@@ -679,7 +679,7 @@ pub(crate) fn fmt_url(
         query.append_pair("concurrency", &options.concurrency.to_string());
     }
     if options.timeout != default.timeout {
-        query.append_pair("timeout", &crate::url::fmt_duration(options.timeout));
+        query.append_pair("timeout", &crate::duration::fmt_duration(options.timeout));
     }
     if options.retries != default.retries {
         query.append_pair("retries", &options.retries.to_string());

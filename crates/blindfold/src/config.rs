@@ -11,17 +11,15 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use clap::parser::ValueSource;
-use clap::{ArgAction, CommandFactory};
-
-use crate::Cli;
+use clap::ArgAction;
 
 /// Keys that may not appear in a configuration file.
 const NOT_IN_FILE: &[&str] = &["config", "help", "version"];
 
 /// `args` with the settings of `serve --config FILE` added as flags (unchanged if there is
-/// no such file to read). Errors name the file and the key.
-pub fn apply_config_file(args: Vec<OsString>) -> Result<Vec<OsString>> {
-    let cmd = Cli::command();
+/// no such file to read), for the command line `cmd` (the whole `blindfold` command). Errors
+/// name the file and the key.
+pub fn apply_config_file(cmd: clap::Command, args: Vec<OsString>) -> Result<Vec<OsString>> {
     // Anything clap would refuse is left for the real parse to report.
     let Ok(matches) = cmd.clone().try_get_matches_from(&args) else { return Ok(args) };
     let Some(("serve", sub)) = matches.subcommand() else { return Ok(args) };
@@ -151,10 +149,12 @@ fn warn_if_readable(path: &Path, table: &toml::Table) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
+    use clap::{CommandFactory, Parser};
 
-    fn serve_args(args: &[&str]) -> crate::ServeArgs {
-        let args = apply_config_file(args.iter().map(OsString::from).collect()).unwrap();
+    fn serve_args(args: &[&str]) -> crate::commands::serve::ServeArgs {
+        let args =
+            apply_config_file(crate::Cli::command(), args.iter().map(OsString::from).collect())
+                .unwrap();
         match crate::Cli::parse_from(args).command {
             crate::Command::Serve(a) => a,
             other => panic!("not serve: {other:?}"),
@@ -193,7 +193,7 @@ mod tests {
         let run = |text: &str| {
             let f = write(dir.path(), text);
             let args = ["blindfold", "serve", "--config", &f].map(OsString::from).to_vec();
-            apply_config_file(args).map(|_| ()).unwrap_err().to_string()
+            apply_config_file(crate::Cli::command(), args).map(|_| ()).unwrap_err().to_string()
         };
         let e = run("cache-mb = 3\n");
         assert!(e.contains("unknown key \"cache-mb\"") && e.contains("cache-mib"), "{e}");

@@ -1,0 +1,122 @@
+//! The flags that name a gateway's data directory, its key and its store, shared by the
+//! commands that open one, and what they open it with.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use blindfold_store::StoreUrl;
+use clap::Args;
+
+use crate::commands::passphrase::read_passphrase;
+
+#[derive(Args, Debug)]
+pub struct KeyArgs {
+    /// The key file.
+    #[arg(long, default_value = "blindfold-data/key.json")]
+    pub key_file: PathBuf,
+    /// The key file is protected by a passphrase: read it from $BLINDFOLD_PASSPHRASE, or else
+    /// one line of standard input.
+    #[arg(long)]
+    pub passphrase: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct GatewayArgs {
+    /// Trusted state directory (key, credentials, directory, ORAM state, default store).
+    #[arg(long, default_value = "blindfold-data", env = "BLINDFOLD_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// Untrusted store, fixed when the data directory is created (default: files in
+    /// <data-dir>/cells): `file:///dir` (its parent must exist; `?sync=none|flush|always`),
+    /// `s3://bucket/prefix?endpoint=http://host:port&region=…` (any S3-compatible store;
+    /// credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), `redis://host:port/db`,
+    /// `remote://host:port` (a `blindfold storage-server`), or `memory:` (lost on exit; tests).
+    #[arg(long)]
+    pub store: Option<StoreUrl>,
+    /// Key file (default: <data-dir>/key.json, created on first start).
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    /// The key file is (or is to be) protected by a passphrase: read it from
+    /// $BLINDFOLD_PASSPHRASE, or else one line of standard input.
+    #[arg(long)]
+    pub passphrase: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct UserDirArgs {
+    /// The gateway's data directory.
+    #[arg(long, default_value = "blindfold-data", env = "BLINDFOLD_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// Key file (default: <data-dir>/key.json).
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    /// The key file is protected by a passphrase: read it from $BLINDFOLD_PASSPHRASE, or else
+    /// one line of standard input.
+    #[arg(long)]
+    pub passphrase: bool,
+}
+
+/// File recording the time of the last clean stop in a data directory.
+pub const CLEAN_STOP_FILE: &str = "last-clean-stop";
+
+pub fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeConfig> {
+    let passphrase =
+        if g.passphrase { Some(std::sync::Arc::new(read_passphrase()?)) } else { None };
+    Ok(blindfold_gateway::server::ServeConfig {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        data_dir: g.data_dir.clone(),
+        store: g.store.clone(),
+        key_file: g.key_file.clone(),
+        passphrase,
+        credentials: None,
+        capacity: 1 << 30,
+        block_size: 4096,
+        pad_objects: false,
+        cache_mib: blindfold_gateway::server::DEFAULT_CACHE_MIB,
+        engine: Default::default(),
+        in_place: false,
+        pack_levels: 1,
+    })
+}
+
+/// Opens the gateway of `cfg` over its own store or, for a data directory whose blocks live on
+/// ORAM nodes, over the nodes at `nodes` with the balancer's certificates in `tls_dir`.
+pub async fn open_gateway(
+    cfg: &blindfold_gateway::server::ServeConfig,
+    nodes: &[String],
+    tls_dir: Option<&std::path::Path>,
+) -> Result<blindfold_gateway::server::Opened> {
+    use blindfold_gateway::server::read_params;
+    let balancer_dir = blindfold_node::balancer::is_balancer_dir(&cfg.data_dir.join("oram"));
+    Ok(match tls_dir {
+        Some(tls_dir) => {
+            if read_params(&cfg.data_dir)?.is_some() && !balancer_dir {
+                bail!("{} keeps its blocks in its own store, not on nodes", cfg.data_dir.display());
+            }
+            let tls = blindfold_node::ClusterTls::load(tls_dir)?;
+            let factory = blindfold_node::balancer::engine_factory(
+                nodes.to_vec(),
+                tls,
+                blindfold_node::BalancerConfig::default(),
+            );
+            let hooks = blindfold_gateway::server::OpenHooks {
+                engine_factory: Some(factory),
+                ..Default::default()
+            };
+            blindfold_gateway::server::open_with(cfg, hooks).await?
+        }
+        None if balancer_dir => bail!(
+            "{} keeps its blocks on ORAM nodes: give --nodes (see {}) and --tls-dir",
+            cfg.data_dir.display(),
+            cfg.data_dir.join("oram").join(blindfold_node::balancer::NODES_FILE).display()
+        ),
+        None => blindfold_gateway::server::open(cfg).await?,
+    })
+}
+
+/// Whether a gateway holds the data directory `dir` open (its directory database is locked).
+pub fn gateway_running(dir: &std::path::Path) -> bool {
+    match std::fs::File::open(dir.join("meta.redb")) {
+        Ok(f) => matches!(f.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+        Err(_) => false,
+    }
+}

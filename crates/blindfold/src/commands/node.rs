@@ -1,0 +1,106 @@
+//! `blindfold node`: one ORAM node of a cluster, serving the oblivious load balancer.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use blindfold_store::StoreUrl;
+use clap::Args;
+
+use crate::commands::parse::{parse_count, parse_listen};
+use crate::commands::passphrase::read_passphrase;
+use crate::commands::runtime;
+
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// Address to listen on (`host:port`; port 0 picks a free port, printed at start).
+    #[arg(long, value_parser = parse_listen)]
+    pub listen: std::net::SocketAddr,
+    /// The node's own data directory (key, parameters, engine state; created on first start).
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// The node's untrusted store, as for `serve` (default: files in <data-dir>/cells).
+    #[arg(long)]
+    pub store: Option<StoreUrl>,
+    /// Key file (default: <data-dir>/key.json, created on first start).
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    /// The key file is protected by a passphrase ($BLINDFOLD_PASSPHRASE or standard input).
+    #[arg(long)]
+    pub passphrase: bool,
+    /// The node's certificates: a directory written by `blindfold cluster-certs` (node-<i>).
+    #[arg(long)]
+    pub tls_dir: PathBuf,
+    /// The node's engine, fixed at creation [default: tao].
+    #[arg(long)]
+    pub engine: Option<blindfold_gateway::server::OramEngine>,
+    /// Blocks the node holds, fixed at creation (the balancer says how many it needs).
+    #[arg(long, value_parser = parse_count, conflicts_with = "capacity")]
+    pub blocks: Option<u64>,
+    /// Or the node's capacity in bytes, as `serve --capacity` [default: 64MiB].
+    #[arg(long, value_parser = blindfold_gateway::server::parse_size)]
+    pub capacity: Option<u64>,
+    /// Block size in bytes, fixed at creation; must be the gateway's [default: 4096].
+    #[arg(long)]
+    pub block_size: Option<u32>,
+    /// Trusted memory (MiB) for the top of the node's ORAM tree [default: 128 with tao (256
+    /// on an s3:// store), 32 with path-oram].
+    #[arg(long)]
+    pub cache_mib: Option<u64>,
+}
+
+pub fn run(a: NodeArgs) -> Result<()> {
+    runtime::on_all_cores(node(a))
+}
+
+async fn node(a: NodeArgs) -> Result<()> {
+    let passphrase = if a.passphrase { Some(Arc::new(read_passphrase()?)) } else { None };
+    let block_size = a.block_size.unwrap_or(4096);
+    let capacity = match (a.blocks, a.capacity) {
+        (Some(b), _) => b.checked_mul(u64::from(block_size)).context("--blocks is too large")?,
+        (None, Some(c)) => c,
+        (None, None) => 64 << 20,
+    };
+    let cfg = blindfold_gateway::server::ServeConfig {
+        listen: a.listen,
+        data_dir: a.data_dir.clone(),
+        store: a.store.clone(),
+        key_file: a.key_file.clone(),
+        passphrase,
+        credentials: None,
+        capacity,
+        block_size,
+        pad_objects: false,
+        cache_mib: a.cache_mib.unwrap_or_else(|| {
+            blindfold_gateway::server::default_cache_mib(
+                a.engine.unwrap_or_default(),
+                a.store.as_ref(),
+            )
+        }),
+        engine: a.engine.unwrap_or_default(),
+        in_place: false,
+        pack_levels: 1,
+    };
+    let tls = blindfold_node::ClusterTls::load(&a.tls_dir)?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("blindfold node: shutting down");
+    };
+    let ready = |addr: std::net::SocketAddr, opened: &blindfold_gateway::server::Opened| {
+        for note in &opened.notes {
+            eprintln!("blindfold node: {note}");
+        }
+        let p = &opened.params;
+        println!("blindfold node serving at https://{addr}");
+        println!("  data directory: {} (back up key.json)", a.data_dir.display());
+        println!("  store: {} ({} engine)", p.store, p.engine);
+        println!("  blocks: {} of {} bytes; node id {}", p.blocks, p.block_size, p.store_id);
+    };
+    blindfold_node::node::run(&cfg, a.listen, &tls, ready, shutdown).await?;
+    Ok(())
+}

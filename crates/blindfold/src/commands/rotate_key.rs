@@ -1,0 +1,78 @@
+//! `blindfold rotate-key`: prepare the rotation of a data directory's master key.
+
+use anyhow::{bail, Result};
+use blindfold_crypto::Passphrase;
+use clap::Args;
+
+use crate::commands::data_dir::{gateway_running, UserDirArgs};
+use crate::commands::passphrase::{read_line_passphrase, read_passphrase};
+
+#[derive(Args, Debug)]
+pub struct RotateKeyArgs {
+    #[command(flatten)]
+    pub dir: UserDirArgs,
+    /// Protect the new key file with a passphrase: read it from $BLINDFOLD_NEW_PASSPHRASE, or
+    /// else one line of standard input (after the current one, if --passphrase).
+    #[arg(long)]
+    pub new_passphrase: bool,
+}
+
+pub fn run(a: RotateKeyArgs) -> Result<()> {
+    let dir = &a.dir.data_dir;
+    if !dir.join("gateway.json").exists() {
+        bail!(
+            "{} holds no gateway (no gateway.json): give --data-dir of a gateway that has \
+             started at least once",
+            dir.display()
+        );
+    }
+    // Engines that cannot re-seal their cells are refused before anything is written.
+    if let Some(p) = blindfold_gateway::server::read_params(dir)? {
+        use blindfold_gateway::server::OramEngine;
+        if matches!(p.engine, OramEngine::Tee) {
+            bail!(
+                "the {} engine of {} cannot re-seal its cells under a new key yet: to change \
+                 the key, create a gateway with another engine and copy the objects over (e.g. \
+                 with `aws s3 sync`)",
+                p.engine,
+                dir.display()
+            );
+        }
+    }
+    let key_file = a.dir.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
+    let pass = if a.dir.passphrase { Some(read_passphrase()?) } else { None };
+    let keys = blindfold_gateway::server::data_dir_keys(dir, &key_file, pass.as_ref())?;
+    if let Some(r) = &keys.rotation {
+        bail!(
+            "a key rotation is already under way in {} ({}): start `blindfold serve` there to \
+             let it finish",
+            dir.display(),
+            r.progress()
+        );
+    }
+    let new_pass = if a.new_passphrase {
+        Some(match std::env::var("BLINDFOLD_NEW_PASSPHRASE") {
+            Ok(p) if !p.is_empty() => Passphrase::new(p),
+            Ok(_) => bail!("$BLINDFOLD_NEW_PASSPHRASE is empty"),
+            Err(_) => {
+                eprintln!("new passphrase:");
+                read_line_passphrase()?
+            }
+        })
+    } else {
+        None
+    };
+    let next =
+        blindfold_gateway::rotation::prepare(dir, &key_file, &keys.current, new_pass.as_ref())?;
+    let running = gateway_running(dir);
+    println!("prepared a key rotation for {}", dir.display());
+    println!("  new key file: {} (keep it as safe as the current one)", next.display());
+    println!(
+        "  {} `blindfold serve` on this data directory to begin: it re-seals every cell while \
+         it serves, then replaces {} with the new key file",
+        if running { "a gateway is running there; restart" } else { "start" },
+        key_file.display()
+    );
+    println!("  until it ends, keep both key files: the gateway needs the current one to start");
+    Ok(())
+}
