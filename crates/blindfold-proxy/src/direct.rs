@@ -7,7 +7,8 @@ use blindfold_store::{CellId, Geometry, Store};
 use parking_lot::Mutex;
 
 use crate::durable::verify_cells;
-use crate::path::{open_cell, seal_cell, with_retry, write_sealed, RetryPolicy};
+use crate::retry::{with_retry, write_sealed, RetryPolicy};
+use crate::sealing::{open_cell, seal_cell};
 use crate::{ProxyError, Result, VerifyReport, VersionTable};
 
 /// The baseline without ORAM: block `i` is sealed (with the same AEAD, versions and integrity)

@@ -44,7 +44,8 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::path::{check_geometry, open_cells, seal_cells, with_retry, write_sealed, RetryPolicy};
+use crate::retry::{with_retry, write_sealed, RetryPolicy};
+use crate::sealing::{check_geometry, open_cells, seal_cells};
 use crate::slots::{slotted_geometry, SlotMap, SlottedStore};
 use crate::{ProxyError, Result, SealedPathOram, VersionTable};
 
@@ -1485,7 +1486,7 @@ pub(crate) async fn verify_cells(
                 report.never_written += 1;
                 continue;
             }
-            if let Err(e) = crate::path::check_epoch(cell, versions.epoch(cell), &buf) {
+            if let Err(e) = crate::sealing::check_epoch(cell, versions.epoch(cell), &buf) {
                 report.failures.push((cell, format!("{e} (sealed under another key epoch)")));
                 continue;
             }
@@ -1858,7 +1859,7 @@ mod write_batches_tests {
         for round in 0..20u64 {
             let cells: Vec<(CellId, Vec<u8>)> =
                 (0..64).map(|c| (CellId(c), (c + round).to_le_bytes().to_vec())).collect();
-            crate::path::write_sealed(&flaky, retry, cells).await.unwrap();
+            crate::retry::write_sealed(&flaky, retry, cells).await.unwrap();
         }
         let back = flaky.inner().read(&(0..64).map(CellId).collect::<Vec<_>>()).await.unwrap();
         for (c, data) in back.iter().enumerate() {

@@ -64,8 +64,9 @@ use crate::durable::{
     write_checkpoint_as, LegacyVersions, LoggedCell, SlotCell, CHECKPOINT, REDO_LOG,
 };
 use crate::packed::{PackedStore, Packing};
-use crate::path::{seal_cell, with_retry, RetryPolicy};
 use crate::pinned::{PinnedCells, PinnedStore};
+use crate::retry::{with_retry, RetryPolicy};
+use crate::sealing::seal_cell;
 use crate::slots::{slotted_geometry, SlotMap, SlottedStore};
 use crate::tao::{encode_bucket, TopWritten};
 use crate::toplog::{TopBucket, TopPool};

@@ -74,7 +74,7 @@ use crate::durable::{
     read_frames_with_legacy, read_listed, write_checkpoint_as, CHECKPOINT, REDO_LOG,
 };
 use crate::error::integrity;
-use crate::path::{with_retry, RetryPolicy};
+use crate::retry::{with_retry, RetryPolicy};
 use crate::{ProxyError, Recovery, Result, VerifyReport};
 
 const CHECKPOINT_MAGIC: &[u8; 8] = b"BFOSTC01";

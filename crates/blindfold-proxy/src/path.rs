@@ -1,136 +1,18 @@
 use std::sync::Arc;
-use std::time::Duration;
 
-use blindfold_crypto::{CellAd, CellSealer, CryptoError};
+use blindfold_crypto::CellSealer;
 use blindfold_oram::path::BulkLoad;
 use blindfold_oram::{BlockId, Op, PathOram, PathOramConfig, PathOramState, Progress};
-use blindfold_store::{CellId, Geometry, Store, StoreError};
+use blindfold_store::{CellId, Geometry, Store};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::error::integrity;
+use crate::retry::{with_retry, write_sealed, RetryPolicy};
+use crate::sealing::{check_geometry, open_cells, seal_cells};
 use crate::{ProxyError, Result, VersionTable};
-
-/// Bytes in front of the ciphertext in a sealed cell (key epoch and nonce); the rest of
-/// [`CellSealer::OVERHEAD`] is the tag at the end.
-const SEAL_HEADER: usize = CellSealer::OVERHEAD - 16;
 
 /// Cells sealed and written per batch by [`SealedPathOram::bulk_load`].
 const BULK_BATCH: usize = 256;
-
-/// How often a retryable storage error is retried before the access fails.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RetryPolicy {
-    pub attempts: u32,
-    pub first_backoff: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        Self { attempts: 4, first_backoff: Duration::from_millis(5) }
-    }
-}
-
-pub(crate) async fn with_retry<T, F, Fut>(policy: RetryPolicy, mut f: F) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, StoreError>>,
-{
-    let mut backoff = policy.first_backoff;
-    let mut attempt = 1;
-    loop {
-        match f().await {
-            Err(e) if e.is_retryable() && attempt < policy.attempts => {
-                tracing::debug!(attempt, error = %e, "retrying storage request");
-                tokio::time::sleep(backoff).await;
-                backoff *= 2;
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Opens fetched cells against the trusted versions. Cells at version 0 were never written:
-/// their contents are ignored (the read was still issued, so the store saw nothing special).
-/// Refuses a store whose cells are of another size than `needed`'s, or fewer.
-pub(crate) fn check_geometry(found: Geometry, needed: Geometry) -> Result<()> {
-    crate::error::check_array(found, needed, "the store")
-}
-
-pub(crate) fn open_cells(
-    sealer: &CellSealer,
-    versions: &VersionTable,
-    cells: &[CellId],
-    fetched: Vec<Vec<u8>>,
-) -> Result<Vec<Option<Vec<u8>>>> {
-    let mut out = Vec::with_capacity(cells.len());
-    for (cell, buf) in cells.iter().zip(fetched) {
-        let version = versions.get(cell.0);
-        if version == 0 {
-            out.push(None);
-            continue;
-        }
-        out.push(Some(open_cell(sealer, *cell, version, versions.epoch(cell.0), buf)?));
-    }
-    Ok(out)
-}
-
-/// Seals plaintext cells under their next versions and records those versions.
-pub(crate) fn seal_cells(
-    sealer: &CellSealer,
-    versions: &mut VersionTable,
-    plain: Vec<(CellId, Vec<u8>)>,
-) -> Result<Vec<(CellId, Vec<u8>)>> {
-    let mut out = Vec::with_capacity(plain.len());
-    for (cell, data) in plain {
-        let version = versions.next(cell.0);
-        let sealed = seal_cell(sealer, cell, version, &data)?;
-        versions.record(cell.0, version, &sealed);
-        out.push((cell, sealed));
-    }
-    Ok(out)
-}
-
-/// Seals one plaintext cell under `version` (which the caller records as the cell's version).
-pub(crate) fn seal_cell(
-    sealer: &CellSealer,
-    cell: CellId,
-    version: u64,
-    data: &[u8],
-) -> Result<Vec<u8>> {
-    let ad = CellAd { cell: cell.0, version, segment: 0 };
-    let mut sealed = vec![0u8; data.len() + CellSealer::OVERHEAD];
-    sealer.seal_into(&ad, data, &mut sealed).map_err(ProxyError::Crypto)?;
-    Ok(sealed)
-}
-
-/// Refuses a sealed cell whose header names another key epoch than `epoch` (the one its
-/// trusted version was sealed under), unless that is [`VersionTable::ANY_EPOCH`].
-pub(crate) fn check_epoch(cell: u64, epoch: u32, sealed: &[u8]) -> Result<()> {
-    if epoch == VersionTable::ANY_EPOCH || crate::versions::sealed_epoch(sealed) == Some(epoch) {
-        return Ok(());
-    }
-    Err(ProxyError::Integrity { cell, source: CryptoError::Integrity { cell, segment: 0 } })
-}
-
-/// Opens one fetched cell sealed under `version` (non-zero) and key epoch `epoch` (see
-/// [`check_epoch`]) and returns its plaintext.
-pub(crate) fn open_cell(
-    sealer: &CellSealer,
-    cell: CellId,
-    version: u64,
-    epoch: u32,
-    mut buf: Vec<u8>,
-) -> Result<Vec<u8>> {
-    check_epoch(cell.0, epoch, &buf)?;
-    let ad = CellAd { cell: cell.0, version, segment: 0 };
-    let len =
-        sealer.open_in_place(&ad, &mut buf).map_err(|source| integrity(cell.0, source))?.len();
-    buf.truncate(SEAL_HEADER + len);
-    buf.drain(..SEAL_HEADER);
-    Ok(buf)
-}
 
 /// Trusted state of a [`SealedPathOram`] between accesses.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -366,28 +248,5 @@ impl SealedPathOram {
                 }
             }
         }
-    }
-}
-
-/// Writes sealed cells, retrying a failed batch whole (writes are idempotent).
-pub(crate) async fn write_sealed(
-    store: &dyn Store,
-    retry: RetryPolicy,
-    sealed: Vec<(CellId, Vec<u8>)>,
-) -> Result<()> {
-    if sealed.is_empty() {
-        return Ok(());
-    }
-    if !store.writes_may_be_retried() {
-        // Nothing to keep for a retry: the buffers go to the store as they are.
-        return Ok(store.write(sealed).await?);
-    }
-    match store.write(sealed.clone()).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.is_retryable() => {
-            tracing::debug!(error = %e, "retrying storage write");
-            Ok(with_retry(retry, || store.write(sealed.clone())).await?)
-        }
-        Err(e) => Err(e.into()),
     }
 }

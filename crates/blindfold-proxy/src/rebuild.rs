@@ -72,8 +72,9 @@ use crate::durable::{
 };
 use crate::durable_tao::{load_saved_tao, save_rebuilt_tao, SavedTao};
 use crate::packed::{PackedStore, Packing};
-use crate::path::{open_cell, seal_cells, with_retry, RetryPolicy};
 use crate::pinned::{PinnedCells, PinnedStore};
+use crate::retry::{with_retry, RetryPolicy};
+use crate::sealing::{open_cell, seal_cells};
 use crate::slots::{SlotMap, SlottedStore};
 use crate::{ProxyError, Result, TaoConfig, TaoState, TaoStats, VersionTable};
 
@@ -659,7 +660,7 @@ async fn load_new(
     sealer: &CellSealer,
 ) -> Result<(PathOramState, VersionTable, u64)> {
     let new = new.store();
-    crate::path::check_geometry(new.geometry(), crate::SealedPathOram::geometry(config)?)?;
+    crate::sealing::check_geometry(new.geometry(), crate::SealedPathOram::geometry(config)?)?;
     let mut oram = PathOram::with_rng(config.clone(), ChaCha20Rng::from_entropy());
     let mut versions = VersionTable::new(config.total_cells());
     let mut load = oram.bulk_load()?;

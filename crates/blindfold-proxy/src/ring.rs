@@ -15,7 +15,8 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{check_array, integrity};
-use crate::path::{open_cells, with_retry, RetryPolicy};
+use crate::retry::{with_retry, RetryPolicy};
+use crate::sealing::open_cells;
 use crate::{ProxyError, Result, VersionTable};
 
 /// The data array: a plain store for Ring ORAM, one that can XOR for XOR Ring ORAM.

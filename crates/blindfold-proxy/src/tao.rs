@@ -101,7 +101,8 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch, Notify};
 
-use crate::path::{check_geometry, open_cell, seal_cell, with_retry, write_sealed, RetryPolicy};
+use crate::retry::{with_retry, write_sealed, RetryPolicy};
+use crate::sealing::{check_geometry, open_cell, seal_cell};
 use crate::{ProxyError, Result, SealedPathOram, SealedPathState, VersionTable};
 
 /// Default number of fetched paths per write-back (TaoStore's `k`).

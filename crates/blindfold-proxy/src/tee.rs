@@ -56,7 +56,7 @@ use crate::durable::{
     append_record, decode_checkpoint, decode_record, open_empty_log, prepare_new_dir,
     read_frames_with_legacy, write_checkpoint_as, CHECKPOINT, REDO_LOG,
 };
-use crate::path::{with_retry, RetryPolicy};
+use crate::retry::{with_retry, RetryPolicy};
 use crate::{ProxyError, Recovery, Result, VerifyReport};
 
 const CHECKPOINT_MAGIC: &[u8; 8] = b"BFTEEC01";

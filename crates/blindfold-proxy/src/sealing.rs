@@ -1,0 +1,93 @@
+//! Sealing and opening cells against their trusted versions: every engine's cells go through
+//! these, so a modified, swapped or rolled-back cell is an integrity error wherever it is read.
+
+use blindfold_crypto::{CellAd, CellSealer, CryptoError};
+use blindfold_store::{CellId, Geometry};
+
+use crate::error::integrity;
+use crate::{ProxyError, Result, VersionTable};
+
+/// Bytes in front of the ciphertext in a sealed cell (key epoch and nonce); the rest of
+/// [`CellSealer::OVERHEAD`] is the tag at the end.
+const SEAL_HEADER: usize = CellSealer::OVERHEAD - 16;
+
+/// Refuses a store whose cells are of another size than `needed`'s, or fewer.
+pub(crate) fn check_geometry(found: Geometry, needed: Geometry) -> Result<()> {
+    crate::error::check_array(found, needed, "the store")
+}
+
+/// Opens fetched cells against the trusted versions. Cells at version 0 were never written:
+/// their contents are ignored (the read was still issued, so the store saw nothing special).
+pub(crate) fn open_cells(
+    sealer: &CellSealer,
+    versions: &VersionTable,
+    cells: &[CellId],
+    fetched: Vec<Vec<u8>>,
+) -> Result<Vec<Option<Vec<u8>>>> {
+    let mut out = Vec::with_capacity(cells.len());
+    for (cell, buf) in cells.iter().zip(fetched) {
+        let version = versions.get(cell.0);
+        if version == 0 {
+            out.push(None);
+            continue;
+        }
+        out.push(Some(open_cell(sealer, *cell, version, versions.epoch(cell.0), buf)?));
+    }
+    Ok(out)
+}
+
+/// Seals plaintext cells under their next versions and records those versions.
+pub(crate) fn seal_cells(
+    sealer: &CellSealer,
+    versions: &mut VersionTable,
+    plain: Vec<(CellId, Vec<u8>)>,
+) -> Result<Vec<(CellId, Vec<u8>)>> {
+    let mut out = Vec::with_capacity(plain.len());
+    for (cell, data) in plain {
+        let version = versions.next(cell.0);
+        let sealed = seal_cell(sealer, cell, version, &data)?;
+        versions.record(cell.0, version, &sealed);
+        out.push((cell, sealed));
+    }
+    Ok(out)
+}
+
+/// Seals one plaintext cell under `version` (which the caller records as the cell's version).
+pub(crate) fn seal_cell(
+    sealer: &CellSealer,
+    cell: CellId,
+    version: u64,
+    data: &[u8],
+) -> Result<Vec<u8>> {
+    let ad = CellAd { cell: cell.0, version, segment: 0 };
+    let mut sealed = vec![0u8; data.len() + CellSealer::OVERHEAD];
+    sealer.seal_into(&ad, data, &mut sealed).map_err(ProxyError::Crypto)?;
+    Ok(sealed)
+}
+
+/// Refuses a sealed cell whose header names another key epoch than `epoch` (the one its
+/// trusted version was sealed under), unless that is [`VersionTable::ANY_EPOCH`].
+pub(crate) fn check_epoch(cell: u64, epoch: u32, sealed: &[u8]) -> Result<()> {
+    if epoch == VersionTable::ANY_EPOCH || crate::versions::sealed_epoch(sealed) == Some(epoch) {
+        return Ok(());
+    }
+    Err(ProxyError::Integrity { cell, source: CryptoError::Integrity { cell, segment: 0 } })
+}
+
+/// Opens one fetched cell sealed under `version` (non-zero) and key epoch `epoch` (see
+/// [`check_epoch`]) and returns its plaintext.
+pub(crate) fn open_cell(
+    sealer: &CellSealer,
+    cell: CellId,
+    version: u64,
+    epoch: u32,
+    mut buf: Vec<u8>,
+) -> Result<Vec<u8>> {
+    check_epoch(cell.0, epoch, &buf)?;
+    let ad = CellAd { cell: cell.0, version, segment: 0 };
+    let len =
+        sealer.open_in_place(&ad, &mut buf).map_err(|source| integrity(cell.0, source))?.len();
+    buf.truncate(SEAL_HEADER + len);
+    buf.drain(..SEAL_HEADER);
+    Ok(buf)
+}
