@@ -58,22 +58,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use blindfold_crypto::MasterKey;
+use blindfold_proxy::catalogue::EngineStore;
 use blindfold_proxy::rebuild::{fresh_epoch, Rebuilt};
-use blindfold_proxy::{DurableObliviStore, DurablePathOram, DurableTao, ProxyError};
+use blindfold_proxy::ProxyError;
 use blindfold_store::{open_store, Store, StoreError, StoreUrl};
 use serde::{Deserialize, Serialize};
 
 pub use crate::datadir::RETIRED_FILE;
 use crate::datadir::{read_params, retire, sync_parent, write_private, GatewayParams};
-use crate::engine::{Serialized, SharedEngine, Swappable};
+use crate::engine::{SharedEngine, Swappable};
 use crate::hooks::StoreWrapper;
 use crate::objects::ObjectLayer;
 use crate::observe::Observer;
 use crate::snapshot::SnapshotSlot;
 use crate::{GatewayError, Result};
 use blindfold_proxy::catalogue::{
-    cached_bytes_of, oblivistore_config, oram_array, oram_config, oram_geometry, physical_view,
-    tao_config, OramEngine,
+    cached_bytes_of, oram_array, oram_config, oram_geometry, physical_view, OramEngine,
 };
 
 /// The growth in progress, in the data directory.
@@ -210,15 +210,7 @@ fn write_params(dir: &Path, params: &GatewayParams) -> Result<()> {
 fn grown_params(params: &GatewayParams, blocks: u64, generation: u32) -> Result<GatewayParams> {
     let p = GatewayParams { blocks, generation, ..params.clone() };
     oram_config(&p)?;
-    match p.engine {
-        OramEngine::Tao => {
-            tao_config(&p)?;
-        }
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            oblivistore_config(&p)?;
-        }
-        OramEngine::PathOram | OramEngine::Tee => {}
-    }
+    blindfold_proxy::catalogue::check(&p)?;
     Ok(p)
 }
 
@@ -369,23 +361,11 @@ async fn grow_closed(
         if crash == Some(CrashPoint::HalfWritten) { cut_short(new) } else { new };
     let oram_dir = dir.join("oram");
     let epoch = fresh_epoch();
-    let rebuilt = match params.engine {
-        OramEngine::PathOram => {
-            let config = oram_config(&new_params)?;
-            blindfold_proxy::rebuild::grow_path_oram(&oram_dir, old, new, key, epoch, config)
-                .await?
-        }
-        OramEngine::Tao => {
-            let config = tao_config(&new_params)?;
-            blindfold_proxy::rebuild::grow_tao(&oram_dir, old, new, key, epoch, config).await?
-        }
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            let config = oblivistore_config(&new_params)?;
-            blindfold_proxy::rebuild::grow_oblivistore(&oram_dir, old, new, key, epoch, config)
-                .await?
-        }
-        OramEngine::Tee => return Err(cannot_grow(params.engine)),
-    };
+    if !params.engine.can_rebuild() {
+        return Err(cannot_grow(params.engine));
+    }
+    let rebuilt =
+        blindfold_proxy::catalogue::grow(&new_params, &oram_dir, old, new, key, epoch).await?;
     *replaced = true;
     if crash == Some(CrashPoint::AfterCheckpoint) {
         return Err(simulated(CrashPoint::AfterCheckpoint));
@@ -402,14 +382,10 @@ async fn grow_closed(
 /// The number of blocks of the tree the checkpoint in `dir` describes.
 fn checkpoint_blocks(dir: &Path, params: &GatewayParams, key: &MasterKey) -> Result<u64> {
     let oram_dir = dir.join("oram");
-    Ok(match params.engine {
-        OramEngine::PathOram => blindfold_proxy::rebuild::saved_path_oram_blocks(&oram_dir, key)?,
-        OramEngine::Tao => blindfold_proxy::rebuild::saved_tao_blocks(&oram_dir, key)?,
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            blindfold_proxy::rebuild::saved_oblivistore_blocks(&oram_dir, key)?
-        }
-        OramEngine::Tee => return Err(cannot_grow(params.engine)),
-    })
+    if !params.engine.can_rebuild() {
+        return Err(cannot_grow(params.engine));
+    }
+    Ok(blindfold_proxy::catalogue::saved_blocks(params.engine, &oram_dir, key)?)
 }
 
 /// The TEE engine cannot be grown yet.
@@ -706,19 +682,16 @@ impl Grower {
             None => store,
         };
         let store = self.observer.wrap_store(store, physical_view(params)?, geometry.total_bytes());
+        if !params.engine.can_rebuild() {
+            return Err(cannot_grow(params.engine));
+        }
         let oram_dir = self.dir.join("oram");
-        Ok(match params.engine {
-            OramEngine::Tao => {
-                Arc::new(DurableTao::open_rotating(&oram_dir, store, &self.key, None).await?.0)
-            }
-            OramEngine::PathOram => Arc::new(Serialized::new(
-                DurablePathOram::open_rotating(&oram_dir, store, &self.key, None).await?.0,
-            )),
-            OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => Arc::new(
-                DurableObliviStore::open_rotating(&oram_dir, store, &self.key, None).await?.0,
-            ),
-            OramEngine::Tee => return Err(cannot_grow(params.engine)),
-        })
+        let same = |tee| tee;
+        let store = EngineStore { store, url: &url, array: &name, geometry, wrap_tee: &same };
+        let opened = blindfold_proxy::catalogue::open_engine(
+            params, &oram_dir, store, &self.key, None, false,
+        );
+        Ok(opened.await?.0)
     }
 
     /// Writes a snapshot of the grown state to a snapshot array of its size; returns the

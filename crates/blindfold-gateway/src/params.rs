@@ -10,10 +10,8 @@ use crate::datadir::GatewayParams;
 use crate::{GatewayError, Result};
 use blindfold_crypto::{Passphrase, StoreId};
 use blindfold_proxy::catalogue::{
-    cache_levels_for, cached_bytes_of, oblivistore_cells, oblivistore_config, oram_config,
-    oram_geometry, tao_config, tao_pinned_for, tee_config, OramEngine, PARAMS_VERSION,
+    cached_bytes_of, engine_cells, oram_config, oram_geometry, OramEngine, PARAMS_VERSION,
 };
-use blindfold_proxy::DurableTao;
 use blindfold_store::StoreUrl;
 
 /// How to start a gateway.
@@ -118,40 +116,19 @@ impl Footprint {
 
 /// The footprint of a store with these parameters.
 pub fn footprint(params: &GatewayParams) -> Result<Footprint> {
-    let config = oram_config(params)?;
+    oram_config(params)?;
     let geometry = oram_geometry(params)?;
-    let cells = match params.engine {
-        OramEngine::PathOram => config.total_cells(),
-        OramEngine::Tao => tao_config(params)?.tree().total_cells(),
-        OramEngine::Tee => tee_config(params)?.total_cells(),
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            oblivistore_cells(params)?
-        }
-    };
+    let cells = engine_cells(params)?;
     let cached = cached_bytes_of(params)?;
     let snap = crate::snapshot::geometry(params.blocks, cells, cached)?;
-    // A packed tree keeps recently read groups for the writes that follow.
-    let groups = match params.engine {
-        OramEngine::Tao if params.two_slots() => {
-            DurableTao::packed_cache_bytes(&tao_config(params)?, params.tao_pack_levels())?
-        }
-        _ => 0,
-    };
     let bytes = |g: &blindfold_store::Geometry| g.cell_count() * u64::from(g.cell_size());
-    let posmap = if params.engine == OramEngine::PathOram && params.blocks > 1 << 20 {
-        1 << 19 // recursive: 2^16 entries in memory
-    } else {
-        params.blocks * 8
-    };
     Ok(Footprint {
         blocks: params.blocks,
         block_size: params.block_size,
         capacity_bytes: params.blocks * u64::from(params.block_size),
         store_bytes: bytes(&geometry) + bytes(&snap),
         oram_bytes: bytes(&geometry),
-        // Every engine holds a cached bucket once: the TaoStore engine sealed until first
-        // used, then open (sealed again only for a moment, for a checkpoint or a verify).
-        trusted_bytes: posmap + cells * 8 + cached + groups,
+        trusted_bytes: blindfold_proxy::catalogue::trusted_bytes(params)?,
     })
 }
 
@@ -209,46 +186,8 @@ pub fn new_params(cfg: &ServeConfig) -> Result<GatewayParams> {
         engine: cfg.engine,
         generation: 0,
     };
-    if cfg.pack_levels > 1 && cfg.engine != OramEngine::Tao {
-        return Err(GatewayError::Config(format!(
-            "--pack-levels is for the tao engine; {} keeps one bucket per store object",
-            cfg.engine
-        )));
-    }
-    let p = match cfg.engine {
-        OramEngine::PathOram => GatewayParams {
-            cache_levels: cache_levels_for(&p, cfg.cache_mib.saturating_mul(1 << 20))?,
-            ..p
-        },
-        // Keeping the tree top in memory, and packing, need two slots per cell (DurableTao).
-        OramEngine::Tao if cfg.in_place => {
-            if cfg.pack_levels > 1 {
-                return Err(GatewayError::Config(
-                    "--pack-levels needs two slots per object: drop --in-place".into(),
-                ));
-            }
-            tao_config(&p)?;
-            p
-        }
-        OramEngine::Tao => {
-            let (cache_levels, cache_cells) =
-                tao_pinned_for(&p, cfg.cache_mib.saturating_mul(1 << 20))?;
-            let p = GatewayParams { cache_levels, cache_cells, pack_levels: cfg.pack_levels, ..p };
-            let levels = tao_config(&p)?.shape().levels();
-            blindfold_proxy::Packing::new(levels, p.tao_pack_levels()).map_err(|e| {
-                GatewayError::Config(format!("--pack-levels {}: {e}", cfg.pack_levels))
-            })?;
-            p
-        }
-        OramEngine::Tee => {
-            tee_config(&p)?;
-            p
-        }
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            oblivistore_config(&p)?;
-            p
-        }
-    };
+    let budget = cfg.cache_mib.saturating_mul(1 << 20);
+    let p = blindfold_proxy::catalogue::fit_memory(p, budget, cfg.pack_levels, cfg.in_place)?;
     oram_config(&p)?;
     Ok(p)
 }

@@ -9,7 +9,7 @@ use crate::open::{open, Opened};
 use crate::params::ServeConfig;
 use crate::{GatewayError, Result};
 use blindfold_crypto::load_key_file;
-use blindfold_proxy::catalogue::{oram_array, oram_geometry, OramEngine};
+use blindfold_proxy::catalogue::{oram_array, oram_geometry};
 use blindfold_store::open_store;
 
 /// Writes the encrypted snapshot of the trusted state to the store. Call with the ORAM
@@ -123,25 +123,8 @@ pub async fn recover_until(
     };
     write_private(&oram_dir.join("checkpoint.bin"), &snap.oram_checkpoint)?;
     let epoch = blindfold_proxy::rebuild::fresh_epoch();
-    let rebuilt = match params.engine {
-        OramEngine::Tao => {
-            blindfold_proxy::rebuild::rebuild_tao(&oram_dir, old, new, &key, epoch).await?
-        }
-        OramEngine::PathOram => {
-            blindfold_proxy::rebuild::rebuild_path_oram(&oram_dir, old, new, &key, epoch).await?
-        }
-        OramEngine::Tee => {
-            return Err(GatewayError::Config(
-                "`blindfold recover` cannot rebuild a tee engine's data directory yet (its cells \
-                 are re-permuted only by its trusted component); restore the data directory \
-                 from a backup instead"
-                    .into(),
-            ))
-        }
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            blindfold_proxy::rebuild::rebuild_oblivistore(&oram_dir, old, new, &key, epoch).await?
-        }
-    };
+    let rebuilt =
+        blindfold_proxy::catalogue::rebuild(&params, &oram_dir, old, new, &key, epoch).await?;
     if crash == Some(RecoverCrash::AfterRebuild) {
         return Err(simulated(RecoverCrash::AfterRebuild));
     }

@@ -22,7 +22,9 @@ use blindfold_crypto::{MasterKey, StoreId};
 use blindfold_store::{CellId, Geometry, Store, StoreUrl, TeeStore};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Serialized, SharedEngine};
+use crate::engine::SharedEngine;
+use crate::lifecycle::DurableEngine;
+use crate::rebuild::Rebuilt;
 use crate::{
     DurableObliviStore, DurablePathOram, DurableTao, DurableTee, ProxyError, Recovery, Result,
     SealedPathOram, TaoConfig,
@@ -525,6 +527,31 @@ pub struct EngineStore<'a> {
     pub wrap_tee: &'a (dyn Fn(Arc<dyn TeeStore>) -> Arc<dyn TeeStore> + Send + Sync),
 }
 
+/// Runs `$body` with `$E` the [`DurableEngine`] type of the engine `$engine`: the one place
+/// that maps the engine names to their implementations.
+macro_rules! with_engine {
+    ($engine:expr, $E:ident => $body:expr) => {
+        match $engine {
+            OramEngine::Tao => {
+                type $E = DurableTao;
+                $body
+            }
+            OramEngine::PathOram => {
+                type $E = DurablePathOram;
+                $body
+            }
+            OramEngine::Tee => {
+                type $E = DurableTee;
+                $body
+            }
+            OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+                type $E = DurableObliviStore;
+                $body
+            }
+        }
+    };
+}
+
 /// Opens the crash-consistent engine of `params` whose trusted state is in `dir`, over
 /// `store`, replaying its redo log after an unclean stop; or, when `creating`, creates it
 /// there. `previous` is the key being retired during a key rotation: cells still sealed under
@@ -538,80 +565,147 @@ pub async fn open_engine(
     previous: Option<&MasterKey>,
     creating: bool,
 ) -> Result<(Arc<dyn SharedEngine>, Option<Recovery>)> {
-    let id = params.store_id()?;
-    let EngineStore { store, url, array, geometry, wrap_tee } = store;
-    Ok(match params.engine {
-        OramEngine::Tee => {
-            let tee_store: Arc<dyn TeeStore> = if matches!(url, StoreUrl::Remote { .. }) {
-                // The trusted component runs in the storage server (`blindfold enclave`).
-                let remote = blindfold_store::open_tee_store(url, array, geometry, None)
-                    .await
-                    .map_err(|e| ProxyError::Config(format!("opening the store {url}: {e}")))?;
-                wrap_tee(remote)
-            } else {
-                // No separate host: the trusted component runs in this process.
-                let enclave = blindfold_tee::Enclave::new(
-                    &DurableTee::tee_key(key),
-                    params.block_size as usize,
-                );
-                Arc::new(blindfold_store::TeeHost::new(store, Arc::new(enclave)))
-            };
-            if creating {
-                let config = tee_config(params)?;
-                let none = crate::Preload::none();
-                let engine =
-                    DurableTee::create(dir, config, tee_store, key, id, none, &mut |_, _| {})
-                        .await?;
-                (Arc::new(engine), None)
-            } else {
-                if previous.is_some() {
-                    return Err(ProxyError::Config(
-                        "the tee engine cannot re-seal its cells under a new key: finish or undo \
-                         the key rotation with another engine's data directory"
-                            .into(),
-                    ));
-                }
-                let (engine, rec) = DurableTee::open(dir, tee_store, key).await?;
-                (Arc::new(engine), Some(rec))
-            }
-        }
-        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-            if creating {
-                let config = oblivistore_config(params)?;
-                let engine =
-                    DurableObliviStore::create(dir, config, store, key, id, &mut |_, _| {}).await?;
-                (Arc::new(engine), None)
-            } else {
-                let (engine, rec) =
-                    DurableObliviStore::open_rotating(dir, store, key, previous).await?;
-                (Arc::new(engine), Some(rec))
-            }
-        }
-        OramEngine::Tao => {
-            if creating {
-                let config = tao_config(params)?;
-                let pinned = params.tao_pinned_cells();
-                let pack = params.tao_pack_levels();
-                let engine =
-                    DurableTao::create_packed(dir, config, store, key, id, pinned, pack).await?;
-                (Arc::new(engine), None)
-            } else {
-                let (engine, rec) = DurableTao::open_rotating(dir, store, key, previous).await?;
-                (Arc::new(engine), Some(rec))
-            }
-        }
-        OramEngine::PathOram => {
-            if creating {
-                let engine =
-                    DurablePathOram::create(dir, oram_config(params)?, store, key, id).await?;
-                (Arc::new(Serialized::new(engine)), None)
-            } else {
-                let (engine, rec) =
-                    DurablePathOram::open_rotating(dir, store, key, previous).await?;
-                (Arc::new(Serialized::new(engine)), Some(rec))
-            }
+    with_engine!(params.engine, E => {
+        if creating {
+            Ok((<E as DurableEngine>::create(dir, params, store, key).await?.share(), None))
+        } else {
+            let (engine, rec) = <E as DurableEngine>::open(dir, params, store, key, previous).await?;
+            Ok((engine.share(), Some(rec)))
         }
     })
+}
+
+/// Rebuilds the engine of `params` whose checkpoint is in `dir` (a snapshot's, for `blindfold
+/// recover`) from the cells of `old` into `new`, sealed under `epoch` with fresh random
+/// placement ([`DurableEngine::rebuild`]).
+pub async fn rebuild(
+    params: &EngineParams,
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+) -> Result<Rebuilt> {
+    with_engine!(params.engine, E => <E as DurableEngine>::rebuild(dir, old, new, key, epoch, None).await)
+}
+
+/// Grows the engine whose checkpoint is in `dir` (stopped cleanly) from the cells of `old` into
+/// `new`, laid out for `to`, the grown parameters ([`DurableEngine::rebuild`]).
+pub async fn grow(
+    to: &EngineParams,
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+) -> Result<Rebuilt> {
+    with_engine!(to.engine, E => <E as DurableEngine>::rebuild(dir, old, new, key, epoch, Some(<E as DurableEngine>::config(to)?)).await)
+}
+
+/// Blocks the checkpoint of `engine` in `dir` holds ([`DurableEngine::saved_blocks`]).
+pub fn saved_blocks(engine: OramEngine, dir: &Path, key: &MasterKey) -> Result<u64> {
+    with_engine!(engine, E => <E as DurableEngine>::saved_blocks(dir, key))
+}
+
+/// Checks that the engine of `params` can run with them (its configuration builds).
+pub fn check(params: &EngineParams) -> Result<()> {
+    with_engine!(params.engine, E => <E as DurableEngine>::config(params).map(drop))
+}
+
+/// Estimated trusted memory of the engine of `params`, in bytes: its position map, a version
+/// per cell, the tree top it keeps and (packed TaoStore) the groups it keeps for write-backs.
+pub fn trusted_bytes(params: &EngineParams) -> Result<u64> {
+    let cells = engine_cells(params)?;
+    let cached = cached_bytes_of(params)?;
+    // A packed tree keeps recently read groups for the writes that follow.
+    let groups = match params.engine {
+        OramEngine::Tao if params.two_slots() => {
+            DurableTao::packed_cache_bytes(&tao_config(params)?, params.tao_pack_levels())?
+        }
+        _ => 0,
+    };
+    let posmap = if params.engine == OramEngine::PathOram && params.blocks > 1 << 20 {
+        1 << 19 // recursive: 2^16 entries in memory
+    } else {
+        params.blocks * 8
+    };
+    // Every engine holds a cached bucket once: the TaoStore engine sealed until first used,
+    // then open (sealed again only for a moment, for a checkpoint or a verify).
+    Ok(posmap + cells * 8 + cached + groups)
+}
+
+/// The parameters `p` of a new data directory with the engine's use of `budget` bytes of
+/// trusted memory for the top of its tree decided, and its packing (`pack_levels` tree levels
+/// per store object, TaoStore only), checked. `in_place`: one copy per cell (no tree top in
+/// memory for TaoStore then, and no packing).
+pub fn fit_memory(
+    p: EngineParams,
+    budget: u64,
+    pack_levels: u32,
+    in_place: bool,
+) -> Result<EngineParams> {
+    if pack_levels > 1 && p.engine != OramEngine::Tao {
+        return Err(ProxyError::Config(format!(
+            "--pack-levels is for the tao engine; {} keeps one bucket per store object",
+            p.engine
+        )));
+    }
+    let p = match p.engine {
+        OramEngine::PathOram => EngineParams { cache_levels: cache_levels_for(&p, budget)?, ..p },
+        // Keeping the tree top in memory, and packing, need two slots per cell (DurableTao).
+        OramEngine::Tao if in_place => {
+            if pack_levels > 1 {
+                return Err(ProxyError::Config(
+                    "--pack-levels needs two slots per object: drop --in-place".into(),
+                ));
+            }
+            tao_config(&p)?;
+            p
+        }
+        OramEngine::Tao => {
+            let (cache_levels, cache_cells) = tao_pinned_for(&p, budget)?;
+            let p = EngineParams { cache_levels, cache_cells, pack_levels, ..p };
+            let levels = tao_config(&p)?.shape().levels();
+            crate::Packing::new(levels, p.tao_pack_levels())
+                .map_err(|e| ProxyError::Config(format!("--pack-levels {pack_levels}: {e}")))?;
+            p
+        }
+        _ => {
+            check(&p)?;
+            p
+        }
+    };
+    oram_config(&p)?;
+    Ok(p)
+}
+
+impl OramEngine {
+    /// Whether a key rotation can re-seal this engine's cells while it serves.
+    pub fn can_reseal(self) -> bool {
+        !matches!(self, Self::Tee)
+    }
+
+    /// Why this engine's store is large by design, whatever the block size (`None` for the
+    /// tree engines, whose overhead is the block size's).
+    pub fn store_overhead(self) -> Option<&'static str> {
+        match self {
+            Self::Tee => Some(
+                "two areas for every node of its m-ary tree, and room in every leaf for the reads \
+                 of an eviction round",
+            ),
+            Self::ObliviStore => {
+                Some("about √N partitions of levels, and two areas for every top level")
+            }
+            Self::Curious => Some(
+                "levels sized for b = 3 blocks per eviction, and two areas for every top level",
+            ),
+            Self::CuriousPath => Some(
+                "two copies of every bucket of its partitions' Path ORAM trees, which have about \
+                 twice as many slots as blocks",
+            ),
+            Self::Tao | Self::PathOram => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for EngineStore<'_> {

@@ -82,6 +82,7 @@ mod durable;
 mod durable_tao;
 pub mod engine;
 mod error;
+pub mod lifecycle;
 mod oblivistore;
 #[cfg(feature = "onion")]
 mod onion;
@@ -104,6 +105,7 @@ pub use durable::{make_private, DurablePathOram, Recovery, VerifyReport};
 pub use durable_tao::{DurableTao, OverlayStore};
 pub use engine::{EngineGauges, SharedEngine};
 pub use error::ProxyError;
+pub use lifecycle::DurableEngine;
 pub use oblivistore::{DurableObliviStore, ObliviStoreEngineStats};
 #[cfg(feature = "onion")]
 pub use onion::{OnionPhaseTimes, SealedOnionOram, SealedOnionState};

@@ -313,7 +313,7 @@ impl DurableObliviStore {
         store: Arc<dyn Store>,
         key: &MasterKey,
         store_id: StoreId,
-        progress: &mut dyn FnMut(u64, u64),
+        progress: &mut (dyn FnMut(u64, u64) + Send),
     ) -> Result<Self> {
         prepare_new_dir(dir)?;
         check_store(&*store, &config)?;

@@ -307,7 +307,7 @@ impl DurableTee {
         key: &MasterKey,
         store_id: StoreId,
         preload: Preload<'_>,
-        progress: &mut dyn FnMut(u64, u64),
+        progress: &mut (dyn FnMut(u64, u64) + Send),
     ) -> Result<Self> {
         let (loaded, fill) = (preload.count, preload.fill);
         prepare_new_dir(dir)?;

@@ -28,8 +28,7 @@ pub fn run(a: RotateKeyArgs) -> Result<()> {
     }
     // Engines that cannot re-seal their cells are refused before anything is written.
     if let Some(p) = blindfold_gateway::server::read_params(dir)? {
-        use blindfold_gateway::server::OramEngine;
-        if matches!(p.engine, OramEngine::Tee) {
+        if !p.engine.can_reseal() {
             bail!(
                 "the {} engine of {} cannot re-seal its cells under a new key yet: to change \
                  the key, create a gateway with another engine and copy the objects over (e.g. \

@@ -294,26 +294,8 @@ async fn serve(a: ServeArgs) -> Result<()> {
             let f = footprint(&p)?;
             // Per copy of each cell: the two-slot layout doubles every block's share.
             let copies = if p.two_slots() { 2.0 } else { 1.0 };
-            use blindfold_gateway::server::OramEngine;
             // The engines whose store is large by design, whatever the block size.
-            let by_design = match p.engine {
-                OramEngine::Tee => Some(
-                    "two areas for every node of its m-ary tree, and room in every leaf for the \
-                     reads of an eviction round",
-                ),
-                OramEngine::ObliviStore => {
-                    Some("about √N partitions of levels, and two areas for every top level")
-                }
-                OramEngine::Curious => Some(
-                    "levels sized for b = 3 blocks per eviction, and two areas for every top \
-                     level",
-                ),
-                OramEngine::CuriousPath => Some(
-                    "two copies of every bucket of its partitions' Path ORAM trees, which have \
-                     about twice as many slots as blocks",
-                ),
-                OramEngine::Tao | OramEngine::PathOram => None,
-            };
+            let by_design = p.engine.store_overhead();
             if let (Some(why), false) = (by_design, a.allow_overhead) {
                 if f.ratio() > 3.0 * copies {
                     bail!(

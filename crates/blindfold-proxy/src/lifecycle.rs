@@ -1,0 +1,333 @@
+//! The lifecycle every crash-consistent engine offers: what the gateway, `blindfold recover`,
+//! `blindfold grow` and key rotation ask of an engine, in one trait ([`DurableEngine`]).
+//!
+//! An engine's trusted state lives in a state directory (a checkpoint and a redo log) and its
+//! cells in an untrusted store array. Over that pair an engine can be
+//!
+//! * **created** for a data directory's parameters ([`DurableEngine::create`]);
+//! * **opened** after a clean stop or a crash, replaying its redo log, and during a key
+//!   rotation under the key being retired as well ([`DurableEngine::open`]);
+//! * **rebuilt** into a new store array with fresh random placement and a fresh key epoch,
+//!   from a snapshot's checkpoint (`recover`), or **grown** into a larger one
+//!   ([`DurableEngine::rebuild`], see [`crate::rebuild`]);
+//! * asked how many blocks its saved checkpoint holds ([`DurableEngine::saved_blocks`]).
+//!
+//! Committing, checkpointing at a clean stop and re-sealing under a new key while serving are
+//! calls of the running engine ([`SharedEngine::commit`], [`SharedEngine::shutdown`],
+//! [`SharedEngine::sweep`]). [`crate::catalogue`] maps each [`crate::OramEngine`] to its
+//! implementation, so callers never match on engines themselves.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use blindfold_crypto::MasterKey;
+use blindfold_store::{Store, StoreUrl, TeeStore};
+
+use crate::catalogue::{
+    oblivistore_config, oram_config, tao_config, tee_config, EngineParams, EngineStore,
+};
+use crate::engine::{Serialized, SharedEngine};
+use crate::rebuild::Rebuilt;
+use crate::{
+    DurableObliviStore, DurablePathOram, DurableTao, DurableTee, ProxyError, Recovery, Result,
+};
+
+/// A crash-consistent engine: created, opened (replaying its log), rebuilt and grown through
+/// one interface. See the module documentation.
+#[async_trait::async_trait]
+pub trait DurableEngine: Sized + Send + Sync + 'static {
+    /// The engine's configuration, derived from a data directory's parameters.
+    type Config: Clone + Send + Sync + 'static;
+
+    /// The configuration for `params`; an error names what the engine cannot run with.
+    fn config(params: &EngineParams) -> Result<Self::Config>;
+
+    /// Creates the engine of `params` in the state directory `dir` (made if missing, refused if
+    /// it holds state) over the store of `store`, which must be fresh.
+    async fn create(
+        dir: &Path,
+        params: &EngineParams,
+        store: EngineStore<'_>,
+        key: &MasterKey,
+    ) -> Result<Self>;
+
+    /// Opens the engine whose state is in `dir` over `store`, replaying its redo log after an
+    /// unclean stop. `previous` is the key being retired during a key rotation: state and cells
+    /// still sealed under it are opened with it (an engine that cannot re-seal refuses it).
+    async fn open(
+        dir: &Path,
+        params: &EngineParams,
+        store: EngineStore<'_>,
+        key: &MasterKey,
+        previous: Option<&MasterKey>,
+    ) -> Result<(Self, Recovery)>;
+
+    /// The engine as the object layer shares it.
+    fn share(self) -> Arc<dyn SharedEngine>;
+
+    /// Rebuilds the engine whose checkpoint is in `dir`, over the cells of `old`, into `new`
+    /// sealed under `epoch`, with fresh random placement; `grow_to` makes the new engine larger
+    /// (and refuses to lose any block). Replaces the checkpoint last. See [`crate::rebuild`].
+    async fn rebuild(
+        dir: &Path,
+        old: Arc<dyn Store>,
+        new: Arc<dyn Store>,
+        key: &MasterKey,
+        epoch: u32,
+        grow_to: Option<Self::Config>,
+    ) -> Result<Rebuilt>;
+
+    /// Blocks the engine whose checkpoint is in `dir` holds.
+    fn saved_blocks(dir: &Path, key: &MasterKey) -> Result<u64>;
+}
+
+#[async_trait::async_trait]
+impl DurableEngine for DurablePathOram {
+    type Config = blindfold_oram::PathOramConfig;
+
+    fn config(params: &EngineParams) -> Result<Self::Config> {
+        oram_config(params)
+    }
+
+    async fn create(
+        dir: &Path,
+        params: &EngineParams,
+        store: EngineStore<'_>,
+        key: &MasterKey,
+    ) -> Result<Self> {
+        DurablePathOram::create(dir, oram_config(params)?, store.store, key, params.store_id()?)
+            .await
+    }
+
+    async fn open(
+        dir: &Path,
+        _: &EngineParams,
+        store: EngineStore<'_>,
+        key: &MasterKey,
+        previous: Option<&MasterKey>,
+    ) -> Result<(Self, Recovery)> {
+        DurablePathOram::open_rotating(dir, store.store, key, previous).await
+    }
+
+    fn share(self) -> Arc<dyn SharedEngine> {
+        Arc::new(Serialized::new(self))
+    }
+
+    async fn rebuild(
+        dir: &Path,
+        old: Arc<dyn Store>,
+        new: Arc<dyn Store>,
+        key: &MasterKey,
+        epoch: u32,
+        grow_to: Option<Self::Config>,
+    ) -> Result<Rebuilt> {
+        match grow_to {
+            Some(to) => crate::rebuild::grow_path_oram(dir, old, new, key, epoch, to).await,
+            None => crate::rebuild::rebuild_path_oram(dir, old, new, key, epoch).await,
+        }
+    }
+
+    fn saved_blocks(dir: &Path, key: &MasterKey) -> Result<u64> {
+        crate::rebuild::saved_path_oram_blocks(dir, key)
+    }
+}
+
+#[async_trait::async_trait]
+impl DurableEngine for DurableTao {
+    type Config = crate::TaoConfig;
+
+    fn config(params: &EngineParams) -> Result<Self::Config> {
+        tao_config(params)
+    }
+
+    async fn create(
+        dir: &Path,
+        params: &EngineParams,
+        store: EngineStore<'_>,
+        key: &MasterKey,
+    ) -> Result<Self> {
+        let (pinned, pack) = (params.tao_pinned_cells(), params.tao_pack_levels());
+        let id = params.store_id()?;
+        DurableTao::create_packed(dir, tao_config(params)?, store.store, key, id, pinned, pack)
+            .await
+    }
+
+    async fn open(
+        dir: &Path,
+        _: &EngineParams,
+        store: EngineStore<'_>,
+        key: &MasterKey,
+        previous: Option<&MasterKey>,
+    ) -> Result<(Self, Recovery)> {
+        DurableTao::open_rotating(dir, store.store, key, previous).await
+    }
+
+    fn share(self) -> Arc<dyn SharedEngine> {
+        Arc::new(self)
+    }
+
+    async fn rebuild(
+        dir: &Path,
+        old: Arc<dyn Store>,
+        new: Arc<dyn Store>,
+        key: &MasterKey,
+        epoch: u32,
+        grow_to: Option<Self::Config>,
+    ) -> Result<Rebuilt> {
+        match grow_to {
+            Some(to) => crate::rebuild::grow_tao(dir, old, new, key, epoch, to).await,
+            None => crate::rebuild::rebuild_tao(dir, old, new, key, epoch).await,
+        }
+    }
+
+    fn saved_blocks(dir: &Path, key: &MasterKey) -> Result<u64> {
+        crate::rebuild::saved_tao_blocks(dir, key)
+    }
+}
+
+/// ObliviStore and both CURIOUS variants: which one is fixed by the configuration.
+#[async_trait::async_trait]
+impl DurableEngine for DurableObliviStore {
+    type Config = blindfold_oram::oblivistore::ObliviStoreConfig;
+
+    fn config(params: &EngineParams) -> Result<Self::Config> {
+        oblivistore_config(params)
+    }
+
+    async fn create(
+        dir: &Path,
+        params: &EngineParams,
+        store: EngineStore<'_>,
+        key: &MasterKey,
+    ) -> Result<Self> {
+        let (config, id) = (oblivistore_config(params)?, params.store_id()?);
+        DurableObliviStore::create(dir, config, store.store, key, id, &mut |_, _| {}).await
+    }
+
+    async fn open(
+        dir: &Path,
+        _: &EngineParams,
+        store: EngineStore<'_>,
+        key: &MasterKey,
+        previous: Option<&MasterKey>,
+    ) -> Result<(Self, Recovery)> {
+        DurableObliviStore::open_rotating(dir, store.store, key, previous).await
+    }
+
+    fn share(self) -> Arc<dyn SharedEngine> {
+        Arc::new(self)
+    }
+
+    async fn rebuild(
+        dir: &Path,
+        old: Arc<dyn Store>,
+        new: Arc<dyn Store>,
+        key: &MasterKey,
+        epoch: u32,
+        grow_to: Option<Self::Config>,
+    ) -> Result<Rebuilt> {
+        match grow_to {
+            Some(to) => crate::rebuild::grow_oblivistore(dir, old, new, key, epoch, to).await,
+            None => crate::rebuild::rebuild_oblivistore(dir, old, new, key, epoch).await,
+        }
+    }
+
+    fn saved_blocks(dir: &Path, key: &MasterKey) -> Result<u64> {
+        crate::rebuild::saved_oblivistore_blocks(dir, key)
+    }
+}
+
+/// The trusted component's store for the TEE engine: in the storage server for a `remote://`
+/// store (`blindfold enclave`), else in this process over the store array.
+async fn tee_store(
+    params: &EngineParams,
+    store: EngineStore<'_>,
+    key: &MasterKey,
+) -> Result<Arc<dyn TeeStore>> {
+    let EngineStore { store, url, array, geometry, wrap_tee } = store;
+    Ok(if matches!(url, StoreUrl::Remote { .. }) {
+        let remote = blindfold_store::open_tee_store(url, array, geometry, None)
+            .await
+            .map_err(|e| ProxyError::Config(format!("opening the store {url}: {e}")))?;
+        wrap_tee(remote)
+    } else {
+        let enclave =
+            blindfold_tee::Enclave::new(&DurableTee::tee_key(key), params.block_size as usize);
+        Arc::new(blindfold_store::TeeHost::new(store, Arc::new(enclave)))
+    })
+}
+
+/// The TEE engine re-permutes its cells only inside its trusted component: it cannot yet be
+/// rebuilt, grown or re-sealed under a new key.
+#[async_trait::async_trait]
+impl DurableEngine for DurableTee {
+    type Config = blindfold_oram::tee::TeeOramConfig;
+
+    fn config(params: &EngineParams) -> Result<Self::Config> {
+        tee_config(params)
+    }
+
+    async fn create(
+        dir: &Path,
+        params: &EngineParams,
+        store: EngineStore<'_>,
+        key: &MasterKey,
+    ) -> Result<Self> {
+        let config = tee_config(params)?;
+        let tee = tee_store(params, store, key).await?;
+        let none = crate::Preload::none();
+        DurableTee::create(dir, config, tee, key, params.store_id()?, none, &mut |_, _| {}).await
+    }
+
+    async fn open(
+        dir: &Path,
+        params: &EngineParams,
+        store: EngineStore<'_>,
+        key: &MasterKey,
+        previous: Option<&MasterKey>,
+    ) -> Result<(Self, Recovery)> {
+        if previous.is_some() {
+            return Err(ProxyError::Config(
+                "the tee engine cannot re-seal its cells under a new key: finish or undo the \
+                 key rotation with another engine's data directory"
+                    .into(),
+            ));
+        }
+        let tee = tee_store(params, store, key).await?;
+        DurableTee::open(dir, tee, key).await
+    }
+
+    fn share(self) -> Arc<dyn SharedEngine> {
+        Arc::new(self)
+    }
+
+    async fn rebuild(
+        _: &Path,
+        _: Arc<dyn Store>,
+        _: Arc<dyn Store>,
+        _: &MasterKey,
+        _: u32,
+        grow_to: Option<Self::Config>,
+    ) -> Result<Rebuilt> {
+        Err(ProxyError::Config(if grow_to.is_some() {
+            cannot_grow("tee")
+        } else {
+            "`blindfold recover` cannot rebuild a tee engine's data directory yet (its cells are \
+             re-permuted only by its trusted component); restore the data directory from a \
+             backup instead"
+                .into()
+        }))
+    }
+
+    fn saved_blocks(_: &Path, _: &MasterKey) -> Result<u64> {
+        Err(ProxyError::Config(cannot_grow("tee")))
+    }
+}
+
+/// Why an engine's store cannot grow, and what to do instead.
+pub(crate) fn cannot_grow(engine: &str) -> String {
+    format!(
+        "the {engine} engine cannot grow its store yet: create a larger one and copy the \
+         objects over (e.g. with `aws s3 sync`)"
+    )
+}
