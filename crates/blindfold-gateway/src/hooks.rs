@@ -1,13 +1,7 @@
 //! What benchmarks and tests may change when they open a data directory ([`OpenHooks`]): the
 //! block engine, a wrapper around the store, an engine opened elsewhere.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-
-use crate::datadir::GatewayParams;
-use crate::engine::SharedEngine;
-use crate::Result;
-use blindfold_crypto::MasterKey;
 
 /// Which engine stores the object layer's blocks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -26,20 +20,7 @@ pub enum EngineKind {
 pub type StoreWrapper =
     Box<dyn Fn(Arc<dyn blindfold_store::Store>) -> Arc<dyn blindfold_store::Store> + Send + Sync>;
 
-/// Opens a block engine that keeps its blocks elsewhere than the data directory's store (the
-/// load balancer over ORAM nodes, `blindfold-node`), from the ORAM state directory
-/// (`<data-dir>/oram`), the parameters, the master key and whether the data directory is being
-/// created. The gateway then opens no store array for the engine (the store still holds the
-/// encrypted snapshot) and cannot grow it.
-pub type EngineFactory = Box<
-    dyn FnOnce(
-            PathBuf,
-            GatewayParams,
-            Arc<MasterKey>,
-            bool,
-        ) -> futures::future::BoxFuture<'static, Result<Arc<dyn SharedEngine>>>
-        + Send,
->;
+pub use blindfold_proxy::engine::EngineFactory;
 
 /// Extras for [`open_with`], used by benchmarks and tests; [`open`] uses the defaults.
 #[derive(Default)]

@@ -82,11 +82,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use blindfold_crypto::{MasterKey, StateSealer};
-use blindfold_gateway::engine::SharedEngine;
-use blindfold_gateway::observe::EngineGauges;
 use blindfold_oram::BlockId;
+use blindfold_proxy::engine::EngineFactory;
 use blindfold_proxy::state_file::{self, Frame as LogFrame};
-use blindfold_proxy::{ProxyError, Result, VerifyReport};
+use blindfold_proxy::{EngineGauges, ProxyError, Result, SharedEngine, VerifyReport};
 use futures::future::LocalBoxFuture;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -1266,13 +1265,9 @@ impl SharedEngine for Balancer {
     }
 }
 
-/// An [`blindfold_gateway::server::EngineFactory`] that opens a balancer over the nodes at
-/// `urls` for a gateway's data directory.
-pub fn engine_factory(
-    urls: Vec<String>,
-    tls: ClusterTls,
-    config: BalancerConfig,
-) -> blindfold_gateway::server::EngineFactory {
+/// An [`EngineFactory`] that opens a balancer over the nodes at `urls` for a gateway's data
+/// directory.
+pub fn engine_factory(urls: Vec<String>, tls: ClusterTls, config: BalancerConfig) -> EngineFactory {
     Box::new(move |dir, params, key, creating| {
         Box::pin(async move {
             let b = Balancer::open(

@@ -33,9 +33,6 @@ pub enum NodeError {
     /// The engine (of a node or the balancer's own state) failed.
     #[error(transparent)]
     Engine(#[from] ProxyError),
-    /// Opening a node's data directory failed.
-    #[error(transparent)]
-    Gateway(#[from] blindfold_gateway::GatewayError),
 }
 
 impl From<NodeError> for ProxyError {
@@ -43,16 +40,6 @@ impl From<NodeError> for ProxyError {
         match e {
             NodeError::Engine(e) => e,
             other => ProxyError::State(other.to_string()),
-        }
-    }
-}
-
-impl From<NodeError> for blindfold_gateway::GatewayError {
-    fn from(e: NodeError) -> Self {
-        match e {
-            NodeError::Gateway(e) => e,
-            NodeError::Engine(e) => blindfold_gateway::GatewayError::Engine(e),
-            other => blindfold_gateway::GatewayError::Config(other.to_string()),
         }
     }
 }

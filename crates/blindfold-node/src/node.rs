@@ -1,21 +1,18 @@
 //! One ORAM node: an ordinary blindfold engine in its own data directory, served to the
 //! balancer over mutually authenticated gRPC.
 //!
-//! The node opens its data directory exactly as `blindfold serve` does
-//! ([`blindfold_gateway::server::open`]: key, parameters, any engine over any store URL, crash
-//! recovery) and serves the engine's blocks, numbered `0..blocks` ("local ids"), instead of
-//! objects. Each Access request runs as exactly one engine `read_many` of its reads and one
+//! The node's caller opens its data directory exactly as `blindfold serve` does (key,
+//! parameters, any engine over any store URL, crash recovery: `blindfold node` does it with the
+//! gateway's opener) and hands this module the engine; the node serves the engine's blocks,
+//! numbered `0..blocks` ("local ids"), instead of objects. Each Access request runs as exactly one engine `read_many` of its reads and one
 //! `write_many` of its writes (a request names no id twice among either: the decoder refuses
 //! one that does), so what the node's store sees per request depends only on its counts of
 //! reads and writes, never on the ids or the workload behind them.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use blindfold_gateway::engine::SharedEngine;
-use blindfold_gateway::server::{Opened, ServeConfig};
 use blindfold_oram::BlockId;
-use blindfold_proxy::ProxyError;
+use blindfold_proxy::{EngineParams, ProxyError, SharedEngine};
 use tonic::{Request, Response, Status};
 
 use crate::certs::ClusterTls;
@@ -142,16 +139,17 @@ impl Node for NodeService {
     }
 }
 
-/// The node info of an opened data directory (a fresh instance number per process).
-pub fn info_of(opened: &Opened) -> Result<NodeInfo, NodeError> {
-    let raw = hex::decode(&opened.params.store_id)
+/// The node info of a data directory with the parameters `params` (a fresh instance number
+/// per process).
+pub fn info_of(params: &EngineParams) -> Result<NodeInfo, NodeError> {
+    let raw = hex::decode(&params.store_id)
         .ok()
         .and_then(|b| <[u8; 16]>::try_from(b).ok())
         .ok_or_else(|| NodeError::Config("the data directory's store id is not 16 bytes".into()))?;
-    if opened.params.blocks < 2 {
+    if params.blocks < 2 {
         return Err(NodeError::Config("a node needs at least 2 blocks".into()));
     }
-    if opened.params.block_size as usize > wire::MAX_BLOCK_SIZE {
+    if params.block_size as usize > wire::MAX_BLOCK_SIZE {
         return Err(NodeError::Config(format!(
             "a node serves blocks of at most {} bytes",
             wire::MAX_BLOCK_SIZE
@@ -159,18 +157,10 @@ pub fn info_of(opened: &Opened) -> Result<NodeInfo, NodeError> {
     }
     Ok(NodeInfo {
         id: raw,
-        blocks: opened.params.blocks,
-        block_size: opened.params.block_size,
+        blocks: params.blocks,
+        block_size: params.block_size,
         instance: rand::random(),
     })
-}
-
-/// Opens (or creates) a node's data directory as `blindfold serve` would. The node keeps no
-/// S3 credentials: its data directory gets none.
-pub async fn open_node(cfg: &ServeConfig) -> Result<Opened, NodeError> {
-    let mut cfg = cfg.clone();
-    cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
-    Ok(blindfold_gateway::server::open(&cfg).await?)
 }
 
 /// Serves `service` on `listener` over mutually authenticated TLS until `shutdown` resolves
@@ -198,25 +188,30 @@ pub async fn serve(
         .map_err(|e| NodeError::Rpc { node: "this node".into(), message: e.to_string() })
 }
 
-/// `blindfold node`: opens the data directory, serves it on `listen` until `shutdown`
-/// resolves or the engine stops on an integrity error, then commits and checkpoints it and
-/// writes its encrypted snapshot. `ready` is called with the bound address and the opened
-/// directory once the node serves.
+/// An opened node engine, as [`run`] serves it.
+#[derive(Debug)]
+pub struct Opened {
+    /// The engine.
+    pub engine: Arc<dyn SharedEngine>,
+    /// The data directory's parameters.
+    pub params: EngineParams,
+    /// Becomes `Some(why)` when the engine stops on an integrity error.
+    pub stopped: tokio::sync::watch::Receiver<Option<String>>,
+}
+
+/// `blindfold node`'s serving loop: serves `opened` on `listener` until `shutdown` resolves or
+/// the engine stops on an integrity error (requests in flight finish first). The caller then
+/// commits and checkpoints the engine (after a clean stop only); the error of a stopped engine
+/// says what to do, for the data directory `data_dir`.
 pub async fn run(
-    cfg: &ServeConfig,
-    listen: SocketAddr,
+    opened: &Opened,
+    listener: tokio::net::TcpListener,
     tls: &ClusterTls,
-    ready: impl FnOnce(SocketAddr, &Opened),
+    data_dir: &std::path::Path,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), NodeError> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| NodeError::Config(format!("listening on {listen}: {e}")))?;
-    let addr = listener.local_addr().map_err(|e| NodeError::Config(e.to_string()))?;
-    let opened = open_node(cfg).await?;
-    let info = info_of(&opened)?;
-    let service = NodeService::new(Arc::clone(opened.objects.engine()), info);
-    ready(addr, &opened);
+    let info = info_of(&opened.params)?;
+    let service = NodeService::new(Arc::clone(&opened.engine), info);
     let mut stopped = opened.stopped.clone();
     let stop = async move {
         tokio::select! {
@@ -229,12 +224,8 @@ pub async fn run(
         return Err(NodeError::Config(format!(
             "stopped serving: {why}; start the node again (it replays its redo log) and run \
              `blindfold verify --data-dir {}`",
-            cfg.data_dir.display()
+            data_dir.display()
         )));
-    }
-    opened.objects.shutdown().await?;
-    if opened.snapshots.lock().is_some() {
-        blindfold_gateway::server::write_snapshot(&opened).await?;
     }
     Ok(())
 }

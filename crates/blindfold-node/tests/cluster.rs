@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use blindfold_crypto::MasterKey;
-use blindfold_gateway::engine::SharedEngine;
-use blindfold_gateway::server::{OramEngine, ServeConfig};
+use blindfold_gateway::server::{OpenHooks, OramEngine, ServeConfig};
 use blindfold_node::balancer::{node_blocks_needed, RpcRecord};
 use blindfold_node::certs::node_name;
 use blindfold_node::{Balancer, BalancerConfig, ClusterTls, NodeClient};
 use blindfold_oram::BlockId;
+use blindfold_proxy::SharedEngine;
 use blindfold_store::{Store, TraceOp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -25,7 +25,7 @@ struct TestNode {
     addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     crash: Option<tokio::sync::oneshot::Sender<()>>,
-    task: std::thread::JoinHandle<Result<(), blindfold_node::NodeError>>,
+    task: std::thread::JoinHandle<Result<(), String>>,
 }
 
 impl TestNode {
@@ -45,7 +45,7 @@ impl TestNode {
         tokio::task::spawn_blocking(move || task.join().unwrap()).await.unwrap().unwrap();
     }
 
-    async fn stop_result(mut self) -> Result<(), blindfold_node::NodeError> {
+    async fn stop_result(mut self) -> Result<(), String> {
         let _ = self.stop.take().unwrap().send(());
         let task = self.task;
         tokio::task::spawn_blocking(move || task.join().unwrap()).await.unwrap()
@@ -70,6 +70,36 @@ fn node_config(dir: &Path, blocks: u64, engine: OramEngine, listen: SocketAddr) 
     }
 }
 
+/// `blindfold node` in a test: opens the node's data directory as the command does (with
+/// `hooks`), says where it listens on `ready`, serves until `stop` resolves or the engine stops,
+/// then stops cleanly (commit, checkpoint, encrypted snapshot).
+async fn serve_node(
+    mut cfg: ServeConfig,
+    hooks: OpenHooks,
+    tls: ClusterTls,
+    ready: tokio::sync::oneshot::Sender<SocketAddr>,
+    stop: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(cfg.listen).await.map_err(|e| e.to_string())?;
+    cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
+    let opened =
+        blindfold_gateway::server::open_with(&cfg, hooks).await.map_err(|e| e.to_string())?;
+    let node = blindfold_node::node::Opened {
+        engine: Arc::clone(opened.objects.engine()),
+        params: opened.params.clone(),
+        stopped: opened.stopped.clone(),
+    };
+    let _ = ready.send(listener.local_addr().map_err(|e| e.to_string())?);
+    blindfold_node::node::run(&node, listener, &tls, &cfg.data_dir, stop)
+        .await
+        .map_err(|e| e.to_string())?;
+    opened.objects.shutdown().await.map_err(|e| e.to_string())?;
+    if opened.snapshots.lock().is_some() {
+        blindfold_gateway::server::write_snapshot(&opened).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 async fn start_node(
     dir: &Path,
     tls_dir: &Path,
@@ -89,14 +119,12 @@ async fn start_node(
             .enable_all()
             .build()
             .unwrap();
-        let ready = move |addr: SocketAddr, _: &blindfold_gateway::server::Opened| {
-            let _ = ready_tx.send(addr);
-        };
         let served = rt.block_on(async move {
+            let stop = async move {
+                let _ = stop_rx.await;
+            };
             tokio::select! {
-                r = blindfold_node::node::run(&cfg, listen, &tls, ready, async move {
-                    let _ = stop_rx.await;
-                }) => r,
+                r = serve_node(cfg, OpenHooks::default(), tls, ready_tx, stop) => r,
                 Ok(()) = crash_rx => Ok(()),
             }
         });
@@ -658,9 +686,7 @@ async fn start_recorded_node(
     blocks: u64,
     engine: OramEngine,
 ) -> (TestNode, Rec) {
-    use blindfold_gateway::server::OpenHooks;
-    let mut cfg = node_config(dir, blocks, engine, "127.0.0.1:0".parse().unwrap());
-    cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
+    let cfg = node_config(dir, blocks, engine, "127.0.0.1:0".parse().unwrap());
     let tls = ClusterTls::load(tls_dir).unwrap();
     let slot: Arc<parking_lot::Mutex<Option<Rec>>> = Arc::default();
     let keep = Arc::clone(&slot);
@@ -682,21 +708,13 @@ async fn start_recorded_node(
                 })),
                 ..OpenHooks::default()
             };
-            let opened = blindfold_gateway::server::open_with(&cfg, hooks).await?;
-            let info = blindfold_node::node::info_of(&opened)?;
-            let service =
-                blindfold_node::node::NodeService::new(Arc::clone(opened.objects.engine()), info);
-            let listener = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
-            let _ = ready_tx.send(listener.local_addr().unwrap());
             let stop = async move {
                 tokio::select! {
                     _ = stop_rx => {}
                     _ = crash_rx => {}
                 }
             };
-            blindfold_node::node::serve(service, listener, &tls, stop).await?;
-            opened.objects.shutdown().await?;
-            Ok(())
+            serve_node(cfg, hooks, tls, ready_tx, stop).await
         });
         drop(rt);
         served

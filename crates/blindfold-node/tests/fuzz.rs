@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use blindfold_gateway::server::{OramEngine, ServeConfig};
-use blindfold_node::node::{info_of, open_node, NodeService};
+use blindfold_node::node::{info_of, NodeService};
 use blindfold_node::proto::node_server::Node;
 use blindfold_node::wire::{self, Access, Frame, NodeInfo};
 use blindfold_testkit::fuzz;
@@ -139,8 +139,10 @@ fn node_handlers_refuse_hostile_frames_and_keep_serving() {
         pack_levels: 1,
     };
     let (service, opened) = rt.block_on(async {
-        let opened = open_node(&cfg).await.unwrap();
-        let info = info_of(&opened).unwrap();
+        let mut cfg = cfg.clone();
+        cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
+        let opened = blindfold_gateway::server::open(&cfg).await.unwrap();
+        let info = info_of(&opened.params).unwrap();
         (Arc::new(NodeService::new(Arc::clone(opened.objects.engine()), info)), opened)
     });
     let mut runner = TestRunner::new(fuzz::config_scaled(2));

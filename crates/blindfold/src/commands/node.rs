@@ -91,16 +91,34 @@ async fn node(a: NodeArgs) -> Result<()> {
         }
         eprintln!("blindfold node: shutting down");
     };
-    let ready = |addr: std::net::SocketAddr, opened: &blindfold_gateway::server::Opened| {
-        for note in &opened.notes {
-            eprintln!("blindfold node: {note}");
-        }
-        let p = &opened.params;
-        println!("blindfold node serving at https://{addr}");
-        println!("  data directory: {} (back up key.json)", a.data_dir.display());
-        println!("  store: {} ({} engine)", p.store, p.engine);
-        println!("  blocks: {} of {} bytes; node id {}", p.blocks, p.block_size, p.store_id);
+    let listener = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("listening on {}: {e}", a.listen))?;
+    let addr = listener.local_addr()?;
+    // The node's data directory is opened as `serve` opens a gateway's; a node keeps no S3
+    // credentials, so none are made.
+    let mut cfg = cfg;
+    cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
+    let opened = blindfold_gateway::server::open(&cfg).await?;
+    for note in &opened.notes {
+        eprintln!("blindfold node: {note}");
+    }
+    let p = &opened.params;
+    blindfold_node::node::info_of(p)?;
+    println!("blindfold node serving at https://{addr}");
+    println!("  data directory: {} (back up key.json)", a.data_dir.display());
+    println!("  store: {} ({} engine)", p.store, p.engine);
+    println!("  blocks: {} of {} bytes; node id {}", p.blocks, p.block_size, p.store_id);
+    let node = blindfold_node::node::Opened {
+        engine: std::sync::Arc::clone(opened.objects.engine()),
+        params: opened.params.clone(),
+        stopped: opened.stopped.clone(),
     };
-    blindfold_node::node::run(&cfg, a.listen, &tls, ready, shutdown).await?;
+    blindfold_node::node::run(&node, listener, &tls, &a.data_dir, shutdown).await?;
+    // A clean stop: everything committed and checkpointed, and the encrypted snapshot written.
+    opened.objects.shutdown().await?;
+    if opened.snapshots.lock().is_some() {
+        blindfold_gateway::server::write_snapshot(&opened).await?;
+    }
     Ok(())
 }
