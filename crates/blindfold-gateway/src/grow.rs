@@ -210,7 +210,7 @@ fn write_params(dir: &Path, params: &GatewayParams) -> Result<()> {
 fn grown_params(params: &GatewayParams, blocks: u64, generation: u32) -> Result<GatewayParams> {
     let p = GatewayParams { blocks, generation, ..params.clone() };
     oram_config(&p)?;
-    blindfold_proxy::catalogue::check(&p)?;
+    blindfold_proxy::lifecycle::check(&p)?;
     Ok(p)
 }
 
@@ -365,7 +365,7 @@ async fn grow_closed(
         return Err(cannot_grow(params.engine));
     }
     let rebuilt =
-        blindfold_proxy::catalogue::grow(&new_params, &oram_dir, old, new, key, epoch).await?;
+        blindfold_proxy::lifecycle::grow(&new_params, &oram_dir, old, new, key, epoch).await?;
     *replaced = true;
     if crash == Some(CrashPoint::AfterCheckpoint) {
         return Err(simulated(CrashPoint::AfterCheckpoint));
@@ -385,7 +385,7 @@ fn checkpoint_blocks(dir: &Path, params: &GatewayParams, key: &MasterKey) -> Res
     if !params.engine.can_rebuild() {
         return Err(cannot_grow(params.engine));
     }
-    Ok(blindfold_proxy::catalogue::saved_blocks(params.engine, &oram_dir, key)?)
+    Ok(blindfold_proxy::lifecycle::saved_blocks(params.engine, &oram_dir, key)?)
 }
 
 /// The TEE engine cannot be grown yet.
@@ -688,7 +688,7 @@ impl Grower {
         let oram_dir = self.dir.join("oram");
         let same = |tee| tee;
         let store = EngineStore { store, url: &url, array: &name, geometry, wrap_tee: &same };
-        let opened = blindfold_proxy::catalogue::open_engine(
+        let opened = blindfold_proxy::lifecycle::open_engine(
             params, &oram_dir, store, &self.key, None, false,
         );
         Ok(opened.await?.0)

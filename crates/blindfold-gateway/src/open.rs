@@ -499,7 +499,7 @@ async fn assemble(
         Arc::new(DirectEngine::new(SealedDirect::new(store, sealer, params.block_size)?))
     } else {
         let wrap_tee = |tee| observer.wrap_tee_store(tee);
-        let (engine, rec) = blindfold_proxy::catalogue::open_engine(
+        let (engine, rec) = blindfold_proxy::lifecycle::open_engine(
             &params,
             &oram_dir,
             EngineStore { store, url: &store_url, array: &array, geometry, wrap_tee: &wrap_tee },

@@ -124,7 +124,7 @@ pub async fn recover_until(
     write_private(&oram_dir.join("checkpoint.bin"), &snap.oram_checkpoint)?;
     let epoch = blindfold_proxy::rebuild::fresh_epoch();
     let rebuilt =
-        blindfold_proxy::catalogue::rebuild(&params, &oram_dir, old, new, &key, epoch).await?;
+        blindfold_proxy::lifecycle::rebuild(&params, &oram_dir, old, new, &key, epoch).await?;
     if crash == Some(RecoverCrash::AfterRebuild) {
         return Err(simulated(RecoverCrash::AfterRebuild));
     }

@@ -15,18 +15,14 @@
 use blindfold_oram::oblivistore::ObliviStoreConfig;
 use blindfold_oram::tee::TeeOramConfig;
 use blindfold_oram::{PathOramConfig, PosMapMode};
-use std::path::Path;
 use std::sync::Arc;
 
-use blindfold_crypto::{MasterKey, StoreId};
+use blindfold_crypto::StoreId;
 use blindfold_store::{CellId, Geometry, Store, StoreUrl, TeeStore};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::SharedEngine;
-use crate::lifecycle::DurableEngine;
-use crate::rebuild::Rebuilt;
 use crate::{
-    DurableObliviStore, DurablePathOram, DurableTao, DurableTee, ProxyError, Recovery, Result,
+    DurableObliviStore, DurablePathOram, DurableTao, DurableTee, ProxyError, Result,
     SealedPathOram, TaoConfig,
 };
 
@@ -527,91 +523,6 @@ pub struct EngineStore<'a> {
     pub wrap_tee: &'a (dyn Fn(Arc<dyn TeeStore>) -> Arc<dyn TeeStore> + Send + Sync),
 }
 
-/// Runs `$body` with `$E` the [`DurableEngine`] type of the engine `$engine`: the one place
-/// that maps the engine names to their implementations.
-macro_rules! with_engine {
-    ($engine:expr, $E:ident => $body:expr) => {
-        match $engine {
-            OramEngine::Tao => {
-                type $E = DurableTao;
-                $body
-            }
-            OramEngine::PathOram => {
-                type $E = DurablePathOram;
-                $body
-            }
-            OramEngine::Tee => {
-                type $E = DurableTee;
-                $body
-            }
-            OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
-                type $E = DurableObliviStore;
-                $body
-            }
-        }
-    };
-}
-
-/// Opens the crash-consistent engine of `params` whose trusted state is in `dir`, over
-/// `store`, replaying its redo log after an unclean stop; or, when `creating`, creates it
-/// there. `previous` is the key being retired during a key rotation: cells still sealed under
-/// it are opened with it (engines that cannot re-seal refuse it). Returns the engine, shared by
-/// every caller, and what the recovery replayed when one ran.
-pub async fn open_engine(
-    params: &EngineParams,
-    dir: &Path,
-    store: EngineStore<'_>,
-    key: &MasterKey,
-    previous: Option<&MasterKey>,
-    creating: bool,
-) -> Result<(Arc<dyn SharedEngine>, Option<Recovery>)> {
-    with_engine!(params.engine, E => {
-        if creating {
-            Ok((<E as DurableEngine>::create(dir, params, store, key).await?.share(), None))
-        } else {
-            let (engine, rec) = <E as DurableEngine>::open(dir, params, store, key, previous).await?;
-            Ok((engine.share(), Some(rec)))
-        }
-    })
-}
-
-/// Rebuilds the engine of `params` whose checkpoint is in `dir` (a snapshot's, for `blindfold
-/// recover`) from the cells of `old` into `new`, sealed under `epoch` with fresh random
-/// placement ([`DurableEngine::rebuild`]).
-pub async fn rebuild(
-    params: &EngineParams,
-    dir: &Path,
-    old: Arc<dyn Store>,
-    new: Arc<dyn Store>,
-    key: &MasterKey,
-    epoch: u32,
-) -> Result<Rebuilt> {
-    with_engine!(params.engine, E => <E as DurableEngine>::rebuild(dir, old, new, key, epoch, None).await)
-}
-
-/// Grows the engine whose checkpoint is in `dir` (stopped cleanly) from the cells of `old` into
-/// `new`, laid out for `to`, the grown parameters ([`DurableEngine::rebuild`]).
-pub async fn grow(
-    to: &EngineParams,
-    dir: &Path,
-    old: Arc<dyn Store>,
-    new: Arc<dyn Store>,
-    key: &MasterKey,
-    epoch: u32,
-) -> Result<Rebuilt> {
-    with_engine!(to.engine, E => <E as DurableEngine>::rebuild(dir, old, new, key, epoch, Some(<E as DurableEngine>::config(to)?)).await)
-}
-
-/// Blocks the checkpoint of `engine` in `dir` holds ([`DurableEngine::saved_blocks`]).
-pub fn saved_blocks(engine: OramEngine, dir: &Path, key: &MasterKey) -> Result<u64> {
-    with_engine!(engine, E => <E as DurableEngine>::saved_blocks(dir, key))
-}
-
-/// Checks that the engine of `params` can run with them (its configuration builds).
-pub fn check(params: &EngineParams) -> Result<()> {
-    with_engine!(params.engine, E => <E as DurableEngine>::config(params).map(drop))
-}
-
 /// Estimated trusted memory of the engine of `params`, in bytes: its position map, a version
 /// per cell, the tree top it keeps and (packed TaoStore) the groups it keeps for write-backs.
 pub fn trusted_bytes(params: &EngineParams) -> Result<u64> {
@@ -670,8 +581,12 @@ pub fn fit_memory(
                 .map_err(|e| ProxyError::Config(format!("--pack-levels {pack_levels}: {e}")))?;
             p
         }
-        _ => {
-            check(&p)?;
+        OramEngine::Tee => {
+            tee_config(&p)?;
+            p
+        }
+        OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+            oblivistore_config(&p)?;
             p
         }
     };

@@ -14,8 +14,9 @@
 //!
 //! Committing, checkpointing at a clean stop and re-sealing under a new key while serving are
 //! calls of the running engine ([`SharedEngine::commit`], [`SharedEngine::shutdown`],
-//! [`SharedEngine::sweep`]). [`crate::catalogue`] maps each [`crate::OramEngine`] to its
-//! implementation, so callers never match on engines themselves.
+//! [`SharedEngine::sweep`]). The functions below ([`open_engine`], [`rebuild`], [`grow`],
+//! [`saved_blocks`], [`check`]) map each [`OramEngine`] of [`crate::catalogue`] to its
+//! implementation in one place, so callers never match on engines themselves.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use blindfold_crypto::MasterKey;
 use blindfold_store::{Store, StoreUrl, TeeStore};
 
 use crate::catalogue::{
-    oblivistore_config, oram_config, tao_config, tee_config, EngineParams, EngineStore,
+    oblivistore_config, oram_config, tao_config, tee_config, EngineParams, EngineStore, OramEngine,
 };
 use crate::engine::{Serialized, SharedEngine};
 use crate::rebuild::Rebuilt;
@@ -322,6 +323,91 @@ impl DurableEngine for DurableTee {
     fn saved_blocks(_: &Path, _: &MasterKey) -> Result<u64> {
         Err(ProxyError::Config(cannot_grow("tee")))
     }
+}
+
+/// Runs `$body` with `$E` the [`DurableEngine`] type of the engine `$engine`: the one place
+/// that maps the engine names to their implementations.
+macro_rules! with_engine {
+    ($engine:expr, $E:ident => $body:expr) => {
+        match $engine {
+            OramEngine::Tao => {
+                type $E = DurableTao;
+                $body
+            }
+            OramEngine::PathOram => {
+                type $E = DurablePathOram;
+                $body
+            }
+            OramEngine::Tee => {
+                type $E = DurableTee;
+                $body
+            }
+            OramEngine::ObliviStore | OramEngine::Curious | OramEngine::CuriousPath => {
+                type $E = DurableObliviStore;
+                $body
+            }
+        }
+    };
+}
+
+/// Opens the crash-consistent engine of `params` whose trusted state is in `dir`, over
+/// `store`, replaying its redo log after an unclean stop; or, when `creating`, creates it
+/// there. `previous` is the key being retired during a key rotation: cells still sealed under
+/// it are opened with it (engines that cannot re-seal refuse it). Returns the engine, shared by
+/// every caller, and what the recovery replayed when one ran.
+pub async fn open_engine(
+    params: &EngineParams,
+    dir: &Path,
+    store: EngineStore<'_>,
+    key: &MasterKey,
+    previous: Option<&MasterKey>,
+    creating: bool,
+) -> Result<(Arc<dyn SharedEngine>, Option<Recovery>)> {
+    with_engine!(params.engine, E => {
+        if creating {
+            Ok((<E as DurableEngine>::create(dir, params, store, key).await?.share(), None))
+        } else {
+            let (engine, rec) = <E as DurableEngine>::open(dir, params, store, key, previous).await?;
+            Ok((engine.share(), Some(rec)))
+        }
+    })
+}
+
+/// Rebuilds the engine of `params` whose checkpoint is in `dir` (a snapshot's, for `blindfold
+/// recover`) from the cells of `old` into `new`, sealed under `epoch` with fresh random
+/// placement ([`DurableEngine::rebuild`]).
+pub async fn rebuild(
+    params: &EngineParams,
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+) -> Result<Rebuilt> {
+    with_engine!(params.engine, E => <E as DurableEngine>::rebuild(dir, old, new, key, epoch, None).await)
+}
+
+/// Grows the engine whose checkpoint is in `dir` (stopped cleanly) from the cells of `old` into
+/// `new`, laid out for `to`, the grown parameters ([`DurableEngine::rebuild`]).
+pub async fn grow(
+    to: &EngineParams,
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+) -> Result<Rebuilt> {
+    with_engine!(to.engine, E => <E as DurableEngine>::rebuild(dir, old, new, key, epoch, Some(<E as DurableEngine>::config(to)?)).await)
+}
+
+/// Blocks the checkpoint of `engine` in `dir` holds ([`DurableEngine::saved_blocks`]).
+pub fn saved_blocks(engine: OramEngine, dir: &Path, key: &MasterKey) -> Result<u64> {
+    with_engine!(engine, E => <E as DurableEngine>::saved_blocks(dir, key))
+}
+
+/// Checks that the engine of `params` can run with them (its configuration builds).
+pub fn check(params: &EngineParams) -> Result<()> {
+    with_engine!(params.engine, E => <E as DurableEngine>::config(params).map(drop))
 }
 
 /// Why an engine's store cannot grow, and what to do instead.
