@@ -39,7 +39,8 @@
 //!   the data is intact and every cell authenticates.
 //!
 //! Each failed check panics with a message naming it (`engine conformance check "…" failed on
-//! <subject>: …`). Sizes are tiny (a few hundred blocks of 64 bytes) so that every check
+//! <subject>: …`; a block the crash check finds wrong says `block N (engine conformance check
+//! "crash" on <subject>) …`, from [`CrashLedger`]). Sizes are tiny (a few hundred blocks of 64 bytes) so that every check
 //! runs in a second or two.
 //!
 //! Not here (yet): growing a store (`blindfold grow`) and `recover` are not engine-generic —
@@ -453,7 +454,11 @@ pub async fn crash(subject: &dyn Subject) {
             }
             Err(e) => fail(CHECK, subject, format!("trial {trial}: recovery failed: {e}")),
         };
-        let when = format!("(crash check) after crash {crashes}, trial {trial}, k = {k}");
+        let when = format!(
+            "(engine conformance check \"crash\" on {}) after crash {crashes}, trial {trial}, \
+             k = {k}",
+            subject.name()
+        );
         for b in ledger.blocks() {
             let Ok(mut got) = engine.read_many(&[BlockId(b)]).await else { break };
             ledger.recovered(b, got.remove(0), &when);
@@ -475,7 +480,8 @@ pub async fn crash(subject: &dyn Subject) {
             .read_many(&[BlockId(b)])
             .await
             .unwrap_or_else(|e| fail(CHECK, subject, format!("read at the end: {e}")));
-        ledger.check(b, &got[0], "(crash check) at the end");
+        let when = format!("(engine conformance check \"crash\" on {}) at the end", subject.name());
+        ledger.check(b, &got[0], &when);
     }
     check_fresh_reads(CHECK, subject, &recorders.take(), &mut read_cells);
     verify_clean(CHECK, subject, &*engine).await;
