@@ -358,18 +358,27 @@ pub async fn model(subject: &dyn Subject) {
     engine.shutdown().await.unwrap_or_else(|e| fail(CHECK, subject, format!("shutdown: {e}")));
 }
 
-/// Cell writes of one trial's workload in [`crash`] without a crash (measured).
-async fn cycle_cell_writes(subject: &dyn Subject) -> u64 {
+/// Cell writes per store of one trial's workload in [`crash`] without a crash (measured).
+async fn cycle_cell_writes(subject: &dyn Subject, ops: u64) -> u64 {
     let counted = Arc::new(Recorders::default());
     let engine = subject.create(counted.wrap(plain())).await;
     let mut ledger = CrashLedger::new(subject.block_size());
     let mut rng = ChaCha8Rng::seed_from_u64(1);
-    crash_workload(subject, &*engine, &mut ledger, &mut rng, 0).await;
+    crash_workload(subject, &*engine, &mut ledger, &mut rng, 0, ops).await;
     engine.shutdown().await.expect("a clean stop");
-    counted.take().iter().filter(|e| e.op == TraceOp::Write).map(|e| e.cells.len() as u64).sum()
+    let stores = counted.0.lock().len().max(1) as u64;
+    let writes: u64 = counted
+        .take()
+        .iter()
+        .filter(|e| e.op == TraceOp::Write)
+        .map(|e| e.cells.len() as u64)
+        .sum();
+    writes / stores
 }
 
-/// Ops of one trial of [`crash`].
+/// Trials of [`crash`].
+const CRASH_TRIALS: u64 = 16;
+/// Writes of one trial of [`crash`].
 const CRASH_OPS: u64 = 120;
 
 /// One trial's writes and commits; returns whether the store died.
@@ -379,11 +388,12 @@ async fn crash_workload(
     ledger: &mut CrashLedger,
     rng: &mut ChaCha8Rng,
     trial: u64,
+    ops: u64,
 ) -> bool {
     let bs = subject.block_size();
     let died = ledger
         .write_and_commit(
-            CRASH_OPS,
+            ops,
             subject.blocks(),
             rng,
             |i| data(bs, (trial << 32) | (i + 1)),
@@ -429,12 +439,16 @@ fn check_fresh_reads(
 /// survived. No acknowledged write is lost, nothing never written appears, and at the end
 /// every cell authenticates. Trials are seeded, so a failure repeats.
 pub async fn crash(subject: &dyn Subject) {
+    crash_with(subject, CRASH_TRIALS, CRASH_OPS).await;
+}
+
+/// [`crash`] with `trials` trials of `ops` writes each (fewer for a slow subject).
+pub async fn crash_with(subject: &dyn Subject, trials: u64, ops: u64) {
     const CHECK: &str = "crash";
-    const TRIALS: u64 = 16;
     if !subject.capabilities().crash {
         return;
     }
-    let cycle = cycle_cell_writes(subject).await.max(TRIALS);
+    let cycle = cycle_cell_writes(subject, ops).await.max(trials);
     let recorders = Arc::new(Recorders::default());
     let engine = subject.create(recorders.wrap(plain())).await;
     engine.shutdown().await.unwrap_or_else(|e| fail(CHECK, subject, format!("shutdown: {e}")));
@@ -444,9 +458,9 @@ pub async fn crash(subject: &dyn Subject) {
     let mut read_cells = HashSet::new();
     let mut crashes = 0;
     check_fresh_reads(CHECK, subject, &recorders.take(), &mut read_cells);
-    for trial in 0..TRIALS {
+    for trial in 0..trials {
         // Spread over one cycle (plus a little, to die in the next trial's recovery too).
-        let k = (trial * cycle * 11 / 10 / TRIALS) as i64;
+        let k = (trial * cycle * 11 / 10 / trials) as i64;
         let lives = Lifelines::new();
         let opened = subject.reopen(lives.wrap(recorders.wrap(plain()), k)).await;
         let engine = match opened {
@@ -464,29 +478,33 @@ pub async fn crash(subject: &dyn Subject) {
              k = {k}",
             subject.name()
         );
-        for b in ledger.blocks() {
-            let Ok(mut got) = engine.read_many(&[BlockId(b)]).await else { break };
-            ledger.recovered(b, got.remove(0), &when);
+        for chunk in ledger.blocks().chunks(16) {
+            let Ok(got) = engine.read_many(&ids(chunk)).await else { break };
+            for (&b, d) in chunk.iter().zip(got) {
+                ledger.recovered(b, d, &when);
+            }
         }
-        let died = crash_workload(subject, &*engine, &mut ledger, &mut rng, trial + 1).await;
+        let died = crash_workload(subject, &*engine, &mut ledger, &mut rng, trial + 1, ops).await;
         crashes += u32::from(died);
         lives.kill(engine).await;
         check_fresh_reads(CHECK, subject, &recorders.take(), &mut read_cells);
     }
-    if crashes < TRIALS as u32 / 2 {
-        fail(CHECK, subject, format!("the store died in only {crashes} of {TRIALS} trials"));
+    if crashes < trials as u32 / 2 {
+        fail(CHECK, subject, format!("the store died in only {crashes} of {trials} trials"));
     }
     let engine = subject
         .reopen(recorders.wrap(plain()))
         .await
         .unwrap_or_else(|e| fail(CHECK, subject, format!("the last reopen failed: {e}")));
-    for b in ledger.blocks() {
+    let when = format!("(engine conformance check \"crash\" on {}) at the end", subject.name());
+    for chunk in ledger.blocks().chunks(16) {
         let got = engine
-            .read_many(&[BlockId(b)])
+            .read_many(&ids(chunk))
             .await
             .unwrap_or_else(|e| fail(CHECK, subject, format!("read at the end: {e}")));
-        let when = format!("(engine conformance check \"crash\" on {}) at the end", subject.name());
-        ledger.check(b, &got[0], &when);
+        for (&b, d) in chunk.iter().zip(got) {
+            ledger.check(b, &d, &when);
+        }
     }
     check_fresh_reads(CHECK, subject, &recorders.take(), &mut read_cells);
     verify_clean(CHECK, subject, &*engine).await;
