@@ -1,8 +1,9 @@
 //! The engine conformance suite watched failing: a correct engine (Path ORAM from the
 //! catalogue) wrapped so that it breaks one promise, and the check of that promise must catch
 //! it, naming itself. One broken engine per family of checks: the model (lost writes), crashes
-//! (commits that commit nothing), tampering (integrity errors answered with zeros) and the
-//! trace (a read of a cell chosen by the block).
+//! (commits that commit nothing), tampering (integrity errors answered with zeros), the trace
+//! (a read of a cell chosen by the block), abandoned requests (garbage left by a dropped write)
+//! and rotation (a sweep that re-seals nothing).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +30,30 @@ enum Flaw {
     HidesDamage,
     /// Every access also reads the one cell whose target follows from the block.
     Leaks,
+    /// A write whose caller drops it part-way leaves garbage in its blocks.
+    SpoilsDroppedWrites,
+    /// A rotation's sweep returns at once, re-sealing nothing.
+    SkipsSweeps,
+}
+
+/// Writes garbage over `blocks` when dropped armed (a write abandoned part-way).
+struct Spoiler {
+    inner: Arc<dyn SharedEngine>,
+    blocks: Vec<BlockId>,
+    armed: bool,
+}
+
+impl Drop for Spoiler {
+    fn drop(&mut self) {
+        if self.armed {
+            let inner = Arc::clone(&self.inner);
+            let garbage =
+                self.blocks.iter().map(|&b| (b, vec![0xab; inner.block_size()])).collect();
+            tokio::spawn(async move {
+                let _ = inner.write_many(garbage).await;
+            });
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -83,7 +108,14 @@ impl SharedEngine for Broken {
         if self.flaw == Flaw::LosesWrites && n % 5 == 4 {
             return Ok(());
         }
-        self.inner.write_many(blocks).await
+        let mut spoiler = Spoiler {
+            inner: Arc::clone(&self.inner),
+            blocks: ids,
+            armed: self.flaw == Flaw::SpoilsDroppedWrites,
+        };
+        let r = self.inner.write_many(blocks).await;
+        spoiler.armed = false;
+        r
     }
 
     async fn commit(&self) -> blindfold_proxy::Result<()> {
@@ -113,6 +145,9 @@ impl SharedEngine for Broken {
     }
 
     async fn sweep(&self, range: std::ops::Range<u64>) -> blindfold_proxy::Result<()> {
+        if self.flaw == Flaw::SkipsSweeps {
+            return Ok(());
+        }
         self.inner.sweep(range).await
     }
 }
@@ -128,7 +163,11 @@ struct BrokenSubject {
 
 impl BrokenSubject {
     fn new(flaw: Flaw) -> Self {
-        Self { inner: CatalogueEngine::small(OramEngine::PathOram), flaw }
+        Self::over(OramEngine::PathOram, flaw)
+    }
+
+    fn over(engine: OramEngine, flaw: Flaw) -> Self {
+        Self { inner: CatalogueEngine::small(engine), flaw }
     }
 
     /// `wrap`, keeping the store it makes for the broken engine to read.
@@ -164,7 +203,7 @@ impl BrokenSubject {
 #[async_trait(?Send)]
 impl Subject for BrokenSubject {
     fn name(&self) -> String {
-        format!("path-oram broken by {:?}", self.flaw)
+        format!("{} broken by {:?}", self.inner.name(), self.flaw)
     }
 
     fn block_size(&self) -> usize {
@@ -231,6 +270,25 @@ async fn the_rollback_check_catches_damage_answered_with_zeros() {
                            Leaks")]
 async fn the_trace_check_catches_a_cell_read_per_block() {
     engines::trace(&BrokenSubject::new(Flaw::Leaks)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[should_panic(
+    expected = "engine conformance check \"abandoned\" failed on oblivistore broken by \
+                           SpoilsDroppedWrites"
+)]
+async fn the_abandoned_check_catches_garbage_left_by_dropped_writes() {
+    // (Over ObliviStore, which goes on serving after dropped calls: Path ORAM answers later
+    // calls with errors, so the check restarts it and the garbage never lands.)
+    let subject = BrokenSubject::over(OramEngine::ObliviStore, Flaw::SpoilsDroppedWrites);
+    engines::abandoned(&subject).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[should_panic(expected = "engine conformance check \"rotate\" failed on path-oram broken by \
+                           SkipsSweeps")]
+async fn the_rotate_check_catches_a_sweep_that_reseals_nothing() {
+    engines::rotate(&BrokenSubject::new(Flaw::SkipsSweeps)).await;
 }
 
 /// The same wrapper with nothing broken passes the checks it is broken for above: the
