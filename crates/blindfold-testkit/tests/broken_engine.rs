@@ -14,7 +14,7 @@ use blindfold_oram::BlockId;
 use blindfold_proxy::catalogue::OramEngine;
 use blindfold_proxy::engine::{EngineGauges, SharedEngine};
 use blindfold_proxy::{ProxyError, VerifyReport};
-use blindfold_store::{CellId, Store};
+use blindfold_store::{CellId, Store, TraceOp};
 use blindfold_testkit::engines::{self, Capabilities, CatalogueEngine, Subject, Wrap};
 use futures::future::LocalBoxFuture;
 use parking_lot::Mutex;
@@ -34,6 +34,9 @@ enum Flaw {
     SpoilsDroppedWrites,
     /// A rotation's sweep returns at once, re-sealing nothing.
     SkipsSweeps,
+    /// Nothing wrong with the engine, but the subject promises what Path ORAM does not keep:
+    /// that no read reads a cell twice between writes of it (every path reads the root).
+    OverPromises,
 }
 
 /// Writes garbage over `blocks` when dropped armed (a write abandoned part-way).
@@ -215,7 +218,11 @@ impl Subject for BrokenSubject {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        let mut c = self.inner.capabilities();
+        if self.flaw == Flaw::OverPromises {
+            c.fresh_reads = Some(|e| e.op == TraceOp::Read);
+        }
+        c
     }
 
     async fn create(&self, wrap: Wrap) -> Arc<dyn SharedEngine> {
@@ -289,6 +296,13 @@ async fn the_abandoned_check_catches_garbage_left_by_dropped_writes() {
                            SkipsSweeps")]
 async fn the_rotate_check_catches_a_sweep_that_reseals_nothing() {
     engines::rotate(&BrokenSubject::new(Flaw::SkipsSweeps)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[should_panic(expected = "engine conformance check \"crash\" failed on path-oram broken by \
+                           OverPromises: cell")]
+async fn the_crash_check_holds_a_subject_to_its_promise_of_fresh_reads() {
+    engines::crash(&BrokenSubject::new(Flaw::OverPromises)).await;
 }
 
 /// The same wrapper with nothing broken passes the checks it is broken for above: the
