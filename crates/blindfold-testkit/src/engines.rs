@@ -28,9 +28,12 @@
 //!   returns each cell's neighbour, or returns the cells as they were before a round of
 //!   writes: reads are integrity errors ([`ProxyError::is_integrity`]) or the right data,
 //!   never wrong data, and at least one is an error.
-//! * [`abandoned`] — reads and writes dropped part-way (timeouts of a few milliseconds): the
-//!   engine goes on serving, every block holds its last completed write or one of the
-//!   abandoned ones, and new writes and commits work.
+//! * [`abandoned`] — reads and writes dropped part-way (timeouts of a few milliseconds): never
+//!   wrong data afterwards. The engine either goes on serving (every block holds its last
+//!   completed write or one of the abandoned ones, new writes and commits work) or refuses
+//!   until restarted, and the restart recovers what was committed. (Of the catalogue,
+//!   TaoStore and Path ORAM take the second way, the others the first; the gateway runs
+//!   engine calls in tasks of their own, so an abandoned S3 request never drops one.)
 //! * [`trace`] — the store's view of three workloads (one block hammered, uniform random
 //!   blocks, a sequential scan): the same requests per access (kind, count, bytes) and the
 //!   same distribution of what the reads target (chi-square test of homogeneity).
