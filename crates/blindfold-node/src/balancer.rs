@@ -1095,22 +1095,31 @@ impl Balancer {
         self.commit_nodes().await.map_err(|e| self.poison(e))?;
         let record = {
             let st = self.state.lock();
-            CommitRecord {
-                entries: st
-                    .dirty
-                    .iter()
-                    .map(|&b| {
-                        let e = match (st.placed.get(&b), st.cache.get(&b)) {
-                            (Some(&(n, l)), _) => Entry::Placed(n, l),
-                            (None, Some(c)) => Entry::Cached(
-                                c.assigned,
-                                c.data.clone().expect("no read is in flight during a commit"),
-                            ),
-                            (None, None) => unreachable!("blocks are never removed"),
-                        };
-                        (b, e)
-                    })
-                    .collect(),
+            let entries = st
+                .dirty
+                .iter()
+                .map(|&b| {
+                    let e = match (st.placed.get(&b), st.cache.get(&b)) {
+                        (Some(&(n, l)), _) => Entry::Placed(n, l),
+                        // No access is in flight under the quiet lock, but one whose caller
+                        // dropped it part-way leaves its read unfinished for good: the
+                        // block's data is not here, so stop rather than log a guess.
+                        (None, Some(c)) => Entry::Cached(c.assigned, c.data.clone()?),
+                        (None, None) => unreachable!("blocks are never removed"),
+                    };
+                    Some((b, e))
+                })
+                .collect::<Option<Vec<_>>>();
+            match entries {
+                Some(entries) => CommitRecord { entries },
+                None => {
+                    drop(st);
+                    return Err(self.poison(ProxyError::State(
+                        "an access was abandoned while its block was being read: restart the \
+                         gateway, it resumes from its last commit"
+                            .into(),
+                    )));
+                }
             }
         };
         let frame = state_file::encode_frame(COMMIT_MAGIC, &record, &self.sealer)?;

@@ -29,6 +29,11 @@ impl DyingStore {
         }
     }
 
+    /// Dies now, as if the process were killed: every later request fails.
+    pub fn kill(&self) {
+        self.writes_left.store(-1, Ordering::SeqCst);
+    }
+
     /// Whether the store has died (a write crossed the limit).
     pub fn is_dead(&self) -> bool {
         self.writes_left.load(Ordering::SeqCst) < 0

@@ -4,10 +4,13 @@
 //! settings of the randomised-input tests (`BLINDFOLD_FUZZ_CASES`). [`xor`] and (feature
 //! `select`) `select` check the server-side computation capabilities; [`tee`] checks the TEE
 //! design's host with a plaintext stand-in for its trusted component. [`CrashLedger`] and
-//! [`DyingStore`] serve the crash-consistency tests.
+//! [`DyingStore`] serve the crash-consistency tests. [`engines`] is the engine conformance
+//! suite that every engine of the catalogue and a cluster of nodes pass (it depends on
+//! `blindfold-proxy`, whose integration tests, not its unit tests, may use it).
 
 pub mod conformance;
 mod dying;
+pub mod engines;
 pub mod fuzz;
 mod ledger;
 #[cfg(feature = "select")]
