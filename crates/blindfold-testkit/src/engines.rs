@@ -63,10 +63,11 @@ use async_trait::async_trait;
 use blindfold_crypto::{MasterKey, StoreId};
 use blindfold_oram::BlockId;
 use blindfold_proxy::catalogue::{
-    open_engine, oram_geometry, physical_view, EngineParams, EngineStore, OramEngine, PhysicalView,
+    oram_geometry, physical_view, EngineParams, EngineStore, OramEngine, PhysicalView,
     PARAMS_VERSION,
 };
 use blindfold_proxy::engine::SharedEngine;
+use blindfold_proxy::lifecycle::open_engine;
 use blindfold_proxy::ProxyError;
 use blindfold_store::{
     ByteRange, CellId, Geometry, JitterStore, MemoryStore, RecordingStore, Store, StoreUrl,
