@@ -1135,6 +1135,12 @@ impl TeeOram {
         self.initial_cells()
     }
 
+    /// Queries planned beyond the rounds planned so far, in queries (a round covers
+    /// `round_queries`): public, since the store sees every query and every round.
+    pub fn queries_ahead(&self) -> u32 {
+        self.queries_since_round
+    }
+
     /// Whether enough queries passed for the next round (and none is in flight).
     pub fn round_due(&self) -> bool {
         self.in_flight.is_none() && self.queries_since_round >= self.config.round_queries
