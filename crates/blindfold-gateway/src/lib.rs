@@ -5,11 +5,17 @@
 //!                           objects.rs             objects ⇄ fixed-size blocks, padding, streaming
 //!                           directory.rs (redb)    buckets, objects, uploads, block allocator,
 //!                           sealed_file.rs         sealed at rest page by page
-//!                           engine.rs              SharedEngine: DurableTao (concurrent, default) or
-//!                                                  Serialized(DurablePathOram), both crash-
-//!                                                  consistent (or the benchmark's DirectEngine)
+//!                           engine.rs              the engine behind the object layer (contract and
+//!                                                  engines in blindfold_proxy), watched and
+//!                                                  swappable while serving
 //!                           Store                  untrusted cells (file, memory, …)
 //! ```
+//!
+//! Starting one: [`params`] (the operator's choices, new parameters), [`datadir`] (its files),
+//! [`keys`] (key check, keys, credentials), [`hooks`] (what tests and benchmarks change),
+//! [`open`] (opening or creating a data directory), [`http`] (serving it), [`recovery`]
+//! (rebuilding one from the store's snapshot), [`grow`] and [`rotation`]; [`server`] re-exports
+//! what other crates use.
 //!
 //! Listing, heads and deletes are answered from the trusted directory and cost no storage
 //! traffic; reads and writes of object data become ORAM accesses, one per block. A PUT is
