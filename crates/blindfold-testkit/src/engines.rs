@@ -43,12 +43,12 @@
 //!
 //! Each failed check panics with a message naming it (`engine conformance check "…" failed on
 //! <subject>: …`; a block the crash check finds wrong says `block N (engine conformance check
-//! "crash" on <subject>) …`, from [`CrashLedger`]). Sizes are tiny (a few hundred blocks of 64 bytes) so that every check
-//! runs in a second or two.
+//! "crash" on <subject>) …`, from [`CrashLedger`]). Sizes are tiny (a few hundred blocks of
+//! 64 bytes) so that every check runs in a second or two.
 //!
-//! Not here (yet): growing a store (`blindfold grow`) and `recover` are not engine-generic —
-//! they live in the gateway per engine family — so their tests stay in
-//! `crates/blindfold-proxy/tests/{grow.rs,rebuild.rs}`. The engine-specific promise that no
+//! Not here (yet): growing a store (`blindfold grow`) and `recover`. Both are reachable for
+//! every engine through `blindfold_proxy::lifecycle::{grow, rebuild}` now, but their tests
+//! still live in `crates/blindfold-proxy/tests/{grow.rs,rebuild.rs}` and the gateway's. The engine-specific promise that no
 //! *slot* is read twice between writes (ObliviStore's levels, the TEE design's queries) needs
 //! to tell an access's reads from a shuffle's, which only the engine's own layout knows: a
 //! subject may state it through [`Capabilities::fresh_reads`] (the catalogue's subjects do
@@ -110,8 +110,7 @@ pub struct Capabilities {
 
 /// The engine under test: creates it over fresh stores and opens it again over what they
 /// hold. Implementations keep the stores (in memory) and the trusted state between calls.
-/// (Opening an engine is not `Send` for every engine, so neither are these futures: run the
-/// suite on the test's own task.)
+/// (Its futures need not be `Send`: run the suite on the test's own task.)
 #[async_trait(?Send)]
 pub trait Subject: Send + Sync {
     /// Name for the checks' messages.
