@@ -31,26 +31,18 @@ macro_rules! contract {
     };
 }
 
+// The tee engine's `trace` check failed until 2026-11-28 (found by this suite): how far its
+// eviction rounds lagged behind the queries depended on the workload. With 128 blocks of 64
+// bytes (k = 8 queries per round) and 300 sequential accesses the store saw 21-25 round writes
+// under a hammered block, 26-29 under uniform blocks and 37-40 under a scan, because queries
+// waited for a round only when the ring of blocks waiting for eviction was full, a count that
+// depends on which blocks were written. `DurableTee` now counts the lag in queries, which the
+// store sees anyway.
 contract! {
     tao => Tao,
     path_oram => PathOram,
+    tee => Tee,
     oblivistore => ObliviStore,
     curious => Curious,
     curious_path => CuriousPath,
-}
-
-mod tee {
-    use super::*;
-    checks!(Tee: model crash fresh_after_crash tamper swap rollback abandoned rotate);
-
-    /// How far the eviction rounds lag behind the queries must not depend on the workload. It
-    /// did (found by this suite): with 128 blocks of 64 bytes (k = 8 queries per round) and 300
-    /// sequential accesses, the store saw 21-25 round writes under a hammered block, 26-29 under
-    /// uniform blocks and 37-40 under a scan, because queries waited for a round only when the
-    /// ring of blocks waiting for eviction was full, a count that depends on which blocks were
-    /// written. `DurableTee` now counts the lag in queries, which the store sees anyway.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn trace() {
-        engines::trace(&subject()).await;
-    }
 }
