@@ -575,15 +575,16 @@ impl DurableTee {
                 if s.poisoned.is_some() {
                     return Err(ProxyError::Poisoned);
                 }
-                let k = s.oram.config().round_queries() as usize;
+                let c = s.oram.config().round_blocks() as usize;
                 // Backpressure while rounds lag behind: wait for the one running to land (with
                 // none running, the queries must go on to make the next one due). The lag is
                 // counted in queries, which the store sees, never in the blocks waiting in the
                 // ring: how many of those there are depends on which blocks were written, and
                 // queries that waited on it ran ahead of the rounds by a workload-dependent
-                // amount. A round takes up to `round_blocks` (2k by default) blocks from the
-                // ring and k queries add at most k, so the ring stays within RING_ROUNDS rounds.
-                let lagging = s.oram.queries_ahead() as usize >= RING_ROUNDS * k
+                // amount. Each query adds at most one block to the ring and each round takes up
+                // to `c` out, so the ring still holds at most about RING_ROUNDS rounds' worth:
+                // the bound the ring had before, now reached by every workload alike.
+                let lagging = s.oram.queries_ahead() as usize >= RING_ROUNDS * c
                     && (s.rounding || s.oram.in_flight());
                 if s.busy.contains(&block.0) || s.holding > 0 || lagging {
                     s.waits += 1;
