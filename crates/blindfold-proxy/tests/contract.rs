@@ -25,7 +25,7 @@ macro_rules! contract {
             mod $engine {
                 use super::*;
                 checks!($variant: model crash fresh_after_crash tamper swap rollback abandoned
-                    trace rotate);
+                    trace rotate rebuild grow);
             }
         )*
     };

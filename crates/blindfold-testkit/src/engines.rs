@@ -40,22 +40,25 @@
 //! * [`rotate`] — a key rotation's sweep (`sweep_paths`, `sweep`, two passes, as the gateway
 //!   runs it) while clients read and write; afterwards the engine opens under the new key alone,
 //!   the data is intact and every cell authenticates.
+//! * [`rebuild`], [`grow`] — `blindfold recover` from a clean stop's state and `blindfold grow`
+//!   (to twice the blocks), through [`blindfold_proxy::lifecycle`]: nothing lost, every block
+//!   written found, the new blocks zeros and writable, every cell authenticates. A subject that
+//!   cannot be rebuilt must refuse and change nothing.
 //!
 //! Each failed check panics with a message naming it (`engine conformance check "…" failed on
 //! <subject>: …`; a block the crash check finds wrong says `block N (engine conformance check
 //! "crash" on <subject>) …`, from [`CrashLedger`]). Sizes are tiny (a few hundred blocks of
 //! 64 bytes) so that every check runs in a second or two.
 //!
-//! Not here (yet): growing a store (`blindfold grow`) and `recover`. Both are reachable for
-//! every engine through `blindfold_proxy::lifecycle::{grow, rebuild}` now, but their tests
-//! still live in `crates/blindfold-proxy/tests/{grow.rs,rebuild.rs}` and the gateway's. The engine-specific promise that no
+//! Not here (yet): a rebuild from a snapshot older than the store (the lost run went on:
+//! `crates/blindfold-proxy/tests/rebuild.rs` and the gateway's `recover` tests hold that), and
+//! growing while serving (the gateway's `grow` tests). The engine-specific promise that no
 //! *slot* is read twice between writes (ObliviStore's levels, the TEE design's queries) needs
 //! to tell an access's reads from a shuffle's, which only the engine's own layout knows: a
 //! subject may state it through [`Capabilities::fresh_reads`] (the catalogue's subjects do
 //! not; `tee.rs` and `oblivistore.rs` keep those checks).
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,7 +70,8 @@ use blindfold_proxy::catalogue::{
     PARAMS_VERSION,
 };
 use blindfold_proxy::engine::SharedEngine;
-use blindfold_proxy::lifecycle::open_engine;
+use blindfold_proxy::lifecycle::{self, open_engine};
+use blindfold_proxy::rebuild::Rebuilt;
 use blindfold_proxy::ProxyError;
 use blindfold_store::{
     ByteRange, CellId, Geometry, JitterStore, MemoryStore, RecordingStore, Store, StoreUrl,
@@ -96,6 +100,9 @@ pub struct Capabilities {
     pub crash: bool,
     /// It can re-seal its cells under a new key ([`Subject::rotate`], [`rotate`]).
     pub rotate: bool,
+    /// It can be rebuilt into a new store array and grown into a larger one
+    /// ([`Subject::rebuild`], [`rebuild`], [`grow`]).
+    pub rebuild: bool,
     /// What the store's cells mean to an observer: reads are compared by the target they
     /// reach (a tree's leaf, a flat store's cell). `None`: by cell.
     pub view: Option<PhysicalView>,
@@ -131,6 +138,12 @@ pub trait Subject: Send + Sync {
     /// Opens the engine under a fresh key, with the current one as the key being retired (a
     /// key rotation under way); from then on [`Subject::reopen`] uses the new key alone.
     async fn rotate(&self, wrap: Wrap) -> Result<Arc<dyn SharedEngine>, ProxyError>;
+    /// Rebuilds the stopped engine into fresh stores (`blindfold recover` from a clean stop's
+    /// state) or, with `grow_to`, into stores for that many blocks (`blindfold grow`); from then
+    /// on [`Subject::reopen`] opens the new stores. Only with [`Capabilities::rebuild`].
+    async fn rebuild(&self, _wrap: Wrap, _grow_to: Option<u64>) -> Result<Rebuilt, ProxyError> {
+        Err(ProxyError::Config(format!("{} cannot be rebuilt", self.name())))
+    }
 }
 
 fn fail(check: &str, subject: &dyn Subject, msg: impl std::fmt::Display) -> ! {
@@ -1303,6 +1316,109 @@ pub async fn rotate(subject: &dyn Subject) {
     verify_clean(CHECK, subject, &*engine).await;
 }
 
+/// `blindfold recover` from a clean stop: every block written, stopped cleanly, rebuilt into a
+/// fresh store array with fresh placement and a fresh key epoch. Nothing may be lost, every
+/// block written must be found, and the rebuilt engine serves the same data and authenticates
+/// every cell.
+pub async fn rebuild(subject: &dyn Subject) {
+    rebuilt(subject, "rebuild", None).await;
+}
+
+/// `blindfold grow`: every block written, stopped cleanly, grown into a store of twice the
+/// blocks. Every block keeps its contents, the new blocks read as zeros and can be written, and
+/// every cell authenticates.
+pub async fn grow(subject: &dyn Subject) {
+    rebuilt(subject, "grow", Some(subject.blocks() * 2)).await;
+}
+
+async fn rebuilt(subject: &dyn Subject, check: &str, grow_to: Option<u64>) {
+    if !subject.capabilities().rebuild {
+        refused(subject, check, grow_to).await;
+        return;
+    }
+    let bs = subject.block_size();
+    let blocks = subject.blocks();
+    let engine = subject.create(plain()).await;
+    let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+    // Every other block, so that blocks never written are in the rebuilt tree too.
+    let written: Vec<u64> = (0..blocks).step_by(2).collect();
+    for chunk in written.chunks(16) {
+        let w: Vec<(BlockId, Vec<u8>)> = chunk.iter().map(|&b| (BlockId(b), data(bs, b))).collect();
+        model.extend(w.iter().map(|(b, d)| (b.0, d.clone())));
+        engine.write_many(w).await.unwrap_or_else(|e| fail(check, subject, e));
+    }
+    engine.shutdown().await.unwrap_or_else(|e| fail(check, subject, e));
+    drop(engine);
+    let report = subject
+        .rebuild(plain(), grow_to)
+        .await
+        .unwrap_or_else(|e| fail(check, subject, format!("rebuilding: {e}")));
+    if !report.lost.is_empty() || !report.unreadable_cells.is_empty() {
+        fail(
+            check,
+            subject,
+            format!(
+                "a clean stop's store lost blocks {:?} ({} unreadable cells)",
+                report.lost,
+                report.unreadable_cells.len()
+            ),
+        );
+    }
+    if report.blocks_found != written.len() as u64 {
+        fail(
+            check,
+            subject,
+            format!("found {} of the {} blocks written", report.blocks_found, written.len()),
+        );
+    }
+    let engine = subject
+        .reopen(plain())
+        .await
+        .unwrap_or_else(|e| fail(check, subject, format!("opening the rebuilt engine: {e}")));
+    for b in 0..blocks {
+        model.entry(b).or_insert_with(|| vec![0; bs]);
+    }
+    if let Some(to) = grow_to {
+        let beyond: Vec<BlockId> = (blocks..to).map(BlockId).collect();
+        for chunk in beyond.chunks(16) {
+            let got = engine.read_many(chunk).await.unwrap_or_else(|e| fail(check, subject, e));
+            if let Some((b, _)) = chunk.iter().zip(&got).find(|(_, d)| d.iter().any(|&x| x != 0)) {
+                fail(check, subject, format!("block {} beyond the old capacity is not zeros", b.0));
+            }
+        }
+        let last = to - 1;
+        engine
+            .write_many(vec![(BlockId(last), data(bs, last))])
+            .await
+            .unwrap_or_else(|e| fail(check, subject, format!("writing a new block: {e}")));
+        engine.commit().await.unwrap_or_else(|e| fail(check, subject, e));
+        model.insert(last, data(bs, last));
+    }
+    read_all(check, subject, &*engine, &model, "after the rebuild").await;
+    verify_clean(check, subject, &*engine).await;
+}
+
+/// A subject that cannot be rebuilt or grown must refuse with an error and change nothing:
+/// the engine opens again with what it held.
+async fn refused(subject: &dyn Subject, check: &str, grow_to: Option<u64>) {
+    let bs = subject.block_size();
+    let engine = subject.create(plain()).await;
+    let model: HashMap<u64, Vec<u8>> =
+        (0..subject.blocks().min(16)).map(|b| (b, data(bs, b))).collect();
+    let w = model.iter().map(|(&b, d)| (BlockId(b), d.clone())).collect();
+    engine.write_many(w).await.unwrap_or_else(|e| fail(check, subject, e));
+    engine.shutdown().await.unwrap_or_else(|e| fail(check, subject, e));
+    drop(engine);
+    if subject.rebuild(plain(), grow_to).await.is_ok() {
+        fail(check, subject, "says it cannot be rebuilt, yet a rebuild succeeded");
+    }
+    let engine = subject
+        .reopen(plain())
+        .await
+        .unwrap_or_else(|e| fail(check, subject, format!("opening after a refused rebuild: {e}")));
+    read_all(check, subject, &*engine, &model, "after a refused rebuild").await;
+}
+
 /// Every check in turn.
 pub async fn run_all(subject: &dyn Subject) {
     model(subject).await;
@@ -1314,6 +1430,8 @@ pub async fn run_all(subject: &dyn Subject) {
     abandoned(subject).await;
     trace(subject).await;
     rotate(subject).await;
+    rebuild(subject).await;
+    grow(subject).await;
 }
 
 /// An engine of the catalogue, created and reopened through [`open_engine`] over memory stores
@@ -1335,6 +1453,8 @@ struct CatalogueState {
     dir: tempfile::TempDir,
     backing: Arc<MemoryStore>,
     key: MasterKey,
+    /// The parameters now (a growth changes them).
+    params: EngineParams,
 }
 
 impl CatalogueEngine {
@@ -1374,7 +1494,7 @@ impl CatalogueEngine {
         creating: bool,
         new_key: Option<MasterKey>,
     ) -> Result<Arc<dyn SharedEngine>, ProxyError> {
-        let (dir, backing, key): (PathBuf, Arc<MemoryStore>, MasterKey) = {
+        let (dir, backing, key, params) = {
             let mut state = self.state.lock();
             if creating {
                 let geometry = oram_geometry(&self.params).expect("the suite's parameters");
@@ -1382,10 +1502,11 @@ impl CatalogueEngine {
                     dir: tempfile::tempdir().expect("a temporary directory"),
                     backing: Arc::new(MemoryStore::new(geometry)),
                     key: MasterKey::generate(),
+                    params: self.params.clone(),
                 });
             }
             let s = state.as_ref().expect("create before reopen");
-            (s.dir.path().to_path_buf(), Arc::clone(&s.backing), copy(&s.key))
+            (s.dir.path().to_path_buf(), Arc::clone(&s.backing), copy(&s.key), s.params.clone())
         };
         let geometry = backing.geometry();
         let store = wrap(backing as Arc<dyn Store>);
@@ -1398,8 +1519,7 @@ impl CatalogueEngine {
             None => (key, None),
         };
         let (engine, _) =
-            open_engine(&self.params, &dir, engine_store, &key, previous.as_ref(), creating)
-                .await?;
+            open_engine(&params, &dir, engine_store, &key, previous.as_ref(), creating).await?;
         if let Some(new) = new_key {
             self.state.lock().as_mut().expect("opened").key = new;
         }
@@ -1423,13 +1543,14 @@ impl Subject for CatalogueEngine {
     }
 
     fn blocks(&self) -> u64 {
-        self.params.blocks
+        self.state.lock().as_ref().map_or(self.params.blocks, |s| s.params.blocks)
     }
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             crash: true,
             rotate: self.engine.can_rebuild(),
+            rebuild: self.engine.can_rebuild(),
             view: physical_view(&self.params).ok(),
             // (The TEE engine reshuffles every node after a crash; the partition engines
             // rebuild their partitions.)
@@ -1450,5 +1571,32 @@ impl Subject for CatalogueEngine {
 
     async fn rotate(&self, wrap: Wrap) -> Result<Arc<dyn SharedEngine>, ProxyError> {
         self.open(wrap, false, Some(MasterKey::generate())).await
+    }
+
+    async fn rebuild(&self, wrap: Wrap, grow_to: Option<u64>) -> Result<Rebuilt, ProxyError> {
+        let (dir, old, key, params) = {
+            let state = self.state.lock();
+            let s = state.as_ref().expect("create before rebuild");
+            (s.dir.path().to_path_buf(), Arc::clone(&s.backing), copy(&s.key), s.params.clone())
+        };
+        // A new store array, as `recover` and `grow` make one (the next generation).
+        let to = EngineParams {
+            blocks: grow_to.unwrap_or(params.blocks),
+            generation: params.generation + 1,
+            ..params.clone()
+        };
+        let new = Arc::new(MemoryStore::new(oram_geometry(&to)?));
+        let epoch = blindfold_proxy::rebuild::fresh_epoch();
+        let (old_w, new_w) =
+            (wrap(old as Arc<dyn Store>), wrap(Arc::clone(&new) as Arc<dyn Store>));
+        let report = match grow_to {
+            Some(_) => lifecycle::grow(&to, &dir, old_w, new_w, &key, epoch).await?,
+            None => lifecycle::rebuild(&params, &dir, old_w, new_w, &key, epoch).await?,
+        };
+        let mut state = self.state.lock();
+        let s = state.as_mut().expect("create before rebuild");
+        s.backing = new;
+        s.params = to;
+        Ok(report)
     }
 }

@@ -3,7 +3,7 @@
 //! it, naming itself. One broken engine per family of checks: the model (lost writes), crashes
 //! (commits that commit nothing), tampering (integrity errors answered with zeros), the trace
 //! (a read of a cell chosen by the block), abandoned requests (garbage left by a dropped write)
-//! and rotation (a sweep that re-seals nothing).
+//! rotation (a sweep that re-seals nothing), and rebuilding and growing (a block lost).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use blindfold_oram::BlockId;
 use blindfold_proxy::catalogue::OramEngine;
 use blindfold_proxy::engine::{EngineGauges, SharedEngine};
+use blindfold_proxy::rebuild::Rebuilt;
 use blindfold_proxy::{ProxyError, VerifyReport};
 use blindfold_store::{CellId, Store, TraceOp};
 use blindfold_testkit::engines::{self, Capabilities, CatalogueEngine, Subject, Wrap};
@@ -34,6 +35,9 @@ enum Flaw {
     SpoilsDroppedWrites,
     /// A rotation's sweep returns at once, re-sealing nothing.
     SkipsSweeps,
+    /// Block 0 reads as zeros, as after a rebuild or growth that dropped it (the engine is
+    /// created and written, never read, before the rebuild checks rebuild it).
+    LosesBlockZero,
     /// Nothing wrong with the engine, but the subject promises what Path ORAM does not keep:
     /// that no read reads a cell twice between writes of it (every path reads the root).
     OverPromises,
@@ -99,6 +103,14 @@ impl SharedEngine for Broken {
         match self.inner.read_many(blocks).await {
             Err(e) if self.flaw == Flaw::HidesDamage && e.is_integrity() => {
                 Ok(vec![vec![0; self.block_size()]; blocks.len()])
+            }
+            Ok(mut got) if self.flaw == Flaw::LosesBlockZero => {
+                for (b, d) in blocks.iter().zip(&mut got) {
+                    if b.0 == 0 {
+                        d.fill(0);
+                    }
+                }
+                Ok(got)
             }
             r => r,
         }
@@ -242,6 +254,10 @@ impl Subject for BrokenSubject {
         let engine = self.inner.rotate(wrap).await?;
         Ok(self.broken(engine, &store))
     }
+
+    async fn rebuild(&self, wrap: Wrap, grow_to: Option<u64>) -> Result<Rebuilt, ProxyError> {
+        self.inner.rebuild(wrap, grow_to).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,6 +312,20 @@ async fn the_abandoned_check_catches_garbage_left_by_dropped_writes() {
                            SkipsSweeps")]
 async fn the_rotate_check_catches_a_sweep_that_reseals_nothing() {
     engines::rotate(&BrokenSubject::new(Flaw::SkipsSweeps)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[should_panic(expected = "engine conformance check \"rebuild\" failed on path-oram broken by \
+                           LosesBlockZero: after the rebuild: block 0")]
+async fn the_rebuild_check_catches_a_lost_block() {
+    engines::rebuild(&BrokenSubject::new(Flaw::LosesBlockZero)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[should_panic(expected = "engine conformance check \"grow\" failed on path-oram broken by \
+                           LosesBlockZero: after the rebuild: block 0")]
+async fn the_grow_check_catches_a_lost_block() {
+    engines::grow(&BrokenSubject::new(Flaw::LosesBlockZero)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
