@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::datadir::{random_token, read_params, GatewayParams};
+use crate::datadir::{random_token, read_params};
 use crate::{GatewayError, Result};
 use blindfold_crypto::{load_key_file, CellAd, CellSealer, MasterKey, Passphrase, StoreId};
 use serde::{Deserialize, Serialize};
@@ -70,7 +70,7 @@ pub fn data_dir_keys(
             dir.display()
         ))
     })?;
-    let id = store_id(&params)?;
+    let id = params.store_id()?;
     let loaded = load_key_file(key_path, passphrase).map_err(|e| {
         GatewayError::Config(format!("loading the key {}: {e}", key_path.display()))
     })?;
@@ -107,8 +107,4 @@ pub(crate) fn new_credentials() -> Credentials {
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
         ),
     }
-}
-
-pub(crate) fn store_id(params: &GatewayParams) -> Result<StoreId> {
-    Ok(params.store_id()?)
 }

@@ -10,9 +10,7 @@ use crate::datadir::{read_params, write_private, GatewayParams, RECOVERING};
 use crate::directory::Directory;
 use crate::engine::{DirectEngine, SharedEngine};
 use crate::hooks::{EngineKind, OpenHooks};
-use crate::keys::{
-    key_check, key_matches, new_credentials, read_credentials, store_id, KEY_CHECK_FILE,
-};
+use crate::keys::{key_check, key_matches, new_credentials, read_credentials, KEY_CHECK_FILE};
 use crate::objects::ObjectLayer;
 use crate::observe::{Observer, PhysicalView};
 use crate::params::{footprint, human_bytes, new_params, ServeConfig};
@@ -128,7 +126,7 @@ async fn open_existing(
     }
     let loaded = load_key_file(&key_path, cfg.passphrase.as_deref())
         .map_err(|e| GatewayError::Config(e.to_string()))?;
-    let id = store_id(&params)?;
+    let id = params.store_id()?;
     let keys = crate::rotation::keys(dir, &key_path, loaded, |k| {
         Ok(key_matches(dir, k, id)? == Some(true))
     })?;
@@ -358,7 +356,7 @@ async fn create(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
             ((c.access_key.clone(), c.secret_key.clone()), Some(c))
         }
     };
-    let id = store_id(&params)?;
+    let id = params.store_id()?;
     let check = key_check(&key, id)?;
     let mut opened =
         assemble(cfg, hooks, params.clone(), (key, None), credentials.0, true, &mut notes).await?;
@@ -483,7 +481,7 @@ async fn assemble(
     let stored_bytes = geometry.total_bytes();
     let store = observer.wrap_store(store, view, stored_bytes);
     let oram_dir = dir.join("oram");
-    let id = store_id(&params)?;
+    let id = params.store_id()?;
     let recovered = |rec: blindfold_proxy::Recovery, notes: &mut Vec<String>| {
         if rec.replayed > 0 || rec.torn_bytes > 0 {
             notes.push(format!(
