@@ -73,7 +73,7 @@ use crate::observe::Observer;
 use crate::snapshot::SnapshotSlot;
 use crate::{GatewayError, Result};
 use blindfold_proxy::catalogue::{
-    cached_bytes_of, oram_array, oram_config, oram_geometry, physical_view, OramEngine,
+    cached_bytes_of, oram_array, oram_config, oram_geometry, physical_view,
 };
 
 /// The growth in progress, in the data directory.
@@ -216,9 +216,6 @@ fn grown_params(params: &GatewayParams, blocks: u64, generation: u32) -> Result<
 
 /// Checks that a growth of `params` to `blocks` is allowed and fits in memory.
 fn check_request(params: &GatewayParams, blocks: u64, used_blocks: u64) -> Result<()> {
-    if !params.engine.can_rebuild() {
-        return Err(cannot_grow(params.engine));
-    }
     if blocks <= params.blocks {
         return Err(GatewayError::Config(format!(
             "the store already holds {} ({} blocks); growing needs a larger capacity (shrinking \
@@ -361,9 +358,6 @@ async fn grow_closed(
         if crash == Some(CrashPoint::HalfWritten) { cut_short(new) } else { new };
     let oram_dir = dir.join("oram");
     let epoch = fresh_epoch();
-    if !params.engine.can_rebuild() {
-        return Err(cannot_grow(params.engine));
-    }
     let rebuilt =
         blindfold_proxy::lifecycle::grow(&new_params, &oram_dir, old, new, key, epoch).await?;
     *replaced = true;
@@ -382,18 +376,7 @@ async fn grow_closed(
 /// The number of blocks of the tree the checkpoint in `dir` describes.
 fn checkpoint_blocks(dir: &Path, params: &GatewayParams, key: &MasterKey) -> Result<u64> {
     let oram_dir = dir.join("oram");
-    if !params.engine.can_rebuild() {
-        return Err(cannot_grow(params.engine));
-    }
     Ok(blindfold_proxy::lifecycle::saved_blocks(params.engine, &oram_dir, key)?)
-}
-
-/// The TEE engine cannot be grown yet.
-fn cannot_grow(engine: OramEngine) -> GatewayError {
-    GatewayError::Config(format!(
-        "the {engine} engine cannot grow its store yet: create a larger one and copy the \
-         objects over (e.g. with `aws s3 sync`)"
-    ))
 }
 
 /// At start: finishes or redoes a growth a crash interrupted, before the engine opens.
@@ -682,12 +665,10 @@ impl Grower {
             None => store,
         };
         let store = self.observer.wrap_store(store, physical_view(params)?, geometry.total_bytes());
-        if !params.engine.can_rebuild() {
-            return Err(cannot_grow(params.engine));
-        }
         let oram_dir = self.dir.join("oram");
-        let same = |tee| tee;
-        let store = EngineStore { store, url: &url, array: &name, geometry, wrap_tee: &same };
+        let observer = Arc::clone(&self.observer);
+        let wrap_tee = move |tee| observer.wrap_tee_store(tee);
+        let store = EngineStore { store, url: &url, array: &name, geometry, wrap_tee: &wrap_tee };
         let opened = blindfold_proxy::lifecycle::open_engine(
             params, &oram_dir, store, &self.key, None, false,
         );

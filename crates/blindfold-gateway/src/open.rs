@@ -546,20 +546,18 @@ async fn assemble(
     let objects =
         Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
     let snapshots = Arc::new(parking_lot::Mutex::new(snapshots));
-    let grower =
-        (hooks.engine == EngineKind::PathOram && !injected_engine && params.engine.can_rebuild())
-            .then(|| {
-                Arc::new(crate::grow::Grower::new(crate::grow::GrowerParts {
-                    dir: dir.clone(),
-                    key: Arc::clone(&key),
-                    engine: swappable,
-                    objects: Arc::clone(&objects),
-                    observer: Arc::clone(&observer),
-                    wrap_store,
-                    snapshots: Arc::clone(&snapshots),
-                    rotating: previous.is_some(),
-                }))
-            });
+    let grower = (hooks.engine == EngineKind::PathOram && !injected_engine).then(|| {
+        Arc::new(crate::grow::Grower::new(crate::grow::GrowerParts {
+            dir: dir.clone(),
+            key: Arc::clone(&key),
+            engine: swappable,
+            objects: Arc::clone(&objects),
+            observer: Arc::clone(&observer),
+            wrap_store,
+            snapshots: Arc::clone(&snapshots),
+            rotating: previous.is_some(),
+        }))
+    });
     Ok(Opened {
         objects,
         params,

@@ -509,6 +509,13 @@ pub struct TeeOramState {
     stats: TeeOramStats,
 }
 
+impl TeeOramState {
+    /// The parameters of the saved tree.
+    pub fn config(&self) -> &TeeOramConfig {
+        &self.config
+    }
+}
+
 /// A completed query: the block's data before the query, and whether the ring changed (the
 /// block's data there is new to the redo log).
 #[derive(Clone, Debug)]
@@ -685,17 +692,29 @@ impl TeeOram {
     /// block's data where the tag names a block). Fails if a leaf would keep fewer than `D`
     /// free slots.
     pub fn bulk_place(&mut self, count: u64) -> Result<()> {
-        if self.stats.queries > 0 || self.place.iter().any(|p| *p != Place::Nowhere) {
-            return Err(OramError::Protocol("a bulk load needs a fresh tree".into()));
-        }
         if count > self.config.blocks {
             return Err(OramError::BlockOutOfRange { block: count, blocks: self.config.blocks });
+        }
+        self.bulk_place_blocks(0..count)
+    }
+
+    /// As [`TeeOram::bulk_place`] for the blocks `blocks` (each at most once, in any order):
+    /// a rebuild places exactly the blocks it found. The others read as zeros.
+    pub fn bulk_place_blocks(&mut self, blocks: impl IntoIterator<Item = u64>) -> Result<()> {
+        if self.stats.queries > 0 || self.place.iter().any(|p| *p != Place::Nowhere) {
+            return Err(OramError::Protocol("a bulk load needs a fresh tree".into()));
         }
         let leaves = self.config.leaves() as u32;
         let last = self.config.layers - 1;
         let mut fill = vec![0u32; leaves as usize];
         let limit = self.config.leaf_slots - self.config.dummy_reads;
-        for b in 0..count {
+        for b in blocks {
+            if b >= self.config.blocks {
+                return Err(OramError::BlockOutOfRange { block: b, blocks: self.config.blocks });
+            }
+            if self.place[b as usize] != Place::Nowhere {
+                return Err(OramError::Protocol(format!("block {b} bulk-loaded twice")));
+            }
             let leaf = self.rng.gen_range(0..leaves);
             let node = self.node_on_path(leaf, last);
             let used = &mut fill[leaf as usize];
@@ -1128,6 +1147,16 @@ impl TeeOram {
             }
             _ => None,
         })
+    }
+
+    /// The blocks in the gateway's ring, with their data, oldest first.
+    pub fn ring_blocks(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.waiting.iter().map(|b| (*b, self.ring[b].as_slice()))
+    }
+
+    /// Whether `block` was ever written (it is in the tree or in the ring).
+    pub fn is_written(&self, block: u64) -> bool {
+        self.place.get(block as usize).is_some_and(|p| *p != Place::Nowhere)
     }
 
     /// The current cells of every node, with their tags (what a verification opens).

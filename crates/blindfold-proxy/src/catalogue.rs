@@ -59,13 +59,6 @@ pub enum OramEngine {
     CuriousPath,
 }
 
-impl OramEngine {
-    /// Whether `blindfold grow`, `recover` and key rotation can rebuild this engine's store.
-    pub fn can_rebuild(self) -> bool {
-        !matches!(self, Self::Tee)
-    }
-}
-
 impl std::str::FromStr for OramEngine {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {

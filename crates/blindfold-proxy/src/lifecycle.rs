@@ -258,8 +258,9 @@ async fn tee_store(
     })
 }
 
-/// The TEE engine re-permutes its cells only inside its trusted component: it cannot yet be
-/// rebuilt, grown or re-sealed under a new key.
+/// The TEE engine: rebuilt and grown by reading its cells in the gateway and bulk-loading a
+/// fresh tree under a fresh store id ([`crate::rebuild::rebuild_tee`]); it cannot yet re-seal its
+/// cells under a new key while it serves (its trusted component holds one key).
 #[async_trait::async_trait]
 impl DurableEngine for DurableTee {
     type Config = blindfold_oram::tee::TeeOramConfig;
@@ -303,25 +304,18 @@ impl DurableEngine for DurableTee {
     }
 
     async fn rebuild(
-        _: &Path,
-        _: Arc<dyn Store>,
-        _: Arc<dyn Store>,
-        _: &MasterKey,
-        _: u32,
+        dir: &Path,
+        old: Arc<dyn Store>,
+        new: Arc<dyn Store>,
+        key: &MasterKey,
+        epoch: u32,
         grow_to: Option<Self::Config>,
     ) -> Result<Rebuilt> {
-        Err(ProxyError::Config(if grow_to.is_some() {
-            cannot_grow("tee")
-        } else {
-            "`blindfold recover` cannot rebuild a tee engine's data directory yet (its cells are \
-             re-permuted only by its trusted component); restore the data directory from a \
-             backup instead"
-                .into()
-        }))
+        crate::rebuild::rebuild_tee(dir, old, new, key, epoch, grow_to).await
     }
 
-    fn saved_blocks(_: &Path, _: &MasterKey) -> Result<u64> {
-        Err(ProxyError::Config(cannot_grow("tee")))
+    fn saved_blocks(dir: &Path, key: &MasterKey) -> Result<u64> {
+        crate::rebuild::saved_tee_blocks(dir, key)
     }
 }
 
@@ -408,12 +402,4 @@ pub fn saved_blocks(engine: OramEngine, dir: &Path, key: &MasterKey) -> Result<u
 /// Checks that the engine of `params` can run with them (its configuration builds).
 pub fn check(params: &EngineParams) -> Result<()> {
     with_engine!(params.engine, E => <E as DurableEngine>::config(params).map(drop))
-}
-
-/// Why an engine's store cannot grow, and what to do instead.
-pub(crate) fn cannot_grow(engine: &str) -> String {
-    format!(
-        "the {engine} engine cannot grow its store yet: create a larger one and copy the \
-         objects over (e.g. with `aws s3 sync`)"
-    )
 }

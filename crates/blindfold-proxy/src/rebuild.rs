@@ -40,6 +40,16 @@
 //! written once in a fixed order. Their cells are bound to a serial rather than a key epoch, so
 //! the new engine's serials start at a [`fresh_serial`].
 //!
+//! # The TEE engine
+//!
+//! [`rebuild_tee`] reads every cell of both areas of every node in cell order, opens those of
+//! the current areas in the gateway (which holds the trusted component's key), and bulk-loads
+//! every block found, and every block of the checkpoint's ring, into a fresh tree sealed under
+//! a **fresh random store id**: the TEE engine's cells bind the store id and a serial rather
+//! than a key epoch, so a new store id is what keeps the old array's (and a lost timeline's)
+//! cells from opening in the new one, and its query and eviction streams fresh for the trusted
+//! component.
+//!
 //! # Growing
 //!
 //! [`grow_path_oram`] and [`grow_tao`] (for `blindfold grow`) run the same two passes from a
@@ -84,6 +94,8 @@ const BATCH: usize = 256;
 /// Epochs are drawn below this, leaving 2^31 later epochs for the runs that follow (each
 /// start takes the next one; the sealer moves on after 2^31 seals).
 const EPOCH_RANGE: u32 = 1 << 31;
+
+pub use crate::tee::{rebuild_tee, saved_tee_blocks};
 
 /// A uniformly random key epoch in `1..2^31`, from the operating system's generator.
 ///

@@ -48,7 +48,7 @@ use blindfold_oram::tee::{
     QueryStep, RoundPlan, RoundRecord, SlotTag, TeeOram, TeeOramConfig, TeeOramState, TeeOramStats,
 };
 use blindfold_oram::{BlockId, Op};
-use blindfold_store::{CellId, Geometry, StoreError, TeeLayer, TeeRound, TeeStore};
+use blindfold_store::{CellId, Geometry, Store, StoreError, TeeLayer, TeeRound, TeeStore};
 use blindfold_tee::{EvictTicket, QueryTicket, TeeCipher, TeeKey};
 use serde::{Deserialize, Serialize};
 
@@ -1067,6 +1067,140 @@ impl DurableTee {
         }
         Ok(report)
     }
+}
+
+/// Rebuilds the TEE engine whose checkpoint is in `dir` (over the cells of `old`) into `new`, a
+/// plain store laid out for `grow_to` (a larger tree of the same block size) or for the same
+/// configuration; then replaces the checkpoint and empties the redo log. For `blindfold recover`
+/// and `blindfold grow`, as [`crate::rebuild`] does for the other engines:
+///
+/// 1. every cell of the old array is read, both areas of every node, in cell order (a fixed
+///    order: nothing the store sees depends on which blocks are where); the cells of the
+///    current areas are opened here, in the gateway, under what the checkpoint says they hold
+///    (the gateway holds the same key as the trusted component). Cells that do not open are
+///    counted, and the blocks they held are lost; a growth refuses to lose any;
+/// 2. every block found, and every block of the checkpoint's ring, is placed at a fresh
+///    uniformly random leaf of a fresh tree, sealed under a **fresh random store id**, so no
+///    cell of the old array (or of a lost timeline after the snapshot) opens in the new one,
+///    and no query ticket or round of the old store id is accepted for it; every cell of the new
+///    tree's current areas is written once, in cell order;
+/// 3. only then is the checkpoint replaced (atomically), naming the new store id.
+///
+/// The trusted component needs no new key: its key derives from the master key alone, and the
+/// store id is bound into every cell and ticket.
+pub async fn rebuild_tee(
+    dir: &Path,
+    old: Arc<dyn Store>,
+    new: Arc<dyn Store>,
+    key: &MasterKey,
+    epoch: u32,
+    grow_to: Option<TeeOramConfig>,
+) -> Result<crate::rebuild::Rebuilt> {
+    use futures::StreamExt;
+    let sealer = StateSealer::new(key);
+    let path = dir.join(CHECKPOINT);
+    let raw = std::fs::read(&path).map_err(|e| crate::durable::io(&path, "reading", e))?;
+    let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &sealer)
+        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
+    let store_id = StoreId(ckpt.store_id);
+    let oram = TeeOram::from_state(ckpt.oram, None)?;
+    let config = oram.config().clone();
+    if let Some(to) = &grow_to {
+        if to.blocks() <= config.blocks() || to.block_size() != config.block_size() {
+            return Err(ProxyError::State(format!(
+                "cannot grow a TEE tree of {} blocks of {} bytes into one of {} blocks of {} \
+                 bytes: growing adds blocks and keeps their size",
+                config.blocks(),
+                config.block_size(),
+                to.blocks(),
+                to.block_size()
+            )));
+        }
+    }
+    let target = grow_to.clone().unwrap_or_else(|| config.clone());
+    let needed = DurableTee::geometry(&config)?;
+    crate::error::check_array(old.geometry(), needed, "the TEE engine's old array")?;
+    crate::error::check_array(new.geometry(), DurableTee::geometry(&target)?, "the new array")?;
+    let bs = config.block_size() as usize;
+    let cipher = TeeCipher::new(&DurableTee::tee_key(key), bs);
+    let tags: std::collections::HashMap<u64, SlotTag> =
+        oram.current_cells().map(|(c, t)| (c.0, t)).collect();
+    let live: std::collections::HashMap<u64, u64> =
+        oram.blocks_in_tree().map(|(b, c)| (c.0, b)).collect();
+    let mut report = crate::rebuild::Rebuilt { epoch, ..Default::default() };
+    let mut found: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let total = config.total_cells();
+    let mut reads =
+        std::pin::pin!(crate::durable::read_in_order(&*old, RetryPolicy::default(), total, 256));
+    while let Some(read) = reads.next().await {
+        let (start, fetched) = read?;
+        report.cells_read += fetched.len() as u64;
+        for (cell, bytes) in (start..).zip(fetched) {
+            let Some(tag) = tags.get(&cell) else { continue };
+            match cipher.open(&cell_ad(&store_id, *tag), &bytes) {
+                Ok(plain) => {
+                    if let Some(&b) = live.get(&cell) {
+                        found.insert(b, plain);
+                    }
+                }
+                Err(e) if e.is_integrity() => report.unreadable_cells.push(cell),
+                Err(e) => return Err(ProxyError::State(format!("opening cell {cell}: {e}"))),
+            }
+        }
+    }
+    if grow_to.is_some() {
+        if let Some(first) = report.unreadable_cells.first() {
+            return Err(ProxyError::State(format!(
+                "{} cells of the store do not authenticate (the first is cell {first}): growing \
+                 would lose the blocks in them, so nothing was changed; run `blindfold verify`",
+                report.unreadable_cells.len()
+            )));
+        }
+    }
+    for (b, d) in oram.ring_blocks() {
+        found.insert(b, d.to_vec());
+    }
+    report.lost =
+        (0..config.blocks()).filter(|&b| oram.is_written(b) && !found.contains_key(&b)).collect();
+    report.blocks_found = found.len() as u64;
+    drop(oram);
+    // The fresh tree, under a fresh store id.
+    let new_id = StoreId::random();
+    let mut fresh = TeeOram::new(target.clone());
+    fresh.bulk_place_blocks(found.keys().copied())?;
+    let cells: Vec<(CellId, SlotTag)> = fresh.initial_cells().collect();
+    for chunk in cells.chunks(1024) {
+        let sealed = chunk
+            .iter()
+            .map(|&(c, t)| {
+                let zeros;
+                let data = if t.block == blindfold_oram::tee::DUMMY {
+                    zeros = vec![0u8; bs];
+                    &zeros
+                } else {
+                    &found[&t.block]
+                };
+                cipher.seal(&cell_ad(&new_id, t), data).map(|s| (c, s))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| ProxyError::State(format!("sealing the rebuilt cells: {e}")))?;
+        with_retry(RetryPolicy::default(), || new.write(sealed.clone())).await?;
+        report.cells_written += chunk.len() as u64;
+    }
+    new.flush().await?;
+    let ckpt = Checkpoint { store_id: new_id.0, oram: fresh.state()? };
+    crate::durable::remove_log(dir)?;
+    write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &sealer)?;
+    Ok(report)
+}
+
+/// The number of blocks of the TEE tree whose checkpoint is in `dir`.
+pub fn saved_tee_blocks(dir: &Path, key: &MasterKey) -> Result<u64> {
+    let path = dir.join(CHECKPOINT);
+    let raw = std::fs::read(&path).map_err(|e| crate::durable::io(&path, "reading", e))?;
+    let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &StateSealer::new(key))
+        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
+    Ok(ckpt.oram.config().blocks())
 }
 
 fn check_geometry(store: &Arc<dyn TeeStore>, config: &TeeOramConfig) -> Result<()> {

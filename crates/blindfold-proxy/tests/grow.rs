@@ -399,3 +399,106 @@ async fn partition_engine_growth_refuses_smaller_or_other_engines() {
         assert!(new.trace().is_empty());
     }
 }
+
+fn tee_config(blocks: u64) -> blindfold_oram::tee::TeeOramConfig {
+    blindfold_oram::tee::TeeOramConfig::builder(blocks, BS)
+        .arity(4)
+        .round_queries(8)
+        .build()
+        .unwrap()
+}
+
+/// The writes of `seed`, made to a fresh TEE engine in `dir` over `store` (the trusted
+/// component in this process), then shut down cleanly. Returns the model.
+async fn fill_tee(
+    dir: &Path,
+    store: Arc<dyn Store>,
+    key: &MasterKey,
+    seed: u64,
+) -> HashMap<u64, Vec<u8>> {
+    use blindfold_proxy::{DurableTee, Preload};
+    let enclave = blindfold_tee::Enclave::new(&DurableTee::tee_key(key), BS as usize);
+    let host = Arc::new(blindfold_store::TeeHost::new(store, Arc::new(enclave)));
+    let w = writes(seed);
+    let tee = DurableTee::create(
+        dir,
+        tee_config(BLOCKS),
+        host,
+        key,
+        StoreId::random(),
+        Preload::none(),
+        &mut |_, _| {},
+    )
+    .await
+    .unwrap();
+    for (b, data, commit) in &w {
+        tee.access(BlockId(*b), Op::Write(data.clone())).await.unwrap();
+        if *commit {
+            tee.commit().await.unwrap();
+        }
+    }
+    tee.shutdown().await.unwrap();
+    model(&w)
+}
+
+/// The TEE engine grows (refused until 2026-11-28): every block kept, the new ones zeros, and
+/// two stores holding different blocks with different contents grow through exactly the same
+/// requests (every old cell read once in cell order, every new cell written once in a fixed
+/// order). The grown tree is sealed under a fresh store id: no old cell opens in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tee_engine_grows_with_every_block_kept_and_a_data_independent_trace() {
+    use blindfold_proxy::rebuild::rebuild_tee;
+    use blindfold_proxy::DurableTee;
+    let key = MasterKey::generate();
+    let root = tempfile::tempdir().unwrap();
+    let mut shapes = Vec::new();
+    for seed in [30u64, 40] {
+        let dir = root.path().join(format!("tee{seed}"));
+        let g = DurableTee::geometry(&tee_config(BLOCKS)).unwrap();
+        let old = Arc::new(RecordingStore::new(MemoryStore::new(g)));
+        let model = fill_tee(&dir, old.clone(), &key, seed).await;
+        old.take_trace();
+        let gn = DurableTee::geometry(&tee_config(GROWN)).unwrap();
+        let new = Arc::new(RecordingStore::new(MemoryStore::new(gn)));
+        let grown = rebuild_tee(
+            &dir,
+            old.clone(),
+            new.clone(),
+            &key,
+            fresh_epoch(),
+            Some(tee_config(GROWN)),
+        )
+        .await
+        .unwrap();
+        assert_eq!(grown.blocks_found, model.len() as u64, "{grown:?}");
+        assert!(grown.lost.is_empty() && grown.unreadable_cells.is_empty(), "{grown:?}");
+        assert!(old.trace().iter().all(|e| e.op == TraceOp::Read || e.op == TraceOp::Flush));
+        let read: Vec<u64> = old.trace().iter().flat_map(|e| e.cells.iter().map(|c| c.0)).collect();
+        assert_eq!(read, (0..g.cell_count()).collect::<Vec<_>>(), "every old cell once, in order");
+        assert!(new.trace().iter().all(|e| e.op != TraceOp::Read));
+        let trace = |r: &RecordingStore<MemoryStore>| -> Vec<(TraceOp, Vec<u64>)> {
+            r.trace().iter().map(|e| (e.op, e.cells.iter().map(|c| c.0).collect())).collect()
+        };
+        shapes.push((trace(&old), trace(&new)));
+        // The grown engine serves every block, and takes writes to the new ones.
+        let enclave = blindfold_tee::Enclave::new(&DurableTee::tee_key(&key), BS as usize);
+        let host = Arc::new(blindfold_store::TeeHost::new(
+            new.clone() as Arc<dyn Store>,
+            Arc::new(enclave),
+        ));
+        let (tee, _) = DurableTee::open(&dir, host, &key).await.unwrap();
+        assert_eq!(tee.config().blocks(), GROWN);
+        for i in 0..GROWN {
+            let want = model.get(&i).cloned().unwrap_or_else(|| vec![0; BS as usize]);
+            assert_eq!(tee.access(BlockId(i), Op::Read).await.unwrap(), want, "block {i}");
+        }
+        tee.access(BlockId(GROWN - 1), Op::Write(vec![9; BS as usize])).await.unwrap();
+        tee.commit().await.unwrap();
+        assert_eq!(tee.access(BlockId(GROWN - 1), Op::Read).await.unwrap(), vec![9; BS as usize]);
+        tee.settle().await.unwrap();
+        let report = tee.verify(|_, _| {}).await.unwrap();
+        assert!(report.failures.is_empty(), "{:?}", report.failures);
+        tee.shutdown().await.unwrap();
+    }
+    assert_eq!(shapes[0], shapes[1], "the store could tell the two stores apart");
+}

@@ -1549,8 +1549,8 @@ impl Subject for CatalogueEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             crash: true,
-            rotate: self.engine.can_rebuild(),
-            rebuild: self.engine.can_rebuild(),
+            rotate: self.engine.can_reseal(),
+            rebuild: true,
             view: physical_view(&self.params).ok(),
             // (The TEE engine reshuffles every node after a crash; the partition engines
             // rebuild their partitions.)
