@@ -31,12 +31,10 @@
 //! next free one before anything is sealed), so random nonces are never reused under one key.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bincode::Options;
 use blindfold_crypto::{CellAd, CellSealer, MasterKey, StateSealer, StoreId};
 use blindfold_oram::{BlockId, Op, OramDelta, PathOram, PathOramConfig, PathOramState, Progress};
 use blindfold_store::{CellId, Store};
@@ -44,13 +42,17 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::retry::{with_retry, write_sealed, RetryPolicy};
+use crate::bulk::{read_in_order, write_batches};
+use crate::journal::{
+    append_record, decode_record, empty_log, encode_frame, prepare_new_dir, read_any_checkpoint,
+    read_frames_with_legacy, read_prev_checkpoint, remove_log, replace_log, write_checkpoint_as,
+    CHECKPOINT, REDO_LOG,
+};
+use crate::retry::{with_retry, RetryPolicy};
 use crate::sealing::{check_geometry, open_cells, seal_cells};
 use crate::slots::{slotted_geometry, SlotMap, SlottedStore};
 use crate::{ProxyError, Result, SealedPathOram, VersionTable};
 
-pub const CHECKPOINT: &str = "checkpoint.bin";
-pub const REDO_LOG: &str = "redo.log";
 /// Version 03 adds the slot map of two-slot stores (see [`crate::slots`]).
 const CHECKPOINT_MAGIC: &[u8; 8] = b"BFCKPT03";
 /// Sealed checkpoints of blindfold 0.2 (no slot map), migrated on open.
@@ -67,11 +69,6 @@ const LEGACY_RECORD_MAGIC: u32 = 0xB1F0_0D01;
 const DEFAULT_LOG_LIMIT: u64 = 256 << 20;
 /// Commit by itself once this many cells wait in the overlay.
 const DEFAULT_MAX_OVERLAY: usize = 4096;
-const WRITE_BATCH: usize = 256;
-/// Batches of cells a commit, a replay, a rebuild or a whole-store read keeps in flight at once.
-const BATCHES_IN_FLIGHT: usize = 8;
-/// Bytes of cells a whole-store read (verify, recover, grow) keeps in flight at most.
-const READ_AHEAD_BYTES: u64 = 64 << 20;
 
 #[derive(Serialize, Deserialize)]
 struct Checkpoint {
@@ -205,97 +202,6 @@ pub(crate) struct LoggedCell {
     pub(crate) sealed: Vec<u8>,
 }
 
-/// Writes `cells` to the store in batches of [`WRITE_BATCH`], up to [`BATCHES_IN_FLIGHT`] of
-/// them in flight at once, moving rather than copying the cells. Behind a link of round trip
-/// `r` this takes about `r · ⌈n / (WRITE_BATCH · BATCHES_IN_FLIGHT)⌉` instead of
-/// `r · ⌈n / WRITE_BATCH⌉`. A cell named twice is written once, with its last contents (two
-/// concurrent writes of one cell could land in either order).
-pub(crate) async fn write_batches(
-    store: &dyn Store,
-    retry: RetryPolicy,
-    cells: impl IntoIterator<Item = (CellId, Vec<u8>)>,
-) -> Result<()> {
-    use futures::{StreamExt, TryStreamExt};
-    let mut cells: Vec<(CellId, Vec<u8>)> = cells.into_iter().collect();
-    let mut last: HashMap<u64, usize> = HashMap::with_capacity(cells.len());
-    for (i, (c, _)) in cells.iter().enumerate() {
-        last.insert(c.0, i);
-    }
-    if last.len() < cells.len() {
-        let mut i = 0;
-        cells.retain(|(c, _)| {
-            let keep = last[&c.0] == i;
-            i += 1;
-            keep
-        });
-    }
-    let mut batches = Vec::with_capacity(cells.len().div_ceil(WRITE_BATCH));
-    while cells.len() > WRITE_BATCH {
-        let rest = cells.split_off(WRITE_BATCH);
-        batches.push(std::mem::replace(&mut cells, rest));
-    }
-    batches.push(cells);
-    futures::stream::iter(batches)
-        .map(|batch| write_sealed(store, retry, batch))
-        .buffer_unordered(BATCHES_IN_FLIGHT)
-        .try_collect::<()>()
-        .await
-}
-
-/// Reads cells `0..total` of `store` in order, `batch` at a time, with several reads in flight
-/// (as many as fit in [`READ_AHEAD_BYTES`], at most [`BATCHES_IN_FLIGHT`]); yields each
-/// batch's first cell and contents, in order. What `verify` and `recover` read through.
-pub(crate) fn read_in_order(
-    store: &dyn Store,
-    retry: RetryPolicy,
-    total: u64,
-    batch: u64,
-) -> impl futures::Stream<Item = Result<(u64, Vec<Vec<u8>>)>> + '_ {
-    read_batches(store, retry, total, batch, |from, to| (from..to).map(CellId).collect())
-}
-
-/// As [`read_in_order`], for the cells `cells` (in that order): yields each batch's first
-/// index into `cells` and the batch's contents.
-pub(crate) fn read_listed<'a>(
-    store: &'a dyn Store,
-    retry: RetryPolicy,
-    cells: &'a [CellId],
-    batch: u64,
-) -> impl futures::Stream<Item = Result<(u64, Vec<Vec<u8>>)>> + 'a {
-    read_batches(store, retry, cells.len() as u64, batch, |from, to| {
-        cells[from as usize..to as usize].to_vec()
-    })
-}
-
-/// Reads `total` cells in batches of `batch`, batch `[from, to)` being `cells(from, to)`, in
-/// order with reads ahead (see [`read_in_order`]).
-fn read_batches<'a>(
-    store: &'a dyn Store,
-    retry: RetryPolicy,
-    total: u64,
-    batch: u64,
-    cells: impl Fn(u64, u64) -> Vec<CellId> + Copy + 'a,
-) -> impl futures::Stream<Item = Result<(u64, Vec<Vec<u8>>)>> + 'a {
-    use futures::StreamExt;
-    let batch = batch.max(1);
-    let bytes = batch.saturating_mul(u64::from(store.geometry().cell_size()).max(1));
-    let ahead = (READ_AHEAD_BYTES / bytes).clamp(1, BATCHES_IN_FLIGHT as u64) as usize;
-    futures::stream::iter((0..total).step_by(batch as usize))
-        .map(move |start| async move {
-            let cells = cells(start, (start + batch).min(total));
-            let fetched = with_retry(retry, || store.read(&cells)).await?;
-            if fetched.len() != cells.len() {
-                return Err(ProxyError::State(format!(
-                    "the store answered {} cells for {}",
-                    fetched.len(),
-                    cells.len()
-                )));
-            }
-            Ok((start, fetched))
-        })
-        .buffered(ahead)
-}
-
 /// What [`DurablePathOram::open`] found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovery {
@@ -356,201 +262,8 @@ impl std::fmt::Debug for DurablePathOram {
     }
 }
 
-pub(crate) fn io(path: &Path, what: &str, e: std::io::Error) -> ProxyError {
-    ProxyError::State(format!("{what} {}: {e}", path.display()))
-}
-
-/// Largest redo record or checkpoint body accepted from the data directory (1 TiB): a length
-/// field above it is damage, never an allocation request.
-const MAX_FRAME: u64 = 1 << 40;
-
-/// Creates `path` for writing, private to the owner (mode 0600), truncating it.
-pub(crate) fn create_private(path: &Path) -> std::io::Result<File> {
-    let mut o = OpenOptions::new();
-    o.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-    o.open(path)
-}
-
-/// Makes `dir` (created if missing) and every file directly in it private to the owner: the
-/// directory 0700, files 0600 (subdirectories are not touched). Returns one warning per path whose mode had to be tightened.
-pub fn make_private(dir: &Path) -> Result<Vec<String>> {
-    let mut warnings = Vec::new();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        if !dir.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| io(dir, "creating", e))?;
-        }
-        let mut tighten = |path: &Path, want: u32| -> Result<()> {
-            let meta = std::fs::symlink_metadata(path).map_err(|e| io(path, "inspecting", e))?;
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(want))
-                    .map_err(|e| io(path, "restricting the mode of", e))?;
-                warnings.push(format!(
-                    "{} was readable by others (mode {mode:o}); restricted to {want:o}",
-                    path.display()
-                ));
-            }
-            Ok(())
-        };
-        tighten(dir, 0o700)?;
-        for entry in std::fs::read_dir(dir).map_err(|e| io(dir, "listing", e))? {
-            let entry = entry.map_err(|e| io(dir, "listing", e))?;
-            let kind = entry.file_type().map_err(|e| io(&entry.path(), "inspecting", e))?;
-            // Subdirectories are left to their owners (the ORAM state directory makes itself
-            // private; a `cells` directory of the file store holds only sealed cells).
-            if kind.is_file() {
-                tighten(&entry.path(), 0o600)?;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    std::fs::create_dir_all(dir).map_err(|e| io(dir, "creating", e))?;
-    Ok(warnings)
-}
-
-/// Makes `dir` ready to hold a new engine's trusted state: creates it (private), and refuses
-/// one that already holds a checkpoint.
-pub(crate) fn prepare_new_dir(dir: &Path) -> Result<()> {
-    make_private(dir)?;
-    if dir.join(CHECKPOINT).exists() {
-        return Err(ProxyError::State(format!(
-            "{} already holds an ORAM; open it instead",
-            dir.display()
-        )));
-    }
-    Ok(())
-}
-
-/// Opens `dir/redo.log` for appending, emptied (its records are in the checkpoint just
-/// written), with the emptying and the directory made durable.
-pub(crate) fn open_empty_log(dir: &Path) -> Result<File> {
-    let log = open_log(dir)?;
-    empty_log(&log, dir)?;
-    sync_dir(dir)?;
-    Ok(log)
-}
-
-/// Opens `dir/redo.log` for appending (mode 0600), keeping what it holds.
-pub fn open_log(dir: &Path) -> Result<File> {
-    let log_path = dir.join(REDO_LOG);
-    // Append mode: every write lands at the end, also after the log is emptied again.
-    let mut o = OpenOptions::new();
-    o.create(true).append(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-    o.open(&log_path).map_err(|e| io(&log_path, "opening", e))
-}
-
-/// Replaces `dir/redo.log` atomically by a log holding exactly `frames` (already encoded), and
-/// returns it opened for appending. Used at start-up to keep the reveal records of the last
-/// window while dropping everything the new checkpoint covers.
-pub(crate) fn replace_log(dir: &Path, frames: &[Vec<u8>]) -> Result<File> {
-    if frames.is_empty() {
-        return open_empty_log(dir);
-    }
-    let tmp = dir.join(format!("{REDO_LOG}.tmp"));
-    let mut f = create_private(&tmp).map_err(|e| io(&tmp, "creating", e))?;
-    for frame in frames {
-        f.write_all(frame).map_err(|e| io(&tmp, "writing", e))?;
-    }
-    f.sync_all().map_err(|e| io(&tmp, "syncing", e))?;
-    let path = dir.join(REDO_LOG);
-    std::fs::rename(&tmp, &path).map_err(|e| io(&path, "renaming into", e))?;
-    sync_dir(dir)?;
-    open_log(dir)
-}
-
-/// Empties the redo log `log` of `dir` and makes that durable.
-pub fn empty_log(log: &File, dir: &Path) -> Result<()> {
-    log.set_len(0).and_then(|_| log.sync_all()).map_err(|e| io(&dir.join(REDO_LOG), "emptying", e))
-}
-
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io(dir, "syncing directory", e))
-}
-
 fn write_checkpoint(dir: &Path, ckpt: &Checkpoint, sealer: &StateSealer) -> Result<()> {
     write_checkpoint_as(dir, CHECKPOINT_MAGIC, ckpt, sealer)
-}
-
-/// Writes `ckpt` to `dir/checkpoint.bin` atomically (temporary file with mode 0600, fsync,
-/// rename, directory fsync), sealed under the state key and framed by `magic`, its length and
-/// a CRC (the CRC tells a torn write from tampering).
-pub fn write_checkpoint_as<T: Serialize>(
-    dir: &Path,
-    magic: &[u8; 8],
-    ckpt: &T,
-    sealer: &StateSealer,
-) -> Result<()> {
-    let plain = bincode::serialize(ckpt).map_err(|e| ProxyError::State(e.to_string()))?;
-    let body = sealer.seal(magic, &plain).map_err(ProxyError::Crypto)?;
-    drop(plain);
-    let tmp = dir.join(format!("{CHECKPOINT}.tmp"));
-    let mut f = create_private(&tmp).map_err(|e| io(&tmp, "creating", e))?;
-    let mut head = Vec::with_capacity(20);
-    head.extend_from_slice(magic);
-    head.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    head.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    f.write_all(&head).and_then(|_| f.write_all(&body)).map_err(|e| io(&tmp, "writing", e))?;
-    f.sync_all().map_err(|e| io(&tmp, "syncing", e))?;
-    let path = dir.join(CHECKPOINT);
-    std::fs::rename(&tmp, &path).map_err(|e| io(&path, "renaming into", e))?;
-    sync_dir(dir)
-}
-
-/// Decodes checkpoint file bytes (see [`write_checkpoint_as`]); hostile input gives an error
-/// message, never a panic or an allocation larger than the input.
-pub fn decode_checkpoint<T: serde::de::DeserializeOwned>(
-    buf: &[u8],
-    magic: &[u8; 8],
-    sealer: &StateSealer,
-) -> std::result::Result<T, String> {
-    let body = checkpoint_body(buf, magic)?;
-    let plain = sealer.open(magic, body).map_err(|_| {
-        "does not authenticate: damaged, or sealed with another key (is this the data \
-         directory's own key file?)"
-            .to_string()
-    })?;
-    decode_bounded(&plain).map_err(|e| format!("cannot decode: {e}"))
-}
-
-/// The body of checkpoint file bytes framed by `magic`, its length and its CRC (sealed or,
-/// from an earlier version, not); the length is checked against the bytes present.
-fn checkpoint_body<'a>(buf: &'a [u8], magic: &[u8; 8]) -> std::result::Result<&'a [u8], String> {
-    if buf.len() < 20 || &buf[..8] != magic {
-        return Err(format!(
-            "not a checkpoint of this engine (expected {:?})",
-            String::from_utf8_lossy(magic)
-        ));
-    }
-    let len = u64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
-    let crc = u32::from_le_bytes(buf[16..20].try_into().expect("4 bytes"));
-    let body = usize::try_from(len)
-        .ok()
-        .and_then(|len| buf.get(20..20usize.checked_add(len)?))
-        .ok_or("truncated")?;
-    if crc32fast::hash(body) != crc {
-        return Err("checksum mismatch (damaged)".into());
-    }
-    Ok(body)
-}
-
-/// Decodes `bytes` as bincode (the encoding of `bincode::serialize`), allocating no more than
-/// the input could hold.
-fn decode_bounded<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> bincode::Result<T> {
-    bincode::DefaultOptions::new()
-        .with_fixint_encoding()
-        .allow_trailing_bytes()
-        .with_limit(bytes.len() as u64)
-        .deserialize(bytes)
 }
 
 /// The error of a start-up replay of logged reveals that could not complete. The engine
@@ -604,207 +317,6 @@ fn load_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<(Checkpoint, bool
             seq: old.seq,
         },
     )
-}
-
-/// The checkpoint of `dir` if it is a sealed one of the previous format (`magic`), to be
-/// converted by the caller and rewritten in the current format; `None` if it is not.
-pub(crate) fn read_prev_checkpoint<T: serde::de::DeserializeOwned>(
-    dir: &Path,
-    magic: &[u8; 8],
-    sealer: &StateSealer,
-) -> Result<Option<T>> {
-    let path = dir.join(CHECKPOINT);
-    let mut head = [0u8; 8];
-    let is_prev = File::open(&path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
-        .map(|()| &head == magic)
-        .unwrap_or(false);
-    if !is_prev {
-        return Ok(None);
-    }
-    let buf = std::fs::read(&path).map_err(|e| io(&path, "reading", e))?;
-    let old = decode_checkpoint(&buf, magic, sealer)
-        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
-    tracing::info!(
-        path = %path.display(),
-        "checkpoint of an earlier version: it is rewritten in the current format now"
-    );
-    Ok(Some(old))
-}
-
-/// Decodes an unsealed checkpoint of blindfold 0.1 before its state was sealed (`magic`,
-/// length, CRC, bincode body), to migrate it: the caller rewrites it sealed at once.
-pub(crate) fn decode_legacy_checkpoint<T: serde::de::DeserializeOwned>(
-    buf: &[u8],
-    magic: &[u8; 8],
-) -> std::result::Result<T, String> {
-    let body = checkpoint_body(buf, magic)?;
-    decode_bounded(body).map_err(|e| format!("cannot decode: {e}"))
-}
-
-/// The checkpoint of `dir` decoded as `T` (sealed, `magic`) or, from an older version, as
-/// `L` (unsealed, `legacy`) and converted; the second value says whether it was the latter.
-pub(crate) fn read_any_checkpoint<T, L>(
-    dir: &Path,
-    magic: &[u8; 8],
-    legacy: &[u8; 8],
-    sealer: &StateSealer,
-    convert: impl FnOnce(L) -> T,
-) -> Result<(T, bool)>
-where
-    T: serde::de::DeserializeOwned,
-    L: serde::de::DeserializeOwned,
-{
-    let path = dir.join(CHECKPOINT);
-    let buf = std::fs::read(&path).map_err(|e| io(&path, "reading", e))?;
-    let bad = |m: String| ProxyError::State(format!("{}: {m}", path.display()));
-    if buf.len() >= 8 && &buf[..8] == legacy {
-        let old: L = decode_legacy_checkpoint(&buf, legacy).map_err(bad)?;
-        tracing::warn!(
-            path = %path.display(),
-            "migrating an unsealed checkpoint of an earlier version: it is rewritten sealed now"
-        );
-        return Ok((convert(old), true));
-    }
-    decode_checkpoint(&buf, magic, sealer).map(|c| (c, false)).map_err(bad)
-}
-
-/// One frame of the redo log: its magic and its opened body.
-pub struct Frame {
-    /// What kind of record it is.
-    pub magic: u32,
-    /// The opened (plaintext) record.
-    pub body: Vec<u8>,
-}
-
-impl std::fmt::Debug for Frame {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The body derives from user data and the access pattern: never printed.
-        f.debug_struct("Frame").field("magic", &self.magic).field("len", &self.body.len()).finish()
-    }
-}
-
-/// Bytes before a redo-log frame's body: magic (4), body length (8), CRC of the body (4).
-const FRAME_HEADER: usize = 16;
-
-/// Encodes `record` as one sealed redo-log frame: magic, length and CRC of the sealed body,
-/// then the body (the record sealed under the state key, bound to its magic).
-///
-/// The record is serialized straight into the frame and sealed there, in place: a commit's
-/// record can hold megabytes of pinned cells.
-pub fn encode_frame<T: Serialize>(magic: u32, record: &T, sealer: &StateSealer) -> Result<Vec<u8>> {
-    let size = bincode::serialized_size(record).map_err(|e| ProxyError::State(e.to_string()))?;
-    let size = usize::try_from(size).map_err(|_| ProxyError::State("record too large".into()))?;
-    let mut frame = Vec::with_capacity(FRAME_HEADER + size + StateSealer::OVERHEAD);
-    // Header and nonce, filled in below.
-    frame.resize(FRAME_HEADER + StateSealer::NONCE_LEN, 0);
-    bincode::serialize_into(&mut frame, record).map_err(|e| ProxyError::State(e.to_string()))?;
-    sealer.seal_into(&magic.to_le_bytes(), &mut frame, FRAME_HEADER).map_err(ProxyError::Crypto)?;
-    let body_len = (frame.len() - FRAME_HEADER) as u64;
-    let crc = crc32fast::hash(&frame[FRAME_HEADER..]);
-    frame[..4].copy_from_slice(&magic.to_le_bytes());
-    frame[4..12].copy_from_slice(&body_len.to_le_bytes());
-    frame[12..16].copy_from_slice(&crc.to_le_bytes());
-    Ok(frame)
-}
-
-/// Appends already encoded `frame` to the redo log `log` (in `dir`) and fsyncs it. Returns the
-/// bytes appended.
-pub async fn append_frame(log: &File, dir: &Path, frame: Vec<u8>) -> Result<u64> {
-    let log = log.try_clone().map_err(|e| io(dir, "cloning log handle", e))?;
-    let path = dir.join(REDO_LOG);
-    let len = frame.len() as u64;
-    tokio::task::spawn_blocking(move || {
-        let mut log = log;
-        log.write_all(&frame)?;
-        log.sync_data()
-    })
-    .await
-    .map_err(|e| ProxyError::State(format!("log writer panicked: {e}")))?
-    .map_err(|e| io(&path, "appending to", e))?;
-    Ok(len)
-}
-
-/// Appends `record` to the redo log `log` (in `dir`) as one sealed frame with `magic`, and
-/// fsyncs it. Returns the bytes appended.
-pub async fn append_record<T: Serialize>(
-    log: &File,
-    dir: &Path,
-    magic: u32,
-    record: &T,
-    sealer: &StateSealer,
-) -> Result<u64> {
-    let frame = encode_frame(magic, record, sealer)?;
-    append_frame(log, dir, frame).await
-}
-
-/// Reads every complete frame of the redo log at `path` whose magic is one of `magics`, and
-/// opens it, or takes it as it is if its magic is in `plain` (unsealed records of an earlier
-/// version, replayed once while migrating); returns them, the bytes they take and the number
-/// of bytes of a torn tail (a frame cut short, or with a bad checksum, ends the log: it was
-/// being written at a crash). A complete sealed frame that does not authenticate is an error:
-/// the log was altered, or belongs to another key.
-pub fn read_frames_with_legacy(
-    path: &Path,
-    magics: &[u32],
-    plain: &[u32],
-    sealer: &StateSealer,
-) -> Result<(Vec<Frame>, u64, u64)> {
-    let buf = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(io(path, "reading", e)),
-    };
-    decode_frames(&buf, magics, plain, sealer)
-        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))
-}
-
-/// Decodes redo-log bytes (see [`read_frames_with_legacy`]); hostile input gives an error message, never
-/// a panic or an allocation larger than the input.
-pub(crate) fn decode_frames(
-    buf: &[u8],
-    magics: &[u32],
-    plain: &[u32],
-    sealer: &StateSealer,
-) -> std::result::Result<(Vec<Frame>, u64, u64), String> {
-    let mut frames = Vec::new();
-    let mut at = 0usize;
-    while buf.len() - at >= FRAME_HEADER {
-        let found = u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"));
-        let len = u64::from_le_bytes(buf[at + 4..at + 12].try_into().expect("8 bytes"));
-        let crc = u32::from_le_bytes(buf[at + 12..at + 16].try_into().expect("4 bytes"));
-        if len > MAX_FRAME {
-            break;
-        }
-        let start = at + FRAME_HEADER;
-        let Some(body) = start.checked_add(len as usize).and_then(|end| buf.get(start..end)) else {
-            break;
-        };
-        let sealed = magics.contains(&found);
-        if !(sealed || plain.contains(&found)) || crc32fast::hash(body) != crc {
-            break;
-        }
-        let opened = if sealed {
-            sealer.open(&found.to_le_bytes(), body).map_err(|_| {
-                format!(
-                    "the redo record at byte {at} does not authenticate: damaged, or sealed \
-                     with another key"
-                )
-            })?
-        } else {
-            body.to_vec()
-        };
-        frames.push(Frame { magic: found, body: opened });
-        at += FRAME_HEADER + len as usize;
-    }
-    Ok((frames, at as u64, (buf.len() - at) as u64))
-}
-
-/// Decodes one opened frame body as a `T`, bounded by the body's size.
-pub fn decode_record<T: serde::de::DeserializeOwned>(
-    body: &[u8],
-) -> std::result::Result<T, String> {
-    decode_bounded(body).map_err(|e| format!("bad redo record: {e}"))
 }
 
 impl DurablePathOram {
@@ -1509,6 +1021,7 @@ mod hostile_input {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::journal::{decode_checkpoint, decode_frames};
 
     fn cases() -> u32 {
         std::env::var("BLINDFOLD_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
@@ -1633,6 +1146,7 @@ mod migration {
     //! Data directories written before the state was sealed open, are replayed and are
     //! rewritten sealed.
     use super::*;
+    use crate::journal::{decode_checkpoint, decode_frames};
     use blindfold_store::MemoryStore;
 
     fn legacy_frame<T: Serialize>(magic: &[u8], body: &T) -> Vec<u8> {
@@ -1795,75 +1309,5 @@ pub(crate) fn cell_sealer(
     match previous {
         Some(p) => sealer.with_previous_key(p),
         None => sealer,
-    }
-}
-
-/// Removes `dir/redo.log` if present.
-pub(crate) fn remove_log(dir: &Path) -> Result<()> {
-    let log = dir.join(REDO_LOG);
-    match std::fs::remove_file(&log) {
-        Ok(()) => sync_dir(dir),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io(&log, "removing", e)),
-    }
-}
-
-#[cfg(test)]
-mod write_batches_tests {
-    //! [`write_batches`] keeps several batches in flight: every cell must still land once,
-    //! with its last contents.
-    use super::*;
-    use blindfold_store::{Geometry, MemoryStore, RecordingStore, TraceOp};
-
-    #[tokio::test]
-    async fn every_cell_lands_once_with_its_last_contents() {
-        let n = 5 * WRITE_BATCH as u64 + 17;
-        let store = RecordingStore::new(MemoryStore::new(Geometry::new(n, 8).unwrap()));
-        let mut cells: Vec<(CellId, Vec<u8>)> =
-            (0..n).map(|c| (CellId(c), c.to_le_bytes().to_vec())).collect();
-        // Cell 3 again, later, with other contents: the later write must win.
-        cells.push((CellId(3), 99u64.to_le_bytes().to_vec()));
-        write_batches(&store, RetryPolicy::default(), cells).await.unwrap();
-
-        let all: Vec<CellId> = (0..n).map(CellId).collect();
-        let back = store.read(&all).await.unwrap();
-        for (c, data) in back.iter().enumerate() {
-            let want = if c == 3 { 99 } else { c as u64 };
-            assert_eq!(data.as_slice(), want.to_le_bytes(), "cell {c}");
-        }
-        let writes: Vec<_> = store.trace().into_iter().filter(|e| e.op == TraceOp::Write).collect();
-        assert_eq!(writes.len(), (n as usize).div_ceil(WRITE_BATCH), "one request per batch");
-        let mut seen = std::collections::HashSet::new();
-        for w in &writes {
-            assert!(w.cells.len() <= WRITE_BATCH);
-            for c in &w.cells {
-                assert!(seen.insert(c.0), "cell {} written twice", c.0);
-            }
-        }
-        assert_eq!(seen.len() as u64, n);
-    }
-
-    /// A store that may fail a write retryably still gets it retried (the batch is kept for
-    /// that); one that never does is handed the buffers without a copy.
-    #[tokio::test]
-    async fn writes_are_retried_where_they_may_fail() {
-        use blindfold_store::{CountingStore, FaultConfig, FaultStore};
-        let g = Geometry::new(64, 8).unwrap();
-        assert!(!MemoryStore::new(g).writes_may_be_retried());
-        assert!(!CountingStore::new(MemoryStore::new(g)).writes_may_be_retried());
-        let faults = FaultConfig { seed: 3, error_rate: 0.5, ..FaultConfig::default() };
-        let flaky = FaultStore::new(MemoryStore::new(g), faults);
-        assert!(flaky.writes_may_be_retried());
-        let retry =
-            RetryPolicy { attempts: 30, first_backoff: std::time::Duration::from_micros(1) };
-        for round in 0..20u64 {
-            let cells: Vec<(CellId, Vec<u8>)> =
-                (0..64).map(|c| (CellId(c), (c + round).to_le_bytes().to_vec())).collect();
-            crate::retry::write_sealed(&flaky, retry, cells).await.unwrap();
-        }
-        let back = flaky.inner().read(&(0..64).map(CellId).collect::<Vec<_>>()).await.unwrap();
-        for (c, data) in back.iter().enumerate() {
-            assert_eq!(data.as_slice(), (c as u64 + 19).to_le_bytes(), "cell {c}");
-        }
     }
 }

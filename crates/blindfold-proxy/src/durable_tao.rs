@@ -57,11 +57,15 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::bulk::write_batches;
 use crate::durable::{
-    append_frame, append_record, apply_slot_cells, cell_sealer, decode_record, empty_log,
-    encode_frame, pending_slot_cells, prepare_new_dir, read_any_checkpoint,
-    read_frames_with_legacy, read_prev_checkpoint, replace_log, verify_cells, write_batches,
-    write_checkpoint_as, LegacyVersions, LoggedCell, SlotCell, CHECKPOINT, REDO_LOG,
+    apply_slot_cells, cell_sealer, pending_slot_cells, verify_cells, LegacyVersions, LoggedCell,
+    SlotCell,
+};
+use crate::journal::{
+    append_frame, append_record, decode_record, empty_log, encode_frame, prepare_new_dir,
+    read_any_checkpoint, read_frames_with_legacy, read_prev_checkpoint, replace_log,
+    write_checkpoint_as, CHECKPOINT, REDO_LOG,
 };
 use crate::packed::{PackedStore, Packing};
 use crate::pinned::{PinnedCells, PinnedStore};
@@ -427,7 +431,7 @@ fn keep_after(
 ) -> Result<(File, u64)> {
     use std::io::{Read, Seek, SeekFrom};
     let path = dir.join(REDO_LOG);
-    let io = |what, e| crate::durable::io(&path, what, e);
+    let io = |what, e| crate::journal::io(&path, what, e);
     let mut f = File::open(&path).map_err(|e| io("opening", e))?;
     let len = f.metadata().map_err(|e| io("reading the size of", e))?.len();
     let leave_out = leave_out.unwrap_or(len..len);
@@ -455,7 +459,7 @@ fn log_len(c: &Committer) -> Result<u64> {
     let len = c
         .log
         .metadata()
-        .map_err(|e| crate::durable::io(&c.dir.join(REDO_LOG), "reading the size of", e))?;
+        .map_err(|e| crate::journal::io(&c.dir.join(REDO_LOG), "reading the size of", e))?;
     Ok(len.len())
 }
 
@@ -930,7 +934,7 @@ impl DurableTao {
             tao.keep_top_resident(p.count());
             tao.record_top_writes();
         }
-        let journal_log = log.try_clone().map_err(|e| crate::durable::io(dir, "cloning", e))?;
+        let journal_log = log.try_clone().map_err(|e| crate::journal::io(dir, "cloning", e))?;
         let this = Self {
             tao,
             overlay,
@@ -1460,7 +1464,7 @@ impl DurableTao {
             .await
             .map_err(|e| ProxyError::State(format!("redo log rewriter panicked: {e}")))??;
         let path = c.dir.join(REDO_LOG);
-        *journal = new.try_clone().map_err(|e| crate::durable::io(&path, "cloning", e))?;
+        *journal = new.try_clone().map_err(|e| crate::journal::io(&path, "cloning", e))?;
         c.log = new;
         c.log_bytes = kept;
         drop(journal);
@@ -1635,7 +1639,7 @@ pub(crate) fn save_rebuilt_tao(dir: &Path, saved: SavedTao, key: &MasterKey) -> 
         next_epoch: saved.next_epoch,
         seq: saved.seq,
     };
-    crate::durable::remove_log(dir)?;
+    crate::journal::remove_log(dir)?;
     write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &StateSealer::new(key))
 }
 

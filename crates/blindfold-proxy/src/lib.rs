@@ -76,12 +76,14 @@ macro_rules! block_calls {
     };
 }
 
+mod bulk;
 pub mod catalogue;
 mod direct;
 mod durable;
 mod durable_tao;
 pub mod engine;
 mod error;
+mod journal;
 pub mod lifecycle;
 mod oblivistore;
 #[cfg(feature = "onion")]
@@ -101,10 +103,11 @@ mod versions;
 
 pub use catalogue::{EngineParams, OramEngine};
 pub use direct::SealedDirect;
-pub use durable::{make_private, DurablePathOram, Recovery, VerifyReport};
+pub use durable::{DurablePathOram, Recovery, VerifyReport};
 pub use durable_tao::{DurableTao, OverlayStore};
 pub use engine::{EngineGauges, SharedEngine};
 pub use error::ProxyError;
+pub use journal::make_private;
 pub use lifecycle::DurableEngine;
 pub use oblivistore::{DurableObliviStore, ObliviStoreEngineStats};
 #[cfg(feature = "onion")]
@@ -125,7 +128,7 @@ pub use versions::VersionTable;
 /// [`state_file::read_frames_with_legacy`]), all under the master key's
 /// [`blindfold_crypto::StateSealer`].
 pub mod state_file {
-    pub use crate::durable::{
+    pub use crate::journal::{
         append_frame, append_record, decode_checkpoint, decode_record, empty_log, encode_frame,
         open_log, read_frames_with_legacy, sync_dir, write_checkpoint_as, Frame, CHECKPOINT,
         REDO_LOG,

@@ -69,11 +69,12 @@ use blindfold_oram::{BlockId, Op};
 use blindfold_store::{CellId, Geometry, Store};
 use serde::{Deserialize, Serialize};
 
-use crate::durable::{
-    decode_checkpoint, decode_record, encode_frame, open_empty_log, prepare_new_dir,
-    read_frames_with_legacy, read_listed, write_checkpoint_as, CHECKPOINT, REDO_LOG,
-};
+use crate::bulk::read_listed;
 use crate::error::integrity;
+use crate::journal::{
+    decode_checkpoint, decode_record, encode_frame, open_empty_log, prepare_new_dir,
+    read_frames_with_legacy, write_checkpoint_as, CHECKPOINT, REDO_LOG,
+};
 use crate::retry::{with_retry, RetryPolicy};
 use crate::{ProxyError, Recovery, Result, VerifyReport};
 
@@ -475,7 +476,7 @@ impl DurableObliviStore {
             // have shown that partition, so every cached block is bound afresh.
             oram.retarget_cached();
         }
-        let log = crate::durable::open_log(dir)?;
+        let log = crate::journal::open_log(dir)?;
         // This run seals under epochs no earlier run used, reserved in the log before the
         // first seal.
         let mut sealer = CellSealer::new(key, store_id, epoch);
@@ -602,7 +603,7 @@ impl DurableObliviStore {
             let mut file = log
                 .file
                 .try_clone()
-                .map_err(|e| crate::durable::io(&self.inner.dir, "cloning log handle", e))?;
+                .map_err(|e| crate::journal::io(&self.inner.dir, "cloning log handle", e))?;
             let path = self.inner.dir.join(REDO_LOG);
             tokio::task::spawn_blocking(move || {
                 for f in &frames {
@@ -612,7 +613,7 @@ impl DurableObliviStore {
             })
             .await
             .map_err(|e| ProxyError::State(format!("log writer panicked: {e}")))?
-            .map_err(|e| crate::durable::io(&path, "appending to", e))
+            .map_err(|e| crate::journal::io(&path, "appending to", e))
         }
         .await;
         if let Err(e) = &written {
@@ -1298,7 +1299,7 @@ pub(crate) struct SavedObliviStore {
 
 fn read_checkpoint(dir: &Path, state_sealer: &StateSealer) -> Result<Checkpoint> {
     let path = dir.join(CHECKPOINT);
-    let raw = std::fs::read(&path).map_err(|e| crate::durable::io(&path, "reading", e))?;
+    let raw = std::fs::read(&path).map_err(|e| crate::journal::io(&path, "reading", e))?;
     decode_checkpoint(&raw, CHECKPOINT_MAGIC, state_sealer)
         .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))
 }
@@ -1320,7 +1321,7 @@ pub(crate) fn save_rebuilt(dir: &Path, saved: SavedObliviStore, key: &MasterKey)
         oram: saved.oram.state()?,
         next_epoch: saved.next_epoch,
     };
-    crate::durable::remove_log(dir)?;
+    crate::journal::remove_log(dir)?;
     write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &StateSealer::new(key))
 }
 

@@ -77,9 +77,8 @@ use blindfold_store::{CellId, Store};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-use crate::durable::{
-    load_saved_path_oram, read_in_order, save_rebuilt_path_oram, write_batches, SavedPathOram,
-};
+use crate::bulk::{read_in_order, write_batches};
+use crate::durable::{load_saved_path_oram, save_rebuilt_path_oram, SavedPathOram};
 use crate::durable_tao::{load_saved_tao, save_rebuilt_tao, SavedTao};
 use crate::packed::{PackedStore, Packing};
 use crate::pinned::{PinnedCells, PinnedStore};

@@ -52,7 +52,7 @@ use blindfold_store::{CellId, Geometry, Store, StoreError, TeeLayer, TeeRound, T
 use blindfold_tee::{EvictTicket, QueryTicket, TeeCipher, TeeKey};
 use serde::{Deserialize, Serialize};
 
-use crate::durable::{
+use crate::journal::{
     append_record, decode_checkpoint, decode_record, open_empty_log, prepare_new_dir,
     read_frames_with_legacy, write_checkpoint_as, CHECKPOINT, REDO_LOG,
 };
@@ -399,7 +399,7 @@ impl DurableTee {
         crate::make_private(dir)?;
         let sealer = StateSealer::new(key);
         let path = dir.join(CHECKPOINT);
-        let raw = std::fs::read(&path).map_err(|e| crate::durable::io(&path, "reading", e))?;
+        let raw = std::fs::read(&path).map_err(|e| crate::journal::io(&path, "reading", e))?;
         let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &sealer)
             .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
         let store_id = StoreId(ckpt.store_id);
@@ -1003,7 +1003,7 @@ impl DurableTee {
             inner.store.flush().await?;
             let ckpt = Checkpoint { store_id: inner.store_id.0, oram: state };
             write_checkpoint_as(&inner.dir, CHECKPOINT_MAGIC, &ckpt, &inner.sealer)?;
-            crate::durable::empty_log(&log, &inner.dir)?;
+            crate::journal::empty_log(&log, &inner.dir)?;
             let mut s = inner.sched.lock();
             s.log_bytes = 0;
             s.clean = true;
@@ -1099,7 +1099,7 @@ pub async fn rebuild_tee(
     use futures::StreamExt;
     let sealer = StateSealer::new(key);
     let path = dir.join(CHECKPOINT);
-    let raw = std::fs::read(&path).map_err(|e| crate::durable::io(&path, "reading", e))?;
+    let raw = std::fs::read(&path).map_err(|e| crate::journal::io(&path, "reading", e))?;
     let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &sealer)
         .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
     let store_id = StoreId(ckpt.store_id);
@@ -1131,7 +1131,7 @@ pub async fn rebuild_tee(
     let mut found: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     let total = config.total_cells();
     let mut reads =
-        std::pin::pin!(crate::durable::read_in_order(&*old, RetryPolicy::default(), total, 256));
+        std::pin::pin!(crate::bulk::read_in_order(&*old, RetryPolicy::default(), total, 256));
     while let Some(read) = reads.next().await {
         let (start, fetched) = read?;
         report.cells_read += fetched.len() as u64;
@@ -1189,7 +1189,7 @@ pub async fn rebuild_tee(
     }
     new.flush().await?;
     let ckpt = Checkpoint { store_id: new_id.0, oram: fresh.state()? };
-    crate::durable::remove_log(dir)?;
+    crate::journal::remove_log(dir)?;
     write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &sealer)?;
     Ok(report)
 }
@@ -1197,7 +1197,7 @@ pub async fn rebuild_tee(
 /// The number of blocks of the TEE tree whose checkpoint is in `dir`.
 pub fn saved_tee_blocks(dir: &Path, key: &MasterKey) -> Result<u64> {
     let path = dir.join(CHECKPOINT);
-    let raw = std::fs::read(&path).map_err(|e| crate::durable::io(&path, "reading", e))?;
+    let raw = std::fs::read(&path).map_err(|e| crate::journal::io(&path, "reading", e))?;
     let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &StateSealer::new(key))
         .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
     Ok(ckpt.oram.config().blocks())
