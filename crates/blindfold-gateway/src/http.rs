@@ -433,21 +433,7 @@ pub async fn run_tls(
     tls: Option<crate::tls::Tls>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    let sweeper = opened.rotation.take().map(|rotation| {
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let engine = Arc::clone(opened.objects.engine());
-        let ending = crate::rotation::Ending {
-            dir: opened.data_dir.clone(),
-            key: Arc::clone(&opened.key),
-            snapshots: Arc::clone(&opened.snapshots),
-        };
-        let task = tokio::spawn(async move {
-            if let Err(e) = crate::rotation::sweep(engine, rotation, ending, stopped).await {
-                tracing::error!(error = %e, "the key rotation stopped; the next start resumes it");
-            }
-        });
-        (stop, task)
-    });
+    let sweeper = crate::rotation::Sweeper::start(&mut opened);
     let grow_watch = opened.grower.clone().map(|grower| {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let task =
@@ -478,10 +464,8 @@ pub async fn run_tls(
     };
     crate::listen::accept_until(&listener, tls.as_ref(), &opened.limits, "s3", make_svc, shutdown)
         .await;
-    if let Some((stop, task)) = sweeper {
-        // The sweep stops between two chunks (never inside an access).
-        let _ = stop.send(true);
-        let _ = task.await;
+    if let Some(sweeper) = sweeper {
+        sweeper.stop().await;
     }
     if let Some((stop, task)) = swift {
         let _ = stop.send(true);

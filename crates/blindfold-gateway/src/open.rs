@@ -425,6 +425,7 @@ async fn assemble(
 ) -> Result<Opened> {
     let dir = &cfg.data_dir;
     let key = Arc::new(key);
+    let previous = previous.map(Arc::new);
     let wrap_store = hooks.wrap_store.map(Arc::new);
     // The data directory is private: 0700, its files 0600 (tightened, with a warning, if not).
     for warning in blindfold_proxy::make_private(dir)? {
@@ -438,7 +439,11 @@ async fn assemble(
     oram_config(&params)?;
     let injected = match hooks.engine_factory {
         Some(open) => {
-            Some(open(dir.join("oram"), params.clone(), Arc::clone(&key), creating).await?)
+            let retiring = previous.clone();
+            Some(
+                open(dir.join("oram"), params.clone(), Arc::clone(&key), retiring, creating)
+                    .await?,
+            )
         }
         None => None,
     };
@@ -502,7 +507,7 @@ async fn assemble(
             &oram_dir,
             EngineStore { store, url: &store_url, array: &array, geometry, wrap_tee: &wrap_tee },
             &key,
-            previous.as_ref(),
+            previous.as_deref(),
             creating,
         )
         .await?;
@@ -515,7 +520,7 @@ async fn assemble(
     let cells = engine_cells(&params)?;
     // The snapshot is needed only at shutdown and by `recover`: damage to it must not stop
     // the gateway from serving.
-    let keys: Vec<&MasterKey> = std::iter::once(&*key).chain(previous.as_ref()).collect();
+    let keys: Vec<&MasterKey> = std::iter::once(&*key).chain(previous.as_deref()).collect();
     let snapshots = match crate::snapshot::open(
         &store_url,
         &keys,
@@ -566,7 +571,7 @@ async fn assemble(
         new_credentials: false,
         stopped,
         key,
-        previous_key: previous.map(Arc::new),
+        previous_key: previous,
         rotation: None,
         data_dir: dir.clone(),
         snapshots,

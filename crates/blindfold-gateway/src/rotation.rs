@@ -359,6 +359,46 @@ pub async fn sweep(
     Ok(total - start)
 }
 
+/// The rotation's sweep running in the background of a serving gateway (or node): started
+/// by [`Sweeper::start`] when the opened directory has a rotation under way, stopped between
+/// two chunks (never inside an access) by [`Sweeper::stop`]; the next start resumes it.
+#[derive(Debug)]
+pub struct Sweeper {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sweeper {
+    /// Starts the sweep of the rotation under way in `opened`, if any (taking it).
+    pub fn start(opened: &mut crate::server::Opened) -> Option<Self> {
+        let rotation = opened.rotation.take()?;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let engine = Arc::clone(opened.objects.engine());
+        let ending = Ending {
+            dir: opened.data_dir.clone(),
+            key: Arc::clone(&opened.key),
+            snapshots: Arc::clone(&opened.snapshots),
+        };
+        let task = tokio::spawn(async move {
+            if let Err(e) = sweep(engine, rotation, ending, stopped).await {
+                tracing::error!(error = %e, "the key rotation stopped; the next start resumes it");
+            }
+        });
+        Some(Self { stop, task })
+    }
+
+    /// Whether the sweep has ended (finished, or stopped by an error).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Stops the sweep between two chunks and waits for it.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
 /// Clears the snapshot area of everything the old key sealed: both slots overwritten and
 /// the index re-sealed under the new key (see [`crate::snapshot::clear`]); and removes the
 /// arrays that nothing names any more (what growths retired, an older snapshot array) where

@@ -395,6 +395,25 @@ impl Balancer {
         creating: bool,
         config: BalancerConfig,
     ) -> std::result::Result<Self, NodeError> {
+        Self::open_rotating(dir, urls, tls, blocks, block_size, (key, None), creating, config).await
+    }
+
+    /// As [`Balancer::open`] during a key rotation: `keys` is the key to seal under and the
+    /// key being retired. The checkpoint and the redo log open under either (a crash can leave
+    /// a checkpoint under the new key beside a log under the old one), and the state is written
+    /// again under the new key before the balancer serves: from then on nothing of it is under
+    /// the old key. (Its blocks live on the nodes, each of which rotates its own key.)
+    #[allow(clippy::too_many_arguments)]
+    pub async fn open_rotating(
+        dir: &Path,
+        urls: &[String],
+        tls: &ClusterTls,
+        blocks: u64,
+        block_size: u32,
+        (key, previous): (&MasterKey, Option<&MasterKey>),
+        creating: bool,
+        config: BalancerConfig,
+    ) -> std::result::Result<Self, NodeError> {
         if urls.is_empty() {
             return Err(NodeError::Config("--nodes names no node".into()));
         }
@@ -476,15 +495,25 @@ impl Balancer {
             let path = dir.join(state_file::CHECKPOINT);
             let buf = std::fs::read(&path)
                 .map_err(|e| NodeError::Io { path: path.clone(), source: e })?;
+            let retiring = previous.map(StateSealer::new);
             let ckpt: Checkpoint =
-                state_file::decode_checkpoint(&buf, CHECKPOINT_MAGIC, &sealer)
-                    .map_err(|m| NodeError::Config(format!("{}: {m}", path.display())))?;
-            let (frames, _, torn) = state_file::read_frames_with_legacy(
-                &dir.join(state_file::REDO_LOG),
-                &[COMMIT_MAGIC, INTENT_MAGIC],
-                &[],
-                &sealer,
-            )?;
+                match state_file::decode_checkpoint(&buf, CHECKPOINT_MAGIC, &sealer) {
+                    Err(_) if retiring.is_some() => state_file::decode_checkpoint(
+                        &buf,
+                        CHECKPOINT_MAGIC,
+                        retiring.as_ref().expect("checked"),
+                    ),
+                    other => other,
+                }
+                .map_err(|m| NodeError::Config(format!("{}: {m}", path.display())))?;
+            let log = dir.join(state_file::REDO_LOG);
+            let read = |s: &StateSealer| {
+                state_file::read_frames_with_legacy(&log, &[COMMIT_MAGIC, INTENT_MAGIC], &[], s)
+            };
+            let (frames, _, torn) = match (read(&sealer), &retiring) {
+                (Err(_), Some(old)) => read(old)?,
+                (r, _) => r?,
+            };
             if torn > 0 {
                 tracing::info!(
                     torn,
@@ -1250,6 +1279,19 @@ impl SharedEngine for Balancer {
         self.checkpoint().await
     }
 
+    /// A key rotation's sweep of the balancer: one step. Its blocks live on the nodes, whose
+    /// own rotations re-seal them; its state was re-sealed under the new key when it opened
+    /// ([`Balancer::open_rotating`]), and the step writes it once more (a checkpoint).
+    async fn sweep_paths(&self) -> u64 {
+        1
+    }
+
+    async fn sweep(&self, _range: std::ops::Range<u64>) -> Result<()> {
+        let _quiet = self.quiet.write().await;
+        self.commit_quiet().await?;
+        self.checkpoint().await
+    }
+
     fn verify<'a>(
         &'a self,
         progress: &'a mut dyn FnMut(u64, u64),
@@ -1277,15 +1319,15 @@ impl SharedEngine for Balancer {
 /// An [`EngineFactory`] that opens a balancer over the nodes at `urls` for a gateway's data
 /// directory.
 pub fn engine_factory(urls: Vec<String>, tls: ClusterTls, config: BalancerConfig) -> EngineFactory {
-    Box::new(move |dir, params, key, creating| {
+    Box::new(move |dir, params, key, previous, creating| {
         Box::pin(async move {
-            let b = Balancer::open(
+            let b = Balancer::open_rotating(
                 &dir,
                 &urls,
                 &tls,
                 params.blocks,
                 params.block_size,
-                &key,
+                (&key, previous.as_deref()),
                 creating,
                 config,
             )

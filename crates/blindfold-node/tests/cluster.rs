@@ -82,7 +82,7 @@ async fn serve_node(
 ) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(cfg.listen).await.map_err(|e| e.to_string())?;
     cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
-    let opened =
+    let mut opened =
         blindfold_gateway::server::open_with(&cfg, hooks).await.map_err(|e| e.to_string())?;
     let node = blindfold_node::node::Opened {
         engine: Arc::clone(opened.objects.engine()),
@@ -90,9 +90,13 @@ async fn serve_node(
         stopped: opened.stopped.clone(),
     };
     let _ = ready.send(listener.local_addr().map_err(|e| e.to_string())?);
+    let sweeper = blindfold_gateway::rotation::Sweeper::start(&mut opened);
     blindfold_node::node::run(&node, listener, &tls, &cfg.data_dir, stop)
         .await
         .map_err(|e| e.to_string())?;
+    if let Some(sweeper) = sweeper {
+        sweeper.stop().await;
+    }
     opened.objects.shutdown().await.map_err(|e| e.to_string())?;
     if opened.snapshots.lock().is_some() {
         blindfold_gateway::server::write_snapshot(&opened).await.map_err(|e| e.to_string())?;
@@ -1039,5 +1043,105 @@ async fn nodes_that_swapped_certificates_are_refused() {
     .expect_err("nodes with swapped certificates were accepted");
     let text = err.to_string();
     assert!(text.contains("holds the data of") && text.contains("stand in"), "{text}");
+    cluster.stop().await;
+}
+
+/// Key rotation of a node cluster while it serves: each node's data directory rotates its key
+/// (`blindfold rotate-key --data-dir <node>`, then the node restarted: its sweep re-seals its
+/// cells while it serves), and the balancer opens under a new key with the old one retiring
+/// (the gateway's rotation of `serve --nodes`), re-sealing its state. Afterwards the
+/// balancer's old key opens nothing, each node has replaced its key file and opens under the
+/// new key alone, and every block reads back. (Before 2026-11-28 a node never ran the sweep,
+/// so its rotation never ended, and the balancer could not open its state during a rotation.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_rotates_every_key_while_serving() {
+    use blindfold_gateway::rotation::ROTATION_FILE;
+    let blocks = 32;
+    let mut cluster = Cluster::new(2, blocks, OramEngine::Tao).await;
+    let balancer = cluster.balancer(true, seeded(7)).await;
+    let mut model: HashMap<u64, Vec<u8>> = (0..blocks).map(|b| (b, block(b))).collect();
+    balancer
+        .write_many(model.iter().map(|(&b, d)| (BlockId(b), d.clone())).collect())
+        .await
+        .unwrap();
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    let mut old_node_keys = Vec::new();
+    for i in 0..cluster.nodes.len() {
+        let dir = cluster.nodes[i].dir.clone();
+        let key_path = dir.join("key.json");
+        let old = blindfold_crypto::load_key_file(&key_path, None).unwrap();
+        blindfold_gateway::rotation::prepare(&dir, &key_path, &old, None).unwrap();
+        old_node_keys.push(std::fs::read(&key_path).unwrap());
+        cluster.restart_node(i, OramEngine::Tao).await;
+    }
+    let new_key = MasterKey::from_bytes([10; 32]);
+    let dir = cluster.root.path().join("balancer");
+    let open = |key: &'static MasterKey, previous: Option<&'static MasterKey>| {
+        let (dir, urls, tls) = (dir.clone(), cluster.urls(), cluster.balancer_tls());
+        async move {
+            Balancer::open_rotating(
+                &dir,
+                &urls,
+                &tls,
+                blocks,
+                BS,
+                (key, previous),
+                false,
+                seeded(8),
+            )
+            .await
+        }
+    };
+    let old_key: &'static MasterKey = Box::leak(Box::new(MasterKey::from_bytes([9; 32])));
+    let new_key: &'static MasterKey = Box::leak(Box::new(new_key));
+    let balancer = open(new_key, Some(old_key)).await.unwrap();
+    assert_eq!(balancer.sweep_paths().await, 1);
+    balancer.sweep(0..1).await.unwrap();
+    // Served while the nodes sweep: reads and writes.
+    let ids: Vec<BlockId> = (0..blocks).map(BlockId).collect();
+    for (b, d) in ids.iter().zip(balancer.read_many(&ids).await.unwrap()) {
+        assert_eq!(d, model[&b.0], "block {} during the rotation", b.0);
+    }
+    for b in (0..blocks).step_by(3) {
+        model.insert(b, block(b + 1000));
+    }
+    let w = (0..blocks).step_by(3).map(|b| (BlockId(b), model[&b].clone())).collect();
+    balancer.write_many(w).await.unwrap();
+    balancer.commit().await.unwrap();
+    // Each node's rotation ends by itself (the key file replaced, the rotation file removed).
+    for (node, old) in cluster.nodes.iter().zip(&old_node_keys) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while node.dir.join(ROTATION_FILE).exists() {
+            assert!(std::time::Instant::now() < deadline, "the node's rotation did not end");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_ne!(&std::fs::read(node.dir.join("key.json")).unwrap(), old);
+        assert!(!node.dir.join("key.json.next").exists());
+    }
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    // The balancer's old key opens nothing now.
+    let e = open(old_key, None).await.expect_err("the old key opened the balancer's state");
+    assert!(e.to_string().contains("key") || e.to_string().contains("seal"), "{e}");
+    // Nodes restarted under their new keys alone, the balancer under its new key alone.
+    for i in 0..cluster.nodes.len() {
+        cluster.restart_node(i, OramEngine::Tao).await;
+    }
+    let open = |key: &'static MasterKey| {
+        let (dir, urls, tls) = (dir.clone(), cluster.urls(), cluster.balancer_tls());
+        async move {
+            Balancer::open_rotating(&dir, &urls, &tls, blocks, BS, (key, None), false, seeded(9))
+                .await
+        }
+    };
+    let balancer = open(new_key).await.unwrap();
+    for (b, d) in ids.iter().zip(balancer.read_many(&ids).await.unwrap()) {
+        assert_eq!(d, model[&b.0], "block {} after the rotation", b.0);
+    }
+    let report = balancer.verify(&mut |_, _| {}).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
     cluster.stop().await;
 }

@@ -588,14 +588,16 @@ impl SharedEngine for DirectEngine {
 
 /// Opens a block engine that keeps its blocks elsewhere than the data directory's store (the
 /// load balancer over ORAM nodes, `blindfold-node`), from the ORAM state directory
-/// (`<data-dir>/oram`), the parameters, the master key and whether the data directory is being
-/// created. The gateway then opens no store array for the engine (the store still holds the
-/// encrypted snapshot) and cannot grow it.
+/// (`<data-dir>/oram`), the parameters, the master key, during a key rotation the key being
+/// retired (what it sealed must still open; the engine re-seals it under the master key), and
+/// whether the data directory is being created. The gateway then opens no store array for the
+/// engine (the store still holds the encrypted snapshot) and cannot grow it.
 pub type EngineFactory = Box<
     dyn FnOnce(
             std::path::PathBuf,
             crate::EngineParams,
             std::sync::Arc<blindfold_crypto::MasterKey>,
+            Option<std::sync::Arc<blindfold_crypto::MasterKey>>,
             bool,
         )
             -> futures::future::BoxFuture<'static, Result<std::sync::Arc<dyn SharedEngine>>>

@@ -99,7 +99,7 @@ async fn node(a: NodeArgs) -> Result<()> {
     // credentials, so none are made.
     let mut cfg = cfg;
     cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
-    let opened = blindfold_gateway::server::open(&cfg).await?;
+    let mut opened = blindfold_gateway::server::open(&cfg).await?;
     for note in &opened.notes {
         eprintln!("blindfold node: {note}");
     }
@@ -114,7 +114,13 @@ async fn node(a: NodeArgs) -> Result<()> {
         params: opened.params.clone(),
         stopped: opened.stopped.clone(),
     };
+    // A key rotation under way (`blindfold rotate-key --data-dir` of this node) re-seals the
+    // node's cells while it serves, as a gateway's does.
+    let sweeper = blindfold_gateway::rotation::Sweeper::start(&mut opened);
     blindfold_node::node::run(&node, listener, &tls, &a.data_dir, shutdown).await?;
+    if let Some(sweeper) = sweeper {
+        sweeper.stop().await;
+    }
     // A clean stop: everything committed and checkpointed, and the encrypted snapshot written.
     opened.objects.shutdown().await?;
     if opened.snapshots.lock().is_some() {
