@@ -580,6 +580,18 @@ impl TeeOram {
         Self::with_rng(config, ChaCha20Rng::from_entropy())
     }
 
+    /// An empty tree of `old`'s configuration whose every node's current area is the one
+    /// `old` does not use: a re-keying in place writes the new tree where `old` keeps nothing
+    /// live, so `old` stays whole until the new tree's checkpoint replaces it.
+    pub fn new_beside(old: &TeeOram) -> Self {
+        let mut t = Self::new(old.config.clone());
+        for (node, was) in t.nodes.iter_mut().zip(&old.nodes) {
+            let slots = std::mem::take(&mut node.slots);
+            *node = Node::new(1 - was.area, slots);
+        }
+        t
+    }
+
     /// As [`TeeOram::new`] with a seeded generator (tests and benchmarks).
     pub fn with_seed(config: TeeOramConfig, seed: u64) -> Self {
         Self::with_rng(config, ChaCha20Rng::seed_from_u64(seed))

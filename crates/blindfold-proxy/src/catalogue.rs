@@ -588,11 +588,6 @@ pub fn fit_memory(
 }
 
 impl OramEngine {
-    /// Whether a key rotation can re-seal this engine's cells while it serves.
-    pub fn can_reseal(self) -> bool {
-        !matches!(self, Self::Tee)
-    }
-
     /// Why this engine's store is large by design, whatever the block size (`None` for the
     /// tree engines, whose overhead is the block size's).
     pub fn store_overhead(self) -> Option<&'static str> {
@@ -627,6 +622,18 @@ impl std::fmt::Debug for EngineStore<'_> {
 }
 
 impl EngineParams {
+    /// Why a key rotation cannot re-seal this directory's cells, if it cannot: the tee engine
+    /// with its trusted component in another process (`remote://`), whose host holds one key.
+    /// (The tee engine is otherwise re-keyed in place when it opens during the rotation.)
+    pub fn cannot_reseal(&self) -> Option<String> {
+        (self.engine == OramEngine::Tee && self.store.starts_with("remote://")).then(|| {
+            "the tee engine's trusted component runs in another process, whose host holds one \
+             key: a key rotation cannot re-key it yet (key rotation works with the trusted \
+             component in the gateway's process)"
+                .to_owned()
+        })
+    }
+
     /// The store id (bound into every seal).
     pub fn store_id(&self) -> Result<StoreId> {
         StoreId::from_hex(&self.store_id).map_err(|e| ProxyError::Config(e.to_string()))

@@ -288,15 +288,32 @@ impl DurableEngine for DurableTee {
         key: &MasterKey,
         previous: Option<&MasterKey>,
     ) -> Result<(Self, Recovery)> {
-        if previous.is_some() {
-            return Err(ProxyError::Config(
-                "the tee engine cannot re-seal its cells under a new key: finish or undo the \
-                 key rotation with another engine's data directory"
-                    .into(),
-            ));
+        if let Some(old) = previous.filter(|_| !DurableTee::sealed_under(dir, key)) {
+            // A key rotation that has not reached this engine yet: its state and cells are
+            // under the old key. Settle it under the old key (replaying its log, with a
+            // trusted component of the old key), then re-key it in place
+            // ([`crate::rebuild::rekey_tee`]); a crash anywhere repeats what is left.
+            if let Some(why) = params.cannot_reseal() {
+                return Err(ProxyError::Config(why));
+            }
+            let plain = Arc::clone(&store.store);
+            let enclave =
+                blindfold_tee::Enclave::new(&DurableTee::tee_key(old), params.block_size as usize);
+            let host =
+                Arc::new(blindfold_store::TeeHost::new(Arc::clone(&plain), Arc::new(enclave)));
+            let (settled, _) = DurableTee::open(dir, host, old).await?;
+            settled.shutdown().await?;
+            drop(settled);
+            crate::rebuild::rekey_tee(dir, Arc::clone(&plain), old, key).await?;
         }
         let tee = tee_store(params, store, key).await?;
-        DurableTee::open(dir, tee, key).await
+        let (engine, recovery) = DurableTee::open(dir, tee, key).await?;
+        if previous.is_some() {
+            // The old key's cells the re-keying left in the spare areas go, on every open until
+            // the rotation has finished (a crash after the re-keying but before this repeats it).
+            engine.clear_spare_areas().await?;
+        }
+        Ok((engine, recovery))
     }
 
     fn share(self) -> Arc<dyn SharedEngine> {

@@ -94,7 +94,7 @@ const BATCH: usize = 256;
 /// start takes the next one; the sealer moves on after 2^31 seals).
 const EPOCH_RANGE: u32 = 1 << 31;
 
-pub use crate::tee::{rebuild_tee, saved_tee_blocks};
+pub use crate::tee::{rebuild_tee, rekey_tee, saved_tee_blocks};
 
 /// A uniformly random key epoch in `1..2^31`, from the operating system's generator.
 ///

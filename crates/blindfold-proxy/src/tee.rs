@@ -383,6 +383,14 @@ impl DurableTee {
         }
     }
 
+    /// Whether the checkpoint in `dir` opens under `key` (during a key rotation: whether this
+    /// engine has been re-keyed already).
+    pub fn sealed_under(dir: &Path, key: &MasterKey) -> bool {
+        std::fs::read(dir.join(CHECKPOINT)).is_ok_and(|raw| {
+            decode_checkpoint::<Checkpoint>(&raw, CHECKPOINT_MAGIC, &StateSealer::new(key)).is_ok()
+        })
+    }
+
     /// Whether `dir` holds a TEE engine's trusted state.
     pub fn exists(dir: &Path) -> bool {
         std::fs::read(dir.join(CHECKPOINT)).is_ok_and(|b| b.starts_with(CHECKPOINT_MAGIC))
@@ -480,19 +488,48 @@ impl DurableTee {
         Ok((Self::assemble(dir, store, cipher, store_id, sealer, oram, log, 0), rec))
     }
 
+    /// Overwrites every cell of every node's *other* area (the one its current cells are not
+    /// in, which nothing reads before an eviction writes it) with zeros, in cell order. A key
+    /// rotation calls it on every open while the rotation is under way: the re-keying in place
+    /// ([`crate::rebuild::rekey_tee`]) leaves the old key's cells there. Call it before the
+    /// engine serves (an eviction writes those areas).
+    pub async fn clear_spare_areas(&self) -> Result<u64> {
+        let spare: Vec<CellId> = {
+            let sched = self.inner.sched.lock();
+            let oram = &sched.oram;
+            let mut cells = Vec::new();
+            for node in 0..oram.config().nodes() as u32 {
+                cells.extend(oram.node_areas(node)?.1);
+            }
+            cells
+        };
+        let mut spare = spare;
+        spare.sort_unstable_by_key(|c| c.0);
+        let zeros = vec![0u8; self.inner.cipher.cell_len()];
+        for chunk in spare.chunks(1024) {
+            let batch: Vec<(CellId, Vec<u8>)> = chunk.iter().map(|&c| (c, zeros.clone())).collect();
+            with_retry(RetryPolicy::default(), || self.inner.store.write(batch.clone())).await?;
+        }
+        self.inner.store.flush().await?;
+        Ok(spare.len() as u64)
+    }
+
     /// The planner's configuration.
     pub fn config(&self) -> TeeOramConfig {
         self.inner.sched.lock().oram.config().clone()
     }
 
-    /// A key rotation's sweep: none (this engine cannot re-seal its cells under a new key).
+    /// A key rotation's sweep: one step, with nothing left to do. This engine is re-keyed when
+    /// it opens during a rotation ([`crate::rebuild::rekey_tee`]: every cell rewritten under
+    /// the new key and a fresh store id), before it serves.
     pub fn sweep_paths(&self) -> u64 {
-        0
+        1
     }
 
-    /// Refuses: this engine cannot re-seal its cells under a new key.
+    /// The sweep's one step: the cells were re-sealed when the engine opened; nothing is read
+    /// or written.
     pub async fn sweep(&self, _range: std::ops::Range<u64>) -> Result<()> {
-        Err(ProxyError::State("the tee engine cannot re-seal its cells under a new key".into()))
+        self.check_live()
     }
 
     /// Counters.
@@ -1096,6 +1133,41 @@ pub async fn rebuild_tee(
     epoch: u32,
     grow_to: Option<TeeOramConfig>,
 ) -> Result<crate::rebuild::Rebuilt> {
+    let target = Target { store: new, grow_to, beside: false };
+    rebuild_tee_into(dir, old, (key, key), epoch, target).await
+}
+
+/// Re-keys the TEE engine whose checkpoint in `dir` is sealed under `old_key` (stopped
+/// cleanly: nothing in its redo log) to `new_key`, in place, for a key rotation: every cell of
+/// `store` is read in cell order and the current areas opened under the old key; a fresh tree
+/// under a fresh store id, sealed under the new key, is written into every node's *other* area
+/// (which the old tree keeps nothing live in), and the checkpoint is replaced, under the new
+/// key, last. A crash before that leaves the old tree whole; run it again.
+pub async fn rekey_tee(
+    dir: &Path,
+    store: Arc<dyn Store>,
+    old_key: &MasterKey,
+    new_key: &MasterKey,
+) -> Result<crate::rebuild::Rebuilt> {
+    let target = Target { store: Arc::clone(&store), grow_to: None, beside: true };
+    rebuild_tee_into(dir, store, (old_key, new_key), 0, target).await
+}
+
+/// Where a TEE rebuild writes: a new array (`beside` false, optionally larger) or the other
+/// areas of the same one.
+struct Target {
+    store: Arc<dyn Store>,
+    grow_to: Option<TeeOramConfig>,
+    beside: bool,
+}
+
+async fn rebuild_tee_into(
+    dir: &Path,
+    old: Arc<dyn Store>,
+    (key, new_key): (&MasterKey, &MasterKey),
+    epoch: u32,
+    Target { store: new, grow_to, beside }: Target,
+) -> Result<crate::rebuild::Rebuilt> {
     use futures::StreamExt;
     let sealer = StateSealer::new(key);
     let path = dir.join(CHECKPOINT);
@@ -1163,10 +1235,11 @@ pub async fn rebuild_tee(
     report.lost =
         (0..config.blocks()).filter(|&b| oram.is_written(b) && !found.contains_key(&b)).collect();
     report.blocks_found = found.len() as u64;
-    drop(oram);
-    // The fresh tree, under a fresh store id.
+    // The fresh tree, under a fresh store id (and the new key).
     let new_id = StoreId::random();
-    let mut fresh = TeeOram::new(target.clone());
+    let mut fresh = if beside { TeeOram::new_beside(&oram) } else { TeeOram::new(target.clone()) };
+    drop(oram);
+    let cipher = TeeCipher::new(&DurableTee::tee_key(new_key), bs);
     fresh.bulk_place_blocks(found.keys().copied())?;
     let cells: Vec<(CellId, SlotTag)> = fresh.initial_cells().collect();
     for chunk in cells.chunks(1024) {
@@ -1190,7 +1263,7 @@ pub async fn rebuild_tee(
     new.flush().await?;
     let ckpt = Checkpoint { store_id: new_id.0, oram: fresh.state()? };
     crate::journal::remove_log(dir)?;
-    write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &sealer)?;
+    write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &StateSealer::new(new_key))?;
     Ok(report)
 }
 

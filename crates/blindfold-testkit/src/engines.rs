@@ -1556,7 +1556,7 @@ impl Subject for CatalogueEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             crash: true,
-            rotate: self.engine.can_reseal(),
+            rotate: true,
             rebuild: true,
             view: physical_view(&self.params).ok(),
             // (The TEE engine reshuffles every node after a crash; the partition engines

@@ -705,11 +705,13 @@ fn rotate_key_re_seals_everything_then_retires_the_old_key() {
 }
 
 /// The partition engines rotate their key while serving (each partition rebuilt under the
-/// new key); an engine that cannot re-seal (tee) is refused before anything is written.
+/// new key), and so does the tee engine (re-keyed in place when it opens; refused before
+/// 2026-11-28); the tee engine with its trusted component in another process cannot be
+/// re-keyed, and is refused before anything is written.
 #[test]
-fn rotate_key_with_the_partition_engines() {
+fn rotate_key_with_the_partition_and_tee_engines() {
     let tmp = tempfile::tempdir().unwrap();
-    for engine in ["oblivistore", "curious-path"] {
+    for engine in ["oblivistore", "curious-path", "tee"] {
         let d = tmp.path().join(engine);
         let dir = d.to_str().unwrap();
         let mut args = small_store(&d);
@@ -729,14 +731,16 @@ fn rotate_key_with_the_partition_engines() {
         assert_retired_key_refused(tmp.path(), &old, &args);
     }
 
-    // The same data directory, its parameters saying `tee`: refused, nothing written.
-    let d = tmp.path().join("curious-path");
+    // The same data directory, its parameters saying its trusted component is in a storage
+    // server: refused, nothing written.
+    let d = tmp.path().join("tee");
     let params = d.join("gateway.json");
-    let json = std::fs::read_to_string(&params).unwrap();
-    assert!(json.contains("\"curious-path\""), "{json}");
-    std::fs::write(&params, json.replace("\"curious-path\"", "\"tee\"")).unwrap();
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&params).unwrap()).unwrap();
+    json["store"] = "remote://127.0.0.1:1".into();
+    std::fs::write(&params, serde_json::to_vec(&json).unwrap()).unwrap();
     let o = blindfold(&["rotate-key", "--data-dir", d.to_str().unwrap()]);
-    assert!(!o.status.success() && text(&o).contains("cannot re-seal"), "{}", text(&o));
+    assert!(!o.status.success() && text(&o).contains("cannot re-key"), "{}", text(&o));
     assert!(!d.join("rotation.sealed").exists() && !d.join("key.json.next").exists());
 }
 

@@ -28,12 +28,10 @@ pub fn run(a: RotateKeyArgs) -> Result<()> {
     }
     // Engines that cannot re-seal their cells are refused before anything is written.
     if let Some(p) = blindfold_gateway::server::read_params(dir)? {
-        if !p.engine.can_reseal() {
+        if let Some(why) = p.cannot_reseal() {
             bail!(
-                "the {} engine of {} cannot re-seal its cells under a new key yet: to change \
-                 the key, create a gateway with another engine and copy the objects over (e.g. \
-                 with `aws s3 sync`)",
-                p.engine,
+                "{}: {why}; nothing was changed. To change the key, create a gateway with \
+                 another setup and copy the objects over (e.g. with `aws s3 sync`)",
                 dir.display()
             );
         }
