@@ -375,11 +375,11 @@ class ResticFlow:
 
     def short(self):
         self.backup(big=False)
-        n = len(self.snapshots())
-        expect(n == 1, f"{n} snapshots, expected 1")
+        snaps = self.snapshots()
+        expect(len(snaps) == 1, f"{len(snaps)} snapshots, expected 1")
         self.restore()
         # Deleting: forget the snapshot and prune its data; the repository stays consistent.
-        self.restic("forget", "latest", "--prune")
+        self.restic("forget", snaps[0]["id"], "--prune")
         n = len(self.snapshots())
         expect(n == 0, f"{n} snapshots after forget, expected 0")
         self.restic("check")
