@@ -30,7 +30,8 @@ Environment: BLINDFOLD_BIN (or --bin), E2E_ONLY (words from the three lists belo
 clients select the matrix's rows and columns, an extra runs only when named; unset runs
 everything), E2E_KEEP=1 (keep the work directory), E2E_SOAK_SECONDS (45), E2E_SOAK_CLIENTS
 (256), E2E_ARTEFACTS (browser screenshots), CHROMIUM, E2E_CRASH_ROUNDS (20), E2E_CRASH_SEED,
-E2E_CRASH_ROTATE_EVERY (6), E2E_CRASH_GROW_EVERY (7), E2E_COUNTS_FILE.
+E2E_CRASH_ROTATE_EVERY (6), E2E_CRASH_GROW_EVERY (7), E2E_COUNTS_FILE, E2E_FULL (targets that
+run the full pass instead of the short one, or `all`).
 """
 
 import argparse
@@ -72,13 +73,7 @@ class Pass:
         rc = gw.stop()
         self.check("clean exit on SIGTERM", lambda: expect(rc == 0, f"exit status {rc}"))
         self.check(f"blindfold verify{' ' + verify_label if verify_label else ''}", gw.verify)
-        if self.run.checks.failed and self.run.verbose_failures:
-            tail = gw.stderr().splitlines()[-40:]
-            if tail:
-                print("server stderr (last 40 lines):", flush=True)
-                for line in tail:
-                    print(f"    | {line}", flush=True)
-            self.run.verbose_failures = False
+        self.run.show_stderr(gw)
 
 
 class Target:
@@ -130,14 +125,28 @@ TARGETS = [
 class Run:
     def __init__(self, ctx):
         self.ctx, self.checks = ctx, Checks()
-        self.verbose_failures = True
+        self.verbose_failures = True  # the first failure shows its server's stderr
+
+    def show_stderr(self, gw):
+        """After the first target with a failed check, the end of its server's stderr."""
+        if not self.checks.failed or not self.verbose_failures:
+            return
+        self.verbose_failures = False
+        tail = gw.stderr().splitlines()[-40:]
+        if tail:
+            print(f"{gw.name}: server stderr (last 40 lines):", flush=True)
+            for line in tail:
+                print(f"    | {line}", flush=True)
 
     def pass_(self, name, what, **kw):
         step(f"e2e: {what}")
         return Pass(self, name, **kw)
 
     def target(self, t, clients):
-        p = self.pass_(t.name, t.what, full=t.full, big=t.big, multipart_mib=t.multipart_mib)
+        wanted = os.environ.get("E2E_FULL", "").split()
+        full = t.full or t.name in wanted or "all" in wanted
+        p = self.pass_(t.name, t.what + ("" if t.full or not full else " (full pass: E2E_FULL)"), full=full,
+                       big=t.big, multipart_mib=t.multipart_mib or 17)
         ctx = self.ctx
         enclave = cluster = None
         gw_kw = dict(capacity=t.capacity, flags=list(t.flags), tls=t.tls)
@@ -168,13 +177,7 @@ class Run:
             p.check(label, fn, p, gw)
             for h in t.after_stop:
                 h(p, gw)
-            if self.checks.failed and self.verbose_failures:
-                tail = gw.stderr().splitlines()[-40:]
-                if tail:
-                    print(f"{t.name}: server stderr (last 40 lines):", flush=True)
-                    for line in tail:
-                        print(f"    | {line}", flush=True)
-                self.verbose_failures = False
+            self.show_stderr(gw)
         finally:
             if cluster:
                 cluster.stop()
