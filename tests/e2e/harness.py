@@ -169,7 +169,7 @@ def run(cmd, env=None, cwd=None, input=None, timeout=DEFAULT_TIMEOUT, ok=True):
     log(err)
     r.stdout, r.stderr = out, err
     if ok and r.returncode != 0:
-        last = [line for line in (err + "\n" + out).splitlines() if line.strip()]
+        last = [line for line in err.splitlines() if line.strip()] or [line for line in out.splitlines() if line.strip()]
         die(f"`{short(cmd)}` exited with status {r.returncode}: {last[-1] if last else ''}")
     return r
 
