@@ -26,9 +26,10 @@ failed` (with E2E_COUNTS_FILE set, "N M" goes to that file instead and the closi
 `e2e checks: N ok, M failed`). Exits non-zero if any check failed. Every process it started
 is killed and the work directory removed on any exit.
 
-Environment: BLINDFOLD_BIN (or --bin), E2E_ONLY (words from the three lists below: targets and
-clients select the matrix's rows and columns, an extra runs only when named; unset runs
-everything), E2E_KEEP=1 (keep the work directory), E2E_SOAK_SECONDS (45), E2E_SOAK_CLIENTS
+Environment: BLINDFOLD_BIN (or --bin), E2E_ONLY (the targets above select the matrix's rows,
+the clients aws boto3 rclone restic s3cmd git swift its columns, and the extras users observe
+grow report crash run only when named; naming only rows runs every client, naming only
+columns every target; unset runs everything), E2E_KEEP=1 (keep the work directory), E2E_SOAK_SECONDS (45), E2E_SOAK_CLIENTS
 (256), E2E_ARTEFACTS (browser screenshots), CHROMIUM, E2E_CRASH_ROUNDS (20), E2E_CRASH_SEED,
 E2E_CRASH_ROTATE_EVERY (6), E2E_CRASH_GROW_EVERY (7), E2E_COUNTS_FILE, E2E_FULL (targets that
 run the full pass instead of the short one, or `all`).
