@@ -81,7 +81,7 @@ cargo run --quiet --locked -p blindfold -- bench concurrency --dataset-mib 1 --c
   --k 8 --seconds 1 --rtt-ms 5 --out-dir "$target_dir/bench-concurrency-smoke" \
   --json "$target_dir/bench-concurrency-smoke.json" --quiet >/dev/null
 
-step "end-to-end: aws CLI, boto3, rclone, restic, s3cmd, git-remote-s3, crash loop (scripts/e2e.sh)"
+step "end-to-end: every client on every engine and over HTTPS, users, soak + browser, growth, report, crash loop (scripts/e2e.sh)"
 # Real clients against a live `blindfold serve` (it installs the clients if missing); its checks
 # join the closing count. BLINDFOLD_E2E=0 skips them.
 e2e_passed=0

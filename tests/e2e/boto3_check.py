@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """boto3 against a live `blindfold serve`: one line per check, `ok - …` or `FAIL - …: reason`.
 
-Run by scripts/e2e.sh; by hand:
+Run by tests/e2e/suite.py (the full client pass); by hand:
 
     python3 tests/e2e/boto3_check.py --endpoint http://127.0.0.1:9100 --access-key AK --secret-key SK
 
@@ -151,10 +151,13 @@ def main():
     ap.add_argument("--secret-key", required=True)
     ap.add_argument("--bucket", default="e2e-boto3")
     ap.add_argument("--label", help="added to every check's name (e.g. 'over HTTPS')")
+    ap.add_argument("--prefix", help="every check's name starts with this (default 'boto3: ')")
     ARGS = ap.parse_args()
+    global PREFIX
     if ARGS.label:
-        global PREFIX
         PREFIX = f"boto3 {ARGS.label}: "
+    if ARGS.prefix:
+        PREFIX = ARGS.prefix
     S3 = client()
     B = ARGS.bucket
     B2 = B + "-other"

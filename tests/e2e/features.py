@@ -1,0 +1,427 @@
+"""Checks that belong to one target (HTTPS, the partition engines, the node cluster) and the
+extras that run beside the client matrix (users, the admin listener under load, growth,
+`blindfold report --quick`, the crash loop).
+
+Target hooks take the `Pass` and the running `Gateway`; extras take the `Run`
+(suite.py) and start their own gateways.
+"""
+
+import hashlib
+import json
+import os
+import re
+import signal
+import ssl
+import sys
+import subprocess
+import time
+
+from clients import AwsFlow, aws_cmd, http
+from gateway import Gateway
+from harness import die, expect, rand_file, read, run, same_file, spawn, forget, wait_for, watch_pid_file
+
+
+# =============================================================================================
+# HTTPS (serve --tls self-signed)
+def fingerprint(pem):
+    der = ssl.PEM_cert_to_DER_cert(pem if isinstance(pem, str) else pem.decode())
+    return ":".join(f"{b:02X}" for b in hashlib.sha256(der).digest())
+
+
+def tls_banner(p, gw):
+    banner = gw.banner()
+    expect(re.search(r"^blindfold .*serving S3 at https://", banner, re.M), "the banner does not say https")
+    m = re.search(r"^  TLS: .* \(SHA-256 ([0-9A-F:]*)\)$", banner, re.M)
+    want = fingerprint(read(gw.ca))
+    expect(m and m.group(1) == want, f"banner fingerprint {m and m.group(1)!r}, the certificate's {want!r}")
+    mode = os.stat(os.path.join(os.path.dirname(gw.ca), "key.pem")).st_mode & 0o777
+    expect(mode == 0o600, f"key.pem is mode {mode:o}, not 600")
+    code, body, _ = http(f"{gw.admin}/healthz", ca=gw.ca)
+    expect(code == 200 and b"ok" in body, f"admin /healthz over HTTPS: {code} {body[:100]!r}")
+
+
+def tls_plain_refused(p, gw):
+    plain = gw.endpoint.replace("https:", "http:", 1)
+    code, body, _ = http(f"{plain}/")
+    expect(code == 400, f"plain HTTP on the HTTPS port got HTTP {code}, expected 400")
+    expect(b"https://" in body, f"the 400 does not say to use https://: {body[:200]!r}")
+    # Without trusting the certificate (the system's CAs only), clients refuse the gateway.
+    try:
+        http(f"{gw.endpoint}/", context=ssl.create_default_context())
+    except (ssl.SSLError, OSError) as e:
+        if "CERTIFICATE_VERIFY_FAILED" not in str(e) and "certificate" not in str(e).lower():
+            die(f"refused, but not for the certificate: {e}")
+    else:
+        die("a client that does not trust the self-signed certificate accepted it")
+
+
+def served_fingerprint(gw):
+    host, port = gw.hostport.rsplit(":", 1)
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    import socket
+
+    with socket.create_connection((host, int(port)), timeout=10) as s, ctx.wrap_socket(s) as t:
+        return fingerprint(ssl.DER_cert_to_PEM_cert(t.getpeercert(binary_form=True)))
+
+
+def tls_reload(p, gw):
+    d = os.path.dirname(gw.ca)
+    w = p.dir("renewal")
+    rand_file(f"{w}/object", 3000)
+    aws_cmd(gw, "s3", "mb", "s3://e2e-tls-reload")
+    aws_cmd(gw, "s3", "cp", f"{w}/object", "s3://e2e-tls-reload/dir/object")
+    # A new certificate written over the files (as a renewal would), then SIGHUP.
+    run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-days", "2", "-subj", "/CN=renewed", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-keyout", f"{w}/key.pem", "-out", f"{w}/cert.pem"])
+    for name in ("key.pem", "cert.pem"):
+        with open(f"{d}/{name}", "wb") as f:
+            f.write(read(f"{w}/{name}"))
+    new = fingerprint(read(f"{w}/cert.pem"))
+    gw.signal(signal.SIGHUP)
+    served = wait_for(lambda: served_fingerprint(gw) == new, 5)
+    expect(served, f"after SIGHUP the server presents {served_fingerprint(gw)}, not the new {new}")
+    expect("SIGHUP: reloaded the certificate" in gw.stderr(), "no reload message")
+
+    def read_back():  # a client that trusts only the renewed certificate
+        env = gw.client_env(AWS_CA_BUNDLE=f"{w}/cert.pem")
+        out = run(["aws", "--ca-bundle", f"{w}/cert.pem", "--endpoint-url", gw.endpoint, "s3", "ls",
+                   "s3://e2e-tls-reload/dir/"], env=env).stdout
+        expect(re.search(r" 3000 object$", out, re.M), f"listing with the renewed certificate: {out}")
+        run(["aws", "--ca-bundle", f"{w}/cert.pem", "--endpoint-url", gw.endpoint, "s3", "cp",
+             "s3://e2e-tls-reload/dir/object", f"{w}/object.back"], env=env)
+        same_file(f"{w}/object", f"{w}/object.back")
+
+    read_back()
+    # A broken file: the reload is refused and the renewed certificate stays.
+    with open(f"{d}/key.pem", "w") as f:
+        f.write("broken\n")
+    gw.signal(signal.SIGHUP)
+    expect(wait_for(lambda: "certificate not reloaded" in gw.stderr(), 5), "a broken key was not reported")
+    expect(served_fingerprint(gw) == new, "the renewed certificate was not kept")
+    read_back()
+
+
+# =============================================================================================
+# The partition engines (ObliviStore, CURIOUS over levelled and over Path ORAM partitions):
+# a SIGKILL after uploads, then every acknowledged object reads back; after the clean stop, an
+# offline growth and a recovery from the store and the key alone.
+PART_OBJECTS = range(1, 7)
+
+
+def part_put(p, gw):
+    d = p.dir("killed")
+    aws_cmd(gw, "s3", "mb", "s3://e2e-os")
+    for i in PART_OBJECTS:
+        rand_file(f"{d}/o{i}", i * 70000)
+        aws_cmd(gw, "s3", "cp", f"{d}/o{i}", f"s3://e2e-os/o{i}")
+
+
+def part_read_back(p, gw):
+    d = p.dir("killed")
+    for i in PART_OBJECTS:
+        aws_cmd(gw, "s3", "cp", f"s3://e2e-os/o{i}", f"{d}/o{i}.back")
+        same_file(f"{d}/o{i}", f"{d}/o{i}.back")
+
+
+def part_kill_restart(p, gw):
+    if not p.check("uploads before a SIGKILL", part_put, p, gw):
+        return
+    gw.kill()
+    if p.check("restart after the SIGKILL", gw.start):
+        p.check("every acknowledged object reads back after the SIGKILL", part_read_back, p, gw)
+
+
+def part_grow_recover(p, gw):
+    out = gw.ctx.blindfold("grow", "--data-dir", gw.data_dir, "--capacity", "128MiB").stdout
+    expect("grew the store from 64 MiB to 128 MiB" in out, f"grow: {out}")
+    rec = gw.data_dir + "-rec"
+    key = os.path.join(gw.data_dir, "key.json")
+    out = gw.ctx.blindfold("recover", "--data-dir", rec, "--store", f"file://{gw.data_dir}/cells",
+                           "--key-file", key).stdout
+    expect(re.search(rf"OK: start it with .*--key-file {re.escape(key)}", out), f"recover: {out}")
+    g2 = Gateway(gw.ctx, gw.name + "-rec", data_dir=rec, capacity="128MiB", flags=["--key-file", key])
+    g2.start()
+    try:
+        part_read_back(p, g2)
+    finally:
+        rc = g2.stop()
+    expect(rc == 0, f"the recovered gateway exited with status {rc} on SIGTERM")
+
+
+def part_after_stop(p, gw):
+    p.check("blindfold grow to 128 MiB, blindfold recover into a new directory, every object reads back",
+            part_grow_recover, p, gw)
+
+
+# =============================================================================================
+# Distributed mode: two `blindfold node` processes behind `serve --nodes`.
+def nodes_list(p, gw):
+    d = p.dir("nodes-list")
+    b = "s3://e2e-nodes"
+    aws_cmd(gw, "s3", "mb", b)
+    rand_file(f"{d}/obj", 50000)
+    aws_cmd(gw, "s3", "cp", f"{d}/obj", f"{b}/a/one.bin")
+    aws_cmd(gw, "s3", "cp", f"{d}/obj", f"{b}/a/two.bin")
+    out = aws_cmd(gw, "s3", "ls", "--recursive", f"{b}/").stdout
+    expect(len(re.findall(r" 50000 a/(one|two)\.bin$", out, re.M)) == 2, f"'aws s3 ls' does not list both: {out}")
+    aws_cmd(gw, "s3", "cp", f"{b}/a/two.bin", f"{d}/obj.back")
+    same_file(f"{d}/obj", f"{d}/obj.back")
+    aws_cmd(gw, "s3", "rm", "--recursive", b)
+    aws_cmd(gw, "s3", "rb", b)
+
+
+def nodes_after_clients(p, gw):
+    p.check("aws puts, lists and gets objects", nodes_list, p, gw)
+
+
+def nodes_after_stop(p, gw):
+    cluster = gw.nodes
+    urls = cluster.urls
+    cluster.urls = list(reversed(urls))
+    try:
+        if not p.check("restart with the nodes in another order", gw.start):
+            return
+        p.check("after the restart: aws mb, cp, ranged get, sync a tree, rm, rb", AwsFlow(p, gw).short)
+        rc = gw.stop()
+        p.check("clean exit on SIGTERM after the restart", lambda: expect(rc == 0, f"exit status {rc}"))
+    finally:
+        cluster.urls = urls
+
+
+def nodes_verify(p, gw):
+    # Without the nodes, a clear refusal.
+    r = gw.ctx.blindfold("verify", "--data-dir", gw.data_dir, ok=False)
+    expect(r.returncode != 0, f"verify without --nodes succeeded: {r.stdout}")
+    expect("--nodes" in r.stdout + r.stderr, f"verify without --nodes: unclear error: {r.stderr}")
+    out = gw.verify()
+    expect("OK: every stored cell is authentic" in out, f"verify did not say OK: {out}")
+
+
+# =============================================================================================
+# Extras: each starts its own gateway. `run` is the suite's Run (checks, context, work dir).
+def users(run_):
+    """Several users: `blindfold user` on the live server's data directory, the aws CLI as each."""
+    p = run_.pass_("users", "several users (blindfold user …, the aws CLI as each)")
+    gw = Gateway(run_.ctx, "users", capacity="16MiB")
+    if not p.check("start blindfold serve", gw.start):
+        return
+    p.check("policies enforced (buckets, read-only, copy source), listings filtered, rotate and remove live",
+            users_policy, p, gw)
+    p.stop_and_verify(gw)
+
+
+def users_policy(p, gw):
+    d = p.dir("files")
+    aak, ask = gw.user_add("alice", "--buckets", "e2e-team-*")
+    bak, bsk = gw.user_add("bob", "--buckets", "e2e-team-shared", "--read-only")
+    listing = gw.ctx.blindfold("user", "list", "--data-dir", gw.data_dir).stdout
+    expect(re.search(r"^bob .*e2e-team-shared \(read only\)", listing, re.M), f"user list: {listing}")
+    expect(ask not in listing, "user list shows a secret")
+    time.sleep(1.2)  # the gateway looks at the users file once a second
+
+    def as_(ak, sk, *args, ok=True):
+        return aws_cmd(gw, *args, env=gw.client_env(AWS_ACCESS_KEY_ID=ak, AWS_SECRET_ACCESS_KEY=sk), ok=ok)
+
+    def buckets(ak, sk):
+        return [line.split()[-1] for line in as_(ak, sk, "s3", "ls").stdout.splitlines() if line.strip()]
+
+    aws_cmd(gw, "s3", "mb", "s3://e2e-admin-only")
+    rand_file(f"{d}/file", 12345)
+    aws_cmd(gw, "s3", "cp", f"{d}/file", "s3://e2e-admin-only/secret")
+    as_(aak, ask, "s3", "mb", "s3://e2e-team-shared")
+    as_(aak, ask, "s3", "cp", f"{d}/file", "s3://e2e-team-shared/doc")
+    as_(bak, bsk, "s3", "cp", "s3://e2e-team-shared/doc", f"{d}/file.back")
+    same_file(f"{d}/file", f"{d}/file.back")
+    # Outside a policy: AccessDenied, and nothing changes.
+    r = as_(aak, ask, "s3", "cp", "s3://e2e-admin-only/secret", f"{d}/stolen", ok=False)
+    expect(r.returncode != 0, "alice read a bucket outside her policy")
+    expect(re.search("Forbidden|AccessDenied", r.stderr), f"alice's refusal: {r.stderr}")
+    r = as_(bak, bsk, "s3", "cp", f"{d}/file", "s3://e2e-team-shared/new", ok=False)
+    expect(r.returncode != 0, "read-only bob wrote")
+    expect("AccessDenied" in r.stderr, f"bob's refusal: {r.stderr}")
+    r = as_(aak, ask, "s3api", "copy-object", "--copy-source", "e2e-admin-only/secret", "--bucket",
+            "e2e-team-shared", "--key", "stolen", ok=False)
+    expect(r.returncode != 0, "alice copied from a bucket outside her policy")
+    # Listings: each user sees only the buckets its policy covers.
+    expect(buckets(aak, ask) == ["e2e-team-shared"], f"alice's bucket list: {buckets(aak, ask)}")
+    expect(buckets(bak, bsk) == ["e2e-team-shared"], f"bob's bucket list: {buckets(bak, bsk)}")
+    admin = buckets(gw.ctx.AK, gw.ctx.SK)
+    expect("e2e-admin-only" in admin, f"the administrator's list: {admin}")
+    # Rotation and removal take effect on the running gateway.
+    out = gw.ctx.blindfold("user", "rotate", "alice", "--data-dir", gw.data_dir).stdout
+    ask2 = re.search(r"^  secret key: (\S+)", out, re.M).group(1)
+    gw.ctx.blindfold("user", "remove", "bob", "--data-dir", gw.data_dir)
+    time.sleep(1.2)
+    expect(as_(aak, ask, "s3", "ls", ok=False).returncode != 0, "alice's old secret still works")
+    expect(buckets(aak, ask2) == ["e2e-team-shared"], "alice's new secret")
+    r = as_(bak, bsk, "s3", "ls", ok=False)
+    expect(r.returncode != 0, "removed bob still signs in")
+    expect("InvalidAccessKeyId" in r.stderr, f"bob's refusal: {r.stderr}")
+    as_(aak, ask2, "s3", "rm", "--recursive", "s3://e2e-team-shared")
+    as_(aak, ask2, "s3", "rb", "s3://e2e-team-shared")
+    aws_cmd(gw, "s3", "rb", "--force", "s3://e2e-admin-only")
+
+
+def admin_probes(p, gw):
+    code, body, _ = http(f"{gw.admin}/healthz")
+    expect(code == 200 and b"ok" in body, f"/healthz answered {code} {body[:100]!r}")
+    code, _, _ = http(f"{gw.admin}/metrics")
+    expect(code == 401, f"/metrics without credentials got HTTP {code}, expected 401")
+    import base64
+
+    auth = base64.b64encode(f"{gw.ctx.AK}:{gw.ctx.SK}".encode()).decode()
+    code, body, _ = http(f"{gw.admin}/metrics", headers={"Authorization": f"Basic {auth}"})
+    expect(code == 200, f"/metrics with credentials got HTTP {code}")
+    text = body.decode()
+    expect(re.search(r"^blindfold_info\{", text, re.M), "no blindfold_info in /metrics")
+    expect(re.search(r"^blindfold_store_requests_total", text, re.M), "no blindfold_store_requests_total in /metrics")
+
+
+def observe(run_):
+    """The admin listener under load: the soak (256 boto3 clients) with headless Chromium on
+    the dashboard and the visualizer at the same time."""
+    p = run_.pass_("observe", "admin listener under load (soak + browser)")
+    ctx = run_.ctx
+    gw = Gateway(ctx, "observe", capacity="64MiB")
+    if not p.check("start blindfold serve", gw.start):
+        return
+    print(f"  admin: {gw.admin}", flush=True)
+    run_.checks.check("admin: /healthz open, /metrics refused without credentials", admin_probes, p, gw)
+    soak_out = os.path.join(p.dir("soak"), "soak.out")
+    with open(soak_out, "w") as f:
+        soak = spawn([sys.executable, os.path.join(ctx.root, "tests/e2e/soak.py"), "--endpoint", gw.endpoint,
+                      "--admin", gw.admin, "--access-key", ctx.AK, "--secret-key", ctx.SK,
+                      "--clients", os.environ.get("E2E_SOAK_CLIENTS", "256"),
+                      "--seconds", os.environ.get("E2E_SOAK_SECONDS", "45"), "--max-rss-mib", "2048"],
+                     stdout=f, stderr=subprocess.STDOUT, env=gw.client_env())
+    time.sleep(3)
+    chromium = os.environ.get("CHROMIUM") or "/usr/bin/chromium"
+    run_.checks.ingest("browser", ["node", os.path.join(ctx.root, "tests/browser/check.mjs"), "--admin", gw.admin,
+                                   "--user", ctx.AK, "--password", ctx.SK, "--out", ctx.artefacts,
+                                   "--chromium", chromium], env=gw.client_env(), timeout=600)
+    print(f"  browser screenshots: {ctx.artefacts}", flush=True)
+    try:
+        rc = soak.wait(int(os.environ.get("E2E_SOAK_SECONDS", "45")) + 600)
+    except subprocess.TimeoutExpired:
+        soak.kill()
+        rc = soak.wait()
+    forget(soak)
+    run_.checks.ingest("soak", ["cat", soak_out])
+    if rc != 0 and "\nFAIL - " not in "\n" + read(soak_out).decode("utf-8", "replace"):
+        run_.checks.fail("soak", f"exited with status {rc} without reporting a failed check")
+    p.stop_and_verify(gw)
+
+
+def grow(run_):
+    """Growing the store (blindfold grow, serve --grow-at) while the aws CLI keeps using it."""
+    p = run_.pass_("grow", "growing the store while it serves (blindfold grow, serve --grow-at)")
+    gw = Gateway(run_.ctx, "grow", capacity="2MiB")
+    if not p.check("start blindfold serve on a 2 MiB store", gw.start):
+        return
+    g = GrowFlow(p, gw)
+    p.check("aws CLI fills a 2 MiB store; blindfold grow to 4 MiB while it serves; more uploads; all read back; "
+            "shrinking refused", g.live)
+    rc = gw.stop()
+    p.check("clean exit on SIGTERM", lambda: expect(rc == 0, f"exit status {rc}"))
+    if not p.check("restart with --grow-at 60", gw.start, ["--grow-at", "60"]):
+        return
+    p.check("serve --grow-at 60 grows a 4 MiB store past 60 % to 8 MiB by itself; uploads go on; all read back",
+            g.auto)
+    p.stop_and_verify(gw, "after the growths")
+
+
+class GrowFlow:
+    def __init__(self, p, gw):
+        self.p, self.gw, self.d = p, gw, p.dir("files")
+        self.names = []
+
+    def put(self, name):
+        rand_file(f"{self.d}/{name}", 262144)
+        r = aws_cmd(self.gw, "s3", "cp", f"{self.d}/{name}", f"s3://e2e-grow/{name}", ok=False)
+        if r.returncode == 0:
+            self.names.append(name)
+        return r
+
+    def all_back(self):
+        for name in self.names:
+            aws_cmd(self.gw, "s3", "cp", f"s3://e2e-grow/{name}", f"{self.d}/back")
+            same_file(f"{self.d}/{name}", f"{self.d}/back")
+
+    def capacity(self):
+        pj = json.loads(read(os.path.join(self.gw.data_dir, "gateway.json")))
+        return pj["blocks"] * pj["block_size"]
+
+    def live(self):
+        aws_cmd(self.gw, "s3", "mb", "s3://e2e-grow")
+        err = ""
+        for i in range(100):
+            r = self.put(f"f{i}")
+            if r.returncode != 0:
+                err = r.stderr
+                break
+        n = len(self.names)
+        expect(4 <= n < 100, f"the 2 MiB store took {n} files of 256 KiB before it was full")
+        expect("blindfold grow" in err, f"the full store's error does not say how to grow it: {err}")
+        out = self.gw.ctx.blindfold("grow", "--data-dir", self.gw.data_dir, "--capacity", "4MiB").stdout
+        expect("grew the store from 2 MiB to 4 MiB" in out, f"unexpected output: {out}")
+        expect(self.capacity() == 4 << 20, f"gateway.json says {self.capacity()} bytes")
+        for j in range(6):
+            r = self.put(f"g{j}")
+            expect(r.returncode == 0, f"upload g{j} after the growth failed: {r.stderr}")
+        self.all_back()
+        r = self.gw.ctx.blindfold("grow", "--data-dir", self.gw.data_dir, "--capacity", "1MiB", ok=False)
+        expect(r.returncode != 0, f"shrinking was accepted: {r.stdout}")
+        expect("shrinking is not supported" in r.stdout + r.stderr, f"unclear refusal: {r.stderr}")
+
+    def auto(self):
+        # Restarted with --grow-at 60: already past 60 %, it grows to 8 MiB within seconds.
+        expect(wait_for(lambda: "grew automatically at 60% full" in self.gw.stderr(), 20, 0.2),
+               "no automatic growth within 20 s")
+        expect(self.capacity() == 8 << 20, f"gateway.json says {self.capacity()} bytes")
+        for j in range(8):
+            r = self.put(f"h{j}")
+            expect(r.returncode == 0, f"upload h{j} after the automatic growth failed: {r.stderr}")
+        self.all_back()
+
+
+def report(run_):
+    """`blindfold report --quick`: every experiment of the thesis at toy sizes, against the
+    tests' MinIO (the private cloud and the git workload) when there is one."""
+    p = run_.pass_("report", "blindfold report --quick (workloads A-E in both topologies, the git workload)")
+    p.check("--quick writes the Markdown report, its plots and JSON, the thesis's figures beside ours",
+            report_quick, p)
+
+
+def report_quick(p):
+    ctx = p.run.ctx
+    out = p.dir("out")
+    s3 = []
+    if os.environ.get("BLINDFOLD_TEST_S3_ENDPOINT"):
+        s3 = ["--s3", f"s3://{os.environ['BLINDFOLD_TEST_S3_BUCKET']}/e2e-report"
+                      f"?endpoint={os.environ['BLINDFOLD_TEST_S3_ENDPOINT']}"]
+    # The tests' MinIO keeps its own credentials (the caller's environment, not the clients').
+    env = dict(os.environ)
+    run([ctx.bin, "report", "--quick", "--quiet", "--out", out, *s3], env=env, timeout=900)
+    run([sys.executable, os.path.join(ctx.root, "tests/e2e/check_report.py"), out, "--git" if s3 else "--no-git"])
+
+
+def crash(run_):
+    """The crash loop: kill -9 under concurrent writes (crash_loop.py's docstring has the model)."""
+    run_.pass_("crash", "crash loop (kill -9 under concurrent writes)")
+    ctx, checks = run_.ctx, run_.checks
+    script = os.path.join(ctx.root, "tests/e2e/crash_loop.py")
+    checks.ingest("crash-self-test", [sys.executable, script, "--self-test"], env=ctx.env)
+    pid_file = os.path.join(ctx.work, "crash.pid")
+    watch_pid_file(pid_file)
+    seed = os.environ.get("E2E_CRASH_SEED")
+    checks.ingest("crash", [sys.executable, script, "--bin", ctx.bin, "--work", os.path.join(ctx.work, "crash"),
+                            "--pid-file", pid_file, "--rounds", os.environ.get("E2E_CRASH_ROUNDS", "20"),
+                            "--rotate-every", os.environ.get("E2E_CRASH_ROTATE_EVERY", "6"),
+                            "--grow-every", os.environ.get("E2E_CRASH_GROW_EVERY", "7"),
+                            *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
+
+
+EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash}
