@@ -5,10 +5,11 @@
 //! Run here: the model, a crash at every point and fresh paths after a crash (a crash of the
 //! whole cluster: every node's store dies, each after its own count of writes, the balancer
 //! with them; the reopen restarts every node over its surviving store, then the balancer),
-//! tampering (flip, swap, rollback), abandoned requests and the trace. Not yet: a crash of
+//! tampering (flip, swap, rollback), abandoned requests, the trace, and key rotation (every
+//! node's engine rotated and swept as `blindfold node` does, then the balancer opened under a
+//! new key with the old one retiring and swept by the suite under load). Not yet: a crash of
 //! one node or of the balancer alone while the rest runs on (cluster.rs does those by hand;
-//! the suite's subject has one "reopen" for the whole), and `rotate` — the balancer has no
-//! sweep (`sweep_paths` is 0), each node rotates its own key.
+//! the suite's subject has one "reopen" for the whole).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -85,25 +86,37 @@ impl Running {
 
 /// Two TaoStore nodes behind a balancer.
 struct ClusterSubject {
-    key: MasterKey,
+    /// The balancer's key (a rotation replaces it).
+    key: parking_lot::Mutex<[u8; 32]>,
     running: tokio::sync::Mutex<Option<Running>>,
 }
 
 impl ClusterSubject {
     fn new() -> Self {
-        Self { key: MasterKey::from_bytes([7; 32]), running: tokio::sync::Mutex::new(None) }
+        Self { key: parking_lot::Mutex::new([7; 32]), running: tokio::sync::Mutex::new(None) }
     }
 
     async fn balancer(&self, running: &Running, creating: bool) -> Result<Balancer, ProxyError> {
+        let key = MasterKey::from_bytes(*self.key.lock());
+        self.balancer_under(running, creating, &key, None).await
+    }
+
+    async fn balancer_under(
+        &self,
+        running: &Running,
+        creating: bool,
+        key: &MasterKey,
+        previous: Option<&MasterKey>,
+    ) -> Result<Balancer, ProxyError> {
         let tls = ClusterTls::load(&running.root.path().join("certs").join("balancer"))
             .map_err(|e| ProxyError::Config(e.to_string()))?;
-        Balancer::open(
+        Balancer::open_rotating(
             &running.root.path().join("balancer"),
             &running.urls(),
             &tls,
             BLOCKS,
             BS,
-            &self.key,
+            (key, previous),
             creating,
             BalancerConfig::default(),
         )
@@ -138,6 +151,7 @@ impl Subject for ClusterSubject {
         let node = CatalogueEngine::new(OramEngine::Tao, per_node(), BS);
         Capabilities {
             crash: true,
+            rotate: true,
             view: physical_view(node.params()).ok(),
             ..Capabilities::default()
         }
@@ -180,8 +194,30 @@ impl Subject for ClusterSubject {
         Ok(Arc::new(self.balancer(running, false).await?))
     }
 
-    async fn rotate(&self, _wrap: Wrap) -> Result<Arc<dyn SharedEngine>, ProxyError> {
-        Err(ProxyError::Config("a cluster rotates each node's key on the node".into()))
+    /// Every node's key rotated as `blindfold node` does it (its engine opened under a new key
+    /// with the old one retiring, swept twice while it serves), then the balancer opened under
+    /// a new key with the old one retiring; the suite sweeps the balancer under load.
+    async fn rotate(&self, wrap: Wrap) -> Result<Arc<dyn SharedEngine>, ProxyError> {
+        let mut guard = self.running.lock().await;
+        let running = guard.as_mut().expect("create before rotate");
+        running.stop().await;
+        for i in 0..NODES {
+            let engine = running.nodes[i].subject.rotate(wrap.clone()).await?;
+            running.serve(i, Arc::clone(&engine)).await;
+            let paths = engine.sweep_paths().await;
+            for _pass in 0..2 {
+                for at in (0..paths).step_by(16) {
+                    engine.sweep(at..(at + 16).min(paths)).await?;
+                    engine.commit().await?;
+                }
+            }
+        }
+        let old = MasterKey::from_bytes(*self.key.lock());
+        let new_bytes: [u8; 32] = rand::random();
+        let new = MasterKey::from_bytes(new_bytes);
+        let balancer = self.balancer_under(running, false, &new, Some(&old)).await?;
+        *self.key.lock() = new_bytes;
+        Ok(Arc::new(balancer))
     }
 }
 
@@ -196,7 +232,7 @@ macro_rules! checks {
     };
 }
 
-checks!(model fresh_after_crash tamper swap rollback abandoned);
+checks!(model fresh_after_crash tamper swap rollback abandoned rotate);
 
 /// Fewer and shorter trials than for one engine: each access is a round trip over TLS to
 /// both nodes, and each trial restarts both.
