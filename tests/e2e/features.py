@@ -105,9 +105,9 @@ def tls_reload(p, gw):
 
 
 # =============================================================================================
-# The partition engines (ObliviStore, CURIOUS over levelled and over Path ORAM partitions):
-# a SIGKILL after uploads, then every acknowledged object reads back; after the clean stop, an
-# offline growth and a recovery from the store and the key alone.
+# The partition engines (ObliviStore, CURIOUS over levelled and over Path ORAM partitions) and
+# the tee engine: a SIGKILL after uploads, then every acknowledged object reads back; after the
+# clean stop, an offline growth and a recovery from the store and the key alone.
 PART_OBJECTS = range(1, 7)
 
 
