@@ -398,7 +398,7 @@ impl TaoScheme {
         stats: TaoStats,
         rng: ChaCha20Rng,
     ) -> Result<Self> {
-        let bad = |m: &str| Err(OramError::InvalidConfig(format!("TaoStore state: {m}")));
+        let bad = |m: &str| Err(OramError::InvalidConfig(m.into()));
         if posmap.len() as u64 != config.blocks {
             return bad("position map size does not match the configuration");
         }

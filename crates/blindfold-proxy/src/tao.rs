@@ -3,6 +3,12 @@
 //!
 //! # Design
 //!
+//! The processor, the subtree, the eviction and the batching of write-backs are the I/O-free
+//! scheme [`blindfold_oram::tao::TaoScheme`], whose plans (which path each request reads, which
+//! buckets each write-back covers) are tested there on their own. This driver holds it under
+//! one lock and adds what needs I/O or concurrency: the sequencer, one task per request, the
+//! reads, opening and sealing under the trusted versions, retries, and the writer task.
+//!
 //! * **Sequencer.** Every request takes a ticket when it arrives; its reply is released only
 //!   after the replies of all earlier requests. Replies therefore leave in arrival order, and
 //!   their timing says nothing about which requests hit the same block.
