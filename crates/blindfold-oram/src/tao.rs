@@ -469,15 +469,24 @@ impl TaoScheme {
         let fresh = self.random_leaf();
         self.posmap[id as usize] = fresh.0 as u32 + 1;
         let ticket = self.ticket();
-        let (leaf, kind) = if self.pending.contains_key(&id) {
-            // A real read of this block is in flight: answer from it, and meanwhile read a
-            // path that is as random as any other request's.
-            self.pending.get_mut(&id).expect("checked").push((ticket, op));
-            self.stats.fake_reads += 1;
-            (self.random_leaf(), Kind::Fake)
-        } else {
-            self.pending.insert(id, Vec::new());
-            (old, Kind::Real(op))
+        // A real read of this block in flight answers this request too (`None`); meanwhile it
+        // reads a path that is as random as any other request's.
+        let real = match self.pending.entry(id) {
+            MapEntry::Occupied(mut waiting) => {
+                waiting.get_mut().push((ticket, op));
+                None
+            }
+            MapEntry::Vacant(v) => {
+                v.insert(Vec::new());
+                Some(op)
+            }
+        };
+        let (leaf, kind) = match real {
+            Some(op) => (old, Kind::Real(op)),
+            None => {
+                self.stats.fake_reads += 1;
+                (self.random_leaf(), Kind::Fake)
+            }
         };
         self.pin(leaf);
         self.stats.requests += 1;
