@@ -19,6 +19,9 @@
 //!   homomorphic select per access, triplet eviction in reverse-lexicographic order and leaf
 //!   stripping; the plans name which slot every select picks, the driver does the
 //!   Damgård–Jurik work.
+//! * [`TaoScheme`] — TaoStore's processor (Sahin et al.; seed 000): the position map, stash,
+//!   subtree, real and fake reads and the batching of write-backs of the concurrent engine,
+//!   whose driver in `blindfold-proxy` adds the locks, tasks, sealing and the sequencer.
 //! * [`TeeOram`] — the gateway side of the TEE-assisted design (seed 004): an m-ary tree whose
 //!   queries and evictions a trusted component beside the store carries out; the plans name
 //!   the cells and the secret permutations, the driver seals them for the trusted component.
@@ -66,6 +69,7 @@ pub mod oblivistore;
 pub mod onion;
 pub mod path;
 pub mod ring;
+pub mod tao;
 pub mod tee;
 pub mod tree;
 
@@ -84,6 +88,9 @@ pub use path::{
 pub use ring::{
     RingInput, RingOram, RingOramConfig, RingOramConfigBuilder, RingOramState, RingOramStats,
     RingPlan, RingRead, RingVariant,
+};
+pub use tao::{
+    Arrived, Reveal, TaoBlock, TaoRequest, TaoScheme, TaoSchemeConfig, TaoStats, Ticket, WriteBack,
 };
 pub use tee::{
     QueryPlan, QueryStep, RoundPlan, SlotTag, TeeOram, TeeOramConfig, TeeOramConfigBuilder,

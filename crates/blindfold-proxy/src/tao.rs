@@ -3,6 +3,12 @@
 //!
 //! # Design
 //!
+//! The processor, the subtree, the eviction and the batching of write-backs are the I/O-free
+//! scheme [`blindfold_oram::tao::TaoScheme`], whose plans (which path each request reads, which
+//! buckets each write-back covers) are tested there on their own. This driver holds it under
+//! one lock and adds what needs I/O or concurrency: the sequencer, one task per request, the
+//! reads, opening and sealing under the trusted versions, retries, and the writer task.
+//!
 //! * **Sequencer.** Every request takes a ticket when it arrives; its reply is released only
 //!   after the replies of all earlier requests. Replies therefore leave in arrival order, and
 //!   their timing says nothing about which requests hit the same block.
@@ -87,16 +93,18 @@
 //! also when the store delays or reorders replies at will: the requests' paths are fixed at
 //! arrival, before any reply.
 
-use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use blindfold_crypto::CellSealer;
 use blindfold_oram::path::SLOT_HEADER;
-use blindfold_oram::{BlockId, Leaf, Op, OramError, PathOramConfig, PosMapMode, TreeShape};
+use blindfold_oram::tao::{TaoBlock, TaoRequest, TaoScheme, TaoSchemeConfig, Ticket};
+use blindfold_oram::{
+    BlockId, BucketId, Leaf, Op, OramError, PathOramConfig, PosMapMode, TreeShape,
+};
 use blindfold_store::{CellId, Geometry, Store};
 use parking_lot::Mutex;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch, Notify};
@@ -104,6 +112,8 @@ use tokio::sync::{oneshot, watch, Notify};
 use crate::retry::{with_retry, write_sealed, RetryPolicy};
 use crate::sealing::{check_geometry, open_cell, seal_cell};
 use crate::{ProxyError, Result, SealedPathOram, SealedPathState, VersionTable};
+
+pub use blindfold_oram::tao::{Reveal, TaoStats};
 
 /// Default number of fetched paths per write-back (TaoStore's `k`).
 pub const DEFAULT_WRITE_BACK_EVERY: usize = 40;
@@ -193,6 +203,15 @@ impl TaoConfig {
         self.write_back_every = k;
         Ok(self)
     }
+    /// The parameters of the I/O-free scheme ([`TaoScheme`]) the engine drives.
+    pub fn scheme(&self) -> Result<TaoSchemeConfig> {
+        Ok(TaoSchemeConfig::new(
+            &self.tree,
+            self.write_back_every,
+            self.stash_limit,
+            self.subtree_limit,
+        )?)
+    }
     /// The store shape this configuration needs (the same as [`SealedPathOram::geometry`]).
     pub fn geometry(&self) -> Result<Geometry> {
         SealedPathOram::geometry(&self.tree)
@@ -251,30 +270,6 @@ impl TaoConfigBuilder {
     }
 }
 
-/// Running statistics of a [`TaoOram`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaoStats {
-    /// Logical requests accepted.
-    pub requests: u64,
-    /// Paths fetched from the store (one per request).
-    pub paths_fetched: u64,
-    /// Requests that fetched a random path because a real read of their block was in flight.
-    pub fake_reads: u64,
-    /// Batches of `k` paths written back.
-    pub write_backs: u64,
-    /// Store writes issued by write-backs (fewer than batches when the writer fell behind
-    /// and wrote several queued batches at once).
-    pub write_requests: u64,
-    /// Cells written by write-backs.
-    pub cells_written: u64,
-    /// Largest stash seen (blocks).
-    pub max_stash: usize,
-    /// Largest subtree seen (buckets).
-    pub max_subtree: usize,
-    /// Most requests in flight at once.
-    pub max_in_flight: usize,
-}
-
 /// Trusted state of a quiescent [`TaoOram`] (after [`TaoOram::flush`]): enough to continue
 /// with [`TaoOram::from_state`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -291,30 +286,6 @@ pub struct TaoState {
     pub stats: TaoStats,
 }
 
-/// What one request reveals to the store, decided when it arrives: the leaf of the path it
-/// reads, and the fresh leaf its block moves to. A durable driver logs these before the reads
-/// are issued (see [`TaoOram::submit_gated`]) so that after a crash it can move the blocks to
-/// those fresh leaves instead of bringing them back on leaves the store has seen
-/// ([`TaoOram::replay_reveals`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Reveal {
-    /// The block requested.
-    pub block: u64,
-    /// The leaf whose path the request reads (the block's old leaf, or a random one for a
-    /// fake read).
-    pub read: u32,
-    /// The block's new leaf, never revealed before.
-    pub new: u32,
-}
-
-/// A block in trusted memory: its leaf and contents (shared, so snapshots are cheap).
-#[derive(Clone, Debug)]
-struct Slot {
-    id: u64,
-    leaf: u32,
-    data: Arc<[u8]>,
-}
-
 /// A resident bucket ([`TaoOram::keep_top_resident`]) as a write-back wrote it, open: what
 /// the durable engine logs instead of the sealed cell ([`TaoOram::take_top_written`]).
 #[derive(Debug)]
@@ -325,51 +296,12 @@ pub(crate) struct TopWritten {
     pub(crate) blocks: Vec<(u64, u32, Arc<[u8]>)>,
 }
 
-/// A bucket held in the subtree.
-#[derive(Debug)]
-struct Node {
-    slots: Vec<Slot>,
-    /// Value of the modification clock when this bucket last changed.
-    modified: u64,
-    /// Value of the clock at which the store's copy last held these contents (when the bucket
-    /// was fetched, or the write-back snapshot that wrote it): contents unchanged since iff
-    /// `modified <= saved`.
-    saved: u64,
-}
-
-impl Node {
-    /// The ids of the blocks it holds, sorted.
-    fn block_ids(&self) -> Vec<u64> {
-        let mut ids: Vec<u64> = self.slots.iter().map(|e| e.id).collect();
-        ids.sort_unstable();
-        ids
-    }
-}
-
-/// A request waiting for the real read of its block.
-struct Waiter {
-    op: Op,
-    reply: oneshot::Sender<Vec<u8>>,
-}
-
 struct State {
-    posmap: Vec<u32>,
-    stash: HashMap<u64, Slot>,
-    subtree: HashMap<u64, Node>,
-    /// Fetched-or-requested paths not yet written back that cover each bucket.
-    pins: HashMap<u64, u32>,
+    /// Position map, stash, subtree, pins and batching: everything but the I/O.
+    scheme: TaoScheme,
     versions: VersionTable,
-    /// Blocks with a real read in flight, with the requests that arrived for them since.
-    pending: HashMap<u64, Vec<Waiter>>,
-    /// Paths fetched and evicted since the last write-back snapshot.
-    batch: Vec<Leaf>,
-    clock: u64,
-    /// Buckets `0 .. resident` (the tree top a [`crate::pinned::PinnedStore`] keeps in trusted
-    /// memory) stay in the subtree once fetched and are written back only when they changed;
-    /// see [`TaoOram::keep_top_resident`].
-    resident: u64,
-    /// Resident buckets now in the subtree (not counted against `subtree_limit`).
-    resident_held: usize,
+    /// Fake reads waiting for the real read of their block ([`TaoScheme::arrive`] names them).
+    waiters: HashMap<Ticket, oneshot::Sender<Vec<u8>>>,
     /// Resident buckets that write-backs left alone because they had not changed.
     top_unchanged: u64,
     /// Resident buckets written back since [`TaoOram::take_top_written`] last took them, the
@@ -378,9 +310,6 @@ struct State {
     /// Resident buckets written back (to `top_written`) but not sealed since; see
     /// [`TaoOram::seal_top`].
     top_unsealed: BTreeSet<u64>,
-    /// Resident buckets that entered the subtree since [`TaoOram::take_newly_open`].
-    newly_open: Vec<u64>,
-    rng: ChaCha20Rng,
     /// Released when the most recent request's reply is released.
     seq_tail: Option<oneshot::Receiver<()>>,
     /// Closed batches waiting for the writer.
@@ -389,20 +318,13 @@ struct State {
     wb_running: bool,
     in_flight: usize,
     poisoned: bool,
-    stats: TaoStats,
 }
 
 impl State {
-    /// Buckets in the subtree that count against `subtree_limit` (every one but the resident
-    /// tree top).
-    fn held(&self) -> usize {
-        self.subtree.len() - self.resident_held
-    }
-
     /// No request in flight, no batch open, no write-back running: what
     /// [`TaoOram::export_state`] and [`TaoOram::seal_top`] need (after a flush).
     fn check_quiescent(&self) -> Result<()> {
-        if self.in_flight != 0 || !self.batch.is_empty() || self.wb_running {
+        if self.in_flight != 0 || self.scheme.batch_open() || self.wb_running {
             return Err(ProxyError::State(
                 "TaoStore engine is not quiescent: flush with no request in flight first".into(),
             ));
@@ -412,28 +334,37 @@ impl State {
 
     /// Whether bucket `b` is part of the resident tree top ([`TaoOram::keep_top_resident`]).
     fn is_resident(&self, b: u64) -> bool {
-        b < self.resident
+        self.scheme.is_resident(BucketId(b))
     }
 
-    /// Puts a fetched bucket into the subtree unless a copy is there already (another request
-    /// brought it in meanwhile: its copy is as fresh or fresher).
-    fn insert_fetched(&mut self, b: u64, slots: Vec<Slot>, clock: u64) {
-        if let MapEntry::Vacant(v) = self.subtree.entry(b) {
-            v.insert(Node { slots, modified: clock, saved: clock });
-            if self.is_resident(b) {
-                self.resident_held += 1;
-                self.newly_open.push(b);
+    /// A request entered: one more in flight.
+    fn admit(&mut self) {
+        self.in_flight += 1;
+        let stats = self.scheme.stats_mut();
+        stats.max_in_flight = stats.max_in_flight.max(self.in_flight);
+    }
+
+    /// Hands the waiting fake reads their answers.
+    fn answer_waiters(&mut self, answered: Vec<(Ticket, Vec<u8>)>) {
+        for (ticket, data) in answered {
+            if let Some(reply) = self.waiters.remove(&ticket) {
+                // A waiter whose task is gone has nobody to answer.
+                let _ = reply.send(data);
             }
         }
     }
 
-    fn random_leaf(&mut self, shape: TreeShape) -> Leaf {
-        Leaf(self.rng.gen_range(0..shape.leaves()))
+    /// Queues a closed batch for the writer; returns whether the writer must be started.
+    fn queue_batch(&mut self, paths: Vec<Leaf>) -> bool {
+        self.wb_queue.push(paths);
+        !std::mem::replace(&mut self.wb_running, true)
     }
 }
 
 struct Shared {
     config: TaoConfig,
+    /// The scheme's parameters, for encoding and decoding buckets outside the lock.
+    scheme: TaoSchemeConfig,
     store: Arc<dyn Store>,
     sealer: CellSealer,
     retry: RetryPolicy,
@@ -464,23 +395,14 @@ impl std::fmt::Debug for TaoOram {
     }
 }
 
-/// What a request learned at arrival.
-enum Kind {
-    Real(Op),
-    Fake(oneshot::Receiver<Vec<u8>>),
-    /// A sweep path ([`TaoOram::sweep`]): read and written back, answering nobody.
-    Sweep,
-}
-
 struct Begun {
-    block: u64,
-    leaf: Leaf,
-    kind: Kind,
+    request: TaoRequest,
+    /// A fake read's answer, sent when the real read of its block arrives.
+    later: Option<oneshot::Receiver<Vec<u8>>>,
     prev: Option<oneshot::Receiver<()>>,
     release: oneshot::Sender<()>,
     /// When set, the path is read only once this turns `true` (the reveal is logged).
     go: Option<watch::Receiver<bool>>,
-    reveal: Reveal,
 }
 
 impl TaoOram {
@@ -516,49 +438,30 @@ impl TaoOram {
         let config = state.config;
         check_geometry(store.geometry(), config.geometry()?)?;
         let bad = |m: &str| Err(ProxyError::State(format!("imported TaoStore state: {m}")));
-        if state.posmap.len() as u64 != config.blocks() {
-            return bad("position map size does not match the configuration");
-        }
         if state.versions.len() != config.tree.total_cells() {
             return bad("version table size does not match the configuration");
         }
-        let leaves = config.shape().leaves();
-        let mut stash = HashMap::with_capacity(state.stash.len());
-        for (id, leaf, data) in state.stash {
-            if id >= config.blocks()
-                || u64::from(leaf) >= leaves
-                || data.len() != config.block_size() as usize
-            {
-                return bad("stash entry out of range");
-            }
-            stash.insert(id, Slot { id, leaf, data: data.into() });
-        }
+        let scheme_config = config.scheme()?;
+        let scheme =
+            TaoScheme::new(scheme_config.clone(), state.posmap, state.stash, state.stats, rng)
+                .map_err(|e| ProxyError::State(format!("imported TaoStore state: {e}")))?;
         let st = State {
-            posmap: state.posmap,
-            stash,
-            subtree: HashMap::new(),
-            pins: HashMap::new(),
+            scheme,
             versions: state.versions,
-            pending: HashMap::new(),
-            batch: Vec::new(),
-            clock: 0,
-            resident: 0,
-            resident_held: 0,
+            waiters: HashMap::new(),
             top_unchanged: 0,
             top_written: None,
             top_unsealed: BTreeSet::new(),
-            newly_open: Vec::new(),
-            rng,
             seq_tail: None,
             wb_queue: Vec::new(),
             wb_running: false,
             in_flight: 0,
             poisoned: false,
-            stats: state.stats,
         };
         Ok(Self {
             shared: Arc::new(Shared {
                 config,
+                scheme: scheme_config,
                 store,
                 sealer,
                 retry: RetryPolicy::default(),
@@ -620,8 +523,7 @@ impl TaoOram {
     /// rotating the key: a sweep must re-seal every cell. The open copies count as trusted
     /// memory ([`TaoOram::trusted_bytes`]) but not against `subtree_limit`.
     pub fn keep_top_resident(&self, buckets: u64) {
-        let mut s = self.shared.state.lock();
-        s.resident = buckets.min(self.shared.shape().buckets());
+        self.shared.state.lock().scheme.keep_top_resident(buckets);
     }
 
     /// From now on, a write-back of a resident bucket ([`TaoOram::keep_top_resident`]) neither
@@ -637,7 +539,7 @@ impl TaoOram {
     /// The resident buckets that entered the subtree, open, since the last call. They stay
     /// there for good, and the engine never reads the store's copies of them again.
     pub(crate) fn take_newly_open(&self) -> Vec<u64> {
-        std::mem::take(&mut self.shared.state.lock().newly_open)
+        self.shared.state.lock().scheme.take_newly_open().into_iter().map(|b| b.0).collect()
     }
 
     /// Seals, under their current versions, the resident buckets written back since the last
@@ -645,7 +547,7 @@ impl TaoOram {
     /// the store below to hold before its copies are read outside the engine (a verify).
     /// Only when quiescent, as [`TaoOram::export_state`].
     pub(crate) fn seal_top(&self, also: &[u64]) -> Result<Vec<(u64, Vec<u8>)>> {
-        let open: Vec<(u64, u64, Vec<Slot>)> = {
+        let open: Vec<(u64, u64, Vec<TaoBlock>)> = {
             let mut s = self.shared.state.lock();
             s.check_quiescent()?;
             let mut cells = std::mem::take(&mut s.top_unsealed);
@@ -654,17 +556,17 @@ impl TaoOram {
                 .into_iter()
                 .map(|b| {
                     // A resident bucket, once in the subtree, stays there.
-                    let node = s.subtree.get(&b).ok_or_else(|| {
+                    let blocks = s.scheme.held_bucket(BucketId(b)).ok_or_else(|| {
                         ProxyError::State(format!("tree top bucket {b} is not held open"))
                     })?;
-                    Ok((b, s.versions.get(b), node.slots.clone()))
+                    Ok((b, s.versions.get(b), blocks.to_vec()))
                 })
                 .collect::<Result<_>>()?
         };
         let sh = &self.shared;
         let mut sealed = Vec::with_capacity(open.len());
-        for (b, version, slots) in open {
-            let cell = seal_cell(&sh.sealer, CellId(b), version, &sh.encode_bucket(&slots))?;
+        for (b, version, blocks) in open {
+            let cell = seal_cell(&sh.sealer, CellId(b), version, &sh.encode_bucket(&blocks))?;
             sealed.push((b, version, cell));
         }
         let mut s = sh.state.lock();
@@ -681,13 +583,12 @@ impl TaoOram {
         let s = self.shared.state.lock();
         s.check_quiescent()?;
         let mut out: Vec<TopWritten> = s
-            .subtree
-            .iter()
-            .filter(|(&b, _)| s.is_resident(b))
-            .map(|(&b, n)| TopWritten {
-                cell: b,
-                version: s.versions.get(b),
-                blocks: n.slots.iter().map(|e| (e.id, e.leaf, e.data.clone())).collect(),
+            .scheme
+            .resident_buckets()
+            .map(|(b, blocks)| TopWritten {
+                cell: b.0,
+                version: s.versions.get(b.0),
+                blocks: blocks.iter().map(|e| (e.id, e.leaf, e.data.clone())).collect(),
             })
             .collect();
         out.sort_unstable_by_key(|w| w.cell);
@@ -766,15 +667,12 @@ impl TaoOram {
             if s.poisoned {
                 return Err(ProxyError::Poisoned);
             }
+            let request =
+                s.scheme.start_sweep(Leaf(leaf)).map_err(|e| ProxyError::State(e.to_string()))?;
             let (release, rx) = oneshot::channel();
             let prev = s.seq_tail.replace(rx);
-            let leaf = Leaf(leaf);
-            for b in self.shared.path_buckets(leaf) {
-                *s.pins.entry(b).or_insert(0) += 1;
-            }
             s.in_flight += 1;
-            let reveal = Reveal { block: u64::MAX, read: leaf.0 as u32, new: leaf.0 as u32 };
-            Begun { block: u64::MAX, leaf, kind: Kind::Sweep, prev, release, go: None, reveal }
+            Begun { request, later: None, prev, release, go: None }
         };
         let shared = Arc::clone(&self.shared);
         Ok(Reply(tokio::spawn(async move { shared.finish(begun).await })))
@@ -804,7 +702,7 @@ impl TaoOram {
             for (block, op) in ops {
                 begun.push(self.shared.begin_locked(&mut guard, block, op, Some(rx.clone()))?);
             }
-            let reveals: Vec<Reveal> = begun.iter().map(|b| b.reveal).collect();
+            let reveals: Vec<Reveal> = begun.iter().map(|b| b.request.reveal()).collect();
             journal(&reveals);
             begun
         };
@@ -832,7 +730,8 @@ impl TaoOram {
         sh.wait_until(|s| {
             s.poisoned
                 || s.in_flight == 0
-                || s.held().saturating_add((s.in_flight + n).saturating_mul(per_path)) <= high
+                || s.scheme.held().saturating_add((s.in_flight + n).saturating_mul(per_path))
+                    <= high
         })
         .await
     }
@@ -850,121 +749,33 @@ impl TaoOram {
     /// flight), so that path is among the ones read here, or the block is in the stash.
     pub async fn replay_reveals(&self, reveals: &[Reveal]) -> Result<()> {
         let sh = &self.shared;
-        let leaves = sh.shape().leaves();
-        if let Some(r) = reveals.iter().find(|r| {
-            r.block >= sh.config.blocks()
-                || u64::from(r.read) >= leaves
-                || u64::from(r.new) >= leaves
-        }) {
-            return Err(ProxyError::State(format!(
-                "logged reveal names block {} or a leaf out of range",
-                r.block
-            )));
-        }
         {
             let s = sh.state.lock();
-            if s.in_flight != 0 || !s.subtree.is_empty() || !s.batch.is_empty() {
+            s.scheme.replay_check(reveals).map_err(|e| ProxyError::State(e.to_string()))?;
+            if s.in_flight != 0 {
                 return Err(ProxyError::State("replay needs a fresh, quiescent engine".into()));
             }
         }
         for r in reveals {
-            let leaf = Leaf(u64::from(r.read));
-            let buckets: Vec<u64> = sh.path_buckets(leaf).collect();
-            {
-                let mut s = sh.state.lock();
-                for &b in &buckets {
-                    *s.pins.entry(b).or_insert(0) += 1;
-                }
-            }
-            let cells: Vec<CellId> = buckets.iter().map(|&b| CellId(b)).collect();
-            let fetched = with_retry(sh.retry, || sh.store.read(&cells)).await;
-            let fetched = match fetched {
+            let buckets = sh.state.lock().scheme.replay_read(r);
+            let cells: Vec<CellId> = buckets.iter().map(|b| CellId(b.0)).collect();
+            let fetched = match with_retry(sh.retry, || sh.store.read(&cells)).await {
                 Ok(f) => f,
                 Err(e) => {
                     sh.state.lock().poisoned = true;
                     return Err(e.into());
                 }
             };
-            let mut opened = Vec::new();
-            {
-                let s = sh.state.lock();
-                for (i, raw) in fetched.into_iter().enumerate() {
-                    if s.subtree.contains_key(&buckets[i]) {
-                        continue;
-                    }
-                    let b = buckets[i];
-                    opened.push((i, s.versions.get(b), s.versions.epoch(b), raw));
+            let opened = match sh.open_fetched(&buckets, fetched.into_iter().map(Some).collect()) {
+                Ok(opened) => opened,
+                Err(e) => {
+                    sh.state.lock().poisoned = true;
+                    return Err(e);
                 }
-            }
-            let mut nodes = Vec::with_capacity(opened.len());
-            for (i, version, epoch, raw) in opened {
-                let slots = if version == 0 {
-                    Vec::new()
-                } else {
-                    match open_cell(&sh.sealer, cells[i], version, epoch, raw)
-                        .and_then(|plain| sh.decode_bucket(&plain))
-                    {
-                        Ok(slots) => slots,
-                        Err(e) => {
-                            sh.state.lock().poisoned = true;
-                            return Err(e);
-                        }
-                    }
-                };
-                nodes.push((buckets[i], slots));
-            }
-            let mut s = sh.state.lock();
-            s.clock += 1;
-            let clock = s.clock;
-            for (b, slots) in nodes {
-                s.insert_fetched(b, slots, clock);
-            }
-            // Changes from now on are after the fetched copies.
-            s.clock += 1;
-            s.stats.paths_fetched += 1;
+            };
+            sh.state.lock().scheme.replay_arrive(opened);
         }
-        let mut guard = sh.state.lock();
-        let s = &mut *guard;
-        // Last logged leaf wins: the reveals are in arrival order.
-        let mut last: HashMap<u64, u32> = HashMap::new();
-        for r in reveals {
-            last.insert(r.block, r.new);
-            s.posmap[r.block as usize] = r.new + 1;
-        }
-        // Take every such block out of the subtree into the stash, on its new leaf.
-        for node in s.subtree.values_mut() {
-            let mut i = 0;
-            while i < node.slots.len() {
-                if last.contains_key(&node.slots[i].id) {
-                    let e = node.slots.swap_remove(i);
-                    node.modified = s.clock;
-                    s.stash.insert(e.id, e);
-                } else {
-                    i += 1;
-                }
-            }
-        }
-        for (id, leaf) in &last {
-            if let Some(e) = s.stash.get_mut(id) {
-                e.leaf = *leaf;
-            }
-        }
-        for r in reveals {
-            let leaf = Leaf(u64::from(r.read));
-            let buckets: Vec<u64> = sh.path_buckets(leaf).collect();
-            sh.evict(s, leaf, &buckets);
-            s.batch.push(leaf);
-        }
-        s.stats.max_stash = s.stats.max_stash.max(s.stash.len());
-        s.stats.max_subtree = s.stats.max_subtree.max(s.held());
-        if s.stash.len() > sh.config.stash_limit {
-            return Err(ProxyError::Capacity(format!(
-                "stash holds {} blocks after replaying the reveal log, limit {}",
-                s.stash.len(),
-                sh.config.stash_limit
-            )));
-        }
-        Ok(())
+        sh.state.lock().scheme.replay_settle(reveals).map_err(ProxyError::Capacity)
     }
 
     /// Waits until no request is in flight, writes back every path fetched so far (an
@@ -979,7 +790,10 @@ impl TaoOram {
             if s.poisoned {
                 return Err(ProxyError::Poisoned);
             }
-            !s.batch.is_empty() && sh.close_batch(&mut s)
+            match s.scheme.close_batch() {
+                Some(paths) => s.queue_batch(paths),
+                None => false,
+            }
         };
         if job {
             sh.spawn_writer();
@@ -1001,68 +815,54 @@ impl TaoOram {
         }
         s.check_quiescent()?;
         // What a flush leaves: nothing but resident buckets, each as the store holds it.
-        if !s.subtree.iter().all(|(&b, n)| s.is_resident(b) && n.modified <= n.saved) {
+        if !s.scheme.settled() {
             return Err(ProxyError::State(
                 "TaoStore engine is not quiescent: buckets wait for their write-back; flush first"
                     .into(),
             ));
         }
-        let mut stash: Vec<_> = s.stash.values().map(|e| (e.id, e.leaf, e.data.to_vec())).collect();
-        stash.sort_unstable_by_key(|e| e.0);
+        let (posmap, stash) = s.scheme.export();
         Ok(TaoState {
             config: self.shared.config.clone(),
-            posmap: s.posmap.clone(),
+            posmap,
             stash,
             versions: s.versions.clone(),
-            stats: s.stats.clone(),
+            stats: s.scheme.stats().clone(),
         })
     }
 
     /// Statistics so far.
     pub fn stats(&self) -> TaoStats {
-        self.shared.state.lock().stats.clone()
+        self.shared.state.lock().scheme.stats().clone()
     }
 
     /// Blocks in the stash now.
     pub fn stash_len(&self) -> usize {
-        self.shared.state.lock().stash.len()
+        self.shared.state.lock().scheme.stash_len()
     }
 
     /// Buckets in the subtree now, the resident tree top aside
     /// ([`TaoOram::keep_top_resident`]).
     pub fn subtree_len(&self) -> usize {
-        self.shared.state.lock().held()
+        self.shared.state.lock().scheme.held()
     }
 
     /// Bytes of trusted memory now: position map, stash, subtree and version table.
     pub fn trusted_bytes(&self) -> u64 {
         let s = self.shared.state.lock();
         let block = u64::from(self.shared.config.block_size()) + SLOT_HEADER as u64;
-        let slots: u64 = s.subtree.values().map(|n| n.slots.len() as u64).sum();
-        s.posmap.len() as u64 * 4
-            + (s.stash.len() as u64 + slots) * block
-            + s.subtree.len() as u64 * 16
+        let scheme = &s.scheme;
+        let slots = scheme.subtree_blocks() as u64;
+        scheme.posmap_len() as u64 * 4
+            + (scheme.stash_len() as u64 + slots) * block
+            + scheme.subtree_buckets() as u64 * 16
             + s.versions.trusted_bytes()
     }
 
     /// Blocks whose current path crosses one of the cells `bad` (which, while those cells are
     /// damaged, cannot be read), sorted. Blocks in the stash are not among them.
     pub fn blocks_through(&self, bad: &[u64]) -> Vec<u64> {
-        let bad: std::collections::HashSet<u64> = bad.iter().copied().collect();
-        let s = self.shared.state.lock();
-        let mut out: Vec<u64> = s
-            .posmap
-            .iter()
-            .enumerate()
-            .filter(|(id, &v)| {
-                v > 0
-                    && !s.stash.contains_key(&(*id as u64))
-                    && self.shared.path_buckets(Leaf(u64::from(v - 1))).any(|b| bad.contains(&b))
-            })
-            .map(|(id, _)| id as u64)
-            .collect();
-        out.sort_unstable();
-        out
+        self.shared.state.lock().scheme.blocks_through(bad)
     }
 
     /// Whether a failure poisoned the instance.
@@ -1076,36 +876,17 @@ impl Shared {
         self.config.shape()
     }
 
-    fn path_buckets(&self, leaf: Leaf) -> impl Iterator<Item = u64> {
-        let shape = self.shape();
-        (0..shape.levels()).map(move |l| shape.bucket_on_path(leaf, l).0)
-    }
-
-    /// Checks one request's arguments.
-    fn validate(&self, block: BlockId, op: &Op) -> Result<()> {
-        let config = &self.config;
-        if block.0 >= config.blocks() {
-            return Err(
-                OramError::BlockOutOfRange { block: block.0, blocks: config.blocks() }.into()
-            );
-        }
-        if let Op::Write(d) = op {
-            if d.len() != config.block_size() as usize {
-                return Err(OramError::WrongBlockSize {
-                    got: d.len(),
-                    expected: config.block_size(),
-                }
-                .into());
-            }
-        }
-        Ok(())
-    }
-
-    /// Arrival: sequencer ticket, leaf lookup and remap, real or fake read, pins. No I/O.
+    /// Arrival: sequencer ticket, then the scheme's leaf lookup, remap and choice of a real or
+    /// fake read. No I/O.
     fn begin(&self, block: BlockId, op: Op) -> Result<Begun> {
         self.validate(block, &op)?;
         let mut guard = self.state.lock();
         self.begin_locked(&mut guard, block, op, None)
+    }
+
+    /// Checks one request's arguments.
+    fn validate(&self, block: BlockId, op: &Op) -> Result<()> {
+        Ok(self.scheme.validate(block, op)?)
     }
 
     /// [`Shared::begin`] with the state locked and the arguments validated.
@@ -1116,47 +897,25 @@ impl Shared {
         op: Op,
         go: Option<watch::Receiver<bool>>,
     ) -> Result<Begun> {
-        let shape = self.shape();
         if s.poisoned {
             return Err(ProxyError::Poisoned);
         }
         let (release, rx) = oneshot::channel();
         let prev = s.seq_tail.replace(rx);
-        let id = block.0;
-        let old = match s.posmap[id as usize] {
-            0 => s.random_leaf(shape),
-            v => Leaf(u64::from(v - 1)),
-        };
-        let fresh = s.random_leaf(shape);
-        s.posmap[id as usize] = fresh.0 as u32 + 1;
-        let (leaf, kind) = match s.pending.get_mut(&id) {
-            Some(waiters) => {
-                // A real read of this block is in flight: answer from it, and meanwhile read
-                // a path that is as random as any other request's.
-                let (reply, answer) = oneshot::channel();
-                waiters.push(Waiter { op, reply });
-                s.stats.fake_reads += 1;
-                (s.random_leaf(shape), Kind::Fake(answer))
-            }
-            None => {
-                s.pending.insert(id, Vec::new());
-                (old, Kind::Real(op))
-            }
-        };
-        for b in self.path_buckets(leaf) {
-            *s.pins.entry(b).or_insert(0) += 1;
-        }
-        s.in_flight += 1;
-        s.stats.requests += 1;
-        s.stats.max_in_flight = s.stats.max_in_flight.max(s.in_flight);
-        let reveal = Reveal { block: id, read: leaf.0 as u32, new: fresh.0 as u32 };
-        Ok(Begun { block: id, leaf, kind, prev, release, go, reveal })
+        let request = s.scheme.start(block, op);
+        let later = request.is_fake().then(|| {
+            let (reply, answer) = oneshot::channel();
+            s.waiters.insert(request.ticket(), reply);
+            answer
+        });
+        s.admit();
+        Ok(Begun { request, later, prev, release, go })
     }
 
     /// Serves a request, then releases its reply in arrival order.
     async fn finish(self: Arc<Self>, begun: Begun) -> Result<Vec<u8>> {
-        let Begun { block, leaf, kind, prev, release, go, .. } = begun;
-        let result = self.serve(block, leaf, kind, go).await;
+        let Begun { request, later, prev, release, go } = begun;
+        let result = self.serve(request, later, go).await;
         if let Some(prev) = prev {
             // An error means the earlier request's task is gone; its reply is released too.
             let _ = prev.await;
@@ -1167,18 +926,18 @@ impl Shared {
 
     async fn serve(
         self: &Arc<Self>,
-        block: u64,
-        leaf: Leaf,
-        kind: Kind,
+        request: TaoRequest,
+        later: Option<oneshot::Receiver<Vec<u8>>>,
         go: Option<watch::Receiver<bool>>,
     ) -> Result<Vec<u8>> {
-        let real = matches!(kind, Kind::Real(_));
+        let real = request.is_real();
+        let block = request.block();
         let allowed = match go {
             Some(mut go) => go.wait_for(|v| *v).await.is_ok(),
             None => true,
         };
         let outcome = if allowed {
-            self.fetch_and_evict(block, leaf, kind).await
+            self.fetch_and_evict(request).await
         } else {
             Err(ProxyError::State("the reveal log could not be written; path not read".into()))
         };
@@ -1193,7 +952,9 @@ impl Shared {
                 Err(e) => {
                     if real {
                         // Dropping the waiters tells them the read failed.
-                        s.pending.remove(&block);
+                        for ticket in s.scheme.abandon(block) {
+                            s.waiters.remove(&ticket);
+                        }
                     }
                     s.poisoned = true;
                     tracing::warn!(error = %e, "TaoStore request failed; instance poisoned");
@@ -1203,177 +964,78 @@ impl Shared {
         };
         self.changed.notify_waiters();
         match answer? {
-            Answer::Now(data) => Ok(data),
-            Answer::Later(rx) => rx.await.map_err(|_| ProxyError::Poisoned),
+            Some(data) => Ok(data),
+            None => match later {
+                Some(rx) => rx.await.map_err(|_| ProxyError::Poisoned),
+                None => Err(ProxyError::State("TaoStore request left unanswered".into())),
+            },
         }
     }
 
-    /// Fetches the path, merges it into the subtree, answers (if real), evicts, and plans a
-    /// write-back every `k` paths.
-    async fn fetch_and_evict(
-        self: &Arc<Self>,
-        block: u64,
-        leaf: Leaf,
-        kind: Kind,
-    ) -> Result<(Answer, Option<String>)> {
-        let buckets: Vec<u64> = self.path_buckets(leaf).collect();
-        let cells: Vec<CellId> = buckets.iter().map(|&b| CellId(b)).collect();
-        // Resident buckets already held open need no read (they never leave the subtree, and
-        // the store below keeps them in trusted memory: the untrusted store sees the same).
-        let wanted: Vec<usize> = {
+    /// Opens the fetched copies of the path `buckets` that the scheme needs (those not in the
+    /// subtree), under their trusted versions, outside the lock.
+    fn open_fetched(
+        &self,
+        buckets: &[BucketId],
+        mut fetched: Vec<Option<Vec<u8>>>,
+    ) -> Result<Vec<(BucketId, Vec<TaoBlock>)>> {
+        // Which fetched buckets are not in the subtree yet, and their trusted versions
+        // (version, key epoch).
+        let absent: Vec<(usize, u64, u32)> = {
             let s = self.state.lock();
-            (0..buckets.len())
-                .filter(|&i| !(s.is_resident(buckets[i]) && s.subtree.contains_key(&buckets[i])))
+            s.scheme
+                .to_open(buckets)
+                .into_iter()
+                .map(|i| (i, s.versions.get(buckets[i].0), s.versions.epoch(buckets[i].0)))
                 .collect()
         };
+        let mut opened = Vec::with_capacity(absent.len());
+        for (i, version, epoch) in absent {
+            let raw = fetched[i].take().unwrap_or_default();
+            let blocks = if version == 0 {
+                Vec::new()
+            } else {
+                let plain = open_cell(&self.sealer, CellId(buckets[i].0), version, epoch, raw)?;
+                self.scheme.decode_bucket(&plain)?
+            };
+            opened.push((buckets[i], blocks));
+        }
+        Ok(opened)
+    }
+
+    /// Fetches the path, opens what the scheme needs, and lets the scheme answer, evict and
+    /// close a batch every `k` paths.
+    async fn fetch_and_evict(
+        self: &Arc<Self>,
+        request: TaoRequest,
+    ) -> Result<(Option<Vec<u8>>, Option<String>)> {
+        let buckets: Vec<BucketId> = self.scheme.path(request.leaf()).collect();
+        // Resident buckets already held open need no read (they never leave the subtree, and
+        // the store below keeps them in trusted memory: the untrusted store sees the same).
+        let wanted = self.state.lock().scheme.to_fetch(&buckets);
         let mut fetched: Vec<Option<Vec<u8>>> = vec![None; buckets.len()];
         if !wanted.is_empty() {
-            let read: Vec<CellId> = wanted.iter().map(|&i| cells[i]).collect();
+            let read: Vec<CellId> = wanted.iter().map(|&i| CellId(buckets[i].0)).collect();
             let raw = with_retry(self.retry, || self.store.read(&read)).await?;
             for (i, cell) in wanted.into_iter().zip(raw) {
                 fetched[i] = Some(cell);
             }
         }
-
-        // Which fetched buckets are not in the subtree yet, and their trusted versions
-        // (version, key epoch).
-        let absent: Vec<(usize, (u64, u32))> = {
-            let s = self.state.lock();
-            buckets
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| !s.subtree.contains_key(b))
-                .map(|(i, &b)| (i, (s.versions.get(b), s.versions.epoch(b))))
-                .collect()
-        };
-        // Decrypt outside the lock.
-        let mut opened = Vec::with_capacity(absent.len());
-        for (i, (version, epoch)) in absent {
-            let raw = fetched[i].take().unwrap_or_default();
-            let slots = if version == 0 {
-                Vec::new()
-            } else {
-                let plain = open_cell(&self.sealer, cells[i], version, epoch, raw)?;
-                self.decode_bucket(&plain)?
-            };
-            opened.push((buckets[i], slots));
-        }
+        let opened = self.open_fetched(&buckets, fetched)?;
 
         let mut guard = self.state.lock();
         let s = &mut *guard;
-        s.clock += 1;
-        let clock = s.clock;
-        for (b, slots) in opened {
-            s.insert_fetched(b, slots, clock);
-        }
-        // Changes from now on are after the fetched copies.
-        s.clock += 1;
-        let answer = match kind {
-            Kind::Real(op) => Answer::Now(self.answer(s, block, &buckets, op)?),
-            Kind::Fake(rx) => Answer::Later(rx),
-            Kind::Sweep => Answer::Now(Vec::new()),
-        };
-        s.stats.paths_fetched += 1;
-        self.evict(s, leaf, &buckets);
-        s.stats.max_stash = s.stats.max_stash.max(s.stash.len());
-        s.stats.max_subtree = s.stats.max_subtree.max(s.held());
-        s.batch.push(leaf);
-        let job = s.batch.len() >= self.config.write_back_every && self.close_batch(s);
-        let over = if s.stash.len() > self.config.stash_limit {
-            Some(format!("stash holds {} blocks, limit {}", s.stash.len(), self.config.stash_limit))
-        } else if s.held() > self.config.subtree_limit {
-            Some(format!("subtree holds {} buckets, limit {}", s.held(), self.config.subtree_limit))
-        } else {
-            None
+        let arrived = s.scheme.arrive(request, opened);
+        s.answer_waiters(arrived.answered);
+        let job = match arrived.closed {
+            Some(paths) => s.queue_batch(paths),
+            None => false,
         };
         drop(guard);
         if job {
             self.spawn_writer();
         }
-        Ok((answer, over))
-    }
-
-    /// Serves a real read: finds the block on its old path or in the stash, applies this
-    /// request's operation and then those of the requests that arrived for it meanwhile, in
-    /// arrival order, and gives it its newest leaf.
-    fn answer(&self, s: &mut State, block: u64, path: &[u64], op: Op) -> Result<Vec<u8>> {
-        let mut found = s.stash.remove(&block);
-        if found.is_none() {
-            for b in path {
-                let node = s.subtree.get_mut(b).expect("the whole path is in the subtree");
-                if let Some(i) = node.slots.iter().position(|e| e.id == block) {
-                    found = Some(node.slots.swap_remove(i));
-                    node.modified = s.clock;
-                    break;
-                }
-            }
-        }
-        let zeros = || -> Arc<[u8]> { vec![0u8; self.config.block_size() as usize].into() };
-        let mut current: Option<Arc<[u8]>> = found.map(|e| e.data);
-        let mut apply = |op: Op| -> Vec<u8> {
-            let before = current.clone().unwrap_or_else(zeros).to_vec();
-            if let Op::Write(data) = op {
-                current = Some(data.into());
-            }
-            before
-        };
-        let mine = apply(op);
-        let waiters = s.pending.remove(&block).unwrap_or_default();
-        for w in waiters {
-            let before = apply(w.op);
-            // A waiter whose task is gone has nobody to answer.
-            let _ = w.reply.send(before);
-        }
-        if let Some(data) = current {
-            let leaf = s.posmap[block as usize];
-            debug_assert!(leaf > 0, "an accessed block has a leaf");
-            s.stash.insert(block, Slot { id: block, leaf: leaf - 1, data });
-        }
-        Ok(mine)
-    }
-
-    /// Greedy eviction of the stash and the path to `leaf` into the path's buckets (all in the
-    /// subtree), deepest first.
-    fn evict(&self, s: &mut State, leaf: Leaf, path: &[u64]) {
-        let shape = self.shape();
-        let z = self.config.z() as usize;
-        let levels = path.len();
-        let mut by_depth: Vec<Vec<Slot>> = vec![Vec::new(); levels];
-        // Each bucket's blocks before, to tell which buckets this eviction changed (a block
-        // is never changed in place, so the same ids mean the same contents).
-        let mut before: Vec<Vec<u64>> = Vec::with_capacity(levels);
-        for b in path {
-            let node = s.subtree.get_mut(b).expect("the whole path is in the subtree");
-            before.push(node.block_ids());
-            for e in node.slots.drain(..) {
-                let d = shape.common_depth(leaf, Leaf(u64::from(e.leaf)));
-                by_depth[d as usize].push(e);
-            }
-        }
-        for (_, e) in s.stash.drain() {
-            let d = shape.common_depth(leaf, Leaf(u64::from(e.leaf)));
-            by_depth[d as usize].push(e);
-        }
-        let mut pool: Vec<Slot> = Vec::new();
-        for level in (0..levels).rev() {
-            pool.append(&mut by_depth[level]);
-            let node = s.subtree.get_mut(&path[level]).expect("the whole path is in the subtree");
-            let take = pool.len().min(z);
-            node.slots.extend(pool.drain(pool.len() - take..));
-            if node.block_ids() != before[level] {
-                node.modified = s.clock;
-            }
-        }
-        for e in pool {
-            s.stash.insert(e.id, e);
-        }
-    }
-
-    /// Closes the current batch; returns whether the writer must be started.
-    fn close_batch(&self, s: &mut State) -> bool {
-        let paths = std::mem::take(&mut s.batch);
-        s.wb_queue.push(paths);
-        !std::mem::replace(&mut s.wb_running, true)
+        Ok((arrived.answer, arrived.over))
     }
 
     fn spawn_writer(self: &Arc<Self>) {
@@ -1392,7 +1054,7 @@ impl Shared {
     /// write covers depends only on when requests arrived and when the store answered.
     async fn writer(&self) {
         loop {
-            let (paths, cells, clock, top) = {
+            let (paths, wb, cells, top) = {
                 let mut guard = self.state.lock();
                 let s = &mut *guard;
                 if s.wb_queue.is_empty() || s.poisoned {
@@ -1402,49 +1064,35 @@ impl Shared {
                     return;
                 }
                 let batches = std::mem::take(&mut s.wb_queue);
-                s.stats.write_backs += batches.len() as u64;
+                s.scheme.stats_mut().write_backs += batches.len() as u64;
                 let paths: Vec<Leaf> = batches.into_iter().flatten().collect();
-                let mut buckets: Vec<u64> =
-                    paths.iter().flat_map(|&l| self.path_buckets(l)).collect();
-                buckets.sort_unstable();
-                buckets.dedup();
-                let mut cells = Vec::with_capacity(buckets.len());
+                let mut wb = s.scheme.snapshot(&paths);
+                s.top_unchanged += wb.unchanged;
+                let mut cells = Vec::with_capacity(wb.buckets.len());
                 // Resident buckets handed over open instead of sealed (record_top_writes).
                 let mut top = Vec::new();
-                for b in buckets {
-                    // Pinned buckets stay in the subtree until written back.
-                    let node = s.subtree.get(&b);
-                    debug_assert!(node.is_some(), "pinned buckets stay in the subtree");
-                    if s.is_resident(b) && node.is_some_and(|n| n.modified <= n.saved) {
-                        // A resident bucket the store below already holds as it is.
-                        s.top_unchanged += 1;
-                        continue;
-                    }
-                    let slots = node.map(|n| n.slots.clone()).unwrap_or_default();
+                for (b, blocks) in std::mem::take(&mut wb.buckets) {
+                    let b = b.0;
                     let version = s.versions.next(b);
                     s.versions.set(b, version);
                     if s.is_resident(b) && s.top_written.is_some() {
-                        let blocks = slots.iter().map(|e| (e.id, e.leaf, e.data.clone())).collect();
+                        let blocks =
+                            blocks.iter().map(|e| (e.id, e.leaf, e.data.clone())).collect();
                         top.push(TopWritten { cell: b, version, blocks });
                         continue;
                     }
-                    cells.push((b, version, slots));
+                    cells.push((b, version, blocks));
                 }
-                // Changes from now on are after this snapshot.
-                let clock = s.clock;
-                s.clock += 1;
-                (paths, cells, clock, top)
+                (paths, wb, cells, top)
             };
             let count = cells.len() as u64;
-            let ids: Vec<u64> =
-                cells.iter().map(|c| c.0).chain(top.iter().map(|w| w.cell)).collect();
             // Key epoch each cell was sealed under, recorded once the write is done (until
             // then the buckets stay pinned in the subtree: nobody opens their stored copies).
             let mut epochs = Vec::with_capacity(cells.len());
             let result = async {
                 let mut sealed = Vec::with_capacity(cells.len());
-                for (b, version, slots) in cells {
-                    let plain = self.encode_bucket(&slots);
+                for (b, version, blocks) in cells {
+                    let plain = self.encode_bucket(&blocks);
                     let cell = seal_cell(&self.sealer, CellId(b), version, &plain)?;
                     epochs.push((b, crate::versions::sealed_epoch(&cell)));
                     sealed.push((CellId(b), cell));
@@ -1467,26 +1115,10 @@ impl Shared {
                         for (b, epoch) in epochs {
                             s.versions.set_epoch(b, epoch.unwrap_or(VersionTable::ANY_EPOCH));
                         }
-                        for leaf in paths {
-                            for b in self.path_buckets(leaf) {
-                                if let MapEntry::Occupied(mut o) = s.pins.entry(b) {
-                                    *o.get_mut() -= 1;
-                                    if *o.get() == 0 {
-                                        o.remove();
-                                    }
-                                }
-                            }
-                        }
-                        for b in ids {
-                            let resident = s.is_resident(b);
-                            let Some(node) = s.subtree.get_mut(&b) else { continue };
-                            node.saved = node.saved.max(clock);
-                            if !resident && !s.pins.contains_key(&b) && node.modified <= clock {
-                                s.subtree.remove(&b);
-                            }
-                        }
-                        s.stats.write_requests += 1;
-                        s.stats.cells_written += count;
+                        s.scheme.written(&paths, &wb);
+                        let stats = s.scheme.stats_mut();
+                        stats.write_requests += 1;
+                        stats.cells_written += count;
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "TaoStore write-back failed; instance poisoned");
@@ -1510,40 +1142,8 @@ impl Shared {
         }
     }
 
-    fn decode_bucket(&self, plain: &[u8]) -> Result<Vec<Slot>> {
-        let block = self.config.block_size() as usize;
-        let slot = SLOT_HEADER + block;
-        let z = self.config.z() as usize;
-        if plain.len() != z * slot {
-            return Err(OramError::Corrupt(format!(
-                "bucket of {} bytes, expected {}",
-                plain.len(),
-                z * slot
-            ))
-            .into());
-        }
-        let leaves = self.shape().leaves();
-        let mut out = Vec::new();
-        for raw in plain.chunks_exact(slot) {
-            let id1 = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
-            if id1 == 0 {
-                continue;
-            }
-            let leaf = u32::from_le_bytes(raw[8..12].try_into().expect("4 bytes"));
-            if id1 > self.config.blocks() || u64::from(leaf) >= leaves {
-                return Err(OramError::Corrupt(format!(
-                    "slot names block {} at leaf {leaf}",
-                    id1 - 1
-                ))
-                .into());
-            }
-            out.push(Slot { id: id1 - 1, leaf, data: raw[SLOT_HEADER..].into() });
-        }
-        Ok(out)
-    }
-
-    fn encode_bucket(&self, slots: &[Slot]) -> Vec<u8> {
-        encode_bucket(&self.config, slots.iter().map(|e| (e.id, e.leaf, &e.data[..])))
+    fn encode_bucket(&self, blocks: &[TaoBlock]) -> Vec<u8> {
+        self.scheme.encode_bucket(blocks.iter().map(|e| (e.id, e.leaf, &e.data[..])))
     }
 }
 
@@ -1553,14 +1153,7 @@ pub(crate) fn encode_bucket<'a>(
     config: &TaoConfig,
     blocks: impl Iterator<Item = (u64, u32, &'a [u8])>,
 ) -> Vec<u8> {
-    let slot = SLOT_HEADER + config.block_size() as usize;
-    let mut out = vec![0u8; config.z() as usize * slot];
-    for (raw, (id, leaf, data)) in out.chunks_exact_mut(slot).zip(blocks) {
-        raw[..8].copy_from_slice(&(id + 1).to_le_bytes());
-        raw[8..12].copy_from_slice(&leaf.to_le_bytes());
-        raw[SLOT_HEADER..].copy_from_slice(data);
-    }
-    out
+    blindfold_oram::tao::encode_bucket(config.z(), config.block_size(), blocks)
 }
 
 /// The reply to a request made with [`TaoOram::submit`]: resolves to the block's contents
@@ -1579,9 +1172,4 @@ impl std::future::Future for Reply {
             joined.map_err(|e| ProxyError::State(format!("TaoStore request task failed: {e}")))?
         })
     }
-}
-
-enum Answer {
-    Now(Vec<u8>),
-    Later(oneshot::Receiver<Vec<u8>>),
 }
