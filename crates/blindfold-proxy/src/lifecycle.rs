@@ -259,8 +259,10 @@ async fn tee_store(
 }
 
 /// The TEE engine: rebuilt and grown by reading its cells in the gateway and bulk-loading a
-/// fresh tree under a fresh store id ([`crate::rebuild::rebuild_tee`]); it cannot yet re-seal its
-/// cells under a new key while it serves (its trusted component holds one key).
+/// fresh tree under a fresh store id ([`crate::rebuild::rebuild_tee`]). Its trusted component
+/// holds one key, so a key rotation re-keys it in place when it opens
+/// ([`crate::rebuild::rekey_tee`]) rather than sweeping while it serves; not with the trusted
+/// component in another process ([`EngineParams::cannot_reseal`]).
 #[async_trait::async_trait]
 impl DurableEngine for DurableTee {
     type Config = blindfold_oram::tee::TeeOramConfig;
