@@ -386,9 +386,7 @@ impl DurableTee {
     /// Whether the checkpoint in `dir` opens under `key` (during a key rotation: whether this
     /// engine has been re-keyed already).
     pub fn sealed_under(dir: &Path, key: &MasterKey) -> bool {
-        std::fs::read(dir.join(CHECKPOINT)).is_ok_and(|raw| {
-            decode_checkpoint::<Checkpoint>(&raw, CHECKPOINT_MAGIC, &StateSealer::new(key)).is_ok()
-        })
+        read_checkpoint(dir, &StateSealer::new(key)).is_ok()
     }
 
     /// Whether `dir` holds a TEE engine's trusted state.
@@ -406,10 +404,7 @@ impl DurableTee {
     ) -> Result<(Self, Recovery)> {
         crate::make_private(dir)?;
         let sealer = StateSealer::new(key);
-        let path = dir.join(CHECKPOINT);
-        let raw = std::fs::read(&path).map_err(|e| crate::journal::io(&path, "reading", e))?;
-        let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &sealer)
-            .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
+        let ckpt = read_checkpoint(dir, &sealer)?;
         let store_id = StoreId(ckpt.store_id);
         let mut oram = TeeOram::from_state(ckpt.oram, None)?;
         check_geometry(&store, oram.config())?;
@@ -1170,10 +1165,7 @@ async fn rebuild_tee_into(
 ) -> Result<crate::rebuild::Rebuilt> {
     use futures::StreamExt;
     let sealer = StateSealer::new(key);
-    let path = dir.join(CHECKPOINT);
-    let raw = std::fs::read(&path).map_err(|e| crate::journal::io(&path, "reading", e))?;
-    let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &sealer)
-        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
+    let ckpt = read_checkpoint(dir, &sealer)?;
     let store_id = StoreId(ckpt.store_id);
     let oram = TeeOram::from_state(ckpt.oram, None)?;
     let config = oram.config().clone();
@@ -1269,11 +1261,15 @@ async fn rebuild_tee_into(
 
 /// The number of blocks of the TEE tree whose checkpoint is in `dir`.
 pub fn saved_tee_blocks(dir: &Path, key: &MasterKey) -> Result<u64> {
+    Ok(read_checkpoint(dir, &StateSealer::new(key))?.oram.config().blocks())
+}
+
+/// The checkpoint in `dir`, opened with `sealer`.
+fn read_checkpoint(dir: &Path, sealer: &StateSealer) -> Result<Checkpoint> {
     let path = dir.join(CHECKPOINT);
     let raw = std::fs::read(&path).map_err(|e| crate::journal::io(&path, "reading", e))?;
-    let ckpt: Checkpoint = decode_checkpoint(&raw, CHECKPOINT_MAGIC, &StateSealer::new(key))
-        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))?;
-    Ok(ckpt.oram.config().blocks())
+    decode_checkpoint(&raw, CHECKPOINT_MAGIC, sealer)
+        .map_err(|m| ProxyError::State(format!("{}: {m}", path.display())))
 }
 
 fn check_geometry(store: &Arc<dyn TeeStore>, config: &TeeOramConfig) -> Result<()> {
