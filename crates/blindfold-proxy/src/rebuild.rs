@@ -196,7 +196,7 @@ fn check_growth(from: &PathOramConfig, to: &PathOramConfig) -> Result<()> {
 }
 
 /// A growth copies only what authenticates: any damaged cell stops it, nothing replaced.
-fn refuse_damage(report: &Rebuilt) -> Result<()> {
+pub(crate) fn refuse_damage(report: &Rebuilt) -> Result<()> {
     if let Some(first) = report.unreadable_cells.first() {
         return Err(ProxyError::State(format!(
             "{} cells of the store do not authenticate (the first is cell {first}): growing \

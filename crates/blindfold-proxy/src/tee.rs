@@ -1213,13 +1213,7 @@ async fn rebuild_tee_into(
         }
     }
     if grow_to.is_some() {
-        if let Some(first) = report.unreadable_cells.first() {
-            return Err(ProxyError::State(format!(
-                "{} cells of the store do not authenticate (the first is cell {first}): growing \
-                 would lose the blocks in them, so nothing was changed; run `blindfold verify`",
-                report.unreadable_cells.len()
-            )));
-        }
+        crate::rebuild::refuse_damage(&report)?;
     }
     for (b, d) in oram.ring_blocks() {
         found.insert(b, d.to_vec());
