@@ -78,6 +78,7 @@
 //! ```
 
 mod derive;
+mod digest;
 mod error;
 mod keyfile;
 mod keys;
@@ -86,6 +87,7 @@ mod seal;
 mod state;
 
 pub use derive::{derive_key, DIRECTORY_KEY_LABEL};
+pub use digest::{BlockDigestKey, BLOCK_DIGEST_LABEL, BLOCK_DIGEST_LEN};
 pub use error::CryptoError;
 pub use keyfile::{
     create_key_file, create_key_file_with, key_file_permissions_ok, load_key_file, KdfParams,

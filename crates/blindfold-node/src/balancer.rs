@@ -69,6 +69,16 @@
 //! moves each block they had taken out of its place into the cache under the node its intent
 //! drew. A block's next read therefore never goes to a place the network saw it read from.
 //!
+//! # Block digests (for `recover`)
+//!
+//! Whenever an eviction places a block on a node, the balancer records beside its place a
+//! 16-byte keyed digest of (block id, data) ([`BlockDigestKey`], whose random key lives in the
+//! sealed checkpoint); checkpoints and commit records carry it. After the loss of the state
+//! directory, [`Balancer::recover`] (see [`crate::recover`]) uses these digests to tell which
+//! places of the snapshot's checkpoint still hold their block. This costs 16 bytes of trusted
+//! memory per placed block (36 in all, beside the 20 of its place). A block placed by a
+//! version without digests keeps none until its next access places it again.
+//!
 //! # Security
 //!
 //! The network between balancer and nodes (TLS with the cluster's certificates) sees, per
@@ -81,7 +91,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use blindfold_crypto::{MasterKey, StateSealer};
+use blindfold_crypto::{BlockDigestKey, MasterKey, StateSealer};
 use blindfold_oram::BlockId;
 use blindfold_proxy::engine::EngineFactory;
 use blindfold_proxy::state_file::{self, Frame as LogFrame};
@@ -97,7 +107,10 @@ use crate::client::NodeClient;
 use crate::wire::{Access, MAX_BLOCKS_PER_RPC};
 use crate::NodeError;
 
-const CHECKPOINT_MAGIC: &[u8; 8] = b"BFLB0001";
+/// Version 0002: places carry their block's digest and the checkpoint the digest key.
+pub(crate) const CHECKPOINT_MAGIC: &[u8; 8] = b"BFLB0002";
+/// Version 0001, still read: places without digests.
+const CHECKPOINT_MAGIC_V1: &[u8; 8] = b"BFLB0001";
 const COMMIT_MAGIC: u32 = 0xB1F0_1B01;
 const INTENT_MAGIC: u32 = 0xB1F0_1B02;
 /// Public description of the cluster beside the checkpoint; its presence marks a data
@@ -161,13 +174,29 @@ pub fn node_blocks_needed(blocks: u64, nodes: usize) -> u64 {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-struct NodeRecord {
-    id: [u8; 16],
-    blocks: u64,
+pub(crate) struct NodeRecord {
+    pub(crate) id: [u8; 16],
+    pub(crate) blocks: u64,
 }
 
+/// A block's digest ([`BlockDigestKey::digest`]); `None` for a block placed by a version
+/// that kept none.
+pub(crate) type Digest = Option<[u8; 16]>;
+
 #[derive(Serialize, Deserialize)]
-struct Checkpoint {
+pub(crate) struct Checkpoint {
+    pub(crate) blocks: u64,
+    pub(crate) block_size: u32,
+    pub(crate) evictions: u32,
+    pub(crate) nodes: Vec<NodeRecord>,
+    pub(crate) placed: Vec<(u64, u32, u64, Digest)>,
+    pub(crate) cached: Vec<(u64, u32, Vec<u8>)>,
+    pub(crate) digest_key: [u8; 32],
+}
+
+/// The checkpoint of format 0001.
+#[derive(Deserialize)]
+struct CheckpointV1 {
     blocks: u64,
     block_size: u32,
     evictions: u32,
@@ -176,10 +205,40 @@ struct Checkpoint {
     cached: Vec<(u64, u32, Vec<u8>)>,
 }
 
+/// Decodes checkpoint file bytes of either format (sealed under `sealer`); a checkpoint of
+/// format 0001 gets a fresh digest key and no digests.
+pub(crate) fn decode_checkpoint(
+    buf: &[u8],
+    sealer: &StateSealer,
+) -> std::result::Result<Checkpoint, String> {
+    if buf.starts_with(CHECKPOINT_MAGIC_V1) {
+        let c: CheckpointV1 = state_file::decode_checkpoint(buf, CHECKPOINT_MAGIC_V1, sealer)?;
+        let key = BlockDigestKey::generate().map_err(|e| e.to_string())?;
+        return Ok(Checkpoint {
+            blocks: c.blocks,
+            block_size: c.block_size,
+            evictions: c.evictions,
+            nodes: c.nodes,
+            placed: c.placed.into_iter().map(|(b, n, l)| (b, n, l, None)).collect(),
+            cached: c.cached,
+            digest_key: *key.expose_bytes(),
+        });
+    }
+    state_file::decode_checkpoint(buf, CHECKPOINT_MAGIC, sealer)
+}
+
+/// Whether `buf` (a snapshot's engine checkpoint) is a balancer's, of any format.
+pub fn is_balancer_checkpoint(buf: &[u8]) -> bool {
+    buf.starts_with(CHECKPOINT_MAGIC) || buf.starts_with(CHECKPOINT_MAGIC_V1)
+}
+
+// New variants go at the end: bincode numbers them in order, and old logs must still decode.
 #[derive(Serialize, Deserialize)]
 enum Entry {
     Placed(u32, u64),
     Cached(u32, Vec<u8>),
+    /// Placed, with the block's digest.
+    PlacedDigest(u32, u64, [u8; 16]),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -213,6 +272,28 @@ struct NodesFileEntry {
     name: Option<String>,
 }
 
+/// Writes `nodes.json` for `nodes`, in the order the state numbers them.
+pub(crate) fn write_nodes_file(
+    dir: &Path,
+    nodes: &[NodeClient],
+) -> std::result::Result<(), NodeError> {
+    let file = NodesFile {
+        format: "blindfold-balancer".into(),
+        nodes: nodes
+            .iter()
+            .map(|c| NodesFileEntry {
+                url: c.url().to_owned(),
+                id: hex::encode(c.info().id),
+                blocks: c.info().blocks,
+                name: Some(c.name().to_owned()),
+            })
+            .collect(),
+    };
+    let path = dir.join(NODES_FILE);
+    write_private(&path, &serde_json::to_vec_pretty(&file).expect("json"))
+        .map_err(|e| NodeError::Io { path, source: e })
+}
+
 /// The result of a read in flight, for the accesses that wait for it.
 type Loaded = Option<std::result::Result<Vec<u8>, String>>;
 type Load = watch::Receiver<Loaded>;
@@ -234,6 +315,8 @@ struct Cached {
 struct State {
     rng: ChaCha20Rng,
     placed: HashMap<u64, (u32, u64)>,
+    /// The digest of each placed block that has one.
+    digests: HashMap<u64, [u8; 16]>,
     cache: HashMap<u64, Cached>,
     free: Vec<Vec<u64>>,
     /// Local ids freed at the next commit.
@@ -338,6 +421,7 @@ pub struct Balancer {
     block_size: usize,
     evictions: u32,
     sealer: Arc<StateSealer>,
+    digest_key: BlockDigestKey,
     log: LogWriter,
     log_limit: u64,
     /// Accesses hold it shared; a commit holds it alone, so it sees no batch half done.
@@ -361,7 +445,7 @@ fn state_err(e: impl std::fmt::Display) -> ProxyError {
     ProxyError::State(e.to_string())
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
@@ -488,6 +572,9 @@ impl Balancer {
                     .collect(),
                 placed: Vec::new(),
                 cached: Vec::new(),
+                digest_key: *BlockDigestKey::generate()
+                    .map_err(|e| NodeError::Config(e.to_string()))?
+                    .expose_bytes(),
             };
             state_file::write_checkpoint_as(dir, CHECKPOINT_MAGIC, &ckpt, &sealer)?;
             (ckpt, Vec::new())
@@ -496,16 +583,13 @@ impl Balancer {
             let buf = std::fs::read(&path)
                 .map_err(|e| NodeError::Io { path: path.clone(), source: e })?;
             let retiring = previous.map(StateSealer::new);
-            let ckpt: Checkpoint =
-                match state_file::decode_checkpoint(&buf, CHECKPOINT_MAGIC, &sealer) {
-                    Err(_) if retiring.is_some() => state_file::decode_checkpoint(
-                        &buf,
-                        CHECKPOINT_MAGIC,
-                        retiring.as_ref().expect("checked"),
-                    ),
-                    other => other,
+            let ckpt: Checkpoint = match decode_checkpoint(&buf, &sealer) {
+                Err(_) if retiring.is_some() => {
+                    decode_checkpoint(&buf, retiring.as_ref().expect("checked"))
                 }
-                .map_err(|m| NodeError::Config(format!("{}: {m}", path.display())))?;
+                other => other,
+            }
+            .map_err(|m| NodeError::Config(format!("{}: {m}", path.display())))?;
             let log = dir.join(state_file::REDO_LOG);
             let read = |s: &StateSealer| {
                 state_file::read_frames_with_legacy(&log, &[COMMIT_MAGIC, INTENT_MAGIC], &[], s)
@@ -592,7 +676,8 @@ impl Balancer {
         let seed = config.seed.unwrap_or_else(rand::random);
         let mut state = State {
             rng: ChaCha20Rng::seed_from_u64(seed),
-            placed: ckpt.placed.iter().map(|&(b, n, l)| (b, (n, l))).collect(),
+            placed: ckpt.placed.iter().map(|&(b, n, l, _)| (b, (n, l))).collect(),
+            digests: ckpt.placed.iter().filter_map(|&(b, _, _, d)| Some((b, d?))).collect(),
             cache: ckpt
                 .cached
                 .into_iter()
@@ -624,9 +709,16 @@ impl Balancer {
                         Entry::Placed(n, l) => {
                             state.cache.remove(&b);
                             state.placed.insert(b, (n, l));
+                            state.digests.remove(&b);
+                        }
+                        Entry::PlacedDigest(n, l, d) => {
+                            state.cache.remove(&b);
+                            state.placed.insert(b, (n, l));
+                            state.digests.insert(b, d);
                         }
                         Entry::Cached(n, d) => {
                             state.placed.remove(&b);
+                            state.digests.remove(&b);
                             state.cache.insert(
                                 b,
                                 Cached {
@@ -687,6 +779,7 @@ impl Balancer {
             block_size: block_size as usize,
             evictions: ckpt.evictions,
             sealer: Arc::new(sealer),
+            digest_key: BlockDigestKey::from_bytes(ckpt.digest_key),
             log: LogWriter::open(dir)?,
             log_limit: config.log_limit,
             quiet: tokio::sync::RwLock::new(()),
@@ -704,6 +797,12 @@ impl Balancer {
         if !creating {
             // Everything replayed is folded into a fresh checkpoint.
             balancer.checkpoint().await?;
+            // A recover's plan is done with once its balancer opens.
+            let plan = dir.join(crate::recover::RECOVER_PLAN_DIR);
+            if plan.exists() {
+                std::fs::remove_dir_all(&plan)
+                    .map_err(|e| NodeError::Io { path: plan, source: e })?;
+            }
         } else {
             balancer.log.empty().await?;
         }
@@ -759,6 +858,7 @@ impl Balancer {
                 let Some((b, assigned)) = real else { continue };
                 if st.placed.get(&b) == Some(&(node, local)) {
                     st.placed.remove(&b);
+                    st.digests.remove(&b);
                     let data = results[i][slot].clone();
                     st.cache.insert(
                         b,
@@ -853,6 +953,7 @@ impl Balancer {
         for (b, write) in ops {
             let is_write = write.is_some();
             if let Some((p, x)) = st.placed.remove(&b) {
+                st.digests.remove(&b);
                 // A real read from the block's place; the block moves to the cache.
                 let assigned = st.rng.gen_range(0..n as u32);
                 let slot = plan.per_node[p as usize].reads.len();
@@ -1066,8 +1167,12 @@ impl Balancer {
             for (b, q, y, version) in plan.evictions {
                 match st.cache.get_mut(&b) {
                     Some(c) if c.version == version => {
+                        let digest = c.data.as_ref().map(|d| self.digest_key.digest(b, d));
                         st.cache.remove(&b);
                         st.placed.insert(b, (q, y));
+                        if let Some(d) = digest {
+                            st.digests.insert(b, d);
+                        }
                         st.dirty.insert(b);
                     }
                     Some(c) => {
@@ -1129,7 +1234,10 @@ impl Balancer {
                 .iter()
                 .map(|&b| {
                     let e = match (st.placed.get(&b), st.cache.get(&b)) {
-                        (Some(&(n, l)), _) => Entry::Placed(n, l),
+                        (Some(&(n, l)), _) => match st.digests.get(&b) {
+                            Some(&d) => Entry::PlacedDigest(n, l, d),
+                            None => Entry::Placed(n, l),
+                        },
                         // No access is in flight under the quiet lock, but one whose caller
                         // dropped it part-way leaves its read unfinished for good: the
                         // block's data is not here, so stop rather than log a guess.
@@ -1178,8 +1286,11 @@ impl Balancer {
                     (b, c.assigned, c.data.clone().unwrap_or_else(|| vec![0; self.block_size]))
                 })
                 .collect();
-            let mut placed: Vec<(u64, u32, u64)> =
-                st.placed.iter().map(|(&b, &(n, l))| (b, n, l)).collect();
+            let mut placed: Vec<(u64, u32, u64, Digest)> = st
+                .placed
+                .iter()
+                .map(|(&b, &(n, l))| (b, n, l, st.digests.get(&b).copied()))
+                .collect();
             placed.sort_unstable();
             Checkpoint {
                 blocks: self.blocks,
@@ -1192,6 +1303,7 @@ impl Balancer {
                     .collect(),
                 placed,
                 cached,
+                digest_key: *self.digest_key.expose_bytes(),
             }
         };
         let dir = self.dir.clone();
@@ -1239,7 +1351,7 @@ impl SharedEngine for Balancer {
             stash: cached,
             stash_max: cached,
             subtree: 0,
-            trusted_bytes: st.placed.len() as u64 * 20 + cached * (self.block_size as u64 + 32),
+            trusted_bytes: st.placed.len() as u64 * 36 + cached * (self.block_size as u64 + 32),
         }
     }
 

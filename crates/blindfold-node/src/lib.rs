@@ -13,6 +13,7 @@
 //! * [`balancer`] — the [`balancer::Balancer`], a `SharedEngine` that spreads block accesses
 //!   over the nodes so that which node serves which request reveals nothing (position map,
 //!   eviction cache, fake reads, redo log); its design and leakage are in its documentation.
+//! * [`recover`] — rebuilding a lost balancer's state from a snapshot of its checkpoint.
 //! * [`node`] — `blindfold node`: an engine opened as the gateway opens one, served over gRPC.
 //! * [`client`] — the balancer's connection to a node.
 //! * [`wire`] — the one protobuf message and the fixed layouts inside it.
@@ -27,6 +28,7 @@ pub mod certs;
 pub mod client;
 mod error;
 pub mod node;
+pub mod recover;
 pub mod wire;
 
 pub use balancer::{Balancer, BalancerConfig};

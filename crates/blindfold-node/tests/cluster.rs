@@ -1145,3 +1145,201 @@ async fn a_cluster_rotates_every_key_while_serving() {
     drop(balancer);
     cluster.stop().await;
 }
+
+/// Writes `blocks` (tags `tag(b)`) and evicts until none is left in the cache, so that the
+/// checkpoint places every block on a node.
+async fn write_and_settle(
+    balancer: &Balancer,
+    blocks: std::ops::Range<u64>,
+    tag: impl Fn(u64) -> u64,
+) {
+    let all: Vec<u64> = blocks.collect();
+    for chunk in all.chunks(8) {
+        balancer
+            .write_many(chunk.iter().map(|&b| (BlockId(b), block(tag(b)))).collect())
+            .await
+            .unwrap();
+    }
+    let mut i = 0u64;
+    while balancer.cached_blocks() > 0 {
+        // Reads of a block never written: each makes ν evictions and moves nothing.
+        balancer.read_many(&[BlockId(95 - i % 4)]).await.unwrap();
+        i += 1;
+        assert!(i < 2000, "the cache never emptied");
+    }
+    balancer.commit().await.unwrap();
+}
+
+fn quiet(_: &str) {}
+
+/// The loss of the balancer's state after it kept serving past its snapshot: `recover` keeps
+/// every block whose snapshot place still holds it, names the others lost (never answers with
+/// another block's data), and moves every kept block to a new place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_rebuilds_a_lost_balancer_from_its_snapshot() {
+    let cluster = Cluster::new(3, 96, OramEngine::Tao).await;
+    let dir = cluster.root.path().join("balancer");
+    let balancer = cluster.balancer(true, seeded(31)).await;
+    write_and_settle(&balancer, 0..80, |b| b).await;
+    // The clean stop: what the snapshot holds.
+    balancer.shutdown().await.unwrap();
+    let snapshot = std::fs::read(dir.join("checkpoint.bin")).unwrap();
+    let snapshot_place: HashMap<u64, (u32, u64)> =
+        (0..80).map(|b| (b, balancer.place_of(b).expect("settled"))).collect();
+    drop(balancer);
+    // It keeps serving: blocks 0..20 are written again, 20..30 read; their places are freed
+    // and evictions give them to other blocks.
+    let balancer = cluster.balancer(false, seeded(32)).await;
+    for round in 0..3u64 {
+        write_and_settle(&balancer, 0..20, |b| 1000 * (round + 1) + b).await;
+        let ids: Vec<BlockId> = (20..30).map(BlockId).collect();
+        let got = balancer.read_many(&ids).await.unwrap();
+        assert_eq!(got[0], block(20));
+    }
+    balancer.commit().await.unwrap();
+    drop(balancer);
+    // The machine is lost with the state directory.
+    std::fs::remove_dir_all(&dir).unwrap();
+    let rec = blindfold_node::recover::recover_until(
+        &dir,
+        &snapshot,
+        &cluster.urls(),
+        &cluster.balancer_tls(),
+        &cluster.key,
+        Some(33),
+        None,
+        &quiet,
+    )
+    .await
+    .unwrap();
+    let per_node = cluster.nodes.len() as u64 * (node_blocks_needed(96, 3) + 8);
+    assert_eq!(rec.ids_read, per_node, "every local id of every node is read");
+    assert_eq!(rec.ids_written, per_node, "and written");
+    assert!(!rec.lost.is_empty(), "no snapshot place was reused: the test shows nothing");
+    assert!(
+        rec.lost.iter().all(|&b| b < 30),
+        "only blocks accessed after the snapshot can be lost: {:?}",
+        rec.lost
+    );
+    assert_eq!(rec.blocks_found + rec.lost.len() as u64, 80);
+    assert_eq!(rec.unverifiable, 0);
+    let reopened = cluster.balancer(false, seeded(34)).await;
+    assert!(!dir.join(blindfold_node::recover::RECOVER_PLAN_DIR).exists(), "plan left behind");
+    for b in 0..80u64 {
+        if let Some(p) = reopened.place_of(b) {
+            assert_ne!(p, snapshot_place[&b], "block {b} kept its snapshot place");
+        }
+    }
+    let ids: Vec<BlockId> = (0..96).map(BlockId).collect();
+    let got = reopened.read_many(&ids).await.unwrap();
+    for (b, d) in got.into_iter().enumerate() {
+        let b = b as u64;
+        if rec.lost.contains(&b) || b >= 80 {
+            assert_eq!(d, vec![0; BS as usize], "block {b}: lost or never written");
+        } else {
+            // Accessed after the snapshot or not, a kept block holds its snapshot data.
+            assert_eq!(d, block(b), "block {b} after recover");
+        }
+    }
+    reopened.shutdown().await.unwrap();
+    cluster.stop().await;
+}
+
+/// A recover cut short at each of its steps (as a crash there would) is run again and
+/// finishes with every block; each round's clean stop is the next round's snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recover_cut_short_is_run_again() {
+    use blindfold_node::recover::{recover_until, RecoverCut};
+    let cluster = Cluster::new(3, 96, OramEngine::Tao).await;
+    let dir = cluster.root.path().join("balancer");
+    let balancer = cluster.balancer(true, seeded(41)).await;
+    write_and_settle(&balancer, 0..60, |b| b + 7).await;
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    for (round, cut) in [RecoverCut::AfterPlan, RecoverCut::MidWrite, RecoverCut::AfterCommit]
+        .into_iter()
+        .enumerate()
+    {
+        let snapshot = std::fs::read(dir.join("checkpoint.bin")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let seed = Some(50 + round as u64);
+        let urls = cluster.urls();
+        let tls = cluster.balancer_tls();
+        let cut_short =
+            recover_until(&dir, &snapshot, &urls, &tls, &cluster.key, seed, Some(cut), &quiet)
+                .await;
+        assert!(cut_short.is_err(), "{cut:?}");
+        // An open in between finds no usable state (no checkpoint yet, or the plan's).
+        let rec = recover_until(&dir, &snapshot, &urls, &tls, &cluster.key, seed, None, &quiet)
+            .await
+            .unwrap();
+        assert!(rec.resumed, "{cut:?}: the plan was not taken up");
+        assert_eq!(rec.ids_read, 0, "{cut:?}: a plan once durable is not read again");
+        assert!(rec.lost.is_empty(), "{cut:?}: lost {:?}", rec.lost);
+        assert_eq!(rec.blocks_found, 60);
+        let reopened = cluster.balancer(false, seeded(60 + round as u64)).await;
+        let ids: Vec<BlockId> = (0..60).map(BlockId).collect();
+        let got = reopened.read_many(&ids).await.unwrap();
+        for (b, d) in got.into_iter().enumerate() {
+            assert_eq!(d, block(b as u64 + 7), "{cut:?}: block {b}");
+        }
+        // The reads moved some blocks to the cache; settle them for the next snapshot.
+        let mut i = 0u64;
+        while reopened.cached_blocks() > 0 {
+            reopened.read_many(&[BlockId(95 - i % 4)]).await.unwrap();
+            i += 1;
+            assert!(i < 2000);
+        }
+        reopened.shutdown().await.unwrap();
+    }
+    cluster.stop().await;
+}
+
+/// `recover` names the node that is missing or foreign, and refuses a snapshot that is not a
+/// balancer's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_refuses_the_wrong_nodes_and_snapshots() {
+    let cluster = Cluster::new(3, 32, OramEngine::Tao).await;
+    let dir = cluster.root.path().join("balancer");
+    let urls = cluster.urls();
+    // A balancer over the first two nodes only: the third is of the cluster's CA, not of it.
+    let balancer = Balancer::open(
+        &dir,
+        &urls[..2],
+        &cluster.balancer_tls(),
+        32,
+        BS,
+        &cluster.key,
+        true,
+        seeded(71),
+    )
+    .await
+    .unwrap();
+    balancer.write_many(vec![(BlockId(1), block(1))]).await.unwrap();
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    let snapshot = std::fs::read(dir.join("checkpoint.bin")).unwrap();
+    let lost = cluster.root.path().join("lost");
+    let run = |urls: Vec<String>, snapshot: Vec<u8>| {
+        let tls = cluster.balancer_tls();
+        let (lost, key) = (lost.clone(), &cluster.key);
+        async move {
+            blindfold_node::recover::recover_until(
+                &lost, &snapshot, &urls, &tls, key, None, None, &quiet,
+            )
+            .await
+            .unwrap_err()
+            .to_string()
+        }
+    };
+    let e = run(urls[..1].to_vec(), snapshot.clone()).await;
+    assert!(e.contains("is not among --nodes"), "{e}");
+    let e = run(urls.clone(), snapshot.clone()).await;
+    assert!(e.contains(&format!("node {} (", urls[2])) && e.contains("is not one of"), "{e}");
+    let mut other = b"BFTAOCK4".to_vec();
+    other.extend_from_slice(&snapshot[8..]);
+    let e = run(urls[..2].to_vec(), other).await;
+    assert!(e.contains("without --nodes"), "{e}");
+    assert!(!lost.join("checkpoint.bin").exists(), "a refused recover wrote state");
+    cluster.stop().await;
+}
