@@ -42,3 +42,55 @@ impl std::fmt::Debug for OpenHooks {
             .finish()
     }
 }
+
+/// What rebuilding an engine kept outside the store ([`EngineRebuild`]) found.
+#[derive(Clone, Debug, Default)]
+pub struct RebuiltElsewhere {
+    /// Blocks brought back.
+    pub blocks_found: u64,
+    /// Blocks written before the snapshot whose data is gone: the objects holding one are
+    /// dropped from the directory and named.
+    pub lost: Vec<u64>,
+    /// One line for the operator: what was read and written, and why blocks were lost.
+    pub summary: String,
+}
+
+/// Rebuilds the state directory of an engine whose blocks live outside the gateway's store
+/// (ORAM nodes) from a snapshot's engine checkpoint: called with the engine's state directory
+/// (`<data-dir>/oram`, which it owns: a run cut short leaves there what the next run needs),
+/// the checkpoint file bytes and the key.
+pub type EngineRebuild = Box<
+    dyn FnOnce(
+            std::path::PathBuf,
+            Vec<u8>,
+            Arc<blindfold_crypto::MasterKey>,
+        )
+            -> futures::future::BoxFuture<'static, blindfold_proxy::Result<RebuiltElsewhere>>
+        + Send,
+>;
+
+/// Looks at a snapshot's engine checkpoint before `recover` writes anything; an error says
+/// why this `recover` cannot restore it (e.g. the snapshot is of a gateway over ORAM nodes
+/// and no [`RecoverHooks::rebuild`] was given).
+pub type StateCheck = Box<dyn Fn(&[u8]) -> std::result::Result<(), String> + Send + Sync>;
+
+/// Extras for [`crate::recovery::recover_with`]; [`crate::recovery::recover`] uses none.
+#[derive(Default)]
+pub struct RecoverHooks {
+    /// Rebuilds the engine's state from the snapshot instead of the store-array rebuild.
+    pub rebuild: Option<EngineRebuild>,
+    /// Opens the rebuilt engine (the same factory `serve` uses for this data directory).
+    pub engine_factory: Option<EngineFactory>,
+    /// Checked on the snapshot's engine checkpoint when there is no `rebuild`.
+    pub check_state: Option<StateCheck>,
+}
+
+impl std::fmt::Debug for RecoverHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecoverHooks")
+            .field("rebuild", &self.rebuild.is_some())
+            .field("engine_factory", &self.engine_factory.is_some())
+            .field("check_state", &self.check_state.is_some())
+            .finish()
+    }
+}

@@ -2,10 +2,12 @@
 //! snapshot and the key; [`write_snapshot`] writes that snapshot at a clean stop.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::datadir::{sync_dir, write_private, RECOVERING};
 use crate::directory::Directory;
-use crate::open::{open, Opened};
+use crate::hooks::{OpenHooks, RecoverHooks};
+use crate::open::{open_with, Opened};
 use crate::params::ServeConfig;
 use crate::{GatewayError, Result};
 use blindfold_crypto::load_key_file;
@@ -41,6 +43,14 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
     recover_until(cfg, None).await
 }
 
+/// [`recover`] for a gateway whose engine keeps its blocks elsewhere (ORAM nodes): `hooks`
+/// rebuild the engine's state from the snapshot and open it (see [`RecoverHooks`]). The
+/// directory and the crash-safety are those of [`recover`]: a run cut short at any point is
+/// run again (the rebuild hook takes up what its earlier run left in `<data-dir>/oram`).
+pub async fn recover_with(cfg: &ServeConfig, hooks: RecoverHooks) -> Result<(Opened, String)> {
+    recover_until_with(cfg, hooks, None).await
+}
+
 /// Where a test can cut a `recover` short, as a crash at that instant would.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +69,16 @@ pub async fn recover_until(
     cfg: &ServeConfig,
     crash: Option<RecoverCrash>,
 ) -> Result<(Opened, String)> {
+    recover_until_with(cfg, RecoverHooks::default(), crash).await
+}
+
+/// [`recover_with`], stopping as a crash would at `crash` (tests).
+#[doc(hidden)]
+pub async fn recover_until_with(
+    cfg: &ServeConfig,
+    hooks: RecoverHooks,
+    crash: Option<RecoverCrash>,
+) -> Result<(Opened, String)> {
     let simulated = |at: RecoverCrash| GatewayError::Config(format!("simulated crash at {at:?}"));
     let dir = &cfg.data_dir;
     if dir.join("gateway.json").exists() {
@@ -71,18 +91,25 @@ pub async fn recover_until(
         GatewayError::Config("--store is required: recovery reads the store's snapshot".into())
     })?;
     let key_path = cfg.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
-    let key = load_key_file(&key_path, cfg.passphrase.as_deref())
-        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    let key = Arc::new(
+        load_key_file(&key_path, cfg.passphrase.as_deref())
+            .map_err(|e| GatewayError::Config(e.to_string()))?,
+    );
     let snaps = crate::snapshot::open_for_recovery(&url, &key).await?;
     let snap = crate::snapshot::read_latest(&*snaps, &key).await?;
     drop(snaps);
+    if let (None, Some(check)) = (&hooks.rebuild, &hooks.check_state) {
+        check(&snap.oram_checkpoint).map_err(GatewayError::Config)?;
+    }
     let cfg_err = |what: &str, p: &Path, e: std::io::Error| {
         GatewayError::Config(format!("{what} {}: {e}", p.display()))
     };
     let oram_dir = dir.join("oram");
     if dir.join(RECOVERING).exists() {
-        // An earlier recover stopped half-way: nothing of it is in use yet.
-        for leftover in [oram_dir.clone(), dir.join("meta.redb")] {
+        // An earlier recover stopped half-way: nothing of it is in use yet. (A rebuild hook
+        // owns the engine's directory: it takes up what its earlier run left there.)
+        let engine_dir = hooks.rebuild.is_none().then(|| oram_dir.clone());
+        for leftover in engine_dir.into_iter().chain([dir.join("meta.redb")]) {
             let removed = if leftover.is_dir() {
                 std::fs::remove_dir_all(&leftover)
             } else {
@@ -100,36 +127,27 @@ pub async fn recover_until(
     write_private(&dir.join(RECOVERING), b"")?;
     let mut params = snap.params.clone();
     params.store = url.to_string();
-    let old_array = oram_array(params.generation);
-    params.generation = params
-        .generation
-        .checked_add(1)
-        .ok_or_else(|| GatewayError::Config("store array generations exhausted".into()))?;
-    let new_array = oram_array(params.generation);
-    let geometry = oram_geometry(&params)?;
-    let open_array = |name: String| {
-        let url = url.clone();
-        async move {
-            open_store(&url, &name, geometry)
-                .await
-                .map_err(|e| GatewayError::Config(format!("opening store array {name}: {e}")))
+    let (lost, about_engine) = match hooks.rebuild {
+        Some(rebuild) => {
+            // The engine's blocks are not in this store: no array is read or written.
+            let rebuilt =
+                rebuild(oram_dir.clone(), snap.oram_checkpoint.clone(), Arc::clone(&key)).await?;
+            let about = format!("{} blocks; {}", rebuilt.blocks_found, rebuilt.summary);
+            (rebuilt.lost, about)
+        }
+        None => {
+            let (p, lost, about) =
+                rebuild_in_store(&params, &url, &oram_dir, &snap.oram_checkpoint, &key, crash)
+                    .await?;
+            params = p;
+            (lost, about)
         }
     };
-    let old = open_array(old_array.clone()).await?;
-    let new = open_array(new_array.clone()).await?;
-    let new = match crash {
-        Some(RecoverCrash::HalfWritten) => crate::grow::cut_short(new),
-        _ => new,
-    };
-    write_private(&oram_dir.join("checkpoint.bin"), &snap.oram_checkpoint)?;
-    let epoch = blindfold_proxy::rebuild::fresh_epoch();
-    let rebuilt =
-        blindfold_proxy::lifecycle::rebuild(&params, &oram_dir, old, new, &key, epoch).await?;
     if crash == Some(RecoverCrash::AfterRebuild) {
         return Err(simulated(RecoverCrash::AfterRebuild));
     }
     // Objects and uploads with a lost block are dropped: reading them would give zeros.
-    let lost: std::collections::HashSet<u64> = rebuilt.lost.iter().copied().collect();
+    let lost: std::collections::HashSet<u64> = lost.into_iter().collect();
     let mut directory = snap.directory;
     let mut dropped = Vec::new();
     let mut freed = Vec::new();
@@ -164,23 +182,14 @@ pub async fn recover_until(
         .map(|t| t.to_string())
         .unwrap_or_else(|_| "unknown time".into());
     let mut about = format!(
-        "snapshot #{} written {} ({} buckets, {} objects); rebuilt {} blocks into store array \
-         {} under a fresh key epoch; the old array {} is no longer used and may be deleted",
+        "snapshot #{} written {} ({} buckets, {} objects); rebuilt {about_engine}",
         snap.seq,
         when,
         directory.buckets.len(),
         directory.objects.len(),
-        rebuilt.blocks_found,
-        new_array,
-        old_array
     );
-    if !rebuilt.unreadable_cells.is_empty() {
-        about.push_str(&format!(
-            "; {} cells changed after the snapshot (the gateway wrote after its last clean \
-             stop) or failed authentication: {} objects in them are lost",
-            rebuilt.unreadable_cells.len(),
-            dropped.len()
-        ));
+    if !dropped.is_empty() {
+        about.push_str(&format!("; {} objects held a lost block and are lost", dropped.len()));
         for name in dropped.iter().take(20) {
             about.push_str(&format!("\n    lost: {name}"));
         }
@@ -190,6 +199,59 @@ pub async fn recover_until(
     }
     let mut cfg = cfg.clone();
     cfg.key_file = Some(key_path);
-    let opened = open(&cfg).await?;
+    let opened =
+        open_with(&cfg, OpenHooks { engine_factory: hooks.engine_factory, ..Default::default() })
+            .await?;
     Ok((opened, about))
+}
+
+/// The rebuild of an engine whose blocks are in the store: from the snapshot's array into
+/// the next generation's. Returns the new parameters, the lost blocks and what was done.
+async fn rebuild_in_store(
+    params: &crate::datadir::GatewayParams,
+    url: &blindfold_store::StoreUrl,
+    oram_dir: &Path,
+    checkpoint: &[u8],
+    key: &blindfold_crypto::MasterKey,
+    crash: Option<RecoverCrash>,
+) -> Result<(crate::datadir::GatewayParams, Vec<u64>, String)> {
+    let mut params = params.clone();
+    let old_array = oram_array(params.generation);
+    params.generation = params
+        .generation
+        .checked_add(1)
+        .ok_or_else(|| GatewayError::Config("store array generations exhausted".into()))?;
+    let new_array = oram_array(params.generation);
+    let geometry = oram_geometry(&params)?;
+    let open_array = |name: String| {
+        let url = url.clone();
+        async move {
+            open_store(&url, &name, geometry)
+                .await
+                .map_err(|e| GatewayError::Config(format!("opening store array {name}: {e}")))
+        }
+    };
+    let old = open_array(old_array.clone()).await?;
+    let new = open_array(new_array.clone()).await?;
+    let new = match crash {
+        Some(RecoverCrash::HalfWritten) => crate::grow::cut_short(new),
+        _ => new,
+    };
+    write_private(&oram_dir.join("checkpoint.bin"), checkpoint)?;
+    let epoch = blindfold_proxy::rebuild::fresh_epoch();
+    let rebuilt =
+        blindfold_proxy::lifecycle::rebuild(&params, oram_dir, old, new, key, epoch).await?;
+    let mut about = format!(
+        "{} blocks into store array {new_array} under a fresh key epoch; the old array \
+         {old_array} is no longer used and may be deleted",
+        rebuilt.blocks_found
+    );
+    if !rebuilt.unreadable_cells.is_empty() {
+        about.push_str(&format!(
+            "; {} cells changed after the snapshot (the gateway wrote after its last clean \
+             stop) or failed authentication",
+            rebuilt.unreadable_cells.len()
+        ));
+    }
+    Ok((params, rebuilt.lost, about))
 }

@@ -19,9 +19,12 @@ pub use blindfold_proxy::catalogue::{
 };
 
 pub use crate::datadir::{read_params, GatewayParams};
-pub use crate::hooks::{EngineFactory, EngineKind, OpenHooks, StoreWrapper};
+pub use crate::hooks::{
+    EngineFactory, EngineKind, EngineRebuild, OpenHooks, RebuiltElsewhere, RecoverHooks,
+    StateCheck, StoreWrapper,
+};
 pub use crate::http::{refusal, run, run_tls, s3_operation, service, UNSIZED_BODY_LIMIT};
 pub use crate::keys::{data_dir_keys, KEY_CHECK_FILE};
 pub use crate::open::{open, open_with, Opened};
 pub use crate::params::{footprint, human_bytes, new_params, parse_size, Footprint, ServeConfig};
-pub use crate::recovery::{recover, recover_until, write_snapshot, RecoverCrash};
+pub use crate::recovery::{recover, recover_until, recover_with, write_snapshot, RecoverCrash};

@@ -90,6 +90,65 @@ pub struct Recovered {
     pub resumed: bool,
 }
 
+impl Recovered {
+    /// One line for the operator.
+    pub fn summary(&self) -> String {
+        let mut s = if self.resumed {
+            format!(
+                "took up an interrupted recover's plan and wrote all {} local ids of the nodes \
+                 again",
+                self.ids_written
+            )
+        } else {
+            format!(
+                "read all {} local ids of the nodes and wrote them again, every block at a \
+                 fresh random place",
+                self.ids_read
+            )
+        };
+        if self.cached > 0 {
+            s.push_str(&format!(" ({} blocks wait in the balancer's cache)", self.cached));
+        }
+        if !self.lost.is_empty() {
+            s.push_str(&format!(
+                "; {} blocks are lost: their place no longer holds them (the gateway served after \
+                 its last clean stop)",
+                self.lost.len()
+            ));
+            if self.unverifiable > 0 {
+                s.push_str(&format!(
+                    " or, for {} of them, was recorded by an older blindfold without the digest \
+                     that would prove it does",
+                    self.unverifiable
+                ));
+            }
+        }
+        s
+    }
+}
+
+/// The rebuild step of a gateway's `recover` over the nodes at `urls`: called with the
+/// balancer's state directory, the snapshot's checkpoint bytes and the key. `progress` hears
+/// what is being done.
+pub fn rebuild_fn(
+    urls: Vec<String>,
+    tls: ClusterTls,
+    progress: std::sync::Arc<dyn Fn(&str) + Send + Sync>,
+) -> impl FnOnce(
+    std::path::PathBuf,
+    Vec<u8>,
+    std::sync::Arc<MasterKey>,
+) -> futures::future::BoxFuture<'static, blindfold_proxy::Result<Recovered>>
+       + Send {
+    move |dir, snapshot, key| {
+        Box::pin(async move {
+            Balancer::recover(&dir, &snapshot, &urls, &tls, &key, &*progress)
+                .await
+                .map_err(Into::into)
+        })
+    }
+}
+
 /// Where a test can cut a recover short, as a crash there would.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use commands::bench::BenchCommand;
 use commands::cluster_certs::ClusterCertsArgs;
-use commands::data_dir::{GatewayArgs, KeyArgs};
+use commands::data_dir::KeyArgs;
 use commands::enclave_key::EnclaveKeyArgs;
 use commands::grow::GrowArgs;
 use commands::init::InitArgs;
@@ -59,9 +59,12 @@ enum Command {
     Status(StatusArgs),
     /// Rebuild a lost data directory from the store's encrypted snapshot and the key alone.
     ///
-    /// Needs --store (where the cells are) and --key-file; writes a new data directory, then
-    /// verifies it. The snapshot is the state at the gateway's last clean shutdown.
-    Recover(GatewayArgs),
+    /// Needs --store (where the cells and the snapshot are) and --key-file; writes a new data
+    /// directory, then verifies it. The snapshot is the state at the gateway's last clean
+    /// shutdown. For a gateway whose blocks lived on ORAM nodes, also give --nodes (every node
+    /// of the cluster) and --tls-dir; its snapshot is in its --store, which must have outlived
+    /// the lost machine (by default it is files inside the data directory).
+    Recover(commands::recover::RecoverArgs),
     /// Create a new key file (mode 0600). Losing the key loses the data.
     Init(InitArgs),
     /// Check that a key file loads (and that its permissions are private).

@@ -1,17 +1,78 @@
 //! `blindfold recover`: rebuild a lost data directory from the store's snapshot and the key.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use anyhow::{bail, Result};
+use blindfold_gateway::server::{RebuiltElsewhere, RecoverHooks};
+use clap::Args;
 
 use crate::commands::data_dir::{serve_config, GatewayArgs};
 use crate::commands::runtime;
 
-pub fn run(a: GatewayArgs) -> Result<()> {
+#[derive(Args, Debug)]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+    /// For a gateway whose blocks lived on ORAM nodes (`serve --nodes`): every node of its
+    /// cluster, comma-separated `https://host:port`, in any order. Recover reads every block
+    /// of every node and writes every one again, each kept block at a fresh random place.
+    #[arg(long, value_delimiter = ',', requires = "tls_dir")]
+    pub nodes: Vec<String>,
+    /// With --nodes: the balancer's certificates (`blindfold cluster-certs`, `balancer`).
+    #[arg(long, requires = "nodes")]
+    pub tls_dir: Option<PathBuf>,
+}
+
+pub fn run(a: RecoverArgs) -> Result<()> {
     runtime::on_all_cores(recover(a))
 }
 
-async fn recover(a: GatewayArgs) -> Result<()> {
-    let cfg = serve_config(&a)?;
-    let (opened, about) = blindfold_gateway::server::recover(&cfg).await?;
+/// What `recover` is given to rebuild the engine: over the nodes with --nodes, else the
+/// store's own arrays (refusing a snapshot of a gateway over nodes).
+fn hooks(a: &RecoverArgs) -> Result<RecoverHooks> {
+    let Some(tls_dir) = &a.tls_dir else {
+        return Ok(RecoverHooks {
+            check_state: Some(Box::new(|ckpt| {
+                if blindfold_node::balancer::is_balancer_checkpoint(ckpt) {
+                    Err("the snapshot is of a gateway whose blocks live on ORAM nodes: give \
+                         --nodes (every node of its cluster) and --tls-dir (the balancer's \
+                         certificates)"
+                        .into())
+                } else {
+                    Ok(())
+                }
+            })),
+            ..Default::default()
+        });
+    };
+    let tls = blindfold_node::ClusterTls::load(tls_dir)?;
+    let progress: Arc<dyn Fn(&str) + Send + Sync> =
+        Arc::new(|m: &str| eprintln!("blindfold recover: {m}"));
+    let rebuild = blindfold_node::recover::rebuild_fn(a.nodes.clone(), tls.clone(), progress);
+    Ok(RecoverHooks {
+        rebuild: Some(Box::new(move |dir, ckpt, key| {
+            Box::pin(async move {
+                let r = rebuild(dir, ckpt, key).await?;
+                Ok(RebuiltElsewhere {
+                    blocks_found: r.blocks_found,
+                    summary: r.summary(),
+                    lost: r.lost,
+                })
+            })
+        })),
+        engine_factory: Some(blindfold_node::balancer::engine_factory(
+            a.nodes.clone(),
+            tls,
+            blindfold_node::BalancerConfig::default(),
+        )),
+        check_state: None,
+    })
+}
+
+async fn recover(a: RecoverArgs) -> Result<()> {
+    let cfg = serve_config(&a.gateway)?;
+    let (opened, about) = blindfold_gateway::server::recover_with(&cfg, hooks(&a)?).await?;
     println!("blindfold recover: restored {about} into {}", cfg.data_dir.display());
     let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await?;
     println!(
@@ -32,8 +93,12 @@ async fn recover(a: GatewayArgs) -> Result<()> {
         Some(k) if *k != cfg.data_dir.join("key.json") => format!(" --key-file {}", k.display()),
         _ => String::new(),
     };
+    let nodes_arg = match &a.tls_dir {
+        Some(t) => format!(" --nodes {} --tls-dir {}", a.nodes.join(","), t.display()),
+        None => String::new(),
+    };
     println!(
-        "  OK: start it with `blindfold serve --data-dir {}{key_arg}`",
+        "  OK: start it with `blindfold serve --data-dir {}{key_arg}{nodes_arg}`",
         cfg.data_dir.display()
     );
     Ok(())
