@@ -513,3 +513,48 @@ async fn write_all(
     }
     Ok(written)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A checkpoint of format 0001, as the previous version wrote it.
+    #[derive(Serialize)]
+    struct OldCheckpoint {
+        blocks: u64,
+        block_size: u32,
+        evictions: u32,
+        nodes: Vec<NodeRecord>,
+        placed: Vec<(u64, u32, u64)>,
+        cached: Vec<(u64, u32, Vec<u8>)>,
+    }
+
+    #[test]
+    fn checkpoints_of_the_previous_format_still_open_without_digests() {
+        let key = MasterKey::from_bytes([5; 32]);
+        let sealer = StateSealer::new(&key);
+        let dir = tempfile::tempdir().unwrap();
+        let old = OldCheckpoint {
+            blocks: 10,
+            block_size: 64,
+            evictions: 2,
+            nodes: vec![NodeRecord { id: [1; 16], blocks: 200 }],
+            placed: vec![(3, 0, 7)],
+            cached: vec![(4, 0, vec![9; 64])],
+        };
+        state_file::write_checkpoint_as(dir.path(), b"BFLB0001", &old, &sealer).unwrap();
+        let buf = std::fs::read(dir.path().join(state_file::CHECKPOINT)).unwrap();
+        assert!(is_balancer_checkpoint(&buf));
+        let c = decode_checkpoint(&buf, &sealer).unwrap();
+        assert_eq!(c.placed, vec![(3, 0, 7, None)]);
+        assert_eq!(c.cached, old.cached);
+        assert_eq!(c.nodes, old.nodes);
+        // And the current format round-trips its digests.
+        state_file::write_checkpoint_as(dir.path(), CHECKPOINT_MAGIC, &c, &sealer).unwrap();
+        let buf = std::fs::read(dir.path().join(state_file::CHECKPOINT)).unwrap();
+        assert!(buf.starts_with(b"BFLB0002"));
+        let again = decode_checkpoint(&buf, &sealer).unwrap();
+        assert_eq!(again.digest_key, c.digest_key);
+        assert_eq!(again.placed, c.placed);
+    }
+}
