@@ -57,7 +57,7 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::balancer::{
-    decode_checkpoint, is_balancer_checkpoint, write_nodes_file, Checkpoint, NodeRecord,
+    decode_checkpoint, is_balancer_checkpoint, write_nodes_file, Checkpoint, Digest, NodeRecord,
     CHECKPOINT_MAGIC, DUMMY_IDS,
 };
 use crate::certs::ClusterTls;
@@ -360,6 +360,17 @@ fn check_instance(c: &NodeClient, instance: u64) -> Result<(), NodeError> {
     Ok(())
 }
 
+/// A place: node and local id.
+type Place = (u32, u64);
+
+/// A block recover keeps: its data and its snapshot place (none if it was cached).
+#[derive(Clone)]
+struct Kept {
+    block: u64,
+    data: Vec<u8>,
+    was: Option<Place>,
+}
+
 /// Reads every local id of every node, keeps the blocks whose digest matches, and draws the
 /// new places.
 async fn read_and_plan(
@@ -370,7 +381,7 @@ async fn read_and_plan(
 ) -> Result<Plan, NodeError> {
     let old_key = BlockDigestKey::from_bytes(ckpt.digest_key);
     let n = nodes.len();
-    let mut wanted: HashMap<(u32, u64), (u64, Option<[u8; 16]>)> = HashMap::new();
+    let mut wanted: HashMap<Place, (u64, Digest)> = HashMap::new();
     for &(b, node, local, digest) in &ckpt.placed {
         if node as usize >= n || local >= nodes[node as usize].info().blocks || b >= ckpt.blocks {
             return Err(config(
@@ -379,8 +390,7 @@ async fn read_and_plan(
         }
         wanted.insert((node, local), (b, digest));
     }
-    // (block, data, its snapshot place)
-    let mut kept: Vec<(u64, Vec<u8>, Option<(u32, u64)>)> = Vec::new();
+    let mut kept: Vec<Kept> = Vec::new();
     let mut lost = Vec::new();
     let mut unverifiable = 0u64;
     let mut ids_read = 0u64;
@@ -403,7 +413,7 @@ async fn read_and_plan(
                 let Some(&(b, digest)) = wanted.get(&(i as u32, local)) else { continue };
                 match digest {
                     Some(d) if old_key.matches(b, &data, &d) => {
-                        kept.push((b, data, Some((i as u32, local))))
+                        kept.push(Kept { block: b, data, was: Some((i as u32, local)) })
                     }
                     Some(_) => lost.push(b),
                     None => {
@@ -417,13 +427,13 @@ async fn read_and_plan(
         }
     }
     for (b, _, data) in &ckpt.cached {
-        kept.push((*b, data.clone(), None));
+        kept.push(Kept { block: *b, data: data.clone(), was: None });
     }
-    kept.sort_unstable_by_key(|k| k.0);
+    kept.sort_unstable_by_key(|k| k.block);
     lost.sort_unstable();
     let found = kept.len() as u64;
     // Fresh nodes, then free local ids in a random order on each.
-    let mut per_node: Vec<Vec<(u64, Vec<u8>, Option<(u32, u64)>)>> = vec![Vec::new(); n];
+    let mut per_node: Vec<Vec<Kept>> = vec![Vec::new(); n];
     for k in kept {
         per_node[rng.gen_range(0..n)].push(k);
     }
@@ -435,7 +445,7 @@ async fn read_and_plan(
         let mut ids: Vec<u64> = (0..nodes[q].info().blocks - DUMMY_IDS).collect();
         ids.shuffle(rng);
         let mut next = 0usize;
-        for (b, d, was) in blocks {
+        for Kept { block: b, data: d, was } in blocks {
             if next >= ids.len() {
                 cached.push((b, q as u32, d));
                 continue;
