@@ -806,3 +806,104 @@ fn a_blank_admin_token_is_refused_from_the_flag_the_variable_and_the_config_file
     // A real token starts.
     serve(&[&base[..], &["--admin-token", "a-real-admin-token-0123"]].concat()).stop();
 }
+
+/// A `blindfold node` process on a free port; stopped with SIGTERM when dropped.
+struct NodeProcess {
+    child: std::process::Child,
+    url: String,
+}
+
+impl NodeProcess {
+    fn start(dir: &std::path::Path, tls: &std::path::Path, blocks: u64) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_blindfold"))
+            .args(["node", "--listen", "127.0.0.1:0", "--data-dir", dir.to_str().unwrap()])
+            .args(["--tls-dir", tls.to_str().unwrap(), "--blocks", &blocks.to_string()])
+            .args(["--block-size", "4096"])
+            .env_remove("BLINDFOLD_PASSPHRASE")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run blindfold node");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        loop {
+            let mut line = String::new();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "blindfold node exited");
+            if let Some(url) = line.trim().strip_prefix("blindfold node serving at ") {
+                let url = url.to_owned();
+                // The rest of its output is not needed; keep the pipe drained.
+                std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+                return Self { child, url };
+            }
+        }
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// `recover` of a gateway whose blocks live on `blindfold node` processes: refused without
+/// --nodes, done with them (in another order), and the recovered directory serves.
+#[test]
+fn recover_a_gateway_over_nodes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = |p: &str| tmp.path().join(p).to_str().unwrap().to_owned();
+    let o =
+        blindfold(&["cluster-certs", "--out", &path("certs"), "--nodes", "127.0.0.1,127.0.0.1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let nodes: Vec<NodeProcess> = (1..=2)
+        .map(|i| {
+            let tls = tmp.path().join("certs").join(format!("node-{i}"));
+            NodeProcess::start(&tmp.path().join(format!("node{i}")), &tls, 400)
+        })
+        .collect();
+    let urls = format!("{},{}", nodes[0].url, nodes[1].url);
+    let reversed = format!("{},{}", nodes[1].url, nodes[0].url);
+    let o = blindfold(&["init", "--key-file", &path("key.json")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let store = format!("file://{}", path("gateway-store"));
+    let gateway = |dir: &str| {
+        vec![
+            "--data-dir".to_owned(),
+            path(dir),
+            "--store".to_owned(),
+            store.clone(),
+            "--key-file".to_owned(),
+            path("key.json"),
+        ]
+    };
+    let mut args = gateway("gw1");
+    args.extend(
+        ["--capacity", "1MiB", "--nodes", &urls, "--tls-dir", &path("certs/balancer")]
+            .map(String::from),
+    );
+    serve(&strs(&args)).stop();
+    // The gateway's machine is lost; its store and key survive, and so do the nodes.
+    std::fs::remove_dir_all(tmp.path().join("gw1")).unwrap();
+    let mut args = vec!["recover".to_owned()];
+    args.extend(gateway("gw2"));
+    let o = blindfold(&strs(&args));
+    assert!(!o.status.success(), "recover without --nodes: {}", text(&o));
+    assert!(text(&o).contains("give --nodes"), "{}", text(&o));
+    assert!(!tmp.path().join("gw2/gateway.json").exists());
+    args.extend(["--nodes", &reversed, "--tls-dir", &path("certs/balancer")].map(String::from));
+    let o = blindfold(&strs(&args));
+    assert!(o.status.success(), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("reading node 1 of 2") && stderr.contains("writing node 2 of 2"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("read all") && stdout.contains("--nodes"), "{stdout}");
+    let mut args = gateway("gw2");
+    args.extend(["--nodes", &urls, "--tls-dir", &path("certs/balancer")].map(String::from));
+    let served = serve(&strs(&args));
+    assert!(served.banner.contains("oblivious load balancer"), "{}", served.banner);
+    served.stop();
+    drop(nodes);
+}
