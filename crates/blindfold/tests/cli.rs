@@ -826,14 +826,16 @@ impl NodeProcess {
             .spawn()
             .expect("run blindfold node");
         let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        // Owned at once by the value whose drop stops and reaps it, also if this panics.
+        let mut node = Self { child, url: String::new() };
         loop {
             let mut line = String::new();
             assert!(stdout.read_line(&mut line).unwrap() > 0, "blindfold node exited");
             if let Some(url) = line.trim().strip_prefix("blindfold node serving at ") {
-                let url = url.to_owned();
+                node.url = url.to_owned();
                 // The rest of its output is not needed; keep the pipe drained.
                 std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-                return Self { child, url };
+                return node;
             }
         }
     }
