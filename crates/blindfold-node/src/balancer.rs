@@ -75,8 +75,8 @@
 //! 16-byte keyed digest of (block id, data) ([`BlockDigestKey`], whose random key lives in the
 //! sealed checkpoint); checkpoints and commit records carry it. After the loss of the state
 //! directory, [`Balancer::recover`] (see [`crate::recover`]) uses these digests to tell which
-//! places of the snapshot's checkpoint still hold their block. This costs 16 bytes of trusted
-//! memory per placed block (36 in all, beside the 20 of its place). A block placed by a
+//! places of the snapshot's checkpoint still hold their block. Trusted memory grows by 16 bytes
+//! per placed block (36 with its place, instead of 20). A block placed by a
 //! version without digests keeps none until its next access places it again.
 //!
 //! # Security
