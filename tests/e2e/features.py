@@ -173,8 +173,38 @@ def nodes_list(p, gw):
     aws_cmd(gw, "s3", "rb", b)
 
 
+def nodes_grow(p, gw):
+    d = p.dir("nodes-grow")
+    b = "s3://e2e-nodes-grow"
+    aws_cmd(gw, "s3", "mb", b)
+    rand_file(f"{d}/obj", 300000)
+    aws_cmd(gw, "s3", "cp", f"{d}/obj", f"{b}/before")
+    before = [node_blocks(gw, i) for i in (1, 2)]
+    # The gateway is running: it grows while it serves, and its nodes grow their own trees.
+    out = gw.ctx.blindfold("grow", "--data-dir", gw.data_dir, "--capacity", "64MiB").stdout
+    expect("grew the store from 32 MiB to 64 MiB" in out and "in place" in out, f"grow: {out}")
+    after = [node_blocks(gw, i) for i in (1, 2)]
+    expect(all(a > b for a, b in zip(after, before)), f"the nodes did not grow: {before} -> {after}")
+    aws_cmd(gw, "s3", "cp", f"{b}/before", f"{d}/before.back")
+    same_file(f"{d}/obj", f"{d}/before.back")
+    # The new capacity holds more than the old one did.
+    rand_file(f"{d}/big", 40 * 1024 * 1024)
+    aws_cmd(gw, "s3", "cp", f"{d}/big", f"{b}/big")
+    aws_cmd(gw, "s3", "cp", f"{b}/big", f"{d}/big.back")
+    same_file(f"{d}/big", f"{d}/big.back")
+    aws_cmd(gw, "s3", "rm", "--recursive", b)
+    aws_cmd(gw, "s3", "rb", b)
+
+
+def node_blocks(gw, i):
+    with open(os.path.join(gw.nodes.dir, f"n{i}", "gateway.json")) as f:
+        return json.load(f)["blocks"]
+
+
 def nodes_after_clients(p, gw):
     p.check("aws puts, lists and gets objects", nodes_list, p, gw)
+    p.check("blindfold grow 32 → 64 MiB while serving: both nodes (ObliviStore, TaoStore) grow their "
+            "own trees, a 40 MiB object fits, every object reads back", nodes_grow, p, gw)
 
 
 def nodes_after_stop(p, gw):
