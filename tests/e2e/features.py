@@ -217,8 +217,19 @@ def nodes_after_stop(p, gw):
         p.check("after the restart: aws mb, cp, ranged get, sync a tree, rm, rb", AwsFlow(p, gw).short)
         rc = gw.stop()
         p.check("clean exit on SIGTERM after the restart", lambda: expect(rc == 0, f"exit status {rc}"))
+        p.check("blindfold grow of the stopped gateway, through its nodes (--nodes, --tls-dir)",
+                nodes_grow_stopped, p, gw)
     finally:
         cluster.urls = urls
+
+
+def nodes_grow_stopped(p, gw):
+    r = gw.ctx.blindfold("grow", "--data-dir", gw.data_dir, "--capacity", "96MiB", ok=False)
+    expect(r.returncode != 0 and "--nodes" in r.stdout + r.stderr,
+           f"grow without --nodes: unclear error: {r.stdout} {r.stderr}")
+    out = gw.ctx.blindfold("grow", "--data-dir", gw.data_dir, "--capacity", "96MiB",
+                           "--nodes", ",".join(gw.nodes.urls), "--tls-dir", gw.nodes.balancer_tls).stdout
+    expect("grew the store from 64 MiB to 96 MiB" in out and "in place" in out, f"grow: {out}")
 
 
 def nodes_verify(p, gw):
