@@ -156,6 +156,38 @@ def part_after_stop(p, gw):
             part_grow_recover, p, gw)
 
 
+def enclave_rotate(p, gw):
+    enclave = gw.enclave
+    if not gw.start():
+        die("the gateway did not start")
+    try:
+        part_put(p, gw)
+    finally:
+        expect(gw.stop() == 0, "the gateway did not stop cleanly")
+    key = os.path.join(gw.data_dir, "key.json")
+    old = open(key, "rb").read()
+    out = gw.ctx.blindfold("rotate-key", "--data-dir", gw.data_dir).stdout
+    expect("blindfold enclave-key --key-file" in out, f"rotate-key does not say how to re-key the enclave: {out}")
+    new_tee = os.path.join(enclave.dir, "tee-next.key")
+    gw.ctx.blindfold("enclave-key", "--key-file", key + ".next", "--out", new_tee)
+    enclave.restart(new_tee)
+    if not gw.start():
+        die("the gateway did not start under the new key")
+    try:
+        expect(wait_for(lambda: open(key, "rb").read() != old, 120, 0.2), "the rotation did not finish")
+        part_read_back(p, gw)
+    finally:
+        expect(gw.stop() == 0, "the gateway did not stop cleanly after the rotation")
+    out = gw.verify()
+    expect("OK:" in out, f"verify after the rotation: {out}")
+    retired = os.path.join(enclave.dir, "retired-key.json")
+    with open(retired, "wb") as f:
+        f.write(old)
+    os.chmod(retired, 0o600)
+    r = gw.ctx.blindfold("verify", "--data-dir", gw.data_dir, "--key-file", retired, ok=False)
+    expect(r.returncode != 0, f"the retired key still opens the data directory: {r.stdout}")
+
+
 # =============================================================================================
 # Distributed mode: two `blindfold node` processes behind `serve --nodes`.
 def nodes_list(p, gw):
