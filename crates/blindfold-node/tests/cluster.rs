@@ -1277,3 +1277,47 @@ async fn a_cluster_gateway_grows_while_serving() {
     drop(opened);
     cluster.stop().await;
 }
+
+/// A growth moves no block and sends no access: every block keeps its place, the balancer's
+/// recorded requests are the same before and after (only Grow requests, carrying the new size,
+/// go to the nodes), and the new blocks can be written and read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn growing_a_balancer_moves_no_block() {
+    use blindfold_proxy::InPlaceGrowth;
+    let blocks = 32;
+    let cluster = Cluster::new(2, blocks, OramEngine::Tao).await;
+    let balancer = cluster.balancer(true, seeded(3)).await;
+    let w: Vec<(BlockId, Vec<u8>)> = (0..blocks).map(|b| (BlockId(b), block(b))).collect();
+    balancer.write_many(w).await.unwrap();
+    balancer.commit().await.unwrap();
+    let places: Vec<_> = (0..blocks).map(|b| balancer.place_of(b)).collect();
+    let sent = balancer.trace().len();
+    let room = balancer.grow_in_place(4 * blocks, InPlaceGrowth::MakeRoom).await.unwrap();
+    assert!(room.unwrap().contains("2 of 2 nodes grew"));
+    // Not serving the new blocks until adopted.
+    let e = balancer.read_many(&[BlockId(blocks)]).await.expect_err("a block beyond the size");
+    assert!(e.to_string().contains("beyond"), "{e}");
+    balancer.grow_in_place(4 * blocks, InPlaceGrowth::Adopt).await.unwrap().unwrap();
+    assert_eq!(balancer.trace().len(), sent, "the growth sent accesses");
+    assert_eq!((0..blocks).map(|b| balancer.place_of(b)).collect::<Vec<_>>(), places);
+    let need = node_blocks_needed(4 * blocks, 2);
+    let nodes: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(cluster.root.path().join("balancer").join("nodes.json")).unwrap(),
+    )
+    .unwrap();
+    for n in nodes["nodes"].as_array().unwrap() {
+        assert_eq!(n["blocks"].as_u64().unwrap(), need, "{nodes}");
+    }
+    let w: Vec<(BlockId, Vec<u8>)> = (blocks..4 * blocks).map(|b| (BlockId(b), block(b))).collect();
+    balancer.write_many(w).await.unwrap();
+    let ids: Vec<BlockId> = (0..4 * blocks).map(BlockId).collect();
+    for (b, d) in ids.iter().zip(balancer.read_many(&ids).await.unwrap()) {
+        assert_eq!(d, block(b.0), "block {}", b.0);
+    }
+    // Growing again to a size the nodes already hold sends no Grow request.
+    let room = balancer.grow_in_place(4 * blocks, InPlaceGrowth::MakeRoom).await.unwrap();
+    assert!(room.unwrap().contains("0 of 2 nodes grew"));
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
+    cluster.stop().await;
+}
