@@ -15,11 +15,12 @@ fn main() {
     let service = tonic_build::manual::Service::builder()
         .name("Node")
         .package("blindfold.node.v1")
-        .comment("One ORAM node: block reads, writes and commits for the oblivious load balancer.")
+        .comment("One ORAM node: block reads, writes, commits and growth for the oblivious load balancer.")
         .method(method("info", "Info"))
         .method(method("access", "Access"))
         .method(method("commit", "Commit"))
         .method(method("verify", "Verify"))
+        .method(method("grow", "Grow"))
         .build();
     tonic_build::manual::Builder::new().compile(&[service]);
 }

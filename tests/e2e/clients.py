@@ -199,23 +199,28 @@ class AwsFlow:
         self.rm()
 
 
+def passes(p, short, full):
+    """A client's checks: on the short pass the one check `short`, on the full pass each step of
+    `full`, in order (each a check's label, function and arguments)."""
+    for step in (full if p.full else [short]):
+        p.check(*step)
+
+
 def aws(p, gw):
     a = AwsFlow(p, gw)
-    if not p.full:
-        p.check("aws: mb, cp, ranged get, sync a tree, rm, rb", a.short)
-        return
-    p.check("aws: mb + ls buckets", a.mb)
-    p.check("aws: cp up and down", a.cp)
-    p.check("aws: ls shows size and date", a.ls)
-    p.check("aws: head-object ETag is the MD5", a.head_etag)
-    p.check("aws: ranged get-object", a.range)
-    p.check("aws: sync a nested tree up and down", a.sync)
-    p.check("aws: sync --delete with changes", a.sync_changes)
-    size = p.multipart_mib << 20
-    p.check(f"aws: {p.multipart_mib} MiB multipart upload, ETag, download", a.multipart, size)
-    p.check("aws: presigned GET (SigV4), tampered URLs refused", a.presign)
-    p.check("aws: SigV2 presigned URL (aws CLI v1 default) refused with a clear 403", a.presign_v2_refused)
-    p.check("aws: rm --recursive and rb", a.rm)
+    passes(p, ("aws: mb, cp, ranged get, sync a tree, rm, rb", a.short), [
+        ("aws: mb + ls buckets", a.mb),
+        ("aws: cp up and down", a.cp),
+        ("aws: ls shows size and date", a.ls),
+        ("aws: head-object ETag is the MD5", a.head_etag),
+        ("aws: ranged get-object", a.range),
+        ("aws: sync a nested tree up and down", a.sync),
+        ("aws: sync --delete with changes", a.sync_changes),
+        (f"aws: {p.multipart_mib} MiB multipart upload, ETag, download", a.multipart, p.multipart_mib << 20),
+        ("aws: presigned GET (SigV4), tampered URLs refused", a.presign),
+        ("aws: SigV2 presigned URL (aws CLI v1 default) refused with a clear 403", a.presign_v2_refused),
+        ("aws: rm --recursive and rb", a.rm),
+    ])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,12 +326,11 @@ class RcloneFlow:
 
 def rclone(p, gw):
     r = RcloneFlow(p, gw)
-    if not p.full:
-        p.check("rclone: sync a tree, check --download, copy back, lsf, delete", r.short)
-        return
-    p.check("rclone: sync a tree, check, copy back", r.sync)
-    p.check("rclone: modify, sync again, check", r.resync)
-    p.check("rclone: delete", r.delete)
+    passes(p, ("rclone: sync a tree, check --download, copy back, lsf, delete", r.short), [
+        ("rclone: sync a tree, check, copy back", r.sync),
+        ("rclone: modify, sync again, check", r.resync),
+        ("rclone: delete", r.delete),
+    ])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,12 +391,11 @@ class ResticFlow:
 
 def restic(p, gw):
     r = ResticFlow(p, gw)
-    if not p.full:
-        p.check("restic: init, backup, restore equals the source, forget --prune, check", r.short)
-        return
-    p.check("restic: init, backup, check", r.backup)
-    p.check("restic: restore latest equals the source", r.restore)
-    p.check("restic: second backup, check --read-data, restore", r.second)
+    passes(p, ("restic: init, backup, restore equals the source, forget --prune, check", r.short), [
+        ("restic: init, backup, check", r.backup),
+        ("restic: restore latest equals the source", r.restore),
+        ("restic: second backup, check --read-data, restore", r.second),
+    ])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,12 +447,11 @@ class S3cmdFlow:
 
 def s3cmd(p, gw):
     s = S3cmdFlow(p, gw)
-    if not p.full:
-        p.check("s3cmd: mb, put, ls, get, del, rb", s.short)
-        return
     mib = 20 if p.big else 0
-    p.check(f"s3cmd: mb, put{f' (incl. a {mib} MiB multipart)' if mib else ''}, ls, get", s.roundtrip, mib)
-    p.check("s3cmd: del, rb", s.delete)
+    passes(p, ("s3cmd: mb, put, ls, get, del, rb", s.short), [
+        (f"s3cmd: mb, put{f' (incl. a {mib} MiB multipart)' if mib else ''}, ls, get", s.roundtrip, mib),
+        ("s3cmd: del, rb", s.delete),
+    ])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,11 +513,10 @@ class GitFlow:
 
 def git(p, gw):
     g = GitFlow(p, gw)
-    if not p.full:
-        p.check("git: push to s3://, clone, HEAD and work tree equal; bucket removed", g.short)
-        return
-    p.check("git: push to s3://, clone", g.push_clone)
-    p.check("git: push a commit, pull in the clone, fsck", g.push_pull)
+    passes(p, ("git: push to s3://, clone, HEAD and work tree equal; bucket removed", g.short), [
+        ("git: push to s3://, clone", g.push_clone),
+        ("git: push a commit, pull in the clone, fsck", g.push_pull),
+    ])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,14 +608,13 @@ class SwiftFlow:
 
 def swift(p, gw):
     s = SwiftFlow(p, gw)
-    if not p.full:
-        p.check("swift: upload a tree, list, download equals the source, delete", s.short)
-        return
-    p.check("swift: stat, upload a tree, list (plain, delimited), stat, download equals the source", s.roundtrip)
-    p.check("swift: ranged GET, 416, objects shared with S3 both ways, wrong ETag stores nothing, 409, 401",
-            s.ranges_and_s3)
-    p.check("swift: users' keys and policies (buckets, read-only) apply", s.users)
-    p.check("swift: delete a container with its objects", s.delete)
+    passes(p, ("swift: upload a tree, list, download equals the source, delete", s.short), [
+        ("swift: stat, upload a tree, list (plain, delimited), stat, download equals the source", s.roundtrip),
+        ("swift: ranged GET, 416, objects shared with S3 both ways, wrong ETag stores nothing, 409, 401",
+         s.ranges_and_s3),
+        ("swift: users' keys and policies (buckets, read-only) apply", s.users),
+        ("swift: delete a container with its objects", s.delete),
+    ])
 
 
 # The suite's client list, in the order they run.

@@ -156,6 +156,38 @@ def part_after_stop(p, gw):
             part_grow_recover, p, gw)
 
 
+def enclave_rotate(p, gw):
+    enclave = gw.enclave
+    if not gw.start():
+        die("the gateway did not start")
+    try:
+        part_put(p, gw)
+    finally:
+        expect(gw.stop() == 0, "the gateway did not stop cleanly")
+    key = os.path.join(gw.data_dir, "key.json")
+    old = open(key, "rb").read()
+    out = gw.ctx.blindfold("rotate-key", "--data-dir", gw.data_dir).stdout
+    expect("blindfold enclave-key --key-file" in out, f"rotate-key does not say how to re-key the enclave: {out}")
+    new_tee = os.path.join(enclave.dir, "tee-next.key")
+    gw.ctx.blindfold("enclave-key", "--key-file", key + ".next", "--out", new_tee)
+    enclave.restart(new_tee)
+    if not gw.start():
+        die("the gateway did not start under the new key")
+    try:
+        expect(wait_for(lambda: open(key, "rb").read() != old, 120, 0.2), "the rotation did not finish")
+        part_read_back(p, gw)
+    finally:
+        expect(gw.stop() == 0, "the gateway did not stop cleanly after the rotation")
+    out = gw.verify()
+    expect("OK:" in out, f"verify after the rotation: {out}")
+    retired = os.path.join(enclave.dir, "retired-key.json")
+    with open(retired, "wb") as f:
+        f.write(old)
+    os.chmod(retired, 0o600)
+    r = gw.ctx.blindfold("verify", "--data-dir", gw.data_dir, "--key-file", retired, ok=False)
+    expect(r.returncode != 0, f"the retired key still opens the data directory: {r.stdout}")
+
+
 # =============================================================================================
 # Distributed mode: two `blindfold node` processes behind `serve --nodes`.
 def nodes_list(p, gw):
@@ -173,8 +205,38 @@ def nodes_list(p, gw):
     aws_cmd(gw, "s3", "rb", b)
 
 
+def nodes_grow(p, gw):
+    d = p.dir("nodes-grow")
+    b = "s3://e2e-nodes-grow"
+    aws_cmd(gw, "s3", "mb", b)
+    rand_file(f"{d}/obj", 300000)
+    aws_cmd(gw, "s3", "cp", f"{d}/obj", f"{b}/before")
+    before = [node_blocks(gw, i) for i in (1, 2)]
+    # The gateway is running: it grows while it serves, and its nodes grow their own trees.
+    out = gw.ctx.blindfold("grow", "--data-dir", gw.data_dir, "--capacity", "64MiB").stdout
+    expect("grew the store from 32 MiB to 64 MiB" in out and "in place" in out, f"grow: {out}")
+    after = [node_blocks(gw, i) for i in (1, 2)]
+    expect(all(a > b for a, b in zip(after, before)), f"the nodes did not grow: {before} -> {after}")
+    aws_cmd(gw, "s3", "cp", f"{b}/before", f"{d}/before.back")
+    same_file(f"{d}/obj", f"{d}/before.back")
+    # The new capacity holds more than the old one did.
+    rand_file(f"{d}/big", 40 * 1024 * 1024)
+    aws_cmd(gw, "s3", "cp", f"{d}/big", f"{b}/big")
+    aws_cmd(gw, "s3", "cp", f"{b}/big", f"{d}/big.back")
+    same_file(f"{d}/big", f"{d}/big.back")
+    aws_cmd(gw, "s3", "rm", "--recursive", b)
+    aws_cmd(gw, "s3", "rb", b)
+
+
+def node_blocks(gw, i):
+    with open(os.path.join(gw.nodes.dir, f"n{i}", "gateway.json")) as f:
+        return json.load(f)["blocks"]
+
+
 def nodes_after_clients(p, gw):
     p.check("aws puts, lists and gets objects", nodes_list, p, gw)
+    p.check("blindfold grow 32 → 64 MiB while serving: both nodes (ObliviStore, TaoStore) grow their "
+            "own trees, a 40 MiB object fits, every object reads back", nodes_grow, p, gw)
 
 
 def nodes_after_stop(p, gw):
@@ -187,8 +249,19 @@ def nodes_after_stop(p, gw):
         p.check("after the restart: aws mb, cp, ranged get, sync a tree, rm, rb", AwsFlow(p, gw).short)
         rc = gw.stop()
         p.check("clean exit on SIGTERM after the restart", lambda: expect(rc == 0, f"exit status {rc}"))
+        p.check("blindfold grow of the stopped gateway, through its nodes (--nodes, --tls-dir)",
+                nodes_grow_stopped, p, gw)
     finally:
         cluster.urls = urls
+
+
+def nodes_grow_stopped(p, gw):
+    r = gw.ctx.blindfold("grow", "--data-dir", gw.data_dir, "--capacity", "96MiB", ok=False)
+    expect(r.returncode != 0 and "--nodes" in r.stdout + r.stderr,
+           f"grow without --nodes: unclear error: {r.stdout} {r.stderr}")
+    out = gw.ctx.blindfold("grow", "--data-dir", gw.data_dir, "--capacity", "96MiB",
+                           "--nodes", ",".join(gw.nodes.urls), "--tls-dir", gw.nodes.balancer_tls).stdout
+    expect("grew the store from 64 MiB to 96 MiB" in out and "in place" in out, f"grow: {out}")
 
 
 def nodes_verify(p, gw):

@@ -200,12 +200,20 @@ class Enclave:
         key = os.path.join(self.data_dir, "key.json")
         self.ctx.blindfold("init", "--key-file", key)
         self.ctx.blindfold("enclave-key", "--key-file", key, "--out", os.path.join(self.dir, "tee.key"))
+        return self.run(os.path.join(self.dir, "tee.key"), "127.0.0.1:0")
+
+    def restart(self, tee_key):
+        """Stops the enclave and starts it again at the same address with the TEE key `tee_key`."""
+        self.stop()
+        return self.run(tee_key, self.addr)
+
+    def run(self, tee_key, listen):
         out, err = os.path.join(self.dir, "enclave.out"), os.path.join(self.dir, "enclave.err")
         with open(out, "w") as o, open(err, "w") as e:
-            self.proc = spawn([self.ctx.bin, "enclave", "--listen", "127.0.0.1:0",
+            self.proc = spawn([self.ctx.bin, "enclave", "--listen", listen,
                                "--store", f"file://{self.dir}/cells",
                                "--auth-key-file", os.path.join(self.dir, "auth.key"), "--generate-auth-key",
-                               "--enclave-key", os.path.join(self.dir, "tee.key"),
+                               "--enclave-key", tee_key,
                                "--enclave-block-size", "4KiB"], stdout=o, stderr=e, env=self.ctx.env)
         m = wait_for(lambda: ENCLAVE.search(read(out).decode()) or self.proc.poll() is not None, 30, 0.05)
         if not m or m is True:

@@ -112,7 +112,10 @@ TARGETS = [
            after=[lambda p, gw: features.part_kill_restart(p, gw)],
            after_stop=[lambda p, gw: features.part_after_stop(p, gw)]),
     Target("tee-enclave", "the tee engine, trusted component in its own process (blindfold enclave)",
-           flags=["--engine", "tee", *SMALL_BLOCKS], enclave=True),
+           flags=["--engine", "tee", *SMALL_BLOCKS], enclave=True,
+           after_stop=[lambda p, gw: p.check(
+               "rotate-key: the enclave restarted with the new TEE key, the gateway re-keys every cell, "
+               "objects read back, the old key opens nothing", features.enclave_rotate, p, gw)]),
     *[Target(e, f"the {e} engine", flags=["--engine", e, *SMALL_BLOCKS],
              after=[lambda p, gw: features.part_kill_restart(p, gw)],
              after_stop=[lambda p, gw: features.part_after_stop(p, gw)])
@@ -165,6 +168,7 @@ class Run:
                     return
                 gw_kw["nodes"] = cluster
             gw = Gateway(ctx, t.name, **gw_kw)
+            gw.enclave = enclave
             if not p.check("start blindfold serve", gw.start):
                 return
             print(f"  endpoint: {gw.endpoint}\n  data dir: {gw.data_dir}", flush=True)

@@ -60,7 +60,7 @@ use std::time::Instant;
 use blindfold_crypto::MasterKey;
 use blindfold_proxy::catalogue::EngineStore;
 use blindfold_proxy::rebuild::{fresh_epoch, Rebuilt};
-use blindfold_proxy::ProxyError;
+use blindfold_proxy::{InPlaceGrowth, ProxyError};
 use blindfold_store::{open_store, Store, StoreError, StoreUrl};
 use serde::{Deserialize, Serialize};
 
@@ -135,12 +135,26 @@ pub struct Grown {
     pub old_array_removed: bool,
     /// How long requests waited, in seconds.
     pub seconds: f64,
+    /// For an engine whose blocks live elsewhere (ORAM nodes), which grew in place instead
+    /// of into a new array: what it did.
+    #[serde(default)]
+    pub in_place: Option<String>,
 }
 
 impl Grown {
     /// One line for the operator.
     pub fn describe(&self) -> String {
         let bytes = |b: u64| crate::params::human_bytes(b * u64::from(self.block_size));
+        if let Some(done) = &self.in_place {
+            return format!(
+                "grew the store from {} to {} ({} → {} blocks) in {:.1} s, in place: {done}",
+                bytes(self.from_blocks),
+                bytes(self.to_blocks),
+                self.from_blocks,
+                self.to_blocks,
+                self.seconds,
+            );
+        }
         let old = if self.old_array_removed {
             format!("{} was removed from the store", self.old_array)
         } else {
@@ -446,6 +460,7 @@ fn grown_report(
         cells_written: rebuilt.cells_written,
         old_array_removed: false,
         seconds: started.elapsed().as_secs_f64(),
+        in_place: None,
     }
 }
 
@@ -586,6 +601,10 @@ impl Grower {
         tracing::info!(from = params.blocks, to = blocks, "growing the store: requests wait");
         let started = Instant::now();
         let mut engine = self.engine.exclusive().await;
+        let room = engine.grow_in_place(blocks, InPlaceGrowth::MakeRoom).await;
+        if let Some(room) = room {
+            return self.grow_in_place(&engine, &params, blocks, room, crash, started).await;
+        }
         engine.shutdown().await?;
         // Closed, as at a clean stop: the rebuild reads its checkpoint and its store array.
         let stopped = self.stopped(&engine);
@@ -644,6 +663,66 @@ impl Grower {
                  the old arrays stay in the store"
             ),
         }
+        tracing::info!("{}", grown.describe());
+        Ok(grown)
+    }
+
+    /// The rest of a growth of an engine whose blocks live elsewhere, after its first step
+    /// (`room`): the new capacity is recorded in `gateway.json` — the point of no return: a
+    /// crash after it reopens the engine at the new size, which finishes the growth — then
+    /// the engine serves it. Nothing moves in the gateway's store.
+    async fn grow_in_place(
+        &self,
+        engine: &Arc<dyn SharedEngine>,
+        params: &GatewayParams,
+        blocks: u64,
+        room: blindfold_proxy::Result<String>,
+        crash: Option<CrashPoint>,
+        started: Instant,
+    ) -> Result<Grown> {
+        let room = match room {
+            Ok(room) => room,
+            Err(e) => {
+                tracing::warn!(error = %e, "the store was not grown");
+                return Err(GatewayError::Config(format!(
+                    "{e}; nothing else was changed: the gateway serves on at {} blocks",
+                    params.blocks
+                )));
+            }
+        };
+        if crash == Some(CrashPoint::AfterCheckpoint) {
+            return Err(simulated(CrashPoint::AfterCheckpoint));
+        }
+        let new_params = grown_params(params, blocks, params.generation)?;
+        write_params(&self.dir, &new_params)?;
+        if crash == Some(CrashPoint::AfterParams) {
+            return Err(simulated(CrashPoint::AfterParams));
+        }
+        let adopted = engine.grow_in_place(blocks, InPlaceGrowth::Adopt).await;
+        let adopted = adopted.expect("an engine that made room in place grows in place");
+        let adopted = adopted.map_err(|e| {
+            GatewayError::Config(format!(
+                "the new capacity is recorded, but the engine did not take it ({e}); restart \
+                 the gateway to finish the growth"
+            ))
+        })?;
+        self.objects.directory().grow_to(blocks);
+        let snapshot = self.snapshot(&new_params).await;
+        if let Err(e) = snapshot {
+            tracing::warn!(error = %e, "no snapshot of the grown store was written (the next clean stop writes one)");
+        }
+        let grown = Grown {
+            from_blocks: params.blocks,
+            to_blocks: blocks,
+            block_size: params.block_size,
+            old_array: String::new(),
+            new_array: String::new(),
+            cells_read: 0,
+            cells_written: 0,
+            old_array_removed: false,
+            seconds: started.elapsed().as_secs_f64(),
+            in_place: Some(format!("{room}; {adopted}")),
+        };
         tracing::info!("{}", grown.describe());
         Ok(grown)
     }

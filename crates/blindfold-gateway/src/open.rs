@@ -551,7 +551,8 @@ async fn assemble(
     let objects =
         Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
     let snapshots = Arc::new(parking_lot::Mutex::new(snapshots));
-    let grower = (hooks.engine == EngineKind::PathOram && !injected_engine).then(|| {
+    // An injected engine (the load balancer over ORAM nodes) grows in place.
+    let grower = (hooks.engine == EngineKind::PathOram).then(|| {
         Arc::new(crate::grow::Grower::new(crate::grow::GrowerParts {
             dir: dir.clone(),
             key: Arc::clone(&key),

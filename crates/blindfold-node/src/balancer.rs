@@ -79,6 +79,16 @@
 //! per placed block (36 with its place, instead of 20). A block placed by a
 //! version without digests keeps none until its next access places it again.
 //!
+//! # Growth
+//!
+//! A growth to `N` logical blocks ([`SharedEngine::grow_in_place`]) first makes room: with no
+//! access in flight, every node holding fewer than [`node_blocks_needed`] local ids is asked to
+//! grow (it rebuilds its own tree), and the new ids (the former dummy ids among them) join the
+//! free lists; then, once the gateway has recorded the new capacity, the balancer serves `N`.
+//! No block moves. A balancer opened for more blocks than its state holds finishes such a
+//! growth (growing the nodes still too small); a node holding more ids than the state says is
+//! taken as it is, one holding fewer is refused.
+//!
 //! # Security
 //!
 //! The network between balancer and nodes (TLS with the cluster's certificates) sees, per
@@ -95,7 +105,9 @@ use blindfold_crypto::{BlockDigestKey, MasterKey, StateSealer};
 use blindfold_oram::BlockId;
 use blindfold_proxy::engine::EngineFactory;
 use blindfold_proxy::state_file::{self, Frame as LogFrame};
-use blindfold_proxy::{EngineGauges, ProxyError, Result, SharedEngine, VerifyReport};
+use blindfold_proxy::{
+    EngineGauges, InPlaceGrowth, ProxyError, Result, SharedEngine, VerifyReport,
+};
 use futures::future::LocalBoxFuture;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -272,28 +284,6 @@ struct NodesFileEntry {
     name: Option<String>,
 }
 
-/// Writes `nodes.json` for `nodes`, in the order the state numbers them.
-pub(crate) fn write_nodes_file(
-    dir: &Path,
-    nodes: &[NodeClient],
-) -> std::result::Result<(), NodeError> {
-    let file = NodesFile {
-        format: "blindfold-balancer".into(),
-        nodes: nodes
-            .iter()
-            .map(|c| NodesFileEntry {
-                url: c.url().to_owned(),
-                id: hex::encode(c.info().id),
-                blocks: c.info().blocks,
-                name: Some(c.name().to_owned()),
-            })
-            .collect(),
-    };
-    let path = dir.join(NODES_FILE);
-    write_private(&path, &serde_json::to_vec_pretty(&file).expect("json"))
-        .map_err(|e| NodeError::Io { path, source: e })
-}
-
 /// The result of a read in flight, for the accesses that wait for it.
 type Loaded = Option<std::result::Result<Vec<u8>, String>>;
 type Load = watch::Receiver<Loaded>;
@@ -324,6 +314,8 @@ struct State {
     /// Blocks whose place changed since the last commit.
     dirty: BTreeSet<u64>,
     batches: u64,
+    /// Local ids each node holds (more after a growth).
+    node_blocks: Vec<u64>,
 }
 
 enum Answer {
@@ -416,8 +408,8 @@ pub struct Balancer {
     dir: PathBuf,
     nodes: Vec<NodeClient>,
     instances: Vec<u64>,
-    node_blocks: Vec<u64>,
-    blocks: u64,
+    /// Logical blocks (more after a growth).
+    blocks: AtomicU64,
     block_size: usize,
     evictions: u32,
     sealer: Arc<StateSealer>,
@@ -436,7 +428,7 @@ impl std::fmt::Debug for Balancer {
         f.debug_struct("Balancer")
             .field("dir", &self.dir)
             .field("nodes", &self.nodes)
-            .field("blocks", &self.blocks)
+            .field("blocks", &self.blocks.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -461,6 +453,69 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Whether the ORAM state directory `oram_dir` belongs to a balancer.
 pub fn is_balancer_dir(oram_dir: &Path) -> bool {
     oram_dir.join(NODES_FILE).exists()
+}
+
+/// The free local ids of each node (below its dummy ids) given the blocks placed: popped from
+/// the end, low ids first.
+fn free_lists(node_blocks: &[u64], placed: &HashMap<u64, (u32, u64)>) -> Vec<Vec<u64>> {
+    let mut used: Vec<Vec<bool>> =
+        node_blocks.iter().map(|&b| vec![false; (b - DUMMY_IDS) as usize]).collect();
+    for &(node, local) in placed.values() {
+        used[node as usize][local as usize] = true;
+    }
+    used.iter().map(|u| (0..u.len() as u64).rev().filter(|&i| !u[i as usize]).collect()).collect()
+}
+
+/// Asks every node holding fewer than `need` local ids to grow to `need` (all at once);
+/// `held` is updated with what each node holds then. A node grown before a failure stays
+/// grown: a node holding more ids than the balancer uses is harmless.
+async fn grow_nodes(nodes: &[NodeClient], held: &mut [u64], need: u64) -> Result<usize> {
+    let grown = futures::future::join_all(
+        nodes
+            .iter()
+            .zip(held.iter())
+            .filter(|(_, &h)| h < need)
+            .map(|(c, _)| async move { (c.info().id, c.grow(need).await) }),
+    )
+    .await;
+    let count = grown.len();
+    let mut failed = Vec::new();
+    for (id, result) in grown {
+        let i = nodes.iter().position(|c| c.info().id == id).expect("one of the nodes");
+        match result {
+            Ok(info) => held[i] = info.blocks,
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    if !failed.is_empty() {
+        return Err(ProxyError::State(failed.join("; ")));
+    }
+    Ok(count)
+}
+
+/// Writes [`NODES_FILE`], the cluster's public description: `nodes` in the order the state
+/// numbers them, each holding `held` local ids.
+pub(crate) fn write_nodes_file(
+    dir: &Path,
+    nodes: &[NodeClient],
+    held: &[u64],
+) -> std::result::Result<(), NodeError> {
+    let nodes_file = NodesFile {
+        format: "blindfold-balancer".into(),
+        nodes: nodes
+            .iter()
+            .zip(held)
+            .map(|(c, &blocks)| NodesFileEntry {
+                url: c.url().to_owned(),
+                id: hex::encode(c.info().id),
+                blocks,
+                name: Some(c.name().to_owned()),
+            })
+            .collect(),
+    };
+    let path = dir.join(NODES_FILE);
+    write_private(&path, &serde_json::to_vec_pretty(&nodes_file).expect("json"))
+        .map_err(|e| NodeError::Io { path, source: e })
 }
 
 impl Balancer {
@@ -606,7 +661,9 @@ impl Balancer {
             }
             (ckpt, frames)
         };
-        if ckpt.blocks != blocks || ckpt.block_size != block_size {
+        // More blocks than the state has: a growth the gateway recorded before a crash let
+        // the balancer take it (finished below, once the nodes are known).
+        if ckpt.blocks > blocks || ckpt.block_size != block_size {
             return Err(NodeError::Config(format!(
                 "the balancer's state is for {} blocks of {} bytes, not {blocks} of {block_size}",
                 ckpt.blocks, ckpt.block_size
@@ -622,9 +679,12 @@ impl Balancer {
                     hex::encode(rec.id)
                 )));
             };
-            if c.info().blocks != rec.blocks {
+            // A node may hold more than it had (it grew, see [`Balancer::grow_in_place`]),
+            // never fewer: its local ids keep their blocks through a growth.
+            if c.info().blocks < rec.blocks {
                 return Err(NodeError::Config(format!(
-                    "node {} now holds {} blocks, not the {} it had",
+                    "node {} now holds {} blocks, fewer than the {} it had: it does not hold \
+                     this cluster's data (was its data directory replaced?)",
                     c.url(),
                     c.info().blocks,
                     rec.blocks
@@ -638,6 +698,21 @@ impl Balancer {
                 clients.len(),
                 ordered.len()
             )));
+        }
+        let mut node_blocks: Vec<u64> = ordered.iter().map(|c| c.info().blocks).collect();
+        if blocks > ckpt.blocks {
+            let need = node_blocks_needed(blocks, ordered.len());
+            tracing::info!(
+                from = ckpt.blocks,
+                to = blocks,
+                "finishing a growth: the nodes hold at least {need} local ids each"
+            );
+            grow_nodes(&ordered, &mut node_blocks, need).await.map_err(|e| {
+                NodeError::Config(format!(
+                    "finishing the growth to {blocks} blocks: {e}; the gateway cannot start \
+                     until every node holds {need} blocks"
+                ))
+            })?;
         }
         let nodes_path = dir.join(NODES_FILE);
         // The name each node proved the last time: the node holding a node's data must prove
@@ -659,20 +734,7 @@ impl Balancer {
                 }
             }
         }
-        let nodes_file = NodesFile {
-            format: "blindfold-balancer".into(),
-            nodes: ordered
-                .iter()
-                .map(|c| NodesFileEntry {
-                    url: c.url().to_owned(),
-                    id: hex::encode(c.info().id),
-                    blocks: c.info().blocks,
-                    name: Some(c.name().to_owned()),
-                })
-                .collect(),
-        };
-        write_private(&nodes_path, &serde_json::to_vec_pretty(&nodes_file).expect("json"))
-            .map_err(|e| NodeError::Io { path: nodes_path, source: e })?;
+        write_nodes_file(dir, &ordered, &node_blocks)?;
         let seed = config.seed.unwrap_or_else(rand::random);
         let mut state = State {
             rng: ChaCha20Rng::seed_from_u64(seed),
@@ -698,6 +760,7 @@ impl Balancer {
             pending_free: Vec::new(),
             dirty: BTreeSet::new(),
             batches: 0,
+            node_blocks: Vec::new(),
         };
         let mut intents = Vec::new();
         for LogFrame { magic, body } in frames {
@@ -740,13 +803,13 @@ impl Balancer {
             }
         }
         let n = ordered.len();
-        let node_blocks: Vec<u64> = ordered.iter().map(|c| c.info().blocks).collect();
-        if let Some(c) = ordered.iter().find(|c| c.info().blocks <= DUMMY_IDS) {
+        if let Some((c, held)) =
+            ordered.iter().zip(&node_blocks).find(|(_, &held)| held <= DUMMY_IDS)
+        {
             return Err(NodeError::Config(format!(
-                "node {} holds {} blocks: a node needs more than the {DUMMY_IDS} it keeps for \
-                 dummy evictions",
+                "node {} holds {held} blocks: a node needs more than the {DUMMY_IDS} it keeps \
+                 for dummy evictions",
                 c.url(),
-                c.info().blocks
             )));
         }
         for (&b, &(node, local)) in state.placed.iter() {
@@ -774,8 +837,7 @@ impl Balancer {
             dir: dir.to_path_buf(),
             instances: ordered.iter().map(|c| c.info().instance).collect(),
             nodes: ordered,
-            node_blocks,
-            blocks,
+            blocks: AtomicU64::new(blocks),
             block_size: block_size as usize,
             evictions: ckpt.evictions,
             sealer: Arc::new(sealer),
@@ -787,12 +849,13 @@ impl Balancer {
             poisoned: AtomicBool::new(false),
             trace: config.record.then(|| parking_lot::Mutex::new(Vec::new())),
         };
+        balancer.state.lock().node_blocks = node_blocks;
         if !intents.is_empty() {
             balancer.repeat_reads(intents).await?;
         }
         {
             let mut st = balancer.state.lock();
-            st.free = balancer.free_lists(&st.placed);
+            st.free = free_lists(&st.node_blocks, &st.placed);
         }
         if !creating {
             // Everything replayed is folded into a fresh checkpoint.
@@ -809,23 +872,12 @@ impl Balancer {
         Ok(balancer)
     }
 
-    fn free_lists(&self, placed: &HashMap<u64, (u32, u64)>) -> Vec<Vec<u64>> {
-        let mut used: Vec<Vec<bool>> =
-            self.node_blocks.iter().map(|&b| vec![false; (b - DUMMY_IDS) as usize]).collect();
-        for &(node, local) in placed.values() {
-            used[node as usize][local as usize] = true;
-        }
-        // Popped from the end: low ids first.
-        used.iter()
-            .map(|u| (0..u.len() as u64).rev().filter(|&i| !u[i as usize]).collect())
-            .collect()
-    }
-
     /// After an unclean stop: the reads logged since the last commit, sent again as they were
     /// (node and local id, fake ones too); a block they had taken out of its place goes to the
     /// cache under the node its latest intent drew.
     async fn repeat_reads(&self, intents: Vec<IntentRecord>) -> std::result::Result<(), NodeError> {
         let n = self.nodes.len();
+        let node_blocks = self.state.lock().node_blocks.clone();
         tracing::warn!(
             batches = intents.len(),
             "the balancer stopped uncleanly: repeating the reads it had sent since its last commit"
@@ -834,7 +886,7 @@ impl Balancer {
             let mut per_node: Vec<Vec<u64>> = vec![Vec::new(); n];
             let mut slots = Vec::with_capacity(intent.reads.len());
             for &(node, local, _) in &intent.reads {
-                if node as usize >= n || local >= self.node_blocks[node as usize] {
+                if node as usize >= n || local >= node_blocks[node as usize] {
                     return Err(NodeError::Config("a redo record names an unknown place".into()));
                 }
                 let reads = &mut per_node[node as usize];
@@ -895,6 +947,12 @@ impl Balancer {
     #[doc(hidden)]
     pub fn place_of(&self, b: u64) -> Option<(u32, u64)> {
         self.state.lock().placed.get(&b).copied()
+    }
+
+    /// Blocks ever written (on a node or in the cache).
+    pub fn blocks_written(&self) -> usize {
+        let st = self.state.lock();
+        st.placed.len() + st.cache.len()
     }
 
     /// Blocks the balancer holds in its eviction cache now.
@@ -983,7 +1041,7 @@ impl Balancer {
             // A batch reads at most `max_batch` ids of a node of more than `DUMMY_IDS` blocks:
             // a free one is always found.
             let local = loop {
-                let l = st.rng.gen_range(0..self.node_blocks[node]);
+                let l = st.rng.gen_range(0..st.node_blocks[node]);
                 if reading[node].insert(l) {
                     break l;
                 }
@@ -1057,7 +1115,7 @@ impl Balancer {
                 }
                 None => {
                     debug_assert!(dummies[q] < DUMMY_IDS, "a batch is at most max_batch accesses");
-                    let dummy = self.node_blocks[q] - 1 - dummies[q];
+                    let dummy = st.node_blocks[q] - 1 - dummies[q];
                     dummies[q] += 1;
                     plan.per_node[q].writes.push((dummy, vec![0; bs]));
                 }
@@ -1081,10 +1139,11 @@ impl Balancer {
     }
 
     fn check_block(&self, b: BlockId) -> Result<()> {
-        if b.0 >= self.blocks {
+        let blocks = self.blocks.load(Ordering::SeqCst);
+        if b.0 >= blocks {
             return Err(ProxyError::State(format!(
-                "block {} is beyond the balancer's {} blocks",
-                b.0, self.blocks
+                "block {} is beyond the balancer's {blocks} blocks",
+                b.0
             )));
         }
         Ok(())
@@ -1275,6 +1334,56 @@ impl Balancer {
         Ok(())
     }
 
+    /// A step of a growth to `blocks` logical blocks (see [`InPlaceGrowth`]). Making room asks
+    /// every node holding fewer than [`node_blocks_needed`] local ids to grow (each node rebuilds
+    /// its own tree, obliviously, as any gateway's growth does) and hands out the new local ids;
+    /// no block moves, so nothing the nodes see depends on the blocks. Adopting serves the new
+    /// logical blocks. Each step ends with a checkpoint.
+    async fn grow_step(&self, blocks: u64, step: InPlaceGrowth) -> Result<String> {
+        let _quiet = self.quiet.write().await;
+        self.commit_quiet().await?;
+        let now = self.blocks.load(Ordering::SeqCst);
+        if blocks < now {
+            return Err(ProxyError::State(format!(
+                "the balancer holds {now} blocks already: it does not shrink"
+            )));
+        }
+        let n = self.nodes.len();
+        let need = node_blocks_needed(blocks, n);
+        match step {
+            InPlaceGrowth::MakeRoom => {
+                let mut held = self.state.lock().node_blocks.clone();
+                let grown = grow_nodes(&self.nodes, &mut held, need).await;
+                // What grew is used even when another node failed: it holds the ids now.
+                {
+                    let mut st = self.state.lock();
+                    if held != st.node_blocks {
+                        st.node_blocks = held.clone();
+                        st.free = free_lists(&st.node_blocks, &st.placed);
+                    }
+                }
+                self.checkpoint().await?;
+                write_nodes_file(&self.dir, &self.nodes, &held).map_err(state_err)?;
+                let grown = grown.map_err(|e| {
+                    ProxyError::State(format!("not every node grew to {need} blocks: {e}"))
+                })?;
+                Ok(format!(
+                    "{grown} of {n} nodes grew to {need} local ids (each rebuilt its own tree)"
+                ))
+            }
+            InPlaceGrowth::Adopt => {
+                if self.state.lock().node_blocks.iter().any(|&h| h < need) {
+                    return Err(ProxyError::State(format!(
+                        "a node holds fewer than the {need} blocks {blocks} logical blocks need"
+                    )));
+                }
+                self.blocks.store(blocks, Ordering::SeqCst);
+                self.checkpoint().await?;
+                Ok(format!("the balancer serves {blocks} blocks"))
+            }
+        }
+    }
+
     /// Writes the whole state as a checkpoint and empties the log (quiet: no batch in flight).
     async fn checkpoint(&self) -> Result<()> {
         let ckpt = {
@@ -1293,13 +1402,14 @@ impl Balancer {
                 .collect();
             placed.sort_unstable();
             Checkpoint {
-                blocks: self.blocks,
+                blocks: self.blocks.load(Ordering::SeqCst),
                 block_size: self.block_size as u32,
                 evictions: self.evictions,
                 nodes: self
                     .nodes
                     .iter()
-                    .map(|c| NodeRecord { id: c.info().id, blocks: c.info().blocks })
+                    .zip(&st.node_blocks)
+                    .map(|(c, &blocks)| NodeRecord { id: c.info().id, blocks })
                     .collect(),
                 placed,
                 cached,
@@ -1402,6 +1512,10 @@ impl SharedEngine for Balancer {
         let _quiet = self.quiet.write().await;
         self.commit_quiet().await?;
         self.checkpoint().await
+    }
+
+    async fn grow_in_place(&self, blocks: u64, step: InPlaceGrowth) -> Option<Result<String>> {
+        Some(self.grow_step(blocks, step).await)
     }
 
     fn verify<'a>(

@@ -187,6 +187,21 @@ impl NodeClient {
         wire::decode_verify(&reply.into_inner().body).map_err(|e| self.wire_error(e))
     }
 
+    /// Asks the node to hold at least `blocks` local ids, growing its engine if it holds fewer
+    /// (a node that holds enough answers at once); returns what it holds then. A growth
+    /// rebuilds the node's tree, which takes about the time to read and write its store.
+    pub async fn grow(&self, blocks: u64) -> Result<NodeInfo, ProxyError> {
+        let mut req = tonic::Request::new(Frame::new(wire::encode_grow(blocks)));
+        req.set_timeout(Duration::from_secs(24 * 3600));
+        let reply = self.stub.clone().grow(req).await.map_err(|s| self.status_error(s))?;
+        let info = NodeInfo::decode(&reply.into_inner().body).map_err(|e| self.wire_error(e))?;
+        if info.id != self.info.id || info.block_size != self.info.block_size {
+            return Err(self
+                .wire_error(NodeError::Wire("the node answered a growth as another node".into())));
+        }
+        Ok(info)
+    }
+
     /// Sends raw bytes as an Access request (tests of the node's refusals).
     #[doc(hidden)]
     pub async fn raw_access(&self, body: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {

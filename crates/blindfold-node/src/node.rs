@@ -8,6 +8,11 @@
 //! `write_many` of its writes (a request names no id twice among either: the decoder refuses
 //! one that does), so what the node's store sees per request depends only on its counts of
 //! reads and writes, never on the ids or the workload behind them.
+//!
+//! A Grow request (the balancer growing the cluster, see `Balancer`'s growth) makes the node
+//! grow its engine through the hook its caller gives, [`Opened::grow`] (`blindfold node` hands
+//! the data directory's grower: the node's tree is rebuilt into a larger one, as `blindfold
+//! grow` does); requests wait meanwhile.
 
 use std::sync::Arc;
 
@@ -21,11 +26,29 @@ use crate::proto::node_server::{Node, NodeServer};
 use crate::wire::{self, Access, Frame, NodeInfo};
 use crate::NodeError;
 
+/// Grows the node's engine to at least the given number of blocks and returns how many it
+/// holds then (`blindfold node` hands the data directory's grower; see
+/// `blindfold_gateway::grow`).
+pub type GrowHook =
+    Arc<dyn Fn(u64) -> futures::future::BoxFuture<'static, Result<u64, String>> + Send + Sync>;
+
 /// Serves one engine's blocks.
-#[derive(Debug)]
 pub struct NodeService {
     engine: Arc<dyn SharedEngine>,
-    info: NodeInfo,
+    info: parking_lot::RwLock<NodeInfo>,
+    grow: Option<GrowHook>,
+    /// One growth at a time.
+    growing: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for NodeService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeService")
+            .field("engine", &self.engine)
+            .field("info", &*self.info.read())
+            .field("grows", &self.grow.is_some())
+            .finish()
+    }
 }
 
 fn engine_status(e: ProxyError) -> Status {
@@ -47,19 +70,30 @@ fn engine_status(e: ProxyError) -> Status {
 impl NodeService {
     /// Serves `engine`, which holds `info.blocks` blocks of `info.block_size` bytes.
     pub fn new(engine: Arc<dyn SharedEngine>, info: NodeInfo) -> Self {
-        Self { engine, info }
+        Self {
+            engine,
+            info: parking_lot::RwLock::new(info),
+            grow: None,
+            growing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Lets the balancer grow the node through `grow` (without it, Grow requests are refused).
+    pub fn with_grow(mut self, grow: Option<GrowHook>) -> Self {
+        self.grow = grow;
+        self
     }
 
     /// The engine's node info.
     pub fn info(&self) -> NodeInfo {
-        self.info
+        *self.info.read()
     }
 
     /// Runs `a` on a task of its own: a request the balancer gives up on (a dropped
     /// connection, a timeout) still finishes its engine calls, which are not all safe to
     /// cancel half-way.
     async fn run(&self, a: Access) -> Result<Vec<u8>, ProxyError> {
-        let (engine, info) = (Arc::clone(&self.engine), self.info);
+        let (engine, info) = (Arc::clone(&self.engine), self.info());
         tokio::spawn(run_access(engine, info, a))
             .await
             .map_err(|e| ProxyError::State(format!("an access stopped: {e}")))?
@@ -98,12 +132,13 @@ async fn run_access(
 #[tonic::async_trait]
 impl Node for NodeService {
     async fn info(&self, _req: Request<Frame>) -> Result<Response<Frame>, Status> {
-        Ok(Response::new(Frame::new(self.info.encode())))
+        Ok(Response::new(Frame::new(self.info().encode())))
     }
 
     async fn access(&self, req: Request<Frame>) -> Result<Response<Frame>, Status> {
-        let bs = self.info.block_size as usize;
-        let access = Access::decode(&req.into_inner().body, self.info.blocks, bs)
+        let info = self.info();
+        let bs = info.block_size as usize;
+        let access = Access::decode(&req.into_inner().body, info.blocks, bs)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let reply = self.run(access).await.map_err(engine_status)?;
         Ok(Response::new(Frame::new(reply)))
@@ -119,7 +154,33 @@ impl Node for NodeService {
             .await
             .map_err(|e| Status::internal(format!("the commit stopped: {e}")))?
             .map_err(engine_status)?;
-        Ok(Response::new(Frame::new(self.info.instance.to_le_bytes().to_vec())))
+        Ok(Response::new(Frame::new(self.info().instance.to_le_bytes().to_vec())))
+    }
+
+    async fn grow(&self, req: Request<Frame>) -> Result<Response<Frame>, Status> {
+        let blocks = wire::decode_grow(&req.into_inner().body)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let _one = self.growing.lock().await;
+        if blocks > self.info().blocks {
+            let Some(grow) = self.grow.clone() else {
+                return Err(Status::failed_precondition(
+                    "this node cannot grow: it serves an engine without a data directory",
+                ));
+            };
+            tracing::info!(from = self.info().blocks, to = blocks, "the balancer grows this node");
+            // On a task of its own: a growth must never stop half-way.
+            let grown = tokio::spawn(async move { grow(blocks).await })
+                .await
+                .map_err(|e| Status::internal(format!("the growth stopped: {e}")))?
+                .map_err(|e| Status::failed_precondition(format!("the node did not grow: {e}")))?;
+            if grown < blocks {
+                return Err(Status::internal(format!(
+                    "the node grew to {grown} blocks, not the {blocks} asked for"
+                )));
+            }
+            self.info.write().blocks = grown;
+        }
+        Ok(Response::new(Frame::new(self.info().encode())))
     }
 
     async fn verify(&self, req: Request<Frame>) -> Result<Response<Frame>, Status> {
@@ -171,7 +232,7 @@ pub async fn serve(
     tls: &ClusterTls,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), NodeError> {
-    let limit = wire::max_message(service.info.block_size as usize);
+    let limit = wire::max_message(service.info().block_size as usize);
     let server =
         NodeServer::new(service).max_decoding_message_size(limit).max_encoding_message_size(limit);
     tonic::transport::Server::builder()
@@ -189,7 +250,6 @@ pub async fn serve(
 }
 
 /// An opened node engine, as [`run`] serves it.
-#[derive(Debug)]
 pub struct Opened {
     /// The engine.
     pub engine: Arc<dyn SharedEngine>,
@@ -197,6 +257,18 @@ pub struct Opened {
     pub params: EngineParams,
     /// Becomes `Some(why)` when the engine stops on an integrity error.
     pub stopped: tokio::sync::watch::Receiver<Option<String>>,
+    /// Grows the engine when the balancer asks (`None`: Grow requests are refused).
+    pub grow: Option<GrowHook>,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("engine", &self.engine)
+            .field("params", &self.params)
+            .field("grows", &self.grow.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// `blindfold node`'s serving loop: serves `opened` on `listener` until `shutdown` resolves or
@@ -211,7 +283,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), NodeError> {
     let info = info_of(&opened.params)?;
-    let service = NodeService::new(Arc::clone(&opened.engine), info);
+    let service = NodeService::new(Arc::clone(&opened.engine), info).with_grow(opened.grow.clone());
     let mut stopped = opened.stopped.clone();
     let stop = async move {
         tokio::select! {

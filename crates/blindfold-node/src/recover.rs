@@ -266,7 +266,8 @@ pub async fn recover_until(
     state_file::write_checkpoint_as(dir, CHECKPOINT_MAGIC, &plan.ckpt, &sealer)?;
     let log = state_file::open_log(dir)?;
     state_file::empty_log(&log, dir)?;
-    write_nodes_file(dir, &nodes)?;
+    let held: Vec<u64> = nodes.iter().map(|c| c.info().blocks).collect();
+    write_nodes_file(dir, &nodes, &held)?;
     Ok(Recovered {
         blocks_found: plan.found,
         lost: plan.lost,
@@ -329,9 +330,12 @@ async fn connect(
                 hex::encode(id)
             )));
         };
-        if c.info().blocks != *blocks || c.info().blocks <= DUMMY_IDS {
+        // More than at the snapshot: a growth that made room on the nodes before the gateway
+        // was lost; every local id is swept anyway.
+        if c.info().blocks < *blocks || c.info().blocks <= DUMMY_IDS {
             return Err(config(format!(
-                "node {} holds {} blocks, not the {blocks} it had at the snapshot",
+                "node {} holds {} blocks, fewer than the {blocks} it had at the snapshot: it \
+                 does not hold the cluster's data (was its data directory replaced?)",
                 c.url(),
                 c.info().blocks
             )));
@@ -465,7 +469,11 @@ async fn read_and_plan(
             blocks: ckpt.blocks,
             block_size: ckpt.block_size,
             evictions: ckpt.evictions,
-            nodes: ckpt.nodes.clone(),
+            // What each node holds now (more than at the snapshot after a growth).
+            nodes: nodes
+                .iter()
+                .map(|c| NodeRecord { id: c.info().id, blocks: c.info().blocks })
+                .collect(),
             placed,
             cached,
             digest_key: *new_key.expose_bytes(),

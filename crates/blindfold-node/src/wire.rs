@@ -15,6 +15,8 @@
 //!          reply    instance u64
 //! Verify   request  (empty)
 //!          reply    cells checked u64 | never written u64 | n u32 | n × (cell u64 | len u16 | text)
+//! Grow     request  blocks u64                                              8 bytes
+//!          reply    as Info (the node's blocks after the growth)
 //! ```
 //!
 //! Every decoder checks the exact length before it allocates, so a hostile peer gets an error,
@@ -108,6 +110,19 @@ impl NodeInfo {
         }
         Ok(info)
     }
+}
+
+/// A Grow request body: the number of local ids the node is to hold at least.
+pub fn encode_grow(blocks: u64) -> Vec<u8> {
+    blocks.to_le_bytes().to_vec()
+}
+
+/// Decodes a Grow request body.
+pub fn decode_grow(b: &[u8]) -> Result<u64, NodeError> {
+    if b.len() != 8 {
+        return Err(NodeError::Wire(format!("a grow request is 8 bytes, not {}", b.len())));
+    }
+    Ok(u64_at(b, 0))
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {

@@ -84,10 +84,19 @@ async fn serve_node(
     cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
     let mut opened =
         blindfold_gateway::server::open_with(&cfg, hooks).await.map_err(|e| e.to_string())?;
+    let grow = opened.grower.clone().map(|grower| -> blindfold_node::node::GrowHook {
+        Arc::new(move |blocks| {
+            let grower = Arc::clone(&grower);
+            Box::pin(async move {
+                grower.grow(blocks).await.map(|g| g.to_blocks).map_err(|e| e.to_string())
+            })
+        })
+    });
     let node = blindfold_node::node::Opened {
         engine: Arc::clone(opened.objects.engine()),
         params: opened.params.clone(),
         stopped: opened.stopped.clone(),
+        grow,
     };
     let _ = ready.send(listener.local_addr().map_err(|e| e.to_string())?);
     let sweeper = blindfold_gateway::rotation::Sweeper::start(&mut opened);
@@ -1495,5 +1504,172 @@ async fn a_gateway_over_nodes_is_recovered_from_its_snapshot() {
     assert_eq!(get_object(&opened, "after").await.unwrap(), object_data(99));
     opened.objects.shutdown().await.unwrap();
     drop(opened);
+    cluster.stop().await;
+}
+
+/// A gateway over a node cluster grows while it serves (`blindfold grow`, `--grow-at`): the
+/// nodes grow their own trees, the balancer hands out their new local ids, the gateway takes the
+/// new capacity; nothing is lost, and a crash at either step leaves a gateway that opens (before
+/// the new capacity is recorded: at the old size, with nodes to spare; after it: the growth
+/// finishes as it opens). No block moves, so the balancer sends no access for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_gateway_grows_while_serving() {
+    use blindfold_gateway::grow::CrashPoint;
+    let blocks = 32;
+    let cluster = Cluster::new(2, blocks, OramEngine::Tao).await;
+    let dir = cluster.root.path().join("gateway");
+    let mut cfg = node_config(&dir, blocks, OramEngine::Tao, "127.0.0.1:0".parse().unwrap());
+    cfg.credentials = Some(("grow-test".into(), "grow-test-secret".into()));
+    let open = || {
+        let hooks = OpenHooks {
+            engine_factory: Some(blindfold_node::balancer::engine_factory(
+                cluster.urls(),
+                cluster.balancer_tls(),
+                seeded(rand::random()),
+            )),
+            ..Default::default()
+        };
+        let cfg = cfg.clone();
+        async move { blindfold_gateway::server::open_with(&cfg, hooks).await.unwrap() }
+    };
+    let node_blocks = |i: usize| -> u64 {
+        let p = blindfold_gateway::server::read_params(&cluster.nodes[i].dir).unwrap().unwrap();
+        p.blocks
+    };
+    let before: Vec<u64> = (0..2).map(node_blocks).collect();
+    let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
+    let check = |opened: &blindfold_gateway::server::Opened, model: &HashMap<u64, Vec<u8>>| {
+        let engine = Arc::clone(opened.objects.engine());
+        let model = model.clone();
+        async move {
+            let ids: Vec<BlockId> = model.keys().map(|&b| BlockId(b)).collect();
+            for (b, d) in ids.iter().zip(engine.read_many(&ids).await.unwrap()) {
+                assert_eq!(d, model[&b.0], "block {}", b.0);
+            }
+        }
+    };
+    let opened = open().await;
+    let w: Vec<(BlockId, Vec<u8>)> = (0..blocks).map(|b| (BlockId(b), block(b))).collect();
+    model.extend(w.iter().map(|(b, d)| (b.0, d.clone())));
+    opened.objects.engine().write_many(w).await.unwrap();
+    opened.objects.engine().commit().await.unwrap();
+
+    // A crash once the nodes grew, before the gateway recorded the new capacity.
+    let grower = opened.grower.clone().expect("a cluster gateway grows");
+    grower.crash_at(Some(CrashPoint::AfterCheckpoint));
+    let e = grower.grow(2 * blocks).await.expect_err("the growth was cut short");
+    assert!(e.to_string().contains("simulated crash"), "{e}");
+    let need = node_blocks_needed(2 * blocks, 2);
+    for i in 0..2 {
+        assert!(node_blocks(i) >= need, "node {i} holds {} < {need}", node_blocks(i));
+    }
+    drop((grower, opened));
+    let opened = open().await;
+    assert_eq!(opened.params.blocks, blocks, "the new capacity was never recorded");
+    assert_eq!(opened.objects.directory().capacity(), blocks);
+    check(&opened, &model).await;
+
+    // A crash once the new capacity is recorded: the next start finishes the growth.
+    let grower = opened.grower.clone().unwrap();
+    grower.crash_at(Some(CrashPoint::AfterParams));
+    let e = grower.grow(2 * blocks).await.expect_err("the growth was cut short");
+    assert!(e.to_string().contains("simulated crash"), "{e}");
+    drop((grower, opened));
+    let opened = open().await;
+    assert_eq!(opened.params.blocks, 2 * blocks);
+    assert_eq!(opened.objects.directory().capacity(), 2 * blocks);
+    check(&opened, &model).await;
+    let w: Vec<(BlockId, Vec<u8>)> =
+        (blocks..2 * blocks).map(|b| (BlockId(b), block(b + 7))).collect();
+    model.extend(w.iter().map(|(b, d)| (b.0, d.clone())));
+    opened.objects.engine().write_many(w).await.unwrap();
+    opened.objects.engine().commit().await.unwrap();
+
+    // A growth that runs through, while clients read and write.
+    let grower = opened.grower.clone().unwrap();
+    let engine = Arc::clone(opened.objects.engine());
+    let traffic = {
+        let engine = Arc::clone(&engine);
+        tokio::spawn(async move {
+            for round in 0..20u64 {
+                let b = round % blocks;
+                engine.write_many(vec![(BlockId(b), block(b + 100 * round))]).await.unwrap();
+                engine.read_many(&[BlockId(b)]).await.unwrap();
+            }
+            engine.commit().await.unwrap();
+        })
+    };
+    let grown = grower.grow(4 * blocks).await.unwrap();
+    traffic.await.unwrap();
+    for round in 0..20u64 {
+        let b = round % blocks;
+        model.insert(b, block(b + 100 * round));
+    }
+    assert_eq!((grown.from_blocks, grown.to_blocks), (2 * blocks, 4 * blocks));
+    assert!(grown.describe().contains("in place"), "{}", grown.describe());
+    let need = node_blocks_needed(4 * blocks, 2);
+    for (i, was) in before.iter().enumerate() {
+        assert!(node_blocks(i) >= need && node_blocks(i) > *was);
+    }
+    assert_eq!(opened.objects.directory().capacity(), 4 * blocks);
+    check(&opened, &model).await;
+    let w: Vec<(BlockId, Vec<u8>)> =
+        (2 * blocks..4 * blocks).map(|b| (BlockId(b), block(b + 9))).collect();
+    model.extend(w.iter().map(|(b, d)| (b.0, d.clone())));
+    engine.write_many(w).await.unwrap();
+    drop(engine);
+    opened.objects.shutdown().await.unwrap();
+    drop((grower, opened));
+    let opened = open().await;
+    assert_eq!(opened.params.blocks, 4 * blocks);
+    check(&opened, &model).await;
+    let report = opened.objects.engine().verify(&mut |_, _| {}).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    opened.objects.shutdown().await.unwrap();
+    drop(opened);
+    cluster.stop().await;
+}
+
+/// A growth moves no block and sends no access: every block keeps its place, the balancer's
+/// recorded requests are the same before and after (only Grow requests, carrying the new size,
+/// go to the nodes), and the new blocks can be written and read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn growing_a_balancer_moves_no_block() {
+    use blindfold_proxy::InPlaceGrowth;
+    let blocks = 32;
+    let cluster = Cluster::new(2, blocks, OramEngine::Tao).await;
+    let balancer = cluster.balancer(true, seeded(3)).await;
+    let w: Vec<(BlockId, Vec<u8>)> = (0..blocks).map(|b| (BlockId(b), block(b))).collect();
+    balancer.write_many(w).await.unwrap();
+    balancer.commit().await.unwrap();
+    let places: Vec<_> = (0..blocks).map(|b| balancer.place_of(b)).collect();
+    let sent = balancer.trace().len();
+    let room = balancer.grow_in_place(4 * blocks, InPlaceGrowth::MakeRoom).await.unwrap();
+    assert!(room.unwrap().contains("2 of 2 nodes grew"));
+    // Not serving the new blocks until adopted.
+    let e = balancer.read_many(&[BlockId(blocks)]).await.expect_err("a block beyond the size");
+    assert!(e.to_string().contains("beyond"), "{e}");
+    balancer.grow_in_place(4 * blocks, InPlaceGrowth::Adopt).await.unwrap().unwrap();
+    assert_eq!(balancer.trace().len(), sent, "the growth sent accesses");
+    assert_eq!((0..blocks).map(|b| balancer.place_of(b)).collect::<Vec<_>>(), places);
+    let need = node_blocks_needed(4 * blocks, 2);
+    let nodes: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(cluster.root.path().join("balancer").join("nodes.json")).unwrap(),
+    )
+    .unwrap();
+    for n in nodes["nodes"].as_array().unwrap() {
+        assert_eq!(n["blocks"].as_u64().unwrap(), need, "{nodes}");
+    }
+    let w: Vec<(BlockId, Vec<u8>)> = (blocks..4 * blocks).map(|b| (BlockId(b), block(b))).collect();
+    balancer.write_many(w).await.unwrap();
+    let ids: Vec<BlockId> = (0..4 * blocks).map(BlockId).collect();
+    for (b, d) in ids.iter().zip(balancer.read_many(&ids).await.unwrap()) {
+        assert_eq!(d, block(b.0), "block {}", b.0);
+    }
+    // Growing again to a size the nodes already hold sends no Grow request.
+    let room = balancer.grow_in_place(4 * blocks, InPlaceGrowth::MakeRoom).await.unwrap();
+    assert!(room.unwrap().contains("0 of 2 nodes grew"));
+    balancer.shutdown().await.unwrap();
+    drop(balancer);
     cluster.stop().await;
 }

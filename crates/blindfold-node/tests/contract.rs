@@ -7,11 +7,15 @@
 //! with them; the reopen restarts every node over its surviving store, then the balancer),
 //! tampering (flip, swap, rollback), abandoned requests, the trace, and key rotation (every
 //! node's engine rotated and swept as `blindfold node` does, then the balancer opened under a
-//! new key with the old one retiring and swept by the suite under load). Not yet: a crash of
+//! new key with the old one retiring and swept by the suite under load), recovery (the
+//! balancer's state lost after a clean stop and rebuilt from its checkpoint over the running
+//! nodes, `Balancer::recover`) and growth (every node grown, then the balancer opened for more
+//! blocks, which takes the nodes' new ids). Not yet: a crash of
 //! one node or of the balancer alone while the rest runs on (cluster.rs does those by hand;
 //! the suite's subject has one "reopen" for the whole).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -22,6 +26,7 @@ use blindfold_node::wire::NodeInfo;
 use blindfold_node::{Balancer, BalancerConfig, ClusterTls};
 use blindfold_proxy::catalogue::{physical_view, OramEngine};
 use blindfold_proxy::engine::SharedEngine;
+use blindfold_proxy::rebuild::Rebuilt;
 use blindfold_proxy::ProxyError;
 use blindfold_testkit::engines::{self, Capabilities, CatalogueEngine, Subject, Wrap};
 
@@ -88,12 +93,23 @@ impl Running {
 struct ClusterSubject {
     /// The balancer's key (a rotation replaces it).
     key: parking_lot::Mutex<[u8; 32]>,
+    /// The balancer's logical blocks (a growth raises them).
+    blocks: AtomicU64,
     running: tokio::sync::Mutex<Option<Running>>,
 }
 
 impl ClusterSubject {
     fn new() -> Self {
-        Self { key: parking_lot::Mutex::new([7; 32]), running: tokio::sync::Mutex::new(None) }
+        Self {
+            key: parking_lot::Mutex::new([7; 32]),
+            blocks: AtomicU64::new(BLOCKS),
+            running: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn tls(running: &Running) -> Result<ClusterTls, ProxyError> {
+        ClusterTls::load(&running.root.path().join("certs").join("balancer"))
+            .map_err(|e| ProxyError::Config(e.to_string()))
     }
 
     async fn balancer(&self, running: &Running, creating: bool) -> Result<Balancer, ProxyError> {
@@ -108,13 +124,12 @@ impl ClusterSubject {
         key: &MasterKey,
         previous: Option<&MasterKey>,
     ) -> Result<Balancer, ProxyError> {
-        let tls = ClusterTls::load(&running.root.path().join("certs").join("balancer"))
-            .map_err(|e| ProxyError::Config(e.to_string()))?;
+        let tls = Self::tls(running)?;
         Balancer::open_rotating(
             &running.root.path().join("balancer"),
             &running.urls(),
             &tls,
-            BLOCKS,
+            self.blocks.load(Ordering::SeqCst),
             BS,
             (key, previous),
             creating,
@@ -152,6 +167,7 @@ impl Subject for ClusterSubject {
         Capabilities {
             crash: true,
             rotate: true,
+            rebuild: true,
             view: physical_view(node.params()).ok(),
             ..Capabilities::default()
         }
@@ -174,6 +190,7 @@ impl Subject for ClusterSubject {
             })
             .collect();
         let mut running = Running { root, nodes };
+        self.blocks.store(BLOCKS, Ordering::SeqCst);
         for i in 0..NODES {
             let engine = running.nodes[i].subject.create(wrap.clone()).await;
             running.serve(i, engine).await;
@@ -219,6 +236,54 @@ impl Subject for ClusterSubject {
         *self.key.lock() = new_bytes;
         Ok(Arc::new(balancer))
     }
+
+    /// Recovery: the balancer's state directory is lost after a clean stop and rebuilt from
+    /// its checkpoint (the snapshot a gateway keeps) over the running nodes. Growth: every node
+    /// grown into a larger store (as a node's own growth does when the balancer asks it), then
+    /// the balancer opened for `grow_to` blocks, which takes the nodes' new ids as it opens.
+    async fn rebuild(&self, wrap: Wrap, grow_to: Option<u64>) -> Result<Rebuilt, ProxyError> {
+        let mut guard = self.running.lock().await;
+        let running = guard.as_mut().expect("create before rebuild");
+        let dir = running.root.path().join("balancer");
+        let Some(to) = grow_to else {
+            let snapshot = std::fs::read(dir.join("checkpoint.bin")).unwrap();
+            std::fs::remove_dir_all(&dir).unwrap();
+            let key = MasterKey::from_bytes(*self.key.lock());
+            let urls = running.urls();
+            let r = Balancer::recover(&dir, &snapshot, &urls, &Self::tls(running)?, &key, &|_| {})
+                .await
+                .map_err(|e| ProxyError::Config(e.to_string()))?;
+            return Ok(Rebuilt {
+                cells_read: r.ids_read,
+                unreadable_cells: Vec::new(),
+                blocks_found: r.blocks_found,
+                lost: r.lost,
+                cells_written: r.ids_written,
+                epoch: 0,
+            });
+        };
+        running.stop().await;
+        let need = node_blocks_needed(to, NODES);
+        let (mut read, mut written) = (0, 0);
+        for i in 0..NODES {
+            let r = running.nodes[i].subject.rebuild(wrap.clone(), Some(need)).await?;
+            (read, written) = (read + r.cells_read, written + r.cells_written);
+            let engine = running.nodes[i].subject.reopen(wrap.clone()).await?;
+            running.serve(i, engine).await;
+        }
+        self.blocks.store(to, Ordering::SeqCst);
+        let balancer = self.balancer(running, false).await?;
+        let found = balancer.blocks_written() as u64;
+        balancer.shutdown().await?;
+        Ok(Rebuilt {
+            cells_read: read,
+            unreadable_cells: Vec::new(),
+            blocks_found: found,
+            lost: Vec::new(),
+            cells_written: written,
+            epoch: 0,
+        })
+    }
 }
 
 macro_rules! checks {
@@ -232,7 +297,7 @@ macro_rules! checks {
     };
 }
 
-checks!(model fresh_after_crash tamper swap rollback abandoned rotate);
+checks!(model fresh_after_crash tamper swap rollback abandoned rotate rebuild grow);
 
 /// Fewer and shorter trials than for one engine: each access is a round trip over TLS to
 /// both nodes, and each trial restarts both.

@@ -622,16 +622,13 @@ impl std::fmt::Debug for EngineStore<'_> {
 }
 
 impl EngineParams {
-    /// Why a key rotation cannot re-seal this directory's cells, if it cannot: the tee engine
-    /// with its trusted component in another process (`remote://`), whose host holds one key.
-    /// (The tee engine is otherwise re-keyed in place when it opens during the rotation.)
-    pub fn cannot_reseal(&self) -> Option<String> {
-        (self.engine == OramEngine::Tee && self.store.starts_with("remote://")).then(|| {
-            "the tee engine's trusted component runs in another process, whose host holds one \
-             key: a key rotation cannot re-key it yet (key rotation works with the trusted \
-             component in the gateway's process)"
-                .to_owned()
-        })
+    /// Whether the engine's trusted component runs in another process: the tee engine over a
+    /// `remote://` store (`blindfold enclave`), whose host holds the TEE key of one master key.
+    /// A key rotation re-keys the engine's cells from the gateway, which holds both master
+    /// keys; the operator restarts the trusted component with the new key's TEE key before
+    /// the gateway starts under the new key (`blindfold rotate-key` says how).
+    pub fn trusted_component_elsewhere(&self) -> bool {
+        self.engine == OramEngine::Tee && self.store.starts_with("remote://")
     }
 
     /// The store id (bound into every seal).

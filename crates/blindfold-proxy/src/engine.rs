@@ -84,6 +84,25 @@ pub trait SharedEngine: Send + Sync + std::fmt::Debug {
     async fn sweep(&self, _range: std::ops::Range<u64>) -> Result<()> {
         Err(ProxyError::State(format!("the {} engine cannot sweep", self.kind())))
     }
+
+    /// One step of a growth to `blocks` logical blocks made in place, by an engine whose
+    /// blocks live elsewhere (the load balancer over ORAM nodes), called on the quiet engine;
+    /// returns what was done, for the operator. `None`: the engine grows by a rebuild into a
+    /// new store array instead ([`crate::lifecycle::grow`]), as every engine of the catalogue.
+    async fn grow_in_place(&self, _blocks: u64, _step: InPlaceGrowth) -> Option<Result<String>> {
+        None
+    }
+}
+
+/// The two steps of a growth in place ([`SharedEngine::grow_in_place`]), between which the
+/// gateway records the new capacity: a crash before that record leaves an engine that has
+/// room to spare; after it, the engine opens at the recorded size and finishes the growth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InPlaceGrowth {
+    /// Make room for the new size where the blocks live; the engine serves on at its size.
+    MakeRoom,
+    /// Serve the new size.
+    Adopt,
 }
 
 fn check_distinct(blocks: impl Iterator<Item = BlockId>) -> Result<()> {

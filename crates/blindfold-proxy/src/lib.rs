@@ -105,7 +105,7 @@ pub use catalogue::{EngineParams, OramEngine};
 pub use direct::SealedDirect;
 pub use durable::{DurablePathOram, Recovery, VerifyReport};
 pub use durable_tao::{DurableTao, OverlayStore};
-pub use engine::{EngineGauges, SharedEngine};
+pub use engine::{EngineGauges, InPlaceGrowth, SharedEngine};
 pub use error::ProxyError;
 pub use journal::make_private;
 pub use lifecycle::DurableEngine;

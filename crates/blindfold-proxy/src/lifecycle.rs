@@ -261,8 +261,9 @@ async fn tee_store(
 /// The TEE engine: rebuilt and grown by reading its cells in the gateway and bulk-loading a
 /// fresh tree under a fresh store id ([`crate::rebuild::rebuild_tee`]). Its trusted component
 /// holds one key, so a key rotation re-keys it in place when it opens
-/// ([`crate::rebuild::rekey_tee`]) rather than sweeping while it serves; not with the trusted
-/// component in another process ([`EngineParams::cannot_reseal`]).
+/// ([`crate::rebuild::rekey_tee`]) rather than sweeping while it serves; a trusted component in
+/// another process must hold the new key's TEE key by then
+/// ([`EngineParams::trusted_component_elsewhere`]).
 #[async_trait::async_trait]
 impl DurableEngine for DurableTee {
     type Config = blindfold_oram::tee::TeeOramConfig;
@@ -294,10 +295,9 @@ impl DurableEngine for DurableTee {
             // A key rotation that has not reached this engine yet: its state and cells are
             // under the old key. Settle it under the old key (replaying its log, with a
             // trusted component of the old key), then re-key it in place
-            // ([`crate::rebuild::rekey_tee`]); a crash anywhere repeats what is left.
-            if let Some(why) = params.cannot_reseal() {
-                return Err(ProxyError::Config(why));
-            }
+            // ([`crate::rebuild::rekey_tee`]); a crash anywhere repeats what is left. Both run
+            // in this process over the store's cells, also when the engine's trusted component
+            // is elsewhere (`remote://`): this process holds both keys.
             let plain = Arc::clone(&store.store);
             let enclave =
                 blindfold_tee::Enclave::new(&DurableTee::tee_key(old), params.block_size as usize);

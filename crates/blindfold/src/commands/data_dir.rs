@@ -78,6 +78,19 @@ pub fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeC
     })
 }
 
+/// Where the blocks of a gateway that keeps them on ORAM nodes live, for the commands that
+/// open its data directory.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ClusterArgs {
+    /// The ORAM nodes of a gateway that keeps its blocks on nodes (as given to `serve
+    /// --nodes`), comma-separated `https://host:port`; they must be running.
+    #[arg(long, value_delimiter = ',', requires = "tls_dir")]
+    pub nodes: Vec<String>,
+    /// With --nodes: the balancer's certificates (`blindfold cluster-certs`, `balancer`).
+    #[arg(long, requires = "nodes")]
+    pub tls_dir: Option<std::path::PathBuf>,
+}
+
 /// Opens the gateway of `cfg` over its own store or, for a data directory whose blocks live on
 /// ORAM nodes, over the nodes at `nodes` with the balancer's certificates in `tls_dir`.
 pub async fn open_gateway(

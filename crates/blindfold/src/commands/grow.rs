@@ -3,13 +3,19 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::commands::data_dir::{gateway_running, serve_config, GatewayArgs};
+use crate::commands::data_dir::{
+    gateway_running, open_gateway, serve_config, ClusterArgs, GatewayArgs,
+};
 use crate::commands::runtime;
 
 #[derive(Args, Debug)]
 pub struct GrowArgs {
     #[command(flatten)]
     pub gateway: GatewayArgs,
+    /// A gateway that keeps its blocks on ORAM nodes grows them too (each node rebuilds its
+    /// own tree); not needed when the gateway is running.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// The new logical capacity, larger than today's (`4GiB`, `1.5TiB`; a bare number is
     /// bytes).
     #[arg(long, value_parser = blindfold_gateway::server::parse_size)]
@@ -89,7 +95,7 @@ async fn grow(a: GrowArgs) -> Result<()> {
         return Ok(());
     }
     let cfg = serve_config(&a.gateway)?;
-    let opened = blindfold_gateway::server::open(&cfg).await?;
+    let opened = open_gateway(&cfg, &a.cluster.nodes, a.cluster.tls_dir.as_deref()).await?;
     for note in &opened.notes {
         eprintln!("blindfold: {note}");
     }
@@ -102,7 +108,7 @@ async fn grow(a: GrowArgs) -> Result<()> {
         );
     };
     let pb = spinner(format!(
-        "blindfold grow: rebuilding the ORAM of {} into {} blocks",
+        "blindfold grow: growing the ORAM of {} to {} blocks",
         dir.display(),
         blocks
     ));

@@ -26,16 +26,7 @@ pub fn run(a: RotateKeyArgs) -> Result<()> {
             dir.display()
         );
     }
-    // Engines that cannot re-seal their cells are refused before anything is written.
-    if let Some(p) = blindfold_gateway::server::read_params(dir)? {
-        if let Some(why) = p.cannot_reseal() {
-            bail!(
-                "{}: {why}; nothing was changed. To change the key, create a gateway with \
-                 another setup and copy the objects over (e.g. with `aws s3 sync`)",
-                dir.display()
-            );
-        }
-    }
+    let params = blindfold_gateway::server::read_params(dir)?;
     let key_file = a.dir.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
     let pass = if a.dir.passphrase { Some(read_passphrase()?) } else { None };
     let keys = blindfold_gateway::server::data_dir_keys(dir, &key_file, pass.as_ref())?;
@@ -71,5 +62,19 @@ pub fn run(a: RotateKeyArgs) -> Result<()> {
         key_file.display()
     );
     println!("  until it ends, keep both key files: the gateway needs the current one to start");
+    if let Some(p) = params.filter(|p| p.trusted_component_elsewhere()) {
+        let pass = if new_pass.is_some() { " --passphrase" } else { "" };
+        println!(
+            "  the tee engine's trusted component runs in `blindfold enclave` ({}), which holds \
+             the current key's TEE key. Before the gateway starts under the new key: stop the \
+             gateway, write the new TEE key with\n      blindfold enclave-key --key-file {}{pass} \
+             --out NEW-TEE-KEY\n  and restart `blindfold enclave` at the same address with \
+             --enclave-key NEW-TEE-KEY; then start the gateway: it re-keys every cell itself \
+             (it holds both keys). Until then the gateway cannot serve; afterwards the old TEE \
+             key file opens nothing and may be destroyed",
+            p.store,
+            next.display()
+        );
+    }
     Ok(())
 }

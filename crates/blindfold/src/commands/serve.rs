@@ -467,6 +467,18 @@ async fn serve(a: ServeArgs) -> Result<()> {
     };
     let data_dir = cfg.data_dir.clone();
     let stopped = opened.stopped.clone();
+    // With the trusted component in `blindfold enclave`, a wrong TEE key there (after a key
+    // rotation, before it was restarted with the new one) fails every read like tampering.
+    let enclave_hint = if opened.params.trusted_component_elsewhere() {
+        format!(
+            "; with the trusted component in `blindfold enclave`, also check that it runs with \
+             this key's TEE key (after a key rotation: `blindfold enclave-key --key-file {}`, \
+             then restart it with --enclave-key)",
+            cfg.key_file.clone().unwrap_or_else(|| cfg.data_dir.join("key.json")).display()
+        )
+    } else {
+        String::new()
+    };
     if let Some(t) = &tls {
         blindfold_gateway::tls::reload_on_sighup(vec![t.clone()])
             .context("installing the SIGHUP handler")?;
@@ -479,8 +491,8 @@ async fn serve(a: ServeArgs) -> Result<()> {
              request would fail. Next: start `blindfold serve` again (it reloads the trusted \
              state and replays the redo log); run `blindfold verify --data-dir {d}` to list the \
              damaged cells and name the objects they make unreadable (names stay out of this \
-             log); if every cell fails, check that key.json is this store's key; to \
-             rebuild the data directory from the store's snapshot, use `blindfold recover`"
+             log); if every cell fails, check that key.json is this store's key{enclave_hint}; \
+             to rebuild the data directory from the store's snapshot, use `blindfold recover`"
         );
     }
     served?;

@@ -1,24 +1,17 @@
 //! `blindfold verify`: check every stored cell and the trusted state's consistency.
 
-use std::path::PathBuf;
-
 use anyhow::{bail, Result};
 use clap::Args;
 
-use crate::commands::data_dir::{open_gateway, serve_config, GatewayArgs};
+use crate::commands::data_dir::{open_gateway, serve_config, ClusterArgs, GatewayArgs};
 use crate::commands::runtime;
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
     #[command(flatten)]
     pub gateway: GatewayArgs,
-    /// The ORAM nodes of a gateway that keeps its blocks on nodes (as given to `serve
-    /// --nodes`), comma-separated `https://host:port`; they must be running.
-    #[arg(long, value_delimiter = ',', requires = "tls_dir")]
-    pub nodes: Vec<String>,
-    /// With --nodes: the balancer's certificates (`blindfold cluster-certs`, `balancer`).
-    #[arg(long, requires = "nodes")]
-    pub tls_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 pub fn run(a: VerifyArgs) -> Result<()> {
@@ -31,7 +24,7 @@ async fn verify(a: VerifyArgs) -> Result<()> {
         bail!("{} is not a blindfold data directory (no gateway.json)", cfg.data_dir.display());
     }
     eprintln!("blindfold verify: opening {}", cfg.data_dir.display());
-    let opened = open_gateway(&cfg, &a.nodes, a.tls_dir.as_deref()).await?;
+    let opened = open_gateway(&cfg, &a.cluster.nodes, a.cluster.tls_dir.as_deref()).await?;
     eprintln!("blindfold verify: reading every cell of {}", opened.params.store);
     // A bar on a terminal; elsewhere (logs, pipes) a line every tenth of the way.
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
