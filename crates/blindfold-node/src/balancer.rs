@@ -74,7 +74,7 @@
 //! Whenever an eviction places a block on a node, the balancer records beside its place a
 //! 16-byte keyed digest of (block id, data) ([`BlockDigestKey`], whose random key lives in the
 //! sealed checkpoint); checkpoints and commit records carry it. After the loss of the state
-//! directory, [`Balancer::recover`] (see [`crate::recover`]) uses these digests to tell which
+//! directory, [`Balancer::recover`] (in the `recover` module) uses these digests to tell which
 //! places of the snapshot's checkpoint still hold their block. Trusted memory grows by 16 bytes
 //! per placed block (36 with its place, instead of 20). A block placed by a
 //! version without digests keeps none until its next access places it again.
@@ -125,6 +125,9 @@ pub(crate) const CHECKPOINT_MAGIC: &[u8; 8] = b"BFLB0002";
 const CHECKPOINT_MAGIC_V1: &[u8; 8] = b"BFLB0001";
 const COMMIT_MAGIC: u32 = 0xB1F0_1B01;
 const INTENT_MAGIC: u32 = 0xB1F0_1B02;
+/// The directory (inside the balancer's state directory) holding a recover's plan until the
+/// recovered balancer is opened (`Balancer::recover`), which removes it.
+pub const RECOVER_PLAN_DIR: &str = "recover-plan";
 /// Public description of the cluster beside the checkpoint; its presence marks a data
 /// directory whose blocks live on nodes.
 pub const NODES_FILE: &str = "nodes.json";
@@ -861,7 +864,7 @@ impl Balancer {
             // Everything replayed is folded into a fresh checkpoint.
             balancer.checkpoint().await?;
             // A recover's plan is done with once its balancer opens.
-            let plan = dir.join(crate::recover::RECOVER_PLAN_DIR);
+            let plan = dir.join(RECOVER_PLAN_DIR);
             if plan.exists() {
                 std::fs::remove_dir_all(&plan)
                     .map_err(|e| NodeError::Io { path: plan, source: e })?;

@@ -65,9 +65,7 @@ use crate::client::NodeClient;
 use crate::wire::{Access, MAX_BLOCKS_PER_RPC};
 use crate::{Balancer, NodeError};
 
-/// The directory (inside the balancer's state directory) holding a recover's plan until the
-/// recovered balancer is opened.
-pub const RECOVER_PLAN_DIR: &str = "recover-plan";
+pub use crate::balancer::RECOVER_PLAN_DIR;
 const PLAN_MAGIC: &[u8; 8] = b"BFLBRP01";
 
 /// What a recover found and did.

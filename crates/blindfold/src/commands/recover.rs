@@ -1,13 +1,12 @@
 //! `blindfold recover`: rebuild a lost data directory from the store's snapshot and the key.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use blindfold_gateway::server::{RebuiltElsewhere, RecoverHooks};
 use clap::Args;
 
-use crate::commands::data_dir::{serve_config, GatewayArgs};
+use crate::commands::data_dir::{serve_config, ClusterArgs, GatewayArgs};
 use crate::commands::runtime;
 
 #[derive(Args, Debug)]
@@ -15,13 +14,10 @@ pub struct RecoverArgs {
     #[command(flatten)]
     pub gateway: GatewayArgs,
     /// For a gateway whose blocks lived on ORAM nodes (`serve --nodes`): every node of its
-    /// cluster, comma-separated `https://host:port`, in any order. Recover reads every block
-    /// of every node and writes every one again, each kept block at a fresh random place.
-    #[arg(long, value_delimiter = ',', requires = "tls_dir")]
-    pub nodes: Vec<String>,
-    /// With --nodes: the balancer's certificates (`blindfold cluster-certs`, `balancer`).
-    #[arg(long, requires = "nodes")]
-    pub tls_dir: Option<PathBuf>,
+    /// cluster, in any order. Recover reads every block of every node and writes every one
+    /// again, each kept block at a fresh random place.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 pub fn run(a: RecoverArgs) -> Result<()> {
@@ -31,7 +27,7 @@ pub fn run(a: RecoverArgs) -> Result<()> {
 /// What `recover` is given to rebuild the engine: over the nodes with --nodes, else the
 /// store's own arrays (refusing a snapshot of a gateway over nodes).
 fn hooks(a: &RecoverArgs) -> Result<RecoverHooks> {
-    let Some(tls_dir) = &a.tls_dir else {
+    let Some(tls_dir) = &a.cluster.tls_dir else {
         return Ok(RecoverHooks {
             check_state: Some(Box::new(|ckpt| {
                 if blindfold_node::balancer::is_balancer_checkpoint(ckpt) {
@@ -49,7 +45,8 @@ fn hooks(a: &RecoverArgs) -> Result<RecoverHooks> {
     let tls = blindfold_node::ClusterTls::load(tls_dir)?;
     let progress: Arc<dyn Fn(&str) + Send + Sync> =
         Arc::new(|m: &str| eprintln!("blindfold recover: {m}"));
-    let rebuild = blindfold_node::recover::rebuild_fn(a.nodes.clone(), tls.clone(), progress);
+    let rebuild =
+        blindfold_node::recover::rebuild_fn(a.cluster.nodes.clone(), tls.clone(), progress);
     Ok(RecoverHooks {
         rebuild: Some(Box::new(move |dir, ckpt, key| {
             Box::pin(async move {
@@ -62,7 +59,7 @@ fn hooks(a: &RecoverArgs) -> Result<RecoverHooks> {
             })
         })),
         engine_factory: Some(blindfold_node::balancer::engine_factory(
-            a.nodes.clone(),
+            a.cluster.nodes.clone(),
             tls,
             blindfold_node::BalancerConfig::default(),
         )),
@@ -93,8 +90,8 @@ async fn recover(a: RecoverArgs) -> Result<()> {
         Some(k) if *k != cfg.data_dir.join("key.json") => format!(" --key-file {}", k.display()),
         _ => String::new(),
     };
-    let nodes_arg = match &a.tls_dir {
-        Some(t) => format!(" --nodes {} --tls-dir {}", a.nodes.join(","), t.display()),
+    let nodes_arg = match &a.cluster.tls_dir {
+        Some(t) => format!(" --nodes {} --tls-dir {}", a.cluster.nodes.join(","), t.display()),
         None => String::new(),
     };
     println!(
