@@ -32,6 +32,13 @@
 //! written new array is simply written again). After it, the next start finds the intent with
 //! a checkpoint that already holds the target size, and finishes steps 5 and 6.
 //!
+//! An engine whose blocks live elsewhere (the load balancer over ORAM nodes) grows in place
+//! instead ([`SharedEngine::grow_in_place`]): with the engine quiet it makes room where its
+//! blocks live (each node too small rebuilds its own tree, as above), then `gateway.json` gets the
+//! new capacity — the point of no return: a crash after it reopens the engine at the new size,
+//! which finishes the growth — then the engine serves it and the directory's capacity is raised.
+//! Nothing moves in the gateway's store.
+//!
 //! # What the store learns
 //!
 //! That a growth happened, when, how long it took, and the old and new sizes: a read of every
