@@ -6,12 +6,12 @@ use std::sync::Arc;
 /// Which engine stores the object layer's blocks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum EngineKind {
-    /// The data directory's crash-consistent ORAM engine ([`OramEngine`]): what the gateway
+    /// The data directory's crash-consistent ORAM engine ([`blindfold_proxy::catalogue::OramEngine`]): what the gateway
     /// always uses.
     #[default]
     PathOram,
     /// **Benchmark baseline only**: blocks sealed at fixed cells with no ORAM and no crash
-    /// consistency ([`DirectEngine`]), in the store array `direct`. Needs a fresh data
+    /// consistency ([`blindfold_proxy::engine::DirectEngine`]), in the store array `direct`. Needs a fresh data
     /// directory, and the directory cannot be reopened afterwards.
     DirectBaseline,
 }
@@ -22,7 +22,8 @@ pub type StoreWrapper =
 
 pub use blindfold_proxy::engine::EngineFactory;
 
-/// Extras for [`open_with`], used by benchmarks and tests; [`open`] uses the defaults.
+/// Extras for [`crate::open::open_with`], used by benchmarks and tests; [`crate::open::open`]
+/// uses the defaults.
 #[derive(Default)]
 pub struct OpenHooks {
     /// The block engine.

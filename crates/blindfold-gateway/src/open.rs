@@ -44,7 +44,7 @@ pub struct Opened {
     pub key: Arc<MasterKey>,
     /// During a key rotation, the key being retired: what it sealed still opens.
     pub previous_key: Option<Arc<MasterKey>>,
-    /// The key rotation under way, whose sweep [`run_tls`] runs while it serves.
+    /// The key rotation under way, whose sweep [`crate::server::run_tls`] runs while it serves.
     pub rotation: Option<crate::rotation::Rotation>,
     /// The data directory.
     pub data_dir: PathBuf,

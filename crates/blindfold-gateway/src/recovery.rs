@@ -35,7 +35,7 @@ pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
 /// The snapshot's tree is not continued but rebuilt ([`blindfold_proxy::rebuild`]): every
 /// cell of the snapshot's store array is read and authenticated, and the blocks found are
 /// loaded into a fresh tree with fresh random leaves, sealed under a fresh random key epoch,
-/// in a new store array (the next [`GatewayParams::generation`]). Objects that had a block in a
+/// in a new store array (the next [`crate::datadir::GatewayParams`]`::generation`). Objects that had a block in a
 /// cell the lost gateway rewrote after the snapshot (or that fails authentication for any
 /// other reason) are dropped from the directory and named in the description. The old array
 /// is left untouched; the operator can delete it afterwards.
