@@ -797,6 +797,24 @@ impl Grower {
     }
 }
 
+/// `grower` as a function that grows the store to at least the given number of blocks and
+/// returns how many it holds then: how `blindfold node` lets its balancer grow it (the node's
+/// tree is rebuilt into a larger one, as `blindfold grow` does).
+pub fn grow_fn(
+    grower: Arc<Grower>,
+) -> Arc<
+    dyn Fn(u64) -> futures::future::BoxFuture<'static, std::result::Result<u64, String>>
+        + Send
+        + Sync,
+> {
+    Arc::new(move |blocks| {
+        let grower = Arc::clone(&grower);
+        Box::pin(async move {
+            grower.grow(blocks).await.map(|g| g.to_blocks).map_err(|e| e.to_string())
+        })
+    })
+}
+
 /// Serves growth requests for a running gateway until `stop` turns true: a [`REQUEST_FILE`]
 /// from `blindfold grow`, checked every second, and, with `grow_at` (a percentage), a growth
 /// to twice the capacity (at most `grow_max` blocks) whenever the blocks in use reach it.

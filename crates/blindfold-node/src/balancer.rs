@@ -211,13 +211,14 @@ pub(crate) struct Checkpoint {
 
 /// The checkpoint of format 0001.
 #[derive(Deserialize)]
-struct CheckpointV1 {
-    blocks: u64,
-    block_size: u32,
-    evictions: u32,
-    nodes: Vec<NodeRecord>,
-    placed: Vec<(u64, u32, u64)>,
-    cached: Vec<(u64, u32, Vec<u8>)>,
+#[cfg_attr(test, derive(Serialize))]
+pub(crate) struct CheckpointV1 {
+    pub(crate) blocks: u64,
+    pub(crate) block_size: u32,
+    pub(crate) evictions: u32,
+    pub(crate) nodes: Vec<NodeRecord>,
+    pub(crate) placed: Vec<(u64, u32, u64)>,
+    pub(crate) cached: Vec<(u64, u32, Vec<u8>)>,
 }
 
 /// Decodes checkpoint file bytes of either format (sealed under `sealer`); a checkpoint of
@@ -477,14 +478,14 @@ async fn grow_nodes(nodes: &[NodeClient], held: &mut [u64], need: u64) -> Result
         nodes
             .iter()
             .zip(held.iter())
-            .filter(|(_, &h)| h < need)
-            .map(|(c, _)| async move { (c.info().id, c.grow(need).await) }),
+            .enumerate()
+            .filter(|(_, (_, &h))| h < need)
+            .map(|(i, (c, _))| async move { (i, c.grow(need).await) }),
     )
     .await;
     let count = grown.len();
     let mut failed = Vec::new();
-    for (id, result) in grown {
-        let i = nodes.iter().position(|c| c.info().id == id).expect("one of the nodes");
+    for (i, result) in grown {
         match result {
             Ok(info) => held[i] = info.blocks,
             Err(e) => failed.push(e.to_string()),
@@ -763,7 +764,7 @@ impl Balancer {
             pending_free: Vec::new(),
             dirty: BTreeSet::new(),
             batches: 0,
-            node_blocks: Vec::new(),
+            node_blocks,
         };
         let mut intents = Vec::new();
         for LogFrame { magic, body } in frames {
@@ -807,7 +808,7 @@ impl Balancer {
         }
         let n = ordered.len();
         if let Some((c, held)) =
-            ordered.iter().zip(&node_blocks).find(|(_, &held)| held <= DUMMY_IDS)
+            ordered.iter().zip(&state.node_blocks).find(|(_, &held)| held <= DUMMY_IDS)
         {
             return Err(NodeError::Config(format!(
                 "node {} holds {held} blocks: a node needs more than the {DUMMY_IDS} it keeps \
@@ -816,13 +817,13 @@ impl Balancer {
             )));
         }
         for (&b, &(node, local)) in state.placed.iter() {
-            if node as usize >= n || local >= node_blocks[node as usize] || b >= blocks {
+            if node as usize >= n || local >= state.node_blocks[node as usize] || b >= blocks {
                 return Err(NodeError::Config(format!(
                     "the balancer's state places a block outside the nodes ({}): damaged",
                     dir.display()
                 )));
             }
-            if local + DUMMY_IDS >= node_blocks[node as usize] {
+            if local + DUMMY_IDS >= state.node_blocks[node as usize] {
                 return Err(NodeError::Config(format!(
                     "the balancer's state ({}) places a block among node {}'s top {DUMMY_IDS} \
                      local ids, which this version keeps for dummy evictions: the state was made \
@@ -852,7 +853,6 @@ impl Balancer {
             poisoned: AtomicBool::new(false),
             trace: config.record.then(|| parking_lot::Mutex::new(Vec::new())),
         };
-        balancer.state.lock().node_blocks = node_blocks;
         if !intents.is_empty() {
             balancer.repeat_reads(intents).await?;
         }

@@ -534,23 +534,12 @@ async fn write_all(
 mod tests {
     use super::*;
 
-    /// A checkpoint of format 0001, as the previous version wrote it.
-    #[derive(Serialize)]
-    struct OldCheckpoint {
-        blocks: u64,
-        block_size: u32,
-        evictions: u32,
-        nodes: Vec<NodeRecord>,
-        placed: Vec<(u64, u32, u64)>,
-        cached: Vec<(u64, u32, Vec<u8>)>,
-    }
-
     #[test]
     fn checkpoints_of_the_previous_format_still_open_without_digests() {
         let key = MasterKey::from_bytes([5; 32]);
         let sealer = StateSealer::new(&key);
         let dir = tempfile::tempdir().unwrap();
-        let old = OldCheckpoint {
+        let old = crate::balancer::CheckpointV1 {
             blocks: 10,
             block_size: 64,
             evictions: 2,

@@ -84,14 +84,7 @@ async fn serve_node(
     cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
     let mut opened =
         blindfold_gateway::server::open_with(&cfg, hooks).await.map_err(|e| e.to_string())?;
-    let grow = opened.grower.clone().map(|grower| -> blindfold_node::node::GrowHook {
-        Arc::new(move |blocks| {
-            let grower = Arc::clone(&grower);
-            Box::pin(async move {
-                grower.grow(blocks).await.map(|g| g.to_blocks).map_err(|e| e.to_string())
-            })
-        })
-    });
+    let grow = opened.grower.clone().map(blindfold_gateway::grow::grow_fn);
     let node = blindfold_node::node::Opened {
         engine: Arc::clone(opened.objects.engine()),
         params: opened.params.clone(),

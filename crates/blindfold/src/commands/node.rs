@@ -113,7 +113,8 @@ async fn node(a: NodeArgs) -> Result<()> {
         engine: std::sync::Arc::clone(opened.objects.engine()),
         params: opened.params.clone(),
         stopped: opened.stopped.clone(),
-        grow: opened.grower.clone().map(grow_hook),
+        // The balancer grows the node through the data directory's grower.
+        grow: opened.grower.clone().map(blindfold_gateway::grow::grow_fn),
     };
     // A key rotation under way (`blindfold rotate-key --data-dir` of this node) re-seals the
     // node's cells while it serves, as a gateway's does.
@@ -128,15 +129,4 @@ async fn node(a: NodeArgs) -> Result<()> {
         blindfold_gateway::server::write_snapshot(&opened).await?;
     }
     Ok(())
-}
-
-/// The balancer grows a node through the data directory's grower: the node's tree is rebuilt
-/// into a larger one, as `blindfold grow` does for a gateway.
-pub fn grow_hook(grower: Arc<blindfold_gateway::grow::Grower>) -> blindfold_node::node::GrowHook {
-    Arc::new(move |blocks| {
-        let grower = Arc::clone(&grower);
-        Box::pin(async move {
-            grower.grow(blocks).await.map(|g| g.to_blocks).map_err(|e| e.to_string())
-        })
-    })
 }
