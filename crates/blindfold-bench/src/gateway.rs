@@ -554,6 +554,7 @@ impl LiveGateway {
             engine: s.engine,
             in_place: s.in_place,
             pack_levels: s.pack_levels,
+            durability: Default::default(),
         };
         type Counting = CountingStore<Arc<dyn Store>>;
         let link = emulated_link(s.rtt_ms, s.mbit)?;

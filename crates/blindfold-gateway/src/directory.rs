@@ -104,6 +104,31 @@ pub struct BucketMeta {
     pub created_ns: i128,
 }
 
+/// One change to the directory, as the store-side log records it ([`crate::storelog`]):
+/// replayed in order through the same calls, they rebuild the directory from a dump.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum DirOp {
+    /// A transaction claimed these reserved blocks.
+    Claim(Vec<u64>),
+    /// [`Tx::put_object`].
+    PutObject { bucket: String, key: String, meta: ObjectMeta },
+    /// [`Tx::delete_object`].
+    DeleteObject { bucket: String, key: String },
+    /// [`Tx::put_upload`].
+    PutUpload { id: String, upload: Upload },
+    /// [`Tx::delete_upload`].
+    DeleteUpload { id: String },
+    /// [`Tx::release`].
+    Release(Vec<u64>),
+    /// [`Directory::create_bucket`].
+    CreateBucket { name: String, meta: BucketMeta },
+    /// [`Directory::delete_bucket`].
+    DeleteBucket { name: String },
+}
+
+/// Where the directory's changes go besides its database (`--durability store`).
+pub type DirJournal = std::sync::Arc<crate::storelog::StoreLog>;
+
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_ns() -> i128 {
     SystemTime::now()
@@ -147,6 +172,9 @@ pub struct Directory {
     /// Raised (never lowered) when the store grows.
     capacity: std::sync::atomic::AtomicU64,
     alloc: Mutex<Alloc>,
+    /// The store-side log, once attached: every transaction's operations are queued in it,
+    /// in commit order, before [`Directory::transact`] returns.
+    journal: parking_lot::RwLock<Option<DirJournal>>,
 }
 
 impl std::fmt::Debug for Directory {
@@ -159,6 +187,8 @@ impl std::fmt::Debug for Directory {
 pub struct Tx<'a> {
     txn: &'a redb::WriteTransaction,
     release: Vec<u64>,
+    /// The operations, for the store-side log (only when one is attached).
+    ops: Option<Vec<DirOp>>,
 }
 
 impl std::fmt::Debug for Tx<'_> {
@@ -188,6 +218,13 @@ impl Tx<'_> {
 
     /// Inserts or replaces an object; the replaced object's blocks are freed.
     pub fn put_object(&mut self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()> {
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::PutObject {
+                bucket: bucket.into(),
+                key: key.into(),
+                meta: meta.clone(),
+            });
+        }
         let mut t = self.txn.open_table(OBJECTS).map_err(db_err)?;
         let old = t.insert((bucket, key), enc(meta).as_slice()).map_err(db_err)?;
         if let Some(old) = old {
@@ -199,6 +236,9 @@ impl Tx<'_> {
 
     /// Removes an object and frees its blocks; false if there was none.
     pub fn delete_object(&mut self, bucket: &str, key: &str) -> Result<bool> {
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::DeleteObject { bucket: bucket.into(), key: key.into() });
+        }
         let mut t = self.txn.open_table(OBJECTS).map_err(db_err)?;
         let old = t.remove((bucket, key)).map_err(db_err)?;
         match old {
@@ -220,6 +260,9 @@ impl Tx<'_> {
 
     /// Inserts or replaces an upload record (blocks are not touched).
     pub fn put_upload(&mut self, id: &str, up: &Upload) -> Result<()> {
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::PutUpload { id: id.into(), upload: up.clone() });
+        }
         let mut t = self.txn.open_table(UPLOADS).map_err(db_err)?;
         t.insert(id, enc(up).as_slice()).map_err(db_err)?;
         Ok(())
@@ -227,6 +270,9 @@ impl Tx<'_> {
 
     /// Removes an upload record (blocks are not touched).
     pub fn delete_upload(&mut self, id: &str) -> Result<()> {
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::DeleteUpload { id: id.into() });
+        }
         let mut t = self.txn.open_table(UPLOADS).map_err(db_err)?;
         t.remove(id).map_err(db_err)?;
         Ok(())
@@ -234,7 +280,11 @@ impl Tx<'_> {
 
     /// Frees blocks when the transaction commits.
     pub fn release(&mut self, blocks: impl IntoIterator<Item = u64>) {
+        let at = self.release.len();
         self.release.extend(blocks);
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::Release(self.release[at..].to_vec()));
+        }
     }
 }
 
@@ -337,6 +387,7 @@ impl Directory {
         Ok(Self {
             db,
             capacity: capacity.into(),
+            journal: parking_lot::RwLock::new(None),
             alloc: Mutex::new(Alloc {
                 next,
                 free,
@@ -455,10 +506,19 @@ impl Directory {
         f: impl FnOnce(&mut Tx<'_>) -> Result<T>,
     ) -> Result<T> {
         let mut a = self.alloc.lock();
+        let journal = self.journal.read().clone();
         let txn = self.db.begin_write().map_err(db_err)?;
-        let mut tx = Tx { txn: &txn, release: Vec::new() };
+        let ops = journal.as_ref().map(|_| {
+            if claim.is_empty() {
+                Vec::new()
+            } else {
+                vec![DirOp::Claim(claim.to_vec())]
+            }
+        });
+        let mut tx = Tx { txn: &txn, release: Vec::new(), ops };
         let out = f(&mut tx)?;
         let release = std::mem::take(&mut tx.release);
+        let ops = tx.ops.take();
         let claimed: HashSet<u64> = claim.iter().copied().collect();
         let mut next = a.next;
         let mut gaps = Vec::new();
@@ -484,6 +544,12 @@ impl Directory {
             alloc.insert("next", next).map_err(db_err)?;
         }
         txn.commit().map_err(db_err)?;
+        // Queued under the lock, so the log's order is the commit order.
+        if let (Some(j), Some(ops)) = (journal, ops) {
+            if !ops.is_empty() {
+                j.enqueue(crate::storelog::Entry::Directory(ops));
+            }
+        }
         // Mirror in memory only once durable.
         a.next = next;
         a.free.extend(gaps);
@@ -497,23 +563,34 @@ impl Directory {
 
     /// Creates a bucket; false if it already existed.
     pub fn create_bucket(&self, name: &str) -> Result<bool> {
+        self.create_bucket_as(name, &BucketMeta { created_ns: now_ns() })
+    }
+
+    fn create_bucket_as(&self, name: &str, meta: &BucketMeta) -> Result<bool> {
+        let _a = self.alloc.lock();
         let txn = self.db.begin_write().map_err(db_err)?;
         let created = {
             let mut t = txn.open_table(BUCKETS).map_err(db_err)?;
             if t.get(name).map_err(db_err)?.is_some() {
                 false
             } else {
-                t.insert(name, enc(&BucketMeta { created_ns: now_ns() }).as_slice())
-                    .map_err(db_err)?;
+                t.insert(name, enc(meta).as_slice()).map_err(db_err)?;
                 true
             }
         };
         txn.commit().map_err(db_err)?;
+        if let (true, Some(j)) = (created, self.journal.read().as_ref()) {
+            j.enqueue(crate::storelog::Entry::Directory(vec![DirOp::CreateBucket {
+                name: name.into(),
+                meta: meta.clone(),
+            }]));
+        }
         Ok(created)
     }
 
     /// Deletes an empty bucket. Errors: no such bucket, not empty.
     pub fn delete_bucket(&self, name: &str) -> Result<()> {
+        let _a = self.alloc.lock();
         let txn = self.db.begin_write().map_err(db_err)?;
         {
             let mut t = txn.open_table(BUCKETS).map_err(db_err)?;
@@ -530,7 +607,105 @@ impl Directory {
             t.remove(name).map_err(db_err)?;
         }
         txn.commit().map_err(db_err)?;
+        if let Some(j) = self.journal.read().as_ref() {
+            j.enqueue(crate::storelog::Entry::Directory(vec![DirOp::DeleteBucket {
+                name: name.into(),
+            }]));
+        }
         Ok(())
+    }
+
+    /// From now on every change is queued in the store-side log `journal`.
+    pub fn attach_journal(&self, journal: DirJournal) {
+        let _a = self.alloc.lock();
+        *self.journal.write() = Some(journal);
+    }
+
+    /// Returns once every change made so far is durable in the store-side log (at once
+    /// without one). Call before acknowledging a change.
+    pub async fn settle(&self) -> Result<()> {
+        let journal = self.journal.read().clone();
+        match journal {
+            Some(j) => {
+                let next = j.next_entry();
+                if next == 0 {
+                    return Ok(());
+                }
+                j.durable(next - 1).await
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// [`Directory::transact`], then [`Directory::settle`]: durable in the store-side log too.
+    pub async fn transact_durable<T>(
+        &self,
+        claim: &[u64],
+        f: impl FnOnce(&mut Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let out = self.transact(claim, f)?;
+        self.settle().await?;
+        Ok(out)
+    }
+
+    /// Applies operations read back from the store-side log, in order (recovery).
+    pub fn apply(&self, ops: Vec<DirOp>) -> Result<()> {
+        let mut claim = Vec::new();
+        let mut rest = Vec::new();
+        for op in ops {
+            match op {
+                DirOp::Claim(b) => claim.extend(b),
+                DirOp::CreateBucket { name, meta } => {
+                    self.create_bucket_as(&name, &meta)?;
+                }
+                DirOp::DeleteBucket { name } => match self.delete_bucket(&name) {
+                    Ok(()) | Err(GatewayError::NoSuchBucket) => {}
+                    Err(e) => return Err(e),
+                },
+                other => rest.push(other),
+            }
+        }
+        if claim.is_empty() && rest.is_empty() {
+            return Ok(());
+        }
+        self.transact(&claim, |tx| {
+            for op in rest {
+                match op {
+                    DirOp::PutObject { bucket, key, meta } => {
+                        tx.put_object(&bucket, &key, &meta)?
+                    }
+                    DirOp::DeleteObject { bucket, key } => {
+                        tx.delete_object(&bucket, &key)?;
+                    }
+                    DirOp::PutUpload { id, upload } => tx.put_upload(&id, &upload)?,
+                    DirOp::DeleteUpload { id } => tx.delete_upload(&id)?,
+                    DirOp::Release(b) => tx.release(b),
+                    DirOp::Claim(_) | DirOp::CreateBucket { .. } | DirOp::DeleteBucket { .. } => {}
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Runs `capture` with the directory's lock held and a read transaction begun (so no
+    /// change can land between the two), then dumps what that transaction sees: a dump that
+    /// matches the store-side log's position `capture` read.
+    pub fn dump_with<C>(&self, capture: impl FnOnce() -> C) -> Result<(C, DirectoryDump)> {
+        let (txn, captured, next, free) = {
+            let a = self.alloc.lock();
+            let txn = self.db.begin_read().map_err(db_err)?;
+            // Blocks reserved for writes in flight are free as of this transaction (below the
+            // high-water mark; above it every block is free anyway): a write that claims one
+            // later is in the log after the capture.
+            let free: Vec<u64> = a
+                .free
+                .iter()
+                .copied()
+                .chain(a.reserved.iter().copied().filter(|b| *b < a.next))
+                .collect();
+            (txn, capture(), a.next, free)
+        };
+        Ok((captured, Self::dump_txn(&txn, next, free)?))
     }
 
     /// The bucket's record, if it exists.
@@ -709,6 +884,27 @@ impl Directory {
             next,
             free,
         })
+    }
+
+    /// Everything the read transaction `txn` sees, with the allocator's `next` and `free`.
+    fn dump_txn(txn: &redb::ReadTransaction, next: u64, free: Vec<u64>) -> Result<DirectoryDump> {
+        let mut buckets = Vec::new();
+        for item in txn.open_table(BUCKETS).map_err(db_err)?.iter().map_err(db_err)? {
+            let (k, v) = item.map_err(db_err)?;
+            buckets.push((k.value().to_string(), dec(v.value())?));
+        }
+        let mut objects = Vec::new();
+        for item in txn.open_table(OBJECTS).map_err(db_err)?.iter().map_err(db_err)? {
+            let (k, v) = item.map_err(db_err)?;
+            let (b, key) = k.value();
+            objects.push((b.to_string(), key.to_string(), dec(v.value())?));
+        }
+        let mut uploads = Vec::new();
+        for item in txn.open_table(UPLOADS).map_err(db_err)?.iter().map_err(db_err)? {
+            let (k, v) = item.map_err(db_err)?;
+            uploads.push((k.value().to_string(), dec(v.value())?));
+        }
+        Ok(DirectoryDump { buckets, objects, uploads, next, free })
     }
 
     /// Creates a new directory database at `path` holding `dump`, sealed under `master`.

@@ -118,6 +118,10 @@ impl SharedEngine for Watched {
         self.inner.sweep_paths().await
     }
 
+    async fn journal_tap(&self) -> Option<blindfold_proxy::Tap> {
+        self.inner.journal_tap().await
+    }
+
     async fn sweep(&self, range: std::ops::Range<u64>) -> Result<()> {
         self.note(self.inner.sweep(range).await)
     }
@@ -208,6 +212,10 @@ impl SharedEngine for Swappable {
 
     async fn sweep_paths(&self) -> u64 {
         self.inner.read().await.sweep_paths().await
+    }
+
+    async fn journal_tap(&self) -> Option<blindfold_proxy::Tap> {
+        self.inner.read().await.journal_tap().await
     }
 
     async fn sweep(&self, range: std::ops::Range<u64>) -> Result<()> {

@@ -416,15 +416,18 @@ impl ObjectLayer {
             tx.put_object(bucket, key, &meta)
         })?;
         reserved.claimed();
+        self.dir.settle().await?;
         Ok(meta)
     }
 
     /// Deletes an object; deleting a missing object succeeds (as in S3).
-    pub fn delete_object(&self, bucket: &str, key: &str) -> Result<bool> {
-        self.dir.transact(&[], |tx| {
-            tx.require_bucket(bucket)?;
-            tx.delete_object(bucket, key)
-        })
+    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<bool> {
+        self.dir
+            .transact_durable(&[], |tx| {
+                tx.require_bucket(bucket)?;
+                tx.delete_object(bucket, key)
+            })
+            .await
     }
 
     /// The read plan of the byte range `range` of `meta`: the blocks to read, in order, and
@@ -637,7 +640,7 @@ impl ObjectLayer {
     }
 
     /// Starts a multipart upload; returns its id.
-    pub fn create_upload(
+    pub async fn create_upload(
         &self,
         bucket: &str,
         key: &str,
@@ -653,10 +656,12 @@ impl ObjectLayer {
             metadata,
             parts: BTreeMap::new(),
         };
-        self.dir.transact(&[], |tx| {
-            tx.require_bucket(bucket)?;
-            tx.put_upload(&id, &up)
-        })?;
+        self.dir
+            .transact_durable(&[], |tx| {
+                tx.require_bucket(bucket)?;
+                tx.put_upload(&id, &up)
+            })
+            .await?;
         Ok(id)
     }
 
@@ -689,6 +694,7 @@ impl ObjectLayer {
             tx.put_upload(upload_id, &up)
         })?;
         reserved.claimed();
+        self.dir.settle().await?;
         Ok(part)
     }
 
@@ -713,7 +719,7 @@ impl ObjectLayer {
                 return self.complete_repacked(bucket, key, upload_id, parts, draft).await;
             }
         }
-        self.dir.transact(&[], |tx| {
+        let meta = self.dir.transact(&[], |tx| {
             tx.require_bucket(bucket)?;
             let up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
             let meta = assemble(&up, bucket, key, parts)?;
@@ -725,7 +731,9 @@ impl ObjectLayer {
             tx.delete_upload(upload_id)?;
             tx.put_object(bucket, key, &meta)?;
             Ok(meta)
-        })
+        })?;
+        self.dir.settle().await?;
+        Ok(meta)
     }
 
     /// Completes an upload by copying `draft` (its parts, as listed) into one extent.
@@ -763,22 +771,25 @@ impl ObjectLayer {
         });
         if r.is_ok() {
             reserved.claimed();
+            self.dir.settle().await?;
         }
         r
     }
 
     /// Aborts an upload and frees its parts.
-    pub fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
-        self.dir.transact(&[], |tx| {
-            let up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
-            if up.bucket != bucket || up.key != key {
-                return Err(GatewayError::NoSuchUpload);
-            }
-            for p in up.parts.values() {
-                tx.release(p.extent.blocks.iter().copied());
-            }
-            tx.delete_upload(upload_id)
-        })
+    pub async fn abort_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
+        self.dir
+            .transact_durable(&[], |tx| {
+                let up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
+                if up.bucket != bucket || up.key != key {
+                    return Err(GatewayError::NoSuchUpload);
+                }
+                for p in up.parts.values() {
+                    tx.release(p.extent.blocks.iter().copied());
+                }
+                tx.delete_upload(upload_id)
+            })
+            .await
     }
 
     /// Bytes the object occupies in blocks (padding included): what the store can infer.

@@ -64,6 +64,8 @@ pub struct Opened {
     pub limits: crate::listen::Limits,
     /// Metrics and recordings of this gateway (see [`crate::observe`]).
     pub observer: Arc<Observer>,
+    /// The store-side log (`--durability store`), if on.
+    pub journal: Option<Arc<crate::storelog::Journal>>,
 }
 
 /// Opens the data directory, creating everything missing on first start.
@@ -542,6 +544,7 @@ async fn assemble(
             None
         }
     };
+    let tap = engine.journal_tap().await;
     let swappable = Arc::new(crate::engine::Swappable::new(engine));
     let watched = crate::engine::Watched::observed(
         Arc::clone(&swappable) as Arc<dyn SharedEngine>,
@@ -551,6 +554,30 @@ async fn assemble(
     let objects =
         Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
     let snapshots = Arc::new(parking_lot::Mutex::new(snapshots));
+    let journal = if cfg.durability.in_store(&store_url) {
+        let tap = match (tap, hooks.engine) {
+            (Some(tap), EngineKind::PathOram) if !injected_engine => tap,
+            _ => {
+                return Err(GatewayError::Config(format!(
+                    "--durability store is not available for the {engine_name} engine here \
+                     (a baseline engine, or ORAM nodes, whose state lives in their own data \
+                     directories): serve with --durability local"
+                )))
+            }
+        };
+        let journal =
+            crate::storelog::start(&store_url, &key, dir, &objects, tap, &snapshots, &params)
+                .await?;
+        notes.push(format!(
+            "durability: store — every write is logged in the store ({} cells of {} KiB) \
+             before it is acknowledged; `blindfold recover` restores it from the store alone",
+            journal.log.cells(),
+            crate::storelog::CHUNK / 1024
+        ));
+        Some(journal)
+    } else {
+        None
+    };
     // An injected engine (the load balancer over ORAM nodes) grows in place.
     let grower = (hooks.engine == EngineKind::PathOram).then(|| {
         Arc::new(crate::grow::Grower::new(crate::grow::GrowerParts {
@@ -582,5 +609,6 @@ async fn assemble(
         swift_listener: None,
         limits: crate::listen::Limits::default(),
         observer,
+        journal,
     })
 }

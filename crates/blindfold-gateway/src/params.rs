@@ -48,6 +48,41 @@ pub struct ServeConfig {
     /// (1: a bucket per object; 2 or more: subtrees of that many levels, see
     /// `blindfold_proxy::PackedStore`). Used when creating.
     pub pack_levels: u32,
+    /// Where an acknowledged write is made durable (`--durability`).
+    pub durability: Durability,
+}
+
+/// Where an acknowledged write is made durable before it is acknowledged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// `store` for `s3://`, `redis://` and `remote://` stores, `local` for the others.
+    #[default]
+    Auto,
+    /// In the data directory only (the engine's redo log and the directory's database): a
+    /// lost data directory loses what was written after the last store checkpoint.
+    Local,
+    /// In the store as well: every commit's trusted-state changes are sealed and appended to
+    /// a log in the store before the write is acknowledged, and checkpoints of the trusted
+    /// state go to the store in the background, so `blindfold recover` on a new machine
+    /// restores every acknowledged write from the store and the key alone
+    /// ([`crate::storelog`]).
+    Store,
+}
+
+impl Durability {
+    /// Whether writes go to the store-side log on `store`.
+    pub fn in_store(self, store: &StoreUrl) -> bool {
+        match self {
+            Durability::Local => false,
+            Durability::Store => true,
+            Durability::Auto => {
+                matches!(
+                    store,
+                    StoreUrl::S3 { .. } | StoreUrl::Redis { .. } | StoreUrl::Remote { .. }
+                )
+            }
+        }
+    }
 }
 
 /// Parses a size: a number of bytes, optionally with a decimal fraction and a unit.

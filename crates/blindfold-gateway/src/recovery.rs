@@ -17,6 +17,19 @@ use blindfold_store::open_store;
 /// Writes the encrypted snapshot of the trusted state to the store. Call with the ORAM
 /// committed and checkpointed and no traffic (clean shutdown).
 pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
+    if let Some(journal) = &opened.journal {
+        // The log's own checkpoint: a later `recover` continues it from the log.
+        journal.stop();
+        return crate::snapshot::write_journal_snapshot(
+            &opened.snapshots,
+            &opened.key,
+            &opened.data_dir,
+            &opened.objects,
+            &journal.log,
+            &opened.params,
+        )
+        .await;
+    }
     Ok(crate::snapshot::write_snapshot_to(
         &opened.snapshots,
         &opened.key,
@@ -127,6 +140,28 @@ pub async fn recover_until_with(
     write_private(&dir.join(RECOVERING), b"")?;
     let mut params = snap.params.clone();
     params.store = url.to_string();
+    if let (Some(point), None) = (&snap.journal, &hooks.rebuild) {
+        let about = from_store_log(dir, &snap, point, &params, &url, &key, crash).await?;
+        write_private(
+            &dir.join("gateway.json"),
+            &serde_json::to_vec_pretty(&params).expect("json"),
+        )?;
+        sync_dir(dir)?;
+        std::fs::remove_file(dir.join(RECOVERING))
+            .map_err(|e| cfg_err("removing", &dir.join(RECOVERING), e))?;
+        let mut cfg = cfg.clone();
+        cfg.key_file = Some(key_path);
+        if cfg.durability == crate::params::Durability::Auto {
+            // The store held a log: keep logging there.
+            cfg.durability = crate::params::Durability::Store;
+        }
+        let opened = open_with(
+            &cfg,
+            OpenHooks { engine_factory: hooks.engine_factory, ..Default::default() },
+        )
+        .await?;
+        return Ok((opened, about));
+    }
     let (lost, about_engine) = match hooks.rebuild {
         Some(rebuild) => {
             // The engine's blocks are not in this store: no array is read or written.
@@ -203,6 +238,75 @@ pub async fn recover_until_with(
         open_with(&cfg, OpenHooks { engine_factory: hooks.engine_factory, ..Default::default() })
             .await?;
     Ok((opened, about))
+}
+
+/// Rebuilds the data directory `cfg.data_dir` from a store checkpoint `snap` and the
+/// store-side log after it (`--durability store`): the engine's checkpoint file, its redo log
+/// (what it held at the checkpoint, then every frame logged since), and the directory (the
+/// checkpoint's, then every operation logged since). The engine's cells stay where they are,
+/// in the same array: opening the directory replays the redo log as after a crash, reading
+/// again exactly the paths the store already saw. Reads the log 64 cells at a time; writes
+/// nothing to the store (a run cut short is simply run again).
+async fn from_store_log(
+    dir: &Path,
+    snap: &crate::snapshot::Snapshot,
+    point: &crate::storelog::JournalPoint,
+    params: &crate::datadir::GatewayParams,
+    url: &blindfold_store::StoreUrl,
+    key: &blindfold_crypto::MasterKey,
+    crash: Option<RecoverCrash>,
+) -> Result<String> {
+    use std::io::Write;
+    let io = |what: &str, p: &Path, e: std::io::Error| {
+        GatewayError::Config(format!("{what} {}: {e}", p.display()))
+    };
+    let oram_dir = dir.join("oram");
+    write_private(&oram_dir.join(blindfold_proxy::state_file::CHECKPOINT), &snap.oram_checkpoint)?;
+    let log_path = oram_dir.join(blindfold_proxy::state_file::REDO_LOG);
+    write_private(&log_path, &point.redo_log)?;
+    let mut redo = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| io("opening", &log_path, e))?;
+    let directory =
+        Directory::restore(&dir.join("meta.redb"), params.blocks, &snap.directory, key)?;
+    let ring = crate::storelog::open_ring(url, point.cells).await?;
+    let (mut frames, mut transactions) = (0u64, 0u64);
+    let entries = crate::storelog::replay(&*ring, key, point, |_, entry| {
+        match entry {
+            crate::storelog::Entry::Engine(f) => {
+                for frame in f {
+                    redo.write_all(&frame).map_err(|e| io("writing", &log_path, e))?;
+                    frames += 1;
+                }
+            }
+            crate::storelog::Entry::Directory(ops) => {
+                directory.apply(ops)?;
+                transactions += 1;
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    redo.sync_all().map_err(|e| io("syncing", &log_path, e))?;
+    drop(directory);
+    sync_dir(&oram_dir)?;
+    if crash == Some(RecoverCrash::AfterDirectory) {
+        return Err(GatewayError::Config("simulated crash at AfterDirectory".into()));
+    }
+    let when = time::OffsetDateTime::from_unix_timestamp_nanos(snap.created_ns)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| "unknown time".into());
+    Ok(format!(
+        "store checkpoint #{} written {when} ({} buckets, {} objects), then {entries} entries \
+         of the store-side log ({frames} engine records, {transactions} directory \
+         transactions): every acknowledged write is back; the engine's cells stay in store \
+         array {}",
+        snap.seq,
+        snap.directory.buckets.len(),
+        snap.directory.objects.len(),
+        oram_array(params.generation),
+    ))
 }
 
 /// The rebuild of an engine whose blocks are in the store: from the snapshot's array into

@@ -551,6 +551,7 @@ impl S3 for Gateway {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let created = self.objects.directory().create_bucket(&req.input.bucket).map_err(s3)?;
+        self.objects.directory().settle().await.map_err(s3)?;
         if !created {
             return Err(s3_error!(BucketAlreadyOwnedByYou));
         }
@@ -579,6 +580,7 @@ impl S3 for Gateway {
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
         self.objects.directory().delete_bucket(&req.input.bucket).map_err(s3)?;
+        self.objects.directory().settle().await.map_err(s3)?;
         Ok(S3Response::new(DeleteBucketOutput::default()))
     }
 
@@ -718,7 +720,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        self.objects.delete_object(&req.input.bucket, &req.input.key).map_err(s3)?;
+        self.objects.delete_object(&req.input.bucket, &req.input.key).await.map_err(s3)?;
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 
@@ -735,7 +737,7 @@ impl S3 for Gateway {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for obj in input.delete.objects {
-            match self.objects.delete_object(&input.bucket, &obj.key) {
+            match self.objects.delete_object(&input.bucket, &obj.key).await {
                 Ok(_) => {
                     if !quiet {
                         deleted.push(DeletedObject { key: Some(obj.key), ..Default::default() });
@@ -903,6 +905,7 @@ impl S3 for Gateway {
                     ),
                 ),
             )
+            .await
             .map_err(s3)?;
         Ok(S3Response::new(CreateMultipartUploadOutput {
             bucket: Some(input.bucket),
@@ -1112,7 +1115,7 @@ impl S3 for Gateway {
         req: S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
         let input = req.input;
-        self.objects.abort_upload(&input.bucket, &input.key, &input.upload_id).map_err(s3)?;
+        self.objects.abort_upload(&input.bucket, &input.key, &input.upload_id).await.map_err(s3)?;
         Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 

@@ -26,7 +26,9 @@ pub use crate::hooks::{
 pub use crate::http::{refusal, run, run_tls, s3_operation, service, UNSIZED_BODY_LIMIT};
 pub use crate::keys::{data_dir_keys, KEY_CHECK_FILE};
 pub use crate::open::{open, open_with, Opened};
-pub use crate::params::{footprint, human_bytes, new_params, parse_size, Footprint, ServeConfig};
+pub use crate::params::{
+    footprint, human_bytes, new_params, parse_size, Durability, Footprint, ServeConfig,
+};
 pub use crate::recovery::{
     recover, recover_until, recover_until_with, recover_with, write_snapshot, RecoverCrash,
 };

@@ -42,7 +42,10 @@ const CHUNK: usize = 64 * 1024;
 /// snapshots with the same sequence number could be spliced; 01 headers are not accepted).
 /// Version 03: the parameters carry [`GatewayParams::cache_cells`]. Version 04: and
 /// [`GatewayParams::pack_levels`]. Versions 02 and 03 are still read.
-const MAGIC: &[u8; 8] = b"BFSNAP04";
+/// Version 05: and where the store-side log continues the snapshot
+/// ([`Snapshot::journal`], `--durability store`). Version 04 is still read.
+const MAGIC: &[u8; 8] = b"BFSNAP05";
+const MAGIC_V4: &[u8; 8] = b"BFSNAP04";
 const MAGIC_V3: &[u8; 8] = b"BFSNAP03";
 const MAGIC_V2: &[u8; 8] = b"BFSNAP02";
 
@@ -59,6 +62,10 @@ pub struct Snapshot {
     pub oram_checkpoint: Vec<u8>,
     /// The directory.
     pub directory: DirectoryDump,
+    /// With `--durability store`: where the store-side log continues this snapshot, and the
+    /// engine's redo log to put after `oram_checkpoint` ([`crate::storelog`]). `None` for a
+    /// snapshot of a clean stop under `--durability local`.
+    pub journal: Option<crate::storelog::JournalPoint>,
 }
 
 /// A snapshot of an older format, whose parameters (`P`) lack fields added since.
@@ -160,6 +167,7 @@ impl<P: Into<GatewayParams>> From<OldSnapshot<P>> for Snapshot {
             params: s.params.into(),
             oram_checkpoint: s.oram_checkpoint,
             directory: s.directory,
+            journal: None,
         }
     }
 }
@@ -414,7 +422,7 @@ async fn read_header(store: &dyn Store, sealer: &CellSealer, slot_base: u64) -> 
         .open_in_place(&CellAd { cell: slot_base, version: 0, segment: 0 }, &mut cell)
         .ok()?;
     let h: Header = bincode::deserialize(plain).ok()?;
-    [MAGIC, MAGIC_V3, MAGIC_V2].contains(&&h.magic).then_some(h)
+    [MAGIC, MAGIC_V4, MAGIC_V3, MAGIC_V2].contains(&&h.magic).then_some(h)
 }
 
 /// Writes `snap` into the slot its sequence number selects.
@@ -579,6 +587,8 @@ pub async fn read_latest(store: &dyn Store, key: &MasterKey) -> Result<Snapshot>
             bincode::deserialize::<OldSnapshot<ParamsV2>>(&body).map(Snapshot::from)
         } else if &h.magic == MAGIC_V3 {
             bincode::deserialize::<OldSnapshot<ParamsV3>>(&body).map(Snapshot::from)
+        } else if &h.magic == MAGIC_V4 {
+            bincode::deserialize::<OldSnapshot<GatewayParams>>(&body).map(Snapshot::from)
         } else {
             bincode::deserialize::<Snapshot>(&body)
         };
@@ -602,7 +612,7 @@ pub(crate) async fn write_snapshot_to(
     objects: &crate::objects::ObjectLayer,
     min_seq: u64,
 ) -> Result<(u64, Vec<String>)> {
-    let Some(mut array) = slot.lock().clone() else {
+    let Some(array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
             "the snapshot area could not be opened at start; no snapshot written".into(),
         ));
@@ -624,7 +634,55 @@ pub(crate) async fn write_snapshot_to(
         params,
         oram_checkpoint,
         directory: objects.directory().dump()?,
+        journal: None,
     };
+    put_snapshot(slot, array, key, dir, snap).await
+}
+
+/// Writes a store checkpoint of the store-side log `log` (see [`crate::storelog`]): the
+/// engine's checkpoint and log as the log last heard of them, the directory and the log's
+/// position, all captured at one entry; then lets the log reuse the cells it covers.
+pub(crate) async fn write_journal_snapshot(
+    slot: &crate::snapshot::SnapshotSlot,
+    key: &MasterKey,
+    dir: &std::path::Path,
+    objects: &crate::objects::ObjectLayer,
+    log: &crate::storelog::StoreLog,
+    params: &GatewayParams,
+) -> Result<u64> {
+    let Some(array) = slot.lock().clone() else {
+        return Err(GatewayError::Config(
+            "the snapshot area could not be opened at start; no store checkpoint written".into(),
+        ));
+    };
+    let params = params.clone();
+    let ((next_entry, oram_checkpoint, redo_log), directory) =
+        objects.directory().dump_with(|| log.capture())?;
+    let point = log.point(next_entry, redo_log).await?;
+    let seq = crate::snapshot::latest_seq(&*array.store, key).await.unwrap_or(0) + 1;
+    let snap = crate::snapshot::Snapshot {
+        seq,
+        created_ns: crate::directory::now_ns(),
+        params,
+        oram_checkpoint,
+        directory,
+        journal: Some(point.clone()),
+    };
+    let (seq, _) = put_snapshot(slot, array, key, dir, snap).await?;
+    log.checkpoint_written(&point).await;
+    Ok(seq)
+}
+
+/// Writes `snap` to the snapshot area `array` (a larger one if it outgrew it) and names it in
+/// the index; removes the arrays a growth retired that it no longer needs.
+async fn put_snapshot(
+    slot: &crate::snapshot::SnapshotSlot,
+    mut array: SnapshotArray,
+    key: &MasterKey,
+    dir: &std::path::Path,
+    snap: Snapshot,
+) -> Result<(u64, Vec<String>)> {
+    let seq = snap.seq;
     // The area is sized at start from an estimate; a trusted state that holds blocks (an
     // eviction cache, a stash of large blocks) can outgrow it.
     let needed = crate::snapshot::slot_cells(&snap)?;
@@ -640,7 +698,11 @@ pub(crate) async fn write_snapshot_to(
     }
     crate::snapshot::write(&*array.store, key, &snap).await?;
     crate::snapshot::point_index(&array, key).await?;
-    tracing::info!(seq, array = %array.name, "wrote the encrypted snapshot of the trusted state to the store");
+    if snap.journal.is_some() {
+        tracing::debug!(seq, array = %array.name, "wrote a store checkpoint of the trusted state");
+    } else {
+        tracing::info!(seq, array = %array.name, "wrote the encrypted snapshot of the trusted state to the store");
+    }
     // The newest snapshot names only the arrays in use now: what growths retired can go.
     let in_use =
         [blindfold_proxy::catalogue::oram_array(snap.params.generation), array.name.clone()];
@@ -678,6 +740,7 @@ mod tests {
             // Several chunks, all inside one byte string, so that a spliced body still decodes.
             oram_checkpoint: vec![fill; 4 * CHUNK],
             directory: DirectoryDump::default(),
+            journal: None,
         }
     }
 

@@ -618,6 +618,7 @@ impl Swift {
                     ));
                 }
                 let created = dir.create_bucket(name)?;
+                dir.settle().await?;
                 Ok(empty(if created { StatusCode::CREATED } else { StatusCode::ACCEPTED }))
             }
             Method::POST => {
@@ -626,6 +627,7 @@ impl Swift {
             }
             Method::DELETE => {
                 dir.delete_bucket(name)?;
+                dir.settle().await?;
                 Ok(empty(StatusCode::NO_CONTENT))
             }
             Method::HEAD => {
@@ -708,7 +710,7 @@ impl Swift {
                 if self.objects.directory().object(container, key)?.is_none() {
                     return Err(self.missing(container));
                 }
-                self.objects.delete_object(container, key)?;
+                self.objects.delete_object(container, key).await?;
                 Ok(empty(StatusCode::NO_CONTENT))
             }
             _ => Ok(text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")),

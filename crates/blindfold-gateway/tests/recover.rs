@@ -31,6 +31,7 @@ fn cfg_with(
         engine,
         in_place: false,
         pack_levels: 1,
+        durability: Default::default(),
     }
 }
 

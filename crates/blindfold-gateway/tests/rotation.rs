@@ -63,6 +63,7 @@ fn cfg(root: &Path, setup: Setup) -> server::ServeConfig {
         capacity: 256 << 10,
         cache_mib: setup.cache_mib,
         pack_levels: setup.pack_levels,
+        durability: Default::default(),
         ..common::file_cfg(root, setup.engine)
     }
 }

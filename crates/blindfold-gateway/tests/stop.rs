@@ -17,6 +17,7 @@ fn config(dir: &std::path::Path) -> ServeConfig {
         engine: Default::default(),
         in_place: false,
         pack_levels: 1,
+        durability: Default::default(),
     }
 }
 

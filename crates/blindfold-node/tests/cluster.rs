@@ -67,6 +67,7 @@ fn node_config(dir: &Path, blocks: u64, engine: OramEngine, listen: SocketAddr) 
         engine,
         in_place: false,
         pack_levels: 1,
+        durability: Default::default(),
     }
 }
 

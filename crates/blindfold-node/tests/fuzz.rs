@@ -137,6 +137,7 @@ fn node_handlers_refuse_hostile_frames_and_keep_serving() {
         engine: OramEngine::PathOram,
         in_place: false,
         pack_levels: 1,
+        durability: Default::default(),
     };
     let (service, opened) = rt.block_on(async {
         let mut cfg = cfg.clone();

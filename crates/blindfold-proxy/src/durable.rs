@@ -46,7 +46,7 @@ use crate::bulk::{read_in_order, write_batches};
 use crate::journal::{
     append_record, decode_record, empty_log, encode_frame, prepare_new_dir, read_any_checkpoint,
     read_frames_with_legacy, read_prev_checkpoint, remove_log, replace_log, write_checkpoint_as,
-    CHECKPOINT, REDO_LOG,
+    Tap, CHECKPOINT, REDO_LOG,
 };
 use crate::retry::{with_retry, RetryPolicy};
 use crate::sealing::{check_geometry, open_cells, seal_cells};
@@ -241,6 +241,8 @@ pub struct DurablePathOram {
     overlay: HashMap<u64, Vec<u8>>,
     dir: PathBuf,
     log: File,
+    /// Where the redo log is mirrored (the gateway's log in the store), once attached.
+    tap: Tap,
     log_bytes: u64,
     seq: u64,
     next_epoch: u32,
@@ -508,6 +510,7 @@ impl DurablePathOram {
             overlay: HashMap::new(),
             dir: dir.to_path_buf(),
             log,
+            tap: Tap::default(),
             log_bytes,
             seq,
             next_epoch: after.next_epoch,
@@ -558,6 +561,11 @@ impl DurablePathOram {
     /// Whether the store holds two slots per cell (else commits overwrite it in place).
     pub fn two_slots(&self) -> bool {
         self.slotted.is_some()
+    }
+
+    /// Where this engine's redo log is mirrored ([`Tap::attach`]).
+    pub fn tap(&self) -> Tap {
+        self.tap.clone()
     }
 
     /// Writes a checkpoint once the redo log exceeds `bytes` (default 256 MiB).
@@ -715,8 +723,15 @@ impl DurablePathOram {
             rand::rngs::OsRng.fill_bytes(&mut seed);
             let reveal =
                 Reveal { after: self.seq, seed, blocks: ops.iter().map(|o| o.0 .0).collect() };
-            match append_record(&self.log, &self.dir, REVEAL_MAGIC, &reveal, &self.state_sealer)
-                .await
+            match append_record(
+                &self.log,
+                &self.dir,
+                &self.tap,
+                REVEAL_MAGIC,
+                &reveal,
+                &self.state_sealer,
+            )
+            .await
             {
                 Ok(len) => self.log_bytes += len,
                 Err(e) => {
@@ -882,8 +897,9 @@ impl DurablePathOram {
                 self.poison(&e);
                 return Err(e);
             }
-            if self.log_bytes > self.log_limit {
+            if self.log_bytes > self.log_limit || self.tap.wants_checkpoint() {
                 self.checkpoint()?;
+                self.tap.checkpointed(&self.dir).await?;
             }
             return Ok(());
         }
@@ -902,8 +918,9 @@ impl DurablePathOram {
                 return Err(e);
             }
         }
-        if self.log_bytes > self.log_limit {
+        if self.log_bytes > self.log_limit || self.tap.wants_checkpoint() {
             self.checkpoint()?;
+            self.tap.checkpointed(&self.dir).await?;
         }
         Ok(())
     }
@@ -923,9 +940,15 @@ impl DurablePathOram {
             delta,
             cells: pending_slot_cells(slotted.pending(), &self.versions),
         };
-        let len =
-            append_record(&self.log, &self.dir, SLOT_RECORD_MAGIC, &record, &self.state_sealer)
-                .await?;
+        let len = append_record(
+            &self.log,
+            &self.dir,
+            &self.tap,
+            SLOT_RECORD_MAGIC,
+            &record,
+            &self.state_sealer,
+        )
+        .await?;
         // Durable from here on: the record says where every cell's newest copy is.
         self.log_bytes += len;
         self.seq = record.seq;
@@ -934,8 +957,15 @@ impl DurablePathOram {
     }
 
     async fn log_and_apply(&mut self, record: Record) -> Result<()> {
-        let len =
-            append_record(&self.log, &self.dir, RECORD_MAGIC, &record, &self.state_sealer).await?;
+        let len = append_record(
+            &self.log,
+            &self.dir,
+            &self.tap,
+            RECORD_MAGIC,
+            &record,
+            &self.state_sealer,
+        )
+        .await?;
         self.log_bytes += len;
         self.seq = record.seq;
         // Durable from here on: a crash now is repaired by replaying the record.

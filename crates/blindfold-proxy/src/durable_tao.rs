@@ -65,7 +65,7 @@ use crate::durable::{
 use crate::journal::{
     append_frame, append_record, decode_record, empty_log, encode_frame, prepare_new_dir,
     read_any_checkpoint, read_frames_with_legacy, read_prev_checkpoint, replace_log,
-    write_checkpoint_as, CHECKPOINT, REDO_LOG,
+    write_checkpoint_as, Tap, CHECKPOINT, REDO_LOG,
 };
 use crate::packed::{PackedStore, Packing};
 use crate::pinned::{PinnedCells, PinnedStore};
@@ -224,6 +224,8 @@ struct Journal {
     /// Held while writing; the log handle the journal appends through.
     writer: tokio::sync::Mutex<File>,
     dir: PathBuf,
+    /// Where the redo log is mirrored (the gateway's log in the store), once attached.
+    tap: Tap,
     sealer: StateSealer,
     /// Sequence number of the last commit (records name it).
     after: AtomicU64,
@@ -260,7 +262,7 @@ impl Journal {
         };
         let record = RevealRecord { after: self.after.load(Ordering::SeqCst), reveals };
         let frame = encode_frame(REVEAL_MAGIC, &record, &self.sealer)?;
-        append_frame(&log, &self.dir, frame).await?;
+        append_frame(&log, &self.dir, &self.tap, frame).await?;
         self.durable.store(end, Ordering::SeqCst);
         Ok(())
     }
@@ -962,6 +964,7 @@ impl DurableTao {
                 durable: AtomicU64::new(0),
                 writer: tokio::sync::Mutex::new(journal_log),
                 dir: dir.to_path_buf(),
+                tap: Tap::default(),
                 sealer: state_sealer,
                 after: AtomicU64::new(seq),
             },
@@ -998,6 +1001,11 @@ impl DurableTao {
     /// Commits by itself once `cells` cells wait in the overlay (default 8192).
     pub fn set_max_overlay(&mut self, cells: usize) {
         self.max_overlay = cells.max(1);
+    }
+
+    /// Where this engine's redo log is mirrored ([`Tap::attach`]).
+    pub fn tap(&self) -> Tap {
+        self.journal.tap.clone()
     }
 
     /// Writes a checkpoint once the redo log exceeds `bytes` (default 256 MiB).
@@ -1142,7 +1150,7 @@ impl DurableTao {
     async fn commit_all(&self, c: &mut Committer) -> Result<()> {
         if self.slotted.is_some() {
             let started = std::time::Instant::now();
-            let due = c.log_bytes > self.log_limit;
+            let due = c.log_bytes > self.log_limit || self.journal.tap.wants_checkpoint();
             let (covered, prepared, drained, stopped) = {
                 let _exclusive = self.gate.write().await;
                 let drained = started.elapsed();
@@ -1288,7 +1296,7 @@ impl DurableTao {
         // never be split by another (a write cut short, e.g. by a full disk, is retried).
         let appended = {
             let _journal = self.journal.writer.lock().await;
-            let appended = append_frame(&c.log, &c.dir, frame).await?;
+            let appended = append_frame(&c.log, &c.dir, &self.journal.tap, frame).await?;
             let end = log_len(c)?;
             c.last_record = Some(end.saturating_sub(appended)..end);
             appended
@@ -1339,8 +1347,9 @@ impl DurableTao {
             if let Some(p) = self.prepare(c).await? {
                 self.finish_prepared(c, p).await?;
             }
-            if c.log_bytes > self.log_limit {
+            if c.log_bytes > self.log_limit || self.journal.tap.wants_checkpoint() {
                 self.checkpoint_locked(c)?;
+                self.journal.tap.checkpointed(&c.dir).await?;
             }
             return Ok(());
         }
@@ -1366,7 +1375,9 @@ impl DurableTao {
                 })
                 .collect(),
         };
-        c.log_bytes += append_record(&c.log, &c.dir, RECORD_MAGIC, &record, &c.sealer).await?;
+        c.log_bytes +=
+            append_record(&c.log, &c.dir, &self.journal.tap, RECORD_MAGIC, &record, &c.sealer)
+                .await?;
         c.seq = record.seq;
         // Reveals logged from now on follow this commit.
         self.journal.after.store(c.seq, Ordering::SeqCst);
@@ -1376,8 +1387,9 @@ impl DurableTao {
         write_batches(&*self.store, self.retry, cells).await?;
         let store = Arc::clone(&self.store);
         with_retry(self.retry, || store.flush()).await?;
-        if c.log_bytes > self.log_limit {
+        if c.log_bytes > self.log_limit || self.journal.tap.wants_checkpoint() {
             self.checkpoint_locked(c)?;
+            self.journal.tap.checkpointed(&c.dir).await?;
         }
         Ok(())
     }
@@ -1467,6 +1479,7 @@ impl DurableTao {
         *journal = new.try_clone().map_err(|e| crate::journal::io(&path, "cloning", e))?;
         c.log = new;
         c.log_bytes = kept;
+        self.journal.tap.checkpointed(&c.dir).await?;
         drop(journal);
         tracing::debug!(
             checkpoint_ms = written.as_secs_f64() * 1e3,

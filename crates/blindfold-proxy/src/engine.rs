@@ -12,6 +12,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::journal::Tap;
 use crate::{
     DurableObliviStore, DurablePathOram, DurableTao, DurableTee, ProxyError, Result, SealedDirect,
     VerifyReport,
@@ -90,6 +91,12 @@ pub trait SharedEngine: Send + Sync + std::fmt::Debug {
     /// returns what was done, for the operator. `None`: the engine grows by a rebuild into a
     /// new store array instead ([`crate::lifecycle::grow`]), as every engine of the catalogue.
     async fn grow_in_place(&self, _blocks: u64, _step: InPlaceGrowth) -> Option<Result<String>> {
+        None
+    }
+
+    /// Where the engine's redo log can be mirrored (`--durability store`): every engine of the
+    /// catalogue has one; `None` for an engine with no redo log of its own.
+    async fn journal_tap(&self) -> Option<Tap> {
         None
     }
 }
@@ -212,6 +219,10 @@ impl<E: BlockEngine + Sync> SharedEngine for Serialized<E> {
         self.inner.lock().await.sweep_paths()
     }
 
+    async fn journal_tap(&self) -> Option<Tap> {
+        self.inner.lock().await.journal_tap()
+    }
+
     async fn sweep(&self, range: std::ops::Range<u64>) -> Result<()> {
         let mut e = self.inner.lock().await;
         e.sweep(range).await?;
@@ -295,6 +306,11 @@ pub trait BlockEngine: Send + std::fmt::Debug {
         Err(ProxyError::State(format!("the {} engine cannot sweep", self.kind())))
     }
 
+    /// Where the engine's redo log can be mirrored (see [`SharedEngine::journal_tap`]).
+    fn journal_tap(&self) -> Option<Tap> {
+        None
+    }
+
     /// Authenticates every stored cell; `progress(done, total)` is called as it goes.
     fn verify<'a>(
         &'a mut self,
@@ -306,6 +322,10 @@ pub trait BlockEngine: Send + std::fmt::Debug {
 impl BlockEngine for DurablePathOram {
     fn block_size(&self) -> usize {
         self.oram().config().block_size() as usize
+    }
+
+    fn journal_tap(&self) -> Option<Tap> {
+        Some(self.tap())
     }
 
     fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
@@ -378,6 +398,10 @@ impl SharedEngine for DurableTao {
         self.engine().config().block_size() as usize
     }
 
+    async fn journal_tap(&self) -> Option<Tap> {
+        Some(self.tap())
+    }
+
     async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {
         Some(self.engine().blocks_through(bad))
     }
@@ -444,6 +468,10 @@ macro_rules! concurrent_engine {
         impl SharedEngine for $engine {
             fn block_size(&self) -> usize {
                 self.config().block_size() as usize
+            }
+
+            async fn journal_tap(&self) -> Option<Tap> {
+                Some(self.tap())
             }
 
             async fn blocks_through(&self, bad: &[u64]) -> Option<Vec<u64>> {

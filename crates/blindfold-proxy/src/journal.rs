@@ -20,6 +20,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 
 use bincode::Options;
 use blindfold_crypto::StateSealer;
@@ -328,34 +329,121 @@ pub fn encode_frame<T: Serialize>(magic: u32, record: &T, sealer: &StateSealer) 
     Ok(frame)
 }
 
-/// Appends already encoded `frame` to the redo log `log` (in `dir`) and fsyncs it. Returns the
-/// bytes appended.
-pub async fn append_frame(log: &File, dir: &Path, frame: Vec<u8>) -> Result<u64> {
+/// Appends already encoded `frames` to the redo log `log` (in `dir`) and fsyncs it, and hands
+/// them to `tap`'s mirror (if one is attached) at the same time; returns once both hold them.
+/// Returns the bytes appended.
+pub async fn append_frames(log: &File, dir: &Path, tap: &Tap, frames: Vec<Vec<u8>>) -> Result<u64> {
     let log = log.try_clone().map_err(|e| io(dir, "cloning log handle", e))?;
     let path = dir.join(REDO_LOG);
-    let len = frame.len() as u64;
-    tokio::task::spawn_blocking(move || {
-        let mut log = log;
-        log.write_all(&frame)?;
-        log.sync_data()
-    })
-    .await
-    .map_err(|e| ProxyError::State(format!("log writer panicked: {e}")))?
-    .map_err(|e| io(&path, "appending to", e))?;
+    let len = frames.iter().map(|f| f.len() as u64).sum();
+    let mirror = tap.mirror();
+    let shared = Arc::new(frames);
+    let local = {
+        let frames = Arc::clone(&shared);
+        tokio::task::spawn_blocking(move || {
+            let mut log = log;
+            for f in frames.iter() {
+                log.write_all(f)?;
+            }
+            log.sync_data()
+        })
+    };
+    let remote = async {
+        match &mirror {
+            Some(m) => m.frames(Arc::clone(&shared)).await,
+            None => Ok(()),
+        }
+    };
+    let (local, remote) = tokio::join!(local, remote);
+    local
+        .map_err(|e| ProxyError::State(format!("log writer panicked: {e}")))?
+        .map_err(|e| io(&path, "appending to", e))?;
+    remote?;
     Ok(len)
 }
 
-/// Appends `record` to the redo log `log` (in `dir`) as one sealed frame with `magic`, and
-/// fsyncs it. Returns the bytes appended.
+/// Appends already encoded `frame` to the redo log `log` (in `dir`), fsyncs it and mirrors it
+/// through `tap` ([`append_frames`]). Returns the bytes appended.
+pub async fn append_frame(log: &File, dir: &Path, tap: &Tap, frame: Vec<u8>) -> Result<u64> {
+    append_frames(log, dir, tap, vec![frame]).await
+}
+
+/// Appends `record` to the redo log `log` (in `dir`) as one sealed frame with `magic`, fsyncs
+/// it and mirrors it through `tap`. Returns the bytes appended.
 pub async fn append_record<T: Serialize>(
     log: &File,
     dir: &Path,
+    tap: &Tap,
     magic: u32,
     record: &T,
     sealer: &StateSealer,
 ) -> Result<u64> {
     let frame = encode_frame(magic, record, sealer)?;
-    append_frame(log, dir, frame).await
+    append_frame(log, dir, tap, frame).await
+}
+
+/// A second home for an engine's redo log, beside its state directory: the gateway's log in
+/// the untrusted store (`--durability store`), from which a new machine rebuilds the state
+/// directory when the gateway's own disk is lost.
+///
+/// An engine hands the mirror, in log order, every frame it appends ([`LogMirror::frames`]) and
+/// every checkpoint it writes ([`LogMirror::checkpointed`]); an append returns only once the
+/// mirror holds the frames too. A checkpoint is handed over with the engine's log lock held,
+/// so no frame of the engine comes between the checkpoint and what the mirror records of it.
+#[async_trait::async_trait]
+pub trait LogMirror: Send + Sync + std::fmt::Debug {
+    /// Frames just appended to the local log (encoded as in `redo.log`), in order; returns once
+    /// they are durable in the mirror.
+    async fn frames(&self, frames: Arc<Vec<Vec<u8>>>) -> Result<()>;
+    /// The engine wrote `checkpoint` (the bytes of `checkpoint.bin`) and replaced its log by
+    /// `log` (the bytes of `redo.log`, usually empty): frames handed over before this call are
+    /// covered by it.
+    async fn checkpointed(&self, checkpoint: Vec<u8>, log: Vec<u8>) -> Result<()>;
+    /// True when the mirror would like the engine to checkpoint soon (its log is filling up).
+    fn wants_checkpoint(&self) -> bool;
+}
+
+/// Where an engine's redo log is mirrored, if anywhere: a shared, initially empty slot that
+/// the gateway fills once the engine is open ([`Tap::attach`]). Cloning shares the slot.
+#[derive(Clone, Default)]
+pub struct Tap(Arc<parking_lot::RwLock<Option<Arc<dyn LogMirror>>>>);
+
+impl std::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tap").field("attached", &self.0.read().is_some()).finish()
+    }
+}
+
+impl Tap {
+    /// From now on, every frame and checkpoint of the engine also goes to `mirror`.
+    pub fn attach(&self, mirror: Arc<dyn LogMirror>) {
+        *self.0.write() = Some(mirror);
+    }
+
+    /// The attached mirror, if any.
+    pub fn mirror(&self) -> Option<Arc<dyn LogMirror>> {
+        self.0.read().clone()
+    }
+
+    /// Hands the checkpoint the engine just wrote in `dir` (and the log it kept) to the mirror.
+    /// Call with the engine's log lock held, after the checkpoint and the log are durable.
+    pub async fn checkpointed(&self, dir: &Path) -> Result<()> {
+        let Some(mirror) = self.mirror() else { return Ok(()) };
+        let ckpt_path = dir.join(CHECKPOINT);
+        let checkpoint = std::fs::read(&ckpt_path).map_err(|e| io(&ckpt_path, "reading", e))?;
+        let log_path = dir.join(REDO_LOG);
+        let log = match std::fs::read(&log_path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io(&log_path, "reading", e)),
+        };
+        mirror.checkpointed(checkpoint, log).await
+    }
+
+    /// True when the attached mirror asks for a checkpoint.
+    pub fn wants_checkpoint(&self) -> bool {
+        self.0.read().as_ref().is_some_and(|m| m.wants_checkpoint())
+    }
 }
 
 /// Reads every complete frame of the redo log at `path` whose magic is one of `magics`, and

@@ -107,7 +107,7 @@ pub use durable::{DurablePathOram, Recovery, VerifyReport};
 pub use durable_tao::{DurableTao, OverlayStore};
 pub use engine::{EngineGauges, InPlaceGrowth, SharedEngine};
 pub use error::ProxyError;
-pub use journal::make_private;
+pub use journal::{make_private, LogMirror, Tap};
 pub use lifecycle::DurableEngine;
 pub use oblivistore::{DurableObliviStore, ObliviStoreEngineStats};
 #[cfg(feature = "onion")]
@@ -129,9 +129,9 @@ pub use versions::VersionTable;
 /// [`blindfold_crypto::StateSealer`].
 pub mod state_file {
     pub use crate::journal::{
-        append_frame, append_record, decode_checkpoint, decode_record, empty_log, encode_frame,
-        open_log, read_frames_with_legacy, sync_dir, write_checkpoint_as, Frame, CHECKPOINT,
-        REDO_LOG,
+        append_frame, append_frames, append_record, decode_checkpoint, decode_record, empty_log,
+        encode_frame, open_log, read_frames_with_legacy, sync_dir, write_checkpoint_as, Frame,
+        LogMirror, Tap, CHECKPOINT, REDO_LOG,
     };
 }
 

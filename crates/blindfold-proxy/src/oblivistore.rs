@@ -55,7 +55,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -253,6 +252,8 @@ struct Inner {
     st: parking_lot::Mutex<St>,
     parts: Vec<Arc<tokio::sync::Mutex<()>>>,
     log: tokio::sync::Mutex<Log>,
+    /// Where the redo log is mirrored (the gateway's log in the store), once attached.
+    tap: crate::journal::Tap,
     /// Bumped when a block's data arrives, an access or eviction ends, or the engine stops.
     bell: tokio::sync::watch::Sender<u64>,
     seq: Sequencer,
@@ -387,6 +388,7 @@ impl DurableObliviStore {
                 st: parking_lot::Mutex::new(st),
                 parts: (0..partitions).map(|_| Arc::new(tokio::sync::Mutex::new(()))).collect(),
                 log: tokio::sync::Mutex::new(Log { file: log, synced: 0 }),
+                tap: crate::journal::Tap::default(),
                 bell: tokio::sync::watch::channel(0).0,
                 seq: Sequencer::new(),
                 permits: Arc::new(tokio::sync::Semaphore::new(EVICTION_PERMITS as usize)),
@@ -600,20 +602,9 @@ impl DurableObliviStore {
             if names_cells {
                 self.inner.store.flush().await?;
             }
-            let mut file = log
-                .file
-                .try_clone()
-                .map_err(|e| crate::journal::io(&self.inner.dir, "cloning log handle", e))?;
-            let path = self.inner.dir.join(REDO_LOG);
-            tokio::task::spawn_blocking(move || {
-                for f in &frames {
-                    file.write_all(f)?;
-                }
-                file.sync_data()
-            })
-            .await
-            .map_err(|e| ProxyError::State(format!("log writer panicked: {e}")))?
-            .map_err(|e| crate::journal::io(&path, "appending to", e))
+            crate::journal::append_frames(&log.file, &self.inner.dir, &self.inner.tap, frames)
+                .await
+                .map(|_| ())
         }
         .await;
         if let Err(e) = &written {
@@ -1152,11 +1143,16 @@ impl DurableObliviStore {
             }
         };
         self.sync_through(seq).await?;
-        let big = self.inner.st.lock().log_bytes > LOG_LIMIT;
+        let big = self.inner.st.lock().log_bytes > LOG_LIMIT || self.inner.tap.wants_checkpoint();
         if big {
             self.checkpoint().await?;
         }
         Ok(())
+    }
+
+    /// Where this engine's redo log is mirrored ([`crate::Tap::attach`]).
+    pub fn tap(&self) -> crate::journal::Tap {
+        self.inner.tap.clone()
     }
 
     /// Waits until no access or eviction is in flight.
@@ -1188,14 +1184,18 @@ impl DurableObliviStore {
         };
         write_checkpoint_as(&self.inner.dir, CHECKPOINT_MAGIC, &ckpt, &self.inner.state_sealer)?;
         log.file = open_empty_log(&self.inner.dir)?;
-        let mut s = self.inner.st.lock();
-        s.queue.clear();
-        s.queue_names_cells = false;
-        log.synced = s.queued;
-        s.clean = true;
-        s.log_bytes = 0;
-        s.reserved = s.oram.next_serial();
-        Ok(())
+        {
+            let mut s = self.inner.st.lock();
+            s.queue.clear();
+            s.queue_names_cells = false;
+            log.synced = s.queued;
+            s.clean = true;
+            s.log_bytes = 0;
+            s.reserved = s.oram.next_serial();
+        }
+        // Still under the log's lock: no frame comes between the checkpoint and the mirror's
+        // record of it.
+        self.inner.tap.checkpointed(&self.inner.dir).await
     }
 
     /// Clean shutdown: a checkpoint, after which nothing needs replaying.

@@ -252,6 +252,8 @@ struct Inner {
     /// Bumped whenever something a waiting access may wait for changes.
     bell: tokio::sync::watch::Sender<u64>,
     log: tokio::sync::Mutex<File>,
+    /// Where the redo log is mirrored (the gateway's log in the store), once attached.
+    tap: crate::journal::Tap,
     lanes: Lanes,
 }
 
@@ -378,6 +380,7 @@ impl DurableTee {
                 sched: parking_lot::Mutex::new(sched),
                 bell: tokio::sync::watch::channel(0).0,
                 log: tokio::sync::Mutex::new(log),
+                tap: crate::journal::Tap::default(),
                 lanes: Lanes::new(store_id),
             }),
         }
@@ -507,6 +510,11 @@ impl DurableTee {
         }
         self.inner.store.flush().await?;
         Ok(spare.len() as u64)
+    }
+
+    /// Where this engine's redo log is mirrored ([`crate::Tap::attach`]).
+    pub fn tap(&self) -> crate::journal::Tap {
+        self.inner.tap.clone()
     }
 
     /// The planner's configuration.
@@ -727,7 +735,8 @@ impl DurableTee {
         }
         self.check_live()?;
         let marker = RingRecord { blocks: Vec::new() };
-        let n = append_record(&log, &inner.dir, RING_MAGIC, &marker, &inner.sealer).await?;
+        let n =
+            append_record(&log, &inner.dir, &inner.tap, RING_MAGIC, &marker, &inner.sealer).await?;
         let mut s = inner.sched.lock();
         s.log_bytes += n;
         s.clean = false;
@@ -890,7 +899,8 @@ impl DurableTee {
         let planned_at = std::time::Instant::now();
         self.check_live()?;
         let record = RoundLog { ring, round: plan.record() };
-        let n = append_record(&log, &inner.dir, ROUND_MAGIC, &record, &inner.sealer).await?;
+        let n = append_record(&log, &inner.dir, &inner.tap, ROUND_MAGIC, &record, &inner.sealer)
+            .await?;
         inner.sched.lock().log_bytes += n;
         tracing::debug!(
             round = plan.round,
@@ -930,7 +940,9 @@ impl DurableTee {
             let ring = inner.sched.lock().take_dirty();
             let record = RoundLog { ring, round: plan.record() };
             self.check_live()?;
-            let n = append_record(&log, &inner.dir, ROUND_MAGIC, &record, &inner.sealer).await?;
+            let n =
+                append_record(&log, &inner.dir, &inner.tap, ROUND_MAGIC, &record, &inner.sealer)
+                    .await?;
             inner.sched.lock().log_bytes += n;
         }
         self.run_logged(plan).await
@@ -954,7 +966,8 @@ impl DurableTee {
             let log = inner.log.lock().await;
             let done = DoneRecord { round: plan.round };
             self.check_live()?;
-            let n = append_record(&log, &inner.dir, DONE_MAGIC, &done, &inner.sealer).await?;
+            let n = append_record(&log, &inner.dir, &inner.tap, DONE_MAGIC, &done, &inner.sealer)
+                .await?;
             let mut s = inner.sched.lock();
             s.log_bytes += n;
             s.oram.finish_round()?;
@@ -1000,13 +1013,20 @@ impl DurableTee {
             return Ok(());
         }
         self.check_live()?;
-        let n = append_record(&log, &inner.dir, RING_MAGIC, &RingRecord { blocks }, &inner.sealer)
-            .await?;
+        let n = append_record(
+            &log,
+            &inner.dir,
+            &inner.tap,
+            RING_MAGIC,
+            &RingRecord { blocks },
+            &inner.sealer,
+        )
+        .await?;
         let big = {
             let mut s = inner.sched.lock();
             s.log_bytes += n;
             s.log_bytes > LOG_LIMIT
-        };
+        } || inner.tap.wants_checkpoint();
         drop(log);
         if big {
             self.checkpoint().await?;
@@ -1036,10 +1056,14 @@ impl DurableTee {
             let ckpt = Checkpoint { store_id: inner.store_id.0, oram: state };
             write_checkpoint_as(&inner.dir, CHECKPOINT_MAGIC, &ckpt, &inner.sealer)?;
             crate::journal::empty_log(&log, &inner.dir)?;
-            let mut s = inner.sched.lock();
-            s.log_bytes = 0;
-            s.clean = true;
-            Ok(())
+            {
+                let mut s = inner.sched.lock();
+                s.log_bytes = 0;
+                s.clean = true;
+            }
+            // Still under the log's lock: no frame comes between the checkpoint and the
+            // mirror's record of it.
+            inner.tap.checkpointed(&inner.dir).await
         }
         .await;
         inner.sched.lock().holding -= 1;

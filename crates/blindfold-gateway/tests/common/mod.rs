@@ -24,6 +24,7 @@ pub fn file_cfg(root: &std::path::Path, engine: OramEngine) -> ServeConfig {
         engine,
         in_place: false,
         pack_levels: 1,
+        durability: Default::default(),
     }
 }
 
@@ -123,6 +124,7 @@ pub fn memory_cfg(root: &std::path::Path, access_key: &str, secret_key: &str) ->
         engine: Default::default(),
         in_place: false,
         pack_levels: 1,
+        durability: Default::default(),
     }
 }
 

@@ -75,6 +75,7 @@ pub fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeC
         engine: Default::default(),
         in_place: false,
         pack_levels: 1,
+        durability: Default::default(),
     })
 }
 

@@ -80,6 +80,7 @@ async fn node(a: NodeArgs) -> Result<()> {
         engine: a.engine.unwrap_or_default(),
         in_place: false,
         pack_levels: 1,
+        durability: Default::default(),
     };
     let tls = blindfold_node::ClusterTls::load(&a.tls_dir)?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

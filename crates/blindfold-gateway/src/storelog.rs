@@ -1,0 +1,864 @@
+//! The gateway's log in the untrusted store (`--durability store`): everything needed to
+//! recover an acknowledged write, sealed and appended to the store before the write is
+//! acknowledged, so that a new machine with nothing but the key rebuilds the gateway from the
+//! store alone (`blindfold recover`), losing nothing.
+//!
+//! # What is logged
+//!
+//! *Entries*, numbered from one run of the gateway to the next: the frames the engine appends
+//! to its own redo log (through its [`blindfold_proxy::Tap`]: reveal records before a path is
+//! read, commit records after), and the directory's operations, one entry per transaction
+//! (object put or delete, multipart steps, bucket creation). An engine's frames are handed
+//! over in the order of its own log, a directory transaction's operations under the
+//! directory's lock, so the log's order is the order in which the state changed.
+//!
+//! # Layout in the store
+//!
+//! An array named [`ARRAY`] of fixed-size cells used as a ring: cell `seq % cells` holds the
+//! log's `seq`-th cell. Concurrent appends are *group-committed*: whoever finds no write in
+//! flight takes every entry queued so far, encodes them as one group, splits it over as many
+//! whole cells as it needs, writes them in one batch and flushes; the others wait for it. A
+//! cell's plaintext is `seq (8) ‖ generation (8) ‖ digest of the previous cell (32) ‖ last (1)
+//! ‖ length (4) ‖ payload`, zero-padded, sealed under a key of its own derived from the master
+//! key and bound to its position and to `seq`. A cell the store swaps, replays from an earlier
+//! lap of the ring, or alters does not open; one spliced from another timeline breaks the
+//! chain of digests.
+//!
+//! # Checkpoints
+//!
+//! The ring stays bounded because a *store checkpoint* is written in the background (to the
+//! snapshot area, [`crate::snapshot`], which a crash mid-write leaves intact): the engine's
+//! last checkpoint file, the engine's frames since (kept in memory here, bounded: the engine
+//! is asked to checkpoint when they pass [`TAIL_LIMIT`]), the directory, and the entry number
+//! and cell from which the log continues them. Once it is durable, the cells before it may be
+//! reused. Recovery reads the newest store checkpoint, rewrites the state directory and the
+//! directory from it, appends the engine's frames logged since to its redo log, applies the
+//! directory's operations logged since, and opens the engine as after a crash: it replays its
+//! redo log, reading again exactly the paths the store already saw.
+//!
+//! # What the store learns
+//!
+//! One batch write of whole cells per group commit, and the checkpoints' size. The number of
+//! cells in a group is the size of the sealed state changes rounded up to whole cells: for the
+//! engines it follows the number of accesses and commits, which the store sees anyway, never
+//! which blocks or objects they touched.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use blindfold_crypto::{CellAd, CellSealer, MasterKey, StoreId};
+use blindfold_store::{open_store, CellId, Geometry, Store, StoreUrl};
+use serde::{Deserialize, Serialize};
+
+use crate::directory::DirOp;
+use crate::{GatewayError, Result};
+
+/// The store array holding the log.
+pub const ARRAY: &str = "journal";
+/// Payload and header bytes of one cell (sealed, a cell takes [`CellSealer::OVERHEAD`] more).
+pub const CHUNK: usize = 64 * 1024;
+/// Cells of the ring by default (64 MiB of log).
+pub const DEFAULT_CELLS: u64 = 1024;
+/// Engine frames kept for the next store checkpoint beyond which the engine is asked to
+/// checkpoint (its checkpoint replaces them).
+pub const TAIL_LIMIT: usize = 16 << 20;
+const HEADER: usize = 8 + 8 + 32 + 1 + 4;
+const PAYLOAD: usize = CHUNK - HEADER;
+/// How long an append waits for a store checkpoint to free room in a full ring.
+const ROOM_WAIT: Duration = Duration::from_secs(60);
+
+/// One entry of the log.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Entry {
+    /// Frames the engine appended to its redo log, encoded as in `redo.log`.
+    Engine(Vec<Vec<u8>>),
+    /// The operations of one directory transaction.
+    Directory(Vec<DirOp>),
+}
+
+/// Where a store checkpoint says the log continues it; kept in the snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalPoint {
+    /// The first cell to read.
+    pub read_from: u64,
+    /// The digest the cell `read_from` must name as its predecessor's.
+    pub chain: [u8; 32],
+    /// The first entry the checkpoint does not cover.
+    pub next_entry: u64,
+    /// The ring's size in cells.
+    pub cells: u64,
+    /// The lease generation of the gateway that wrote it.
+    pub generation: u64,
+    /// The engine's redo-log bytes to put after its checkpoint file: what its log held at
+    /// that checkpoint, then every frame it logged since up to `next_entry`.
+    pub redo_log: Vec<u8>,
+}
+
+fn sealer(key: &MasterKey) -> CellSealer {
+    // A store id of its own: log cells are never confused with ORAM or snapshot cells.
+    CellSealer::new(key, StoreId(*b"blindfold-jrnl!!"), 0)
+}
+
+fn geometry(cells: u64) -> Result<Geometry> {
+    Geometry::new(cells, (CHUNK + CellSealer::OVERHEAD) as u32)
+        .map_err(|e| GatewayError::Config(e.to_string()))
+}
+
+/// Opens the log's ring of `cells` cells in the store at `url`.
+pub async fn open_ring(url: &StoreUrl, cells: u64) -> Result<Arc<dyn Store>> {
+    open_store(url, ARRAY, geometry(cells)?)
+        .await
+        .map_err(|e| GatewayError::Config(format!("opening the store-side log: {e}")))
+}
+
+fn digest(prev: &[u8; 32], plain: &[u8]) -> [u8; 32] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(prev);
+    ctx.update(plain);
+    ctx.finish().as_ref().try_into().expect("SHA-256 is 32 bytes")
+}
+
+fn bincode_opts() -> impl bincode::Options {
+    use bincode::Options;
+    bincode::DefaultOptions::new().with_fixint_encoding().allow_trailing_bytes()
+}
+
+/// What the engine last checkpointed, and the frames it logged since.
+#[derive(Default)]
+struct EngineBase {
+    checkpoint: Vec<u8>,
+    /// Its log at the checkpoint, then every frame queued since.
+    log: Vec<u8>,
+}
+
+struct Queue {
+    next_entry: u64,
+    pending: Vec<(u64, Entry)>,
+    engine: EngineBase,
+}
+
+/// A group written to the ring.
+#[derive(Clone, Copy)]
+struct Group {
+    first_entry: u64,
+    seq: u64,
+    prev: [u8; 32],
+}
+
+struct Writer {
+    next_seq: u64,
+    prev: [u8; 32],
+    /// Groups written since the oldest cell still needed.
+    groups: VecDeque<Group>,
+}
+
+/// The log, shared by the engine's tap, the directory and the checkpointer.
+pub struct StoreLog {
+    ring: Arc<dyn Store>,
+    sealer: CellSealer,
+    cells: u64,
+    generation: u64,
+    queue: parking_lot::Mutex<Queue>,
+    writer: tokio::sync::Mutex<Writer>,
+    /// Every entry below this is durable in the store.
+    durable: AtomicU64,
+    /// Cells below this may be overwritten (a durable store checkpoint covers them).
+    reusable_from: AtomicU64,
+    failed: parking_lot::Mutex<Option<String>>,
+    want_checkpoint: AtomicBool,
+    /// Wakes the checkpointer.
+    pub(crate) wake: tokio::sync::Notify,
+    /// Rung when a checkpoint frees room.
+    room: tokio::sync::Notify,
+    appends: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl std::fmt::Debug for StoreLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreLog")
+            .field("cells", &self.cells)
+            .field("generation", &self.generation)
+            .field("durable", &self.durable.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoreLog {
+    /// A log continuing after `point` (the newest store checkpoint's, or a fresh one), whose
+    /// first cell will be `start` (beyond every cell an earlier run may have written), for the
+    /// gateway holding lease `generation`. `engine_checkpoint` and `engine_log` are the
+    /// engine's files as they are now.
+    pub fn new(
+        ring: Arc<dyn Store>,
+        key: &MasterKey,
+        start: u64,
+        next_entry: u64,
+        generation: u64,
+        engine_checkpoint: Vec<u8>,
+        engine_log: Vec<u8>,
+    ) -> Self {
+        let cells = ring.geometry().cell_count();
+        // A chain of its own per run: the first cell names a digest of where it starts.
+        let prev = digest(&[0; 32], &start.to_le_bytes());
+        StoreLog {
+            ring,
+            sealer: sealer(key),
+            cells,
+            generation,
+            queue: parking_lot::Mutex::new(Queue {
+                next_entry,
+                pending: Vec::new(),
+                engine: EngineBase { checkpoint: engine_checkpoint, log: engine_log },
+            }),
+            writer: tokio::sync::Mutex::new(Writer {
+                next_seq: start,
+                prev,
+                groups: VecDeque::new(),
+            }),
+            durable: AtomicU64::new(next_entry),
+            reusable_from: AtomicU64::new(start),
+            failed: parking_lot::Mutex::new(None),
+            want_checkpoint: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            room: tokio::sync::Notify::new(),
+            appends: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Cells in the ring.
+    pub fn cells(&self) -> u64 {
+        self.cells
+    }
+
+    /// Group commits written so far, and the bytes they took in the store.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.appends.load(Ordering::Relaxed), self.bytes.load(Ordering::Relaxed))
+    }
+
+    /// Queues `entry`; returns its number. Call [`StoreLog::durable`] before acknowledging
+    /// what it records.
+    pub fn enqueue(&self, entry: Entry) -> u64 {
+        let mut q = self.queue.lock();
+        if let Entry::Engine(frames) = &entry {
+            for f in frames {
+                q.engine.log.extend_from_slice(f);
+            }
+            if q.engine.log.len() > TAIL_LIMIT {
+                self.want_checkpoint.store(true, Ordering::Relaxed);
+            }
+        }
+        let n = q.next_entry;
+        q.next_entry += 1;
+        q.pending.push((n, entry));
+        n
+    }
+
+    /// The number the next entry will get.
+    pub fn next_entry(&self) -> u64 {
+        self.queue.lock().next_entry
+    }
+
+    fn check(&self) -> Result<()> {
+        match &*self.failed.lock() {
+            Some(why) => Err(GatewayError::Config(format!(
+                "the store-side log stopped after a failed write ({why}); nothing more is \
+                 acknowledged. Restart the gateway once the store is reachable"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Returns once entry `n` (and every entry before it) is durable in the store, writing
+    /// everything queued as one group if no other caller is already doing so.
+    pub async fn durable(&self, n: u64) -> Result<()> {
+        loop {
+            if self.durable.load(Ordering::SeqCst) > n {
+                return Ok(());
+            }
+            self.check()?;
+            let mut w = self.writer.lock().await;
+            if self.durable.load(Ordering::SeqCst) > n {
+                return Ok(());
+            }
+            self.check()?;
+            let batch = std::mem::take(&mut self.queue.lock().pending);
+            let Some(&(last, _)) = batch.last() else {
+                return Err(GatewayError::Config(format!(
+                    "store-side log: entry {n} was never queued"
+                )));
+            };
+            let payload = {
+                use bincode::Options;
+                bincode_opts()
+                    .serialize(&batch)
+                    .map_err(|e| GatewayError::Corrupt(e.to_string()))?
+            };
+            let n_cells = payload.len().div_ceil(PAYLOAD).max(1) as u64;
+            if n_cells > self.cells / 2 {
+                return Err(GatewayError::Config(format!(
+                    "one group of the store-side log needs {n_cells} cells, more than half \
+                     its ring of {}: a larger ring is needed",
+                    self.cells
+                )));
+            }
+            let end = w.next_seq + n_cells;
+            if end > self.reusable_from.load(Ordering::SeqCst) + self.cells {
+                // No room until a store checkpoint covers the oldest cells: give the entries
+                // back and wait without holding the writer (the checkpoint needs it).
+                self.queue.lock().pending.splice(0..0, batch);
+                drop(w);
+                self.wait_for_room(end).await?;
+                continue;
+            }
+            if let Err(e) = self.write_group(&mut w, batch[0].0, &payload, n_cells).await {
+                *self.failed.lock() = Some(e.to_string());
+                tracing::error!(error = %e, "the store-side log could not be written; refusing further writes");
+                return Err(e);
+            }
+            self.durable.store(last + 1, Ordering::SeqCst);
+        }
+    }
+
+    /// Queues `entry` and waits until it is durable.
+    pub async fn append(&self, entry: Entry) -> Result<()> {
+        let n = self.enqueue(entry);
+        self.durable(n).await
+    }
+
+    async fn write_group(
+        &self,
+        w: &mut Writer,
+        first_entry: u64,
+        payload: &[u8],
+        n_cells: u64,
+    ) -> Result<()> {
+        let group = Group { first_entry, seq: w.next_seq, prev: w.prev };
+        let mut cells = Vec::with_capacity(n_cells as usize);
+        let mut prev = w.prev;
+        for (i, chunk) in payload.chunks(PAYLOAD).enumerate() {
+            let seq = w.next_seq + i as u64;
+            let mut plain = Vec::with_capacity(CHUNK);
+            plain.extend_from_slice(&seq.to_le_bytes());
+            plain.extend_from_slice(&self.generation.to_le_bytes());
+            plain.extend_from_slice(&prev);
+            plain.push(u8::from(i as u64 + 1 == n_cells));
+            plain.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
+            plain.extend_from_slice(chunk);
+            plain.resize(CHUNK, 0);
+            prev = digest(&prev, &plain);
+            let cell = seq % self.cells;
+            let sealed = self
+                .sealer
+                .seal(&CellAd { cell, version: seq, segment: 0 }, &plain)
+                .map_err(|e| GatewayError::Corrupt(e.to_string()))?;
+            cells.push((CellId(cell), sealed));
+        }
+        let store_err = |e: blindfold_store::StoreError| {
+            GatewayError::Config(format!("writing the store-side log: {e}"))
+        };
+        self.ring.write(cells).await.map_err(store_err)?;
+        self.ring.flush().await.map_err(store_err)?;
+        w.next_seq += n_cells;
+        w.prev = prev;
+        w.groups.push_back(group);
+        self.appends.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(n_cells * (CHUNK + CellSealer::OVERHEAD) as u64, Ordering::Relaxed);
+        let used = w.next_seq - self.reusable_from.load(Ordering::SeqCst);
+        if used > self.cells / 2 {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    async fn wait_for_room(&self, end: u64) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + ROOM_WAIT;
+        loop {
+            let room = self.room.notified();
+            if end <= self.reusable_from.load(Ordering::SeqCst) + self.cells {
+                return Ok(());
+            }
+            self.wake.notify_one();
+            if tokio::time::timeout_at(deadline, room).await.is_err() {
+                return Err(GatewayError::Config(format!(
+                    "the store-side log is full ({} cells) and no store checkpoint freed room \
+                     within {} s: writes wait for the next one",
+                    self.cells,
+                    ROOM_WAIT.as_secs()
+                )));
+            }
+        }
+    }
+
+    /// True when the engine should checkpoint (its frames kept for the store checkpoint
+    /// passed [`TAIL_LIMIT`]).
+    pub fn engine_checkpoint_wanted(&self) -> bool {
+        self.want_checkpoint.load(Ordering::Relaxed)
+    }
+
+    /// Captures what a store checkpoint at the current position holds of the log. Call with
+    /// the directory's lock held and its read transaction begun, so that the directory read
+    /// afterwards holds exactly the operations of the entries before the captured position.
+    pub fn capture(&self) -> (u64, Vec<u8>, Vec<u8>) {
+        let q = self.queue.lock();
+        (q.next_entry, q.engine.checkpoint.clone(), q.engine.log.clone())
+    }
+
+    /// After [`StoreLog::capture`] at `next_entry`: where the log continues it. Entries before
+    /// it that are not written yet need not be: the checkpoint holds what they record (if a
+    /// crash loses them, the checkpoint holds more than was acknowledged, never less), and
+    /// the group that will hold them is read from, skipping them.
+    pub async fn point(&self, next_entry: u64, redo_log: Vec<u8>) -> Result<JournalPoint> {
+        let w = self.writer.lock().await;
+        // The group holding `next_entry`, if written; else the next one will.
+        let holding = w
+            .groups
+            .iter()
+            .rev()
+            .find(|g| g.first_entry <= next_entry)
+            .filter(|_| self.durable.load(Ordering::SeqCst) > next_entry)
+            .copied();
+        let (read_from, chain) = match holding {
+            Some(g) => (g.seq, g.prev),
+            None => (w.next_seq, w.prev),
+        };
+        Ok(JournalPoint {
+            read_from,
+            chain,
+            next_entry,
+            cells: self.cells,
+            generation: self.generation,
+            redo_log,
+        })
+    }
+
+    /// A store checkpoint holding `point` is durable: the cells before it may be reused.
+    pub async fn checkpoint_written(&self, point: &JournalPoint) {
+        let mut w = self.writer.lock().await;
+        while w.groups.front().is_some_and(|g| g.seq < point.read_from) {
+            w.groups.pop_front();
+        }
+        self.reusable_from.fetch_max(point.read_from, Ordering::SeqCst);
+        self.room.notify_waiters();
+    }
+}
+
+#[async_trait::async_trait]
+impl blindfold_proxy::LogMirror for StoreLog {
+    async fn frames(&self, frames: Arc<Vec<Vec<u8>>>) -> blindfold_proxy::Result<()> {
+        let frames = Arc::try_unwrap(frames).unwrap_or_else(|a| (*a).clone());
+        self.append(Entry::Engine(frames))
+            .await
+            .map_err(|e| blindfold_proxy::ProxyError::State(e.to_string()))
+    }
+
+    async fn checkpointed(&self, checkpoint: Vec<u8>, log: Vec<u8>) -> blindfold_proxy::Result<()> {
+        {
+            let mut q = self.queue.lock();
+            q.engine = EngineBase { checkpoint, log };
+        }
+        self.want_checkpoint.store(false, Ordering::Relaxed);
+        // A store checkpoint now lets the ring drop everything before it.
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    fn wants_checkpoint(&self) -> bool {
+        self.engine_checkpoint_wanted()
+    }
+}
+
+/// Reads the log after `point` from `ring`, in order, handing each entry numbered from
+/// `point.next_entry` on to `each`; a group cut short at the end (a crash mid-write, never
+/// acknowledged) is dropped. Reads at most 64 cells at a time. Returns the entries handed on.
+///
+/// Errors: a cell that does not open while a later one does (the store altered, dropped or
+/// swapped a cell in the middle of the log), a broken chain of digests (cells spliced from
+/// another timeline), a generation going down (a fenced gateway's late write).
+pub async fn replay(
+    ring: &dyn Store,
+    key: &MasterKey,
+    point: &JournalPoint,
+    mut each: impl FnMut(u64, Entry) -> Result<()>,
+) -> Result<u64> {
+    use bincode::Options;
+    let sealer = sealer(key);
+    let cells = ring.geometry().cell_count();
+    if cells != point.cells {
+        return Err(GatewayError::Corrupt(format!(
+            "the store-side log has {cells} cells where the checkpoint recorded {}",
+            point.cells
+        )));
+    }
+    let mut seq = point.read_from;
+    let mut prev = point.chain;
+    let mut generation = 0u64;
+    let mut group = Vec::new();
+    let mut handed = 0u64;
+    let mut expected = point.next_entry;
+    let store_err = |e: blindfold_store::StoreError| {
+        GatewayError::Config(format!("reading the store-side log: {e}"))
+    };
+    'outer: loop {
+        let batch: Vec<u64> = (seq..seq + 64).collect();
+        let ids: Vec<CellId> = batch.iter().map(|s| CellId(s % cells)).collect();
+        let mut fetched = ring.read(&ids).await.map_err(store_err)?;
+        for (i, &s) in batch.iter().enumerate() {
+            let buf = &mut fetched[i];
+            let ad = CellAd { cell: s % cells, version: s, segment: 0 };
+            let Ok(plain) = sealer.open_in_place(&ad, buf) else {
+                // The end of the log, unless a later cell of this batch opens.
+                for (j, &later) in batch.iter().enumerate().skip(i + 1) {
+                    let mut b = fetched[j].clone();
+                    let ad = CellAd { cell: later % cells, version: later, segment: 0 };
+                    if sealer.open_in_place(&ad, &mut b).is_ok() {
+                        return Err(GatewayError::Corrupt(format!(
+                            "the store-side log's cell {s} is missing or altered while cell \
+                             {later} after it is intact: the store tampered with the log"
+                        )));
+                    }
+                }
+                break 'outer;
+            };
+            let found = u64::from_le_bytes(plain[0..8].try_into().expect("8 bytes"));
+            let gen = u64::from_le_bytes(plain[8..16].try_into().expect("8 bytes"));
+            let named: [u8; 32] = plain[16..48].try_into().expect("32 bytes");
+            let last = plain[48] == 1;
+            let len = u32::from_le_bytes(plain[49..53].try_into().expect("4 bytes")) as usize;
+            if found != s || len > PAYLOAD {
+                return Err(GatewayError::Corrupt(format!("store-side log cell {s} is malformed")));
+            }
+            if named != prev {
+                return Err(GatewayError::Corrupt(format!(
+                    "the store-side log's cell {s} does not follow the one before it (cells \
+                     spliced from another timeline, or reordered)"
+                )));
+            }
+            if gen < generation {
+                return Err(GatewayError::Corrupt(format!(
+                    "the store-side log's cell {s} was written by lease generation {gen} after \
+                     generation {generation}: a fenced gateway's late write"
+                )));
+            }
+            generation = gen;
+            prev = digest(&prev, plain);
+            group.extend_from_slice(&plain[HEADER..HEADER + len]);
+            seq = s + 1;
+            if last {
+                let entries: Vec<(u64, Entry)> = bincode_opts()
+                    .with_limit(group.len() as u64)
+                    .deserialize(&group)
+                    .map_err(|e| {
+                        GatewayError::Corrupt(format!("store-side log group before cell {s}: {e}"))
+                    })?;
+                group.clear();
+                for (n, entry) in entries {
+                    if n < point.next_entry {
+                        continue;
+                    }
+                    if n != expected {
+                        return Err(GatewayError::Corrupt(format!(
+                            "the store-side log skips from entry {expected} to {n}"
+                        )));
+                    }
+                    expected += 1;
+                    each(n, entry)?;
+                    handed += 1;
+                }
+            }
+        }
+    }
+    Ok(handed)
+}
+
+/// How often the background checkpointer writes a store checkpoint when anything changed,
+/// besides whenever the ring passes half full or the engine checkpoints.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(30);
+
+/// A running gateway's store-side log and its background checkpointer.
+pub struct Journal {
+    /// The log.
+    pub log: Arc<StoreLog>,
+    checkpointer: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal").field("log", &self.log).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Journal {
+    /// Stops the background checkpointer (a clean stop writes the last checkpoint itself).
+    pub fn stop(&self) {
+        if let Some(task) = self.checkpointer.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+/// Where a new run's log starts: after every cell the newest store checkpoint's log may
+/// hold, or (no checkpoint of a log) at a random place far from any earlier run's.
+fn start_after(point: Option<&JournalPoint>) -> (u64, u64) {
+    match point {
+        Some(p) => (p.read_from + p.cells, p.next_entry),
+        None => (rand::random::<u64>() >> 16 | 1 << 40, 0),
+    }
+}
+
+/// Starts the store-side log of a gateway just opened (`--durability store`): writes a store
+/// checkpoint of the state as it is, then attaches the log to the engine's tap and to the
+/// directory, and starts the background checkpointer. Call before serving.
+pub async fn start(
+    url: &StoreUrl,
+    key: &Arc<MasterKey>,
+    dir: &std::path::Path,
+    objects: &Arc<crate::objects::ObjectLayer>,
+    tap: blindfold_proxy::Tap,
+    slot: &crate::snapshot::SnapshotSlot,
+    params: &crate::datadir::GatewayParams,
+) -> Result<Arc<Journal>> {
+    let Some(array) = slot.lock().clone() else {
+        return Err(GatewayError::Config(
+            "--durability store needs the snapshot area in the store, which could not be \
+             opened: run `blindfold verify`, or serve with --durability local"
+                .into(),
+        ));
+    };
+    let latest = crate::snapshot::read_latest(&*array.store, key).await.ok();
+    let point = latest.as_ref().and_then(|s| s.journal.as_ref());
+    let (start, next_entry) = start_after(point);
+    let ring = open_ring(url, point.map_or(DEFAULT_CELLS, |p| p.cells)).await?;
+    let oram = dir.join("oram");
+    let read = |name: &str| -> Result<Vec<u8>> {
+        let path = oram.join(name);
+        match std::fs::read(&path) {
+            Ok(b) => Ok(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(GatewayError::Config(format!("reading {}: {e}", path.display()))),
+        }
+    };
+    let checkpoint = read(blindfold_proxy::state_file::CHECKPOINT)?;
+    let redo = read(blindfold_proxy::state_file::REDO_LOG)?;
+    let log = Arc::new(StoreLog::new(ring, key, start, next_entry, 1, checkpoint, redo));
+    crate::snapshot::write_journal_snapshot(slot, key, dir, objects, &log, params).await?;
+    tap.attach(Arc::clone(&log) as Arc<dyn blindfold_proxy::LogMirror>);
+    objects.directory().attach_journal(Arc::clone(&log));
+    let task = {
+        let (log, slot, key, dir, objects, params) = (
+            Arc::clone(&log),
+            Arc::clone(slot),
+            Arc::clone(key),
+            dir.to_path_buf(),
+            Arc::clone(objects),
+            params.clone(),
+        );
+        tokio::spawn(async move {
+            let mut covered = log.next_entry();
+            loop {
+                tokio::select! {
+                    _ = log.wake.notified() => {}
+                    _ = tokio::time::sleep(CHECKPOINT_EVERY) => {}
+                }
+                if log.next_entry() == covered {
+                    continue;
+                }
+                let next = log.next_entry();
+                let written = crate::snapshot::write_journal_snapshot(
+                    &slot, &key, &dir, &objects, &log, &params,
+                )
+                .await;
+                match written {
+                    Ok(seq) => {
+                        covered = next;
+                        tracing::debug!(seq, "store checkpoint written");
+                    }
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "a store checkpoint could not be written; the store-side log keeps \
+                         everything since the last one (writes wait once it is full)"
+                    ),
+                }
+            }
+        })
+    };
+    Ok(Arc::new(Journal { log, checkpointer: parking_lot::Mutex::new(Some(task)) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blindfold_store::MemoryStore;
+
+    fn key() -> MasterKey {
+        MasterKey::from_bytes([7; 32])
+    }
+
+    fn ring(cells: u64) -> Arc<dyn Store> {
+        Arc::new(MemoryStore::new(geometry(cells).unwrap()))
+    }
+
+    fn fresh(ring: &Arc<dyn Store>) -> StoreLog {
+        StoreLog::new(Arc::clone(ring), &key(), 0, 0, 1, Vec::new(), Vec::new())
+    }
+
+    fn frame(i: u64, len: usize) -> Entry {
+        Entry::Engine(vec![vec![(i % 251) as u8; len]])
+    }
+
+    async fn read_all(ring: &dyn Store, point: &JournalPoint) -> Result<Vec<(u64, usize)>> {
+        let mut out = Vec::new();
+        replay(ring, &key(), point, |n, e| {
+            let len = match e {
+                Entry::Engine(f) => f[0].len(),
+                Entry::Directory(_) => 0,
+            };
+            out.push((n, len));
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    async fn start_point(log: &StoreLog) -> JournalPoint {
+        let (n, _, redo) = log.capture();
+        log.point(n, redo).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_acknowledged_entry_reads_back_in_order() {
+        let r = ring(64);
+        let log = fresh(&r);
+        let point = start_point(&log).await;
+        for i in 0..10u64 {
+            log.append(frame(i, 100 + i as usize * 20_000)).await.unwrap();
+        }
+        let got = read_all(&*r, &point).await.unwrap();
+        assert_eq!(got.len(), 10);
+        for (i, (n, len)) in got.into_iter().enumerate() {
+            assert_eq!(n, i as u64);
+            assert_eq!(len, 100 + i * 20_000);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_share_group_commits() {
+        // A store 5 ms away: appends arriving while a group is written join the next one.
+        let link = blindfold_store::LinkConfig::new(Duration::from_millis(5), None, None).unwrap();
+        let r: Arc<dyn Store> = Arc::new(blindfold_store::LatencyStore::new(
+            MemoryStore::new(geometry(64).unwrap()),
+            link,
+        ));
+        let log = Arc::new(fresh(&r));
+        let point = start_point(&log).await;
+        let tasks: Vec<_> = (0..32u64)
+            .map(|i| {
+                let log = Arc::clone(&log);
+                tokio::spawn(async move { log.append(frame(i, 50)).await })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        let (appends, _) = log.counts();
+        assert!(appends < 32, "{appends} group commits for 32 concurrent appends");
+        assert_eq!(read_all(&*r, &point).await.unwrap().len(), 32);
+    }
+
+    #[tokio::test]
+    async fn a_tampered_cell_in_the_middle_is_an_error_not_an_end() {
+        let r = ring(64);
+        let log = fresh(&r);
+        let point = start_point(&log).await;
+        for i in 0..6u64 {
+            log.append(frame(i, 10)).await.unwrap();
+        }
+        let mut cell = r.read(&[CellId(2)]).await.unwrap().pop().unwrap();
+        cell[40] ^= 1;
+        r.write(vec![(CellId(2), cell)]).await.unwrap();
+        let e = read_all(&*r, &point).await.unwrap_err().to_string();
+        assert!(e.contains("tampered"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn reordered_or_replayed_cells_are_refused() {
+        let r = ring(64);
+        let log = fresh(&r);
+        let point = start_point(&log).await;
+        for i in 0..6u64 {
+            log.append(frame(i, 10)).await.unwrap();
+        }
+        // Swapping two cells: neither opens at the other's place.
+        let cells = r.read(&[CellId(1), CellId(3)]).await.unwrap();
+        r.write(vec![(CellId(1), cells[1].clone()), (CellId(3), cells[0].clone())]).await.unwrap();
+        assert!(read_all(&*r, &point).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_cut_tail_reads_as_the_shorter_log() {
+        // What only an anchor can catch: the store drops the newest cells.
+        let r = ring(64);
+        let log = fresh(&r);
+        let point = start_point(&log).await;
+        for i in 0..6u64 {
+            log.append(frame(i, 10)).await.unwrap();
+        }
+        r.write(vec![(CellId(5), vec![0; r.geometry().cell_size() as usize])]).await.unwrap();
+        assert_eq!(read_all(&*r, &point).await.unwrap().len(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_spliced_timeline_is_refused() {
+        // Two logs written from the same point (two gateways recovered from one checkpoint):
+        // cells of the second cannot continue the first.
+        let r1 = ring(64);
+        let r2 = ring(64);
+        let a = fresh(&r1);
+        let b = fresh(&r2);
+        let point = start_point(&a).await;
+        for i in 0..4u64 {
+            a.append(frame(i, 10)).await.unwrap();
+            b.append(frame(i + 100, 10)).await.unwrap();
+        }
+        let c2 = r2.read(&[CellId(2)]).await.unwrap().pop().unwrap();
+        r1.write(vec![(CellId(2), c2)]).await.unwrap();
+        let e = read_all(&*r1, &point).await.unwrap_err().to_string();
+        assert!(e.contains("does not follow"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn the_ring_waits_for_a_checkpoint_and_reuses_what_it_covers() {
+        let r = ring(8);
+        let log = Arc::new(fresh(&r));
+        for i in 0..4u64 {
+            log.append(frame(i, 10)).await.unwrap();
+        }
+        // Full after four more; a checkpoint at entry 6 frees the first cells.
+        let writer = {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move {
+                for i in 4..10u64 {
+                    log.append(frame(i, 10)).await.unwrap();
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!writer.is_finished(), "the ring of 8 cells took 10 groups without a checkpoint");
+        let (n, _, redo) = log.capture();
+        let point = log.point(n, redo).await.unwrap();
+        log.checkpoint_written(&point).await;
+        writer.await.unwrap();
+        let got = read_all(&*r, &point).await.unwrap();
+        assert_eq!(got.first().map(|g| g.0), Some(n));
+        assert_eq!(got.last().map(|g| g.0), Some(9));
+    }
+}
