@@ -9,6 +9,12 @@
 //! capability trait. A build without `select` answers the select operations with
 //! [`StoreError::Unsupported`]. A gateway reaches it with `remote://host:port?key_file=/path`.
 //!
+//! It also keeps the lease records of the store's *one writer* lease (ops 12 and 13; see
+//! [`blindfold_store::lease`]): a load, and a compare-and-swap that it runs on its own side,
+//! over memory for `memory:` and over `<name>.lease` files (under `flock`) for `file:`, so a
+//! gateway's [`LeaseStore`](blindfold_store::LeaseStore) over `remote://` has the same atomic
+//! step as over the backing store itself.
+//!
 //! The TEE design's trusted component (seed 004) is one more capability: a server configured
 //! with one ([`ServerConfig::with_trusted`]) wraps each array in a [`TeeHost`] and serves
 //! [`TeeStore::tee_query`] and [`TeeStore::tee_evict`]; without one it answers them with
@@ -74,7 +80,9 @@ use std::sync::Arc;
 
 use blindfold_store::remote::protocol::{self, Encoder, Request};
 use blindfold_store::remote::AuthKey;
-use blindfold_store::{ByteRange, Geometry, StoreError, StoreUrl, TeeHost, TeeStore, Trusted};
+use blindfold_store::{
+    ByteRange, Geometry, LeaseRecords, StoreError, StoreUrl, TeeHost, TeeStore, Trusted,
+};
 use tokio::io::{sink, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit, Semaphore};
@@ -272,6 +280,9 @@ impl Arrays {
 #[derive(Debug)]
 struct Shared {
     arrays: Arrays,
+    /// The lease records (ops 12 and 13), kept beside the arrays: in memory for `memory:`, as
+    /// `<name>.lease` files in the directory for `file:`.
+    leases: Arc<dyn LeaseRecords>,
     auth: Auth,
     limits: Limits,
     trusted: Option<Arc<dyn Trusted>>,
@@ -294,9 +305,13 @@ impl Server {
             .validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let listener = TcpListener::bind(addr).await?;
+        let leases = blindfold_store::open_lease_records(&url)
+            .await
+            .map_err(|e| std::io::Error::other(format!("opening the lease records: {e}")))?;
         let arrays = Arrays { url, open: Mutex::default(), memory: Mutex::default() };
         let shared = Arc::new(Shared {
             arrays,
+            leases,
             auth: config.auth,
             limits: config.limits,
             trusted: config.trusted,
@@ -514,6 +529,18 @@ async fn serve_connection(
             }
             continue;
         }
+        if matches!(request, Request::LeaseLoad { .. } | Request::LeaseSwap { .. }) {
+            // Small and bounded by the decoder (a name and two records); run as its own task,
+            // since a file swap waits for a lock and an fsync.
+            let slot = Arc::clone(&slots).acquire_owned().await.expect("never closed");
+            let (tx, leases) = (tx.clone(), Arc::clone(&shared.leases));
+            tokio::spawn(async move {
+                let answer = run_lease(request, &*leases).await;
+                let _ = tx.send((protocol::reply_frame(id, answer), Some(held))).await;
+                drop(slot);
+            });
+            continue;
+        }
         let store = match request.handle().and_then(|h| handles.get(h as usize)) {
             Some(s) => Arc::clone(s),
             None => {
@@ -673,6 +700,20 @@ fn select_bytes(request: &Request, geometry: Geometry) -> Result<Option<usize>, 
         }
         _ => Some(0),
     })
+}
+
+/// Runs a lease operation on the server's own records: the compare-and-swap happens here, in
+/// one step of the records' backend.
+async fn run_lease(request: Request, leases: &dyn LeaseRecords) -> Result<Vec<u8>, StoreError> {
+    match request {
+        Request::LeaseLoad { name } => {
+            Ok(protocol::lease_loaded(leases.load(&name).await?.as_ref()))
+        }
+        Request::LeaseSwap { name, expected, record } => {
+            Ok(vec![u8::from(leases.swap(&name, expected.as_deref(), &record).await?)])
+        }
+        other => Err(StoreError::InvalidRequest(format!("operation {} is no lease", other.op()))),
+    }
 }
 
 async fn run(
