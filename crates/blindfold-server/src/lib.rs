@@ -51,8 +51,8 @@
 //! holds in requests and answers against [`Limits::connection_buffer`] (further requests wait
 //! to be read; for a select, also the data it reads and the numbers it computes with, roughly;
 //! for a TEE request, the candidates it reads or three layer buffers and the incoming blocks),
-//! an array's shape against [`Limits::max_array_bytes`], the arrays of a
-//! `memory:` store together against [`Limits::max_memory_bytes`], the number of arrays against
+//! lease names against [`Limits::max_leases`], an array's shape against
+//! [`Limits::max_array_bytes`], the arrays of a `memory:` store together against [`Limits::max_memory_bytes`], the number of arrays against
 //! [`Limits::max_arrays`] and of connections against [`Limits::max_connections`] (more are
 //! closed at once). So the server's memory stays below roughly `max_memory_bytes +
 //! max_connections × connection_buffer`.
@@ -73,7 +73,7 @@
 //! handshake (they need no secrecy, and tampering with them is caught by the seals, as
 //! tampering by the server is).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -124,6 +124,9 @@ pub struct Limits {
     pub max_memory_bytes: u64,
     /// Most arrays the server holds: 1024 (`--max-arrays`).
     pub max_arrays: usize,
+    /// Most lease names the server creates records for (ops 12 and 13) while it runs: 1024.
+    /// Each record is at most `MAX_LEASE_RECORD` bytes.
+    pub max_leases: usize,
     /// Most connections at once, handshaking ones included: 256 (`--max-connections`).
     pub max_connections: usize,
     /// Most bytes one connection holds in requests and answers at once: 256 MiB
@@ -140,6 +143,7 @@ impl Default for Limits {
             max_array_bytes: 1 << 40,
             max_memory_bytes: 4 << 30,
             max_arrays: 1024,
+            max_leases: 1024,
             max_connections: 256,
             connection_buffer: 256 * MIB,
             handshake_timeout: std::time::Duration::from_secs(10),
@@ -283,6 +287,9 @@ struct Shared {
     /// The lease records (ops 12 and 13), kept beside the arrays: in memory for `memory:`, as
     /// `<name>.lease` files in the directory for `file:`.
     leases: Arc<dyn LeaseRecords>,
+    /// The lease names swapped so far, at most [`Limits::max_leases`]: a peer cannot make the
+    /// server keep records without bound.
+    lease_names: std::sync::Mutex<HashSet<String>>,
     auth: Auth,
     limits: Limits,
     trusted: Option<Arc<dyn Trusted>>,
@@ -312,6 +319,7 @@ impl Server {
         let shared = Arc::new(Shared {
             arrays,
             leases,
+            lease_names: std::sync::Mutex::default(),
             auth: config.auth,
             limits: config.limits,
             trusted: config.trusted,
@@ -533,9 +541,9 @@ async fn serve_connection(
             // Small and bounded by the decoder (a name and two records); run as its own task,
             // since a file swap waits for a lock and an fsync.
             let slot = Arc::clone(&slots).acquire_owned().await.expect("never closed");
-            let (tx, leases) = (tx.clone(), Arc::clone(&shared.leases));
+            let (tx, shared) = (tx.clone(), Arc::clone(&shared));
             tokio::spawn(async move {
-                let answer = run_lease(request, &*leases).await;
+                let answer = run_lease(request, &shared).await;
                 let _ = tx.send((protocol::reply_frame(id, answer), Some(held))).await;
                 drop(slot);
             });
@@ -704,13 +712,26 @@ fn select_bytes(request: &Request, geometry: Geometry) -> Result<Option<usize>, 
 
 /// Runs a lease operation on the server's own records: the compare-and-swap happens here, in
 /// one step of the records' backend.
-async fn run_lease(request: Request, leases: &dyn LeaseRecords) -> Result<Vec<u8>, StoreError> {
+/// A swap first reserves its name among at most [`Limits::max_leases`].
+async fn run_lease(request: Request, shared: &Shared) -> Result<Vec<u8>, StoreError> {
     match request {
         Request::LeaseLoad { name } => {
-            Ok(protocol::lease_loaded(leases.load(&name).await?.as_ref()))
+            Ok(protocol::lease_loaded(shared.leases.load(&name).await?.as_ref()))
         }
         Request::LeaseSwap { name, expected, record } => {
-            Ok(vec![u8::from(leases.swap(&name, expected.as_deref(), &record).await?)])
+            {
+                let mut names = shared.lease_names.lock().unwrap_or_else(|p| p.into_inner());
+                if !names.contains(&name) {
+                    if names.len() >= shared.limits.max_leases {
+                        return Err(StoreError::InvalidRequest(format!(
+                            "this server keeps {} lease records already, its limit",
+                            names.len()
+                        )));
+                    }
+                    names.insert(name.clone());
+                }
+            }
+            Ok(vec![u8::from(shared.leases.swap(&name, expected.as_deref(), &record).await?)])
         }
         other => Err(StoreError::InvalidRequest(format!("operation {} is no lease", other.op()))),
     }

@@ -444,3 +444,26 @@ async fn hostile_lease_requests_are_refused() {
     still_serves(&addr, "after-leases").await;
     task.abort();
 }
+
+/// A peer cannot make the server keep lease records without bound: past `max_leases` names a
+/// new one is refused, and the names it has go on working.
+#[tokio::test]
+async fn lease_names_are_bounded() {
+    let limits = Limits { max_leases: 3, ..Limits::default() };
+    let (addr, task) = start(StoreUrl::Memory, limits).await;
+    let (mut s, _) = connect(&addr).await;
+    let swap = |name: &str| {
+        let mut e = Encoder::default();
+        e.u16(name.len() as u16).bytes(name.as_bytes()).u8(0).u16(1).bytes(b"r");
+        e
+    };
+    for (id, name) in (1..).zip(["a", "b", "c"]) {
+        assert_eq!(request(&mut s, id, op::LEASE_SWAP, &swap(name)).await, (0, vec![1]));
+    }
+    let (status, body) = request(&mut s, 9, op::LEASE_SWAP, &swap("d")).await;
+    let err = error_of(status, &body);
+    assert!(err.to_string().contains("limit"), "{err}");
+    // A known name is still served (the swap from nothing loses: the record exists).
+    assert_eq!(request(&mut s, 10, op::LEASE_SWAP, &swap("a")).await, (0, vec![0]));
+    task.abort();
+}
