@@ -52,10 +52,10 @@
 //! to be read; for a select, also the data it reads and the numbers it computes with, roughly;
 //! for a TEE request, the candidates it reads or three layer buffers and the incoming blocks),
 //! lease names against [`Limits::max_leases`], an array's shape against
-//! [`Limits::max_array_bytes`], the arrays of a `memory:` store together against [`Limits::max_memory_bytes`], the number of arrays against
-//! [`Limits::max_arrays`] and of connections against [`Limits::max_connections`] (more are
-//! closed at once). So the server's memory stays below roughly `max_memory_bytes +
-//! max_connections × connection_buffer`.
+//! [`Limits::max_array_bytes`], the arrays of a `memory:` store together against
+//! [`Limits::max_memory_bytes`], the number of arrays against [`Limits::max_arrays`] and of
+//! connections against [`Limits::max_connections`] (more are closed at once). So the server's
+//! memory stays below roughly `max_memory_bytes + max_connections × connection_buffer`.
 //!
 //! # Security
 //!
