@@ -484,7 +484,7 @@ pub fn check_holder(holder: &str) -> Result<()> {
     let bad = |why: &str| {
         StoreError::InvalidRequest(format!(
             "lease holder {:?}: {why}; use a short human-readable id such as `host pid 1234`",
-            crate::lease::shorten(holder)
+            shorten(holder)
         ))
     };
     if holder.is_empty() {
