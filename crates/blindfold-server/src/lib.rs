@@ -9,6 +9,12 @@
 //! capability trait. A build without `select` answers the select operations with
 //! [`StoreError::Unsupported`]. A gateway reaches it with `remote://host:port?key_file=/path`.
 //!
+//! It also keeps the lease records of the store's *one writer* lease (ops 12 and 13; see
+//! [`blindfold_store::lease`]): a load, and a compare-and-swap that it runs on its own side,
+//! over memory for `memory:` and over `<name>.lease` files (under `flock`) for `file:`, so a
+//! gateway's [`LeaseStore`](blindfold_store::LeaseStore) over `remote://` has the same atomic
+//! step as over the backing store itself.
+//!
 //! The TEE design's trusted component (seed 004) is one more capability: a server configured
 //! with one ([`ServerConfig::with_trusted`]) wraps each array in a [`TeeHost`] and serves
 //! [`TeeStore::tee_query`] and [`TeeStore::tee_evict`]; without one it answers them with
@@ -45,11 +51,11 @@
 //! holds in requests and answers against [`Limits::connection_buffer`] (further requests wait
 //! to be read; for a select, also the data it reads and the numbers it computes with, roughly;
 //! for a TEE request, the candidates it reads or three layer buffers and the incoming blocks),
-//! an array's shape against [`Limits::max_array_bytes`], the arrays of a
-//! `memory:` store together against [`Limits::max_memory_bytes`], the number of arrays against
-//! [`Limits::max_arrays`] and of connections against [`Limits::max_connections`] (more are
-//! closed at once). So the server's memory stays below roughly `max_memory_bytes +
-//! max_connections × connection_buffer`.
+//! lease names against [`Limits::max_leases`], an array's shape against
+//! [`Limits::max_array_bytes`], the arrays of a `memory:` store together against
+//! [`Limits::max_memory_bytes`], the number of arrays against [`Limits::max_arrays`] and of
+//! connections against [`Limits::max_connections`] (more are closed at once). So the server's
+//! memory stays below roughly `max_memory_bytes + max_connections × connection_buffer`.
 //!
 //! # Security
 //!
@@ -67,14 +73,16 @@
 //! handshake (they need no secrecy, and tampering with them is caught by the seals, as
 //! tampering by the server is).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use blindfold_store::remote::protocol::{self, Encoder, Request};
 use blindfold_store::remote::AuthKey;
-use blindfold_store::{ByteRange, Geometry, StoreError, StoreUrl, TeeHost, TeeStore, Trusted};
+use blindfold_store::{
+    ByteRange, Geometry, LeaseRecords, StoreError, StoreUrl, TeeHost, TeeStore, Trusted,
+};
 use tokio::io::{sink, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit, Semaphore};
@@ -116,6 +124,9 @@ pub struct Limits {
     pub max_memory_bytes: u64,
     /// Most arrays the server holds: 1024 (`--max-arrays`).
     pub max_arrays: usize,
+    /// Most lease names the server creates records for (ops 12 and 13) while it runs: 1024.
+    /// Each record is at most `MAX_LEASE_RECORD` bytes.
+    pub max_leases: usize,
     /// Most connections at once, handshaking ones included: 256 (`--max-connections`).
     pub max_connections: usize,
     /// Most bytes one connection holds in requests and answers at once: 256 MiB
@@ -132,6 +143,7 @@ impl Default for Limits {
             max_array_bytes: 1 << 40,
             max_memory_bytes: 4 << 30,
             max_arrays: 1024,
+            max_leases: 1024,
             max_connections: 256,
             connection_buffer: 256 * MIB,
             handshake_timeout: std::time::Duration::from_secs(10),
@@ -272,6 +284,12 @@ impl Arrays {
 #[derive(Debug)]
 struct Shared {
     arrays: Arrays,
+    /// The lease records (ops 12 and 13), kept beside the arrays: in memory for `memory:`, as
+    /// `<name>.lease` files in the directory for `file:`.
+    leases: Arc<dyn LeaseRecords>,
+    /// The lease names swapped so far, at most [`Limits::max_leases`]: a peer cannot make the
+    /// server keep records without bound.
+    lease_names: std::sync::Mutex<HashSet<String>>,
     auth: Auth,
     limits: Limits,
     trusted: Option<Arc<dyn Trusted>>,
@@ -294,9 +312,14 @@ impl Server {
             .validate()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let listener = TcpListener::bind(addr).await?;
+        let leases = blindfold_store::open_lease_records(&url)
+            .await
+            .map_err(|e| std::io::Error::other(format!("opening the lease records: {e}")))?;
         let arrays = Arrays { url, open: Mutex::default(), memory: Mutex::default() };
         let shared = Arc::new(Shared {
             arrays,
+            leases,
+            lease_names: std::sync::Mutex::default(),
             auth: config.auth,
             limits: config.limits,
             trusted: config.trusted,
@@ -514,6 +537,18 @@ async fn serve_connection(
             }
             continue;
         }
+        if matches!(request, Request::LeaseLoad { .. } | Request::LeaseSwap { .. }) {
+            // Small and bounded by the decoder (a name and two records); run as its own task,
+            // since a file swap waits for a lock and an fsync.
+            let slot = Arc::clone(&slots).acquire_owned().await.expect("never closed");
+            let (tx, shared) = (tx.clone(), Arc::clone(&shared));
+            tokio::spawn(async move {
+                let answer = run_lease(request, &shared).await;
+                let _ = tx.send((protocol::reply_frame(id, answer), Some(held))).await;
+                drop(slot);
+            });
+            continue;
+        }
         let store = match request.handle().and_then(|h| handles.get(h as usize)) {
             Some(s) => Arc::clone(s),
             None => {
@@ -673,6 +708,33 @@ fn select_bytes(request: &Request, geometry: Geometry) -> Result<Option<usize>, 
         }
         _ => Some(0),
     })
+}
+
+/// Runs a lease operation on the server's own records: the compare-and-swap happens here, in
+/// one step of the records' backend.
+/// A swap first reserves its name among at most [`Limits::max_leases`].
+async fn run_lease(request: Request, shared: &Shared) -> Result<Vec<u8>, StoreError> {
+    match request {
+        Request::LeaseLoad { name } => {
+            Ok(protocol::lease_loaded(shared.leases.load(&name).await?.as_ref()))
+        }
+        Request::LeaseSwap { name, expected, record } => {
+            {
+                let mut names = shared.lease_names.lock().unwrap_or_else(|p| p.into_inner());
+                if !names.contains(&name) {
+                    if names.len() >= shared.limits.max_leases {
+                        return Err(StoreError::InvalidRequest(format!(
+                            "this server keeps {} lease records already, its limit",
+                            names.len()
+                        )));
+                    }
+                    names.insert(name.clone());
+                }
+            }
+            Ok(vec![u8::from(shared.leases.swap(&name, expected.as_deref(), &record).await?)])
+        }
+        other => Err(StoreError::InvalidRequest(format!("operation {} is no lease", other.op()))),
+    }
 }
 
 async fn run(

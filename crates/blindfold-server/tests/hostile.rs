@@ -366,3 +366,104 @@ async fn malformed_select_requests_are_answered_with_errors() {
     still_serves(&addr, "b").await;
     task.abort();
 }
+
+/// The lease operations (12 and 13) from a hostile peer: bad names, oversized and truncated
+/// records and tokens, bad flags. Each is answered with an error, nothing is stored, and the
+/// server goes on serving; a garbage record a peer manages to store is refused by the gateway,
+/// not trusted.
+#[tokio::test]
+async fn hostile_lease_requests_are_refused() {
+    let (addr, task) = start(StoreUrl::Memory, Limits::default()).await;
+    let (mut s, _) = connect(&addr).await;
+    let short = |e: &mut Encoder, bytes: &[u8]| {
+        e.u16(bytes.len() as u16).bytes(bytes);
+    };
+
+    // (op, body, (what is wrong, what the error must say))
+    let refused = |op: u8, body: Encoder, why: (&'static str, &'static str)| (op, body, why);
+    let mut cases = Vec::new();
+    for name in
+        [&b""[..], b"../escape", b"a/b", b".lease", b"nul\0", &[0xff, 0xfe][..], &[b'n'; 200][..]]
+    {
+        let mut e = Encoder::default();
+        short(&mut e, name);
+        cases.push(refused(op::LEASE_LOAD, e, ("a bad lease name", "name")));
+    }
+    let mut e = Encoder::default();
+    e.u16(60_000).bytes(b"gw");
+    cases.push(refused(op::LEASE_LOAD, e, ("a name longer than the frame", "at most 128")));
+    let mut e = Encoder::default();
+    short(&mut e, b"gw");
+    e.u8(0);
+    short(&mut e, &[b'r'; 2000]);
+    cases.push(refused(op::LEASE_SWAP, e, ("a record over 1024 bytes", "record of 2000 bytes")));
+    let mut e = Encoder::default();
+    short(&mut e, b"gw");
+    e.u8(1);
+    short(&mut e, &[b't'; 1025]);
+    short(&mut e, b"record");
+    cases.push(refused(op::LEASE_SWAP, e, ("a token over 1024 bytes", "token of 1025 bytes")));
+    let mut e = Encoder::default();
+    short(&mut e, b"gw");
+    e.u8(7);
+    short(&mut e, b"record");
+    cases.push(refused(op::LEASE_SWAP, e, ("a bad token flag", "flag of 7")));
+    let mut e = Encoder::default();
+    short(&mut e, b"gw");
+    e.u8(0).u16(1000).bytes(b"short");
+    cases.push(refused(op::LEASE_SWAP, e, ("a truncated record", "ends early")));
+    let mut e = Encoder::default();
+    short(&mut e, b"gw");
+    e.u8(0);
+    short(&mut e, b"record");
+    e.u8(0);
+    cases.push(refused(op::LEASE_SWAP, e, ("trailing bytes", "unexpected bytes")));
+    for (id, (op, body, why)) in (1..).zip(cases) {
+        let (status, body) = request(&mut s, id, op, &body).await;
+        let err = error_of(status, &body);
+        assert!(err.to_string().contains(why.1), "{}: {err}", why.0);
+    }
+    // Nothing was stored by any of them.
+    let mut e = Encoder::default();
+    short(&mut e, b"gw");
+    assert_eq!(request(&mut s, 100, op::LEASE_LOAD, &e).await, (0, vec![0]));
+
+    // A peer with the key may store garbage; the gateway refuses to read it as a lease.
+    let mut e = Encoder::default();
+    short(&mut e, b"gateway");
+    e.u8(0);
+    short(&mut e, b"holder=\x1b[2J evil\ngeneration=18446744073709551615\n");
+    assert_eq!(request(&mut s, 101, op::LEASE_SWAP, &e).await, (0, vec![1]));
+    let leases = blindfold_store::Leases::new(
+        blindfold_store::remote::RemoteLeaseRecords::connect(&addr, Some(key())).await.unwrap(),
+    );
+    use blindfold_store::LeaseStore;
+    let err = leases.acquire("gateway", "gw", Duration::from_secs(5)).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotAStore { .. }), "{err:?}");
+
+    still_serves(&addr, "after-leases").await;
+    task.abort();
+}
+
+/// A peer cannot make the server keep lease records without bound: past `max_leases` names a
+/// new one is refused, and the names it has go on working.
+#[tokio::test]
+async fn lease_names_are_bounded() {
+    let limits = Limits { max_leases: 3, ..Limits::default() };
+    let (addr, task) = start(StoreUrl::Memory, limits).await;
+    let (mut s, _) = connect(&addr).await;
+    let swap = |name: &str| {
+        let mut e = Encoder::default();
+        e.u16(name.len() as u16).bytes(name.as_bytes()).u8(0).u16(1).bytes(b"r");
+        e
+    };
+    for (id, name) in (1..).zip(["a", "b", "c"]) {
+        assert_eq!(request(&mut s, id, op::LEASE_SWAP, &swap(name)).await, (0, vec![1]));
+    }
+    let (status, body) = request(&mut s, 9, op::LEASE_SWAP, &swap("d")).await;
+    let err = error_of(status, &body);
+    assert!(err.to_string().contains("limit"), "{err}");
+    // A known name is still served (the swap from nothing loses: the record exists).
+    assert_eq!(request(&mut s, 10, op::LEASE_SWAP, &swap("a")).await, (0, vec![0]));
+    task.abort();
+}

@@ -204,3 +204,44 @@ async fn ring_and_xor_ring_oram_over_the_server() {
     }
     task.abort();
 }
+
+/// The lease capability over the wire, the compare-and-swap run by the server: the lease suite
+/// against a server on memory and one on files, each with handles on separate connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_over_memory_and_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file_url = StoreUrl::parse(&format!("file://{}", data.display())).unwrap();
+    for backing in [StoreUrl::Memory, file_url] {
+        let (addr, task) = server(backing.clone()).await;
+        let url = remote_url(&addr, dir.path());
+        let mut handles = Vec::new();
+        for _ in 0..3 {
+            handles.push(blindfold_store::open_lease_store(&url).await.unwrap());
+        }
+        blindfold_testkit::lease::run(&handles).await;
+        if let StoreUrl::File { dir, .. } = &backing {
+            let record = std::fs::read_to_string(dir.join("race.lease")).unwrap();
+            assert!(record.starts_with("blindfold-lease v1\ngeneration=2\n"), "{record}");
+        }
+        task.abort();
+    }
+}
+
+/// A server restarted on the same directory keeps the generations.
+#[tokio::test]
+async fn lease_generations_survive_a_server_restart_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = StoreUrl::parse(&format!("file://{}", dir.path().join("data").display())).unwrap();
+    let ttl = std::time::Duration::from_secs(60);
+    let (addr, task) = server(data.clone()).await;
+    let leases = blindfold_store::open_lease_store(&remote_url(&addr, dir.path())).await.unwrap();
+    let first = leases.acquire("gateway", "gw-a", ttl).await.unwrap();
+    leases.release("gateway", first.generation).await.unwrap();
+    task.abort();
+    let _ = task.await;
+    let (addr, task) = server(data).await;
+    let leases = blindfold_store::open_lease_store(&remote_url(&addr, dir.path())).await.unwrap();
+    assert_eq!(leases.acquire("gateway", "gw-b", ttl).await.unwrap().generation, 2);
+    task.abort();
+}

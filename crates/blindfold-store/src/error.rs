@@ -197,6 +197,44 @@ pub enum StoreError {
         message: String,
     },
 
+    /// Another holder's lease is live: this gateway may not write to the store.
+    #[error(
+        "lease {name:?} of this store is held by {holder:?} (generation {generation}) for \
+         another {expires_in:.1?}: another gateway is using this store; stop that gateway \
+         (it releases the lease on a clean shutdown) or wait for its lease to expire, then try \
+         again"
+    )]
+    LeaseHeld {
+        /// The lease.
+        name: String,
+        /// Who holds it, as it named itself.
+        holder: String,
+        /// Its generation.
+        generation: u64,
+        /// How long until it expires, by this machine's clock.
+        expires_in: std::time::Duration,
+    },
+
+    /// Our lease is gone: someone else took it after it expired, or it was released. We are
+    /// fenced and must stop writing to the store.
+    #[error(
+        "lease {name:?} of generation {generation} is lost ({reason}): this gateway is fenced \
+         and must stop writing to the store; acquire the lease again (after stopping whoever \
+         holds it) to continue"
+    )]
+    LeaseLost {
+        /// The lease.
+        name: String,
+        /// The generation we held.
+        generation: u64,
+        /// The generation the store records now (0 if it has no record).
+        current_generation: u64,
+        /// Who holds that generation (empty if there is no record).
+        current_holder: String,
+        /// What the store records, in words.
+        reason: String,
+    },
+
     /// A store URL that cannot be understood.
     #[error("invalid store URL {url:?}: {reason}")]
     InvalidUrl {

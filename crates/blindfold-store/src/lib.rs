@@ -42,6 +42,11 @@
 //! runs a [`Trusted`] component over any store, and by the remote store of a storage server
 //! started with one; [`open_tee_store`] opens one.
 //!
+//! The [`lease`] module is the *one writer* capability: [`LeaseStore`] keeps a named lease with
+//! a generation number in the store itself, taken and renewed through each backend's own
+//! conditional writes, so that a second gateway is refused and a fenced one learns it;
+//! [`open_lease_store`] opens it for any store URL.
+//!
 //! ```
 //! use blindfold_store::{CellId, Geometry, MemoryStore, Store};
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
@@ -75,6 +80,7 @@ mod fault;
 mod file;
 mod jitter;
 mod latency;
+pub mod lease;
 mod memory;
 mod recording;
 pub mod redis;
@@ -98,6 +104,10 @@ pub use fault::{FaultConfig, FaultStore};
 pub use file::{FileStore, SyncMode};
 pub use jitter::JitterStore;
 pub use latency::{LatencyStore, LinkConfig};
+pub use lease::{
+    check_holder, open_lease_records, open_lease_store, FileLeaseRecords, LeaseInfo, LeaseRecords,
+    LeaseStore, Leases, LoadedRecord, MemoryLeaseRecords, MAX_HOLDER_LEN, MAX_LEASE_RECORD,
+};
 pub use memory::MemoryStore;
 pub use recording::{RecordingStore, TraceEvent, TraceOp};
 pub use remote::RemoteStore;

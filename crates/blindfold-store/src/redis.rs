@@ -135,28 +135,6 @@ impl RedisStore {
         if options.pool == 0 {
             return Err(StoreError::InvalidConfig(format!("{label}: pool must be at least 1")));
         }
-        let mut url = String::from("redis://");
-        let password = address
-            .password
-            .clone()
-            .or_else(|| std::env::var("BLINDFOLD_REDIS_PASSWORD").ok().map(RedisPassword));
-        if address.username.is_some() || password.is_some() {
-            if let Some(user) = &address.username {
-                url.extend(utf8_percent_encode(user, NON_ALPHANUMERIC));
-            }
-            if let Some(password) = &password {
-                url.push(':');
-                url.extend(utf8_percent_encode(password.expose(), NON_ALPHANUMERIC));
-            }
-            url.push('@');
-        }
-        let host = if address.host.contains(':') {
-            format!("[{}]", address.host)
-        } else {
-            address.host.clone()
-        };
-        url.push_str(&format!("{host}:{}/{}", address.port, address.db));
-
         let partial = Self {
             pool: Vec::new(),
             next: AtomicUsize::new(0),
@@ -165,21 +143,7 @@ impl RedisStore {
             label,
             endpoint,
         };
-        let client = ::redis::Client::open(url.as_str())
-            .map_err(|e| partial.map_error("parsing the server address", e))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(5)))
-            .set_response_timeout(Some(options.timeout))
-            .set_number_of_retries(3)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(2));
-        let mut pool = Vec::with_capacity(options.pool);
-        for _ in 0..options.pool {
-            let connection = ConnectionManager::new_with_config(client.clone(), config.clone())
-                .await
-                .map_err(|e| partial.map_error("connecting", e))?;
-            pool.push(connection);
-        }
+        let pool = connect_pool(address, options, &partial.label, &partial.endpoint).await?;
         let store = Self { pool, ..partial };
         store.check_marker().await?;
         tracing::debug!(store = %store.label, ?geometry, "opened Redis store");
@@ -246,39 +210,7 @@ impl RedisStore {
 
     /// Maps a Redis client error to a [`StoreError`].
     fn map_error(&self, context: &str, e: RedisError) -> StoreError {
-        let code = e.code().unwrap_or_default().to_string();
-        if e.kind() == ErrorKind::AuthenticationFailed
-            || matches!(code.as_str(), "NOAUTH" | "WRONGPASS" | "NOPERM")
-        {
-            return StoreError::AccessDenied { store: self.label.clone(), reason: e.to_string() };
-        }
-        if e.to_string().contains("DB index is out of range") {
-            return StoreError::Missing {
-                store: self.label.clone(),
-                what: "the database".into(),
-                reason: e.to_string(),
-            };
-        }
-        if e.is_connection_refusal() {
-            return StoreError::Unreachable {
-                store: self.label.clone(),
-                endpoint: self.endpoint.clone(),
-                reason: e.to_string(),
-            };
-        }
-        if e.is_timeout() {
-            return StoreError::Timeout(format!("{}: {context}: {e}", self.label));
-        }
-        let retryable = e.is_io_error()
-            || e.is_connection_dropped()
-            || matches!(code.as_str(), "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN")
-            || matches!(e.retry_method(), RetryMethod::WaitAndRetry | RetryMethod::Reconnect);
-        StoreError::Backend {
-            store: self.label.clone(),
-            context: context.to_string(),
-            source: Box::new(e),
-            retryable,
-        }
+        map_error(&self.label, &self.endpoint, context, e)
     }
 
     fn wrong_size(&self, cell: CellId, got: usize) -> StoreError {
@@ -292,6 +224,91 @@ impl RedisStore {
             false,
         )
     }
+}
+
+/// Maps a Redis client error to a [`StoreError`].
+pub(crate) fn map_error(label: &str, endpoint: &str, context: &str, e: RedisError) -> StoreError {
+    let code = e.code().unwrap_or_default().to_string();
+    if e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(code.as_str(), "NOAUTH" | "WRONGPASS" | "NOPERM")
+    {
+        return StoreError::AccessDenied { store: label.to_string(), reason: e.to_string() };
+    }
+    if e.to_string().contains("DB index is out of range") {
+        return StoreError::Missing {
+            store: label.to_string(),
+            what: "the database".into(),
+            reason: e.to_string(),
+        };
+    }
+    if e.is_connection_refusal() {
+        return StoreError::Unreachable {
+            store: label.to_string(),
+            endpoint: endpoint.to_string(),
+            reason: e.to_string(),
+        };
+    }
+    if e.is_timeout() {
+        return StoreError::Timeout(format!("{}: {context}: {e}", label));
+    }
+    let retryable = e.is_io_error()
+        || e.is_connection_dropped()
+        || matches!(code.as_str(), "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN")
+        || matches!(e.retry_method(), RetryMethod::WaitAndRetry | RetryMethod::Reconnect);
+    StoreError::Backend {
+        store: label.to_string(),
+        context: context.to_string(),
+        source: Box::new(e),
+        retryable,
+    }
+}
+
+/// The pool of multiplexed connections of a `redis://` URL (password from the URL or from
+/// `$BLINDFOLD_REDIS_PASSWORD`); `label` and `endpoint` name the store in errors.
+pub(crate) async fn connect_pool(
+    address: &RedisAddress,
+    options: &RedisOptions,
+    label: &str,
+    endpoint: &str,
+) -> Result<Vec<ConnectionManager>> {
+    let mut url = String::from("redis://");
+    let password = address
+        .password
+        .clone()
+        .or_else(|| std::env::var("BLINDFOLD_REDIS_PASSWORD").ok().map(RedisPassword));
+    if address.username.is_some() || password.is_some() {
+        if let Some(user) = &address.username {
+            url.extend(utf8_percent_encode(user, NON_ALPHANUMERIC));
+        }
+        if let Some(password) = &password {
+            url.push(':');
+            url.extend(utf8_percent_encode(password.expose(), NON_ALPHANUMERIC));
+        }
+        url.push('@');
+    }
+    let host = if address.host.contains(':') {
+        format!("[{}]", address.host)
+    } else {
+        address.host.clone()
+    };
+    url.push_str(&format!("{host}:{}/{}", address.port, address.db));
+
+    let client = ::redis::Client::open(url.as_str())
+        .map_err(|e| map_error(label, endpoint, "parsing the server address", e))?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(options.timeout))
+        .set_number_of_retries(3)
+        .set_min_delay(Duration::from_millis(50))
+        .set_max_delay(Duration::from_secs(2));
+    let mut pool = Vec::with_capacity(options.pool);
+    for _ in 0..options.pool {
+        let connection = ConnectionManager::new_with_config(client.clone(), config.clone())
+            .await
+            .map_err(|e| map_error(label, endpoint, "connecting", e))?;
+        pool.push(connection);
+    }
+    Ok(pool)
 }
 
 fn marker_text(geometry: Geometry) -> String {

@@ -96,6 +96,58 @@ pub fn aws_builder(bucket: &str, options: &S3Options) -> AmazonS3Builder {
     b.with_virtual_hosted_style_request(options.virtual_hosted)
 }
 
+/// The `object_store` client of an `s3://` URL: timeouts, retries and credentials (explicit,
+/// or from the environment) as [`S3Store::open`] documents them. `label` names the store in
+/// errors.
+pub(crate) fn build_client(
+    bucket: &str,
+    options: &S3Options,
+    credentials: Option<S3Credentials>,
+    label: &str,
+) -> Result<AmazonS3> {
+    let config_error = |reason: String| StoreError::InvalidConfig(format!("{label}: {reason}"));
+    let mut builder = aws_builder(bucket, options);
+    let mut client_options = ClientOptions::new()
+        .with_timeout(options.timeout)
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_pool_max_idle_per_host(options.concurrency.max(1));
+    if let Some(endpoint) = &options.endpoint {
+        client_options = client_options.with_allow_http(endpoint.starts_with("http://"));
+    }
+    builder = builder.with_client_options(client_options).with_retry(RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: options.retries,
+        retry_timeout: options.timeout.saturating_mul(2).max(Duration::from_secs(10)),
+    });
+    let explicit = credentials.is_some();
+    if let Some(c) = credentials {
+        builder =
+            builder.with_access_key_id(c.access_key_id).with_secret_access_key(c.secret_access_key);
+        if let Some(token) = c.session_token {
+            builder = builder.with_token(token);
+        }
+    }
+    // Without a key, object_store would ask the EC2 instance metadata service, which only
+    // exists on AWS; anywhere else that is a long wait for a confusing error.
+    if options.endpoint.is_some()
+        && !explicit
+        && std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
+        && std::env::var_os("AWS_WEB_IDENTITY_TOKEN_FILE").is_none()
+        && std::env::var_os("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_none()
+        && std::env::var_os("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_none()
+    {
+        return Err(StoreError::AccessDenied {
+            store: label.to_string(),
+            reason: "no credentials: AWS_ACCESS_KEY_ID is not set".into(),
+        });
+    }
+    builder.build().map_err(|e| config_error(e.to_string()))
+}
+
 /// Credentials given explicitly (for example from command-line flags) instead of through the
 /// environment. Never printed.
 #[derive(Clone)]
@@ -187,47 +239,7 @@ impl S3Store {
             return Err(config_error("concurrency must be at least 1".into()));
         }
 
-        let mut builder = aws_builder(bucket, options);
-        let mut client_options = ClientOptions::new()
-            .with_timeout(options.timeout)
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_pool_max_idle_per_host(options.concurrency.max(1));
-        if let Some(endpoint) = &options.endpoint {
-            client_options = client_options.with_allow_http(endpoint.starts_with("http://"));
-        }
-        builder = builder.with_client_options(client_options).with_retry(RetryConfig {
-            backoff: BackoffConfig {
-                init_backoff: Duration::from_millis(50),
-                max_backoff: Duration::from_secs(2),
-                base: 2.0,
-            },
-            max_retries: options.retries,
-            retry_timeout: options.timeout.saturating_mul(2).max(Duration::from_secs(10)),
-        });
-        let explicit = credentials.is_some();
-        if let Some(c) = credentials {
-            builder = builder
-                .with_access_key_id(c.access_key_id)
-                .with_secret_access_key(c.secret_access_key);
-            if let Some(token) = c.session_token {
-                builder = builder.with_token(token);
-            }
-        }
-        // Without a key, object_store would ask the EC2 instance metadata service, which only
-        // exists on AWS; anywhere else that is a long wait for a confusing error.
-        if options.endpoint.is_some()
-            && !explicit
-            && std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
-            && std::env::var_os("AWS_WEB_IDENTITY_TOKEN_FILE").is_none()
-            && std::env::var_os("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_none()
-            && std::env::var_os("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_none()
-        {
-            return Err(StoreError::AccessDenied {
-                store: label,
-                reason: "no credentials: AWS_ACCESS_KEY_ID is not set".into(),
-            });
-        }
-        let client = builder.build().map_err(|e| config_error(e.to_string()))?;
+        let client = build_client(bucket, options, credentials, &label)?;
 
         let store = Self {
             client: Arc::new(client),
@@ -404,60 +416,78 @@ impl S3Store {
 
     /// A `404` that names the bucket rather than the object means the bucket is gone.
     fn missing_bucket(&self, e: &object_store::Error) -> Option<StoreError> {
-        let text = error_text(e);
-        text.contains("NoSuchBucket").then(|| StoreError::Missing {
-            store: self.label.clone(),
-            what: format!("bucket {:?}", self.bucket),
-            reason: format!(
-                "{}; create it first (e.g. `aws s3 mb s3://{}`)",
-                s3_message(&text).unwrap_or_else(|| "NoSuchBucket".into()),
-                self.bucket
-            ),
-        })
+        missing_bucket(&self.label, &self.bucket, e)
     }
 
     /// Maps an `object_store` error (after its own retries) to a [`StoreError`].
     fn map_error(&self, context: &str, e: object_store::Error) -> StoreError {
-        use object_store::Error as E;
-        if let Some(missing) = self.missing_bucket(&e) {
-            return missing;
-        }
-        let text = error_text(&e);
-        match e {
-            E::PermissionDenied { .. } | E::Unauthenticated { .. } => StoreError::AccessDenied {
-                store: self.label.clone(),
-                reason: s3_message(&text).unwrap_or(text),
-            },
-            E::NotFound { .. } => StoreError::Backend {
-                store: self.label.clone(),
-                context: context.into(),
-                source: Box::new(e),
-                retryable: false,
-            },
-            e => {
-                let (retryable, timeout, connect) = match http_error_kind(&e) {
-                    Some(HttpErrorKind::Connect) => (true, false, true),
-                    Some(HttpErrorKind::Timeout) => (true, true, false),
-                    Some(HttpErrorKind::Request | HttpErrorKind::Interrupted) => {
-                        (true, false, false)
-                    }
-                    _ => (server_may_recover(&text), false, false),
-                };
-                if connect {
-                    StoreError::Unreachable {
-                        store: self.label.clone(),
-                        endpoint: self.endpoint.clone(),
-                        reason: text,
-                    }
-                } else if timeout {
-                    StoreError::Timeout(format!("{}: {context}: {text}", self.label))
-                } else {
-                    StoreError::Backend {
-                        store: self.label.clone(),
-                        context: context.into(),
-                        source: Box::new(e),
-                        retryable,
-                    }
+        map_error(&self.label, &self.endpoint, &self.bucket, context, e)
+    }
+}
+
+/// A `404` that names the bucket rather than the object means the bucket is gone.
+pub(crate) fn missing_bucket(
+    label: &str,
+    bucket: &str,
+    e: &object_store::Error,
+) -> Option<StoreError> {
+    let text = error_text(e);
+    text.contains("NoSuchBucket").then(|| StoreError::Missing {
+        store: label.to_string(),
+        what: format!("bucket {:?}", bucket),
+        reason: format!(
+            "{}; create it first (e.g. `aws s3 mb s3://{}`)",
+            s3_message(&text).unwrap_or_else(|| "NoSuchBucket".into()),
+            bucket
+        ),
+    })
+}
+
+/// Maps an `object_store` error (after its own retries) to a [`StoreError`].
+pub(crate) fn map_error(
+    label: &str,
+    endpoint: &str,
+    bucket: &str,
+    context: &str,
+    e: object_store::Error,
+) -> StoreError {
+    use object_store::Error as E;
+    if let Some(missing) = missing_bucket(label, bucket, &e) {
+        return missing;
+    }
+    let text = error_text(&e);
+    match e {
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => StoreError::AccessDenied {
+            store: label.to_string(),
+            reason: s3_message(&text).unwrap_or(text),
+        },
+        E::NotFound { .. } => StoreError::Backend {
+            store: label.to_string(),
+            context: context.into(),
+            source: Box::new(e),
+            retryable: false,
+        },
+        e => {
+            let (retryable, timeout, connect) = match http_error_kind(&e) {
+                Some(HttpErrorKind::Connect) => (true, false, true),
+                Some(HttpErrorKind::Timeout) => (true, true, false),
+                Some(HttpErrorKind::Request | HttpErrorKind::Interrupted) => (true, false, false),
+                _ => (server_may_recover(&text), false, false),
+            };
+            if connect {
+                StoreError::Unreachable {
+                    store: label.to_string(),
+                    endpoint: endpoint.to_string(),
+                    reason: text,
+                }
+            } else if timeout {
+                StoreError::Timeout(format!("{}: {context}: {text}", label))
+            } else {
+                StoreError::Backend {
+                    store: label.to_string(),
+                    context: context.into(),
+                    source: Box::new(e),
+                    retryable,
                 }
             }
         }

@@ -337,3 +337,54 @@ async fn redis_an_unreachable_server_fails_quickly_and_may_be_retried() {
     assert!(err.to_string().contains(&format!("127.0.0.1:{port}")), "{err}");
     assert!(err.is_retryable());
 }
+
+// ---- Leases (the one-writer capability) ------------------------------------------------------
+
+/// Three handles opened separately on one URL, so races go through the server.
+async fn lease_handles(url: &StoreUrl) -> Vec<std::sync::Arc<dyn blindfold_store::LeaseStore>> {
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        handles.push(blindfold_store::open_lease_store(url).await.unwrap());
+    }
+    handles
+}
+
+#[tokio::test]
+async fn s3_passes_the_lease_suite() {
+    let Some((endpoint, bucket)) = servers::s3_server("s3-lease") else { return };
+    let url = servers::s3_url("s3-lease", "").unwrap();
+    blindfold_testkit::lease::run(&lease_handles(&url).await).await;
+    // One object per lease, beside (never among) the arrays' objects.
+    let (_, prefix, _) = s3_parts(&url);
+    let raw = raw_s3(&endpoint, &bucket);
+    let record = raw.get(&format!("{prefix}/.lease/race").into()).await.unwrap();
+    let record = String::from_utf8(record.bytes().await.unwrap().to_vec()).unwrap();
+    assert!(record.starts_with("blindfold-lease v1\ngeneration=2\n"), "{record}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_passes_the_lease_suite_on_a_multi_threaded_runtime() {
+    let Some(url) = servers::s3_url("s3-lease-mt", "") else { return };
+    blindfold_testkit::lease::run(&lease_handles(&url).await).await;
+}
+
+#[tokio::test]
+async fn redis_passes_the_lease_suite() {
+    let Some(base) = servers::redis_server("redis-lease") else { return };
+    let url = servers::redis_url("redis-lease", "").unwrap();
+    blindfold_testkit::lease::run(&lease_handles(&url).await).await;
+    // One key per lease, without expiry: the generation outlives the lease.
+    let (_, options) = redis_parts(&url);
+    let mut raw = raw_redis(&base).await;
+    let key = format!("{}:.lease:race", options.prefix);
+    let record: String = redis::cmd("GET").arg(&key).query_async(&mut raw).await.unwrap();
+    assert!(record.starts_with("blindfold-lease v1\ngeneration=2\n"), "{record}");
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut raw).await.unwrap();
+    assert_eq!(ttl, -1, "no expiry on the record");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_passes_the_lease_suite_on_a_multi_threaded_runtime() {
+    let Some(url) = servers::redis_url("redis-lease-mt", "") else { return };
+    blindfold_testkit::lease::run(&lease_handles(&url).await).await;
+}

@@ -74,10 +74,19 @@ fn denied(addr: &str, reason: impl Into<String>) -> StoreError {
 /// untrusted by design. The server sees exactly what a [`Store`] sees, plus the array names.
 #[derive(Debug)]
 pub struct RemoteStore {
-    addr: String,
-    key: Option<AuthKey>,
+    link: Link,
     name: String,
     geometry: Geometry,
+}
+
+/// A connection to a storage server, re-established on demand: handshake and, for an array,
+/// its `open`.
+#[derive(Debug)]
+struct Link {
+    addr: String,
+    key: Option<AuthKey>,
+    /// The array opened on each new connection, if any.
+    array: Option<(String, Geometry)>,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     next_id: AtomicU64,
 }
@@ -92,26 +101,55 @@ impl RemoteStore {
         name: &str,
         geometry: Geometry,
     ) -> Result<Self> {
-        let store = Self {
-            addr: addr.to_string(),
-            key,
-            name: name.to_string(),
-            geometry,
-            conn: tokio::sync::Mutex::new(None),
-            next_id: AtomicU64::new(1),
-        };
-        store.connection().await?;
-        Ok(store)
+        let link = Link::new(addr, key, Some((name.to_string(), geometry)));
+        link.connection().await?;
+        Ok(Self { link, name: name.to_string(), geometry })
     }
 
     /// The server's address.
     pub fn addr(&self) -> &str {
-        &self.addr
+        &self.link.addr
     }
 
     /// The array's name on the server.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// One request on the array, built for the connection's handle.
+    async fn call(&self, max_ok: usize, req: impl FnOnce(u32) -> Request) -> Result<Vec<u8>> {
+        let conn = self.link.connection().await?;
+        let req = req(conn.handle);
+        self.link.call_on(&conn, &req, max_ok).await
+    }
+
+    /// Cuts a concatenated answer into buffers of the given lengths.
+    fn split(&self, answer: Vec<u8>, lens: impl Iterator<Item = usize>) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        for len in lens {
+            let end = at.checked_add(len).filter(|&e| e <= answer.len()).ok_or_else(|| {
+                protocol_error(self.addr(), "an answer shorter than the request asked for")
+            })?;
+            out.push(answer[at..end].to_vec());
+            at = end;
+        }
+        if at != answer.len() {
+            return Err(protocol_error(self.addr(), "an answer longer than the request asked for"));
+        }
+        Ok(out)
+    }
+}
+
+impl Link {
+    fn new(addr: &str, key: Option<AuthKey>, array: Option<(String, Geometry)>) -> Self {
+        Self {
+            addr: addr.to_string(),
+            key,
+            array,
+            conn: tokio::sync::Mutex::new(None),
+            next_id: AtomicU64::new(1),
+        }
     }
 
     /// The live connection, connecting (and opening the array) if there is none.
@@ -254,15 +292,17 @@ impl RemoteStore {
         });
 
         let mut conn = Conn { frames, pending, broken, handle: 0, max_frame };
-        let open = Request::Open {
-            cell_count: self.geometry.cell_count(),
-            cell_size: self.geometry.cell_size(),
-            name: self.name.clone(),
-        };
-        let answer = self.call_on(&conn, &open, 4).await?;
-        let mut d = Decoder::new(&answer);
-        conn.handle = d.u32().map_err(|e| protocol_error(addr, e))?;
-        d.end().map_err(|e| protocol_error(addr, e))?;
+        if let Some((name, geometry)) = &self.array {
+            let open = Request::Open {
+                cell_count: geometry.cell_count(),
+                cell_size: geometry.cell_size(),
+                name: name.clone(),
+            };
+            let answer = self.call_on(&conn, &open, 4).await?;
+            let mut d = Decoder::new(&answer);
+            conn.handle = d.u32().map_err(|e| protocol_error(addr, e))?;
+            d.end().map_err(|e| protocol_error(addr, e))?;
+        }
         Ok(conn)
     }
 
@@ -282,30 +322,6 @@ impl RemoteStore {
             Ok(reply) => reply,
             Err(_) => Err(lost(&self.addr, "the connection closed with the request in flight")),
         }
-    }
-
-    /// One request on the array, built for the connection's handle.
-    async fn call(&self, max_ok: usize, req: impl FnOnce(u32) -> Request) -> Result<Vec<u8>> {
-        let conn = self.connection().await?;
-        let req = req(conn.handle);
-        self.call_on(&conn, &req, max_ok).await
-    }
-
-    /// Cuts a concatenated answer into buffers of the given lengths.
-    fn split(&self, answer: Vec<u8>, lens: impl Iterator<Item = usize>) -> Result<Vec<Vec<u8>>> {
-        let mut out = Vec::new();
-        let mut at = 0usize;
-        for len in lens {
-            let end = at.checked_add(len).filter(|&e| e <= answer.len()).ok_or_else(|| {
-                protocol_error(&self.addr, "an answer shorter than the request asked for")
-            })?;
-            out.push(answer[at..end].to_vec());
-            at = end;
-        }
-        if at != answer.len() {
-            return Err(protocol_error(&self.addr, "an answer longer than the request asked for"));
-        }
-        Ok(out)
     }
 }
 
@@ -418,7 +434,7 @@ impl Store for RemoteStore {
         }
         let answer = self.call(0, |handle| Request::Write { handle, cells }).await?;
         if !answer.is_empty() {
-            return Err(protocol_error(&self.addr, "a write answered with data"));
+            return Err(protocol_error(self.addr(), "a write answered with data"));
         }
         Ok(())
     }
@@ -426,7 +442,7 @@ impl Store for RemoteStore {
     async fn flush(&self) -> Result<()> {
         let answer = self.call(0, |handle| Request::Flush { handle }).await?;
         if !answer.is_empty() {
-            return Err(protocol_error(&self.addr, "a flush answered with data"));
+            return Err(protocol_error(self.addr(), "a flush answered with data"));
         }
         Ok(())
     }
@@ -443,7 +459,7 @@ impl XorStore for RemoteStore {
             .call(len as usize, |handle| Request::ReadXor { handle, ranges: ranges.to_vec() })
             .await?;
         if answer.len() != len as usize {
-            return Err(protocol_error(&self.addr, "an XOR answer of the wrong length"));
+            return Err(protocol_error(self.addr(), "an XOR answer of the wrong length"));
         }
         Ok(answer)
     }
@@ -469,7 +485,7 @@ impl crate::TeeStore for RemoteStore {
         let answer =
             self.call(0, |handle| Request::TeeEvict { handle, round: round.clone() }).await?;
         if !answer.is_empty() {
-            return Err(protocol_error(&self.addr, "an eviction round answered with data"));
+            return Err(protocol_error(self.addr(), "an eviction round answered with data"));
         }
         Ok(())
     }
@@ -484,7 +500,7 @@ impl crate::SelectStore for RemoteStore {
             .call(len, |handle| Request::ReadSelect { handle, request: request.clone() })
             .await?;
         if answer.len() != len {
-            return Err(protocol_error(&self.addr, "a select answer of the wrong length"));
+            return Err(protocol_error(self.addr(), "a select answer of the wrong length"));
         }
         Ok(answer)
     }
@@ -495,7 +511,10 @@ impl crate::SelectStore for RemoteStore {
             .call(len, |handle| Request::ReadSelectCombined { handle, request: request.clone() })
             .await?;
         if answer.len() != len {
-            return Err(protocol_error(&self.addr, "a combined select answer of the wrong length"));
+            return Err(protocol_error(
+                self.addr(),
+                "a combined select answer of the wrong length",
+            ));
         }
         Ok(answer)
     }
@@ -508,8 +527,71 @@ impl crate::SelectStore for RemoteStore {
         let answer =
             self.call(0, |handle| Request::WriteSelect { handle, writes: writes.to_vec() }).await?;
         if !answer.is_empty() {
-            return Err(protocol_error(&self.addr, "a select write answered with data"));
+            return Err(protocol_error(self.addr(), "a select write answered with data"));
         }
         Ok(())
+    }
+}
+
+/// The lease records of a `blindfold storage-server` (ops 12 and 13 of the [`protocol`]): the
+/// server compares and replaces each record in one step, on its own side. One connection,
+/// opened without an array and re-established on demand.
+#[derive(Debug)]
+pub struct RemoteLeaseRecords {
+    link: Link,
+}
+
+impl RemoteLeaseRecords {
+    /// Connects to the server at `addr` (`host:port`), authenticating with `key` (`None` only
+    /// for a server started with `--insecure-no-auth`).
+    pub async fn connect(addr: &str, key: Option<AuthKey>) -> Result<Self> {
+        let link = Link::new(addr, key, None);
+        link.connection().await?;
+        Ok(Self { link })
+    }
+
+    async fn call(&self, max_ok: usize, req: Request) -> Result<Vec<u8>> {
+        let conn = self.link.connection().await?;
+        self.link.call_on(&conn, &req, max_ok).await
+    }
+}
+
+/// Checks what is sent against the limits the server enforces, so nothing is cut on the wire.
+fn check_lease_request(name: &str, parts: &[&[u8]]) -> Result<()> {
+    crate::url::check_name(name)?;
+    if let Some(long) = parts.iter().find(|p| p.len() > crate::MAX_LEASE_RECORD) {
+        return Err(StoreError::InvalidRequest(format!(
+            "a lease record or token of {} bytes (at most {})",
+            long.len(),
+            crate::MAX_LEASE_RECORD
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl crate::LeaseRecords for RemoteLeaseRecords {
+    async fn load(&self, name: &str) -> Result<Option<crate::LoadedRecord>> {
+        check_lease_request(name, &[])?;
+        let answer = self
+            .call(protocol::MAX_LEASE_LOADED, Request::LeaseLoad { name: name.to_string() })
+            .await?;
+        protocol::parse_lease_loaded(&answer).map_err(|e| protocol_error(&self.link.addr, e))
+    }
+
+    async fn swap(&self, name: &str, expected: Option<&[u8]>, record: &[u8]) -> Result<bool> {
+        check_lease_request(name, &[expected.unwrap_or_default(), record])?;
+        let req = Request::LeaseSwap {
+            name: name.to_string(),
+            expected: expected.map(<[u8]>::to_vec),
+            record: record.to_vec(),
+        };
+        match self.call(1, req).await?.as_slice() {
+            [0] => Ok(false),
+            [1] => Ok(true),
+            other => {
+                Err(protocol_error(&self.link.addr, format!("a lease swap answered {other:?}")))
+            }
+        }
     }
 }

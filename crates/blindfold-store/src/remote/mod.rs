@@ -9,10 +9,12 @@
 //! ORAM's online read returns one block instead of a path of them, and (feature `select`)
 //! `SelectStore`, Onion ORAM's homomorphic select; a server started with a trusted component
 //! also offers [`TeeStore`](crate::TeeStore), the TEE design's queries and eviction rounds.
+//! Every server keeps lease records ([`RemoteLeaseRecords`]), compared and replaced on its
+//! side, for the [`LeaseStore`](crate::LeaseStore) capability.
 
 mod auth;
 mod client;
 pub mod protocol;
 
 pub use auth::{nonce, parse_key_hex, read_key_file, write_key_file, AuthKey};
-pub use client::RemoteStore;
+pub use client::{RemoteLeaseRecords, RemoteStore};

@@ -48,6 +48,8 @@
 //! | 9 | write select | handle u32, n u32, key (if n > 0), n × (target u64, select) | empty |
 //! | 10 | TEE query | handle u32, cells as read, ticket | the trusted component's answer |
 //! | 11 | TEE evict | handle u32, n u32, n × len u32, the n blocks, l u32, l × layer | empty |
+//! | 12 | lease load | name | 0, or 1, token, record |
+//! | 13 | lease swap | name, 0 or 1 and token, record | swapped u8 (0 or 1) |
 //!
 //! `open` names an array of the server's store (created with that shape if missing) and
 //! returns a handle valid on this connection only. Opening an existing array with another
@@ -84,6 +86,18 @@
 //! (cells per query or layer, layers per round, ticket length); the shape (equal read and write
 //! counts, one cell per incoming block, cells in range) is checked by the store, as for a local
 //! one. A server without a trusted component answers both with "unsupported".
+//!
+//! Ops 12 and 13 carry the lease capability's atomic step (`LeaseRecords`): they name no
+//! array, and work on the server's lease records, one small record per lease name. The
+//! server compares and replaces a record in one step: a swap with token 0 succeeds only if
+//! there is no record, with token 1 only if the record's token is still the one given (the
+//! server's token is the record itself); it answers 1 if it wrote, 0 if not.
+//!
+//! ```text
+//! name    name_len u16 (≤ 128) | name (a valid array name: ASCII letters, digits, `.`, `_`, `-`)
+//! token   token_len u16 (≤ MAX_LEASE_RECORD) | token bytes
+//! record  record_len u16 (≤ MAX_LEASE_RECORD) | record bytes
+//! ```
 //!
 //! An error body is `kind u8 | retryable u8 | a u64 | b u64 | c u32 | d u32 | msg_len u32 |
 //! msg (UTF-8)`, at most [`MAX_ERROR_BODY`] bytes; the numbers carry the fields of the
@@ -126,7 +140,7 @@ use std::sync::Arc;
 #[cfg(feature = "select")]
 use blindfold_dj::{Ciphertext, PublicKey};
 
-use crate::{ByteRange, CellId, StoreError, TeeLayer, TeeRound};
+use crate::{ByteRange, CellId, LoadedRecord, StoreError, TeeLayer, TeeRound, MAX_LEASE_RECORD};
 #[cfg(feature = "select")]
 use crate::{CombinedSelect, SelectRequest, SelectWrite};
 use crate::{MAX_TEE_CELLS, MAX_TEE_LAYERS, MAX_TEE_TICKET};
@@ -192,6 +206,10 @@ pub mod op {
     /// An eviction round run by the server's host and trusted component
     /// (`TeeStore::tee_evict`).
     pub const TEE_EVICT: u8 = 11;
+    /// Read a lease record and its token (`LeaseRecords::load`).
+    pub const LEASE_LOAD: u8 = 12;
+    /// Replace a lease record if its token is unchanged (`LeaseRecords::swap`).
+    pub const LEASE_SWAP: u8 = 13;
 }
 
 /// The hello each side sends first.
@@ -355,6 +373,20 @@ pub enum Request {
         /// The round.
         round: TeeRound,
     },
+    /// Read a lease record and its token.
+    LeaseLoad {
+        /// The lease's name.
+        name: String,
+    },
+    /// Replace a lease record if its token is unchanged.
+    LeaseSwap {
+        /// The lease's name.
+        name: String,
+        /// The token read with the record (`None`: succeed only if there is no record).
+        expected: Option<Vec<u8>>,
+        /// The new record.
+        record: Vec<u8>,
+    },
 }
 
 impl Request {
@@ -369,6 +401,8 @@ impl Request {
             Request::ReadXor { .. } => op::READ_XOR,
             Request::TeeQuery { .. } => op::TEE_QUERY,
             Request::TeeEvict { .. } => op::TEE_EVICT,
+            Request::LeaseLoad { .. } => op::LEASE_LOAD,
+            Request::LeaseSwap { .. } => op::LEASE_SWAP,
             #[cfg(feature = "select")]
             Request::ReadSelect { .. } => op::READ_SELECT,
             #[cfg(feature = "select")]
@@ -378,10 +412,10 @@ impl Request {
         }
     }
 
-    /// The array handle it is addressed to (`None` for `open`).
+    /// The array handle it is addressed to (`None` for `open` and the lease operations).
     pub fn handle(&self) -> Option<u32> {
         match self {
-            Request::Open { .. } => None,
+            Request::Open { .. } | Request::LeaseLoad { .. } | Request::LeaseSwap { .. } => None,
             Request::Read { handle, .. }
             | Request::ReadRanges { handle, .. }
             | Request::ReadXor { handle, .. }
@@ -423,6 +457,20 @@ impl Request {
             }
             Request::Flush { handle } => {
                 e.u32(*handle);
+            }
+            Request::LeaseLoad { name } => put_short(e, name.as_bytes()),
+            Request::LeaseSwap { name, expected, record } => {
+                put_short(e, name.as_bytes());
+                match expected {
+                    None => {
+                        e.u8(0);
+                    }
+                    Some(token) => {
+                        e.u8(1);
+                        put_short(e, token);
+                    }
+                }
+                put_short(e, record);
             }
             Request::TeeQuery { handle, cells, ticket } => {
                 e.u32(*handle);
@@ -566,6 +614,17 @@ impl Request {
                 Request::Write { handle, cells }
             }
             op::FLUSH => Request::Flush { handle: d.u32().map_err(bad)? },
+            op::LEASE_LOAD => Request::LeaseLoad { name: lease_name(&mut d)? },
+            op::LEASE_SWAP => {
+                let name = lease_name(&mut d)?;
+                let expected = match d.u8().map_err(bad)? {
+                    0 => None,
+                    1 => Some(lease_bytes(&mut d, "token")?),
+                    b => return Err(bad(format!("a lease swap's token flag of {b}"))),
+                };
+                let record = lease_bytes(&mut d, "record")?;
+                Request::LeaseSwap { name, expected, record }
+            }
             op::TEE_QUERY => {
                 let handle = d.u32().map_err(bad)?;
                 let cells = tee_cells(&mut d).map_err(bad)?;
@@ -935,6 +994,73 @@ fn tee_round(d: &mut Decoder<'_>) -> Result<TeeRound, String> {
     }
     Ok(TeeRound { incoming, layers })
 }
+
+/// Appends `len u16 | bytes` (callers keep `bytes` within a u16: names and lease records are
+/// checked before they are sent).
+fn put_short(e: &mut Encoder, bytes: &[u8]) {
+    let len = bytes.len().min(usize::from(u16::MAX));
+    e.u16(len as u16).bytes(&bytes[..len]);
+}
+
+/// Takes a lease name: `len u16 | name`, a valid array name (at most 128 bytes).
+fn lease_name(d: &mut Decoder<'_>) -> Result<String, StoreError> {
+    let n = usize::from(d.u16().map_err(StoreError::InvalidRequest)?);
+    if n > 128 {
+        return Err(StoreError::InvalidRequest(format!("a lease name of {n} bytes (at most 128)")));
+    }
+    let bytes = d.take(n).map_err(StoreError::InvalidRequest)?;
+    let name = std::str::from_utf8(bytes)
+        .map_err(|_| StoreError::InvalidRequest("a lease name that is not UTF-8".into()))?;
+    crate::url::check_name(name)?;
+    Ok(name.to_string())
+}
+
+/// Takes `len u16 | bytes` of at most [`MAX_LEASE_RECORD`] bytes.
+fn lease_bytes(d: &mut Decoder<'_>, what: &str) -> Result<Vec<u8>, StoreError> {
+    let n = usize::from(d.u16().map_err(StoreError::InvalidRequest)?);
+    if n > MAX_LEASE_RECORD {
+        return Err(StoreError::InvalidRequest(format!(
+            "a lease {what} of {n} bytes (at most {MAX_LEASE_RECORD})"
+        )));
+    }
+    Ok(d.take(n).map_err(StoreError::InvalidRequest)?.to_vec())
+}
+
+/// The ok body of a lease load: `0`, or `1 | token | record`.
+pub fn lease_loaded(loaded: Option<&LoadedRecord>) -> Vec<u8> {
+    let mut e = Encoder::default();
+    match loaded {
+        None => {
+            e.u8(0);
+        }
+        Some(l) => {
+            e.u8(1);
+            put_short(&mut e, &l.token);
+            put_short(&mut e, &l.record);
+        }
+    }
+    e.0
+}
+
+/// The record and token in the ok body of a lease load, each at most [`MAX_LEASE_RECORD`]
+/// bytes.
+pub fn parse_lease_loaded(body: &[u8]) -> Result<Option<LoadedRecord>, String> {
+    let mut d = Decoder::new(body);
+    let loaded = match d.u8()? {
+        0 => None,
+        1 => {
+            let token = lease_bytes(&mut d, "token").map_err(|e| e.to_string())?;
+            let record = lease_bytes(&mut d, "record").map_err(|e| e.to_string())?;
+            Some(LoadedRecord { record, token })
+        }
+        b => return Err(format!("a lease load's presence flag of {b}")),
+    };
+    d.end()?;
+    Ok(loaded)
+}
+
+/// The longest ok body of a lease load.
+pub const MAX_LEASE_LOADED: usize = 1 + 2 * (2 + MAX_LEASE_RECORD);
 
 /// Appends `n u32, n × (cell u64, offset u32, len u32)`.
 pub fn put_ranges(e: &mut Encoder, ranges: &[ByteRange]) {
