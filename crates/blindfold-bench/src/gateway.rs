@@ -555,6 +555,7 @@ impl LiveGateway {
             in_place: s.in_place,
             pack_levels: s.pack_levels,
             durability: Default::default(),
+            lease_ttl: None,
         };
         type Counting = CountingStore<Arc<dyn Store>>;
         let link = emulated_link(s.rtt_ms, s.mbit)?;

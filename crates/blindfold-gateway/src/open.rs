@@ -565,9 +565,17 @@ async fn assemble(
                 )))
             }
         };
-        let journal =
-            crate::storelog::start(&store_url, &key, dir, &objects, tap, &snapshots, &params)
-                .await?;
+        let journal = crate::storelog::start(crate::storelog::Start {
+            url: &store_url,
+            key: &key,
+            dir,
+            objects: &objects,
+            tap,
+            slot: &snapshots,
+            params: &params,
+            lease_ttl: cfg.lease_ttl.unwrap_or(crate::storelog::LEASE_TTL),
+        })
+        .await?;
         notes.push(format!(
             "durability: store — every write is logged in the store ({} cells of {} KiB) \
              before it is acknowledged; `blindfold recover` restores it from the store alone",

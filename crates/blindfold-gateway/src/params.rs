@@ -50,6 +50,10 @@ pub struct ServeConfig {
     pub pack_levels: u32,
     /// Where an acknowledged write is made durable (`--durability`).
     pub durability: Durability,
+    /// With `--durability store`: how long the gateway's lease on the store lasts unless
+    /// renewed (`--lease-ttl`; default [`crate::storelog::LEASE_TTL`]). A successor (a
+    /// standby, or `recover` on a new machine) waits at most this long after the gateway died.
+    pub lease_ttl: Option<std::time::Duration>,
 }
 
 /// Where an acknowledged write is made durable before it is acknowledged.

@@ -18,9 +18,10 @@ use blindfold_store::open_store;
 /// committed and checkpointed and no traffic (clean shutdown).
 pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
     if let Some(journal) = &opened.journal {
-        // The log's own checkpoint: a later `recover` continues it from the log.
+        // The log's own checkpoint: a later `recover` continues it from the log. Then the
+        // lease goes, so that the next gateway need not wait for it to lapse.
         journal.stop();
-        return crate::snapshot::write_journal_snapshot(
+        let seq = crate::snapshot::write_journal_snapshot(
             &opened.snapshots,
             &opened.key,
             &opened.data_dir,
@@ -28,7 +29,9 @@ pub async fn write_snapshot(opened: &Opened) -> Result<u64> {
             &journal.log,
             &opened.params,
         )
-        .await;
+        .await?;
+        journal.release().await?;
+        return Ok(seq);
     }
     Ok(crate::snapshot::write_snapshot_to(
         &opened.snapshots,

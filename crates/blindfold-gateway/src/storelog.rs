@@ -393,6 +393,20 @@ impl StoreLog {
         }
     }
 
+    /// Stops the log for good: nothing more is acknowledged (the gateway lost its lease).
+    pub fn fence(&self, why: String) {
+        let mut failed = self.failed.lock();
+        if failed.is_none() {
+            tracing::error!("{why}");
+            *failed = Some(why);
+        }
+    }
+
+    /// The lease generation this log's cells carry.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// True when the engine should checkpoint (its frames kept for the store checkpoint
     /// passed [`TAIL_LIMIT`]).
     pub fn engine_checkpoint_wanted(&self) -> bool {
@@ -578,11 +592,18 @@ pub async fn replay(
 /// besides whenever the ring passes half full or the engine checkpoints.
 pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(30);
 
-/// A running gateway's store-side log and its background checkpointer.
+/// How long the gateway's lease on its store lasts unless renewed (`--lease-ttl`): a
+/// successor waits at most this long after the gateway died. Renewed every quarter of it.
+pub const LEASE_TTL: Duration = Duration::from_secs(10);
+/// The lease's name in the store.
+pub const LEASE: &str = "gateway";
+
+/// A running gateway's store-side log, its lease and its background tasks.
 pub struct Journal {
     /// The log.
     pub log: Arc<StoreLog>,
-    checkpointer: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    leases: Arc<dyn blindfold_store::LeaseStore>,
+    tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -593,15 +614,104 @@ impl std::fmt::Debug for Journal {
 
 impl Drop for Journal {
     fn drop(&mut self) {
-        self.stop();
+        for task in self.tasks.lock().drain(..) {
+            task.abort();
+        }
     }
 }
 
 impl Journal {
     /// Stops the background checkpointer (a clean stop writes the last checkpoint itself).
     pub fn stop(&self) {
-        if let Some(task) = self.checkpointer.lock().take() {
+        if let Some(task) = self.tasks.lock().first() {
             task.abort();
+        }
+    }
+
+    /// Gives the lease up (after the last checkpoint of a clean stop), so that a successor
+    /// need not wait for it to expire; stops renewing it.
+    pub async fn release(&self) -> Result<()> {
+        for task in self.tasks.lock().drain(..) {
+            task.abort();
+        }
+        self.log.fence("the gateway stopped and gave up its lease".into());
+        self.leases
+            .release(LEASE, self.log.generation)
+            .await
+            .map_err(|e| GatewayError::Config(format!("releasing the store's lease: {e}")))
+    }
+}
+
+/// This process, as the lease names its holder: host and pid.
+fn holder() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().chars().filter(|c| !c.is_control()).take(64).collect::<String>())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".into());
+    format!("{host} pid {}", std::process::id())
+}
+
+/// Takes the store's lease, refusing clearly while another gateway holds it.
+async fn take_lease(
+    leases: &dyn blindfold_store::LeaseStore,
+    ttl: Duration,
+) -> Result<blindfold_store::LeaseInfo> {
+    let me = holder();
+    match leases.acquire(LEASE, &me, ttl).await {
+        Ok(info) => Ok(info),
+        Err(blindfold_store::StoreError::LeaseHeld { holder, generation, expires_in, .. }) => {
+            Err(GatewayError::Config(format!(
+                "another gateway ({holder}, lease generation {generation}) is writing to this \
+                 store; its lease runs out in {:.1} s unless it renews it. Stop it first (or, \
+                 if it died, wait for its lease to lapse and start again); two gateways on one \
+                 store would overwrite each other's cells",
+                expires_in.as_secs_f64()
+            )))
+        }
+        Err(e) if e.is_retryable() => {
+            // The lease may have been taken all the same: carry on if it is ours.
+            match leases.inspect(LEASE).await {
+                Ok(Some(info)) if info.holder == me => Ok(info),
+                _ => Err(GatewayError::Config(format!("taking the store's lease: {e}"))),
+            }
+        }
+        Err(e) => Err(GatewayError::Config(format!("taking the store's lease: {e}"))),
+    }
+}
+
+/// Renews the lease every quarter of `ttl`; fences the log when the lease is lost, or when
+/// it could not be renewed before it would lapse (a successor may then take over).
+async fn keep_lease(
+    leases: Arc<dyn blindfold_store::LeaseStore>,
+    log: Arc<StoreLog>,
+    ttl: Duration,
+    mut deadline: tokio::time::Instant,
+) {
+    loop {
+        tokio::time::sleep(ttl / 4).await;
+        let sent = tokio::time::Instant::now();
+        match leases.renew(LEASE, log.generation, ttl).await {
+            Ok(_) => deadline = sent + ttl,
+            Err(e @ blindfold_store::StoreError::LeaseLost { .. }) => {
+                log.fence(format!(
+                    "this gateway lost its lease on the store ({e}); it acknowledges nothing \
+                     more. Another gateway took over: point clients at it"
+                ));
+                return;
+            }
+            Err(e) => {
+                // A quarter of the ttl is kept as a margin for clocks and slow replies.
+                if tokio::time::Instant::now() + ttl / 4 >= deadline {
+                    log.fence(format!(
+                        "the store's lease could not be renewed before it lapses ({e}); this \
+                         gateway acknowledges nothing more, since a successor may take over. \
+                         Restart it once the store is reachable"
+                    ));
+                    return;
+                }
+                tracing::warn!(error = %e, "renewing the store's lease failed; retrying");
+            }
         }
     }
 }
@@ -615,18 +725,33 @@ fn start_after(point: Option<&JournalPoint>) -> (u64, u64) {
     }
 }
 
-/// Starts the store-side log of a gateway just opened (`--durability store`): writes a store
-/// checkpoint of the state as it is, then attaches the log to the engine's tap and to the
-/// directory, and starts the background checkpointer. Call before serving.
-pub async fn start(
-    url: &StoreUrl,
-    key: &Arc<MasterKey>,
-    dir: &std::path::Path,
-    objects: &Arc<crate::objects::ObjectLayer>,
-    tap: blindfold_proxy::Tap,
-    slot: &crate::snapshot::SnapshotSlot,
-    params: &crate::datadir::GatewayParams,
-) -> Result<Arc<Journal>> {
+/// What starting the store-side log of a gateway just opened takes (`--durability store`):
+/// [`start`] takes the store's lease, writes a store checkpoint of the state as it is, then
+/// attaches the log to the engine's tap and to the directory, and starts the background
+/// checkpointer and the lease's renewal. Call before serving.
+#[derive(Debug)]
+pub struct Start<'a> {
+    /// The store.
+    pub url: &'a StoreUrl,
+    /// The master key.
+    pub key: &'a Arc<MasterKey>,
+    /// The data directory.
+    pub dir: &'a std::path::Path,
+    /// The object layer (its directory is logged).
+    pub objects: &'a Arc<crate::objects::ObjectLayer>,
+    /// The engine's tap.
+    pub tap: blindfold_proxy::Tap,
+    /// The snapshot area, where store checkpoints go.
+    pub slot: &'a crate::snapshot::SnapshotSlot,
+    /// The gateway's parameters.
+    pub params: &'a crate::datadir::GatewayParams,
+    /// The lease's ttl.
+    pub lease_ttl: Duration,
+}
+
+/// [`Start`]s the store-side log; see [`Start`].
+pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
+    let Start { url, key, dir, objects, tap, slot, params, lease_ttl } = s;
     let Some(array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
             "--durability store needs the snapshot area in the store, which could not be \
@@ -649,7 +774,22 @@ pub async fn start(
     };
     let checkpoint = read(blindfold_proxy::state_file::CHECKPOINT)?;
     let redo = read(blindfold_proxy::state_file::REDO_LOG)?;
-    let log = Arc::new(StoreLog::new(ring, key, start, next_entry, 1, checkpoint, redo));
+    let leases = blindfold_store::open_lease_store(url)
+        .await
+        .map_err(|e| GatewayError::Config(format!("opening the store's lease: {e}")))?;
+    let taken = tokio::time::Instant::now();
+    let lease = take_lease(&*leases, lease_ttl).await?;
+    if let Some(p) = point {
+        if p.generation > lease.generation {
+            return Err(GatewayError::Corrupt(format!(
+                "the store's newest checkpoint was written under lease generation {} but the \
+                 store's lease is at generation {}: the lease record was reset or rolled back",
+                p.generation, lease.generation
+            )));
+        }
+    }
+    let log =
+        Arc::new(StoreLog::new(ring, key, start, next_entry, lease.generation, checkpoint, redo));
     crate::snapshot::write_journal_snapshot(slot, key, dir, objects, &log, params).await?;
     tap.attach(Arc::clone(&log) as Arc<dyn blindfold_proxy::LogMirror>);
     objects.directory().attach_journal(Arc::clone(&log));
@@ -691,7 +831,14 @@ pub async fn start(
             }
         })
     };
-    Ok(Arc::new(Journal { log, checkpointer: parking_lot::Mutex::new(Some(task)) }))
+    let renewer = tokio::spawn(keep_lease(
+        Arc::clone(&leases),
+        Arc::clone(&log),
+        lease_ttl,
+        taken + lease_ttl,
+    ));
+    tracing::info!(generation = lease.generation, holder = %lease.holder, "took the store's lease");
+    Ok(Arc::new(Journal { log, leases, tasks: parking_lot::Mutex::new(vec![task, renewer]) }))
 }
 
 #[cfg(test)]

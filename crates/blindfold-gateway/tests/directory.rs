@@ -47,7 +47,7 @@ async fn fill(dir: &Path, key: &MasterKey) {
             .await
             .unwrap();
     }
-    layer.create_upload(BUCKET, KEY, None, meta).unwrap();
+    layer.create_upload(BUCKET, KEY, None, meta).await.unwrap();
     layer.shutdown().await.unwrap();
 }
 

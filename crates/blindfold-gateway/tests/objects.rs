@@ -94,8 +94,8 @@ async fn objects_round_trip_with_ranges_and_overwrites() {
     put(&s.layer, "k5000", &[7u8; 10]).await;
     assert_eq!(get(&s.layer, "k5000", None).await, vec![7u8; 10]);
     assert_eq!(s.layer.directory().free_blocks(), free_before + 20 - 1);
-    assert!(s.layer.delete_object("b", "k5000").unwrap());
-    assert!(!s.layer.delete_object("b", "k5000").unwrap());
+    assert!(s.layer.delete_object("b", "k5000").await.unwrap());
+    assert!(!s.layer.delete_object("b", "k5000").await.unwrap());
     assert_eq!(s.layer.directory().free_blocks(), free_before + 20);
     assert!(s.layer.directory().check().unwrap().is_empty());
 }
@@ -126,7 +126,8 @@ async fn capacity_is_enforced_and_nothing_leaks() {
 #[tokio::test]
 async fn multipart_upload_assembles_parts_in_order() {
     let s = setup(256, 128, false).await;
-    let id = s.layer.create_upload("b", "mp", Some("text/plain".into()), BTreeMap::new()).unwrap();
+    let id =
+        s.layer.create_upload("b", "mp", Some("text/plain".into()), BTreeMap::new()).await.unwrap();
     let parts: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i + 1; 300 + i as usize * 100]).collect();
     let mut etags = Vec::new();
     for (i, p) in parts.iter().enumerate().rev() {
@@ -158,11 +159,14 @@ async fn multipart_upload_assembles_parts_in_order() {
     assert!(s.layer.directory().check().unwrap().is_empty());
     // Abort frees everything.
     let before = s.layer.directory().free_blocks();
-    let id = s.layer.create_upload("b", "gone", None, BTreeMap::new()).unwrap();
+    let id = s.layer.create_upload("b", "gone", None, BTreeMap::new()).await.unwrap();
     s.layer.upload_part("b", "gone", &id, 1, body(&[1u8; 1000])).await.unwrap();
-    s.layer.abort_upload("b", "gone", &id).unwrap();
+    s.layer.abort_upload("b", "gone", &id).await.unwrap();
     assert_eq!(s.layer.directory().free_blocks(), before);
-    assert!(matches!(s.layer.abort_upload("b", "gone", &id), Err(GatewayError::NoSuchUpload)));
+    assert!(matches!(
+        s.layer.abort_upload("b", "gone", &id).await,
+        Err(GatewayError::NoSuchUpload)
+    ));
 }
 
 /// The layer over the TaoStore engine (the gateway's default).
@@ -309,7 +313,7 @@ async fn a_streaming_read_survives_replacement_and_block_reuse() {
 
 /// Uploads `parts` as one multipart object at `key`.
 async fn put_multipart(layer: &Arc<ObjectLayer>, key: &str, parts: &[Vec<u8>]) {
-    let id = layer.create_upload("b", key, None, BTreeMap::new()).unwrap();
+    let id = layer.create_upload("b", key, None, BTreeMap::new()).await.unwrap();
     let mut listed = Vec::new();
     for (i, p) in parts.iter().enumerate() {
         let n = i as i32 + 1;

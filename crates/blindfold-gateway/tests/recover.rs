@@ -32,6 +32,7 @@ fn cfg_with(
         in_place: false,
         pack_levels: 1,
         durability: Default::default(),
+        lease_ttl: None,
     }
 }
 
@@ -93,7 +94,7 @@ async fn recover_with(engine: OramEngine) {
                 .unwrap();
             objects.insert(format!("k{i}"), data);
         }
-        opened.objects.delete_object("b", "k3").unwrap();
+        opened.objects.delete_object("b", "k3").await.unwrap();
         objects.remove("k3");
         opened.objects.shutdown().await.unwrap();
         server::write_snapshot(&opened).await.unwrap();

@@ -64,6 +64,7 @@ fn cfg(root: &Path, setup: Setup) -> server::ServeConfig {
         cache_mib: setup.cache_mib,
         pack_levels: setup.pack_levels,
         durability: Default::default(),
+        lease_ttl: None,
         ..common::file_cfg(root, setup.engine)
     }
 }

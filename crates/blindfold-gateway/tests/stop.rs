@@ -18,6 +18,7 @@ fn config(dir: &std::path::Path) -> ServeConfig {
         in_place: false,
         pack_levels: 1,
         durability: Default::default(),
+        lease_ttl: None,
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use blindfold_gateway::server::{self, Durability, OramEngine, ServeConfig};
 use blindfold_store::StoreUrl;
@@ -10,17 +11,35 @@ use bytes::Bytes;
 
 mod common;
 
-fn cfg(data: &Path, cells: &Path, key: &Path, engine: OramEngine) -> ServeConfig {
+fn cfg_on(data: &Path, store: StoreUrl, key: &Path, engine: OramEngine) -> ServeConfig {
     ServeConfig {
         data_dir: data.to_path_buf(),
-        store: Some(StoreUrl::File {
-            dir: cells.to_path_buf(),
-            sync: blindfold_store::SyncMode::OnFlush,
-        }),
+        store: Some(store),
         key_file: Some(key.to_path_buf()),
         durability: Durability::Store,
+        lease_ttl: Some(TTL),
         ..common::file_cfg(data, engine)
     }
+}
+
+/// The Redis test server's URL, with its password also in the environment: gateway.json keeps
+/// the URL without it, and a gateway takes it from there, as an operator's would.
+fn redis(test: &str) -> Option<StoreUrl> {
+    let url = blindfold_testkit::servers::redis_url(test, "")?;
+    if let StoreUrl::Redis { address, .. } = &url {
+        if let Some(p) = &address.password {
+            std::env::set_var("BLINDFOLD_REDIS_PASSWORD", p.expose());
+        }
+    }
+    Some(url)
+}
+
+/// Short, so that a successor of a gateway that died waits little.
+const TTL: Duration = Duration::from_millis(400);
+
+/// What a successor does after the gateway died: waits for its lease to lapse.
+async fn lapse() {
+    tokio::time::sleep(TTL + Duration::from_millis(100)).await;
 }
 
 async fn put(opened: &server::Opened, key: &str, data: &[u8]) {
@@ -35,9 +54,17 @@ fn data(i: usize) -> Vec<u8> {
 /// The operator's scenario of the issue: objects, a clean stop, a restart, more objects and a
 /// delete, then the machine is lost without a clean stop. Everything acknowledged comes back.
 async fn nothing_acknowledged_is_lost(engine: OramEngine) {
+    lose_the_data_directory(engine, None).await;
+}
+
+/// [`nothing_acknowledged_is_lost`] on `store` (default: files in a temporary directory).
+async fn lose_the_data_directory(engine: OramEngine, store: Option<StoreUrl>) {
     let root = tempfile::tempdir().unwrap();
     let cells = root.path().join("cells");
     let key = root.path().join("key.json");
+    let store = store
+        .unwrap_or(StoreUrl::File { dir: cells.clone(), sync: blindfold_store::SyncMode::OnFlush });
+    let cfg = |data: &Path, _: &Path, key: &Path, engine| cfg_on(data, store.clone(), key, engine);
     let first = root.path().join("data1");
     let mut expect = BTreeMap::new();
     {
@@ -67,6 +94,7 @@ async fn nothing_acknowledged_is_lost(engine: OramEngine) {
         drop(opened);
     }
     std::fs::remove_dir_all(&first).unwrap();
+    lapse().await;
     let second = root.path().join("data2");
     let (opened, about) =
         server::recover(&cfg(&second, &cells, &key, engine)).await.unwrap_or_else(|e| {
@@ -91,6 +119,7 @@ async fn nothing_acknowledged_is_lost(engine: OramEngine) {
     put(&opened, "after", b"after the first recovery").await;
     drop(opened);
     std::fs::remove_dir_all(&second).unwrap();
+    lapse().await;
     let third = root.path().join("data3");
     let (opened, _) = server::recover(&cfg(&third, &cells, &key, engine)).await.unwrap();
     assert_eq!(common::read_object(&opened, "after").await.unwrap(), b"after the first recovery");
@@ -116,6 +145,68 @@ async fn tee_loses_nothing_acknowledged_with_the_data_directory() {
 async fn partition_engines_lose_nothing_acknowledged_with_the_data_directory() {
     for engine in [OramEngine::ObliviStore, OramEngine::Curious, OramEngine::CuriousPath] {
         nothing_acknowledged_is_lost(engine).await;
+    }
+}
+
+/// One writer: a second gateway on the store is refused while the first holds its lease; a
+/// gateway whose lease was taken over acknowledges nothing more.
+async fn one_writer_per_store(store: StoreUrl) {
+    let root = tempfile::tempdir().unwrap();
+    let key = root.path().join("key.json");
+    let engine = OramEngine::PathOram;
+    let at = |d: &str| cfg_on(&root.path().join(d), store.clone(), &key, engine);
+    let first = server::open(&at("a")).await.unwrap();
+    first.objects.directory().create_bucket("b").unwrap();
+    first.objects.directory().settle().await.unwrap();
+    put(&first, "one", b"1").await;
+    let generation = first.journal.as_ref().unwrap().log.generation();
+    // Long after the ttl: the first renews its lease, the second is refused. (A file store
+    // also locks its arrays: the refusal names the other process either way.)
+    lapse().await;
+    lapse().await;
+    let e = server::recover(&at("b")).await.unwrap_err().to_string();
+    assert!(e.contains("another"), "{e}");
+    // The lease is taken from the first behind its back (as by a successor after a network
+    // partition): it learns at its next renewal and stops acknowledging writes.
+    let leases = blindfold_store::open_lease_store(&store).await.unwrap();
+    leases.release("gateway", generation).await.unwrap();
+    let other = leases.acquire("gateway", "someone else", Duration::from_secs(60)).await.unwrap();
+    assert_eq!(other.generation, generation + 1);
+    lapse().await;
+    let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from_static(b"late"))]);
+    let late = first.objects.put_object("b", "late", body, None, BTreeMap::new(), false).await;
+    let e = late.expect_err("a fenced gateway acknowledged a write").to_string();
+    assert!(e.contains("lost its lease"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_writer_per_file_store() {
+    let root = tempfile::tempdir().unwrap();
+    let files =
+        StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
+    one_writer_per_store(files).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_writer_per_redis_store() {
+    let Some(url) = redis("one-writer") else { return };
+    one_writer_per_store(url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_writer_per_s3_store() {
+    let Some(url) = blindfold_testkit::servers::s3_url("one-writer", "") else { return };
+    one_writer_per_store(url).await;
+}
+
+/// The operator's scenario on the real servers: Redis and MinIO hold the log too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_acknowledged_is_lost_on_redis_and_minio() {
+    for url in [redis("durable-redis"), blindfold_testkit::servers::s3_url("durable-s3", "")]
+        .into_iter()
+        .flatten()
+    {
+        lose_the_data_directory(OramEngine::PathOram, Some(url)).await;
     }
 }
 

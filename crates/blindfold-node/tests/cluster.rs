@@ -68,6 +68,7 @@ fn node_config(dir: &Path, blocks: u64, engine: OramEngine, listen: SocketAddr) 
         in_place: false,
         pack_levels: 1,
         durability: Default::default(),
+        lease_ttl: None,
     }
 }
 

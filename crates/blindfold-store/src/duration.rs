@@ -1,7 +1,7 @@
 //! Durations in store URL options (`?timeout=30s`): how they are read and written back.
 
 /// Parses a duration option: `30s`, `500ms`, or a plain number of seconds.
-pub(crate) fn parse_duration(value: &str) -> std::result::Result<std::time::Duration, String> {
+pub fn parse_duration(value: &str) -> std::result::Result<std::time::Duration, String> {
     let bad = || format!("{value:?} is not a duration (e.g. `30s`, `500ms` or `30`)");
     let (number, scale) = if let Some(ms) = value.strip_suffix("ms") {
         (ms, 1)

@@ -75,6 +75,7 @@
 
 mod counting;
 mod duration;
+pub use duration::parse_duration;
 mod error;
 mod fault;
 mod file;

@@ -25,6 +25,7 @@ pub fn file_cfg(root: &std::path::Path, engine: OramEngine) -> ServeConfig {
         in_place: false,
         pack_levels: 1,
         durability: Default::default(),
+        lease_ttl: None,
     }
 }
 
@@ -125,6 +126,7 @@ pub fn memory_cfg(root: &std::path::Path, access_key: &str, secret_key: &str) ->
         in_place: false,
         pack_levels: 1,
         durability: Default::default(),
+        lease_ttl: None,
     }
 }
 

@@ -39,6 +39,39 @@ pub struct GatewayArgs {
     /// $BLINDFOLD_PASSPHRASE, or else one line of standard input.
     #[arg(long)]
     pub passphrase: bool,
+    /// Where a write is made durable before it is acknowledged. `store`: in the store too —
+    /// each commit's sealed trusted-state changes are appended to a log in the store (one
+    /// batch write of 64 KiB cells per group of concurrent commits, so one more store round
+    /// trip per commit, and about as many bytes again as the commit's cells on an in-place
+    /// layout), and checkpoints of the trusted state go to the store every 30 s; `blindfold
+    /// recover` on a new machine then restores every acknowledged write from the store and the
+    /// key alone. `local`: in the data directory only (its redo log; a fsync, no store round
+    /// trip): a lost data directory loses what was written since the last store checkpoint.
+    /// `auto`: `store` for s3://, redis:// and remote:// stores, `local` for files.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub durability: DurabilityArg,
+}
+
+/// `--durability`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DurabilityArg {
+    /// `store` for s3://, redis:// and remote:// stores, `local` for the others.
+    Auto,
+    /// In the data directory only.
+    Local,
+    /// In the store as well.
+    Store,
+}
+
+impl From<DurabilityArg> for blindfold_gateway::server::Durability {
+    fn from(d: DurabilityArg) -> Self {
+        use blindfold_gateway::server::Durability;
+        match d {
+            DurabilityArg::Auto => Durability::Auto,
+            DurabilityArg::Local => Durability::Local,
+            DurabilityArg::Store => Durability::Store,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -75,7 +108,8 @@ pub fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeC
         engine: Default::default(),
         in_place: false,
         pack_levels: 1,
-        durability: Default::default(),
+        durability: g.durability.into(),
+        lease_ttl: None,
     })
 }
 
