@@ -45,6 +45,7 @@ mod s3;
 pub mod sealed_file;
 pub mod server;
 pub mod snapshot;
+pub mod standby;
 pub mod storelog;
 pub mod swift;
 pub mod tls;

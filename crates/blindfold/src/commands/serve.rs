@@ -152,6 +152,13 @@ pub struct ServeArgs {
     /// cluster-certs` (`balancer`).
     #[arg(long, requires = "nodes")]
     pub tls_dir: Option<PathBuf>,
+    /// Wait as a standby of the gateway that holds the lease on --store (run with
+    /// `--durability store`): follow its store checkpoints and log, and take over as soon as
+    /// its lease lapses (within --lease-ttl of its death, plus the replay of its log): recover
+    /// --data-dir (empty until then) from the store alone, take the lease, and serve on
+    /// --listen. Put a DNS name or load balancer in front of both so clients reconnect.
+    #[arg(long, requires = "store", conflicts_with = "nodes")]
+    pub standby: bool,
 }
 
 /// How `serve` gets a TLS certificate without --tls-cert.
@@ -348,7 +355,15 @@ async fn serve(a: ServeArgs) -> Result<()> {
         })?),
         None => None,
     };
-    let mut opened = open_gateway(&cfg, &a.nodes, a.tls_dir.as_deref()).await?;
+    let mut opened = if a.standby {
+        let say: std::sync::Arc<dyn Fn(&str) + Send + Sync> =
+            std::sync::Arc::new(|m: &str| eprintln!("blindfold serve: {m}"));
+        let (opened, about) = blindfold_gateway::standby::take_over(&cfg, say).await?;
+        eprintln!("blindfold serve: standby {about}");
+        opened
+    } else {
+        open_gateway(&cfg, &a.nodes, a.tls_dir.as_deref()).await?
+    };
     opened.limits = blindfold_gateway::listen::Limits::new(
         a.max_connections as usize,
         std::time::Duration::from_secs(a.header_timeout),

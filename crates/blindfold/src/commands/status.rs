@@ -27,6 +27,12 @@ pub fn run(a: StatusArgs) -> Result<()> {
     use blindfold_gateway::server::{footprint, human_bytes, read_params};
     let dir = &a.data_dir;
     let Some(p) = read_params(dir)? else {
+        let standby = dir.join(blindfold_gateway::standby::STATUS_FILE);
+        if let Ok(text) = std::fs::read_to_string(&standby) {
+            println!("blindfold status {}", dir.display());
+            println!("  {}", text.trim());
+            return Ok(());
+        }
         bail!("{} is not a blindfold data directory (no gateway.json)", dir.display());
     };
     let f = footprint(&p)?;
@@ -85,6 +91,10 @@ pub fn run(a: StatusArgs) -> Result<()> {
              uncleanly: the next start replays the redo log)"
         ),
     }
+    match lease(&p.store) {
+        Ok(line) => println!("  lease: {line}"),
+        Err(e) => println!("  lease: unknown ({e})"),
+    }
     if dir.join(blindfold_gateway::rotation::ROTATION_FILE).exists() {
         println!(
             "  key rotation: under way (`blindfold serve` re-seals the cells while it serves, \
@@ -98,4 +108,39 @@ pub fn run(a: StatusArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Who holds the store's lease (`--durability store`), as the store records it.
+fn lease(store: &str) -> Result<String> {
+    let url: blindfold_store::StoreUrl = store.parse()?;
+    let mut line = String::new();
+    crate::commands::runtime::on_one_core(async {
+        let leases = blindfold_store::open_lease_store(&url).await?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        line = match leases.inspect(blindfold_gateway::storelog::LEASE).await? {
+            None => "never taken (the gateway runs with --durability local)".into(),
+            Some(l) if l.is_released() => format!(
+                "free: {} gave it up at a clean stop (generation {})",
+                l.holder, l.generation
+            ),
+            Some(l) if l.is_live(now) => format!(
+                "held by {} (generation {}), renewed until {:.1} s from now",
+                l.holder,
+                l.generation,
+                (l.expires_unix_ms - now) as f64 / 1000.0
+            ),
+            Some(l) => format!(
+                "lapsed {:.1} s ago: {} (generation {}) stopped renewing it (died?); a standby \
+                 or `blindfold recover` may take over",
+                (now - l.expires_unix_ms) as f64 / 1000.0,
+                l.holder,
+                l.generation
+            ),
+        };
+        Ok(())
+    })?;
+    Ok(line)
 }

@@ -1,0 +1,158 @@
+//! A standby gateway (`blindfold serve --standby`): it watches the store's lease and follows
+//! the store checkpoints and the store-side log of the primary (`--durability store`), and
+//! takes over as soon as the primary's lease lapses: it recovers the data directory from the
+//! store alone ([`crate::recovery`]), takes the lease under the next generation, and serves.
+//!
+//! Following the log means reading and authenticating it as recovery will: the standby knows
+//! at every moment that a takeover will succeed and how much it will replay, and says so in
+//! `<data-dir>/standby-status` (shown by `blindfold status`). It writes nothing to the store
+//! while the primary holds the lease.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::open::Opened;
+use crate::params::ServeConfig;
+use crate::{GatewayError, Result};
+
+/// The file in which a waiting standby says where it stands.
+pub const STATUS_FILE: &str = "standby-status";
+
+/// How often the standby looks at the lease (at most; sooner when it is about to lapse).
+const POLL: Duration = Duration::from_millis(500);
+/// How often it reads the log through.
+const FOLLOW_EVERY: Duration = Duration::from_secs(5);
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// How far the standby is behind the primary: the newest store checkpoint and the entries
+/// of the log after it that a takeover replays.
+async fn follow(
+    url: &blindfold_store::StoreUrl,
+    key: &blindfold_crypto::MasterKey,
+) -> Result<String> {
+    let snaps = crate::snapshot::open_for_recovery(url, key).await?;
+    let snap = crate::snapshot::read_latest(&*snaps, key).await?;
+    let Some(point) = &snap.journal else {
+        return Ok(format!(
+            "store checkpoint #{} has no log after it (the primary runs with --durability local: \
+             a takeover restores that checkpoint only)",
+            snap.seq
+        ));
+    };
+    let ring = crate::storelog::open_ring(url, point.cells).await?;
+    let started = std::time::Instant::now();
+    let entries = crate::storelog::replay(&*ring, key, point, |_, _| Ok(())).await?;
+    let age = (crate::directory::now_ns() - snap.created_ns).max(0) as f64 / 1e9;
+    Ok(format!(
+        "store checkpoint #{} ({age:.0} s old) and {entries} log entries after it, all \
+         authentic (read in {:.2} s): a takeover replays them",
+        snap.seq,
+        started.elapsed().as_secs_f64()
+    ))
+}
+
+fn write_status(dir: &Path, text: &str) {
+    let _ = crate::datadir::write_private(&dir.join(STATUS_FILE), text.as_bytes());
+}
+
+/// Waits as a standby until the primary's lease lapses, then recovers the data directory of
+/// `cfg` (which must be empty) from the store and returns it opened, holding the lease, with
+/// a description of the takeover. `say` receives what the operator should see.
+pub async fn take_over(
+    cfg: &ServeConfig,
+    say: Arc<dyn Fn(&str) + Send + Sync>,
+) -> Result<(Opened, String)> {
+    let dir = &cfg.data_dir;
+    if dir.join("gateway.json").exists() {
+        return Err(GatewayError::Config(format!(
+            "{} already holds a gateway: a standby starts from an empty data directory and fills \
+             it when it takes over",
+            dir.display()
+        )));
+    }
+    let url = cfg.store.clone().ok_or_else(|| {
+        GatewayError::Config("--standby needs --store: the primary's store".into())
+    })?;
+    let key_path = cfg.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
+    let key = blindfold_crypto::load_key_file(&key_path, cfg.passphrase.as_deref())
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    blindfold_proxy::make_private(dir)?;
+    let leases = blindfold_store::open_lease_store(&url)
+        .await
+        .map_err(|e| GatewayError::Config(format!("opening the store's lease: {e}")))?;
+    let mut followed: Option<std::time::Instant> = None;
+    let mut last_said = String::new();
+    loop {
+        let now = now_ms();
+        let lease = match leases.inspect(crate::storelog::LEASE).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "standby: cannot read the store's lease; retrying");
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+        };
+        match &lease {
+            Some(info) if info.is_live(now) => {
+                if followed.is_none_or(|t| t.elapsed() >= FOLLOW_EVERY) {
+                    followed = Some(std::time::Instant::now());
+                    let behind = follow(&url, &key).await.unwrap_or_else(|e| {
+                        format!("the store's checkpoint or log cannot be read ({e})")
+                    });
+                    let text = format!(
+                        "standby: the primary {} holds the lease (generation {}); {behind}",
+                        info.holder, info.generation
+                    );
+                    write_status(dir, &text);
+                    if text != last_said {
+                        say(&text);
+                        last_said = text;
+                    }
+                }
+                let until = Duration::from_millis(info.expires_unix_ms.saturating_sub(now));
+                tokio::time::sleep(until.min(POLL).max(Duration::from_millis(20))).await;
+                continue;
+            }
+            _ => {}
+        }
+        let lapsed = std::time::Instant::now();
+        say(&match &lease {
+            Some(info) => format!(
+                "standby: the lease of {} (generation {}) lapsed; taking over",
+                info.holder, info.generation
+            ),
+            None => "standby: no gateway holds the store's lease; taking over".into(),
+        });
+        let _ = std::fs::remove_file(dir.join(STATUS_FILE));
+        let mut cfg = cfg.clone();
+        cfg.key_file = Some(key_path.clone());
+        match crate::recovery::recover(&cfg).await {
+            Ok((opened, about)) => {
+                let took = lapsed.elapsed().as_secs_f64();
+                return Ok((opened, format!("took over in {took:.2} s: restored {about}")));
+            }
+            Err(e) if e.to_string().contains("another gateway") => {
+                // Another standby was faster: back to waiting, from an empty directory.
+                say(&format!("standby: {e}; waiting again"));
+                for entry in std::fs::read_dir(dir).map_err(|e| {
+                    GatewayError::Config(format!("reading {}: {e}", dir.display()))
+                })? {
+                    let path = entry.map_err(|e| GatewayError::Config(e.to_string()))?.path();
+                    if path == key_path {
+                        continue;
+                    }
+                    let _ = if path.is_dir() {
+                        std::fs::remove_dir_all(&path)
+                    } else {
+                        std::fs::remove_file(&path)
+                    };
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
