@@ -36,6 +36,12 @@ Growths ride along too (`--grow-every N`): every N-th round starts `blindfold gr
 the tree; the next start finishes or redoes an interrupted growth, and every acknowledged write
 must survive it. At the end the store must have grown.
 
+The machine can be lost too (`--lose-data-dir`, with `--durability store`): after each kill the
+data directory is deleted, and `blindfold recover` rebuilds a new one from the store and the key
+alone (waiting for the dead gateway's lease to lapse) before the restart; every acknowledged write
+must come back all the same. `--store URL` puts the store elsewhere (MinIO, Redis), `--serve-flag`
+passes more flags to `serve` (`--serve-flag=--engine --serve-flag=tee`).
+
 One `ok - …` or `FAIL - …: reason` line per round and per final check. Run by scripts/e2e.sh;
 by hand: python3 tests/e2e/crash_loop.py --bin target/debug/blindfold --work /tmp/crash
 """
@@ -94,8 +100,8 @@ class Server:
         out = os.path.join(self.args.work, "server.out")
         with open(out, "wb") as f:
             self.proc = subprocess.Popen(
-                [self.args.bin, "serve", "--data-dir", self.args.data_dir, "--capacity", self.args.capacity,
-                 "--listen", "127.0.0.1:0", "--access-key", AK, "--secret-key", SK],
+                [self.args.bin, "serve", *dir_flags(self.args), "--capacity", self.args.capacity,
+                 "--listen", "127.0.0.1:0", "--access-key", AK, "--secret-key", SK, *self.args.serve_flag],
                 stdout=f, stderr=self.log, stdin=subprocess.DEVNULL,
             )
         if self.args.pid_file:
@@ -133,6 +139,36 @@ class Server:
         except subprocess.TimeoutExpired:
             self.kill9()
             return None
+
+
+def dir_flags(args):
+    """The flags naming the data directory (and, when the machine can be lost, the key and the store
+    that live outside it)."""
+    flags = ["--data-dir", args.data_dir]
+    if args.lose_data_dir:
+        flags += ["--key-file", args.key_file, "--store", args.store, "--durability", "store",
+                  "--lease-ttl", args.lease_ttl]
+    return flags
+
+
+def lose_and_recover(args, n):
+    """The machine is lost: its data directory goes, and `blindfold recover` rebuilds a new one from
+    the store and the key alone (retrying while the dead gateway's lease has not lapsed yet).
+    Returns the seconds it took and what recover said."""
+    shutil.rmtree(args.data_dir)
+    args.data_dir = os.path.join(args.work, f"data-{n}")
+    shutil.rmtree(args.data_dir, ignore_errors=True)
+    t0 = time.monotonic()
+    while True:
+        p = subprocess.run([args.bin, "recover", *dir_flags(args)], capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL, timeout=600)
+        if p.returncode == 0:
+            about = next((l for l in p.stdout.splitlines() if "restored" in l), p.stdout.strip())
+            return time.monotonic() - t0, about
+        if "another gateway" not in p.stderr or time.monotonic() - t0 > 60:
+            raise RuntimeError(f"blindfold recover failed: {p.stderr.strip()[-600:]}")
+        shutil.rmtree(args.data_dir, ignore_errors=True)
+        time.sleep(0.2)
 
 
 def client(endpoint, read_timeout=30):
@@ -373,7 +409,7 @@ def start_grow(args):
 
 def run_verify(args, label):
     t0 = time.monotonic()
-    p = subprocess.run([args.bin, "verify", "--data-dir", args.data_dir], capture_output=True, text=True,
+    p = subprocess.run([args.bin, "verify", *dir_flags(args)], capture_output=True, text=True,
                        timeout=600)
     lines = (p.stdout + p.stderr).strip().splitlines()
     name = f"crash: blindfold verify {label}"
@@ -476,12 +512,25 @@ def main():
     ap.add_argument("--grow-every", type=int, default=0,
                     help="start `blindfold grow` every N rounds, during the traffic (0: never)")
     ap.add_argument("--grow-step-mib", type=int, default=16, help="MiB each growth adds")
+    ap.add_argument("--lose-data-dir", action="store_true",
+                    help="delete the data directory after each kill and recover a new one from the store alone "
+                         "(--durability store)")
+    ap.add_argument("--store", default=None, help="with --lose-data-dir: the store URL (default: files in the work dir)")
+    ap.add_argument("--lease-ttl", default="1s", help="with --lose-data-dir: the gateway's --lease-ttl")
+    ap.add_argument("--serve-flag", action="append", default=[], help="one more flag for `serve` (repeatable)")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     os.makedirs(args.work, exist_ok=True)
     args.data_dir = os.path.join(args.work, "data")
     shutil.rmtree(args.data_dir, ignore_errors=True)
+    if args.lose_data_dir:
+        for old in os.listdir(args.work):
+            if old.startswith("data-") or old in ("cells", "key.json"):
+                path = os.path.join(args.work, old)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        args.key_file = os.path.join(args.work, "key.json")
+        args.store = args.store or "file://" + os.path.join(os.path.abspath(args.work), "cells")
     print(f"crash loop: {args.rounds} rounds, {args.threads} writer threads, seed {seed} "
           f"(rerun with --seed {seed}), data dir {args.data_dir}", flush=True)
 
@@ -512,13 +561,18 @@ def main():
             totals["acked"] += acked
             totals["inflight"] += inflight
             extra = ""
-            if n % 5 == 0 or n == args.rounds:
+            if args.lose_data_dir:
+                # The machine is lost with its data directory (the kill below finds it dead).
+                server.kill9()
+                took, about = lose_and_recover(args, n)
+                extra = f", data directory lost, recovered from the store in {took:.2f} s ({about.strip()[:160]})"
+            elif n % 5 == 0 or n == args.rounds:
                 # Also crash during recovery: start, kill after 0–150 ms, whether ready or not.
                 server.spawn()
                 time.sleep(rng.uniform(0.0, 0.15))
                 server.kill9()
                 extra = ", killed again during restart"
-            if n == args.rounds:
+            if n == args.rounds and not args.lose_data_dir:
                 run_verify(args, "after the last kill -9 (no clean stop)")
             startup = server.start()
             observed, problems, stats = check_state(server, rnd, rnd.candidates())

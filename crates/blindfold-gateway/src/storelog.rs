@@ -594,7 +594,7 @@ pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(30);
 
 /// How long the gateway's lease on its store lasts unless renewed (`--lease-ttl`): a
 /// successor waits at most this long after the gateway died. Renewed every quarter of it.
-pub const LEASE_TTL: Duration = Duration::from_secs(10);
+pub const LEASE_TTL: Duration = Duration::from_secs(5);
 /// The lease's name in the store.
 pub const LEASE: &str = "gateway";
 

@@ -50,6 +50,12 @@ pub struct GatewayArgs {
     /// `auto`: `store` for s3://, redis:// and remote:// stores, `local` for files.
     #[arg(long, value_enum, default_value = "auto")]
     pub durability: DurabilityArg,
+    /// With `--durability store`: how long the gateway's lease on the store lasts unless it
+    /// renews it (every quarter of it). A second gateway is refused while it lasts; after the
+    /// gateway dies, a standby or `blindfold recover` elsewhere waits at most this long.
+    /// Keep it well above the clock difference between the machines. `500ms`, `5s`, `5`.
+    #[arg(long, value_parser = blindfold_store::parse_duration, default_value = "5s")]
+    pub lease_ttl: std::time::Duration,
 }
 
 /// `--durability`.
@@ -109,7 +115,7 @@ pub fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeC
         in_place: false,
         pack_levels: 1,
         durability: g.durability.into(),
-        lease_ttl: None,
+        lease_ttl: Some(g.lease_ttl),
     })
 }
 

@@ -85,6 +85,12 @@ async fn recover(a: RecoverArgs) -> Result<()> {
             report.bad_cells.len()
         );
     }
+    if opened.journal.is_some() {
+        // A clean stop: the store checkpoint is written and the lease given back, so that
+        // `blindfold serve` starts at once.
+        opened.objects.shutdown().await?;
+        blindfold_gateway::server::write_snapshot(&opened).await?;
+    }
     // The key stays where it was given: the start command names it unless it is the default.
     let key_arg = match &cfg.key_file {
         Some(k) if *k != cfg.data_dir.join("key.json") => format!(" --key-file {}", k.display()),
