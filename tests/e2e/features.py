@@ -495,6 +495,12 @@ def crash(run_):
                             "--rotate-every", os.environ.get("E2E_CRASH_ROTATE_EVERY", "6"),
                             "--grow-every", os.environ.get("E2E_CRASH_GROW_EVERY", "7"),
                             *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
+    # The machine lost too: after each kill the data directory goes, and `blindfold recover`
+    # rebuilds it from the store alone (--durability store); nothing acknowledged may be lost.
+    checks.ingest("crash-store", [sys.executable, script, "--bin", ctx.bin,
+                                  "--work", os.path.join(ctx.work, "crash-store"), "--pid-file", pid_file,
+                                  "--rounds", os.environ.get("E2E_CRASH_STORE_ROUNDS", "20"), "--threads", "4",
+                                  "--lose-data-dir", *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
 
 
 EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash}

@@ -79,6 +79,8 @@ pub struct GatewayBench {
     /// Levels of the TaoStore tree per store object (`serve --pack-levels`; 1: a bucket per
     /// object).
     pub pack_levels: u32,
+    /// Where writes are made durable before they are acknowledged (`--durability`).
+    pub durability: blindfold_gateway::server::Durability,
     /// Emulated network between each gateway and its store (both sides alike): round trip,
     /// milliseconds (0: none).
     pub rtt_ms: u64,
@@ -118,6 +120,7 @@ impl Default for GatewayBench {
             engine: Default::default(),
             in_place: false,
             pack_levels: 1,
+            durability: Default::default(),
             rtt_ms: 0,
             mbit: None,
             seed: 1,
@@ -523,6 +526,8 @@ pub(crate) struct LiveSetup {
     pub in_place: bool,
     /// Tree levels per store object (`serve --pack-levels`).
     pub pack_levels: u32,
+    /// Where writes are made durable.
+    pub durability: blindfold_gateway::server::Durability,
     /// Emulated round trip to the store, ms (0: none).
     pub rtt_ms: u64,
     /// Emulated bandwidth each way, Mbit/s.
@@ -554,7 +559,7 @@ impl LiveGateway {
             engine: s.engine,
             in_place: s.in_place,
             pack_levels: s.pack_levels,
-            durability: Default::default(),
+            durability: s.durability,
             lease_ttl: None,
         };
         type Counting = CountingStore<Arc<dyn Store>>;
@@ -617,6 +622,12 @@ async fn run_side_in(
         in_place: p.in_place,
         // The baseline stores no tree.
         pack_levels: if engine == EngineKind::DirectBaseline { 1 } else { p.pack_levels },
+        // The baseline has no redo log to keep in the store.
+        durability: if engine == EngineKind::DirectBaseline {
+            blindfold_gateway::server::Durability::Local
+        } else {
+            p.durability
+        },
         rtt_ms: p.rtt_ms,
         mbit: p.mbit,
     };

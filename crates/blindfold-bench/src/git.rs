@@ -463,6 +463,7 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
             kind,
             in_place: false,
             pack_levels: 1,
+            durability: Default::default(),
             rtt_ms: p.rtt_ms,
             mbit: p.mbit,
         };

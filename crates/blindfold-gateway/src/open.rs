@@ -574,6 +574,7 @@ async fn assemble(
             slot: &snapshots,
             params: &params,
             lease_ttl: cfg.lease_ttl.unwrap_or(crate::storelog::LEASE_TTL),
+            wrap: wrap_store.as_deref(),
         })
         .await?;
         notes.push(format!(

@@ -57,7 +57,8 @@ pub struct ServeConfig {
 }
 
 /// Where an acknowledged write is made durable before it is acknowledged.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Durability {
     /// `store` for `s3://`, `redis://` and `remote://` stores, `local` for the others.
     #[default]

@@ -138,9 +138,9 @@ pub async fn take_over(
             Err(e) if e.to_string().contains("another gateway") => {
                 // Another standby was faster: back to waiting, from an empty directory.
                 say(&format!("standby: {e}; waiting again"));
-                for entry in std::fs::read_dir(dir).map_err(|e| {
-                    GatewayError::Config(format!("reading {}: {e}", dir.display()))
-                })? {
+                for entry in std::fs::read_dir(dir)
+                    .map_err(|e| GatewayError::Config(format!("reading {}: {e}", dir.display())))?
+                {
                     let path = entry.map_err(|e| GatewayError::Config(e.to_string()))?.path();
                     if path == key_path {
                         continue;

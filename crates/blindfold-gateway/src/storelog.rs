@@ -729,7 +729,6 @@ fn start_after(point: Option<&JournalPoint>) -> (u64, u64) {
 /// [`start`] takes the store's lease, writes a store checkpoint of the state as it is, then
 /// attaches the log to the engine's tap and to the directory, and starts the background
 /// checkpointer and the lease's renewal. Call before serving.
-#[derive(Debug)]
 pub struct Start<'a> {
     /// The store.
     pub url: &'a StoreUrl,
@@ -747,11 +746,23 @@ pub struct Start<'a> {
     pub params: &'a crate::datadir::GatewayParams,
     /// The lease's ttl.
     pub lease_ttl: Duration,
+    /// Applied to the log's array once opened, as to the engine's (the operator's counters, a
+    /// benchmark's emulated link).
+    pub wrap: Option<&'a crate::hooks::StoreWrapper>,
+}
+
+impl std::fmt::Debug for Start<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Start")
+            .field("url", &self.url)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
 }
 
 /// [`Start`]s the store-side log; see [`Start`].
 pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
-    let Start { url, key, dir, objects, tap, slot, params, lease_ttl } = s;
+    let Start { url, key, dir, objects, tap, slot, params, lease_ttl, wrap } = s;
     let Some(array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
             "--durability store needs the snapshot area in the store, which could not be \
@@ -763,6 +774,10 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
     let point = latest.as_ref().and_then(|s| s.journal.as_ref());
     let (start, next_entry) = start_after(point);
     let ring = open_ring(url, point.map_or(DEFAULT_CELLS, |p| p.cells)).await?;
+    let ring = match wrap {
+        Some(wrap) => wrap(ring),
+        None => ring,
+    };
     let oram = dir.join("oram");
     let read = |name: &str| -> Result<Vec<u8>> {
         let path = oram.join(name);

@@ -55,6 +55,11 @@ pub struct GatewayBenchArgs {
     /// Levels of the tao engine's tree per store object, as `serve --pack-levels` (1 to 4).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
     pub pack_levels: u32,
+    /// Where the engine side makes a write durable before acknowledging it (see `serve
+    /// --durability`): run once with `local` and once with `store` to measure what keeping
+    /// the log in the store costs.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub durability: crate::commands::data_dir::DurabilityArg,
     /// Prices for the cost table: a JSON or TOML file overriding or adding providers (format
     /// in docs/cost.md; e.g. docs/prices-aws-in-region.toml); the built-in list prices
     /// otherwise.
@@ -106,6 +111,7 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
         engine: args.engine,
         in_place: args.in_place,
         pack_levels: args.pack_levels,
+        durability: args.durability.into(),
         prices: match &args.prices {
             Some(path) => blindfold_bench::cost::PriceTable::load(path)?,
             None => blindfold_bench::cost::PriceTable::builtin(),
