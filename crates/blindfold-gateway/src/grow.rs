@@ -530,6 +530,9 @@ pub struct Grower {
     wrap_store: Option<Arc<StoreWrapper>>,
     snapshots: SnapshotSlot,
     rotating: bool,
+    /// The gateway logs to the store (`--durability store`): growing it while it serves is
+    /// refused (the grown engine's log would not reach the store).
+    journaling: std::sync::atomic::AtomicBool,
     busy: tokio::sync::Mutex<()>,
     crash: parking_lot::Mutex<Option<CrashPoint>>,
 }
@@ -563,6 +566,7 @@ impl Grower {
             wrap_store: p.wrap_store,
             snapshots: p.snapshots,
             rotating: p.rotating,
+            journaling: std::sync::atomic::AtomicBool::new(false),
             busy: tokio::sync::Mutex::new(()),
             crash: parking_lot::Mutex::new(None),
         }
@@ -572,6 +576,11 @@ impl Grower {
     #[doc(hidden)]
     pub fn crash_at(&self, at: Option<CrashPoint>) {
         *self.crash.lock() = at;
+    }
+
+    /// From now on, growth is refused: the gateway logs to the store.
+    pub fn set_journaling(&self) {
+        self.journaling.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether a key rotation is under way in this process (growths wait until it has ended:
@@ -594,6 +603,15 @@ impl Grower {
     /// Grows the store to `blocks` blocks while the gateway serves; requests wait meanwhile.
     pub async fn grow(&self, blocks: u64) -> Result<Grown> {
         let _one = self.busy.lock().await;
+        if self.journaling.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(GatewayError::Config(
+                "growing a gateway that logs to the store (--durability store) is not supported \
+                 yet: stop it, grow it with `blindfold grow --durability local …`, and start it \
+                 again with --durability store (its first store checkpoint then holds the grown \
+                 state); nothing was changed"
+                    .into(),
+            ));
+        }
         if self.rotating() {
             return Err(GatewayError::Config(
                 "a key rotation is under way: grow the store once it has ended (the gateway \

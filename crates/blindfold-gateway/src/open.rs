@@ -600,6 +600,9 @@ async fn assemble(
             rotating: previous.is_some(),
         }))
     });
+    if let (Some(_), Some(g)) = (&journal, &grower) {
+        g.set_journaling();
+    }
     Ok(Opened {
         objects,
         params,

@@ -160,6 +160,10 @@ async fn one_writer_per_store(store: StoreUrl) {
     first.objects.directory().settle().await.unwrap();
     put(&first, "one", b"1").await;
     let generation = first.journal.as_ref().unwrap().log.generation();
+    // Growing while logging to the store is refused clearly (nothing changes).
+    let grower = first.grower.as_ref().unwrap();
+    let e = grower.grow(grower.capacity() * 2).await.unwrap_err().to_string();
+    assert!(e.contains("--durability local"), "{e}");
     // Long after the ttl: the first renews its lease, the second is refused. (A file store
     // also locks its arrays: the refusal names the other process either way.)
     lapse().await;
