@@ -554,17 +554,19 @@ async fn assemble(
     let objects =
         Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
     let snapshots = Arc::new(parking_lot::Mutex::new(snapshots));
-    let journal = if cfg.durability.in_store(&store_url) {
-        let tap = match (tap, hooks.engine) {
-            (Some(tap), EngineKind::PathOram) if !injected_engine => tap,
-            _ => {
-                return Err(GatewayError::Config(format!(
-                    "--durability store is not available for the {engine_name} engine here \
-                     (a baseline engine, or ORAM nodes, whose state lives in their own data \
-                     directories): serve with --durability local"
-                )))
-            }
-        };
+    let loggable = match (&tap, hooks.engine) {
+        (Some(_), EngineKind::PathOram) => !injected_engine,
+        _ => false,
+    };
+    if cfg.durability == crate::params::Durability::Store && !loggable {
+        return Err(GatewayError::Config(format!(
+            "--durability store is not available for the {engine_name} engine here (a \
+             baseline engine, or ORAM nodes, whose state lives in their own data directories): \
+             serve with --durability local"
+        )));
+    }
+    let journal = if cfg.durability.in_store(&store_url) && loggable {
+        let tap = tap.expect("checked above");
         let journal = crate::storelog::start(crate::storelog::Start {
             url: &store_url,
             key: &key,

@@ -129,9 +129,13 @@ async fn grows_packed(engine: OramEngine, store: Option<blindfold_store::StoreUr
     let root = tempfile::tempdir().unwrap();
     let file_store = store.is_none();
     let cfg = |root: &Path, engine| match &store {
-        Some(url) => {
-            ServeConfig { store: Some(url.clone()), pack_levels: pack, ..cfg(root, engine) }
-        }
+        // Growing while serving is for `--durability local` (refused under `store`).
+        Some(url) => ServeConfig {
+            store: Some(url.clone()),
+            pack_levels: pack,
+            durability: server::Durability::Local,
+            ..cfg(root, engine)
+        },
         None => ServeConfig { pack_levels: pack, ..cfg(root, engine) },
     };
     let opened = server::open(&cfg(root.path(), engine)).await.unwrap();
