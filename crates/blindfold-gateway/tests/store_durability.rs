@@ -214,6 +214,80 @@ async fn nothing_acknowledged_is_lost_on_redis_and_minio() {
     }
 }
 
+/// A standby follows the primary and takes over within the lease's ttl (plus the replay) of
+/// its death, with every write the primary acknowledged, also those made while it waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_when_the_primary_dies() {
+    let root = tempfile::tempdir().unwrap();
+    let files =
+        StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
+    standby_takes_over(files).await;
+    for url in [redis("standby-redis"), blindfold_testkit::servers::s3_url("standby-s3", "")]
+        .into_iter()
+        .flatten()
+    {
+        standby_takes_over(url).await;
+    }
+}
+
+async fn standby_takes_over(files: StoreUrl) {
+    // A file store is locked by the process that serves it: a standby reads it only once the
+    // primary is gone. Over the network it follows the log as it grows.
+    let follows = !matches!(files, StoreUrl::File { .. });
+    let store_name = |u: &StoreUrl| match u {
+        StoreUrl::File { .. } => "files",
+        StoreUrl::Redis { .. } => "redis",
+        _ => "s3",
+    };
+    let root = tempfile::tempdir().unwrap();
+    let key = root.path().join("key.json");
+    let engine = OramEngine::Tao;
+    let primary = server::open(&cfg_on(&root.path().join("primary"), files.clone(), &key, engine))
+        .await
+        .unwrap();
+    primary.objects.directory().create_bucket("b").unwrap();
+    primary.objects.directory().settle().await.unwrap();
+    for i in 0..5 {
+        put(&primary, &format!("k{i}"), &data(i)).await;
+    }
+    let standby_dir = root.path().join("standby");
+    let standby_cfg = cfg_on(&standby_dir, files, &key, engine);
+    let said = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let heard = std::sync::Arc::clone(&said);
+    let standby = tokio::spawn(async move {
+        let say: std::sync::Arc<dyn Fn(&str) + Send + Sync> =
+            std::sync::Arc::new(move |m: &str| heard.lock().push(m.to_string()));
+        blindfold_gateway::standby::take_over(&standby_cfg, say).await
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!standby.is_finished(), "the standby took over from a live primary");
+    let status = std::fs::read_to_string(standby_dir.join(blindfold_gateway::standby::STATUS_FILE))
+        .expect("the standby says where it stands");
+    assert!(status.contains("holds the lease"), "{status}");
+    assert!(!follows || status.contains("authentic"), "{status}");
+    for i in 5..10 {
+        put(&primary, &format!("k{i}"), &data(i)).await;
+    }
+    let died = std::time::Instant::now();
+    drop(primary);
+    let (opened, about) = standby.await.unwrap().unwrap();
+    let took = died.elapsed();
+    eprintln!(
+        "{}: primary died, standby serving {:.2} s later; {about}",
+        store_name(&files),
+        took.as_secs_f64()
+    );
+    assert!(took < TTL + Duration::from_secs(5), "takeover took {took:?}: {about}");
+    assert!(about.contains("took over"), "{about}");
+    for i in 0..10 {
+        assert_eq!(common::read_object(&opened, &format!("k{i}")).await.unwrap(), data(i), "k{i}");
+    }
+    assert!(said.lock().iter().any(|m| m.contains("lapsed")), "{:?}", said.lock());
+    // The standby is the primary now: it holds the lease under the next generation.
+    put(&opened, "after", b"after the takeover").await;
+    assert_eq!(common::read_object(&opened, "after").await.unwrap(), b"after the takeover");
+}
+
 /// A new engine fails to compile here until it has a test above.
 #[allow(dead_code)]
 fn every_engine_has_a_test(engine: OramEngine) {
