@@ -239,6 +239,7 @@ async fn standby_takes_over(files: StoreUrl) {
         StoreUrl::Redis { .. } => "redis",
         _ => "s3",
     };
+    let name = store_name(&files);
     let root = tempfile::tempdir().unwrap();
     let key = root.path().join("key.json");
     let engine = OramEngine::Tao;
@@ -272,11 +273,7 @@ async fn standby_takes_over(files: StoreUrl) {
     drop(primary);
     let (opened, about) = standby.await.unwrap().unwrap();
     let took = died.elapsed();
-    eprintln!(
-        "{}: primary died, standby serving {:.2} s later; {about}",
-        store_name(&files),
-        took.as_secs_f64()
-    );
+    eprintln!("{name}: primary died, standby serving {:.2} s later; {about}", took.as_secs_f64());
     assert!(took < TTL + Duration::from_secs(5), "takeover took {took:?}: {about}");
     assert!(about.contains("took over"), "{about}");
     for i in 0..10 {
