@@ -72,6 +72,13 @@ impl Engine {
         }
     }
 
+    fn tap(&self) -> blindfold_proxy::Tap {
+        match self {
+            Engine::Tao(t) => t.tap(),
+            Engine::Path(p) => p.tap(),
+        }
+    }
+
     async fn read(&mut self, block: u64) -> Vec<u8> {
         match self {
             Engine::Tao(t) => t.read_many(&[BlockId(block)]).await.unwrap().pop().unwrap(),
@@ -145,10 +152,66 @@ fn tree_cells(kind: Kind) -> u64 {
     }
 }
 
+/// A second home for the engine's redo log, as the gateway's store-side log is
+/// (`--durability store`): the checkpoint and log the engine last handed over, and every frame
+/// since.
+#[derive(Debug, Default)]
+struct Mirror {
+    files: parking_lot::Mutex<(Vec<u8>, Vec<u8>)>,
+}
+
+#[async_trait::async_trait]
+impl blindfold_proxy::LogMirror for Mirror {
+    async fn frames(&self, frames: Arc<Vec<Vec<u8>>>) -> blindfold_proxy::Result<()> {
+        let mut f = self.files.lock();
+        for frame in frames.iter() {
+            f.1.extend_from_slice(frame);
+        }
+        Ok(())
+    }
+
+    async fn checkpointed(&self, checkpoint: Vec<u8>, log: Vec<u8>) -> blindfold_proxy::Result<()> {
+        *self.files.lock() = (checkpoint, log);
+        Ok(())
+    }
+
+    fn wants_checkpoint(&self) -> bool {
+        false
+    }
+}
+
+impl Mirror {
+    /// Takes the engine in `dir` as it is now, and everything it logs from now on.
+    fn follow(dir: &Path, engine: &Engine) -> Arc<Mirror> {
+        let read = |f: &str| std::fs::read(dir.join(f)).unwrap_or_default();
+        let m = Arc::new(Mirror {
+            files: parking_lot::Mutex::new((read("checkpoint.bin"), read("redo.log"))),
+        });
+        engine.tap().attach(Arc::clone(&m) as Arc<dyn blindfold_proxy::LogMirror>);
+        m
+    }
+
+    /// A new state directory holding only what the mirror has.
+    fn restore(&self) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let f = self.files.lock();
+        std::fs::write(dir.path().join("checkpoint.bin"), &f.0).unwrap();
+        std::fs::write(dir.path().join("redo.log"), &f.1).unwrap();
+        dir
+    }
+}
+
 /// Runs the trials; returns the overlaps with a crash between the two accesses and without.
-async fn overlaps(kind: Kind, write: bool, seed: u64) -> (Vec<usize>, Vec<usize>) {
+/// `lose_dir`: the crash also loses the state directory, which is rebuilt from what the
+/// engine handed its [`Mirror`] (a gateway recovering from the store alone).
+async fn overlaps_in(
+    kind: Kind,
+    write: bool,
+    seed: u64,
+    lose_dir: bool,
+) -> (Vec<usize>, Vec<usize>) {
     let key = MasterKey::generate();
-    let dir = tempfile::tempdir().unwrap();
+    let mut dir = tempfile::tempdir().unwrap();
     let rec: Rec = Arc::new(RecordingStore::new(MemoryStore::new(geometry(kind))));
     let n = tree_cells(kind);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -157,6 +220,7 @@ async fn overlaps(kind: Kind, write: bool, seed: u64) -> (Vec<usize>, Vec<usize>
         engine.access(b, Some(b as u8)).await;
     }
     engine.commit().await;
+    let mut mirror = Mirror::follow(dir.path(), &engine);
     let mut crashed = Vec::new();
     let mut calm = Vec::new();
     let mut expect: Vec<u8> = (0..BLOCKS).map(|b| b as u8).collect();
@@ -173,8 +237,12 @@ async fn overlaps(kind: Kind, write: bool, seed: u64) -> (Vec<usize>, Vec<usize>
         if crash {
             // Crash: no commit, the engine is simply gone.
             drop(engine);
+            if lose_dir {
+                dir = mirror.restore();
+            }
             let (reopened, reaccessed) = open(kind, dir.path(), Arc::clone(&rec), &key).await;
             engine = reopened;
+            mirror = Mirror::follow(dir.path(), &engine);
             // The revealed access is repeated at restart (with the TaoStore engine also the
             // reads since its last commit: read-only requests do not commit).
             assert!(reaccessed >= 1, "{kind:?}: nothing repeated at restart");
@@ -220,7 +288,11 @@ async fn overlaps(kind: Kind, write: bool, seed: u64) -> (Vec<usize>, Vec<usize>
 }
 
 async fn check(kind: Kind, write: bool, seed: u64) {
-    let (crashed, calm) = overlaps(kind, write, seed).await;
+    check_in(kind, write, seed, false).await;
+}
+
+async fn check_in(kind: Kind, write: bool, seed: u64, lose_dir: bool) {
+    let (crashed, calm) = overlaps_in(kind, write, seed, lose_dir).await;
     let path_len = match kind {
         Kind::Tao => tao_config().shape().levels() as f64,
         _ => path_config(kind).cells_per_access() as f64,
@@ -265,4 +337,18 @@ async fn recursive_path_oram_get_after_crash_reads_fresh_paths() {
 #[tokio::test]
 async fn recursive_path_oram_retried_put_after_crash_reads_fresh_paths() {
     check(Kind::PathRecursive, true, 6).await;
+}
+
+/// The state directory lost with the crash and rebuilt from the mirror alone (what `blindfold
+/// recover` does from the store-side log under `--durability store`): the overlap is still that
+/// of two independent paths, and every block reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tao_recovered_from_its_mirror_reads_a_fresh_path() {
+    check_in(Kind::Tao, true, 7, true).await;
+}
+
+#[tokio::test]
+async fn path_oram_recovered_from_its_mirror_reads_a_fresh_path() {
+    check_in(Kind::PathInMemory, true, 8, true).await;
+    check_in(Kind::PathInMemory, false, 9, true).await;
 }
