@@ -658,7 +658,21 @@ async fn take_lease(
     ttl: Duration,
 ) -> Result<blindfold_store::LeaseInfo> {
     let me = holder();
-    match leases.acquire(LEASE, &me, ttl).await {
+    let mut first = leases.acquire(LEASE, &me, ttl).await;
+    if let Err(blindfold_store::StoreError::LeaseHeld { holder, expires_in, .. }) = &first {
+        // Often this gateway's own predecessor, killed a moment ago (a supervisor restarting
+        // it): wait once for that lease to run out. A live holder renews it meanwhile.
+        if *expires_in <= ttl.max(LEASE_TTL) * 2 {
+            tracing::warn!(
+                holder = %holder,
+                "the store's lease is held; waiting {:.1} s for it to lapse (a gateway that died?)",
+                expires_in.as_secs_f64()
+            );
+            tokio::time::sleep(*expires_in + Duration::from_millis(100)).await;
+            first = leases.acquire(LEASE, &me, ttl).await;
+        }
+    }
+    match first {
         Ok(info) => Ok(info),
         Err(blindfold_store::StoreError::LeaseHeld { holder, generation, expires_in, .. }) => {
             Err(GatewayError::Config(format!(

@@ -41,6 +41,11 @@ async fn verify(a: VerifyArgs) -> Result<()> {
     })
     .await?;
     pb.finish_and_clear();
+    if opened.journal.is_some() {
+        // A clean stop: the store checkpoint written, the store's lease given back.
+        opened.objects.shutdown().await?;
+        blindfold_gateway::server::write_snapshot(&opened).await?;
+    }
     println!("blindfold verify {}", cfg.data_dir.display());
     println!("  buckets: {}, objects: {}", report.buckets, report.objects);
     println!("  cells authenticated: {}, never written: {}", report.cells_ok, report.cells_unused);
