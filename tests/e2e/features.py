@@ -499,7 +499,8 @@ def crash(run_):
     # rebuilds it from the store alone (--durability store); nothing acknowledged may be lost.
     checks.ingest("crash-store", [sys.executable, script, "--bin", ctx.bin,
                                   "--work", os.path.join(ctx.work, "crash-store"), "--pid-file", pid_file,
-                                  "--rounds", os.environ.get("E2E_CRASH_STORE_ROUNDS", "20"), "--threads", "4",
+                                  "--rounds", os.environ.get("E2E_CRASH_STORE_ROUNDS", "12"), "--threads", "4",
+                                  "--lease-ttl", "500ms",
                                   "--lose-data-dir", *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
 
 
