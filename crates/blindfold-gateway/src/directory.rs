@@ -126,6 +126,24 @@ pub enum DirOp {
     DeleteBucket { name: String },
 }
 
+/// The operations of one transaction as the store-side log carries them.
+fn encode_ops(ops: &[DirOp]) -> Vec<u8> {
+    bincode::serialize(ops).expect("directory operations serialize")
+}
+
+/// Operations read back from the store-side log ([`encode_ops`]); bounded by the input.
+pub fn decode_ops(bytes: &[u8]) -> Result<Vec<DirOp>> {
+    use bincode::Options;
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
+        .with_limit(bytes.len() as u64)
+        .deserialize(bytes)
+        .map_err(|e| {
+            GatewayError::Corrupt(format!("a directory record of the store-side log: {e}"))
+        })
+}
+
 /// Where the directory's changes go besides its database (`--durability store`).
 pub type DirJournal = std::sync::Arc<crate::storelog::StoreLog>;
 
@@ -547,7 +565,7 @@ impl Directory {
         // Queued under the lock, so the log's order is the commit order.
         if let (Some(j), Some(ops)) = (journal, ops) {
             if !ops.is_empty() {
-                j.enqueue(crate::storelog::Entry::Directory(ops));
+                j.enqueue(crate::storelog::Entry::Directory(encode_ops(&ops)));
             }
         }
         // Mirror in memory only once durable.
@@ -580,10 +598,10 @@ impl Directory {
         };
         txn.commit().map_err(db_err)?;
         if let (true, Some(j)) = (created, self.journal.read().as_ref()) {
-            j.enqueue(crate::storelog::Entry::Directory(vec![DirOp::CreateBucket {
+            j.enqueue(crate::storelog::Entry::Directory(encode_ops(&[DirOp::CreateBucket {
                 name: name.into(),
                 meta: meta.clone(),
-            }]));
+            }])));
         }
         Ok(created)
     }
@@ -608,9 +626,9 @@ impl Directory {
         }
         txn.commit().map_err(db_err)?;
         if let Some(j) = self.journal.read().as_ref() {
-            j.enqueue(crate::storelog::Entry::Directory(vec![DirOp::DeleteBucket {
+            j.enqueue(crate::storelog::Entry::Directory(encode_ops(&[DirOp::DeleteBucket {
                 name: name.into(),
-            }]));
+            }])));
         }
         Ok(())
     }

@@ -33,6 +33,7 @@ mod error;
 pub mod grow;
 pub mod hooks;
 pub mod http;
+pub mod journaling;
 pub mod keys;
 pub mod listen;
 pub mod objects;

@@ -65,7 +65,7 @@ pub struct Opened {
     /// Metrics and recordings of this gateway (see [`crate::observe`]).
     pub observer: Arc<Observer>,
     /// The store-side log (`--durability store`), if on.
-    pub journal: Option<Arc<crate::storelog::Journal>>,
+    pub journal: Option<Arc<crate::journaling::Journal>>,
 }
 
 /// Opens the data directory, creating everything missing on first start.
@@ -567,7 +567,7 @@ async fn assemble(
     }
     let journal = if cfg.durability.in_store(&store_url) && loggable {
         let tap = tap.expect("checked above");
-        let journal = crate::storelog::start(crate::storelog::Start {
+        let journal = crate::journaling::start(crate::journaling::Start {
             url: &store_url,
             key: &key,
             dir,
@@ -575,7 +575,7 @@ async fn assemble(
             tap,
             slot: &snapshots,
             params: &params,
-            lease_ttl: cfg.lease_ttl.unwrap_or(crate::storelog::LEASE_TTL),
+            lease_ttl: cfg.lease_ttl.unwrap_or(crate::journaling::LEASE_TTL),
             wrap: wrap_store.as_deref(),
         })
         .await?;

@@ -51,7 +51,7 @@ pub struct ServeConfig {
     /// Where an acknowledged write is made durable (`--durability`).
     pub durability: Durability,
     /// With `--durability store`: how long the gateway's lease on the store lasts unless
-    /// renewed (`--lease-ttl`; default [`crate::storelog::LEASE_TTL`]). A successor (a
+    /// renewed (`--lease-ttl`; default [`crate::journaling::LEASE_TTL`]). A successor (a
     /// standby, or `recover` on a new machine) waits at most this long after the gateway died.
     pub lease_ttl: Option<std::time::Duration>,
 }

@@ -284,7 +284,7 @@ async fn from_store_log(
                 }
             }
             crate::storelog::Entry::Directory(ops) => {
-                directory.apply(ops)?;
+                directory.apply(crate::directory::decode_ops(&ops)?)?;
                 transactions += 1;
             }
         }

@@ -88,7 +88,7 @@ pub async fn take_over(
     let mut last_said = String::new();
     loop {
         let now = now_ms();
-        let lease = match leases.inspect(crate::storelog::LEASE).await {
+        let lease = match leases.inspect(crate::journaling::LEASE).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "standby: cannot read the store's lease; retrying");

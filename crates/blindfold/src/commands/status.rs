@@ -120,7 +120,7 @@ fn lease(store: &str) -> Result<String> {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        line = match leases.inspect(blindfold_gateway::storelog::LEASE).await? {
+        line = match leases.inspect(blindfold_gateway::journaling::LEASE).await? {
             None => "never taken (the gateway runs with --durability local)".into(),
             Some(l) if l.is_released() => format!(
                 "free: {} gave it up at a clean stop (generation {})",
