@@ -145,24 +145,12 @@ pub async fn recover_until_with(
     params.store = url.to_string();
     if let (Some(point), None) = (&snap.journal, &hooks.rebuild) {
         let about = from_store_log(dir, &snap, point, &params, &url, &key, crash).await?;
-        write_private(
-            &dir.join("gateway.json"),
-            &serde_json::to_vec_pretty(&params).expect("json"),
-        )?;
-        sync_dir(dir)?;
-        std::fs::remove_file(dir.join(RECOVERING))
-            .map_err(|e| cfg_err("removing", &dir.join(RECOVERING), e))?;
         let mut cfg = cfg.clone();
-        cfg.key_file = Some(key_path);
         if cfg.durability == crate::params::Durability::Auto {
             // The store held a log: keep logging there.
             cfg.durability = crate::params::Durability::Store;
         }
-        let opened = open_with(
-            &cfg,
-            OpenHooks { engine_factory: hooks.engine_factory, ..Default::default() },
-        )
-        .await?;
+        let opened = finish(&cfg, &params, key_path, hooks.engine_factory).await?;
         return Ok((opened, about));
     }
     let (lost, about_engine) = match hooks.rebuild {
@@ -211,14 +199,7 @@ pub async fn recover_until_with(
     if crash == Some(RecoverCrash::AfterDirectory) {
         return Err(simulated(RecoverCrash::AfterDirectory));
     }
-    // Last: gateway.json makes the directory a gateway (written atomically).
-    write_private(&dir.join("gateway.json"), &serde_json::to_vec_pretty(&params).expect("json"))?;
-    sync_dir(dir)?;
-    std::fs::remove_file(dir.join(RECOVERING))
-        .map_err(|e| cfg_err("removing", &dir.join(RECOVERING), e))?;
-    let when = time::OffsetDateTime::from_unix_timestamp_nanos(snap.created_ns)
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| "unknown time".into());
+    let when = written_at(snap.created_ns);
     let mut about = format!(
         "snapshot #{} written {} ({} buckets, {} objects); rebuilt {about_engine}",
         snap.seq,
@@ -235,12 +216,35 @@ pub async fn recover_until_with(
             about.push_str(&format!("\n    … and {} more", dropped.len() - 20));
         }
     }
+    let opened = finish(cfg, &params, key_path, hooks.engine_factory).await?;
+    Ok((opened, about))
+}
+
+/// The last steps of a recovery: `gateway.json` makes the directory a gateway (written
+/// atomically), the marker of a recovery under way goes, and the gateway is opened with the
+/// key at `key_path`.
+async fn finish(
+    cfg: &ServeConfig,
+    params: &crate::datadir::GatewayParams,
+    key_path: std::path::PathBuf,
+    engine_factory: Option<crate::hooks::EngineFactory>,
+) -> Result<Opened> {
+    let dir = &cfg.data_dir;
+    write_private(&dir.join("gateway.json"), &serde_json::to_vec_pretty(params).expect("json"))?;
+    sync_dir(dir)?;
+    let marker = dir.join(RECOVERING);
+    std::fs::remove_file(&marker)
+        .map_err(|e| GatewayError::Config(format!("removing {}: {e}", marker.display())))?;
     let mut cfg = cfg.clone();
     cfg.key_file = Some(key_path);
-    let opened =
-        open_with(&cfg, OpenHooks { engine_factory: hooks.engine_factory, ..Default::default() })
-            .await?;
-    Ok((opened, about))
+    open_with(&cfg, OpenHooks { engine_factory, ..Default::default() }).await
+}
+
+/// When a snapshot was written, for the operator.
+fn written_at(created_ns: i128) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(created_ns)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| "unknown time".into())
 }
 
 /// Rebuilds the data directory `cfg.data_dir` from a store checkpoint `snap` and the
@@ -297,9 +301,7 @@ async fn from_store_log(
     if crash == Some(RecoverCrash::AfterDirectory) {
         return Err(GatewayError::Config("simulated crash at AfterDirectory".into()));
     }
-    let when = time::OffsetDateTime::from_unix_timestamp_nanos(snap.created_ns)
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| "unknown time".into());
+    let when = written_at(snap.created_ns);
     Ok(format!(
         "store checkpoint #{} written {when} ({} buckets, {} objects), then {entries} entries \
          of the store-side log ({frames} engine records, {transactions} directory \
