@@ -504,4 +504,124 @@ def crash(run_):
                                   "--lose-data-dir", *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
 
 
-EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash}
+# =============================================================================================
+# A full disk (serve --disk-reserve): reads go on, writes are refused clearly and resume by
+# themselves, nothing is lost, and a start on the full disk works.
+def disk_full(run_):
+    """The data directory on a small tmpfs that another program fills while clients read."""
+    p = run_.pass_("disk-full", "the data directory's disk fills up while it serves (a 48 MiB tmpfs)")
+    root = p.dir("disk-full")
+    mnt = os.path.join(root, "disk")
+    os.makedirs(mnt, exist_ok=True)
+    r = run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", mnt], ok=False)
+    if r.returncode != 0:
+        p.check("mount a 48 MiB tmpfs (needs root)", lambda: die(f"mount failed: {r.stderr.strip()}"))
+        return
+    try:
+        DiskFull(p, Gateway(run_.ctx, "disk-full", data_dir=mnt, capacity="2MiB",
+                            flags=["--disk-reserve", "4MiB"])).run()
+    finally:
+        run(["umount", "-l", mnt], ok=False)
+
+
+class DiskFull:
+    def __init__(self, p, gw):
+        self.p, self.gw, self.d = p, gw, p.dir("disk-full-files")
+        self.filler = os.path.join(gw.data_dir, "filler")
+        self.acked = []
+
+    def put(self, name, size=65536):
+        rand_file(f"{self.d}/{name}", size)
+        # One attempt: the gateway's answer is what is checked, not the CLI's retries.
+        return aws_cmd(self.gw, "s3", "cp", f"{self.d}/{name}", f"s3://e2e-disk/{name}", ok=False,
+                       env=self.gw.client_env(AWS_MAX_ATTEMPTS="1"))
+
+    def put_ok(self, name):
+        r = self.put(name)
+        expect(r.returncode == 0, f"upload {name} failed: {r.stderr}")
+        self.acked.append(name)
+
+    def all_back(self):
+        for name in self.acked:
+            aws_cmd(self.gw, "s3", "cp", f"s3://e2e-disk/{name}", f"{self.d}/back")
+            same_file(f"{self.d}/{name}", f"{self.d}/back")
+
+    def fill(self):
+        """Fills the disk to the last byte, as another program would."""
+        # All the free space in one step, so the program stops before the gateway gives up its
+        # reserve (a program that went on filling would take that too, and the gateway's logs
+        # would wait for room, then stop it: nothing acknowledged is lost, see operations.md).
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            st = os.statvfs(self.gw.data_dir)
+            have = os.fstat(fd).st_size
+            os.posix_fallocate(fd, have, st.f_bavail * st.f_frsize)
+        finally:
+            os.close(fd)
+
+    def refused_while_full(self, fill=True, seen=None):
+        # Reads keep going while the disk fills (each one writes to the engine's log).
+        import threading
+        stop, errors = threading.Event(), []
+
+        def reader():
+            while not stop.is_set():
+                r = aws_cmd(self.gw, "s3", "cp", f"s3://e2e-disk/{self.acked[0]}", f"{self.d}/reader", ok=False)
+                if r.returncode != 0:
+                    errors.append(r.stderr)
+        t = threading.Thread(target=reader)
+        seen = len(self.gw.stderr()) if seen is None else seen
+        t.start()
+        try:
+            if fill:
+                self.fill()
+            expect(wait_for(lambda: "nearly full" in self.gw.stderr()[seen:], 10, 0.2),
+                   "the gateway did not say within 10 s that its disk is nearly full")
+        finally:
+            stop.set()
+            t.join()
+        expect(not errors, f"reads failed while the disk filled: {errors[:1]}")
+        expect(self.gw.running(), "the gateway stopped when its disk filled")
+        r = self.put("refused")
+        expect(r.returncode != 0, "an upload was accepted on a full disk")
+        expect("SlowDown" in r.stderr or "503" in r.stderr, f"not a 503 SlowDown: {r.stderr}")
+        expect(self.gw.data_dir in r.stderr and "free at least" in r.stderr,
+               f"the error does not name the disk and what to free: {r.stderr}")
+        log = self.gw.stderr()
+        expect(self.gw.data_dir in log and "free at least" in log, f"the log does not say what to free: {log[-800:]}")
+        self.all_back()
+        aws_cmd(self.gw, "s3", "ls", "s3://e2e-disk/")
+
+    def resumes(self):
+        seen = len(self.gw.stderr())
+        os.remove(self.filler)
+        expect(wait_for(lambda: "accepted again" in self.gw.stderr()[seen:], 10, 0.2),
+               "writes did not resume within 10 s of the disk having room")
+        for i in range(3):
+            self.put_ok(f"after{i}")
+        self.all_back()
+
+    def run(self):
+        p, gw = self.p, self.gw
+        if not p.check("start blindfold serve --disk-reserve 4MiB on the tmpfs", gw.start):
+            return
+        aws_cmd(gw, "s3", "mb", "s3://e2e-disk")
+        p.check("five uploads", lambda: [self.put_ok(f"before{i}") for i in range(5)])
+        p.check("the disk fills while a client reads: reads go on, uploads get 503 SlowDown naming the "
+                "disk and what to free, the log says the same", self.refused_while_full)
+        p.check("the filler removed: uploads resume by themselves within seconds; every object reads back",
+                self.resumes)
+        rc = gw.stop()
+        p.check("clean exit on SIGTERM", lambda: expect(rc == 0, f"exit status {rc}"))
+        self.fill()
+        seen = len(gw.stderr())
+        if not p.check("a start on the full disk comes up", gw.start):
+            return
+        p.check("on the full disk after the restart: every object reads back, uploads refused",
+                self.refused_while_full, fill=False, seen=seen)
+        p.check("room again: uploads resume; every object reads back", self.resumes)
+        p.stop_and_verify(gw, "after the full disk")
+
+
+EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash,
+          "disk-full": disk_full}

@@ -193,6 +193,9 @@ pub struct Directory {
     /// The store-side log, once attached: every transaction's operations are queued in it,
     /// in commit order, before [`Directory::transact`] returns.
     journal: parking_lot::RwLock<Option<DirJournal>>,
+    /// Whether new data is accepted now (see [`crate::space`]): refused while the data
+    /// directory's disk is nearly full.
+    writes: crate::space::WriteGate,
 }
 
 impl std::fmt::Debug for Directory {
@@ -317,6 +320,12 @@ fn open_sealed(path: &Path, master: &MasterKey, create: bool) -> Result<Database
 }
 
 impl Directory {
+    /// The gate that refuses new data while the data directory's disk is nearly full
+    /// ([`crate::space::Guard::attach`]).
+    pub fn write_gate(&self) -> crate::space::WriteGate {
+        self.writes.clone()
+    }
+
     /// Opens (or creates) the directory database for an ORAM of `capacity` blocks, sealed
     /// under a key derived from `master` (see [`crate::sealed_file`]).
     ///
@@ -406,6 +415,7 @@ impl Directory {
             db,
             capacity: capacity.into(),
             journal: parking_lot::RwLock::new(None),
+            writes: crate::space::WriteGate::default(),
             alloc: Mutex::new(Alloc {
                 next,
                 free,
@@ -438,6 +448,9 @@ impl Directory {
 
     /// Reserves `n` free blocks (not yet durable: a crash frees them again).
     pub fn allocate(&self, n: u64) -> Result<Reservation> {
+        if let Some(why) = self.writes.refused() {
+            return Err(GatewayError::NoRoom(why));
+        }
         let mut a = self.alloc.lock();
         let mut blocks = Vec::with_capacity(n as usize);
         let candidates: Vec<u64> = a

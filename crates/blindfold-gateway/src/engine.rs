@@ -47,12 +47,19 @@ impl Watched {
             if e.is_integrity() {
                 self.observer.integrity_error();
             }
-            if e.is_integrity() || matches!(e, ProxyError::Poisoned) {
+            // A disk that stayed full poisons the engine too (the access stopped half-way):
+            // its message, which says what to do, is the one to keep.
+            if e.is_integrity() || matches!(e, ProxyError::Poisoned | ProxyError::DiskFull(_)) {
                 self.observer.set_poisoned();
                 let msg = e.to_string();
+                let full = matches!(e, ProxyError::DiskFull(_));
                 self.tripped.send_if_modified(|v| {
                     if v.is_none() {
-                        tracing::error!(error = %msg, "the engine stopped: its trusted state may no longer match the store");
+                        if full {
+                            tracing::error!(error = %msg, "the engine stopped: its disk stayed full");
+                        } else {
+                            tracing::error!(error = %msg, "the engine stopped: its trusted state may no longer match the store");
+                        }
                         *v = Some(msg);
                         true
                     } else {

@@ -38,6 +38,11 @@ pub enum GatewayError {
         /// Capacity in blocks.
         capacity: u64,
     },
+    /// The data directory's disk is nearly full: new data is refused until there is room
+    /// (reads and deletes go on; see [`crate::space`]). The message names the disk and what
+    /// to free.
+    #[error("{0}")]
+    NoRoom(String),
     /// The object is larger than this gateway accepts.
     #[error("the object is too large")]
     TooLarge,

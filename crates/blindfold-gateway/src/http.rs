@@ -440,6 +440,10 @@ pub async fn run_tls(
             tokio::spawn(crate::grow::watch(grower, opened.grow_at, opened.grow_max, stopped));
         (stop, task)
     });
+    let space_watch = opened.space.clone().map(|guard| {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        (stop, tokio::spawn(guard.watch(stopped)))
+    });
     let swift = opened.swift_listener.take().map(|listener| {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let front = Arc::new(crate::swift::Swift::new(
@@ -473,6 +477,10 @@ pub async fn run_tls(
     }
     if let Some((stop, task)) = grow_watch {
         // A growth under way is finished first.
+        let _ = stop.send(true);
+        let _ = task.await;
+    }
+    if let Some((stop, task)) = space_watch {
         let _ = stop.send(true);
         let _ = task.await;
     }

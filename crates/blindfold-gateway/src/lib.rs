@@ -46,6 +46,7 @@ mod s3;
 pub mod sealed_file;
 pub mod server;
 pub mod snapshot;
+pub mod space;
 pub mod standby;
 pub mod storelog;
 pub mod swift;

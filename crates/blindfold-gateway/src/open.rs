@@ -56,6 +56,9 @@ pub struct Opened {
     pub grower: Option<Arc<crate::grow::Grower>>,
     /// Grow automatically (to twice the capacity) when this percentage of blocks is in use.
     pub grow_at: Option<u8>,
+    /// Watches the data directory's disk while serving (`--disk-reserve`; see
+    /// [`crate::space`]).
+    pub space: Option<Arc<crate::space::Guard>>,
     /// The most blocks automatic growth goes to.
     pub grow_max: Option<u64>,
     /// Where to serve the Swift API beside S3 ([`crate::swift`]), if anywhere.
@@ -619,6 +622,7 @@ async fn assemble(
         snapshots,
         grower,
         grow_at: None,
+        space: None,
         grow_max: None,
         swift_listener: None,
         limits: crate::listen::Limits::default(),

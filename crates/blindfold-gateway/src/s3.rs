@@ -56,6 +56,8 @@ fn s3(e: GatewayError) -> S3Error {
         G::BadDigest => s3_error!(BadDigest),
         G::TooLarge => s3_error!(EntityTooLarge),
         G::Full { .. } => S3Error::with_message(S3ErrorCode::EntityTooLarge, e.to_string()),
+        // 503: clients back off and try again, which succeeds once there is room.
+        G::NoRoom(m) => S3Error::with_message(S3ErrorCode::SlowDown, m),
         G::Body(m) => S3Error::with_message(S3ErrorCode::IncompleteBody, m),
         other => {
             if other.is_integrity() {

@@ -449,6 +449,7 @@ fn error_response(e: &GatewayError) -> Response<Body> {
         G::BadDigest => (StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
         G::InvalidRange => (StatusCode::RANGE_NOT_SATISFIABLE, e.to_string()),
         G::Full { .. } | G::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+        G::NoRoom(m) => (StatusCode::INSUFFICIENT_STORAGE, m.clone()),
         G::Body(_) => (StatusCode::BAD_REQUEST, e.to_string()),
         G::PreconditionFailed => (StatusCode::PRECONDITION_FAILED, e.to_string()),
         other => {

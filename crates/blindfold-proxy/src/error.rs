@@ -42,6 +42,10 @@ pub enum ProxyError {
     /// effect and the state is consistent, but the configured memory bound no longer holds.
     #[error("trusted memory bound exceeded: {0}")]
     Capacity(String),
+    /// The disk holding the trusted state stayed full while a write of it waited for room
+    /// (`blindfold_store::room`): the access did not complete; nothing acknowledged was lost.
+    #[error("the disk is full: {0}")]
+    DiskFull(String),
     /// Saved trusted state that cannot be used.
     #[error("invalid trusted state: {0}")]
     State(String),

@@ -35,6 +35,9 @@ pub const REDO_LOG: &str = "redo.log";
 
 /// A file-system error on `path`, saying what was being done.
 pub(crate) fn io(path: &Path, what: &str, e: std::io::Error) -> ProxyError {
+    if blindfold_store::room::is_disk_full(&e) {
+        return ProxyError::DiskFull(format!("{what} {}: {e}", path.display()));
+    }
     ProxyError::State(format!("{what} {}: {e}", path.display()))
 }
 
@@ -168,13 +171,18 @@ pub fn write_checkpoint_as<T: Serialize>(
     let body = sealer.seal(magic, &plain).map_err(ProxyError::Crypto)?;
     drop(plain);
     let tmp = dir.join(format!("{CHECKPOINT}.tmp"));
-    let mut f = create_private(&tmp).map_err(|e| io(&tmp, "creating", e))?;
     let mut head = Vec::with_capacity(20);
     head.extend_from_slice(magic);
     head.extend_from_slice(&(body.len() as u64).to_le_bytes());
     head.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    f.write_all(&head).and_then(|_| f.write_all(&body)).map_err(|e| io(&tmp, "writing", e))?;
-    f.sync_all().map_err(|e| io(&tmp, "syncing", e))?;
+    // A full disk is waited out; each attempt starts the temporary file afresh.
+    blindfold_store::room::waiting_for_room(&tmp, || {
+        let mut f = create_private(&tmp)?;
+        f.write_all(&head)?;
+        f.write_all(&body)?;
+        f.sync_all()
+    })
+    .map_err(|e| io(&tmp, "writing", e))?;
     let path = dir.join(CHECKPOINT);
     std::fs::rename(&tmp, &path).map_err(|e| io(&path, "renaming into", e))?;
     sync_dir(dir)
@@ -340,12 +348,20 @@ pub async fn append_frames(log: &File, dir: &Path, tap: &Tap, frames: Vec<Vec<u8
     let shared = Arc::new(frames);
     let local = {
         let frames = Arc::clone(&shared);
+        let path = path.clone();
         tokio::task::spawn_blocking(move || {
             let mut log = log;
-            for f in frames.iter() {
-                log.write_all(f)?;
-            }
-            log.sync_data()
+            // A full disk is waited out (the gateway gives up its reserve of space within a
+            // second): each attempt cut short is cut off again, so no torn frame stays behind.
+            let start = log.metadata()?.len();
+            blindfold_store::room::waiting_for_room(&path, || {
+                let written = frames.iter().try_for_each(|f| log.write_all(f));
+                let r = written.and_then(|()| log.sync_data());
+                if r.is_err() {
+                    let _ = log.set_len(start);
+                }
+                r
+            })
         })
     };
     let remote = async {

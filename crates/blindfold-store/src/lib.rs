@@ -86,6 +86,7 @@ mod memory;
 mod recording;
 pub mod redis;
 pub mod remote;
+pub mod room;
 pub mod s3;
 #[cfg(feature = "select")]
 mod select;

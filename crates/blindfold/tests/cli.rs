@@ -426,6 +426,29 @@ fn a_failed_first_start_leaves_nothing_behind() {
     let out = serve_fails(&strs(&args));
     assert!(out.contains("listening on"), "{out}");
     assert!(!d.exists(), "a failed start must not create the data directory");
+    // The admin port is taken: nothing is created, no secret printed.
+    let mut args = small_store(&d);
+    args.extend(["--admin-listen".into(), taken.local_addr().unwrap().to_string()]);
+    let out = serve_fails(&strs(&args));
+    assert!(out.contains("--admin-listen") && out.contains("cannot listen"), "{out}");
+    assert!(!out.contains("secret key"), "no credentials for a start that failed: {out}");
+    assert!(!d.exists(), "a failed start must not create the data directory");
+    // A data directory whose parent does not exist is refused, as --help says.
+    let deep = tmp.path().join("no/such/deep/dir");
+    let out = serve_fails(&strs(&small_store(&deep)));
+    assert!(out.contains("does not exist, nor does its parent"), "{out}");
+    assert!(!tmp.path().join("no").exists(), "nothing of the mistyped path is made");
+    // A disk too small for the store: how much it needs, and a --capacity that fits.
+    let out = serve_fails(&[
+        "--data-dir",
+        d.to_str().unwrap(),
+        "--capacity",
+        "4TiB",
+        "--block-size",
+        "65536",
+    ]);
+    assert!(out.contains("not enough room") && out.contains("--capacity"), "{out}");
+    assert!(!d.exists(), "a failed start must not create the data directory");
     // An unreachable store: nothing is created, and the corrected command then works.
     let out =
         serve_fails(&[&strs(&small_store(&d))[..], &["--store", "remote://127.0.0.1:1"]].concat());

@@ -22,7 +22,8 @@ pub struct KeyArgs {
 
 #[derive(Args, Debug)]
 pub struct GatewayArgs {
-    /// Trusted state directory (key, credentials, directory, ORAM state, default store).
+    /// Trusted state directory (key, credentials, directory, ORAM state, default store);
+    /// created on first start, so its parent must exist.
     #[arg(long, default_value = "blindfold-data", env = "BLINDFOLD_DATA_DIR")]
     pub data_dir: PathBuf,
     /// Untrusted store, fixed when the data directory is created (default: files in

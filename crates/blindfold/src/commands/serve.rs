@@ -159,6 +159,13 @@ pub struct ServeArgs {
     /// --listen. Put a DNS name or load balancer in front of both so clients reconnect.
     #[arg(long, requires = "store", conflicts_with = "nodes")]
     pub standby: bool,
+    /// Disk space kept in reserve in the data directory (a file, `disk-reserve`), given up the
+    /// moment the disk fills: the engine's logs then have room, reads, listings and deletes go
+    /// on, and new data is refused (S3 503 SlowDown, Swift 507, naming the disk and what to
+    /// free) until there is room for the reserve again, when writing resumes by itself. `0`
+    /// turns this off (a full disk then stops the gateway).
+    #[arg(long, env = "BLINDFOLD_DISK_RESERVE", default_value = "64MiB", value_parser = blindfold_gateway::server::parse_size)]
+    pub disk_reserve: u64,
 }
 
 /// How `serve` gets a TLS certificate without --tls-cert.
@@ -286,6 +293,17 @@ async fn serve(a: ServeArgs) -> Result<()> {
     match read_params(&cfg.data_dir)? {
         Some(p) => check_flags_against(&a, &p)?,
         None => {
+            // A mistyped --data-dir is not silently made either: its parent must exist.
+            let d = &cfg.data_dir;
+            let parent = d.parent().filter(|p| !p.as_os_str().is_empty());
+            if !d.exists() && parent.is_some_and(|p| !p.is_dir()) {
+                bail!(
+                    "the data directory {} does not exist, nor does its parent {}: check the \
+                     path, or create the parent directory first",
+                    d.display(),
+                    parent.map(|p| p.display().to_string()).unwrap_or_default()
+                );
+            }
             // A mistyped `file://` path is not silently made: its parent must exist.
             if let Some(StoreUrl::File { dir, .. }) = &cfg.store {
                 let parent_ok = dir.parent().is_none_or(|p| p.as_os_str().is_empty() || p.exists());
@@ -299,6 +317,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
             }
             let p = new_params(&cfg)?;
             let f = footprint(&p)?;
+            check_room(&cfg, &f, a.disk_reserve)?;
             // Per copy of each cell: the two-slot layout doubles every block's share.
             let copies = if p.two_slots() { 2.0 } else { 1.0 };
             // The engines whose store is large by design, whatever the block size.
@@ -355,6 +374,20 @@ async fn serve(a: ServeArgs) -> Result<()> {
         })?),
         None => None,
     };
+    // Every listener is bound before anything is created: a taken port changes nothing.
+    let admin = match a.admin_listen {
+        Some(admin_addr) => {
+            Some(tokio::net::TcpListener::bind(admin_addr).await.with_context(|| {
+                format!("--admin-listen {admin_addr}: cannot listen there (in use, or not ours)")
+            })?)
+        }
+        None => None,
+    };
+    let model = match a.admin_listen {
+        Some(_) => Some(cost_model(&a.price_provider, a.prices.as_deref())?),
+        None => None,
+    };
+    let space = blindfold_gateway::space::Guard::prepare(&cfg.data_dir, a.disk_reserve);
     let mut opened = if a.standby {
         let say: std::sync::Arc<dyn Fn(&str) + Send + Sync> =
             std::sync::Arc::new(|m: &str| eprintln!("blindfold serve: {m}"));
@@ -370,6 +403,8 @@ async fn serve(a: ServeArgs) -> Result<()> {
         std::time::Duration::from_secs(a.idle_timeout),
     );
     opened.grow_at = a.grow_at;
+    space.attach(opened.objects.directory().write_gate());
+    opened.space = Some(space);
     opened.grow_max = a.grow_max.map(|m| m / u64::from(opened.params.block_size));
     if a.tls == Some(TlsMode::SelfSigned) {
         let dir = cfg.data_dir.join("tls");
@@ -445,12 +480,8 @@ async fn serve(a: ServeArgs) -> Result<()> {
             cfg.data_dir.join("credentials.json").display()
         );
     }
-    if let Some(admin_addr) = a.admin_listen {
-        let model = cost_model(&a.price_provider, a.prices.as_deref())?;
+    if let (Some(admin), Some(model)) = (admin, model) {
         opened.observer.set_cost_model(a.price_provider.clone(), model);
-        let admin = tokio::net::TcpListener::bind(admin_addr).await.with_context(|| {
-            format!("--admin-listen {admin_addr}: cannot listen there (in use, or not ours)")
-        })?;
         let admin_addr = admin.local_addr()?;
         let auth = blindfold_gateway::admin::AdminAuth::new(
             opened.credentials.clone(),
@@ -501,6 +532,14 @@ async fn serve(a: ServeArgs) -> Result<()> {
     let served = blindfold_gateway::server::run_tls(opened, listener, tls, shutdown).await;
     if let Some(why) = stopped.borrow().clone() {
         let d = data_dir.display();
+        if why.starts_with("the disk is full") {
+            bail!(
+                "stopped serving: {why}. Nothing acknowledged was lost. Next: free space on the \
+                 disk holding {d}, then start `blindfold serve` again (it replays the redo log); \
+                 a larger --disk-reserve gives the gateway more room to keep serving reads on a \
+                 full disk"
+            );
+        }
         bail!(
             "stopped serving: {why}. The trusted state may no longer match the store, so every \
              request would fail. Next: start `blindfold serve` again (it reloads the trusted \
@@ -526,6 +565,43 @@ async fn serve(a: ServeArgs) -> Result<()> {
     };
     let _ = write();
     Ok(())
+}
+
+/// Refuses to create a store that cannot fit on its disk (with the disk reserve beside it),
+/// saying how much it needs and the largest --capacity that fits. Only local file stores are
+/// checked: other stores' room is theirs to tell.
+fn check_room(
+    cfg: &blindfold_gateway::server::ServeConfig,
+    f: &blindfold_gateway::server::Footprint,
+    reserve: u64,
+) -> Result<()> {
+    use blindfold_gateway::server::human_bytes;
+    let store_dir = match &cfg.store {
+        None => cfg.data_dir.join("cells"),
+        Some(StoreUrl::File { dir, .. }) => dir.clone(),
+        Some(_) => return Ok(()),
+    };
+    // The nearest existing directory on the way to it tells the disk.
+    let Some(existing) = store_dir.ancestors().find(|p| p.is_dir()) else { return Ok(()) };
+    let Ok((free, _)) = blindfold_gateway::space::disk_space(existing) else { return Ok(()) };
+    let need = f.store_bytes.saturating_add(reserve).saturating_add(f.trusted_bytes);
+    if free >= need {
+        return Ok(());
+    }
+    let per_byte = need as f64 / f.capacity_bytes.max(1) as f64;
+    let fits = ((free.saturating_sub(reserve)) as f64 / per_byte) as u64;
+    bail!(
+        "not enough room on the disk holding {}: a store of {} capacity takes up to {} there \
+         (plus {} for the trusted state and the disk reserve), and the disk has {} free. Free \
+         space, choose a larger disk (--data-dir, or --store file://…), or start with a \
+         smaller --capacity (about {} fits)",
+        existing.display(),
+        human_bytes(f.capacity_bytes),
+        human_bytes(f.store_bytes),
+        human_bytes(need - f.store_bytes),
+        human_bytes(free),
+        human_bytes(fits),
+    )
 }
 
 /// The cost metrics' price model: dollars of requests and transfer for store counts, and
