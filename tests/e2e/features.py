@@ -38,6 +38,8 @@ def tls_banner(p, gw):
     expect(mode == 0o600, f"key.pem is mode {mode:o}, not 600")
     code, body, _ = http(f"{gw.admin}/healthz", ca=gw.ca)
     expect(code == 200 and b"ok" in body, f"admin /healthz over HTTPS: {code} {body[:100]!r}")
+    # The Swift example works as printed: it names the certificate to trust.
+    expect(f"e.g. swift --os-cacert {gw.ca} -A https://" in banner, f"the Swift example lacks --os-cacert: {banner}")
 
 
 def tls_plain_refused(p, gw):
@@ -45,6 +47,9 @@ def tls_plain_refused(p, gw):
     code, body, _ = http(f"{plain}/")
     expect(code == 400, f"plain HTTP on the HTTPS port got HTTP {code}, expected 400")
     expect(b"https://" in body, f"the 400 does not say to use https://: {body[:200]!r}")
+    # The aws CLI shows the reason (it reads S3's XML errors), not a bare "400 Bad Request".
+    r = run(["aws", "--endpoint-url", plain, "s3", "ls"], env=gw.client_env(AWS_MAX_ATTEMPTS="1"), ok=False)
+    expect(r.returncode != 0 and "This port serves HTTPS" in r.stderr, f"the aws CLI does not show why: {r.stderr}")
     # Without trusting the certificate (the system's CAs only), clients refuse the gateway.
     try:
         http(f"{gw.endpoint}/", context=ssl.create_default_context())

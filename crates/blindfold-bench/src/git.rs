@@ -42,6 +42,24 @@ pub const BUNDLE_BRANCH: &str = "sdk-2019";
 /// Where the bundle lies beside a checkout of blindfold.
 pub const DEFAULT_BUNDLE: &str = "../shared/data/openstacksdk-2019.bundle";
 
+/// The bundle's file name.
+pub const BUNDLE_NAME: &str = "openstacksdk-2019.bundle";
+
+/// The repository bundle to use: the one given (`--bundle`, `$BLINDFOLD_BUNDLE`), else
+/// [`BUNDLE_NAME`] in the current directory, else the one beside a source checkout
+/// ([`DEFAULT_BUNDLE`]), if either exists; else the one given or the current directory's, so
+/// that the error names a path the user chose or can create.
+pub fn find_bundle(given: Option<std::path::PathBuf>) -> std::path::PathBuf {
+    if let Some(p) = given {
+        return p;
+    }
+    let here = std::path::PathBuf::from(BUNDLE_NAME);
+    [here.clone(), std::path::PathBuf::from(DEFAULT_BUNDLE)]
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or(here)
+}
+
 /// The thesis's git figures (seed 003): a clone of the 6.3 MB repository through its ORAM
 /// proxies took 82–94 minutes.
 pub const THESIS_CLONE_MINUTES: (f64, f64) = (82.0, 94.0);

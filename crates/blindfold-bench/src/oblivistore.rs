@@ -1149,11 +1149,12 @@ pub fn render(r: &ObliviStoreReport) -> String {
             );
         }
     }
-    let _ = writeln!(s, "\n  paper (seed 001), for reference:");
+    let _ =
+        writeln!(s, "\n  published (ObliviStore, Stefanov and Shi, IEEE S&P 2013), for reference:");
     for v in &r.paper {
         let _ = writeln!(s, "    {:<8} {} — ours: {}", mark(v.met), v.target, v.measured);
     }
-    let _ = writeln!(s, "\n  targets (issue 10):");
+    let _ = writeln!(s, "\n  targets:");
     for v in &r.targets {
         let _ = writeln!(s, "    {:<8} {} — {}", mark(v.met), v.target, v.measured);
     }

@@ -496,7 +496,7 @@ pub fn render(r: &OnionReport) -> String {
     let _ = writeln!(
         s,
         "\n{:<48} {:>14} {:>14} {:>10}",
-        "operation (seed 002, Table 5)", "seed ms", "ours ms", "speed-up"
+        "operation (Al-Saleh and Belghith 2018, Table 5)", "paper ms", "ours ms", "speed-up"
     );
     for row in &r.table {
         let speedup = if row.ours > 0.0 && row.key != "evictions_per_600" {

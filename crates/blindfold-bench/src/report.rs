@@ -432,7 +432,7 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
         s.push_str(&line);
         s.push('\n');
     };
-    push(&mut s, "# blindfold beside \"Oblivious RAM in practice\" (seed 003)\n".into());
+    push(&mut s, "# blindfold beside \"Oblivious RAM in practice\" (Thoresen, NTNU 2019)\n".into());
     push(&mut s, format!("- Machine: {}", r.machine.summary()));
     push(&mut s, format!("- Command: `{}`", command_line(p)));
     push(
@@ -547,7 +547,7 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
         push(
             &mut s,
             format!(
-                "Targets of issue 13, workload A behind the public cloud: slowdown ≤ 3× — {} \
+                "blindfold's targets, workload A behind the public cloud: slowdown ≤ 3× — {} \
                  ({}×); cost multiplier ≤ 10× — {} ({}×); both by one engine and block size — \
                  {}.",
                 met(sd <= 3.0),

@@ -498,7 +498,7 @@ pub fn render(r: &TeeReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "TEE-assisted engine (seed 004), closed-loop client, {}",
+        "TEE-assisted engine (Zhang, TEE and client gateway), closed-loop client, {}",
         r.machine.summary()
     );
     let _ = writeln!(

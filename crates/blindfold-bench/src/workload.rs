@@ -596,7 +596,10 @@ pub fn render(r: &WorkloadReport) -> String {
         ));
     }
     if r.spec.name == "A" {
-        s.push_str("  thesis (seed 003), workload A behind a public cloud link: slowdown ");
+        s.push_str(
+            "  published (Thoresen, \"Oblivious RAM in practice\", NTNU 2019), workload A behind \
+             a public cloud link: slowdown ",
+        );
         let refs: Vec<String> =
             crate::gateway::THESIS.iter().map(|(n, lo, hi)| format!("{n} {lo}–{hi}×")).collect();
         s.push_str(&refs.join(", "));

@@ -856,7 +856,7 @@ pub async fn watch(
         let request_path = grower.dir.join(REQUEST_FILE);
         if request_path.exists() && grower.rotating() {
             if !rotation_logged {
-                eprintln!("blindfold: grow: waiting for the key rotation under way to end");
+                tracing::info!("grow: waiting for the key rotation under way to end");
                 rotation_logged = true;
             }
             continue;
@@ -875,7 +875,7 @@ pub async fn watch(
                     Err(e) => Answer { message: format!("not grown: {e}"), grown: None },
                 },
             };
-            eprintln!("blindfold: grow: {}", answer.message);
+            tracing::info!("grow: {}", answer.message);
             let written = write_private(
                 &grower.dir.join(RESULT_FILE),
                 &serde_json::to_vec_pretty(&answer).expect("json"),
@@ -906,11 +906,9 @@ pub async fn watch(
             continue;
         }
         match grower.grow(target).await {
-            Ok(g) => {
-                eprintln!("blindfold: grew automatically at {percent}% full: {}", g.describe())
-            }
+            Ok(g) => tracing::info!("grew automatically at {percent}% full: {}", g.describe()),
             Err(e) => {
-                eprintln!("blindfold: automatic growth failed: {e}");
+                tracing::error!("automatic growth failed: {e}");
                 // Not again every second: wait a minute before the next try.
                 tokio::select! {
                     _ = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}

@@ -326,10 +326,22 @@ async fn refuse_plain_http(
 ) {
     use tokio::io::AsyncWriteExt as _;
     tracing::debug!(%peer, what, "plain HTTP on the HTTPS listener");
-    let body = "This port serves HTTPS: use an https:// endpoint (and trust the gateway's \
-                certificate; the banner of `blindfold serve` says how).\n";
+    let message = "This port serves HTTPS: use an https:// endpoint (and trust the gateway's \
+                   certificate; the banner of `blindfold serve` says how).";
+    // S3 clients show an error's message only when it comes as S3's XML.
+    let (kind, body) = if what == "s3" {
+        (
+            "application/xml",
+            format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InvalidRequest</Code>\
+                 <Message>{message}</Message></Error>\n"
+            ),
+        )
+    } else {
+        ("text/plain", format!("{message}\n"))
+    };
     let reply = format!(
-        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
     );

@@ -244,19 +244,14 @@ pub fn reload_on_sighup(tls: Vec<Tls>) -> std::io::Result<()> {
             for t in &tls {
                 let (cert, _) = t.source().files();
                 match t.reload() {
-                    Ok(fp) => {
-                        eprintln!(
-                            "blindfold: SIGHUP: reloaded the certificate {} (SHA-256 {fp})",
-                            cert.display()
-                        );
-                        tracing::info!(cert = %cert.display(), fingerprint = %fp, "certificate reloaded");
-                    }
-                    Err(e) => {
-                        eprintln!(
-                            "blindfold: SIGHUP: certificate not reloaded, keeping the old one: {e}"
-                        );
-                        tracing::warn!(error = %e, "certificate reload failed; the old one stays");
-                    }
+                    Ok(fp) => tracing::info!(
+                        "SIGHUP: reloaded the certificate {} (SHA-256 {fp})",
+                        cert.display()
+                    ),
+                    Err(e) => tracing::warn!(
+                        "SIGHUP: certificate {} not reloaded, keeping the old one: {e}",
+                        cert.display()
+                    ),
                 }
             }
         }

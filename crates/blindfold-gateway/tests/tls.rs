@@ -95,6 +95,9 @@ async fn s3_over_tls_and_a_hint_for_plain_http() {
         .unwrap();
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(answer.contains("https://"), "{answer}");
+    // As S3's XML, which is what S3 clients show to their users.
+    assert!(answer.contains("Content-Type: application/xml"), "{answer}");
+    assert!(answer.contains("<Error><Code>InvalidRequest</Code><Message>"), "{answer}");
     // A client that does not trust the certificate fails its handshake.
     let other = tempfile::tempdir().unwrap();
     make_cert(&other.path().join("c.pem"), &other.path().join("k.pem"));

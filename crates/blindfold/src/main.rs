@@ -21,17 +21,33 @@ use commands::storage_server::StorageServerArgs;
 use commands::user::UserCommand;
 use commands::verify::VerifyArgs;
 
+/// A line for the operator on standard error (`blindfold: …` notes): as it is, or as one JSON
+/// object under `--log-format json` ([`say`]).
+macro_rules! say_err {
+    ($($t:tt)*) => { $crate::say::err_line(&format!($($t)*)) };
+}
+
+/// A line of a command's report on standard output (the banner): as it is, or as one JSON
+/// object on standard error under `--log-format json` ([`say`]).
+macro_rules! say_out {
+    ($($t:tt)*) => { $crate::say::out_line(&format!($($t)*)) };
+}
+
 mod commands;
 mod config;
+mod say;
 
 /// blindfold keeps data in untrusted storage through Oblivious RAM: the store sees only
 /// uniformly random-looking, fixed-size, authenticated-encrypted requests.
 #[derive(Parser, Debug)]
 #[command(name = "blindfold", version, about, long_about = None)]
 struct Cli {
-    /// Log filter (also RUST_LOG), e.g. `info`, `debug`, `blindfold_proxy=debug`.
-    #[arg(long, global = true, default_value = "warn")]
-    log: String,
+    /// Log filter (also RUST_LOG), e.g. `info`, `debug`, `blindfold_proxy=debug`. Default:
+    /// blindfold's own events at `info` (growth, key rotation, snapshots, a full disk) and
+    /// everything else at `warn` for the long-running commands (serve, node, storage-server,
+    /// enclave); `warn` for the others.
+    #[arg(long, global = true)]
+    log: Option<String>,
 
     /// Log line format on standard error: `text` (for people) or `json` (one JSON object per
     /// line, for log collectors).
@@ -89,7 +105,8 @@ enum Command {
     /// Run a benchmark; results print as a table and can be saved as JSON.
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// Run the thesis's experiments (seed 003) and write a Markdown report with plots.
+    /// Run the experiments of Thoresen's thesis "Oblivious RAM in practice" (NTNU, 2019)
+    /// and write a Markdown report with plots.
     ///
     /// Runs workloads A-E for each engine and block size in the public cloud (an in-memory
     /// store behind an emulated link) and the private cloud (the S3 server of --s3, or an
@@ -104,7 +121,8 @@ enum Command {
     /// The server is untrusted by design: it only ever sees sealed cells. Clients must prove
     /// they hold the pre-shared key of `--auth-key-file` (`remote://host:port?key_file=…`).
     StorageServer(StorageServerArgs),
-    /// Run the TEE design's trusted component beside the untrusted storage (seed 004): a
+    /// Run the TEE design's trusted component beside the untrusted storage (Zhang's "A
+    /// Practical Oblivious Cloud Storage System based on TEE and Client Gateway"): a
     /// storage server (as `storage-server`) whose host also answers the TEE engine's queries
     /// and eviction rounds with the trusted component (`--enclave-key` required).
     ///
@@ -134,7 +152,31 @@ enum LogFormat {
     Json,
 }
 
-fn main() -> Result<()> {
+/// Runs the command; an error ends the process with one clear message (never a backtrace,
+/// whatever `RUST_BACKTRACE` says: these are the operator's errors, not the program's) and
+/// exit status 1.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            say::error(&format!("{e:#}"));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// blindfold's own crates, whose `info` events the long-running commands show by default.
+const OWN_CRATES: &[&str] = &[
+    "blindfold",
+    "blindfold_gateway",
+    "blindfold_proxy",
+    "blindfold_store",
+    "blindfold_node",
+    "blindfold_server",
+    "blindfold_tee",
+];
+
+fn run() -> Result<()> {
     let args = match config::apply_config_file(Cli::command(), std::env::args_os().collect()) {
         Ok(args) => args,
         Err(e) => {
@@ -143,10 +185,17 @@ fn main() -> Result<()> {
         }
     };
     let cli = Cli::parse_from(args);
+    say::set_json(cli.log_format == LogFormat::Json);
+    let log = cli.log.clone().unwrap_or_else(|| match cli.command {
+        Command::Serve(_) | Command::Node(_) | Command::StorageServer(_) | Command::Enclave(_) => {
+            let own: Vec<String> = OWN_CRATES.iter().map(|c| format!("{c}=info")).collect();
+            format!("warn,{}", own.join(","))
+        }
+        _ => "warn".to_owned(),
+    });
     // `s3s` logs every refused request at ERROR under `s3s::ops`; the gateway logs each one
     // itself, once, at the level it deserves, so that target is off unless asked for.
-    let directives =
-        if cli.log.contains("s3s") { cli.log.clone() } else { format!("{},s3s::ops=off", cli.log) };
+    let directives = if log.contains("s3s") { log.clone() } else { format!("{log},s3s::ops=off") };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&directives))
         .context("invalid --log filter")?;

@@ -106,6 +106,63 @@ fn bench_path_writes_the_promised_json() {
 }
 
 #[test]
+fn a_user_error_is_one_message_even_with_backtraces_asked_for() {
+    let o = Command::new(env!("CARGO_BIN_EXE_blindfold"))
+        .args(["serve", "--data-dir", "/nonexistent-parent/deep/dir"])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("Error: the data directory"), "{err}");
+    assert!(!err.contains("backtrace") && err.lines().count() <= 2, "{err}");
+}
+
+#[test]
+fn json_log_format_makes_every_line_of_standard_error_json() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("d");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_blindfold"))
+        .args([
+            "--log-format",
+            "json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--disk-reserve",
+            "1MiB",
+        ])
+        .args(["--data-dir", d.to_str().unwrap(), "--capacity", "1MiB"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut lines = Vec::new();
+    // The first start prints notes (new key, new credentials) and the banner.
+    while !lines.iter().any(|l: &String| l.contains("S3 credentials")) {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "serve exited: {lines:?}");
+        lines.push(line);
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    for line in err.lines() {
+        lines.push(line.unwrap());
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(lines.iter().any(|l| l.contains("created a new key")), "{lines:?}");
+    for line in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["level"].is_string() && v["timestamp"].is_string(), "{line}");
+    }
+}
+
+#[test]
 fn bad_input_gets_a_clear_error() {
     let o = blindfold(&["bench", "path", "--store", "ftp://x"]);
     assert!(!o.status.success());
@@ -190,6 +247,9 @@ fn grow_without_a_running_gateway_grows_in_place() {
     let o = blindfold(&["grow", "--data-dir", ds, "--capacity", "3MiB"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("grew the store from 1 MiB to 3 MiB"), "{}", text(&o));
+    // Said before it starts: what the store will take, and the capacity the same store holds.
+    assert!(text(&o).contains("the store will take up to"), "{}", text(&o));
+    assert!(text(&o).contains("give --capacity 4MiB to have all of it"), "{}", text(&o));
     let o = blindfold(&["status", "--data-dir", ds]);
     assert!(text(&o).contains("capacity: 3 MiB (768 blocks"), "{}", text(&o));
     // It starts at its new size, the old --capacity flag notwithstanding.

@@ -45,6 +45,7 @@ async fn grow(a: GrowArgs) -> Result<()> {
             params.block_size
         );
     }
+    say_err!("{}", what_it_takes(&params, blocks));
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let spinner = |msg: String| {
         let pb = if tty {
@@ -55,7 +56,7 @@ async fn grow(a: GrowArgs) -> Result<()> {
         pb.enable_steady_tick(std::time::Duration::from_millis(200));
         pb.set_message(msg.clone());
         if !tty {
-            eprintln!("{msg}");
+            say_err!("{msg}");
         }
         pb
     };
@@ -91,13 +92,13 @@ async fn grow(a: GrowArgs) -> Result<()> {
         if answer.grown.is_none() {
             bail!("{}", answer.message);
         }
-        println!("blindfold grow: {}", answer.message);
+        say_out!("blindfold grow: {}", answer.message);
         return Ok(());
     }
     let cfg = serve_config(&a.gateway)?;
     let opened = open_gateway(&cfg, &a.cluster.nodes, a.cluster.tls_dir.as_deref()).await?;
     for note in &opened.notes {
-        eprintln!("blindfold: {note}");
+        say_err!("blindfold: {note}");
     }
     let Some(grower) = opened.grower.clone() else {
         bail!(
@@ -117,9 +118,52 @@ async fn grow(a: GrowArgs) -> Result<()> {
     let objects = std::sync::Arc::clone(&opened.objects);
     objects.shutdown().await?;
     if let Err(e) = blindfold_gateway::server::write_snapshot(&opened).await {
-        eprintln!("blindfold: no snapshot written: {e}");
+        say_err!("blindfold: no snapshot written: {e}");
     }
     let grown = grown?;
-    println!("blindfold grow: {}", grown.describe());
+    say_out!("blindfold grow: {}", grown.describe());
     Ok(())
+}
+
+/// What a growth to `blocks` will take in the store, said before it starts: the store's size
+/// goes by the ORAM tree's depth, so a capacity just past a power of two doubles it — then the
+/// largest capacity the same store holds is named too.
+fn what_it_takes(params: &blindfold_gateway::server::GatewayParams, blocks: u64) -> String {
+    use blindfold_gateway::server::{footprint, human_bytes};
+    // (the store's whole use, and the tree's part of it)
+    let sized = |b: u64| {
+        let mut p = params.clone();
+        p.blocks = b;
+        footprint(&p).map(|f| (f.store_bytes, f.oram_bytes)).ok()
+    };
+    let bs = u64::from(params.block_size);
+    let (Some((now, _)), Some((then, tree))) = (sized(params.blocks), sized(blocks)) else {
+        return format!("blindfold grow: growing to {}", human_bytes(blocks * bs));
+    };
+    let mut line = format!(
+        "blindfold grow: {} → {} of capacity; the store will take up to {} (now {})",
+        human_bytes(params.blocks * bs),
+        human_bytes(blocks * bs),
+        human_bytes(then),
+        human_bytes(now)
+    );
+    // The largest capacity with the same store size (the search stops at 4 times the request).
+    let (mut lo, mut hi) = (blocks, blocks.saturating_mul(4));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if sized(mid).is_some_and(|(_, t)| t <= tree) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    if lo >= blocks.saturating_add(blocks / 4) {
+        line.push_str(&format!(
+            ": the store's size goes by the depth of the ORAM tree, so the same store holds up to \
+             {} — give --capacity {} to have all of it",
+            human_bytes(lo * bs),
+            human_bytes(lo * bs).replace(' ', "")
+        ));
+    }
+    line
 }

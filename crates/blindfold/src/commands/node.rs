@@ -91,7 +91,7 @@ async fn node(a: NodeArgs) -> Result<()> {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        eprintln!("blindfold node: shutting down");
+        say_err!("blindfold node: shutting down");
     };
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
@@ -103,14 +103,14 @@ async fn node(a: NodeArgs) -> Result<()> {
     cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
     let mut opened = blindfold_gateway::server::open(&cfg).await?;
     for note in &opened.notes {
-        eprintln!("blindfold node: {note}");
+        say_err!("blindfold node: {note}");
     }
     let p = &opened.params;
     blindfold_node::node::info_of(p)?;
-    println!("blindfold node serving at https://{addr}");
-    println!("  data directory: {} (back up key.json)", a.data_dir.display());
-    println!("  store: {} ({} engine)", p.store, p.engine);
-    println!("  blocks: {} of {} bytes; node id {}", p.blocks, p.block_size, p.store_id);
+    say_out!("blindfold node serving at https://{addr}");
+    say_out!("  data directory: {} (back up key.json)", a.data_dir.display());
+    say_out!("  store: {} ({} engine)", p.store, p.engine);
+    say_out!("  blocks: {} of {} bytes; node id {}", p.blocks, p.block_size, p.store_id);
     let node = blindfold_node::node::Opened {
         engine: std::sync::Arc::clone(opened.objects.engine()),
         params: opened.params.clone(),

@@ -22,9 +22,10 @@ pub struct ReportArgs {
     /// AWS_SECRET_ACCESS_KEY (without it the git workload is skipped).
     #[arg(long)]
     pub s3: Option<StoreUrl>,
-    /// The git workload's repository (the thesis's: openstacksdk-2019.bundle).
-    #[arg(long, default_value = blindfold_bench::git::DEFAULT_BUNDLE)]
-    pub bundle: PathBuf,
+    /// The git workload's repository (the thesis's: openstacksdk-2019.bundle) [default:
+    /// openstacksdk-2019.bundle in the current directory, or beside a source checkout].
+    #[arg(long, env = "BLINDFOLD_BUNDLE")]
+    pub bundle: Option<PathBuf>,
     /// Engines, comma-separated [default: tao,path-oram; --quick: tao].
     #[arg(long, value_delimiter = ',')]
     pub engine: Vec<blindfold_gateway::server::OramEngine>,
@@ -67,7 +68,7 @@ async fn report(a: ReportArgs) -> Result<()> {
     p.rtt_ms = a.rtt_ms;
     p.mbit = a.mbit;
     p.s3 = a.s3;
-    p.bundle = a.bundle;
+    p.bundle = blindfold_bench::git::find_bundle(a.bundle);
     p.seed = a.seed;
     p.progress = !a.quiet;
     let r = report::run(p).await?;

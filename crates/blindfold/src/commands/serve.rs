@@ -60,7 +60,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub cache_mib: Option<u64>,
     /// Oblivious engine of a new store: `tao` (concurrent, TaoStore design: many block
-    /// accesses in flight at once), `path-oram` (sequential Path ORAM), `tee` (seed 004's
+    /// accesses in flight at once), `path-oram` (sequential Path ORAM), `tee` (Zhang's
     /// TEE-assisted engine), `oblivistore` (ObliviStore: partitions of levelled ORAMs,
     /// shuffled in the background; about 6× the capacity in store space), `curious` (CURIOUS
     /// over the same partitions: one partition per access, up to b = 3 blocks per eviction)
@@ -211,24 +211,29 @@ fn parse_secret_key(s: &str) -> Result<String, String> {
 
 /// Flags that fix a new store's shape must agree with an existing data directory.
 fn check_flags_against(a: &ServeArgs, p: &blindfold_gateway::server::GatewayParams) -> Result<()> {
+    use blindfold_gateway::server::human_bytes;
     let mut clashes = Vec::new();
     if let Some(c) = a.capacity {
         // A store grown past the capacity it was made with still starts with that flag.
         let blocks = c / u64::from(a.block_size.unwrap_or(p.block_size));
         if blocks > p.blocks {
             bail!(
-                "--capacity {c}: {} holds {} bytes; to make it larger, run `blindfold grow \
-                 --data-dir {} --capacity {c}` (the gateway may keep running)",
+                "--capacity {}: {} holds {}; to make it larger, run `blindfold grow \
+                 --data-dir {} --capacity {}` (the gateway may keep running)",
+                human_bytes(c),
                 a.gateway.data_dir.display(),
-                p.blocks * u64::from(p.block_size),
-                a.gateway.data_dir.display()
+                human_bytes(p.blocks * u64::from(p.block_size)),
+                a.gateway.data_dir.display(),
+                human_bytes(c),
             );
         }
         if blocks < p.blocks {
-            eprintln!(
-                "blindfold: --capacity {c} is below the store's {} bytes (it has grown): \
-                 starting at its size",
-                p.blocks * u64::from(p.block_size)
+            say_err!(
+                "blindfold: --capacity {} is below this store's capacity, {}: a store's capacity \
+                 is fixed when it is made and only grows (`blindfold grow`), so it starts at its \
+                 own size; the flag can go",
+                human_bytes(c),
+                human_bytes(p.blocks * u64::from(p.block_size))
             );
         }
     }
@@ -390,9 +395,9 @@ async fn serve(a: ServeArgs) -> Result<()> {
     let space = blindfold_gateway::space::Guard::prepare(&cfg.data_dir, a.disk_reserve);
     let mut opened = if a.standby {
         let say: std::sync::Arc<dyn Fn(&str) + Send + Sync> =
-            std::sync::Arc::new(|m: &str| eprintln!("blindfold serve: {m}"));
+            std::sync::Arc::new(|m: &str| say_err!("blindfold serve: {m}"));
         let (opened, about) = blindfold_gateway::standby::take_over(&cfg, say).await?;
-        eprintln!("blindfold serve: standby {about}");
+        say_err!("blindfold serve: standby {about}");
         opened
     } else {
         open_gateway(&cfg, &a.nodes, a.tls_dir.as_deref()).await?
@@ -415,7 +420,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
     }
     let scheme = if tls.is_some() { "https" } else { "http" };
     for note in &opened.notes {
-        eprintln!("blindfold: {note}");
+        say_err!("blindfold: {note}");
     }
     let _ = std::fs::remove_file(cfg.data_dir.join(CLEAN_STOP_FILE));
     // Installed before the banner: a SIGTERM right after it stops the gateway cleanly.
@@ -423,36 +428,43 @@ async fn serve(a: ServeArgs) -> Result<()> {
         .context("installing the SIGTERM handler")?;
     let f = footprint(&opened.params)?;
     let (ak, sk) = opened.credentials.clone();
-    println!("blindfold {} serving S3 at {scheme}://{addr}", env!("CARGO_PKG_VERSION"));
+    say_out!("blindfold {} serving S3 at {scheme}://{addr}", env!("CARGO_PKG_VERSION"));
     if let Some(t) = &tls {
         let (cert, key) = t.source().files();
-        println!("  TLS: {} (SHA-256 {})", cert.display(), t.fingerprint());
+        say_out!("  TLS: {} (SHA-256 {})", cert.display(), t.fingerprint());
         if matches!(t.source(), TlsSource::SelfSigned { .. }) {
-            println!(
+            say_out!(
                 "  trust it: aws --ca-bundle {c} | AWS_CA_BUNDLE={c} (boto3, git-remote-s3) | \
-                 rclone --ca-cert {c} | restic --cacert {c} | s3cmd --ca-certs={c} | curl --cacert {c}",
+                 rclone --ca-cert {c} | restic --cacert {c} | s3cmd --ca-certs={c} | swift --os-cacert {c} | curl --cacert {c}",
                 c = cert.display()
             );
         } else {
-            println!("  key: {} (both reloaded on SIGHUP)", key.display());
+            say_out!("  key: {} (both reloaded on SIGHUP)", key.display());
         }
     }
     if let Some(l) = swift_listener {
         let swift_addr = l.local_addr()?;
-        println!(
+        // A self-signed certificate must be named to the client, or it refuses the gateway.
+        let cacert = match &tls {
+            Some(t) if matches!(t.source(), TlsSource::SelfSigned { .. }) => {
+                format!(" --os-cacert {}", t.source().files().0.display())
+            }
+            _ => String::new(),
+        };
+        say_out!(
             "  swift: {scheme}://{swift_addr}/auth/v1.0 (TempAuth: user blindfold:<access key>, \
-             key <secret key>; e.g. swift -A {scheme}://{swift_addr}/auth/v1.0 -U blindfold:{ak} \
-             -K … list)"
+             key <secret key>; e.g. swift{cacert} -A {scheme}://{swift_addr}/auth/v1.0 -U \
+             blindfold:{ak} -K … list)"
         );
         opened.swift_listener = Some(l);
     }
-    println!("  data directory: {} (back up key.json)", cfg.data_dir.display());
+    say_out!("  data directory: {} (back up key.json)", cfg.data_dir.display());
     if a.nodes.is_empty() {
-        println!("  store: {} ({} engine)", opened.params.store, opened.params.engine);
+        say_out!("  store: {} ({} engine)", opened.params.store, opened.params.engine);
     } else {
-        println!("  nodes: {} (oblivious load balancer)", a.nodes.join(", "));
+        say_out!("  nodes: {} (oblivious load balancer)", a.nodes.join(", "));
     }
-    println!(
+    say_out!(
         "  capacity: {} ({} blocks of {} bytes){}",
         human_bytes(f.capacity_bytes),
         f.blocks,
@@ -460,22 +472,22 @@ async fn serve(a: ServeArgs) -> Result<()> {
         if opened.params.pad_objects { ", object sizes padded" } else { "" }
     );
     if a.nodes.is_empty() {
-        println!(
+        say_out!(
             "  store use: up to {}; trusted memory: about {}",
             human_bytes(f.store_bytes),
             human_bytes(f.trusted_bytes)
         );
     }
     if opened.new_credentials {
-        println!(
+        say_out!(
             "  S3 credentials (saved in {}): access key {ak}, secret key {sk}",
             cfg.data_dir.join("credentials.json").display()
         );
-        println!("  try: AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1 aws --endpoint-url {scheme}://{addr} s3 ls{}", if tls.is_some() { " (with --ca-bundle, above)" } else { "" });
+        say_out!("  try: AWS_ACCESS_KEY_ID={ak} AWS_SECRET_ACCESS_KEY={sk} AWS_DEFAULT_REGION=us-east-1 aws --endpoint-url {scheme}://{addr} s3 ls{}", if tls.is_some() { " (with --ca-bundle, above)" } else { "" });
     } else if a.access_key.is_some() {
-        println!("  S3 credentials: access key {ak} (from --access-key / $BLINDFOLD_ACCESS_KEY)");
+        say_out!("  S3 credentials: access key {ak} (from --access-key / $BLINDFOLD_ACCESS_KEY)");
     } else {
-        println!(
+        say_out!(
             "  S3 credentials: access key {ak}, secret key in {}",
             cfg.data_dir.join("credentials.json").display()
         );
@@ -495,7 +507,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         );
         let limits = opened.limits.separate(blindfold_gateway::listen::ADMIN_MAX_CONNECTIONS);
         tokio::spawn(blindfold_gateway::admin::serve(admin, state, tls.clone(), limits));
-        println!(
+        say_out!(
             "  admin: {scheme}://{admin_addr}/ (dashboard, /visualizer, /metrics; log in with the S3 \
              keys{})",
             if a.admin_token.is_some() { " or the admin token" } else { "" }
@@ -506,8 +518,8 @@ async fn serve(a: ServeArgs) -> Result<()> {
     let shutdown = async move {
         let ctrl_c = tokio::signal::ctrl_c();
         tokio::select! {
-            _ = ctrl_c => eprintln!("blindfold: shutting down"),
-            _ = term.recv() => eprintln!("blindfold: shutting down"),
+            _ = ctrl_c => say_err!("blindfold: shutting down"),
+            _ = term.recv() => say_err!("blindfold: shutting down"),
             _ = stopped.wait_for(|v| v.is_some()) => {}
         }
     };

@@ -72,7 +72,7 @@ async fn storage_server(args: StorageServerArgs) -> Result<()> {
     let auth = match &args.auth_key_file {
         Some(path) if args.generate_auth_key && !path.exists() => {
             let key = AuthKey::create(path)?;
-            eprintln!(
+            say_err!(
                 "generated a new storage auth key in {}; give gateways a copy (mode 0600) and \
                  name it in remote://HOST:PORT?key_file=PATH",
                 path.display()
@@ -83,7 +83,7 @@ async fn storage_server(args: StorageServerArgs) -> Result<()> {
             format!("(create one with --generate-auth-key) loading {}", path.display())
         })?),
         None => {
-            eprintln!(
+            say_err!(
                 "WARNING: --insecure-no-auth: anyone who can reach {} can read, overwrite and \
                  fill the arrays",
                 args.listen
@@ -105,7 +105,7 @@ async fn storage_server(args: StorageServerArgs) -> Result<()> {
         Some(path) => {
             let key = blindfold_tee::TeeKey::load(path)
                 .with_context(|| format!("loading the enclave key {}", path.display()))?;
-            eprintln!(
+            say_err!(
                 "trusted component enabled (blocks of {} bytes); without SGX this host holds \
                  the key and can read the TEE engine's blocks",
                 args.enclave_block_size
@@ -119,14 +119,14 @@ async fn storage_server(args: StorageServerArgs) -> Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     // One line on standard output, so scripts (and tests) can learn a port picked with :0.
-    println!(
+    say_out!(
         "blindfold storage-server listening on {} (store {})",
         server.local_addr(),
         args.store
     );
     tokio::select! {
         r = server.run() => r.context("serving")?,
-        _ = tokio::signal::ctrl_c() => eprintln!("interrupted; stopping"),
+        _ = tokio::signal::ctrl_c() => say_err!("interrupted; stopping"),
     }
     Ok(())
 }

@@ -16,9 +16,10 @@ pub struct GitBenchArgs {
     /// pushes there; each gateway keeps its cells under a prefix of the same bucket.
     #[arg(long)]
     pub store: StoreUrl,
-    /// The repository, a git bundle (the thesis's: openstacksdk-2019.bundle).
-    #[arg(long, default_value = blindfold_bench::git::DEFAULT_BUNDLE)]
-    pub bundle: PathBuf,
+    /// The repository, a git bundle (the thesis's: openstacksdk-2019.bundle) [default:
+    /// openstacksdk-2019.bundle in the current directory, or beside a source checkout].
+    #[arg(long, env = "BLINDFOLD_BUNDLE")]
+    pub bundle: Option<PathBuf>,
     /// The branch of the bundle to push.
     #[arg(long, default_value = blindfold_bench::git::BUNDLE_BRANCH)]
     pub branch: String,
@@ -66,7 +67,7 @@ async fn bench_git(a: GitBenchArgs) -> Result<()> {
         engines.truncate(1);
     }
     let params = GitBench {
-        bundle: (!a.quick).then_some(a.bundle),
+        bundle: (!a.quick).then(|| git::find_bundle(a.bundle)),
         branch: a.branch,
         engines,
         block_sizes: a.block_size,

@@ -32,7 +32,9 @@ pub enum BenchCommand {
     /// the same workload on a sealed store without ORAM, and reports throughput, bandwidth
     /// blow-up, stash, trusted memory and the slowdown ratio.
     Path(PathArgs),
-    /// Path vs Ring vs XOR Ring ORAM, reproducing seed 002's comparison (Tables 4, 6-9).
+    /// Path vs Ring vs XOR Ring ORAM, reproducing the comparison of Al-Saleh and
+    /// Belghith, "Practical Suitability and Experimental Assessment of Tree ORAMs" (2018; Tables
+    /// 4, 6-9).
     ///
     /// Fills each scheme with the same blocks, serves the same seeded workload over an
     /// emulated link (exact link time on a virtual clock plus this machine's measured processing
@@ -40,7 +42,8 @@ pub enum BenchCommand {
     /// papers' formulas), per-phase processing time, a link-speed sweep and server storage.
     /// Saves CSV files and SVG plots to --out-dir.
     Schemes(SchemesArgs),
-    /// Onion ORAM with real Damgård–Jurik, phase by phase beside seed 002's Table 5.
+    /// Onion ORAM with real Damgård–Jurik, phase by phase beside Al-Saleh and Belghith's
+    /// Table 5 (2018).
     ///
     /// Builds the seed's setup (1024-bit keys, 4 KiB blocks, 2047 buckets, 4096 blocks,
     /// τ = 3), fills the store so every select works on full-size numbers, bulk loads every
@@ -50,7 +53,8 @@ pub enum BenchCommand {
     /// measurement (every access and eviction does the same work, so the means hold), or
     /// --quick for a small run of seconds. Needs a build with `--features onion` (GMP).
     Onion(OnionArgs),
-    /// The TEE-assisted engine beside seed 004's Tables I–III (closed-loop client).
+    /// The TEE-assisted engine beside Zhang's Tables I–III (TEE and client
+    /// gateway; closed-loop client).
     ///
     /// For each configuration: starts the trusted component and its host as their own process
     /// (`blindfold enclave`, cells in files under --work-dir), bulk loads every block through
@@ -68,7 +72,7 @@ pub enum BenchCommand {
     /// sealed at fixed places (not oblivious; the baseline). Reports throughput, latency
     /// percentiles per operation, bytes moved to the store per logical byte, and the slowdown.
     Gateway(GatewayBenchArgs),
-    /// The thesis's workloads A-E (seed 003) through the gateway vs. the same gateway without
+    /// The workloads A-E of Thoresen's thesis (2019) through the gateway vs. the same gateway without
     /// ORAM, for each engine and block size.
     ///
     /// The workloads are the checked-in descriptions in workloads/*.toml (stages, read and
@@ -77,7 +81,7 @@ pub enum BenchCommand {
     /// engine and block size; --rtt-ms/--mbit emulate the public-cloud link (none: the private
     /// cloud).
     Workload(WorkloadBenchArgs),
-    /// The thesis's git workload (seed 003): push, clone, push a commit, pull, through the
+    /// The git workload of Thoresen's thesis (2019): push, clone, push a commit, pull, through the
     /// gateway and straight against the S3 server.
     ///
     /// Pushes the thesis's repository (the OpenStack SDK cut at 5,893 commits, --bundle) to a
