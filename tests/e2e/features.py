@@ -17,6 +17,7 @@ import subprocess
 import time
 
 from clients import AwsFlow, aws_cmd, http
+from deployment import deploy
 from gateway import Gateway
 from harness import die, expect, rand_file, read, run, same_file, spawn, forget, wait_for, watch_pid_file
 
@@ -504,4 +505,4 @@ def crash(run_):
                                   "--lose-data-dir", *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
 
 
-EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash}
+EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash, "deploy": deploy}
