@@ -51,6 +51,7 @@ if only deploy; then
   # start on a machine with systemd is left alone), and systemd-analyze for the unit.
   { command -v prometheus && command -v promtool; } >/dev/null || apt_need+=(prometheus)
   command -v systemd-analyze >/dev/null || apt_need+=(systemd)
+  command -v strace >/dev/null || apt_need+=(strace) # the unit's system call filter, checked
 fi
 if only observe; then
   CHROMIUM=${CHROMIUM:-}
@@ -98,7 +99,7 @@ if ((${#pip_need[@]})); then
   hash -r
 fi
 
-for tool in aws s3cmd git-remote-s3 swift rclone restic git curl node prometheus promtool systemd-analyze; do
+for tool in aws s3cmd git-remote-s3 swift rclone restic git curl node prometheus promtool systemd-analyze strace; do
   printf '  %-14s %s\n' "$tool" "$(command -v "$tool" || echo MISSING)"
 done
 printf '  %-14s %s\n' boto3 "$(python3 -c 'import boto3; print(boto3.__version__)' 2>&1)"

@@ -2,8 +2,9 @@
 
 Static checks: `promtool check rules` and `promtool test rules` on deploy/prometheus (every
 alert shown firing and quiet), `promtool check config` on the scrape configuration (its paths
-pointed at the repository's files), and `systemd-analyze verify` and `security` on
-deploy/blindfold.service (its ExecStart pointed at the binary under test; any warning fails).
+pointed at the repository's files), `systemd-analyze verify` and `security` on
+deploy/blindfold.service (its ExecStart pointed at the binary under test; any warning fails),
+and the system calls of a gateway under strace against the unit's SystemCallFilter=.
 
 Then a live check: a real Prometheus (started here on a free 127.0.0.1 port, with its storage
 in the work directory, and stopped after) scrapes a live `blindfold serve` started from a
@@ -17,6 +18,7 @@ gateway stops. The store-full part needs the gateway's `blindfold_store_blocks_*
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -105,6 +107,79 @@ def unit_command_line(ctx, work):
     help_text = ctx.blindfold("serve", "--help").stdout
     for flag in flags:
         expect(re.search(rf"^\s+{re.escape(flag)}\b", help_text, re.M), f"serve has no flag {flag}")
+
+
+def syscall_set(names):
+    """The system calls a SystemCallFilter= list names (groups expanded by systemd-analyze)."""
+    out = set()
+    for name in names:
+        if not name.startswith("@"):
+            out.add(name)
+            continue
+        lines = run(["systemd-analyze", "syscall-filter", name], timeout=60).stdout.splitlines()[1:]
+        words = [w.strip() for w in lines if w.strip() and not w.strip().startswith("#")]
+        out |= syscall_set(words)
+    return out
+
+
+class TracedGateway(Gateway):
+    """A gateway under `strace -f`: its process is strace's, signals go to the gateway itself."""
+
+    def __init__(self, ctx, name, trace, **kw):
+        super().__init__(ctx, name, **kw)
+        self.trace = trace
+
+    def serve_args(self, flags=()):
+        return ["strace", "-f", "-qq", "-o", self.trace, *super().serve_args(flags)]
+
+    def signal(self, sig):
+        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+            os.kill(int(f.read().split()[0]), sig)
+
+    def stop(self, seconds=30):
+        self.signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+        forget(self.proc)
+        self.proc = None
+        return rc
+
+
+def unit_syscalls(ctx, work):
+    """Every system call a gateway makes (start with TLS, S3 traffic, a SIGHUP reload, a clean
+    stop) passes the unit's SystemCallFilter=."""
+    text = read(os.path.join(deploy_dir(ctx), "blindfold.service")).decode()
+    allow, deny = set(), set()
+    for m in re.finditer(r"^SystemCallFilter=(~?)(.*)$", text, re.M):
+        (deny if m.group(1) else allow).update(syscall_set(m.group(2).split()))
+    expect(allow, "the unit has no SystemCallFilter= allow list")
+    trace = os.path.join(work, "strace.out")
+    gw = TracedGateway(ctx, "deploy-strace", trace, capacity="4MiB", tls=True)
+    gw.start(timeout=120)
+    try:
+        s3 = boto3_client(gw)
+        s3.create_bucket(Bucket="e2e-syscalls")
+        for i in range(8):
+            s3.put_object(Bucket="e2e-syscalls", Key=f"k{i}", Body=os.urandom(50_000))
+            s3.get_object(Bucket="e2e-syscalls", Key=f"k{i}")["Body"].read()
+        s3.list_objects_v2(Bucket="e2e-syscalls")
+        s3.delete_object(Bucket="e2e-syscalls", Key="k0")
+        gw.signal(signal.SIGHUP)
+        time.sleep(0.5)
+    finally:
+        rc = gw.stop()
+    expect(rc == 0, f"the traced gateway exited with status {rc}")
+    used = set()
+    for line in read(trace).decode("utf-8", "replace").splitlines():
+        m = re.match(r"^\d+\s+([a-z0-9_]+)\(", line)
+        if m:
+            used.add(m.group(1))
+    expect(len(used) > 20, f"only {len(used)} system calls in the trace: {sorted(used)}")
+    refused = sorted(c for c in used if c not in allow or c in deny)
+    expect(not refused, f"the unit's SystemCallFilter= refuses {refused} (the gateway made {len(used)} kinds of call)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,6 +353,8 @@ def deploy(run_):
             unit_verify, ctx, work)
     p.check("systemd-analyze security deploy/blindfold.service: exposure at most 2.0", unit_security, ctx, work)
     p.check("the unit's serve flags exist", unit_command_line, ctx, work)
+    p.check("every system call of a gateway under strace (TLS start, S3 traffic, SIGHUP, stop) passes the unit's "
+            "SystemCallFilter=", unit_syscalls, ctx, work)
 
     live = p.dir("prometheus")
     t0 = time.monotonic()
