@@ -316,7 +316,8 @@ def store_fills(prom, gw):
 
 def store_alert(prom):
     """BlindfoldStoreNearlyFull fires on the full store (it needs the blindfold_store_blocks_* gauges)."""
-    if not prom.query("blindfold_store_blocks_capacity") or not prom.query("blindfold_store_blocks_used"):
+    if not wait_for(lambda: prom.query("blindfold_store_blocks_capacity") and prom.query("blindfold_store_blocks_used"),
+                    15, 0.5):
         die("the gateway exports no blindfold_store_blocks_used and blindfold_store_blocks_capacity: "
             "the store gauges are not in this build, so the store-full alert cannot fire")
     firing = wait_for(lambda: prom.alert_state("BlindfoldStoreNearlyFull") == "firing", 20, 0.5)
