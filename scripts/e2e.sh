@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests: real S3 and Swift clients against a live `blindfold serve`, looped over every
 # engine and over HTTPS, then users, the admin listener under load, growth, `blindfold report
-# --quick` and a crash loop. The checks are Python: tests/e2e/suite.py (see tests/e2e/README.md);
+# --quick`, a crash loop and the deploy/ folder (promtool, systemd-analyze, a live Prometheus). The checks are Python: tests/e2e/suite.py (see tests/e2e/README.md);
 # this script installs what they need, builds the binary and runs them.
 #
 # Installs the clients it needs when missing (apt: rclone restic s3cmd git curl; pip: awscli boto3
@@ -13,7 +13,7 @@
 #
 # Knobs (environment), read by the suite: BLINDFOLD_BIN, E2E_ONLY (targets: tao tls path-oram tee
 # tee-enclave oblivistore curious curious-path nodes; clients: aws boto3 rclone restic s3cmd git
-# swift; extras: users observe grow report crash disk-full), E2E_KEEP=1, E2E_SOAK_SECONDS, E2E_ARTEFACTS,
+# swift; extras: users observe grow report crash disk-full deploy), E2E_KEEP=1, E2E_SOAK_SECONDS, E2E_ARTEFACTS,
 # E2E_CRASH_ROUNDS, E2E_CRASH_SEED, E2E_COUNTS_FILE ("passed failed" goes there; scripts/test.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +46,13 @@ for tool in rclone restic s3cmd git curl; do
   command -v "$tool" >/dev/null || apt_need+=("$tool")
 done
 command -v openssl >/dev/null || apt_need+=(openssl) # certificates for the tls target
+if only deploy; then
+  # promtool and prometheus (the suite runs its own on 127.0.0.1; a service the package may
+  # start on a machine with systemd is left alone), and systemd-analyze for the unit.
+  { command -v prometheus && command -v promtool; } >/dev/null || apt_need+=(prometheus)
+  command -v systemd-analyze >/dev/null || apt_need+=(systemd)
+  command -v strace >/dev/null || apt_need+=(strace) # the unit's system call filter, checked
+fi
 if only observe; then
   CHROMIUM=${CHROMIUM:-}
   if [[ -z $CHROMIUM ]]; then
@@ -92,7 +99,7 @@ if ((${#pip_need[@]})); then
   hash -r
 fi
 
-for tool in aws s3cmd git-remote-s3 swift rclone restic git curl node; do
+for tool in aws s3cmd git-remote-s3 swift rclone restic git curl node prometheus promtool systemd-analyze strace; do
   printf '  %-14s %s\n' "$tool" "$(command -v "$tool" || echo MISSING)"
 done
 printf '  %-14s %s\n' boto3 "$(python3 -c 'import boto3; print(boto3.__version__)' 2>&1)"

@@ -17,6 +17,7 @@ import subprocess
 import time
 
 from clients import AwsFlow, aws_cmd, http
+from deployment import deploy
 from gateway import Gateway
 from harness import die, expect, rand_file, read, run, same_file, spawn, forget, wait_for, watch_pid_file
 
@@ -629,4 +630,4 @@ class DiskFull:
 
 
 EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash,
-          "disk-full": disk_full}
+          "disk-full": disk_full, "deploy": deploy}

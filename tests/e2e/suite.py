@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end checks: real S3 and Swift clients against a live `blindfold serve`, looped over
 every engine and over HTTPS, then the extras (users, the admin listener under load, growth,
-`blindfold report --quick`, the crash loop).
+`blindfold report --quick`, the crash loop, the deploy/ folder with a live Prometheus).
 
 Run by scripts/e2e.sh, which installs the clients and builds the binary first; by hand, with the
 clients installed:
@@ -28,7 +28,7 @@ is killed and the work directory removed on any exit.
 
 Environment: BLINDFOLD_BIN (or --bin), E2E_ONLY (the targets above select the matrix's rows,
 the clients aws boto3 rclone restic s3cmd git swift its columns, and the extras users observe
-grow report crash run only when named; naming only rows runs every client, naming only
+grow report crash deploy run only when named; naming only rows runs every client, naming only
 columns every target; unset runs everything), E2E_KEEP=1 (keep the work directory), E2E_SOAK_SECONDS (45), E2E_SOAK_CLIENTS
 (256), E2E_ARTEFACTS (browser screenshots), CHROMIUM, E2E_CRASH_ROUNDS (20), E2E_CRASH_SEED,
 E2E_CRASH_ROTATE_EVERY (6), E2E_CRASH_GROW_EVERY (7), E2E_COUNTS_FILE, E2E_FULL (targets that
