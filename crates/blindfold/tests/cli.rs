@@ -759,6 +759,8 @@ fn rotate_key_re_seals_everything_then_retires_the_old_key() {
     wait_for_rotation(&d);
     let log = served.stop();
     assert!(log.contains("key rotation under way"), "{log}");
+    // At the default log level the operator sees it end.
+    assert!(log.contains("key rotation finished"), "{log}");
     assert!(!d.join("key.json.next").exists(), "the new key file took the old one's place");
     assert_ne!(std::fs::read(&key).unwrap(), old, "the key file holds the new key");
     let list = text(&blindfold(&["user", "list", "--data-dir", dir]));
