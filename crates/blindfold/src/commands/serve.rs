@@ -446,7 +446,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         );
     }
     if let Some(admin_addr) = a.admin_listen {
-        let model = cost_model(&a.price_provider, a.prices.as_deref())?;
+        let (model, price_basis) = cost_model(&a.price_provider, a.prices.as_deref())?;
         opened.observer.set_cost_model(a.price_provider.clone(), model);
         let admin = tokio::net::TcpListener::bind(admin_addr).await.with_context(|| {
             format!("--admin-listen {admin_addr}: cannot listen there (in use, or not ours)")
@@ -460,7 +460,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         let state = blindfold_gateway::admin::AdminState::new(
             &opened,
             auth,
-            Some(a.price_provider.clone()),
+            Some(price_basis),
         );
         let limits = opened.limits.separate(blindfold_gateway::listen::ADMIN_MAX_CONNECTIONS);
         tokio::spawn(blindfold_gateway::admin::serve(admin, state, tls.clone(), limits));
@@ -529,11 +529,12 @@ async fn serve(a: ServeArgs) -> Result<()> {
 }
 
 /// The cost metrics' price model: dollars of requests and transfer for store counts, and
-/// dollars per month of storage, at one provider's list prices.
+/// dollars per month of storage, at one provider's list prices; and that provider's name (the
+/// basis the dashboard states beside the figure).
 fn cost_model(
     provider: &str,
     prices: Option<&std::path::Path>,
-) -> Result<blindfold_gateway::observe::CostModel> {
+) -> Result<(blindfold_gateway::observe::CostModel, String)> {
     use blindfold_bench::cost::{PriceTable, Usage};
     let table = match prices {
         Some(path) => PriceTable::load(path)?,
@@ -546,9 +547,11 @@ fn cost_model(
             ids.join(", ")
         );
     };
-    Ok(std::sync::Arc::new(move |counts: &blindfold_store::Counts, stored: u64| {
+    let name = p.name.clone();
+    let model = std::sync::Arc::new(move |counts: &blindfold_store::Counts, stored: u64| {
         let usage = Usage::from_counts(counts, 1, stored);
         let (requests, transfer) = usage.dollars_per_op(&p);
         (requests + transfer, usage.storage_per_month(&p))
-    }))
+    });
+    Ok((model, name))
 }
