@@ -457,11 +457,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
             a.admin_token.clone(),
         )
         .map_err(|e| anyhow::anyhow!("--admin-token: {e}"))?;
-        let state = blindfold_gateway::admin::AdminState::new(
-            &opened,
-            auth,
-            Some(price_basis),
-        );
+        let state = blindfold_gateway::admin::AdminState::new(&opened, auth, Some(price_basis));
         let limits = opened.limits.separate(blindfold_gateway::listen::ADMIN_MAX_CONNECTIONS);
         tokio::spawn(blindfold_gateway::admin::serve(admin, state, tls.clone(), limits));
         println!(

@@ -162,8 +162,8 @@ fn ask_the_gateway(
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let sealed = std::fs::read(&answer)
-        .map_err(|e| anyhow::anyhow!("reading {}: {e}", answer.display()))?;
+    let sealed =
+        std::fs::read(&answer).map_err(|e| anyhow::anyhow!("reading {}: {e}", answer.display()))?;
     let _ = std::fs::remove_file(&answer);
     Ok((open_answer(&sealed, key)?, String::new()))
 }
