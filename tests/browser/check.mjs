@@ -5,6 +5,11 @@
 //   node check.mjs --admin http://127.0.0.1:PORT --user AK --password SK --out DIR
 //                  [--docs-img DIR] [--chromium PATH]
 //
+// Besides what each page shows, every page is checked for legibility: each canvas's backing
+// store matches its displayed size times devicePixelRatio (nothing scaled down to a blur of
+// six-pixel labels), axis ticks are round (1, 2 or 5 times a power of ten), nothing overflows
+// a phone's width (390×844), and a login given in the address (https://AK:SK@host/) works.
+//
 // Prints one `ok - …` or `FAIL - …` line per check (scripts/e2e.sh counts them) and saves
 // screenshots in --out (and, with --docs-img, the three docs/ shows). Exits non-zero if a
 // check failed.
@@ -83,6 +88,51 @@ async function painted(page, id) {
   }, id);
 }
 
+// Canvases whose backing store is not their displayed size times devicePixelRatio.
+async function blurredCanvases(page) {
+  return page.evaluate(() => {
+    const dpr = window.devicePixelRatio || 1;
+    return [...document.querySelectorAll("canvas")]
+      .map((c) => ({ id: c.id, width: c.width, height: c.height, want: [Math.round(c.clientWidth * dpr), Math.round(c.clientHeight * dpr)] }))
+      .filter((c) => Math.abs(c.width - c.want[0]) > 1 || Math.abs(c.height - c.want[1]) > 1)
+      .map((c) => `${c.id} is ${c.width}×${c.height}, shown at ${c.want[0]}×${c.want[1]} device pixels`);
+  });
+}
+
+// Axis ticks that are not round: every step must be 1, 2 or 5 times a power of ten, every
+// tick a multiple of it, and no label longer than the step needs (no "1421.6", "0.3671").
+async function unroundTicks(page) {
+  const charts = await page.evaluate(() => window.blindfoldCharts || {});
+  const problems = [];
+  if (!Object.keys(charts).length) problems.push("no chart axes recorded");
+  for (const [id, c] of Object.entries(charts)) {
+    const mantissa = c.step / Math.pow(10, Math.floor(Math.log10(c.step) + 1e-9));
+    if (![1, 2, 5].some((m) => Math.abs(mantissa - m) < 1e-6)) problems.push(`${id}: step ${c.step}`);
+    for (const t of c.ticks) {
+      const k = t / c.step;
+      if (Math.abs(k - Math.round(k)) > 1e-6) problems.push(`${id}: tick ${t} is not a multiple of ${c.step}`);
+    }
+    for (const l of c.labels) {
+      const digits = (l.match(/\.(\d+)/) || ["", ""])[1].length;
+      if (digits > Math.max(0, -Math.floor(Math.log10(c.step) + 1e-9))) problems.push(`${id}: label "${l}"`);
+    }
+  }
+  return problems;
+}
+
+// Whether the page is wider than the viewport (a phone would scroll sideways).
+async function overflow(page) {
+  return page.evaluate(() => {
+    const wide = document.documentElement.scrollWidth - window.innerWidth;
+    if (wide <= 0) return null;
+    const culprits = [...document.querySelectorAll("body *")]
+      .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
+      .slice(0, 3)
+      .map((e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + (e.className ? "." + e.className : ""));
+    return `${wide} px wider than the screen (${culprits.join(", ")})`;
+  });
+}
+
 const browser = await chromium.launch({
   executablePath: args.chromium,
   headless: true,
@@ -91,7 +141,8 @@ const browser = await chromium.launch({
     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"],
 });
 const credentials = { username: args.user, password: args.password };
-const viewport = { width: 1400, height: 1000 };
+const viewport = { width: 1400, height: 900 };
+const phone = { viewport: { width: 390, height: 844 }, deviceScaleFactor: 3, isMobile: true, hasTouch: true };
 
 try {
   await check("browser: unauthenticated requests are refused (401), the probes are open", async () => {
@@ -163,10 +214,61 @@ try {
     assert(/engine \w+/.test(meta), `the engine is not shown: ${meta}`);
     const rps = await page.textContent("#t-rps");
     assert(rps && rps !== "–", `no request rate shown (${rps})`);
+    const fullness = await page.textContent("#t-fullness");
+    const blocks = await page.textContent("#t-fullness-blocks");
+    assert(/^[<\d.\s]+% full$/.test(fullness), `no store fullness shown (${fullness})`);
+    assert(/^\d+ of \d+ blocks of /.test(blocks), `no blocks used of the capacity shown (${blocks})`);
+    assert(/\d/.test(await page.textContent("#t-objects")), "no object count shown");
+    assert(/free of/.test(await page.textContent("#t-disk-of")), "no free disk space shown");
+    const basis = await page.textContent("#t-cost-basis");
+    assert(/prices|no bill|no price/.test(basis), `the cost does not say what it is priced at (${basis})`);
+    const p99 = await page.textContent("#t-p99");
+    assert(!/^0(\.0+)? ms$/.test(p99) || later.lastRequestsPerSecond > 0, `an idle second shows p99 ${p99}`);
+    const blurred = await blurredCanvases(page);
+    assert(blurred.length === 0, blurred.join("; "));
+    const unround = await unroundTicks(page);
+    assert(unround.length === 0, `axis ticks not round: ${unround.join("; ")}`);
     await page.screenshot({ path: join(args.out, "dashboard.png"), fullPage: true });
     if (args["docs-img"]) await page.screenshot({ path: join(args["docs-img"], "dashboard.png"), fullPage: true });
     assert(problems.length === 0, problems.join("; "));
     await page.close();
+  });
+
+  await check("browser: a login in the address (http://AK:SK@host/) loads the dashboard without console errors", async () => {
+    const bare = await browser.newContext({ viewport });
+    const page = await bare.newPage();
+    const problems = watch(page);
+    const u = new URL(admin + "/");
+    u.username = encodeURIComponent(args.user);
+    u.password = encodeURIComponent(args.password);
+    const r = await page.goto(u.href);
+    assert(r.status() === 200, `${u.origin}/ with the login in the address answered ${r.status()}`);
+    await page.waitForFunction(() => window.blindfoldDashboard && window.blindfoldDashboard.updates >= 2, null, { timeout: 20000 });
+    const d = await page.evaluate(() => ({ ...window.blindfoldDashboard }));
+    assert(d.lastError === null, `the dashboard could not fetch its data: ${d.lastError}`);
+    for (const id of ["c-rps", "c-lat", "c-bytes"]) {
+      const n = await painted(page, id);
+      assert(n > 200, `chart ${id} is blank (${n} pixels drawn)`);
+    }
+    assert(problems.length === 0, problems.join("; "));
+    await bare.close();
+  });
+
+  await check("browser: on a phone (390×844) the dashboard fits the width and its charts are sharp", async () => {
+    const small = await browser.newContext({ ...phone, httpCredentials: credentials });
+    const page = await small.newPage();
+    const problems = watch(page);
+    await page.goto(admin + "/");
+    await page.waitForFunction(() => window.blindfoldDashboard && window.blindfoldDashboard.updates >= 2, null, { timeout: 20000 });
+    const wide = await overflow(page);
+    assert(wide === null, `the dashboard overflows a phone: ${wide}`);
+    const blurred = await blurredCanvases(page);
+    assert(blurred.length === 0, blurred.join("; "));
+    const unround = await unroundTicks(page);
+    assert(unround.length === 0, `axis ticks not round: ${unround.join("; ")}`);
+    await page.screenshot({ path: join(args.out, "dashboard-phone.png"), fullPage: true });
+    assert(problems.length === 0, problems.join("; "));
+    await small.close();
   });
 
   // One demo run on the page: click, wait for the window to close, return what it shows.
@@ -196,15 +298,45 @@ try {
     }
     assert(on.pValue !== null && on.pValue > 1e-4, `with ORAM the store's view looks skewed (p = ${on.pValue})`);
     assert((await page.textContent("#verdict")).includes("uniform"), "no uniform verdict shown");
+    const p = await page.textContent("#pvalue");
+    assert(/^p (= \d\.\d{3}|< 0\.001)$/.test(p), `the p-value prints as "${p}"`);
+    const note = await page.textContent("#requests-note");
+    assert(/demo/.test(note) && /S3/.test(note), `no word on why a demo lists no S3 requests (${note})`);
+    const blurred = await blurredCanvases(page);
+    assert(blurred.length === 0, blurred.join("; "));
+    const unround = await unroundTicks(page);
+    assert(unround.length === 0, `axis ticks not round: ${unround.join("; ")}`);
     await page.screenshot({ path: join(args.out, "visualizer-oram-on.png"), fullPage: true });
     if (args["docs-img"]) await page.screenshot({ path: join(args["docs-img"], "visualizer.png"), fullPage: true });
     const off = await demo(page, "#demo-off", "demo: sealed blocks, no ORAM");
     assert(off.pValue !== null && off.pValue < 1e-6, `without ORAM the skew did not show (p = ${off.pValue})`);
     assert((await page.textContent("#verdict")).includes("not uniform"), "no skew verdict shown");
+    assert((await page.textContent("#pvalue")) === "p < 0.001", "a vanishing p-value is not printed as p < 0.001");
     await page.screenshot({ path: join(args.out, "visualizer-oram-off.png"), fullPage: true });
     if (args["docs-img"]) await page.screenshot({ path: join(args["docs-img"], "visualizer-off.png"), fullPage: true });
     assert(problems.length === 0, problems.join("; "));
     await page.close();
+  });
+
+  await check("browser: the visualizer opens on the last recording, also on a phone without overflow", async () => {
+    for (const options of [{ viewport }, phone]) {
+      const c = await browser.newContext({ ...options, httpCredentials: credentials });
+      const page = await c.newPage();
+      const problems = watch(page);
+      await page.goto(admin + "/visualizer");
+      await page.waitForFunction(() => window.blindfoldVisualizer.draws > 0, null, { timeout: 20000 });
+      for (const id of ["c-logical", "c-physical", "c-hist"]) {
+        const n = await painted(page, id);
+        assert(n > 200, `view ${id} is blank on opening (${n} pixels drawn)`);
+      }
+      const wide = await overflow(page);
+      assert(wide === null, `the visualizer overflows ${options.viewport.width} px: ${wide}`);
+      const blurred = await blurredCanvases(page);
+      assert(blurred.length === 0, blurred.join("; "));
+      if (options === phone) await page.screenshot({ path: join(args.out, "visualizer-phone.png"), fullPage: true });
+      assert(problems.length === 0, problems.join("; "));
+      await c.close();
+    }
   });
 
   await check("browser: recording the live gateway shows its S3 requests, logical and store accesses", async () => {

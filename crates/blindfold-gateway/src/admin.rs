@@ -147,10 +147,15 @@ pub struct AdminState {
     started: Instant,
     demo: Mutex<Option<Arc<Observer>>>,
     price_provider: Option<String>,
+    /// The data directory (its disk's free space is shown).
+    data_dir: std::path::PathBuf,
+    /// The listeners' TLS, once [`serve`] starts (its certificate's expiry is shown).
+    tls: Mutex<Option<crate::tls::Tls>>,
 }
 
 impl AdminState {
-    /// The state for the gateway `opened`.
+    /// The state for the gateway `opened`; `price_provider` names the price table entry the
+    /// cost figures use (shown as their basis).
     pub fn new(opened: &Opened, auth: AdminAuth, price_provider: Option<String>) -> Arc<Self> {
         Arc::new(Self {
             observer: Arc::clone(&opened.observer),
@@ -161,7 +166,17 @@ impl AdminState {
             started: Instant::now(),
             demo: Mutex::new(None),
             price_provider,
+            data_dir: opened.data_dir.clone(),
+            tls: Mutex::new(None),
         })
+    }
+
+    /// How full the gateway is now; also sets the observer's gauges.
+    fn usage(&self) -> crate::usage::Usage {
+        let tls = self.tls.lock().clone();
+        let usage = crate::usage::gather(&self.objects, &self.data_dir, tls.as_ref());
+        self.observer.set_usage(&usage);
+        usage
     }
 }
 
@@ -226,7 +241,11 @@ struct Summary<'a> {
     pad_objects: bool,
     uptime_s: u64,
     poisoned: bool,
+    /// The price table entry the cost figures are computed at (e.g. "AWS S3 Standard,
+    /// us-east-1"), whatever the store really is.
     price_provider: Option<&'a str>,
+    /// How full the store is (blocks, objects, bytes, the data directory's disk).
+    usage: crate::usage::Usage,
     store_counts: blindfold_store::Counts,
     gauges: crate::observe::EngineGauges,
     history: Vec<crate::observe::HistoryPoint>,
@@ -276,6 +295,7 @@ pub async fn route(state: Arc<AdminState>, req: Request<hyper::body::Incoming>) 
     }
     match (&method, path.as_str()) {
         (&Method::GET, "/metrics") => {
+            state.usage();
             state.observer.refresh(state.engine.gauges());
             reply(
                 StatusCode::OK,
@@ -314,6 +334,7 @@ pub async fn route(state: Arc<AdminState>, req: Request<hyper::body::Incoming>) 
                 uptime_s: state.started.elapsed().as_secs(),
                 poisoned: state.observer.is_poisoned(),
                 price_provider: state.price_provider.as_deref(),
+                usage: state.usage(),
                 store_counts: state.observer.store_counts(),
                 gauges: state.engine.gauges(),
                 history: state.observer.history(),
@@ -477,6 +498,7 @@ pub fn spawn_sampler(state: &Arc<AdminState>) {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
+            state.usage();
             state.observer.sample(state.engine.gauges());
         }
     });
@@ -490,6 +512,7 @@ pub async fn serve(
     tls: Option<crate::tls::Tls>,
     limits: crate::listen::Limits,
 ) {
+    state.tls.lock().clone_from(&tls);
     spawn_sampler(&state);
     let make_svc = || {
         let state = Arc::clone(&state);

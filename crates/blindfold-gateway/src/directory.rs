@@ -196,6 +196,20 @@ pub struct Directory {
     /// Whether new data is accepted now (see [`crate::space`]): refused while the data
     /// directory's disk is nearly full.
     writes: crate::space::WriteGate,
+    /// Objects and their bytes, counted once on first asking ([`Directory::object_totals`])
+    /// and kept up to date by every transaction after (under the allocator's lock, as the
+    /// transactions are), so a scrape never reads the whole directory.
+    totals: Mutex<Option<ObjectTotals>>,
+}
+
+/// How many objects the directory holds and how many bytes they are (as clients sent them,
+/// before blocks and padding).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectTotals {
+    /// Objects.
+    pub objects: u64,
+    /// Their bytes.
+    pub bytes: u64,
 }
 
 impl std::fmt::Debug for Directory {
@@ -210,6 +224,8 @@ pub struct Tx<'a> {
     release: Vec<u64>,
     /// The operations, for the store-side log (only when one is attached).
     ops: Option<Vec<DirOp>>,
+    /// Change to the objects and their bytes, applied to the totals once committed.
+    delta: (i64, i128),
 }
 
 impl std::fmt::Debug for Tx<'_> {
@@ -248,9 +264,13 @@ impl Tx<'_> {
         }
         let mut t = self.txn.open_table(OBJECTS).map_err(db_err)?;
         let old = t.insert((bucket, key), enc(meta).as_slice()).map_err(db_err)?;
+        self.delta.0 += 1;
+        self.delta.1 += i128::from(meta.size);
         if let Some(old) = old {
             let old: ObjectMeta = dec(old.value())?;
             self.release.extend(old.blocks());
+            self.delta.0 -= 1;
+            self.delta.1 -= i128::from(old.size);
         }
         Ok(())
     }
@@ -266,6 +286,8 @@ impl Tx<'_> {
             Some(old) => {
                 let old: ObjectMeta = dec(old.value())?;
                 self.release.extend(old.blocks());
+                self.delta.0 -= 1;
+                self.delta.1 -= i128::from(old.size);
                 Ok(true)
             }
             None => Ok(false),
@@ -416,6 +438,7 @@ impl Directory {
             capacity: capacity.into(),
             journal: parking_lot::RwLock::new(None),
             writes: crate::space::WriteGate::default(),
+            totals: Mutex::new(None),
             alloc: Mutex::new(Alloc {
                 next,
                 free,
@@ -546,10 +569,11 @@ impl Directory {
                 vec![DirOp::Claim(claim.to_vec())]
             }
         });
-        let mut tx = Tx { txn: &txn, release: Vec::new(), ops };
+        let mut tx = Tx { txn: &txn, release: Vec::new(), ops, delta: (0, 0) };
         let out = f(&mut tx)?;
         let release = std::mem::take(&mut tx.release);
         let ops = tx.ops.take();
+        let delta = tx.delta;
         let claimed: HashSet<u64> = claim.iter().copied().collect();
         let mut next = a.next;
         let mut gaps = Vec::new();
@@ -582,6 +606,10 @@ impl Directory {
             }
         }
         // Mirror in memory only once durable.
+        if let Some(t) = self.totals.lock().as_mut() {
+            t.objects = (i128::from(t.objects) + i128::from(delta.0)).max(0) as u64;
+            t.bytes = (i128::from(t.bytes) + delta.1).max(0) as u64;
+        }
         a.next = next;
         a.free.extend(gaps);
         for b in claim {
@@ -832,6 +860,27 @@ impl Directory {
         Ok(out)
     }
 
+    /// Objects and their bytes: counted from the database on the first call (one pass over the
+    /// objects), then kept by every transaction.
+    pub fn object_totals(&self) -> Result<ObjectTotals> {
+        // Under the allocator's lock, which every transaction holds until it has applied its
+        // change: the count and the changes after it never overlap.
+        let _a = self.alloc.lock();
+        if let Some(t) = *self.totals.lock() {
+            return Ok(t);
+        }
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let mut t = ObjectTotals::default();
+        for item in txn.open_table(OBJECTS).map_err(db_err)?.iter().map_err(db_err)? {
+            let (_, v) = item.map_err(db_err)?;
+            let meta: ObjectMeta = dec(v.value())?;
+            t.objects += 1;
+            t.bytes += meta.size;
+        }
+        *self.totals.lock() = Some(t);
+        Ok(t)
+    }
+
     /// Counts of buckets and objects.
     pub fn counts(&self) -> Result<(u64, u64)> {
         let txn = self.db.begin_read().map_err(db_err)?;
@@ -986,6 +1035,41 @@ impl Directory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The objects and their bytes follow puts, overwrites, deletes and a replay, and agree
+    /// with a fresh count after a reopen.
+    #[test]
+    fn object_totals_follow_every_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        let key = MasterKey::from_bytes([7u8; 32]);
+        let d = Directory::open(&path, 64, &key).unwrap();
+        d.create_bucket("b").unwrap();
+        assert_eq!(d.object_totals().unwrap(), ObjectTotals { objects: 0, bytes: 0 });
+        let put = |name: &str, size: u64| {
+            let blocks = d.allocate(1).unwrap().blocks;
+            let meta = ObjectMeta {
+                size,
+                extents: vec![Extent { len: size, blocks: blocks.clone() }],
+                ..Default::default()
+            };
+            d.transact(&blocks, |tx| tx.put_object("b", name, &meta)).unwrap();
+        };
+        put("x", 100);
+        put("y", 1000);
+        put("x", 10);
+        assert_eq!(d.object_totals().unwrap(), ObjectTotals { objects: 2, bytes: 1010 });
+        d.transact(&[], |tx| tx.delete_object("b", "y")).unwrap();
+        d.transact(&[], |tx| tx.delete_object("b", "nothing")).unwrap();
+        assert_eq!(d.object_totals().unwrap(), ObjectTotals { objects: 1, bytes: 10 });
+        // A replay from the store-side log goes through the same transactions.
+        let meta = ObjectMeta { size: 5, ..Default::default() };
+        d.apply(vec![DirOp::PutObject { bucket: "b".into(), key: "z".into(), meta }]).unwrap();
+        assert_eq!(d.object_totals().unwrap(), ObjectTotals { objects: 2, bytes: 15 });
+        drop(d);
+        let d = Directory::open(&path, 64, &key).unwrap();
+        assert_eq!(d.object_totals().unwrap(), ObjectTotals { objects: 2, bytes: 15 });
+    }
 
     #[test]
     fn a_plaintext_directory_is_sealed_once_on_open() {

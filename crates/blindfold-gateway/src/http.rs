@@ -444,6 +444,16 @@ pub async fn run_tls(
         let (stop, stopped) = tokio::sync::watch::channel(false);
         (stop, tokio::spawn(guard.watch(stopped)))
     });
+    let status_answers = {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(crate::usage::answer_requests(
+            Arc::clone(&opened.objects),
+            opened.data_dir.clone(),
+            Arc::clone(&opened.key),
+            stopped,
+        ));
+        (stop, task)
+    };
     let swift = opened.swift_listener.take().map(|listener| {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let front = Arc::new(crate::swift::Swift::new(
@@ -475,6 +485,8 @@ pub async fn run_tls(
         let _ = stop.send(true);
         let _ = task.await;
     }
+    let _ = status_answers.0.send(true);
+    let _ = status_answers.1.await;
     if let Some((stop, task)) = grow_watch {
         // A growth under way is finished first.
         let _ = stop.send(true);

@@ -51,10 +51,11 @@ pub mod standby;
 pub mod storelog;
 pub mod swift;
 pub mod tls;
+pub mod usage;
 pub mod users;
 pub mod verify;
 
-pub use directory::{Directory, Extent, ObjectMeta};
+pub use directory::{Directory, Extent, ObjectMeta, ObjectTotals};
 pub use error::GatewayError;
 pub use s3::Gateway;
 

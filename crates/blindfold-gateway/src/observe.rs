@@ -9,7 +9,10 @@
 //!   wrapped around the engine's store, above a [`CountingStore`]);
 //! - logical block traffic, commits and their duration, integrity errors (the engine watcher
 //!   in `engine.rs`);
-//! - gauges read when scraped: stash, subtree, trusted memory, resident memory, poisoned.
+//! - gauges read when scraped: stash, subtree, trusted memory, resident memory, poisoned;
+//! - how full the gateway is ([`Usage`]: blocks in use of the capacity, objects and their
+//!   bytes, the data directory's disk, the serving certificate's end of validity), set by the
+//!   admin listener before each scrape and each second of history.
 //!
 //! No label ever carries an object name, bucket name or key: operations, statuses and request
 //! kinds are fixed, small sets. Object names appear only in a [recording window](Window),
@@ -283,6 +286,29 @@ impl Window {
     }
 }
 
+/// How full a gateway is, as the metrics, the dashboard and `blindfold status` show it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Usage {
+    /// Logical blocks owned by objects, uploads or writes in progress.
+    pub blocks_used: u64,
+    /// Logical blocks the store holds (the capacity; a growth raises it).
+    pub blocks_capacity: u64,
+    /// Block size in bytes.
+    pub block_size: u32,
+    /// Objects stored.
+    pub objects: u64,
+    /// Their bytes, as clients sent them (before blocks and padding).
+    pub object_bytes: u64,
+    /// Bytes free for the gateway's user on the data directory's file system (statvfs),
+    /// `None` if it could not be read.
+    pub data_dir_free_bytes: Option<u64>,
+    /// Size of that file system in bytes.
+    pub data_dir_size_bytes: Option<u64>,
+    /// End of validity of the serving certificate (its notAfter), unix seconds; `None`
+    /// without TLS.
+    pub tls_not_after: Option<i64>,
+}
+
 /// One second of dashboard history.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct HistoryPoint {
@@ -302,6 +328,9 @@ pub struct HistoryPoint {
     pub p99_ms: f64,
     /// Store bytes per logical block byte since start.
     pub blowup: f64,
+    /// Store bytes per logical block byte in this second; `None` in a second without block
+    /// traffic (nothing to divide by).
+    pub blowup_interval: Option<f64>,
     /// Stash blocks now.
     pub stash: u64,
     /// Dollars of store requests and transfer since start.
@@ -333,6 +362,15 @@ pub struct Observer {
     resident: Gauge,
     cost: Family<ProviderLabel, Gauge<f64, AtomicU64>>,
     storage_cost: Family<ProviderLabel, Gauge<f64, AtomicU64>>,
+    blocks_used: Gauge,
+    blocks_capacity: Gauge,
+    objects: Gauge,
+    object_bytes: Gauge,
+    disk_free: Gauge,
+    disk_size: Gauge,
+    /// The serving certificate's notAfter, once a [`Usage`] with one was set (no series
+    /// without TLS).
+    tls_not_after: Arc<TlsExpiry>,
     s3_total: AtomicU64,
     counting: Mutex<Option<Arc<Counted>>>,
     /// The TEE requests to a trusted component in another process, counted (see
@@ -348,7 +386,8 @@ pub struct Observer {
     window_json: Mutex<Option<(Instant, bytes::Bytes)>>,
     view: Mutex<Option<PhysicalView>>,
     history: Mutex<std::collections::VecDeque<HistoryPoint>>,
-    last: Mutex<(u64, u64, u64)>,
+    /// Totals at the last sample: S3 requests, S3 bytes, store bytes, block bytes.
+    last: Mutex<(u64, u64, u64, u64)>,
     cost_model: Mutex<Option<(String, CostModel)>>,
 }
 
@@ -487,8 +526,49 @@ impl Observer {
             "Dollars per month of storing the store's cells, at the chosen price table",
             storage_cost.clone(),
         );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let g = Gauge::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let blocks_used = gauge(
+            &mut registry,
+            "store_blocks_used",
+            "Logical blocks in use (objects, uploads, writes in progress); a write that needs \
+             more than capacity minus this is refused (EntityTooLarge)",
+        );
+        let blocks_capacity = gauge(
+            &mut registry,
+            "store_blocks_capacity",
+            "Logical blocks the store holds (blindfold grow raises it)",
+        );
+        let objects = gauge(&mut registry, "objects", "Objects stored");
+        let object_bytes = gauge(
+            &mut registry,
+            "object_bytes",
+            "Bytes of the objects stored, as clients sent them (before blocks and padding)",
+        );
+        let disk_free = gauge(
+            &mut registry,
+            "data_dir_free_bytes",
+            "Bytes free for the gateway on the data directory's file system",
+        );
+        let disk_size = gauge(
+            &mut registry,
+            "data_dir_size_bytes",
+            "Size of the data directory's file system in bytes",
+        );
+        let tls_not_after = Arc::new(TlsExpiry::default());
+        registry.register_collector(Box::new(Arc::clone(&tls_not_after)));
         Self {
             registry,
+            blocks_used,
+            blocks_capacity,
+            objects,
+            object_bytes,
+            disk_free,
+            disk_size,
+            tls_not_after,
             s3_requests,
             s3_latency,
             s3_in,
@@ -520,7 +600,7 @@ impl Observer {
             window_json: Mutex::new(None),
             view: Mutex::new(None),
             history: Mutex::new(std::collections::VecDeque::new()),
-            last: Mutex::new((0, 0, 0)),
+            last: Mutex::new((0, 0, 0, 0)),
             cost_model: Mutex::new(None),
         }
     }
@@ -731,6 +811,18 @@ impl Observer {
         report
     }
 
+    /// Sets the fullness gauges (before a scrape or a sample).
+    pub fn set_usage(&self, usage: &Usage) {
+        let set = |g: &Gauge, v: u64| g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        set(&self.blocks_used, usage.blocks_used);
+        set(&self.blocks_capacity, usage.blocks_capacity);
+        set(&self.objects, usage.objects);
+        set(&self.object_bytes, usage.object_bytes);
+        set(&self.disk_free, usage.data_dir_free_bytes.unwrap_or(0));
+        set(&self.disk_size, usage.data_dir_size_bytes.unwrap_or(0));
+        *self.tls_not_after.0.lock() = usage.tls_not_after;
+    }
+
     /// Updates the gauges read at scrape time.
     pub fn refresh(&self, engine: EngineGauges) {
         self.stash.set(engine.stash as i64);
@@ -801,10 +893,18 @@ impl Observer {
         let requests = self.s3_total.load(Ordering::Relaxed);
         let s3_bytes = self.s3_in.get() + self.s3_out.get();
         let store_bytes = counts.bytes_down() + counts.bytes_up();
+        let block_bytes = {
+            // One guard at a time (see `refresh`).
+            let read = self.block_bytes.get_or_create_owned(&DirectionLabel { direction: "read" });
+            let written =
+                self.block_bytes.get_or_create_owned(&DirectionLabel { direction: "written" });
+            read.get() + written.get()
+        };
         let mut last = self.last.lock();
-        let (r0, s0, b0) = *last;
-        *last = (requests, s3_bytes, store_bytes);
+        let (r0, s0, b0, l0) = *last;
+        *last = (requests, s3_bytes, store_bytes, block_bytes);
         drop(last);
+        let block_delta = block_bytes.saturating_sub(l0);
         let mut lat = std::mem::take(&mut *self.recent_latencies.lock());
         lat.sort_by(f32::total_cmp);
         let pct = |p: f64| -> f64 {
@@ -832,6 +932,8 @@ impl Observer {
             p90_ms: pct(0.9),
             p99_ms: pct(0.99),
             blowup: self.blowup.get(),
+            blowup_interval: (block_delta > 0)
+                .then(|| store_bytes.saturating_sub(b0) as f64 / block_delta as f64),
             stash: engine.stash,
             cost_dollars: cost,
             resident_bytes: resident_bytes(),
@@ -846,6 +948,29 @@ impl Observer {
     /// The dashboard history, oldest first.
     pub fn history(&self) -> Vec<HistoryPoint> {
         self.history.lock().iter().cloned().collect()
+    }
+}
+
+/// `tls_certificate_expiry_timestamp_seconds`, present only once a certificate is known (a
+/// gateway without TLS has no such series, rather than a misleading 0).
+#[derive(Debug, Default)]
+struct TlsExpiry(Mutex<Option<i64>>);
+
+impl prometheus_client::collector::Collector for TlsExpiry {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        let Some(t) = *self.0.lock() else { return Ok(()) };
+        let gauge = prometheus_client::metrics::gauge::ConstGauge::new(t);
+        let metric = encoder.encode_descriptor(
+            "tls_certificate_expiry_timestamp_seconds",
+            "End of validity (notAfter) of the certificate the listeners present, unix seconds",
+            None,
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)
     }
 }
 
@@ -1066,6 +1191,26 @@ mod tests {
         assert_eq!(w.requests[0].name, secret);
     }
 
+    /// The dashboard's blow-up chart shows each second's own ratio, not the total since start
+    /// (which flattens out and hides a change).
+    #[tokio::test]
+    async fn the_blowup_of_each_second_is_its_own() {
+        let observer = Arc::new(Observer::new());
+        let store = flat_store(&observer, 8);
+        observer.blocks([1u64].into_iter(), false, 64);
+        store.read(&[CellId(1), CellId(2)]).await.unwrap();
+        observer.sample(EngineGauges::default());
+        let first = observer.history().last().unwrap().blowup_interval.unwrap();
+        observer.sample(EngineGauges::default());
+        assert_eq!(observer.history().last().unwrap().blowup_interval, None);
+        observer.blocks([1u64].into_iter(), false, 64);
+        store.read(&[CellId(3)]).await.unwrap();
+        observer.sample(EngineGauges::default());
+        let last = observer.history().last().cloned().unwrap();
+        assert!((last.blowup_interval.unwrap() - first / 2.0).abs() < 1e-9, "{last:?}");
+        assert!((last.blowup - first * 0.75).abs() < 1e-9, "since start: {last:?}");
+    }
+
     #[test]
     fn history_keeps_the_last_points_only() {
         let observer = Observer::new();
@@ -1075,6 +1220,7 @@ mod tests {
         }
         let h = observer.history();
         assert_eq!(h.len(), HISTORY_POINTS);
+        assert_eq!(h.last().unwrap().blowup_interval, None, "no block traffic, no ratio");
         assert_eq!(h.last().unwrap().requests_per_s, 1.0);
         assert!((h.last().unwrap().p50_ms - 10.0).abs() < 0.5);
     }

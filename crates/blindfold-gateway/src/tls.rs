@@ -138,6 +138,14 @@ impl Tls {
         fingerprint(&self.resolver.current.read().cert[0])
     }
 
+    /// End of validity (notAfter) of the certificate presented now, unix seconds; `None` if
+    /// it cannot be parsed (rustls accepted it, so this is not expected).
+    pub fn not_after(&self) -> Option<i64> {
+        let current = Arc::clone(&self.resolver.current.read());
+        let (_, cert) = x509_parser::parse_x509_certificate(current.cert[0].as_ref()).ok()?;
+        Some(cert.validity().not_after.timestamp())
+    }
+
     /// Where the certificate comes from.
     pub fn source(&self) -> &TlsSource {
         &self.source

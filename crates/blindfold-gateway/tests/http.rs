@@ -455,6 +455,62 @@ async fn metrics_count_s3_traffic_without_names() {
     g.stop().await;
 }
 
+/// How full the store is shows in the metrics and the summary: blocks in use of the
+/// capacity, objects and their bytes (an overwrite replaces, a delete frees), and the data
+/// directory's disk.
+#[tokio::test]
+async fn store_fullness_is_in_the_metrics_and_the_summary() {
+    let g = Running::start().await;
+    let put = |path: &str, len: usize| {
+        let mut req = format!("{}\r\n", signed("PUT", path, &format!("Content-Length: {len}\r\n")))
+            .into_bytes();
+        req.extend(std::iter::repeat_n(b'x', len));
+        req
+    };
+    let ok = |r: (String, String)| assert!(r.0.starts_with("http/1.1 2"), "{}{}", r.0, r.1);
+    ok(exchange(&g, format!("{}\r\n", signed("PUT", "/full", "")).as_bytes()).await);
+    // 4 KiB blocks: 5000 bytes take 2, 10000 take 3, 100 take 1.
+    ok(exchange(&g, &put("/full/a", 5000)).await);
+    ok(exchange(&g, &put("/full/b", 10000)).await);
+    ok(exchange(&g, &put("/full/c", 100)).await);
+    ok(exchange(&g, &put("/full/a", 100)).await);
+    ok(exchange(&g, format!("{}\r\n", signed("DELETE", "/full/c", "")).as_bytes()).await);
+
+    let (_, metrics) = admin_exchange(&g, "GET", "/metrics", &keys()).await;
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("{series} missing from\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(value("blindfold_store_blocks_capacity"), 256.0);
+    assert_eq!(value("blindfold_store_blocks_used"), 4.0);
+    assert_eq!(value("blindfold_objects"), 2.0);
+    assert_eq!(value("blindfold_object_bytes"), 10100.0);
+    let free = value("blindfold_data_dir_free_bytes");
+    let size = value("blindfold_data_dir_size_bytes");
+    assert!(free > 0.0 && size >= free, "free {free}, size {size}");
+    assert_eq!(value("blindfold_integrity_errors_total"), 0.0);
+    assert!(
+        !metrics.contains("blindfold_tls_certificate_expiry_timestamp_seconds "),
+        "no certificate without TLS:\n{metrics}"
+    );
+
+    let (_, summary) = admin_exchange(&g, "GET", "/api/summary", &keys()).await;
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    let usage = &summary["usage"];
+    assert_eq!(usage["blocks_used"], 4, "{summary}");
+    assert_eq!(usage["blocks_capacity"], 256, "{summary}");
+    assert_eq!(usage["objects"], 2, "{summary}");
+    assert_eq!(usage["object_bytes"], 10100, "{summary}");
+    assert!(usage["data_dir_free_bytes"].as_u64().unwrap() > 0, "{summary}");
+    assert!(usage["tls_not_after"].is_null(), "{summary}");
+    g.stop().await;
+}
+
 /// The visualizer's demo: the same skewed workload through Path ORAM looks uniform to the
 /// store, and without it does not.
 #[tokio::test]

@@ -186,3 +186,38 @@ fn missing_files_are_named() {
     .to_string();
     assert!(e.contains("nope.pem"), "{e}");
 }
+
+/// The serving certificate's end of validity is a metric (unix seconds), so an alert can fire
+/// weeks before clients start refusing the gateway.
+#[tokio::test]
+async fn the_certificate_expiry_is_a_metric() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+    let k = rcgen::KeyPair::generate().unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    params.not_after = rcgen::date_time_ymd(2031, 3, 4);
+    std::fs::write(&cert, params.self_signed(&k).unwrap().pem()).unwrap();
+    std::fs::write(&key, k.serialize_pem()).unwrap();
+    let tls = Tls::load(TlsSource::Files { cert: cert.clone(), key }).unwrap();
+    // 2031-03-04T00:00:00Z.
+    assert_eq!(tls.not_after(), Some(1_930_348_800));
+    let g = start(tls).await;
+    let mut conn = connect(g.admin, &[cert_of(&cert)]).await;
+    let auth = base64::engine::general_purpose::STANDARD.encode("AKIDTLSTEST:tls-test-secret");
+    conn.write_all(
+        format!("GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic {auth}\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let (head, body) = common::read_response(&mut conn, false).await;
+    let body = String::from_utf8_lossy(&body);
+    assert!(head.starts_with("http/1.1 200"), "{head}{body}");
+    assert!(
+        body.contains("blindfold_tls_certificate_expiry_timestamp_seconds 1930348800"),
+        "{body}"
+    );
+    g.stop().await;
+}

@@ -997,3 +997,33 @@ fn recover_a_gateway_over_nodes() {
     served.stop();
     drop(nodes);
 }
+
+/// While a gateway serves from a data directory, `status` asks it how full the store is (the
+/// directory database is the gateway's alone), and `verify` refuses at once, saying to stop
+/// the gateway first.
+#[test]
+fn status_and_verify_on_a_directory_a_gateway_serves_from() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("d");
+    let ds = d.to_str().unwrap();
+    let served = serve(&strs(&small_store(&d)));
+    let o = blindfold(&["status", "--data-dir", ds]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for s in ["used: 0 of 256 blocks (0.0%)", "0 objects, 0 bytes", "from the running gateway"] {
+        assert!(out.contains(s), "status lacks {s:?}: {out}");
+    }
+    assert!(!out.contains("in use by another process"), "{out}");
+    assert!(out.contains("data directory's disk:"), "{out}");
+    let o = blindfold(&["verify", "--data-dir", ds]);
+    let out = text(&o);
+    assert!(!o.status.success(), "verify on a live directory succeeded: {out}");
+    assert!(out.contains("a gateway is serving from"), "{out}");
+    assert!(out.contains("stop it") && out.contains("blindfold verify"), "{out}");
+    served.stop();
+    // Stopped, both read the directory themselves again.
+    let o = blindfold(&["status", "--data-dir", ds]);
+    assert!(o.status.success() && text(&o).contains("used: 0 of 256 blocks"), "{}", text(&o));
+    let o = blindfold(&["verify", "--data-dir", ds]);
+    assert!(o.status.success(), "{}", text(&o));
+}

@@ -492,7 +492,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
             cfg.data_dir.join("credentials.json").display()
         );
     }
-    if let (Some(admin), Some(model)) = (admin, model) {
+    if let (Some(admin), Some((model, price_basis))) = (admin, model) {
         opened.observer.set_cost_model(a.price_provider.clone(), model);
         let admin_addr = admin.local_addr()?;
         let auth = blindfold_gateway::admin::AdminAuth::new(
@@ -500,11 +500,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
             a.admin_token.clone(),
         )
         .map_err(|e| anyhow::anyhow!("--admin-token: {e}"))?;
-        let state = blindfold_gateway::admin::AdminState::new(
-            &opened,
-            auth,
-            Some(a.price_provider.clone()),
-        );
+        let state = blindfold_gateway::admin::AdminState::new(&opened, auth, Some(price_basis));
         let limits = opened.limits.separate(blindfold_gateway::listen::ADMIN_MAX_CONNECTIONS);
         tokio::spawn(blindfold_gateway::admin::serve(admin, state, tls.clone(), limits));
         say_out!(
@@ -617,11 +613,12 @@ fn check_room(
 }
 
 /// The cost metrics' price model: dollars of requests and transfer for store counts, and
-/// dollars per month of storage, at one provider's list prices.
+/// dollars per month of storage, at one provider's list prices; and that provider's name (the
+/// basis the dashboard states beside the figure).
 fn cost_model(
     provider: &str,
     prices: Option<&std::path::Path>,
-) -> Result<blindfold_gateway::observe::CostModel> {
+) -> Result<(blindfold_gateway::observe::CostModel, String)> {
     use blindfold_bench::cost::{PriceTable, Usage};
     let table = match prices {
         Some(path) => PriceTable::load(path)?,
@@ -634,9 +631,11 @@ fn cost_model(
             ids.join(", ")
         );
     };
-    Ok(std::sync::Arc::new(move |counts: &blindfold_store::Counts, stored: u64| {
+    let name = p.name.clone();
+    let model = std::sync::Arc::new(move |counts: &blindfold_store::Counts, stored: u64| {
         let usage = Usage::from_counts(counts, 1, stored);
         let (requests, transfer) = usage.dollars_per_op(&p);
         (requests + transfer, usage.storage_per_month(&p))
-    }))
+    });
+    Ok((model, name))
 }

@@ -1,4 +1,5 @@
-//! `blindfold status`: what a data directory holds, from its trusted state alone.
+//! `blindfold status`: what a data directory holds, from its trusted state alone, or, while a
+//! gateway serves from it (and so holds its directory database), as that gateway tells it.
 
 use std::path::PathBuf;
 
@@ -6,7 +7,7 @@ use anyhow::{bail, Result};
 use blindfold_crypto::load_key_file;
 use clap::Args;
 
-use crate::commands::data_dir::CLEAN_STOP_FILE;
+use crate::commands::data_dir::{gateway_running, CLEAN_STOP_FILE};
 use crate::commands::passphrase::read_passphrase;
 
 #[derive(Args, Debug)]
@@ -65,24 +66,56 @@ pub fn run(a: StatusArgs) -> Result<()> {
     }
     let key_path = a.key_file.clone().unwrap_or_else(|| dir.join("key.json"));
     let pass = if a.passphrase { Some(read_passphrase()?) } else { None };
-    let opened = load_key_file(&key_path, pass.as_ref())
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .and_then(|key| {
-            blindfold_gateway::Directory::open(&dir.join("meta.redb"), p.blocks, &key)
-                .map_err(|e| anyhow::anyhow!("{e}"))
-        });
-    match opened {
-        Ok(d) => {
-            let (buckets, objects) = d.counts()?;
-            let used = p.blocks - d.free_blocks();
-            println!(
-                "  used: {} of {} blocks ({:.1}%), {buckets} buckets, {objects} objects",
-                used,
-                p.blocks,
-                100.0 * used as f64 / p.blocks as f64
-            );
+    let key = load_key_file(&key_path, pass.as_ref()).map_err(|e| anyhow::anyhow!("{e}"));
+    let running = gateway_running(dir);
+    let usage = key.and_then(|key| {
+        if running {
+            ask_the_gateway(dir, &key)
+        } else {
+            let d = blindfold_gateway::Directory::open(&dir.join("meta.redb"), p.blocks, &key)?;
+            let (buckets, _) = d.counts()?;
+            let totals = d.object_totals()?;
+            let disk = blindfold_gateway::usage::disk_space(dir);
+            let usage = blindfold_gateway::usage::Usage {
+                blocks_used: d.capacity() - d.free_blocks(),
+                blocks_capacity: d.capacity(),
+                block_size: p.block_size,
+                objects: totals.objects,
+                object_bytes: totals.bytes,
+                data_dir_free_bytes: disk.map(|d| d.0),
+                data_dir_size_bytes: disk.map(|d| d.1),
+                tls_not_after: None,
+            };
+            Ok((usage, format!("{buckets} buckets, ")))
         }
-        Err(e) => println!("  used: unknown ({e}; is a gateway running on it?)"),
+    });
+    match usage {
+        Ok((u, buckets)) => {
+            println!(
+                "  used: {} of {} blocks ({:.1}%), {buckets}{} objects, {}{}",
+                u.blocks_used,
+                u.blocks_capacity,
+                100.0 * u.blocks_used as f64 / u.blocks_capacity.max(1) as f64,
+                u.objects,
+                human_bytes(u.object_bytes),
+                if running { " (from the running gateway)" } else { "" }
+            );
+            let free = u.blocks_capacity.saturating_sub(u.blocks_used);
+            println!(
+                "  room: {} more in whole blocks; a larger write is refused (EntityTooLarge) \
+                 until `blindfold grow` raises the capacity",
+                human_bytes(free * u64::from(u.block_size))
+            );
+            if let (Some(free), Some(size)) = (u.data_dir_free_bytes, u.data_dir_size_bytes) {
+                println!(
+                    "  data directory's disk: {} free of {}",
+                    human_bytes(free),
+                    human_bytes(size)
+                );
+            }
+        }
+        Err(e) if running => println!("  used: unknown (the running gateway did not say: {e})"),
+        Err(e) => println!("  used: unknown ({e})"),
     }
     match std::fs::read_to_string(dir.join(CLEAN_STOP_FILE)) {
         Ok(t) => println!("  last clean stop: {}", t.trim()),
@@ -108,6 +141,31 @@ pub fn run(a: StatusArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// How full the store is, asked of the gateway serving from `dir` (see
+/// `blindfold_gateway::usage`): it answers within a second or two.
+fn ask_the_gateway(
+    dir: &std::path::Path,
+    key: &blindfold_crypto::MasterKey,
+) -> Result<(blindfold_gateway::usage::Usage, String)> {
+    use blindfold_gateway::usage::{open_answer, ANSWER_FILE, REQUEST_FILE};
+    let (request, answer) = (dir.join(REQUEST_FILE), dir.join(ANSWER_FILE));
+    let _ = std::fs::remove_file(&answer);
+    std::fs::write(&request, b"")
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", request.display()))?;
+    let started = std::time::Instant::now();
+    while request.exists() {
+        if started.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = std::fs::remove_file(&request);
+            bail!("no answer within 10 s (is it an older blindfold, or stuck?)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let sealed =
+        std::fs::read(&answer).map_err(|e| anyhow::anyhow!("reading {}: {e}", answer.display()))?;
+    let _ = std::fs::remove_file(&answer);
+    Ok((open_answer(&sealed, key)?, String::new()))
 }
 
 /// Who holds the store's lease (`--durability store`), as the store records it.

@@ -3,7 +3,9 @@
 use anyhow::{bail, Result};
 use clap::Args;
 
-use crate::commands::data_dir::{open_gateway, serve_config, ClusterArgs, GatewayArgs};
+use crate::commands::data_dir::{
+    gateway_running, open_gateway, serve_config, ClusterArgs, GatewayArgs,
+};
 use crate::commands::runtime;
 
 #[derive(Args, Debug)]
@@ -22,6 +24,17 @@ async fn verify(a: VerifyArgs) -> Result<()> {
     let cfg = serve_config(&a.gateway)?;
     if !cfg.data_dir.join("gateway.json").exists() {
         bail!("{} is not a blindfold data directory (no gateway.json)", cfg.data_dir.display());
+    }
+    if gateway_running(&cfg.data_dir) {
+        // Verifying reads every cell through the engine, which the serving gateway alone
+        // drives (one writer per store): it must not run beside it.
+        bail!(
+            "a gateway is serving from {dir}: stop it first (SIGTERM or Ctrl-C: a clean stop), \
+             then run `blindfold verify --data-dir {dir}` again; meanwhile `blindfold status \
+             --data-dir {dir}` shows how full it is and /metrics counts integrity errors \
+             (blindfold_integrity_errors_total) as it serves",
+            dir = cfg.data_dir.display()
+        );
     }
     eprintln!("blindfold verify: opening {}", cfg.data_dir.display());
     let opened = open_gateway(&cfg, &a.cluster.nodes, a.cluster.tls_dir.as_deref()).await?;
