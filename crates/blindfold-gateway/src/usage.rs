@@ -28,9 +28,7 @@ const AAD: &[u8] = b"blindfold status answer v1";
 /// Free and total bytes of the file system holding `dir` (for the gateway's user, as `df`
 /// shows them), or `None` if it cannot be asked.
 pub fn disk_space(dir: &Path) -> Option<(u64, u64)> {
-    let s = rustix::fs::statvfs(dir).ok()?;
-    let unit = s.f_frsize.max(1);
-    Some((s.f_bavail.saturating_mul(unit), s.f_blocks.saturating_mul(unit)))
+    crate::space::disk_space(dir).ok()
 }
 
 /// How full the gateway of `objects` is now, with its data directory `data_dir` and the

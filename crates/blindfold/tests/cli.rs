@@ -599,9 +599,13 @@ fn the_secret_is_shown_once_flags_must_agree_and_status_tells_all() {
         "tao engine, two slots per cell",
         "used: 0 of 256 blocks",
         "last clean stop: 2",
+        " UTC (",
     ] {
         assert!(out.contains(s), "status lacks {s}: {out}");
     }
+    // To the second, for people: no nanoseconds, no offset arithmetic.
+    let stop = out.lines().find(|l| l.contains("last clean stop")).unwrap();
+    assert!(!stop.contains('.') && stop.ends_with("ago)"), "{stop}");
     // A directory written by a newer blindfold (a higher format version) is refused, saying
     // so, and left as it is.
     let params = d.join("gateway.json");

@@ -558,7 +558,12 @@ async fn serve(a: ServeArgs) -> Result<()> {
         );
     }
     served?;
-    let now = time::OffsetDateTime::now_utc().to_string();
+    // RFC 3339 to the second: `status` shows it to people.
+    let now = time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_default();
     // Private like every file of the data directory (the start-up check would warn).
     let write = || -> std::io::Result<()> {
         use std::io::Write;

@@ -118,7 +118,7 @@ pub fn run(a: StatusArgs) -> Result<()> {
         Err(e) => println!("  used: unknown ({e})"),
     }
     match std::fs::read_to_string(dir.join(CLEAN_STOP_FILE)) {
-        Ok(t) => println!("  last clean stop: {}", t.trim()),
+        Ok(t) => println!("  last clean stop: {}", when(t.trim())),
         Err(_) => println!(
             "  last clean stop: none since the last start (running now, or it stopped \
              uncleanly: the next start replays the redo log)"
@@ -201,4 +201,48 @@ fn lease(store: &str) -> Result<String> {
         Ok(())
     })?;
     Ok(line)
+}
+
+/// A recorded time for people: `2026-11-29 01:40:37 UTC (3 h ago)`. Older data directories
+/// recorded it with nanoseconds and an offset; those are shown to the second.
+fn when(recorded: &str) -> String {
+    use time::format_description::well_known::Rfc3339;
+    let Ok(t) = time::OffsetDateTime::parse(recorded, &Rfc3339) else {
+        // `2026-11-29 1:40:37.213779 +00:00:00`: drop the fraction.
+        return match recorded.split_once('.') {
+            Some((head, tail)) => match tail.split_once(' ') {
+                Some((_, offset)) => format!("{head} {offset}"),
+                None => head.to_owned(),
+            },
+            None => recorded.to_owned(),
+        };
+    };
+    let t = t.to_offset(time::UtcOffset::UTC);
+    let ago = (time::OffsetDateTime::now_utc() - t).whole_seconds().max(0) as u64;
+    let ago = match ago {
+        0..=119 => format!("{ago} s ago"),
+        120..=7199 => format!("{} min ago", ago / 60),
+        7200..=172_799 => format!("{} h ago", ago / 3600),
+        _ => format!("{} days ago", ago / 86_400),
+    };
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC ({ago})",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::when;
+
+    #[test]
+    fn recorded_times_read_to_the_second() {
+        assert!(when("2026-11-29T01:40:37Z").starts_with("2026-11-29 01:40:37 UTC ("));
+        assert_eq!(when("2026-11-29 1:40:37.213779 +00:00:00"), "2026-11-29 1:40:37 +00:00:00");
+    }
 }
