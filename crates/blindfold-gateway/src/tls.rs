@@ -257,7 +257,7 @@ pub fn reload_on_sighup(tls: Vec<Tls>) -> std::io::Result<()> {
                         cert.display()
                     ),
                     Err(e) => tracing::warn!(
-                        "SIGHUP: certificate {} not reloaded, keeping the old one: {e}",
+                        "SIGHUP: certificate not reloaded, keeping the old one ({}): {e}",
                         cert.display()
                     ),
                 }
