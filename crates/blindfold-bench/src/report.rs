@@ -530,8 +530,20 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
         );
     }
     push(&mut s, String::new());
-    if let Some(a) =
-        r.workloads.iter().find(|w| w.topology == "public" && w.report.spec.name == "A")
+    // Toy sizes measure start-up and noise: the targets are judged on full runs only.
+    if p.quick {
+        push(
+            &mut s,
+            "No verdict on the targets: `--quick` runs toy sizes for a few seconds, too short to \
+             judge; run `blindfold report` without it."
+                .into(),
+        );
+    }
+    if let Some(a) = r
+        .workloads
+        .iter()
+        .find(|w| w.topology == "public" && w.report.spec.name == "A")
+        .filter(|_| !p.quick)
     {
         let best = |m: fn(&crate::workload::Row) -> f64| {
             best_row(&a.report, None, m, false).map_or(f64::NAN, m)
@@ -568,7 +580,7 @@ fn markdown(r: &Report, thesis: &[ThesisFigure]) -> String {
             ),
         );
     }
-    if let Some(best) = r.git.as_ref().and_then(|g| g.best_clone_ratio()) {
+    if let Some(best) = r.git.as_ref().and_then(|g| g.best_clone_ratio()).filter(|_| !p.quick) {
         push(
             &mut s,
             format!(

@@ -252,8 +252,10 @@ fn grow_without_a_running_gateway_grows_in_place() {
     assert!(text(&o).contains("give --capacity 4MiB to have all of it"), "{}", text(&o));
     let o = blindfold(&["status", "--data-dir", ds]);
     assert!(text(&o).contains("capacity: 3 MiB (768 blocks"), "{}", text(&o));
-    // It starts at its new size, the old --capacity flag notwithstanding.
-    serve(&["--data-dir", ds, "--capacity", "1MiB"]).stop();
+    // It starts at its new size, the old --capacity flag notwithstanding, and says why.
+    let log = serve(&["--data-dir", ds, "--capacity", "1MiB"]).stop();
+    assert!(log.contains("--capacity 1 MiB is below this store's capacity, 3 MiB"), "{log}");
+    assert!(log.contains("only grows"), "{log}");
     let o = blindfold(&["verify", "--data-dir", ds]);
     assert!(o.status.success(), "{}", text(&o));
     let o = blindfold(&[
