@@ -195,7 +195,7 @@ pub struct Directory {
     journal: parking_lot::RwLock<Option<DirJournal>>,
     /// Whether new data is accepted now (see [`crate::space`]): refused while the data
     /// directory's disk is nearly full.
-    writes: crate::space::WriteGate,
+    writes: WriteGate,
     /// Objects and their bytes, counted once on first asking ([`Directory::object_totals`])
     /// and kept up to date by every transaction after (under the allocator's lock, as the
     /// transactions are), so a scrape never reads the whole directory.
@@ -215,6 +215,24 @@ pub struct ObjectTotals {
 impl std::fmt::Debug for Directory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Directory").field("capacity", &self.capacity()).finish_non_exhaustive()
+    }
+}
+
+/// Whether new data is accepted, and why not when it is refused: asked by
+/// [`Directory::allocate`], set by the watcher of the data directory's disk
+/// ([`crate::space::Guard`]).
+#[derive(Clone, Debug, Default)]
+pub struct WriteGate(std::sync::Arc<parking_lot::RwLock<Option<String>>>);
+
+impl WriteGate {
+    /// Why new data is refused now (`None`: accepted).
+    pub fn refused(&self) -> Option<String> {
+        self.0.read().clone()
+    }
+
+    /// Refuses new data for `why`, or accepts it again (`None`).
+    pub fn set(&self, why: Option<String>) {
+        *self.0.write() = why;
     }
 }
 
@@ -344,7 +362,7 @@ fn open_sealed(path: &Path, master: &MasterKey, create: bool) -> Result<Database
 impl Directory {
     /// The gate that refuses new data while the data directory's disk is nearly full
     /// ([`crate::space::Guard::attach`]).
-    pub fn write_gate(&self) -> crate::space::WriteGate {
+    pub fn write_gate(&self) -> WriteGate {
         self.writes.clone()
     }
 
@@ -437,7 +455,7 @@ impl Directory {
             db,
             capacity: capacity.into(),
             journal: parking_lot::RwLock::new(None),
-            writes: crate::space::WriteGate::default(),
+            writes: WriteGate::default(),
             totals: Mutex::new(None),
             alloc: Mutex::new(Alloc {
                 next,

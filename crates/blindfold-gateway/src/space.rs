@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
+
+pub use crate::directory::WriteGate;
 
 use crate::params::human_bytes;
 
@@ -32,22 +34,6 @@ pub const DEFAULT_RESERVE: u64 = 64 << 20;
 const EVERY: Duration = Duration::from_secs(1);
 /// How often, at most, the watcher repeats that writes are still refused.
 const REMIND_EVERY: Duration = Duration::from_secs(60);
-
-/// Whether new data is accepted, and why not when it is refused. Shared by the directory
-/// (which asks it before allocating blocks) and the watcher (which sets it).
-#[derive(Clone, Debug, Default)]
-pub struct WriteGate(Arc<RwLock<Option<String>>>);
-
-impl WriteGate {
-    /// Why new data is refused now (`None`: accepted).
-    pub fn refused(&self) -> Option<String> {
-        self.0.read().clone()
-    }
-
-    fn set(&self, why: Option<String>) {
-        *self.0.write() = why;
-    }
-}
 
 /// Free and total bytes of the file system holding `path`, as an unprivileged user may use them.
 pub fn disk_space(path: &Path) -> std::io::Result<(u64, u64)> {
