@@ -109,9 +109,12 @@ impl Guard {
             if !held && free >= self.reserve.saturating_mul(2) && self.make_reserve().is_ok() {
                 return;
             }
+            let mut free = free;
             if held {
-                if let Err(e) = std::fs::remove_file(self.reserve_path()) {
-                    tracing::warn!(error = %e, "cannot give up the disk reserve");
+                match std::fs::remove_file(self.reserve_path()) {
+                    // What is free now, the reserve given up included, is what the message tells.
+                    Ok(()) => free = disk_space(&self.dir).map_or(free, |s| s.0),
+                    Err(e) => tracing::warn!(error = %e, "cannot give up the disk reserve"),
                 }
             }
             let why = self.message(free);
