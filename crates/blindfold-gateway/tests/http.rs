@@ -412,15 +412,7 @@ async fn metrics_count_s3_traffic_without_names() {
     assert!(head.starts_with("http/1.1 404"), "{head}");
 
     let (_, metrics) = admin_exchange(&g, "GET", "/metrics", &keys()).await;
-    let value = |series: &str| -> f64 {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
-            .unwrap_or_else(|| panic!("{series} missing from\n{metrics}"))
-            .trim()
-            .parse()
-            .unwrap()
-    };
+    let value = |series: &str| metric_value(&metrics, series);
     assert_eq!(
         value("blindfold_s3_requests_total{operation=\"CreateBucket\",status=\"200\"}"),
         1.0
@@ -477,15 +469,7 @@ async fn store_fullness_is_in_the_metrics_and_the_summary() {
     ok(exchange(&g, format!("{}\r\n", signed("DELETE", "/full/c", "")).as_bytes()).await);
 
     let (_, metrics) = admin_exchange(&g, "GET", "/metrics", &keys()).await;
-    let value = |series: &str| -> f64 {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
-            .unwrap_or_else(|| panic!("{series} missing from\n{metrics}"))
-            .trim()
-            .parse()
-            .unwrap()
-    };
+    let value = |series: &str| metric_value(&metrics, series);
     assert_eq!(value("blindfold_store_blocks_capacity"), 256.0);
     assert_eq!(value("blindfold_store_blocks_used"), 4.0);
     assert_eq!(value("blindfold_objects"), 2.0);
@@ -668,4 +652,15 @@ async fn users_see_and_touch_only_their_buckets() {
     assert!(r.1.contains("InvalidAccessKeyId"), "a user signed in from a damaged file: {r:?}");
     assert_eq!(status(&as_user(&g, admin, "GET", "/team-shared/doc", "", b"").await), 200);
     g.stop().await;
+}
+
+/// The value of the sample `series` (name and labels, as printed) in a `/metrics` page.
+fn metric_value(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{series} missing from\n{metrics}"))
+        .trim()
+        .parse()
+        .unwrap()
 }
