@@ -36,7 +36,8 @@ Growths ride along too (`--grow-every N`): every N-th round starts `blindfold gr
 the tree; the next start finishes or redoes an interrupted growth, and every acknowledged write
 must survive it. At the end the store must have grown.
 
-The machine can be lost too (`--lose-data-dir`, with `--durability store`): after each kill the
+The machine can be lost too (`--lose-data-dir`, with `--durability store` and an `--anchor` kept
+beside the store, which every recover must find in agreement): after each kill the
 data directory is deleted, and `blindfold recover` rebuilds a new one from the store and the key
 alone (waiting for the dead gateway's lease to lapse) before the restart; every acknowledged write
 must come back all the same. `--store URL` puts the store elsewhere (MinIO, Redis), `--serve-flag`
@@ -147,7 +148,7 @@ def dir_flags(args):
     flags = ["--data-dir", args.data_dir]
     if args.lose_data_dir:
         flags += ["--key-file", args.key_file, "--store", args.store, "--durability", "store",
-                  "--lease-ttl", args.lease_ttl]
+                  "--lease-ttl", args.lease_ttl, "--anchor", args.anchor]
     return flags
 
 
@@ -164,6 +165,9 @@ def lose_and_recover(args, n):
                            stdin=subprocess.DEVNULL, timeout=600)
         if p.returncode == 0:
             about = next((l for l in p.stdout.splitlines() if "restored" in l), p.stdout.strip())
+            # Every round's recovery is checked against the trusted anchor the gateway kept.
+            if "the anchor at" not in p.stdout or "agrees" not in p.stdout:
+                raise RuntimeError(f"blindfold recover did not check the anchor: {p.stdout.strip()[-600:]}")
             return time.monotonic() - t0, about
         if "another gateway" not in p.stderr or time.monotonic() - t0 > 60:
             raise RuntimeError(f"blindfold recover failed: {p.stderr.strip()[-600:]}")
@@ -526,10 +530,13 @@ def main():
     shutil.rmtree(args.data_dir, ignore_errors=True)
     if args.lose_data_dir:
         for old in os.listdir(args.work):
-            if old.startswith("data-") or old in ("cells", "key.json"):
+            if old.startswith("data-") or old in ("cells", "key.json", "anchor"):
                 path = os.path.join(args.work, old)
                 shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
         args.key_file = os.path.join(args.work, "key.json")
+        # The trusted anchor (another disk, in a deployment): recover refuses a store whose log
+        # is behind it.
+        args.anchor = os.path.join(os.path.abspath(args.work), "anchor")
         args.store = args.store or "file://" + os.path.join(os.path.abspath(args.work), "cells")
     print(f"crash loop: {args.rounds} rounds, {args.threads} writer threads, seed {seed} "
           f"(rerun with --seed {seed}), data dir {args.data_dir}", flush=True)

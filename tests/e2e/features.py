@@ -502,12 +502,27 @@ def crash(run_):
                             "--grow-every", os.environ.get("E2E_CRASH_GROW_EVERY", "7"),
                             *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
     # The machine lost too: after each kill the data directory goes, and `blindfold recover`
-    # rebuilds it from the store alone (--durability store); nothing acknowledged may be lost.
-    checks.ingest("crash-store", [sys.executable, script, "--bin", ctx.bin,
-                                  "--work", os.path.join(ctx.work, "crash-store"), "--pid-file", pid_file,
-                                  "--rounds", os.environ.get("E2E_CRASH_STORE_ROUNDS", "12"), "--threads", "4",
-                                  "--lease-ttl", "500ms",
-                                  "--lose-data-dir", *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
+    # rebuilds it from the store alone (--durability store, checked against an --anchor);
+    # nothing acknowledged may be lost. Every engine, the stores taken in turn (files, MinIO,
+    # Redis: the real servers when the test command started them), a few rounds each; the full
+    # matrix (20 rounds of every engine on every store) is tests/e2e/README.md's command.
+    stores = [None]
+    if os.environ.get("BLINDFOLD_TEST_S3_ENDPOINT"):
+        stores.append(lambda tag: f"s3://{os.environ['BLINDFOLD_TEST_S3_BUCKET']}/{tag}"
+                                  f"?endpoint={os.environ['BLINDFOLD_TEST_S3_ENDPOINT']}")
+    if os.environ.get("BLINDFOLD_TEST_REDIS_URL"):
+        stores.append(lambda tag: f"{os.environ['BLINDFOLD_TEST_REDIS_URL']}?prefix={tag}")
+    rounds = os.environ.get("E2E_CRASH_STORE_ROUNDS", "4")
+    run_tag = f"{int(time.time())}-{os.getpid()}"
+    for i, engine in enumerate(["tao", "path-oram", "tee", "oblivistore", "curious", "curious-path"]):
+        store = stores[i % len(stores)]
+        where = store(f"e2e-crash-{engine}-{run_tag}") if store else None
+        checks.ingest(f"crash-store-{engine}", [
+            sys.executable, script, "--bin", ctx.bin, "--work", os.path.join(ctx.work, f"crash-store-{engine}"),
+            "--pid-file", pid_file, "--rounds", rounds, "--threads", "4", "--lease-ttl", "500ms",
+            "--lose-data-dir", *(["--store", where] if where else []),
+            f"--serve-flag=--engine", f"--serve-flag={engine}",
+            *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
 
 
 # =============================================================================================

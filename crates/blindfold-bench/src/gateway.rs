@@ -231,6 +231,23 @@ pub struct SideReport {
     /// Bytes of trusted memory the engine held after its final commit (position map, stash,
     /// tree top, version table, …; the engine's own count).
     pub trusted_bytes: u64,
+    /// With `--durability store`: what the store-side log cost while measuring.
+    pub store_log: Option<StoreLogUse>,
+}
+
+/// The store-side log's share of a measured phase (`--durability store`).
+#[derive(Clone, Debug, Serialize)]
+pub struct StoreLogUse {
+    /// Group commits: one batch write of whole cells each.
+    pub group_commits: u64,
+    /// Bytes they wrote to the store.
+    pub bytes: u64,
+    /// `bytes / group_commits`.
+    pub bytes_per_group_commit: f64,
+    /// `bytes` per measured operation.
+    pub bytes_per_op: f64,
+    /// `bytes` as a share of every byte sent to the store.
+    pub share_of_bytes_up: f64,
 }
 
 /// Results of [`run`]. Field names are the JSON keys; the ORAM side's fields sit at the top
@@ -506,6 +523,8 @@ pub(crate) struct LiveGateway {
     pub objects: Arc<blindfold_gateway::objects::ObjectLayer>,
     /// Its store traffic.
     pub counts: Arc<CountingStore<Arc<dyn Store>>>,
+    /// Its store-side log (`--durability store`).
+    pub log: Option<Arc<blindfold_gateway::storelog::StoreLog>>,
     stop: tokio::sync::oneshot::Sender<()>,
     server: tokio::task::JoinHandle<blindfold_gateway::Result<()>>,
 }
@@ -565,6 +584,7 @@ impl LiveGateway {
             pack_levels: s.pack_levels,
             durability: s.durability,
             lease_ttl: None,
+            anchor: None,
         };
         type Counting = CountingStore<Arc<dyn Store>>;
         let link = emulated_link(s.rtt_ms, s.mbit)?;
@@ -586,6 +606,7 @@ impl LiveGateway {
         let opened = server::open_with(&cfg, hooks).await.context("opening the gateway")?;
         let counts = counter.get().cloned().context("the store hook was not called")?;
         let objects = Arc::clone(&opened.objects);
+        let log = opened.journal.as_ref().map(|j| Arc::clone(&j.log));
         objects.directory().create_bucket(bucket)?;
         let listener = tokio::net::TcpListener::bind(cfg.listen).await.context("listening")?;
         let addr = listener.local_addr()?;
@@ -593,7 +614,7 @@ impl LiveGateway {
         let server = tokio::spawn(server::run(opened, listener, async {
             let _ = stopped.await;
         }));
-        Ok(Self { addr, objects, counts, stop, server })
+        Ok(Self { addr, objects, counts, log, stop, server })
     }
 
     /// Stops serving and waits for the server to end (its clients must be dropped first, so
@@ -648,6 +669,7 @@ async fn run_side_in(
     pb.finish_and_clear();
 
     counts.reset();
+    let log_before = live.log.as_ref().map(|l| l.counts());
     let pb = bar(w.ops.len() as u64, label, p.progress);
     let cpu0 = cpu_seconds();
     let t = Instant::now();
@@ -665,6 +687,17 @@ async fn run_side_in(
         crate::cost::Usage::from_counts(&c, w.ops.len() as u64, counts.geometry().total_bytes());
     let kind = objects.engine().kind().to_string();
     let trusted_bytes = objects.engine().gauges().trusted_bytes;
+    let store_log = live.log.as_ref().zip(log_before).map(|(l, (a0, b0))| {
+        let (a, b) = l.counts();
+        let (group_commits, bytes) = (a - a0, b - b0);
+        StoreLogUse {
+            group_commits,
+            bytes,
+            bytes_per_group_commit: bytes as f64 / group_commits.max(1) as f64,
+            bytes_per_op: bytes as f64 / w.ops.len().max(1) as f64,
+            share_of_bytes_up: bytes as f64 / c.bytes_up().max(1) as f64,
+        }
+    });
 
     drop(s3); // closes the client's connections, so the server's connection tasks end
     drop(objects);
@@ -724,6 +757,7 @@ async fn run_side_in(
         cores_busy: cpu / seconds,
         load_average,
         trusted_bytes,
+        store_log,
     })
 }
 
@@ -894,6 +928,22 @@ pub fn render(r: &GatewayReport) -> String {
     row(&mut s, "trusted memory after the run", r, |x| {
         blindfold_gateway::server::human_bytes(x.trusted_bytes)
     });
+    if r.oram.store_log.is_some() {
+        row(&mut s, "store-side log: group commits", r, |x| match &x.store_log {
+            Some(l) => l.group_commits.to_string(),
+            None => "— (no log)".into(),
+        });
+        row(&mut s, "  KiB per group commit / op", r, |x| match &x.store_log {
+            Some(l) => {
+                format!("{:.0} / {:.0}", l.bytes_per_group_commit / 1024.0, l.bytes_per_op / 1024.0)
+            }
+            None => "—".into(),
+        });
+        row(&mut s, "  share of bytes sent", r, |x| match &x.store_log {
+            Some(l) => format!("{:.0} %", l.share_of_bytes_up * 100.0),
+            None => "—".into(),
+        });
+    }
     row(&mut s, "CPU cores busy", r, |x| format!("{:.2} of {}", x.cores_busy, r.machine.cores));
     row(&mut s, "machine load average (1 min)", r, |x| format!("{:.1}", x.load_average));
     row(&mut s, "measured / load seconds", r, |x| {

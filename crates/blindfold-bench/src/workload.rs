@@ -444,6 +444,7 @@ fn outsource_ratio(capacity: u64, block_size: u32, engine: OramEngine) -> Result
         pack_levels: 1,
         durability: Default::default(),
         lease_ttl: None,
+        anchor: None,
     };
     let f = footprint(&new_params(&cfg)?)?;
     Ok(f.trusted_bytes as f64 / f.oram_bytes.max(1) as f64)

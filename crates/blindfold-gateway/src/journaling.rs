@@ -186,6 +186,8 @@ pub struct Start<'a> {
     /// Applied to the log's array once opened, as to the engine's (the operator's counters, a
     /// benchmark's emulated link).
     pub wrap: Option<&'a crate::hooks::StoreWrapper>,
+    /// Where to record how far the log reaches (`--anchor`).
+    pub anchor: Option<&'a crate::anchor::AnchorSpec>,
 }
 
 impl std::fmt::Debug for Start<'_> {
@@ -199,7 +201,7 @@ impl std::fmt::Debug for Start<'_> {
 
 /// [`Start`]s the store-side log; see [`Start`].
 pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
-    let Start { url, key, dir, objects, tap, slot, params, lease_ttl, wrap } = s;
+    let Start { url, key, dir, objects, tap, slot, params, lease_ttl, wrap, anchor } = s;
     let Some(array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
             "--durability store needs the snapshot area in the store, which could not be \
@@ -209,7 +211,20 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
     };
     let latest = crate::snapshot::read_latest(&*array.store, key).await.ok();
     let point = latest.as_ref().and_then(|s| s.journal.as_ref());
-    let (start, next_entry) = start_after(point);
+    let (start, mut next_entry) = start_after(point);
+    let anchor = match anchor {
+        Some(spec) => {
+            let anchor = crate::anchor::Anchor::open(spec, key).await?;
+            // Entry numbers only go up, so that the anchor never reads as behind: a store
+            // checkpoint older than the anchor (the store rolled back while this data directory,
+            // which is newer, survived) continues from the anchor's number.
+            if let Some(record) = anchor.read().await? {
+                next_entry = next_entry.max(record.entries);
+            }
+            Some(Arc::new(anchor))
+        }
+        None => None,
+    };
     let ring = open_ring(url, point.map_or(DEFAULT_CELLS, |p| p.cells)).await?;
     let ring = match wrap {
         Some(wrap) => wrap(ring),
@@ -240,8 +255,11 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
             )));
         }
     }
-    let log =
-        Arc::new(StoreLog::new(ring, key, start, next_entry, lease.generation, checkpoint, redo));
+    let mut log = StoreLog::new(ring, key, start, next_entry, lease.generation, checkpoint, redo);
+    if let Some(anchor) = anchor {
+        log.set_anchor(anchor);
+    }
+    let log = Arc::new(log);
     crate::snapshot::write_journal_snapshot(slot, key, dir, objects, &log, params).await?;
     tap.attach(Arc::clone(&log) as Arc<dyn blindfold_proxy::LogMirror>);
     objects.directory().attach_journal(Arc::clone(&log));

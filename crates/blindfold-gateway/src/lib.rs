@@ -26,6 +26,7 @@
 //! [`server::run`] serves it.
 
 pub mod admin;
+pub mod anchor;
 pub mod datadir;
 mod directory;
 pub mod engine;

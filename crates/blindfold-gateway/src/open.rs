@@ -568,6 +568,13 @@ async fn assemble(
              serve with --durability local"
         )));
     }
+    if let (Some(anchor), false) = (&cfg.anchor, cfg.durability.in_store(&store_url) && loggable) {
+        return Err(GatewayError::Config(format!(
+            "--anchor {anchor} records how far the store-side log reaches, and this gateway \
+             keeps no log in the store (--durability local, or a file store under \
+             --durability auto): serve with --durability store, or without --anchor"
+        )));
+    }
     let journal = if cfg.durability.in_store(&store_url) && loggable {
         let tap = tap.expect("checked above");
         let journal = crate::journaling::start(crate::journaling::Start {
@@ -579,6 +586,7 @@ async fn assemble(
             slot: &snapshots,
             params: &params,
             lease_ttl: cfg.lease_ttl.unwrap_or(crate::journaling::LEASE_TTL),
+            anchor: cfg.anchor.as_ref(),
             wrap: wrap_store.as_deref(),
         })
         .await?;

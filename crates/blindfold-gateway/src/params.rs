@@ -54,6 +54,10 @@ pub struct ServeConfig {
     /// renewed (`--lease-ttl`; default [`crate::journaling::LEASE_TTL`]). A successor (a
     /// standby, or `recover` on a new machine) waits at most this long after the gateway died.
     pub lease_ttl: Option<std::time::Duration>,
+    /// With `--durability store`: the trusted record of how far the store-side log reaches
+    /// (`--anchor`, [`crate::anchor`]), written before each group of writes is acknowledged
+    /// and checked by `recover` and a standby's takeover.
+    pub anchor: Option<crate::anchor::AnchorSpec>,
 }
 
 /// Where an acknowledged write is made durable before it is acknowledged.

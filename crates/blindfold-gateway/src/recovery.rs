@@ -111,6 +111,10 @@ pub async fn recover_until_with(
         load_key_file(&key_path, cfg.passphrase.as_deref())
             .map_err(|e| GatewayError::Config(e.to_string()))?,
     );
+    let anchor = match &cfg.anchor {
+        Some(spec) => Some(crate::anchor::Anchor::open(spec, &key).await?),
+        None => None,
+    };
     let snaps = crate::snapshot::open_for_recovery(&url, &key).await?;
     let snap = crate::snapshot::read_latest(&*snaps, &key).await?;
     drop(snaps);
@@ -144,7 +148,22 @@ pub async fn recover_until_with(
     let mut params = snap.params.clone();
     params.store = url.to_string();
     if let (Some(point), None) = (&snap.journal, &hooks.rebuild) {
-        let about = from_store_log(dir, &snap, point, &params, &url, &key, crash).await?;
+        let (mut about, reached) =
+            from_store_log(dir, &snap, point, &params, &url, &key, crash).await?;
+        if let Some(anchor) = anchor {
+            // Before the directory becomes a gateway: a refused recovery leaves none.
+            about.push_str(&match anchor.check(reached).await? {
+                Some(r) => format!(
+                    "; the anchor at {} agrees (it records {} entries, written {})",
+                    anchor.spec(),
+                    r.entries,
+                    r.when()
+                ),
+                None => format!("; the anchor at {} was never written", anchor.spec()),
+            });
+            // The gateway opened next writes it in its turn (a file anchor is locked).
+            drop(anchor);
+        }
         let mut cfg = cfg.clone();
         if cfg.durability == crate::params::Durability::Auto {
             // The store held a log: keep logging there.
@@ -152,6 +171,10 @@ pub async fn recover_until_with(
         }
         let opened = finish(&cfg, &params, key_path, hooks.engine_factory).await?;
         return Ok((opened, about));
+    }
+    if let Some(anchor) = anchor {
+        // No log to replay: the checkpoint must reach as far as the anchor says.
+        anchor.check(snap.journal.as_ref().map_or(0, |p| p.next_entry)).await?;
     }
     let (lost, about_engine) = match hooks.rebuild {
         Some(rebuild) => {
@@ -253,7 +276,8 @@ fn written_at(created_ns: i128) -> String {
 /// checkpoint's, then every operation logged since). The engine's cells stay where they are,
 /// in the same array: opening the directory replays the redo log as after a crash, reading
 /// again exactly the paths the store already saw. Reads the log 64 cells at a time; writes
-/// nothing to the store (a run cut short is simply run again).
+/// nothing to the store (a run cut short is simply run again). Returns what was done and the
+/// number of the first log entry it does not hold (for the anchor's check).
 async fn from_store_log(
     dir: &Path,
     snap: &crate::snapshot::Snapshot,
@@ -262,7 +286,7 @@ async fn from_store_log(
     url: &blindfold_store::StoreUrl,
     key: &blindfold_crypto::MasterKey,
     crash: Option<RecoverCrash>,
-) -> Result<String> {
+) -> Result<(String, u64)> {
     use std::io::Write;
     let io = |what: &str, p: &Path, e: std::io::Error| {
         GatewayError::Config(format!("{what} {}: {e}", p.display()))
@@ -302,7 +326,7 @@ async fn from_store_log(
         return Err(GatewayError::Config("simulated crash at AfterDirectory".into()));
     }
     let when = written_at(snap.created_ns);
-    Ok(format!(
+    let about = format!(
         "store checkpoint #{} written {when} ({} buckets, {} objects), then {entries} entries \
          of the store-side log ({frames} engine records, {transactions} directory \
          transactions): every acknowledged write is back; the engine's cells stay in store \
@@ -311,7 +335,8 @@ async fn from_store_log(
         snap.directory.buckets.len(),
         snap.directory.objects.len(),
         oram_array(params.generation),
-    ))
+    );
+    Ok((about, point.next_entry + entries))
 }
 
 /// The rebuild of an engine whose blocks are in the store: from the snapshot's array into

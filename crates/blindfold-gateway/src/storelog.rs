@@ -174,6 +174,8 @@ pub struct StoreLog {
     room: tokio::sync::Notify,
     appends: AtomicU64,
     bytes: AtomicU64,
+    /// Told how far the log reaches before a group is acknowledged (`--anchor`).
+    anchor: Option<Arc<crate::anchor::Anchor>>,
 }
 
 impl std::fmt::Debug for StoreLog {
@@ -226,7 +228,13 @@ impl StoreLog {
             room: tokio::sync::Notify::new(),
             appends: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            anchor: None,
         }
+    }
+
+    /// Records in `anchor`, before each group is acknowledged, how many entries are durable.
+    pub fn set_anchor(&mut self, anchor: Arc<crate::anchor::Anchor>) {
+        self.anchor = Some(anchor);
     }
 
     /// Cells in the ring.
@@ -318,6 +326,20 @@ impl StoreLog {
                 *self.failed.lock() = Some(e.to_string());
                 tracing::error!(error = %e, "the store-side log could not be written; refusing further writes");
                 return Err(e);
+            }
+            if let Some(anchor) = &self.anchor {
+                let record = crate::anchor::AnchorRecord {
+                    entries: last + 1,
+                    generation: self.generation,
+                    written_ns: crate::directory::now_ns(),
+                };
+                if let Err(e) = anchor.write(record).await {
+                    // The group is in the store, but acknowledging it unrecorded would let a
+                    // store that drops it go unnoticed.
+                    *self.failed.lock() = Some(e.to_string());
+                    tracing::error!(error = %e, "the anchor could not be written; refusing further writes");
+                    return Err(e);
+                }
             }
             self.durable.store(last + 1, Ordering::SeqCst);
         }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-mod common;
+use crate::common;
 
 use blindfold_gateway::server::{self, OpenHooks, OramEngine, ServeConfig};
 use blindfold_store::{CellId, RecordingStore, Store, TraceOp};

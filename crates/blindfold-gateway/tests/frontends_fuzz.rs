@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-mod common;
+use crate::common;
 
 const ACCESS: &str = "AKFRONTFUZZ";
 const SECRET: &str = "front-fuzz-secret";

@@ -15,7 +15,7 @@ const BLOCK: u32 = 1024;
 /// 48 blocks to start with.
 const CAPACITY: u64 = 48 * BLOCK as u64;
 
-mod common;
+use crate::common;
 
 fn cfg(root: &Path, engine: OramEngine) -> ServeConfig {
     ServeConfig { capacity: CAPACITY, ..common::file_cfg(root, engine) }
@@ -97,14 +97,7 @@ async fn a_full_store_grows_over_real_s3_and_redis() {
     if let Some(url) = blindfold_testkit::servers::s3_url("gateway-grow-s3", "") {
         grows_on(OramEngine::Tao, Some(url)).await;
     }
-    if let Some(url) = blindfold_testkit::servers::redis_url("gateway-grow-redis", "") {
-        // gateway.json keeps the URL without its password: a gateway takes it from the
-        // environment, as an operator's would.
-        if let blindfold_store::StoreUrl::Redis { address, .. } = &url {
-            if let Some(p) = &address.password {
-                std::env::set_var("BLINDFOLD_REDIS_PASSWORD", p.expose());
-            }
-        }
+    if let Some(url) = common::redis_url("gateway-grow-redis") {
         grows_on(OramEngine::PathOram, Some(url)).await;
     }
 }

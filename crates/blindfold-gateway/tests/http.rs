@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-mod common;
+use crate::common;
 
 /// The test credentials.
 const KEYS: (&str, &str) = ("AKIDHTTPTEST", "http-test-secret");

@@ -9,7 +9,7 @@ use blindfold_gateway::listen::Limits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-mod common;
+use crate::common;
 
 const KEYS: (&str, &str) = ("AKLISTENTEST", "listen-test-secret");
 

@@ -33,6 +33,7 @@ fn cfg_with(
         pack_levels: 1,
         durability: Default::default(),
         lease_ttl: None,
+        anchor: None,
     }
 }
 

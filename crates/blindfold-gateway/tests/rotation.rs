@@ -13,7 +13,7 @@
 //! before. Snapshot slots are also opened outright with the old key, and every file of the
 //! data directory is opened with the old key by its own format.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -65,6 +65,7 @@ fn cfg(root: &Path, setup: Setup) -> server::ServeConfig {
         pack_levels: setup.pack_levels,
         durability: Default::default(),
         lease_ttl: None,
+        anchor: None,
         ..common::file_cfg(root, setup.engine)
     }
 }

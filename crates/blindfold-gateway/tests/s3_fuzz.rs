@@ -9,7 +9,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-mod common;
+use crate::common;
 
 use blindfold_gateway::server;
 use blindfold_testkit::fuzz;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-mod common;
+use crate::common;
 
 use blindfold_gateway::server::{self, OramEngine};
 use bytes::Bytes;

@@ -19,6 +19,7 @@ fn config(dir: &std::path::Path) -> ServeConfig {
         pack_levels: 1,
         durability: Default::default(),
         lease_ttl: None,
+        anchor: None,
     }
 }
 

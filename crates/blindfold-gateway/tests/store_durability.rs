@@ -9,7 +9,7 @@ use blindfold_gateway::server::{self, Durability, OramEngine, ServeConfig};
 use blindfold_store::StoreUrl;
 use bytes::Bytes;
 
-mod common;
+use crate::common;
 
 fn cfg_on(data: &Path, store: StoreUrl, key: &Path, engine: OramEngine) -> ServeConfig {
     ServeConfig {
@@ -18,20 +18,9 @@ fn cfg_on(data: &Path, store: StoreUrl, key: &Path, engine: OramEngine) -> Serve
         key_file: Some(key.to_path_buf()),
         durability: Durability::Store,
         lease_ttl: Some(TTL),
+        anchor: None,
         ..common::file_cfg(data, engine)
     }
-}
-
-/// The Redis test server's URL, with its password also in the environment: gateway.json keeps
-/// the URL without it, and a gateway takes it from there, as an operator's would.
-fn redis(test: &str) -> Option<StoreUrl> {
-    let url = blindfold_testkit::servers::redis_url(test, "")?;
-    if let StoreUrl::Redis { address, .. } = &url {
-        if let Some(p) = &address.password {
-            std::env::set_var("BLINDFOLD_REDIS_PASSWORD", p.expose());
-        }
-    }
-    Some(url)
 }
 
 /// Short, so that a successor of a gateway that died waits little.
@@ -193,7 +182,7 @@ async fn one_writer_per_file_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_writer_per_redis_store() {
-    let Some(url) = redis("one-writer") else { return };
+    let Some(url) = common::redis_url("one-writer") else { return };
     one_writer_per_store(url).await;
 }
 
@@ -206,9 +195,10 @@ async fn one_writer_per_s3_store() {
 /// The operator's scenario on the real servers: Redis and MinIO hold the log too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_acknowledged_is_lost_on_redis_and_minio() {
-    for url in [redis("durable-redis"), blindfold_testkit::servers::s3_url("durable-s3", "")]
-        .into_iter()
-        .flatten()
+    for url in
+        [common::redis_url("durable-redis"), blindfold_testkit::servers::s3_url("durable-s3", "")]
+            .into_iter()
+            .flatten()
     {
         lose_the_data_directory(OramEngine::PathOram, Some(url)).await;
     }
@@ -222,9 +212,10 @@ async fn a_standby_takes_over_when_the_primary_dies() {
     let files =
         StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
     standby_takes_over(files).await;
-    for url in [redis("standby-redis"), blindfold_testkit::servers::s3_url("standby-s3", "")]
-        .into_iter()
-        .flatten()
+    for url in
+        [common::redis_url("standby-redis"), blindfold_testkit::servers::s3_url("standby-s3", "")]
+            .into_iter()
+            .flatten()
     {
         standby_takes_over(url).await;
     }
@@ -296,4 +287,65 @@ fn every_engine_has_a_test(engine: OramEngine) {
         | OramEngine::Curious
         | OramEngine::CuriousPath => {}
     }
+}
+
+/// `--anchor`: a store that rolls back (here: puts back an older copy of everything it holds,
+/// so that the log, the checkpoints and the cells agree) would roll a recovered gateway back
+/// to an earlier acknowledged state. Without the anchor nothing can tell; with it, `recover`
+/// refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anchor_turns_a_dropped_log_tail_into_an_error() {
+    let root = tempfile::tempdir().unwrap();
+    let cells = root.path().join("cells");
+    let key = root.path().join("key.json");
+    let store = StoreUrl::File { dir: cells.clone(), sync: blindfold_store::SyncMode::OnFlush };
+    let engine = OramEngine::Tao;
+    let anchor: blindfold_gateway::anchor::AnchorSpec =
+        root.path().join("trusted").to_str().unwrap().parse().unwrap();
+    let at = |d: &str, anchored: bool| ServeConfig {
+        anchor: anchored.then(|| anchor.clone()),
+        ..cfg_on(&root.path().join(d), store.clone(), &key, engine)
+    };
+    let copy = |from: &Path, to: &Path| {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            assert!(e.file_type().unwrap().is_file(), "{:?}: a file store holds files", e.path());
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    };
+    let older = root.path().join("older");
+    {
+        let opened = server::open(&at("a", true)).await.unwrap();
+        opened.objects.directory().create_bucket("b").unwrap();
+        opened.objects.directory().settle().await.unwrap();
+        for i in 0..3 {
+            put(&opened, &format!("k{i}"), &data(i)).await;
+        }
+        drop(opened);
+    }
+    lapse().await;
+    // An intact store: the anchor agrees.
+    let (opened, about) = server::recover(&at("b", true)).await.unwrap();
+    assert!(about.contains("the anchor at") && about.contains("agrees"), "{about}");
+    assert_eq!(common::read_object(&opened, "k2").await.unwrap(), data(2));
+    // The store keeps a copy of itself as it is now; three more writes are acknowledged.
+    copy(&cells, &older);
+    for i in 3..6 {
+        put(&opened, &format!("k{i}"), &data(i)).await;
+    }
+    drop(opened);
+    lapse().await;
+    // The machine is lost and the store puts its older self back.
+    std::fs::remove_dir_all(&cells).unwrap();
+    copy(&older, &cells);
+    let e = server::recover(&at("c", true)).await.expect_err("a rolled-back log was accepted");
+    let e = e.to_string();
+    assert!(e.contains("rolled the gateway back") && e.contains("trusted"), "{e}");
+    assert!(!root.path().join("c/gateway.json").exists(), "a refused recovery left a gateway");
+    // What the anchor prevents: without it, the rollback goes unnoticed.
+    let (opened, _) = server::recover(&at("d", false)).await.unwrap();
+    assert_eq!(common::read_object(&opened, "k2").await.unwrap(), data(2));
+    let k3 = opened.objects.directory().object("b", "k3").unwrap();
+    assert!(k3.is_none(), "the older store held k3?");
 }

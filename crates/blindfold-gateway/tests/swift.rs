@@ -11,7 +11,7 @@ use blindfold_gateway::users::{Access, UserFile};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-mod common;
+use crate::common;
 
 struct Front {
     addr: std::net::SocketAddr,

@@ -12,7 +12,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-mod common;
+use crate::common;
 
 async fn start(tls: Tls) -> common::Running {
     common::Running::start(("AKIDTLSTEST", "tls-test-secret"), Some(tls)).await

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-mod common;
+use crate::common;
 
 use blindfold_gateway::server::{self, OpenHooks, OramEngine, ServeConfig};
 use blindfold_store::{CellId, Store};

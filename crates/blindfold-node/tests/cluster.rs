@@ -69,6 +69,7 @@ fn node_config(dir: &Path, blocks: u64, engine: OramEngine, listen: SocketAddr) 
         pack_levels: 1,
         durability: Default::default(),
         lease_ttl: None,
+        anchor: None,
     }
 }
 

@@ -139,6 +139,7 @@ fn node_handlers_refuse_hostile_frames_and_keep_serving() {
         pack_levels: 1,
         durability: Default::default(),
         lease_ttl: None,
+        anchor: None,
     };
     let (service, opened) = rt.block_on(async {
         let mut cfg = cfg.clone();

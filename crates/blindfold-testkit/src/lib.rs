@@ -24,3 +24,30 @@ pub mod xor;
 
 pub use dying::DyingStore;
 pub use ledger::CrashLedger;
+
+/// Fails unless every file of `<manifest_dir>/tests/*.rs` is built: a module of `tests/all.rs`
+/// (the one binary most integration tests share) or a `[[test]]` of its own in `Cargo.toml`.
+/// A crate with `autotests = false` would otherwise leave a new test file silently unbuilt.
+pub fn every_test_file_is_built(manifest_dir: &str) {
+    let dir = std::path::Path::new(manifest_dir);
+    let read = |p: std::path::PathBuf| {
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+    };
+    let all = read(dir.join("tests/all.rs"));
+    let manifest = read(dir.join("Cargo.toml"));
+    let mut left_out = Vec::new();
+    for entry in std::fs::read_dir(dir.join("tests")).expect("list tests/") {
+        let name = entry.expect("list tests/").file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".rs") else { continue };
+        let in_all = all.lines().any(|l| l.trim() == format!("mod {stem};"));
+        let own = manifest.contains(&format!("path = \"tests/{name}\""));
+        if stem != "all" && !in_all && !own {
+            left_out.push(name);
+        }
+    }
+    assert!(
+        left_out.is_empty(),
+        "tests/{left_out:?} would never be built: add `mod NAME;` to tests/all.rs, or a [[test]] \
+         to Cargo.toml if it changes the whole process (rlimits, signals)"
+    );
+}

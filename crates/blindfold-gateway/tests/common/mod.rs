@@ -1,4 +1,4 @@
-//! Helpers shared by the gateway's integration tests (each test binary uses some of them).
+//! Helpers shared by the gateway's integration tests (tests/all.rs and the binaries apart).
 #![allow(dead_code)]
 
 use blindfold_gateway::server::{self, OramEngine, ServeConfig};
@@ -26,6 +26,7 @@ pub fn file_cfg(root: &std::path::Path, engine: OramEngine) -> ServeConfig {
         pack_levels: 1,
         durability: Default::default(),
         lease_ttl: None,
+        anchor: None,
     }
 }
 
@@ -127,6 +128,7 @@ pub fn memory_cfg(root: &std::path::Path, access_key: &str, secret_key: &str) ->
         pack_levels: 1,
         durability: Default::default(),
         lease_ttl: None,
+        anchor: None,
     }
 }
 
@@ -163,4 +165,19 @@ pub async fn read_response<R: tokio::io::AsyncRead + Unpin>(
     let mut body = vec![0u8; len];
     conn.read_exact(&mut body).await.unwrap();
     (head, body)
+}
+
+/// The Redis test server's URL (None when no Redis runs), with its password also in the
+/// environment: gateway.json keeps the URL without it, and a gateway takes it from there, as an
+/// operator's would. Set once for the whole test binary, so that no test changes the
+/// environment while another reads it.
+pub fn redis_url(test: &str) -> Option<StoreUrl> {
+    static EXPORTED: std::sync::Once = std::sync::Once::new();
+    let url = blindfold_testkit::servers::redis_url(test, "")?;
+    if let StoreUrl::Redis { address, .. } = &url {
+        if let Some(p) = &address.password {
+            EXPORTED.call_once(|| std::env::set_var("BLINDFOLD_REDIS_PASSWORD", p.expose()));
+        }
+    }
+    Some(url)
 }

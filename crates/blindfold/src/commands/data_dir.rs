@@ -57,6 +57,16 @@ pub struct GatewayArgs {
     /// Keep it well above the clock difference between the machines. `500ms`, `5s`, `5`.
     #[arg(long, value_parser = blindfold_store::parse_duration, default_value = "5s")]
     pub lease_ttl: std::time::Duration,
+    /// With `--durability store`: a small sealed record, kept somewhere you trust, of how far
+    /// the store-side log reaches — a directory on another disk, or the URL of another store
+    /// (`file://`, `s3://`, `redis://`, `remote://`). `serve` updates it before each group of
+    /// writes is acknowledged (one small flushed write: on a local disk well under a
+    /// millisecond, on another machine one more round trip); `recover` and a standby's
+    /// takeover then refuse a store that lost or withheld the log's newest entries, which
+    /// would otherwise roll the gateway back unnoticed (SECURITY.md). Give the same one to
+    /// every run and to `recover`.
+    #[arg(long, value_name = "PATH|URL")]
+    pub anchor: Option<blindfold_gateway::anchor::AnchorSpec>,
 }
 
 /// `--durability`.
@@ -117,6 +127,7 @@ pub fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeC
         pack_levels: 1,
         durability: g.durability.into(),
         lease_ttl: Some(g.lease_ttl),
+        anchor: g.anchor.clone(),
     })
 }
 

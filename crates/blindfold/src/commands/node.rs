@@ -82,6 +82,7 @@ async fn node(a: NodeArgs) -> Result<()> {
         pack_levels: 1,
         durability: Default::default(),
         lease_ttl: None,
+        anchor: None,
     };
     let tls = blindfold_node::ClusterTls::load(&a.tls_dir)?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -1,0 +1,29 @@
+//! Every integration test of this crate but those that change the whole process (see
+//! Cargo.toml), built as one binary: one link instead of one per file, which is most of
+//! the test command's build time. `every_test_file_is_built` keeps a new file from being
+//! left out.
+
+mod cancel;
+mod common;
+mod crash_oblivious;
+mod directory;
+mod engine;
+mod frontends_fuzz;
+mod grow;
+mod http;
+mod listen;
+mod objects;
+mod recover;
+mod rotation;
+mod s3_fuzz;
+mod snapshot_damage;
+mod stop;
+mod store_durability;
+mod swift;
+mod tls;
+mod verify_names;
+
+#[test]
+fn every_test_file_is_built() {
+    blindfold_testkit::every_test_file_is_built(env!("CARGO_MANIFEST_DIR"));
+}
