@@ -57,7 +57,7 @@ impl Journal {
         for task in self.tasks.lock().drain(..) {
             task.abort();
         }
-        self.log.fence("the gateway stopped and gave up its lease".into());
+        self.log.close("the gateway stopped and gave up its lease".into());
         self.leases
             .release(LEASE, self.log.generation())
             .await
