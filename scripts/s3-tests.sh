@@ -104,7 +104,7 @@ servers_stop
 # blindfold: a fresh gateway over files, with users alt and tenant beside the admin.
 data="$out/blindfold"
 ak=s3t-main sk="sk-$RANDOM$RANDOM$RANDOM"
-"$bin" serve --data-dir "$data" --capacity 2GiB --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+"$bin" serve --data-dir "$data" --capacity 512MiB --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
   --access-key "$ak" --secret-key "$sk" >"$out/gateway.out" 2>"$out/gateway.err" &
 gateway_pid=$!
 for _ in $(seq 1 600); do
@@ -114,7 +114,9 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 [[ -n "$endpoint" ]] || { echo "the gateway did not start" >&2; exit 1; }
-keys() { "$bin" user add "$1" --data-dir "$data" | sed -n 's/^  \(access\|secret\) key: //p'; }
+keys() {
+  "$bin" user add "$1" --buckets "*" --data-dir "$data" | sed -n 's/^  \(access\|secret\) key: \([^ ]*\).*/\2/p'
+}
 mapfile -t alt < <(keys alt)
 mapfile -t tenant < <(keys tenant)
 write_conf "$out/blindfold.conf" "${endpoint%/}" "$ak" "$sk" "${alt[@]}" "${tenant[@]}"
