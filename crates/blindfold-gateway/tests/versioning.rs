@@ -204,6 +204,9 @@ async fn versions_list_in_pages_with_prefixes() {
     assert_eq!(entries(&page).len(), 6);
 }
 
+/// A version in the model: its id and its data (`None`: a delete marker).
+type ModelVersion = (String, Option<Vec<u8>>);
+
 /// Random versioned puts, deletes (current and by version) and reads of any version, against
 /// a simple model: a list of versions per key, newest last.
 #[tokio::test]
@@ -214,7 +217,7 @@ async fn versioned_operations_follow_a_model() {
     versioning(g, "Enabled").await;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(48);
     // key → versions, oldest first: (version id, data; None for a delete marker).
-    let mut model: BTreeMap<String, Vec<(String, Option<Vec<u8>>)>> = BTreeMap::new();
+    let mut model: BTreeMap<String, Vec<ModelVersion>> = BTreeMap::new();
     let keys = ["a", "b", "c/d"];
     for step in 0..120 {
         let key = keys[rng.gen_range(0..keys.len())];
@@ -333,12 +336,14 @@ async fn reading_an_old_version_looks_like_reading_the_current_one() {
     assert!(s.recording.take_trace().is_empty());
 }
 
+/// Per key its versions newest first: id, and size and tags (`None`: a delete marker); and
+/// the bucket's settings.
+type VersionState =
+    (Vec<(String, Vec<(String, Option<(u64, Option<String>)>)>)>, blindfold_gateway::BucketConfig);
+
 /// Everything the directory says about versions: per key, its versions newest first (id,
 /// size and tags of each, or a delete marker), and the bucket's settings.
-fn version_state(
-    d: &blindfold_gateway::Directory,
-) -> (Vec<(String, Vec<(String, Option<(u64, Option<String>)>)>)>, blindfold_gateway::BucketConfig)
-{
+fn version_state(d: &blindfold_gateway::Directory) -> VersionState {
     let keys = d.key_versions("b", "", "", 1000).unwrap();
     let keys = keys
         .into_iter()
