@@ -10,6 +10,8 @@
 #   BLINDFOLD_BIN   the blindfold binary (default: target/release/blindfold, else debug)
 #   S3TESTS_K       a pytest -k expression to run a subset (default: every test)
 #   S3TESTS_OUT     where configs, logs and results go (default: a new temporary directory)
+#   S3TESTS_TARGETS "minio blindfold" (default), or one of them (two runs side by side; then
+#                   scripts/s3-tests-table.py OUT1/minio.xml OUT2/blindfold.xml)
 #
 # MinIO comes from scripts/servers.sh (built once with `go install`, then cached).
 set -euo pipefail
@@ -93,15 +95,21 @@ run_suite() { # name conf
   tail -1 "$out/$1.log"
 }
 
+targets=${S3TESTS_TARGETS:-minio blindfold}
+want() { [[ " $targets " == *" $1 "* ]]; }
+
 # MinIO: its root user is main; alt and tenant get the same keys (MinIO users need mc).
+if want minio; then
 servers_start_minio
 write_conf "$out/minio.conf" "${BLINDFOLD_TEST_S3_ENDPOINT#http://}" \
   "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" \
   "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY"
 run_suite minio "$out/minio.conf"
 servers_stop
+fi
 
 # blindfold: a fresh gateway over files, with users alt and tenant beside the admin.
+if want blindfold; then
 data="$out/blindfold"
 ak=s3t-main sk="sk-$RANDOM$RANDOM$RANDOM"
 "$bin" serve --data-dir "$data" --capacity 512MiB --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
@@ -121,5 +129,8 @@ mapfile -t alt < <(keys alt)
 mapfile -t tenant < <(keys tenant)
 write_conf "$out/blindfold.conf" "${endpoint%/}" "$ak" "$sk" "${alt[@]}" "${tenant[@]}"
 run_suite blindfold "$out/blindfold.conf"
+fi
 
-"$python" "$here/s3-tests-table.py" "$out/minio.xml" "$out/blindfold.xml"
+results=()
+for t in minio blindfold; do want "$t" && results+=("$out/$t.xml"); done
+"$python" "$here/s3-tests-table.py" "${results[@]}"
