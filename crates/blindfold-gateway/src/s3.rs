@@ -190,6 +190,12 @@ fn answer_version(state: Versioning, meta: &ObjectMeta) -> Option<String> {
     (state != Versioning::Off).then(|| version_id(meta).to_string())
 }
 
+/// The version id a write answers with: only where versioning is enabled (a suspended
+/// bucket's writes make the `null` version and answer none, as S3 does).
+fn written_version(state: Versioning, meta: &ObjectMeta) -> Option<String> {
+    (state == Versioning::Enabled).then(|| version_id(meta).to_string())
+}
+
 /// NoSuchKey for a key whose latest version is a delete marker, with the headers S3 sends.
 fn deleted_key(v: &Version) -> S3Error {
     let mut e = s3_error!(NoSuchKey);
@@ -934,7 +940,7 @@ impl S3 for Gateway {
         tracing::debug!("object stored");
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag(&meta)),
-            version_id: answer_version(self.versioning(&input.bucket)?, &meta),
+            version_id: written_version(self.versioning(&input.bucket)?, &meta),
             checksum_crc32: input.checksum_crc32,
             checksum_crc32c: input.checksum_crc32c,
             checksum_crc64nvme: input.checksum_crc64nvme,
@@ -1012,7 +1018,8 @@ impl S3 for Gateway {
         }
         .check_read(&meta)?;
         let std = StandardHeaders::of(&meta);
-        Ok(S3Response::new(HeadObjectOutput {
+        let tags = stored_tags(&meta).len();
+        let mut answer = S3Response::new(HeadObjectOutput {
             content_length: Some(meta.size as i64),
             content_type: meta.content_type.clone(),
             cache_control: std.cache_control,
@@ -1026,7 +1033,12 @@ impl S3 for Gateway {
             accept_ranges: Some("bytes".into()),
             version_id: answer_version(state, &meta),
             ..Default::default()
-        }))
+        });
+        // HeadObjectOutput has no field for it; S3 sends it on HEAD as on GET.
+        if tags > 0 {
+            answer.headers.insert("x-amz-tagging-count", hyper::header::HeaderValue::from(tags));
+        }
+        Ok(answer)
     }
 
     async fn delete_object(
@@ -1154,7 +1166,7 @@ impl S3 for Gateway {
                 last_modified: Some(Timestamp::from(meta.modified())),
                 ..Default::default()
             }),
-            version_id: answer_version(self.versioning(&input.bucket)?, &meta),
+            version_id: written_version(self.versioning(&input.bucket)?, &meta),
             copy_source_version_id: answer_version(src_state, &src),
             ..Default::default()
         }))
@@ -1350,7 +1362,7 @@ impl S3 for Gateway {
         };
         let state = self.versioning(&input.bucket)?;
         Ok(S3Response::new(CompleteMultipartUploadOutput {
-            version_id: answer_version(state, &meta),
+            version_id: written_version(state, &meta),
             bucket: Some(input.bucket),
             key: Some(input.key),
             e_tag: Some(etag(&meta)),

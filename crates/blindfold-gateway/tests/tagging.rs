@@ -67,6 +67,9 @@ async fn tags_on_put_get_and_delete() {
         .unwrap()
         .output;
     assert_eq!(out.tag_count, Some(2));
+    let head = HeadObjectInput { bucket: "b".into(), key: "k".into(), ..Default::default() };
+    let head = g.head_object(req(head)).await.unwrap();
+    assert_eq!(head.headers["x-amz-tagging-count"], "2");
     // Tags are no user metadata.
     assert_eq!(out.metadata, None);
     put_tags(g, "k", None, tagging(&[("a", "1")])).await.unwrap();
