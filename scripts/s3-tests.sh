@@ -29,9 +29,11 @@ mkdir -p "$out"
 source "$here/servers.sh"
 SERVERS_DIR=$(mktemp -d "$out/servers.XXXXXX")
 gateway_pid=""
+data="$out/blindfold"
 cleanup() {
   [[ -n "$gateway_pid" ]] && kill "$gateway_pid" 2>/dev/null && wait "$gateway_pid" 2>/dev/null
   servers_stop
+  rm -rf "$data" # the gateway's store (GiBs); configs, logs and results stay in $out
 }
 trap cleanup EXIT
 
@@ -110,7 +112,6 @@ fi
 
 # blindfold: a fresh gateway over files, with users alt and tenant beside the admin.
 if want blindfold; then
-data="$out/blindfold"
 ak=s3t-main sk="sk-$RANDOM$RANDOM$RANDOM"
 "$bin" serve --data-dir "$data" --capacity 512MiB --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
   --access-key "$ak" --secret-key "$sk" >"$out/gateway.out" 2>"$out/gateway.err" &
