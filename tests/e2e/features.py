@@ -647,5 +647,110 @@ class DiskFull:
         p.stop_and_verify(gw, "after the full disk")
 
 
+# =============================================================================================
+def versions(run_):
+    """Versioning and tagging with the aws CLI's s3api (issue 48)."""
+    p = run_.pass_("versions", "versioning and tagging (aws s3api)")
+    gw = Gateway(run_.ctx, "versions", capacity="8MiB")
+    if not p.check("start blindfold serve", gw.start):
+        return
+    p.check("versioning: versions, delete marker, GET by version id, list-object-versions, suspend",
+            versions_s3api, p, gw)
+    p.check("tagging: put-object --tagging, put/get/delete-object-tagging per version, limits, bucket tags",
+            tagging_s3api, p, gw)
+    p.stop_and_verify(gw)
+
+
+def s3api_json(gw, *args):
+    out = aws_cmd(gw, "s3api", *args).stdout
+    return json.loads(out) if out.strip() else {}
+
+
+def versions_s3api(p, gw):
+    d, b = p.dir("versions"), "e2e-versions"
+    s3api_json(gw, "create-bucket", "--bucket", b)
+    s3api_json(gw, "put-bucket-versioning", "--bucket", b,
+               "--versioning-configuration", "Status=Enabled")
+    got = s3api_json(gw, "get-bucket-versioning", "--bucket", b)
+    expect(got.get("Status") == "Enabled", f"get-bucket-versioning: {got}")
+    ids = []
+    for i in range(3):
+        rand_file(f"{d}/v{i}", 1000 + i)
+        r = s3api_json(gw, "put-object", "--bucket", b, "--key", "k", "--body", f"{d}/v{i}")
+        expect(r.get("VersionId"), f"put-object answered no version id: {r}")
+        ids.append(r["VersionId"])
+    for i, vid in enumerate(ids):
+        s3api_json(gw, "get-object", "--bucket", b, "--key", "k", "--version-id", vid, f"{d}/back{i}")
+        same_file(f"{d}/v{i}", f"{d}/back{i}")
+    r = s3api_json(gw, "delete-object", "--bucket", b, "--key", "k")
+    expect(r.get("DeleteMarker") is True and r.get("VersionId"), f"delete-object: {r}")
+    marker = r["VersionId"]
+    r = aws_cmd(gw, "s3api", "head-object", "--bucket", b, "--key", "k", ok=False)
+    expect(r.returncode != 0 and "404" in r.stderr + r.stdout, f"head after delete: {r.stderr}")
+    lst = s3api_json(gw, "list-object-versions", "--bucket", b)
+    got = [v["VersionId"] for v in lst.get("Versions", [])]
+    expect(got == ids[::-1], f"versions {got}, wanted newest first {ids[::-1]}")
+    markers = [(m["VersionId"], m["IsLatest"]) for m in lst.get("DeleteMarkers", [])]
+    expect(markers == [(marker, True)], f"delete markers: {markers}")
+    # Pages of one through the markers.
+    seen, km, vm = [], None, None
+    while True:
+        args = ["list-object-versions", "--bucket", b, "--max-keys", "1", "--no-paginate"]
+        if km:
+            args += ["--key-marker", km, "--version-id-marker", vm]
+        page = s3api_json(gw, *args)
+        seen += [v["VersionId"] for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+        if not page.get("IsTruncated"):
+            break
+        km, vm = page["NextKeyMarker"], page["NextVersionIdMarker"]
+    expect(sorted(seen) == sorted(ids + [marker]), f"paged listing: {seen}")
+    s3api_json(gw, "delete-object", "--bucket", b, "--key", "k", "--version-id", marker)
+    s3api_json(gw, "get-object", "--bucket", b, "--key", "k", f"{d}/current")
+    same_file(f"{d}/v2", f"{d}/current")
+    s3api_json(gw, "put-bucket-versioning", "--bucket", b,
+               "--versioning-configuration", "Status=Suspended")
+    r = s3api_json(gw, "put-object", "--bucket", b, "--key", "k", "--body", f"{d}/v0")
+    expect(r.get("VersionId", "null") == "null", f"suspended put: {r}")
+    r = aws_cmd(gw, "s3api", "put-bucket-versioning", "--bucket", b, "--versioning-configuration",
+                "Status=Enabled,MFADelete=Enabled", "--mfa", "arn:aws:iam::1:mfa/x 123456", ok=False)
+    expect(r.returncode != 0 and "MFA" in r.stderr, f"MFA delete not refused: {r.stderr}")
+
+
+def tagging_s3api(p, gw):
+    d, b = p.dir("tagging"), "e2e-tagging"
+    rand_file(f"{d}/f", 500)
+    s3api_json(gw, "create-bucket", "--bucket", b)
+    s3api_json(gw, "put-object", "--bucket", b, "--key", "k", "--body", f"{d}/f",
+               "--tagging", "team=backup&year=2026")
+    tags = s3api_json(gw, "get-object-tagging", "--bucket", b, "--key", "k")["TagSet"]
+    expect(sorted((t["Key"], t["Value"]) for t in tags) == [("team", "backup"), ("year", "2026")],
+           f"tags: {tags}")
+    head = s3api_json(gw, "get-object", "--bucket", b, "--key", "k", f"{d}/back")
+    expect(head.get("TagCount") == 2, f"get-object TagCount: {head}")
+    eleven = ",".join(f"{{Key=k{i},Value=v}}" for i in range(11))
+    r = aws_cmd(gw, "s3api", "put-object-tagging", "--bucket", b, "--key", "k",
+                "--tagging", f"TagSet=[{eleven}]", ok=False)
+    expect(r.returncode != 0 and "InvalidTag" in r.stderr, f"11 tags: {r.stderr}")
+    s3api_json(gw, "put-object-tagging", "--bucket", b, "--key", "k", "--tagging",
+               "TagSet=[{Key=a,Value=1}]")
+    tags = s3api_json(gw, "get-object-tagging", "--bucket", b, "--key", "k")["TagSet"]
+    expect(tags == [{"Key": "a", "Value": "1"}], f"replaced tags: {tags}")
+    s3api_json(gw, "delete-object-tagging", "--bucket", b, "--key", "k")
+    tags = s3api_json(gw, "get-object-tagging", "--bucket", b, "--key", "k")["TagSet"]
+    expect(tags == [], f"deleted tags: {tags}")
+    # Per version.
+    s3api_json(gw, "put-bucket-versioning", "--bucket", b,
+               "--versioning-configuration", "Status=Enabled")
+    v1 = s3api_json(gw, "put-object", "--bucket", b, "--key", "v", "--body", f"{d}/f",
+                    "--tagging", "n=1")["VersionId"]
+    s3api_json(gw, "put-object", "--bucket", b, "--key", "v", "--body", f"{d}/f", "--tagging", "n=2")
+    old = s3api_json(gw, "get-object-tagging", "--bucket", b, "--key", "v", "--version-id", v1)
+    expect(old["TagSet"] == [{"Key": "n", "Value": "1"}] and old.get("VersionId") == v1,
+           f"old version's tags: {old}")
+    s3api_json(gw, "put-bucket-tagging", "--bucket", b, "--tagging", "TagSet=[{Key=env,Value=e2e}]")
+    got = s3api_json(gw, "get-bucket-tagging", "--bucket", b)["TagSet"]
+    expect(got == [{"Key": "env", "Value": "e2e"}], f"bucket tags: {got}")
+
+
 EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash,
-          "disk-full": disk_full, "deploy": deploy}
+          "disk-full": disk_full, "deploy": deploy, "versions": versions}

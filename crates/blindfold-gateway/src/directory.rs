@@ -27,6 +27,99 @@ const OBJECTS: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("
 const UPLOADS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("uploads");
 const FREE: TableDefinition<'_, u64, ()> = TableDefinition::new("free_blocks");
 const ALLOC: TableDefinition<'_, &str, u64> = TableDefinition::new("alloc");
+/// Noncurrent versions and delete markers of versioned buckets, keyed by (bucket, key,
+/// `u64::MAX - seq`), so a key's versions read newest first. Records: [`enc_v1`] of [`Version`].
+/// The current version of a key stays in `objects`, as in an unversioned bucket.
+const VERSIONS: TableDefinition<'_, (&str, &str, u64), &[u8]> =
+    TableDefinition::new("object_versions");
+/// Bucket settings (versioning, tags); no record means the defaults. Records: [`enc_v1`] of
+/// [`BucketConfig`].
+const BUCKET_CONFIG: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("bucket_config");
+
+/// The metadata entry of an object that holds its version id; no entry means `null` (written
+/// while versioning was off or suspended). Like the standard headers kept beside it, its name
+/// starts with a colon, which no header name contains, so it never mixes with user metadata.
+pub const VERSION_ID_KEY: &str = ":version-id";
+/// The metadata entry of an object that holds its tags, in the query-string form of the
+/// `x-amz-tagging` header (`k1=v1&k2=v2`, URL-encoded); no entry means no tags.
+pub const TAGGING_KEY: &str = ":tagging";
+/// The version id of an object written while versioning was off or suspended.
+pub const NULL_VERSION: &str = "null";
+
+/// A bucket's versioning state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Versioning {
+    /// Never enabled: a write replaces the object, a delete removes it.
+    #[default]
+    Off,
+    /// Every write adds a version; a delete adds a delete marker.
+    Enabled,
+    /// Writes and deletes replace the `null` version; older versions are kept.
+    Suspended,
+}
+
+/// A bucket's settings beyond its existence.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketConfig {
+    /// Versioning.
+    pub versioning: Versioning,
+    /// Bucket tags, in the form of [`TAGGING_KEY`]; `None`: no tag set.
+    pub tags: Option<String>,
+}
+
+/// One version of an object: data, or a delete marker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    /// Its version id (`null` for [`NULL_VERSION`]).
+    pub version_id: String,
+    /// When it was written, nanoseconds since the Unix epoch.
+    pub modified_ns: i128,
+    /// The object; `None` for a delete marker.
+    pub object: Option<ObjectMeta>,
+}
+
+impl Version {
+    /// An object as a version.
+    pub fn of(meta: ObjectMeta) -> Self {
+        Self {
+            version_id: version_id(&meta).to_string(),
+            modified_ns: meta.modified_ns,
+            object: Some(meta),
+        }
+    }
+}
+
+/// The version id of an object ([`VERSION_ID_KEY`]).
+pub fn version_id(meta: &ObjectMeta) -> &str {
+    meta.metadata.get(VERSION_ID_KEY).map(String::as_str).unwrap_or(NULL_VERSION)
+}
+
+/// What a delete without a version id did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Deleted {
+    /// There was a current object.
+    pub existed: bool,
+    /// The delete marker it added (versioning enabled or suspended).
+    pub marker: Option<String>,
+}
+
+/// Format tag of the records of the tables added with versioning ([`VERSIONS`],
+/// [`BUCKET_CONFIG`]): a record is this byte, then the bincode of the value. A later layout
+/// takes the next tag, and records of this one stay readable through it.
+const RECORD_V1: u8 = 1;
+
+fn enc_v1<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut out = vec![RECORD_V1];
+    bincode::serialize_into(&mut out, v).expect("directory records serialise");
+    out
+}
+
+fn dec_v1<T: for<'a> Deserialize<'a>>(b: &[u8]) -> Result<T> {
+    match b.split_first() {
+        Some((&RECORD_V1, rest)) => dec(rest),
+        _ => Err(GatewayError::Corrupt("directory record of an unknown format".into())),
+    }
+}
 
 /// A run of bytes stored in whole blocks.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +217,17 @@ pub enum DirOp {
     CreateBucket { name: String, meta: BucketMeta },
     /// [`Directory::delete_bucket`].
     DeleteBucket { name: String },
+    // Added with versioning and tagging; variants are positional in bincode: append only.
+    /// [`Tx::put_version`].
+    PutVersion { bucket: String, key: String, meta: ObjectMeta, version_id: String },
+    /// [`Tx::delete_current`].
+    DeleteCurrent { bucket: String, key: String, marker_id: String, modified_ns: i128 },
+    /// [`Tx::delete_version`].
+    DeleteVersion { bucket: String, key: String, version_id: String },
+    /// [`Tx::set_tagging`].
+    SetTagging { bucket: String, key: String, version_id: Option<String>, tagging: Option<String> },
+    /// [`Tx::set_bucket_config`].
+    SetBucketConfig { bucket: String, config: BucketConfig },
 }
 
 /// The operations of one transaction as the store-side log carries them.
@@ -339,6 +443,319 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// The bucket's settings (defaults without a record).
+    pub fn bucket_config(&self, bucket: &str) -> Result<BucketConfig> {
+        let t = self.txn.open_table(BUCKET_CONFIG).map_err(db_err)?;
+        let out = t.get(bucket).map_err(db_err)?.map(|v| dec_v1(v.value())).transpose();
+        Ok(out?.unwrap_or_default())
+    }
+
+    /// Replaces the bucket's settings.
+    pub fn set_bucket_config(&mut self, bucket: &str, config: &BucketConfig) -> Result<()> {
+        self.require_bucket(bucket)?;
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::SetBucketConfig { bucket: bucket.into(), config: config.clone() });
+        }
+        let mut t = self.txn.open_table(BUCKET_CONFIG).map_err(db_err)?;
+        t.insert(bucket, enc_v1(config).as_slice()).map_err(db_err)?;
+        Ok(())
+    }
+
+    /// Makes `meta` the current version of (bucket, key), as the bucket's versioning says:
+    /// off, it replaces the object (whose blocks are freed); enabled, it becomes version
+    /// `version_id` and the object it follows becomes noncurrent; suspended, it becomes the
+    /// `null` version, replacing the one there was. Returns the object as stored.
+    pub fn put_version(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        version_id: &str,
+    ) -> Result<ObjectMeta> {
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::PutVersion {
+                bucket: bucket.into(),
+                key: key.into(),
+                meta: meta.clone(),
+                version_id: version_id.into(),
+            });
+        }
+        let state = self.bucket_config(bucket)?.versioning;
+        let mut meta = meta.clone();
+        let old = self.take_current(bucket, key)?;
+        match state {
+            Versioning::Off => {
+                meta.metadata.remove(VERSION_ID_KEY);
+                if let Some(old) = old {
+                    self.release.extend(old.blocks());
+                }
+            }
+            Versioning::Enabled => {
+                meta.metadata.insert(VERSION_ID_KEY.into(), version_id.into());
+                if let Some(old) = old {
+                    self.archive(bucket, key, Version::of(old))?;
+                }
+            }
+            Versioning::Suspended => {
+                meta.metadata.remove(VERSION_ID_KEY);
+                self.replace_null(bucket, key, old)?;
+            }
+        }
+        self.set_current(bucket, key, &meta)?;
+        Ok(meta)
+    }
+
+    /// Deletes (bucket, key) without naming a version: with versioning off the object goes
+    /// (its blocks are freed); enabled, it becomes noncurrent under a new delete marker
+    /// `marker_id`; suspended, the `null` version goes and a `null` delete marker is added.
+    pub fn delete_current(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        marker_id: &str,
+        modified_ns: i128,
+    ) -> Result<Deleted> {
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::DeleteCurrent {
+                bucket: bucket.into(),
+                key: key.into(),
+                marker_id: marker_id.into(),
+                modified_ns,
+            });
+        }
+        let state = self.bucket_config(bucket)?.versioning;
+        let old = self.take_current(bucket, key)?;
+        let existed = old.is_some();
+        let marker = match state {
+            Versioning::Off => {
+                if let Some(old) = old {
+                    self.release.extend(old.blocks());
+                }
+                return Ok(Deleted { existed, marker: None });
+            }
+            Versioning::Enabled => {
+                if let Some(old) = old {
+                    self.archive(bucket, key, Version::of(old))?;
+                }
+                marker_id.to_string()
+            }
+            Versioning::Suspended => {
+                self.replace_null(bucket, key, old)?;
+                NULL_VERSION.to_string()
+            }
+        };
+        let v = Version { version_id: marker.clone(), modified_ns, object: None };
+        self.archive(bucket, key, v)?;
+        Ok(Deleted { existed, marker: Some(marker) })
+    }
+
+    /// Deletes one version for good (its blocks are freed); if it was the current one, the
+    /// newest remaining version becomes current. Returns the version, `None` if there was none.
+    pub fn delete_version(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<Version>> {
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::DeleteVersion {
+                bucket: bucket.into(),
+                key: key.into(),
+                version_id: version_id.into(),
+            });
+        }
+        let gone = match self.object(bucket, key)? {
+            Some(cur) if self::version_id(&cur) == version_id => {
+                let cur = self.take_current(bucket, key)?.expect("present");
+                Some(Version::of(cur))
+            }
+            _ => match self.find_archived(bucket, key, version_id)? {
+                Some((rank, _)) => Some(self.unarchive(bucket, key, rank)?),
+                None => None,
+            },
+        };
+        if let Some(v) = &gone {
+            if let Some(o) = &v.object {
+                self.release.extend(o.blocks());
+            }
+            self.promote(bucket, key)?;
+        }
+        Ok(gone)
+    }
+
+    /// The version `version_id` of (bucket, key), or the current one (`None`): an object,
+    /// or a delete marker. Fails with NoSuchKey / NoSuchVersion if there is none.
+    pub fn version(&self, bucket: &str, key: &str, version_id: Option<&str>) -> Result<Version> {
+        let cur = self.object(bucket, key)?;
+        let t = self.txn.open_table(VERSIONS).map_err(db_err)?;
+        let archived = archived_of(&t, bucket, key)?;
+        resolve_version(cur, &archived, version_id)
+    }
+
+    /// Replaces the tags ([`TAGGING_KEY`]) of a version (the current one: `None`); returns
+    /// its version id. A delete marker has none: [`GatewayError::DeleteMarker`].
+    pub fn set_tagging(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        tagging: Option<&str>,
+    ) -> Result<String> {
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::SetTagging {
+                bucket: bucket.into(),
+                key: key.into(),
+                version_id: version_id.map(Into::into),
+                tagging: tagging.map(Into::into),
+            });
+        }
+        let set = |m: &mut ObjectMeta| match tagging {
+            Some(t) => m.metadata.insert(TAGGING_KEY.into(), t.into()),
+            None => m.metadata.remove(TAGGING_KEY),
+        };
+        if let Some(mut cur) = self.object(bucket, key)? {
+            if version_id.is_none_or(|id| id == self::version_id(&cur)) {
+                set(&mut cur);
+                let mut t = self.txn.open_table(OBJECTS).map_err(db_err)?;
+                t.insert((bucket, key), enc(&cur).as_slice()).map_err(db_err)?;
+                return Ok(self::version_id(&cur).to_string());
+            }
+        }
+        let Some(id) = version_id else {
+            return Err(match self.newest_archived(bucket, key)? {
+                Some(_) => GatewayError::DeleteMarker,
+                None => GatewayError::NoSuchKey,
+            });
+        };
+        let (rank, mut v) =
+            self.find_archived(bucket, key, id)?.ok_or(GatewayError::NoSuchVersion)?;
+        let Some(o) = v.object.as_mut() else {
+            return Err(GatewayError::DeleteMarker);
+        };
+        set(o);
+        let mut t = self.txn.open_table(VERSIONS).map_err(db_err)?;
+        t.insert((bucket, key, rank), enc_v1(&v).as_slice()).map_err(db_err)?;
+        Ok(id.to_string())
+    }
+
+    /// Removes and returns the current object (blocks untouched).
+    fn take_current(&mut self, bucket: &str, key: &str) -> Result<Option<ObjectMeta>> {
+        let mut t = self.txn.open_table(OBJECTS).map_err(db_err)?;
+        let old = t.remove((bucket, key)).map_err(db_err)?;
+        let old: Option<ObjectMeta> = old.map(|v| dec(v.value())).transpose()?;
+        if let Some(o) = &old {
+            self.delta.0 -= 1;
+            self.delta.1 -= i128::from(o.size);
+        }
+        Ok(old)
+    }
+
+    /// Makes `meta` current; there is no current object.
+    fn set_current(&mut self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()> {
+        let mut t = self.txn.open_table(OBJECTS).map_err(db_err)?;
+        t.insert((bucket, key), enc(meta).as_slice()).map_err(db_err)?;
+        self.delta.0 += 1;
+        self.delta.1 += i128::from(meta.size);
+        Ok(())
+    }
+
+    /// The newest noncurrent version (or delete marker) of a key, with its rank.
+    fn newest_archived(&self, bucket: &str, key: &str) -> Result<Option<(u64, Version)>> {
+        let t = self.txn.open_table(VERSIONS).map_err(db_err)?;
+        let mut r = t.range((bucket, key, 0)..=(bucket, key, u64::MAX)).map_err(db_err)?;
+        let first = match r.next() {
+            Some(item) => {
+                let (k, v) = item.map_err(db_err)?;
+                Some((k.value().2, dec_v1(v.value())?))
+            }
+            None => None,
+        };
+        Ok(first)
+    }
+
+    /// The noncurrent version `version_id` of a key, with its rank.
+    fn find_archived(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<(u64, Version)>> {
+        let t = self.txn.open_table(VERSIONS).map_err(db_err)?;
+        for item in t.range((bucket, key, 0)..=(bucket, key, u64::MAX)).map_err(db_err)? {
+            let (k, v) = item.map_err(db_err)?;
+            let v: Version = dec_v1(v.value())?;
+            if v.version_id == version_id {
+                return Ok(Some((k.value().2, v)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Files `v` as the newest noncurrent version of the key. The current object, if any, is
+    /// always newer than every noncurrent version, so ranks follow the order of writes.
+    fn archive(&mut self, bucket: &str, key: &str, v: Version) -> Result<()> {
+        let rank = match self.newest_archived(bucket, key)? {
+            Some((rank, _)) => rank.checked_sub(1).ok_or_else(|| {
+                GatewayError::Corrupt("a key has run out of version numbers".into())
+            })?,
+            None => u64::MAX - 1,
+        };
+        if let Some(o) = &v.object {
+            self.delta.0 += 1;
+            self.delta.1 += i128::from(o.size);
+        }
+        let mut t = self.txn.open_table(VERSIONS).map_err(db_err)?;
+        t.insert((bucket, key, rank), enc_v1(&v).as_slice()).map_err(db_err)?;
+        Ok(())
+    }
+
+    /// Removes a noncurrent version (blocks untouched).
+    fn unarchive(&mut self, bucket: &str, key: &str, rank: u64) -> Result<Version> {
+        let mut t = self.txn.open_table(VERSIONS).map_err(db_err)?;
+        let v = t.remove((bucket, key, rank)).map_err(db_err)?;
+        let v: Version = v
+            .map(|v| dec_v1(v.value()))
+            .transpose()?
+            .ok_or_else(|| GatewayError::Corrupt("a version vanished".into()))?;
+        if let Some(o) = &v.object {
+            self.delta.0 -= 1;
+            self.delta.1 -= i128::from(o.size);
+        }
+        Ok(v)
+    }
+
+    /// Suspended versioning: the `null` version goes (current `old`, or noncurrent), any other
+    /// current object becomes noncurrent.
+    fn replace_null(&mut self, bucket: &str, key: &str, old: Option<ObjectMeta>) -> Result<()> {
+        if let Some(old) = old {
+            if version_id(&old) == NULL_VERSION {
+                self.release.extend(old.blocks());
+            } else {
+                self.archive(bucket, key, Version::of(old))?;
+            }
+        }
+        if let Some((rank, _)) = self.find_archived(bucket, key, NULL_VERSION)? {
+            let v = self.unarchive(bucket, key, rank)?;
+            if let Some(o) = v.object {
+                self.release.extend(o.blocks());
+            }
+        }
+        Ok(())
+    }
+
+    /// With no current object, the newest noncurrent version becomes current if it is an
+    /// object (a delete marker stays where it is: the key then reads as deleted).
+    fn promote(&mut self, bucket: &str, key: &str) -> Result<()> {
+        if self.object(bucket, key)?.is_some() {
+            return Ok(());
+        }
+        if let Some((rank, Version { object: Some(_), .. })) = self.newest_archived(bucket, key)? {
+            let v = self.unarchive(bucket, key, rank)?;
+            self.set_current(bucket, key, v.object.as_ref().expect("an object"))?;
+        }
+        Ok(())
+    }
+
     /// Frees blocks when the transaction commits.
     pub fn release(&mut self, blocks: impl IntoIterator<Item = u64>) {
         let at = self.release.len();
@@ -347,6 +764,64 @@ impl Tx<'_> {
             ops.push(DirOp::Release(self.release[at..].to_vec()));
         }
     }
+}
+
+/// The noncurrent versions of a key, newest first, with their ranks.
+fn archived_of(
+    t: &impl ReadableTable<(&'static str, &'static str, u64), &'static [u8]>,
+    bucket: &str,
+    key: &str,
+) -> Result<Vec<(u64, Version)>> {
+    let mut out = Vec::new();
+    for item in t.range((bucket, key, 0)..=(bucket, key, u64::MAX)).map_err(db_err)? {
+        let (k, v) = item.map_err(db_err)?;
+        out.push((k.value().2, dec_v1(v.value())?));
+    }
+    Ok(out)
+}
+
+/// The version `id` (the latest: `None`) among a key's current object and noncurrent versions.
+fn resolve_version(
+    cur: Option<ObjectMeta>,
+    archived: &[(u64, Version)],
+    id: Option<&str>,
+) -> Result<Version> {
+    match id {
+        None => match cur {
+            Some(cur) => Ok(Version::of(cur)),
+            None => match archived.first() {
+                Some((_, v)) if v.object.is_none() => Ok(v.clone()),
+                _ => Err(GatewayError::NoSuchKey),
+            },
+        },
+        Some(id) => match cur {
+            Some(cur) if version_id(&cur) == id => Ok(Version::of(cur)),
+            _ => archived
+                .iter()
+                .find(|(_, v)| v.version_id == id)
+                .map(|(_, v)| v.clone())
+                .ok_or(GatewayError::NoSuchVersion),
+        },
+    }
+}
+
+fn all_versions_of(txn: &redb::ReadTransaction) -> Result<Vec<(String, String, u64, Version)>> {
+    let mut out = Vec::new();
+    for item in txn.open_table(VERSIONS).map_err(db_err)?.iter().map_err(db_err)? {
+        let (k, v) = item.map_err(db_err)?;
+        let (b, key, rank) = k.value();
+        out.push((b.to_string(), key.to_string(), rank, dec_v1(v.value())?));
+    }
+    Ok(out)
+}
+
+fn bucket_configs_of(txn: &redb::ReadTransaction) -> Result<Vec<(String, BucketConfig)>> {
+    let mut out = Vec::new();
+    for item in txn.open_table(BUCKET_CONFIG).map_err(db_err)?.iter().map_err(db_err)? {
+        let (k, v) = item.map_err(db_err)?;
+        out.push((k.value().to_string(), dec_v1(v.value())?));
+    }
+    Ok(out)
 }
 
 /// Opens the sealed database at `path`, creating it if it does not exist.
@@ -436,6 +911,8 @@ impl Directory {
             txn.open_table(BUCKETS).map_err(db_err)?;
             txn.open_table(OBJECTS).map_err(db_err)?;
             txn.open_table(UPLOADS).map_err(db_err)?;
+            txn.open_table(VERSIONS).map_err(db_err)?;
+            txn.open_table(BUCKET_CONFIG).map_err(db_err)?;
             let free_t = txn.open_table(FREE).map_err(db_err)?;
             let alloc_t = txn.open_table(ALLOC).map_err(db_err)?;
             let next = alloc_t.get("next").map_err(db_err)?.map(|v| v.value()).unwrap_or(0);
@@ -681,7 +1158,16 @@ impl Directory {
                     return Err(GatewayError::BucketNotEmpty);
                 }
             }
+            // Noncurrent versions and delete markers keep a bucket from being deleted too.
+            let versions = txn.open_table(VERSIONS).map_err(db_err)?;
+            let mut range = versions.range((name, "", 0)..).map_err(db_err)?;
+            if let Some(item) = range.next() {
+                if item.map_err(db_err)?.0.value().0 == name {
+                    return Err(GatewayError::BucketNotEmpty);
+                }
+            }
             t.remove(name).map_err(db_err)?;
+            txn.open_table(BUCKET_CONFIG).map_err(db_err)?.remove(name).map_err(db_err)?;
         }
         txn.commit().map_err(db_err)?;
         if let Some(j) = self.journal.read().as_ref() {
@@ -757,6 +1243,33 @@ impl Directory {
                     DirOp::PutUpload { id, upload } => tx.put_upload(&id, &upload)?,
                     DirOp::DeleteUpload { id } => tx.delete_upload(&id)?,
                     DirOp::Release(b) => tx.release(b),
+                    DirOp::PutVersion { bucket, key, meta, version_id } => {
+                        tx.put_version(&bucket, &key, &meta, &version_id)?;
+                    }
+                    DirOp::DeleteCurrent { bucket, key, marker_id, modified_ns } => {
+                        tx.delete_current(&bucket, &key, &marker_id, modified_ns)?;
+                    }
+                    DirOp::DeleteVersion { bucket, key, version_id } => {
+                        tx.delete_version(&bucket, &key, &version_id)?;
+                    }
+                    DirOp::SetTagging { bucket, key, version_id, tagging } => {
+                        // As the original: a version gone since is no error on replay.
+                        match tx.set_tagging(
+                            &bucket,
+                            &key,
+                            version_id.as_deref(),
+                            tagging.as_deref(),
+                        ) {
+                            Ok(_)
+                            | Err(GatewayError::NoSuchKey)
+                            | Err(GatewayError::NoSuchVersion)
+                            | Err(GatewayError::DeleteMarker) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    DirOp::SetBucketConfig { bucket, config } => {
+                        tx.set_bucket_config(&bucket, &config)?
+                    }
                     DirOp::Claim(_) | DirOp::CreateBucket { .. } | DirOp::DeleteBucket { .. } => {}
                 }
             }
@@ -807,6 +1320,119 @@ impl Directory {
             out.push((k.value().to_string(), dec(v.value())?));
         }
         Ok(out)
+    }
+
+    /// The bucket's settings (defaults without a record).
+    pub fn bucket_config(&self, bucket: &str) -> Result<BucketConfig> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(BUCKET_CONFIG).map_err(db_err)?;
+        let out = t.get(bucket).map_err(db_err)?.map(|v| dec_v1(v.value())).transpose();
+        Ok(out?.unwrap_or_default())
+    }
+
+    /// The version `version_id` of (bucket, key), or the current one (`None`); see
+    /// [`Tx::version`].
+    pub fn version(&self, bucket: &str, key: &str, version_id: Option<&str>) -> Result<Version> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let cur: Option<ObjectMeta> = {
+            let t = txn.open_table(OBJECTS).map_err(db_err)?;
+            let out = t.get((bucket, key)).map_err(db_err)?.map(|v| dec(v.value())).transpose();
+            out?
+        };
+        let t = txn.open_table(VERSIONS).map_err(db_err)?;
+        let archived = archived_of(&t, bucket, key)?;
+        resolve_version(cur, &archived, version_id)
+    }
+
+    /// [`Directory::version`] with the blocks of an object pinned, as
+    /// [`Directory::object_pinned`] does; the caller unpins them.
+    pub fn version_pinned(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> Result<Version> {
+        let mut a = self.alloc.lock();
+        let v = self.version(bucket, key, version_id)?;
+        if let Some(m) = &v.object {
+            for b in m.blocks() {
+                *a.pinned.entry(b).or_insert(0) += 1;
+            }
+        }
+        Ok(v)
+    }
+
+    /// Keys of `bucket` that start with `prefix` and sort after `after`, in key order, at
+    /// most `limit` of them, each with all its versions newest first (the first is the
+    /// latest: the current object, or the delete marker that hides the key).
+    pub fn key_versions(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<Version>)>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let objects = txn.open_table(OBJECTS).map_err(db_err)?;
+        let versions = txn.open_table(VERSIONS).map_err(db_err)?;
+        let start = if after >= prefix { after } else { prefix };
+        let mut keys = BTreeSet::new();
+        for item in objects.range((bucket, start)..).map_err(db_err)? {
+            let (k, _) = item.map_err(db_err)?;
+            let (b, key) = k.value();
+            if b != bucket || !key.starts_with(prefix) || keys.len() >= limit {
+                break;
+            }
+            if key > after {
+                keys.insert(key.to_string());
+            }
+        }
+        let mut found = 0;
+        for item in versions.range((bucket, start, 0)..).map_err(db_err)? {
+            let (k, _) = item.map_err(db_err)?;
+            let (b, key, _) = k.value();
+            if b != bucket || !key.starts_with(prefix) || found >= limit {
+                break;
+            }
+            if key > after && keys.insert(key.to_string()) {
+                found += 1;
+            }
+        }
+        let mut out = Vec::new();
+        for key in keys.into_iter().take(limit) {
+            let mut all = Vec::new();
+            if let Some(v) = objects.get((bucket, key.as_str())).map_err(db_err)? {
+                all.push(Version::of(dec(v.value())?));
+            }
+            all.extend(archived_of(&versions, bucket, &key)?.into_iter().map(|(_, v)| v));
+            out.push((key, all));
+        }
+        Ok(out)
+    }
+
+    /// Every version of one key, newest first (the current object, if any, first).
+    pub fn versions_of_key(&self, bucket: &str, key: &str) -> Result<Vec<Version>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let objects = txn.open_table(OBJECTS).map_err(db_err)?;
+        let versions = txn.open_table(VERSIONS).map_err(db_err)?;
+        let mut all = Vec::new();
+        if let Some(v) = objects.get((bucket, key)).map_err(db_err)? {
+            all.push(Version::of(dec(v.value())?));
+        }
+        all.extend(archived_of(&versions, bucket, key)?.into_iter().map(|(_, v)| v));
+        Ok(all)
+    }
+
+    /// Every noncurrent version and delete marker: (bucket, key, rank, version).
+    pub fn all_versions(&self) -> Result<Vec<(String, String, u64, Version)>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        all_versions_of(&txn)
+    }
+
+    /// Every bucket's settings that differ from the defaults.
+    pub fn bucket_configs(&self) -> Result<Vec<(String, BucketConfig)>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        bucket_configs_of(&txn)
     }
 
     /// One object.
@@ -895,6 +1521,13 @@ impl Directory {
             t.objects += 1;
             t.bytes += meta.size;
         }
+        // Noncurrent versions hold blocks too, and count as objects.
+        for (_, _, _, v) in all_versions_of(&txn)? {
+            if let Some(meta) = v.object {
+                t.objects += 1;
+                t.bytes += meta.size;
+            }
+        }
         *self.totals.lock() = Some(t);
         Ok(t)
     }
@@ -942,6 +1575,14 @@ impl Directory {
                 claim(b, who.clone(), &mut problems);
             }
         }
+        for (bucket, key, _, v) in self.all_versions()? {
+            let _ = (bucket, key);
+            if let Some(meta) = v.object {
+                for b in meta.blocks() {
+                    claim(b, format!("a noncurrent version ({})", v.version_id), &mut problems);
+                }
+            }
+        }
         for (id, up) in self.uploads()? {
             for (n, p) in &up.parts {
                 for &b in &p.extent.blocks {
@@ -966,6 +1607,39 @@ pub struct DirectoryDump {
     pub next: u64,
     /// Free-listed blocks below it.
     pub free: Vec<u64>,
+    /// Noncurrent versions and delete markers: (bucket, key, rank, version).
+    pub versions: Vec<(String, String, u64, Version)>,
+    /// Bucket settings.
+    pub configs: Vec<(String, BucketConfig)>,
+}
+
+/// A [`DirectoryDump`] as snapshots before versioning held it (format `BFSNAP05` and older).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DirectoryDumpV5 {
+    /// Buckets.
+    pub buckets: Vec<(String, BucketMeta)>,
+    /// Objects: (bucket, key, meta).
+    pub objects: Vec<(String, String, ObjectMeta)>,
+    /// Uploads in progress.
+    pub uploads: Vec<(String, Upload)>,
+    /// Allocation high-water mark.
+    pub next: u64,
+    /// Free-listed blocks below it.
+    pub free: Vec<u64>,
+}
+
+impl From<DirectoryDumpV5> for DirectoryDump {
+    fn from(d: DirectoryDumpV5) -> Self {
+        DirectoryDump {
+            buckets: d.buckets,
+            objects: d.objects,
+            uploads: d.uploads,
+            next: d.next,
+            free: d.free,
+            versions: Vec::new(),
+            configs: Vec::new(),
+        }
+    }
 }
 
 impl Directory {
@@ -981,6 +1655,8 @@ impl Directory {
             uploads: self.uploads()?,
             next,
             free,
+            versions: self.all_versions()?,
+            configs: self.bucket_configs()?,
         })
     }
 
@@ -1002,7 +1678,9 @@ impl Directory {
             let (k, v) = item.map_err(db_err)?;
             uploads.push((k.value().to_string(), dec(v.value())?));
         }
-        Ok(DirectoryDump { buckets, objects, uploads, next, free })
+        let versions = all_versions_of(txn)?;
+        let configs = bucket_configs_of(txn)?;
+        Ok(DirectoryDump { buckets, objects, uploads, next, free, versions, configs })
     }
 
     /// Creates a new directory database at `path` holding `dump`, sealed under `master`.
@@ -1036,6 +1714,15 @@ impl Directory {
                 let mut u = txn.open_table(UPLOADS).map_err(db_err)?;
                 for (id, up) in &dump.uploads {
                     u.insert(id.as_str(), enc(up).as_slice()).map_err(db_err)?;
+                }
+                let mut v = txn.open_table(VERSIONS).map_err(db_err)?;
+                for (bucket, key, rank, version) in &dump.versions {
+                    v.insert((bucket.as_str(), key.as_str(), *rank), enc_v1(version).as_slice())
+                        .map_err(db_err)?;
+                }
+                let mut c = txn.open_table(BUCKET_CONFIG).map_err(db_err)?;
+                for (bucket, config) in &dump.configs {
+                    c.insert(bucket.as_str(), enc_v1(config).as_slice()).map_err(db_err)?;
                 }
                 let mut f = txn.open_table(FREE).map_err(db_err)?;
                 for &blk in &dump.free {

@@ -11,6 +11,12 @@ pub enum GatewayError {
     /// The object does not exist.
     #[error("the object does not exist")]
     NoSuchKey,
+    /// The version does not exist (or names a version of another key).
+    #[error("the version does not exist")]
+    NoSuchVersion,
+    /// The request names a delete marker, which holds no data or tags.
+    #[error("the version is a delete marker")]
+    DeleteMarker,
     /// The bucket still holds objects.
     #[error("the bucket is not empty")]
     BucketNotEmpty,

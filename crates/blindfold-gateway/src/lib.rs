@@ -56,7 +56,9 @@ pub mod usage;
 pub mod users;
 pub mod verify;
 
-pub use directory::{Directory, Extent, ObjectMeta, ObjectTotals};
+pub use directory::{
+    BucketConfig, Deleted, Directory, Extent, ObjectMeta, ObjectTotals, Version, Versioning,
+};
 pub use error::GatewayError;
 pub use s3::Gateway;
 

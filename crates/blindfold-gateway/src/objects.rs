@@ -29,7 +29,7 @@ use md5::{Digest, Md5};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::directory::{now_ns, Directory, Extent, ObjectMeta, Part, Upload};
+use crate::directory::{now_ns, Deleted, Directory, Extent, ObjectMeta, Part, Upload, Version};
 use crate::engine::{BlockEngine, Serialized, SharedEngine};
 use crate::{GatewayError, Result};
 
@@ -140,6 +140,11 @@ struct Step {
     block: Option<u64>,
     lo: usize,
     hi: usize,
+}
+
+/// A fresh version id: 32 random hex digits (never `null`).
+fn new_version_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
 }
 
 /// Blocks an object of `len` bytes occupies, before padding.
@@ -408,26 +413,68 @@ impl ObjectLayer {
         mut reserved: Reserved,
     ) -> Result<ObjectMeta> {
         self.commit_engine(&mut reserved).await?;
-        self.dir.transact(reserved.blocks(), |tx| {
+        let meta = self.dir.transact(reserved.blocks(), |tx| {
             tx.require_bucket(bucket)?;
             if if_none_match && tx.object(bucket, key)?.is_some() {
                 return Err(GatewayError::PreconditionFailed);
             }
-            tx.put_object(bucket, key, &meta)
+            tx.put_version(bucket, key, &meta, &new_version_id())
         })?;
         reserved.claimed();
         self.dir.settle().await?;
         Ok(meta)
     }
 
-    /// Deletes an object; deleting a missing object succeeds (as in S3).
+    /// Deletes an object; deleting a missing object succeeds (as in S3). In a versioned
+    /// bucket this adds a delete marker ([`crate::directory::Tx::delete_current`]). True if
+    /// there was a current object.
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<bool> {
+        Ok(self.delete_current(bucket, key).await?.existed)
+    }
+
+    /// [`ObjectLayer::delete_object`], telling the delete marker it added.
+    pub async fn delete_current(&self, bucket: &str, key: &str) -> Result<Deleted> {
+        let marker = new_version_id();
         self.dir
             .transact_durable(&[], |tx| {
                 tx.require_bucket(bucket)?;
-                tx.delete_object(bucket, key)
+                tx.delete_current(bucket, key, &marker, now_ns())
             })
             .await
+    }
+
+    /// Deletes one version of an object for good (its blocks are freed in trusted state, as
+    /// a delete frees them); `None` if there was no such version.
+    pub async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: &str,
+    ) -> Result<Option<Version>> {
+        self.dir
+            .transact_durable(&[], |tx| {
+                tx.require_bucket(bucket)?;
+                tx.delete_version(bucket, key, version_id)
+            })
+            .await
+    }
+
+    /// Looks a version up for reading (the current one: `None`), its blocks pinned as
+    /// [`ObjectLayer::lookup_for_read`] pins them. Reading it then is the same as reading a
+    /// current object: [`ObjectLayer::read_range`] of its metadata, the same plan of ORAM
+    /// accesses; nothing about versions reaches the store.
+    pub fn lookup_version_for_read(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> Result<(Version, Option<ReadPin>)> {
+        let v = self.dir.version_pinned(bucket, key, version_id)?;
+        let pin = v
+            .object
+            .as_ref()
+            .map(|meta| ReadPin { layer: Arc::clone(self), blocks: meta.blocks().collect() });
+        Ok((v, pin))
     }
 
     /// The read plan of the byte range `range` of `meta`: the blocks to read, in order, and
@@ -729,8 +776,7 @@ impl ObjectLayer {
                 }
             }
             tx.delete_upload(upload_id)?;
-            tx.put_object(bucket, key, &meta)?;
-            Ok(meta)
+            tx.put_version(bucket, key, &meta, &new_version_id())
         })?;
         self.dir.settle().await?;
         Ok(meta)
@@ -766,8 +812,7 @@ impl ObjectLayer {
             }
             let meta = ObjectMeta { extents: vec![extent.clone()], ..now };
             tx.delete_upload(upload_id)?;
-            tx.put_object(bucket, key, &meta)?;
-            Ok(meta)
+            tx.put_version(bucket, key, &meta, &new_version_id())
         });
         if r.is_ok() {
             reserved.claimed();

@@ -208,6 +208,16 @@ pub async fn recover_until_with(
         }
         keep
     });
+    // Noncurrent versions with a lost block go the same way (a delete marker holds none).
+    directory.versions.retain(|(bucket, key, _, v)| {
+        let Some(meta) = &v.object else { return true };
+        let keep = !meta.blocks().any(|b| lost.contains(&b));
+        if !keep {
+            dropped.push(format!("{bucket}/{key} (version {})", v.version_id));
+            freed.extend(meta.blocks());
+        }
+        keep
+    });
     directory.uploads.retain(|(_, up)| {
         let keep = !up.parts.values().any(|p| p.extent.blocks.iter().any(|b| lost.contains(b)));
         if !keep {

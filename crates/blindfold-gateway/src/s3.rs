@@ -10,7 +10,7 @@ use futures::StreamExt;
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 
-use crate::directory::{ObjectMeta, Part};
+use crate::directory::{version_id, ObjectMeta, Part, Version, Versioning, TAGGING_KEY};
 use crate::objects::{ObjectLayer, ReadPin};
 use crate::GatewayError;
 
@@ -47,6 +47,11 @@ fn s3(e: GatewayError) -> S3Error {
     match e {
         G::NoSuchBucket => s3_error!(NoSuchBucket),
         G::NoSuchKey => s3_error!(NoSuchKey),
+        G::NoSuchVersion => s3_error!(NoSuchVersion),
+        G::DeleteMarker => s3_error!(
+            MethodNotAllowed,
+            "The specified method is not allowed against this resource."
+        ),
         G::BucketNotEmpty => s3_error!(BucketNotEmpty),
         G::NoSuchUpload => s3_error!(NoSuchUpload),
         G::InvalidPart => s3_error!(InvalidPart),
@@ -108,6 +113,121 @@ fn to_metadata(m: &BTreeMap<String, String>) -> Option<Metadata> {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     (!user.is_empty()).then_some(user)
+}
+
+/// Tags on one object at most, as in S3 (a bucket takes 50).
+const MAX_OBJECT_TAGS: usize = 10;
+const MAX_BUCKET_TAGS: usize = 50;
+
+/// Checks a tag set as S3 does: at most `max` tags, keys of 1 to 128 characters, values of
+/// at most 256, no key twice (all InvalidTag).
+fn check_tags(tags: &[(String, String)], max: usize) -> S3Result<()> {
+    if tags.len() > max {
+        return Err(s3_error!(InvalidTag, "Object tags cannot be greater than {max}"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (k, v) in tags {
+        if k.is_empty() || k.chars().count() > 128 {
+            return Err(s3_error!(InvalidTag, "The TagKey you have provided is invalid"));
+        }
+        if v.chars().count() > 256 {
+            return Err(s3_error!(InvalidTag, "The TagValue you have provided is invalid"));
+        }
+        if !seen.insert(k.as_str()) {
+            return Err(s3_error!(InvalidTag, "Cannot provide multiple Tags with the same key"));
+        }
+    }
+    Ok(())
+}
+
+/// Tags as stored ([`TAGGING_KEY`]): the query-string form; `None` for no tags.
+fn encode_tags(tags: &[(String, String)]) -> Option<String> {
+    (!tags.is_empty()).then(|| serde_urlencoded::to_string(tags).expect("tags encode"))
+}
+
+/// Tags from the `x-amz-tagging` header (or from storage), checked.
+fn parse_tagging(header: &str) -> S3Result<Vec<(String, String)>> {
+    let tags: Vec<(String, String)> = serde_urlencoded::from_str(header)
+        .map_err(|_| s3_error!(InvalidArgument, "The tagging header is not a query string"))?;
+    check_tags(&tags, MAX_OBJECT_TAGS)?;
+    Ok(tags)
+}
+
+/// The stored tags of an object.
+fn stored_tags(meta: &ObjectMeta) -> Vec<(String, String)> {
+    meta.metadata
+        .get(TAGGING_KEY)
+        .and_then(|t| serde_urlencoded::from_str(t).ok())
+        .unwrap_or_default()
+}
+
+fn tag_set(tags: Vec<(String, String)>) -> TagSet {
+    tags.into_iter().map(|(k, v)| Tag { key: Some(k), value: Some(v) }).collect()
+}
+
+fn from_tag_set(t: Tagging) -> Vec<(String, String)> {
+    t.tag_set
+        .into_iter()
+        .map(|t| (t.key.unwrap_or_default(), t.value.unwrap_or_default()))
+        .collect()
+}
+
+/// Puts the tags of the `x-amz-tagging` header into an object's metadata map.
+fn with_tagging(
+    mut map: BTreeMap<String, String>,
+    header: Option<&str>,
+) -> S3Result<BTreeMap<String, String>> {
+    map.remove(TAGGING_KEY);
+    if let Some(t) = header.map(parse_tagging).transpose()?.and_then(|t| encode_tags(&t)) {
+        map.insert(TAGGING_KEY.into(), t);
+    }
+    Ok(map)
+}
+
+/// The version id to answer with (`x-amz-version-id`): none for a bucket that never had
+/// versioning, as S3 answers.
+fn answer_version(state: Versioning, meta: &ObjectMeta) -> Option<String> {
+    (state != Versioning::Off).then(|| version_id(meta).to_string())
+}
+
+/// The version id a write answers with: only where versioning is enabled (a suspended
+/// bucket's writes make the `null` version and answer none, as S3 does).
+fn written_version(state: Versioning, meta: &ObjectMeta) -> Option<String> {
+    (state == Versioning::Enabled).then(|| version_id(meta).to_string())
+}
+
+/// NoSuchKey for a key whose latest version is a delete marker, with the headers S3 sends.
+fn deleted_key(v: &Version) -> S3Error {
+    let mut e = s3_error!(NoSuchKey);
+    e.set_headers(marker_headers(v));
+    e
+}
+
+/// MethodNotAllowed for a read of a delete marker by its version id.
+fn marker_not_allowed(v: &Version) -> S3Error {
+    let mut e = s3(GatewayError::DeleteMarker);
+    e.set_headers(marker_headers(v));
+    e
+}
+
+fn marker_headers(v: &Version) -> hyper::HeaderMap {
+    let mut h = hyper::HeaderMap::new();
+    h.insert("x-amz-delete-marker", hyper::header::HeaderValue::from_static("true"));
+    if let Ok(id) = hyper::header::HeaderValue::from_str(&v.version_id) {
+        h.insert("x-amz-version-id", id);
+    }
+    h
+}
+
+/// A ListObjectVersions page: entries, truncated, and where the next page starts (key,
+/// version id).
+type VersionsPage = (Vec<VersionEntry>, bool, Option<(String, Option<String>)>);
+
+/// One entry of a ListObjectVersions answer.
+enum VersionEntry {
+    Object(ObjectVersion),
+    Marker(DeleteMarkerEntry),
+    Prefix(String),
 }
 
 /// Standard headers are kept in an object's metadata map under names that start with this:
@@ -480,16 +600,199 @@ impl Gateway {
         }
     }
 
-    fn head(&self, bucket: &str, key: &str) -> S3Result<ObjectMeta> {
-        let dir = self.objects.directory();
-        dir.require_bucket(bucket).map_err(s3)?;
-        dir.object(bucket, key).map_err(s3)?.ok_or_else(|| s3_error!(NoSuchKey))
+    /// The bucket's versioning state.
+    fn versioning(&self, bucket: &str) -> S3Result<Versioning> {
+        Ok(self.objects.directory().bucket_config(bucket).map_err(s3)?.versioning)
     }
 
-    /// [`Gateway::head`] for reading the data: the blocks stay pinned while the pin lives.
+    /// The version `version_id` (the current one: `None`) of an object for reading: its
+    /// blocks stay pinned while the pin lives. A delete marker is an error, as S3 answers.
+    fn version_for_read(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> S3Result<(ObjectMeta, Option<ReadPin>)> {
+        self.objects.directory().require_bucket(bucket).map_err(s3)?;
+        let (v, pin) = self.objects.lookup_version_for_read(bucket, key, version_id).map_err(s3)?;
+        match v.object {
+            Some(meta) => Ok((meta, pin)),
+            None if version_id.is_some() => Err(marker_not_allowed(&v)),
+            None => Err(deleted_key(&v)),
+        }
+    }
+
+    /// Entries of a ListObjectVersions page: versions and delete markers of keys after
+    /// `key_marker` (and of `key_marker` itself after `version_marker`), common prefixes
+    /// counted once. Returns the entries, whether more follow, and the markers to go on from.
+    fn list_versions(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+        key_marker: &str,
+        version_marker: Option<&str>,
+        max: usize,
+    ) -> Result<VersionsPage, GatewayError> {
+        let dir = self.objects.directory();
+        dir.require_bucket(bucket)?;
+        let delimiter = delimiter.filter(|d| !d.is_empty());
+        let mut out = Vec::new();
+        let mut last: Option<(String, Option<String>)> = None;
+        if max == 0 {
+            return Ok((out, false, None));
+        }
+        // The rest of the marker key's versions first.
+        let mut cursor = key_marker.to_string();
+        if let Some(vm) = version_marker.filter(|_| !key_marker.is_empty()) {
+            let versions = dir.versions_of_key(bucket, key_marker)?;
+            let mut after = versions.iter().skip_while(|v| v.version_id != vm);
+            if after.next().is_some() {
+                // Past the marker: none of these is the latest, which comes first.
+                for v in after {
+                    if out.len() == max {
+                        return Ok((out, true, last));
+                    }
+                    out.push(version_entry(key_marker, v, false));
+                    last = Some((key_marker.to_string(), Some(v.version_id.clone())));
+                }
+            }
+        }
+        if let Some(d) = delimiter {
+            if cursor.len() > prefix.len() && cursor.starts_with(prefix) && cursor.ends_with(d) {
+                cursor.push(char::MAX);
+            }
+        }
+        loop {
+            let page = dir.key_versions(bucket, prefix, &cursor, 100)?;
+            if page.is_empty() {
+                return Ok((out, false, last));
+            }
+            for (key, versions) in page {
+                cursor.clone_from(&key);
+                if let Some(d) = delimiter {
+                    if let Some(pos) = key[prefix.len()..].find(d) {
+                        if out.len() == max {
+                            return Ok((out, true, last));
+                        }
+                        let common = key[..prefix.len() + pos + d.len()].to_string();
+                        let mut skip_to = common.clone();
+                        skip_to.push(char::MAX);
+                        cursor = skip_to;
+                        last = Some((common.clone(), None));
+                        out.push(VersionEntry::Prefix(common));
+                        break;
+                    }
+                }
+                for (i, v) in versions.iter().enumerate() {
+                    if out.len() == max {
+                        return Ok((out, true, last));
+                    }
+                    out.push(version_entry(&key, v, i == 0));
+                    last = Some((key.clone(), Some(v.version_id.clone())));
+                }
+            }
+        }
+    }
+
+    /// Deletes one object (the current version: a delete marker where versioning is on) or
+    /// one version, and says what it did as DeleteObjects reports it.
+    async fn delete_one(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<String>,
+    ) -> Result<DeletedObject, GatewayError> {
+        match version {
+            Some(id) => {
+                let gone = self.objects.delete_version(bucket, key, &id).await?;
+                let marker = gone.as_ref().is_some_and(|v| v.object.is_none());
+                Ok(DeletedObject {
+                    delete_marker: marker.then_some(true),
+                    delete_marker_version_id: marker.then(|| id.clone()),
+                    version_id: Some(id),
+                    ..Default::default()
+                })
+            }
+            None => {
+                let d = self.objects.delete_current(bucket, key).await?;
+                Ok(DeletedObject {
+                    delete_marker: d.marker.is_some().then_some(true),
+                    delete_marker_version_id: d.marker,
+                    ..Default::default()
+                })
+            }
+        }
+    }
+
+    /// Replaces the tags of an object's version (`None`: the current one); answers its
+    /// version id where versioning is on.
+    async fn set_tagging(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<String>,
+        tags: Option<String>,
+    ) -> S3Result<Option<String>> {
+        let dir = self.objects.directory();
+        let id = dir
+            .transact_durable(&[], |tx| {
+                tx.require_bucket(bucket)?;
+                tx.set_tagging(bucket, key, version.as_deref(), tags.as_deref())
+            })
+            .await
+            .map_err(s3)?;
+        Ok((self.versioning(bucket)? != Versioning::Off).then_some(id))
+    }
+
+    /// Replaces a bucket's tags (`None`: removes them).
+    async fn set_bucket_tags(&self, bucket: &str, tags: Option<String>) -> S3Result<()> {
+        self.objects
+            .directory()
+            .transact_durable(&[], |tx| {
+                let mut config = tx.bucket_config(bucket)?;
+                config.tags = tags;
+                tx.set_bucket_config(bucket, &config)
+            })
+            .await
+            .map_err(s3)
+    }
+
+    /// An object for reading the data: the blocks stay pinned while the pin lives.
     fn head_for_read(&self, bucket: &str, key: &str) -> S3Result<(ObjectMeta, ReadPin)> {
         self.objects.directory().require_bucket(bucket).map_err(s3)?;
         self.objects.lookup_for_read(bucket, key).map_err(s3)?.ok_or_else(|| s3_error!(NoSuchKey))
+    }
+}
+
+fn version_entry(key: &str, v: &Version, latest: bool) -> VersionEntry {
+    let modified = |ns: i128| {
+        let ns = ns.max(0) as u128;
+        Timestamp::from(
+            std::time::SystemTime::UNIX_EPOCH
+                + std::time::Duration::from_nanos(ns.min(u64::MAX as u128) as u64),
+        )
+    };
+    match &v.object {
+        Some(meta) => VersionEntry::Object(ObjectVersion {
+            key: Some(key.to_string()),
+            size: Some(meta.size as i64),
+            e_tag: Some(etag(meta)),
+            last_modified: Some(Timestamp::from(meta.modified())),
+            is_latest: Some(latest),
+            version_id: Some(v.version_id.clone()),
+            storage_class: Some(ObjectVersionStorageClass::from_static(
+                ObjectVersionStorageClass::STANDARD,
+            )),
+            ..Default::default()
+        }),
+        None => VersionEntry::Marker(DeleteMarkerEntry {
+            key: Some(key.to_string()),
+            is_latest: Some(latest),
+            last_modified: Some(modified(v.modified_ns)),
+            version_id: Some(v.version_id.clone()),
+            ..Default::default()
+        }),
     }
 }
 
@@ -591,6 +894,9 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let input = req.input;
+        if let Some(t) = input.tagging.as_deref() {
+            parse_tagging(t)?;
+        }
         // If-None-Match: * is checked again when the object is published, atomically.
         let if_none_match = matches!(input.if_none_match, Some(ETagCondition::Any));
         if input.if_match.is_some() || input.if_none_match.is_some() {
@@ -614,16 +920,19 @@ impl S3 for Gateway {
                 &input.key,
                 body_stream(input.body),
                 input.content_type,
-                metadata_map(
-                    input.metadata,
-                    StandardHeaders::new(
-                        input.cache_control,
-                        input.content_disposition,
-                        input.content_encoding,
-                        input.content_language,
-                        input.expires,
+                with_tagging(
+                    metadata_map(
+                        input.metadata,
+                        StandardHeaders::new(
+                            input.cache_control,
+                            input.content_disposition,
+                            input.content_encoding,
+                            input.content_language,
+                            input.expires,
+                        ),
                     ),
-                ),
+                    input.tagging.as_deref(),
+                )?,
                 if_none_match,
             )
             .await
@@ -631,6 +940,7 @@ impl S3 for Gateway {
         tracing::debug!("object stored");
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag(&meta)),
+            version_id: written_version(self.versioning(&input.bucket)?, &meta),
             checksum_crc32: input.checksum_crc32,
             checksum_crc32c: input.checksum_crc32c,
             checksum_crc64nvme: input.checksum_crc64nvme,
@@ -645,7 +955,9 @@ impl S3 for Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
-        let (meta, _pin) = self.head_for_read(&input.bucket, &input.key)?;
+        let (meta, _pin) =
+            self.version_for_read(&input.bucket, &input.key, input.version_id.as_deref())?;
+        let state = self.versioning(&input.bucket)?;
         Conditions {
             if_match: input.if_match.as_ref(),
             if_none_match: input.if_none_match.as_ref(),
@@ -684,6 +996,8 @@ impl S3 for Gateway {
             last_modified: Some(Timestamp::from(meta.modified())),
             metadata: to_metadata(&meta.metadata),
             accept_ranges: Some("bytes".into()),
+            tag_count: Some(stored_tags(&meta).len() as i32).filter(|n| *n > 0),
+            version_id: answer_version(state, &meta),
             ..Default::default()
         }))
     }
@@ -693,7 +1007,9 @@ impl S3 for Gateway {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
-        let meta = self.head(&input.bucket, &input.key)?;
+        let (meta, _pin) =
+            self.version_for_read(&input.bucket, &input.key, input.version_id.as_deref())?;
+        let state = self.versioning(&input.bucket)?;
         Conditions {
             if_match: input.if_match.as_ref(),
             if_none_match: input.if_none_match.as_ref(),
@@ -702,7 +1018,8 @@ impl S3 for Gateway {
         }
         .check_read(&meta)?;
         let std = StandardHeaders::of(&meta);
-        Ok(S3Response::new(HeadObjectOutput {
+        let tags = stored_tags(&meta).len();
+        let mut answer = S3Response::new(HeadObjectOutput {
             content_length: Some(meta.size as i64),
             content_type: meta.content_type.clone(),
             cache_control: std.cache_control,
@@ -714,16 +1031,27 @@ impl S3 for Gateway {
             last_modified: Some(Timestamp::from(meta.modified())),
             metadata: to_metadata(&meta.metadata),
             accept_ranges: Some("bytes".into()),
+            version_id: answer_version(state, &meta),
             ..Default::default()
-        }))
+        });
+        // HeadObjectOutput has no field for it; S3 sends it on HEAD as on GET.
+        if tags > 0 {
+            answer.headers.insert("x-amz-tagging-count", hyper::header::HeaderValue::from(tags));
+        }
+        Ok(answer)
     }
 
     async fn delete_object(
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        self.objects.delete_object(&req.input.bucket, &req.input.key).await.map_err(s3)?;
-        Ok(S3Response::new(DeleteObjectOutput::default()))
+        let input = req.input;
+        let d = self.delete_one(&input.bucket, &input.key, input.version_id).await.map_err(s3)?;
+        Ok(S3Response::new(DeleteObjectOutput {
+            delete_marker: d.delete_marker,
+            version_id: d.version_id.or(d.delete_marker_version_id),
+            ..Default::default()
+        }))
     }
 
     async fn delete_objects(
@@ -739,18 +1067,21 @@ impl S3 for Gateway {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for obj in input.delete.objects {
-            match self.objects.delete_object(&input.bucket, &obj.key).await {
-                Ok(_) => {
+            match self.delete_one(&input.bucket, &obj.key, obj.version_id.clone()).await {
+                Ok(d) => {
                     if !quiet {
-                        deleted.push(DeletedObject { key: Some(obj.key), ..Default::default() });
+                        deleted.push(DeletedObject { key: Some(obj.key), ..d });
                     }
                 }
-                Err(e) => errors.push(s3s::dto::Error {
-                    key: Some(obj.key),
-                    code: Some("InternalError".into()),
-                    message: Some(e.to_string()),
-                    ..Default::default()
-                }),
+                Err(e) => {
+                    let code = s3(e).code().as_str().to_string();
+                    errors.push(s3s::dto::Error {
+                        key: Some(obj.key),
+                        version_id: obj.version_id,
+                        message: Some(code.clone()),
+                        code: Some(code),
+                    })
+                }
             }
         }
         Ok(S3Response::new(DeleteObjectsOutput {
@@ -765,13 +1096,23 @@ impl S3 for Gateway {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let input = req.input;
-        let (src_bucket, src_key) = match &input.copy_source {
-            CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+        let (src_bucket, src_key, src_version) = match &input.copy_source {
+            CopySource::Bucket { bucket, key, version_id } => {
+                (bucket.to_string(), key.to_string(), version_id.as_deref().map(str::to_string))
+            }
             _ => {
                 return Err(s3_error!(NotImplemented, "only bucket/key copy sources are supported"))
             }
         };
-        let (src, _pin) = self.head_for_read(&src_bucket, &src_key)?;
+        let replace_tags = match input.tagging_directive.as_ref().map(|d| d.as_str()) {
+            None | Some(TaggingDirective::COPY) => false,
+            Some(TaggingDirective::REPLACE) => true,
+            Some(_) => return Err(s3_error!(InvalidArgument, "Unknown tagging directive.")),
+        };
+        if let Some(t) = input.tagging.as_deref() {
+            parse_tagging(t)?;
+        }
+        let (src, _pin) = self.version_for_read(&src_bucket, &src_key, src_version.as_deref())?;
         Conditions {
             if_match: input.copy_source_if_match.as_ref(),
             if_none_match: input.copy_source_if_none_match.as_ref(),
@@ -783,7 +1124,7 @@ impl S3 for Gateway {
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-        if !replace && src_bucket == input.bucket && src_key == input.key {
+        if !replace && !replace_tags && src_bucket == input.bucket && src_key == input.key {
             return Err(s3_error!(
                 InvalidRequest,
                 "This copy request is illegal because it is trying to copy an object to itself \
@@ -791,7 +1132,7 @@ impl S3 for Gateway {
                  location or encryption attributes."
             ));
         }
-        let metadata = replace.then(|| {
+        let (content_type, mut map) = if replace {
             let standard = StandardHeaders::new(
                 input.cache_control.clone(),
                 input.content_disposition.clone(),
@@ -800,18 +1141,33 @@ impl S3 for Gateway {
                 input.expires.clone(),
             );
             (input.content_type.clone(), metadata_map(input.metadata.clone(), standard))
-        });
+        } else {
+            (src.content_type.clone(), src.metadata.clone())
+        };
+        // Tags follow the tagging directive, whatever the metadata directive says.
+        map = if replace_tags {
+            with_tagging(map, input.tagging.as_deref())?
+        } else {
+            let tags = encode_tags(&stored_tags(&src));
+            with_tagging(map, None)?
+                .into_iter()
+                .chain(tags.map(|t| (TAGGING_KEY.into(), t)))
+                .collect()
+        };
         let meta = self
             .objects
-            .copy_object(&src, &input.bucket, &input.key, metadata)
+            .copy_object(&src, &input.bucket, &input.key, Some((content_type, map)))
             .await
             .map_err(s3)?;
+        let src_state = self.versioning(&src_bucket)?;
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(etag(&meta)),
                 last_modified: Some(Timestamp::from(meta.modified())),
                 ..Default::default()
             }),
+            version_id: written_version(self.versioning(&input.bucket)?, &meta),
+            copy_source_version_id: answer_version(src_state, &src),
             ..Default::default()
         }))
     }
@@ -896,16 +1252,19 @@ impl S3 for Gateway {
                 &input.bucket,
                 &input.key,
                 input.content_type,
-                metadata_map(
-                    input.metadata,
-                    StandardHeaders::new(
-                        input.cache_control,
-                        input.content_disposition,
-                        input.content_encoding,
-                        input.content_language,
-                        input.expires,
+                with_tagging(
+                    metadata_map(
+                        input.metadata,
+                        StandardHeaders::new(
+                            input.cache_control,
+                            input.content_disposition,
+                            input.content_encoding,
+                            input.content_language,
+                            input.expires,
+                        ),
                     ),
-                ),
+                    input.tagging.as_deref(),
+                )?,
             )
             .await
             .map_err(s3)?;
@@ -1001,7 +1360,9 @@ impl S3 for Gateway {
                 .ok_or_else(|| s3_error!(NoSuchUpload))?,
             Err(e) => return Err(s3(e)),
         };
+        let state = self.versioning(&input.bucket)?;
         Ok(S3Response::new(CompleteMultipartUploadOutput {
+            version_id: written_version(state, &meta),
             bucket: Some(input.bucket),
             key: Some(input.key),
             e_tag: Some(etag(&meta)),
@@ -1070,46 +1431,198 @@ impl S3 for Gateway {
         let enc = encoder(url);
         let prefix = input.prefix.clone().unwrap_or_default();
         let max = max_keys(input.max_keys)?;
-        let after = input.key_marker.clone().unwrap_or_default();
-        let l = self
-            .list(&input.bucket, &prefix, input.delimiter.as_deref(), &after, max)
+        let key_marker = input.key_marker.clone().unwrap_or_default();
+        if input.version_id_marker.is_some() && key_marker.is_empty() {
+            return Err(s3_error!(
+                InvalidArgument,
+                "A version-id marker cannot be specified without a key marker."
+            ));
+        }
+        let (entries, truncated, last) = self
+            .list_versions(
+                &input.bucket,
+                &prefix,
+                input.delimiter.as_deref(),
+                &key_marker,
+                input.version_id_marker.as_deref(),
+                max,
+            )
             .map_err(s3)?;
-        let last_is_object = l
-            .objects
-            .last()
-            .and_then(|o| o.key.as_ref())
-            .is_some_and(|k| Some(k) == l.last.as_ref());
-        let versions = l
-            .objects
-            .into_iter()
-            .map(|o| ObjectVersion {
-                key: o.key.map(&enc),
-                size: o.size,
-                e_tag: o.e_tag,
-                last_modified: o.last_modified,
-                is_latest: Some(true),
-                version_id: Some("null".into()),
-                storage_class: Some(ObjectVersionStorageClass::from_static(
-                    ObjectVersionStorageClass::STANDARD,
-                )),
-                ..Default::default()
-            })
-            .collect();
+        let mut versions = Vec::new();
+        let mut markers = Vec::new();
+        let mut prefixes = Vec::new();
+        for e in entries {
+            match e {
+                VersionEntry::Object(mut o) => {
+                    o.key = o.key.map(&enc);
+                    versions.push(o);
+                }
+                VersionEntry::Marker(mut m) => {
+                    m.key = m.key.map(&enc);
+                    markers.push(m);
+                }
+                VersionEntry::Prefix(p) => prefixes.push(CommonPrefix { prefix: Some(p) }),
+            }
+        }
+        let (next_key, next_version) = match (truncated, last) {
+            (true, Some((k, v))) => (Some(enc(k)), v),
+            _ => (None, None),
+        };
         Ok(S3Response::new(ListObjectVersionsOutput {
             name: Some(input.bucket),
             prefix: Some(enc(prefix)),
             key_marker: input.key_marker.map(&enc),
             version_id_marker: input.version_id_marker,
             max_keys: Some(max as i32),
-            is_truncated: Some(l.truncated),
-            next_key_marker: if l.truncated { l.last.clone().map(&enc) } else { None },
-            next_version_id_marker: (l.truncated && last_is_object).then(|| "null".into()),
+            is_truncated: Some(truncated),
+            next_key_marker: next_key,
+            next_version_id_marker: next_version,
             versions: Some(versions),
-            common_prefixes: Some(encode_prefixes(l.prefixes, &enc)),
+            delete_markers: (!markers.is_empty()).then_some(markers),
+            common_prefixes: Some(encode_prefixes(prefixes, &enc)),
             delimiter: input.delimiter.filter(|d| !d.is_empty()).map(&enc),
             encoding_type: input.encoding_type,
             ..Default::default()
         }))
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        let input = req.input;
+        let c = input.versioning_configuration;
+        if c.mfa_delete.as_ref().is_some_and(|m| m.as_str() == MFADelete::ENABLED)
+            || input.mfa.is_some()
+        {
+            return Err(s3_error!(
+                NotImplemented,
+                "MFA delete is not supported by this gateway (it has no MFA devices)"
+            ));
+        }
+        let state = match c.status.as_ref().map(|s| s.as_str()) {
+            Some(BucketVersioningStatus::ENABLED) => Versioning::Enabled,
+            Some(BucketVersioningStatus::SUSPENDED) => Versioning::Suspended,
+            _ => {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "The versioning status must be Enabled or Suspended"
+                ))
+            }
+        };
+        self.objects
+            .directory()
+            .transact_durable(&[], |tx| {
+                let mut config = tx.bucket_config(&input.bucket)?;
+                config.versioning = state;
+                tx.set_bucket_config(&input.bucket, &config)
+            })
+            .await
+            .map_err(s3)?;
+        Ok(S3Response::new(PutBucketVersioningOutput::default()))
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        let bucket = &req.input.bucket;
+        self.objects.directory().require_bucket(bucket).map_err(s3)?;
+        let status = match self.versioning(bucket)? {
+            Versioning::Off => None,
+            Versioning::Enabled => Some(BucketVersioningStatus::ENABLED),
+            Versioning::Suspended => Some(BucketVersioningStatus::SUSPENDED),
+        };
+        Ok(S3Response::new(GetBucketVersioningOutput {
+            status: status.map(BucketVersioningStatus::from_static),
+            ..Default::default()
+        }))
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        let input = req.input;
+        let tags = from_tag_set(input.tagging);
+        check_tags(&tags, MAX_OBJECT_TAGS)?;
+        let id = self
+            .set_tagging(&input.bucket, &input.key, input.version_id, encode_tags(&tags))
+            .await?;
+        Ok(S3Response::new(PutObjectTaggingOutput { version_id: id }))
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        let input = req.input;
+        let dir = self.objects.directory();
+        dir.require_bucket(&input.bucket).map_err(s3)?;
+        let v = dir.version(&input.bucket, &input.key, input.version_id.as_deref()).map_err(s3)?;
+        let Some(meta) = v.object.as_ref() else {
+            return Err(if input.version_id.is_some() {
+                marker_not_allowed(&v)
+            } else {
+                deleted_key(&v)
+            });
+        };
+        let state = self.versioning(&input.bucket)?;
+        Ok(S3Response::new(GetObjectTaggingOutput {
+            tag_set: tag_set(stored_tags(meta)),
+            version_id: answer_version(state, meta),
+        }))
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        let input = req.input;
+        let id = self.set_tagging(&input.bucket, &input.key, input.version_id, None).await?;
+        Ok(S3Response::with_status(
+            DeleteObjectTaggingOutput { version_id: id },
+            hyper::StatusCode::NO_CONTENT,
+        ))
+    }
+
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        let input = req.input;
+        let tags = from_tag_set(input.tagging);
+        check_tags(&tags, MAX_BUCKET_TAGS)?;
+        self.set_bucket_tags(&input.bucket, encode_tags(&tags)).await?;
+        Ok(S3Response::with_status(
+            PutBucketTaggingOutput::default(),
+            hyper::StatusCode::NO_CONTENT,
+        ))
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        let dir = self.objects.directory();
+        dir.require_bucket(&req.input.bucket).map_err(s3)?;
+        let config = dir.bucket_config(&req.input.bucket).map_err(s3)?;
+        let Some(tags) = config.tags else {
+            return Err(s3_error!(NoSuchTagSet, "The TagSet does not exist"));
+        };
+        let tags: Vec<(String, String)> = serde_urlencoded::from_str(&tags).unwrap_or_default();
+        Ok(S3Response::new(GetBucketTaggingOutput { tag_set: tag_set(tags) }))
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        self.set_bucket_tags(&req.input.bucket, None).await?;
+        Ok(S3Response::with_status(
+            DeleteBucketTaggingOutput::default(),
+            hyper::StatusCode::NO_CONTENT,
+        ))
     }
 
     async fn abort_multipart_upload(
@@ -1355,7 +1868,7 @@ mod tests {
     async fn reads_honour_dates_and_etags_in_rfc_order() {
         let (g, _d) = roomy().await;
         let tag = put(&g, "k", b"data").await;
-        let meta = g.head("b", "k").unwrap();
+        let meta = g.objects.directory().object("b", "k").unwrap().unwrap();
         let t = (meta.modified_ns / 1_000_000_000) as i64;
         let other = ETagCondition::ETag(ETag::Strong("0000".into()));
         let ours = ETagCondition::ETag(tag.clone());
@@ -1566,7 +2079,10 @@ mod tests {
         g.complete_multipart_upload(req(complete("small", &id, parts.clone()))).await.unwrap();
         // Completing it again answers the same object.
         let again = g.complete_multipart_upload(req(complete("small", &id, parts))).await.unwrap();
-        assert_eq!(again.output.e_tag, Some(etag(&g.head("b", "small").unwrap())));
+        assert_eq!(
+            again.output.e_tag,
+            Some(etag(&g.objects.directory().object("b", "small").unwrap().unwrap()))
+        );
         // If-None-Match: * refuses to complete onto an existing key.
         let id = start_upload(&g, "small").await;
         let parts = vec![part(&g, "small", &id, 1, b"c").await];

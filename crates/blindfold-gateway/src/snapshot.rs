@@ -32,7 +32,7 @@ use blindfold_store::{open_store, CellId, Geometry, Store, StoreUrl};
 use serde::{Deserialize, Serialize};
 
 use crate::datadir::GatewayParams;
-use crate::directory::DirectoryDump;
+use crate::directory::{DirectoryDump, DirectoryDumpV5};
 use crate::{GatewayError, Result};
 
 /// Store array holding the snapshot.
@@ -44,7 +44,10 @@ const CHUNK: usize = 64 * 1024;
 /// [`GatewayParams::pack_levels`]. Versions 02 and 03 are still read.
 /// Version 05: and where the store-side log continues the snapshot
 /// ([`Snapshot::journal`], `--durability store`). Version 04 is still read.
-const MAGIC: &[u8; 8] = b"BFSNAP05";
+/// Version 06: the directory carries noncurrent versions, delete markers and bucket settings
+/// ([`DirectoryDump::versions`], [`DirectoryDump::configs`]). Version 05 is still read.
+const MAGIC: &[u8; 8] = b"BFSNAP06";
+const MAGIC_V5: &[u8; 8] = b"BFSNAP05";
 const MAGIC_V4: &[u8; 8] = b"BFSNAP04";
 const MAGIC_V3: &[u8; 8] = b"BFSNAP03";
 const MAGIC_V2: &[u8; 8] = b"BFSNAP02";
@@ -68,6 +71,31 @@ pub struct Snapshot {
     pub journal: Option<crate::storelog::JournalPoint>,
 }
 
+/// A snapshot of format 05: its directory has no versions ([`DirectoryDumpV5`]).
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct SnapshotV5 {
+    seq: u64,
+    created_ns: i128,
+    params: GatewayParams,
+    oram_checkpoint: Vec<u8>,
+    directory: DirectoryDumpV5,
+    journal: Option<crate::storelog::JournalPoint>,
+}
+
+impl From<SnapshotV5> for Snapshot {
+    fn from(s: SnapshotV5) -> Self {
+        Snapshot {
+            seq: s.seq,
+            created_ns: s.created_ns,
+            params: s.params,
+            oram_checkpoint: s.oram_checkpoint,
+            directory: s.directory.into(),
+            journal: s.journal,
+        }
+    }
+}
+
 /// A snapshot of an older format, whose parameters (`P`) lack fields added since.
 #[derive(Deserialize)]
 #[cfg_attr(test, derive(Serialize))]
@@ -76,7 +104,7 @@ struct OldSnapshot<P> {
     created_ns: i128,
     params: P,
     oram_checkpoint: Vec<u8>,
-    directory: DirectoryDump,
+    directory: DirectoryDumpV5,
 }
 
 /// The parameters of a version 02 snapshot: without [`GatewayParams::cache_cells`].
@@ -166,7 +194,7 @@ impl<P: Into<GatewayParams>> From<OldSnapshot<P>> for Snapshot {
             created_ns: s.created_ns,
             params: s.params.into(),
             oram_checkpoint: s.oram_checkpoint,
-            directory: s.directory,
+            directory: s.directory.into(),
             journal: None,
         }
     }
@@ -422,7 +450,7 @@ async fn read_header(store: &dyn Store, sealer: &CellSealer, slot_base: u64) -> 
         .open_in_place(&CellAd { cell: slot_base, version: 0, segment: 0 }, &mut cell)
         .ok()?;
     let h: Header = bincode::deserialize(plain).ok()?;
-    [MAGIC, MAGIC_V4, MAGIC_V3, MAGIC_V2].contains(&&h.magic).then_some(h)
+    [MAGIC, MAGIC_V5, MAGIC_V4, MAGIC_V3, MAGIC_V2].contains(&&h.magic).then_some(h)
 }
 
 /// Writes `snap` into the slot its sequence number selects.
@@ -589,6 +617,8 @@ pub async fn read_latest(store: &dyn Store, key: &MasterKey) -> Result<Snapshot>
             bincode::deserialize::<OldSnapshot<ParamsV3>>(&body).map(Snapshot::from)
         } else if &h.magic == MAGIC_V4 {
             bincode::deserialize::<OldSnapshot<GatewayParams>>(&body).map(Snapshot::from)
+        } else if &h.magic == MAGIC_V5 {
+            bincode::deserialize::<SnapshotV5>(&body).map(Snapshot::from)
         } else {
             bincode::deserialize::<Snapshot>(&body)
         };
@@ -769,8 +799,48 @@ mod tests {
             created_ns: 9,
             params,
             oram_checkpoint: vec![fill; 100],
-            directory: DirectoryDump::default(),
+            directory: DirectoryDumpV5::default(),
         }
+    }
+
+    /// A format 05 snapshot (before versioning) still reads, with no versions; a format 06
+    /// one carries noncurrent versions, delete markers and bucket settings.
+    #[tokio::test]
+    async fn a_version_5_snapshot_still_reads_and_06_carries_versions() {
+        use crate::directory::{BucketConfig, ObjectMeta, Version, Versioning};
+        let key = MasterKey::generate();
+        let store = MemoryStore::new(geometry(100, 1000, 0).unwrap());
+        let s = snap(3, 0x33);
+        let old = SnapshotV5 {
+            seq: 3,
+            created_ns: 1,
+            params: s.params,
+            oram_checkpoint: vec![0x33; 10],
+            directory: DirectoryDumpV5 { next: 17, free: vec![2, 5], ..Default::default() },
+            journal: None,
+        };
+        write_body(&store, &key, MAGIC_V5, 3, 1, &bincode::serialize(&old).unwrap()).await.unwrap();
+        let got = read_latest(&store, &key).await.unwrap();
+        assert_eq!((got.seq, got.directory.next, got.directory.free), (3, 17, vec![2, 5]));
+        assert!(got.directory.versions.is_empty() && got.directory.configs.is_empty());
+        let mut new = snap(4, 0x44);
+        let marker = Version { version_id: "m".into(), modified_ns: 5, object: None };
+        let old_version = Version {
+            version_id: "v1".into(),
+            modified_ns: 4,
+            object: Some(ObjectMeta { size: 3, ..Default::default() }),
+        };
+        new.directory.versions = vec![
+            ("b".into(), "k".into(), u64::MAX - 2, marker),
+            ("b".into(), "k".into(), u64::MAX - 1, old_version),
+        ];
+        let config = BucketConfig { versioning: Versioning::Enabled, tags: Some("a=b".into()) };
+        new.directory.configs = vec![("b".into(), config)];
+        write(&store, &key, &new).await.unwrap();
+        let got = read_latest(&store, &key).await.unwrap();
+        assert_eq!(got.seq, 4);
+        assert_eq!(got.directory.versions, new.directory.versions);
+        assert_eq!(got.directory.configs, new.directory.configs);
     }
 
     /// A snapshot written before the parameters carried `cache_cells` (format 02) still reads,
