@@ -15,13 +15,16 @@ mod listen;
 mod objects;
 mod recover;
 mod rotation;
+mod s3_api;
 mod s3_fuzz;
 mod snapshot_damage;
 mod stop;
 mod store_durability;
 mod swift;
+mod tagging;
 mod tls;
 mod verify_names;
+mod versioning;
 
 #[test]
 fn every_test_file_is_built() {

@@ -4,7 +4,7 @@
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3};
 
-mod s3_api;
+use crate::s3_api;
 use s3_api::*;
 
 fn tagging(pairs: &[(&str, &str)]) -> Tagging {

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use s3s::dto::*;
 use s3s::{S3ErrorCode, S3};
 
-mod common;
-mod s3_api;
+use crate::common;
+use crate::s3_api;
 use s3_api::*;
 
 #[tokio::test]
