@@ -520,8 +520,9 @@ def crash(run_):
         checks.ingest(f"crash-store-{engine}", [
             sys.executable, script, "--bin", ctx.bin, "--work", os.path.join(ctx.work, f"crash-store-{engine}"),
             "--pid-file", pid_file, "--rounds", rounds, "--threads", "4", "--lease-ttl", "500ms",
-            "--lose-data-dir", *(["--store", where] if where else []),
-            f"--serve-flag=--engine", f"--serve-flag={engine}",
+            "--lose-data-dir", *(["--store", where] if where else []), "--capacity", "32MiB",
+            # The partition and tee engines take more than 4x their capacity in the store.
+            "--serve-flag=--engine", f"--serve-flag={engine}", "--serve-flag=--allow-overhead",
             *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
 
 
