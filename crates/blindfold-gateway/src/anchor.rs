@@ -78,6 +78,14 @@ impl std::fmt::Display for AnchorSpec {
     }
 }
 
+/// Nanoseconds since the Unix epoch, now (when a record is written).
+pub fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
+}
+
 /// What an anchor records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AnchorRecord {

@@ -331,7 +331,7 @@ impl StoreLog {
                 let record = crate::anchor::AnchorRecord {
                     entries: last + 1,
                     generation: self.generation,
-                    written_ns: crate::directory::now_ns(),
+                    written_ns: crate::anchor::now_ns(),
                 };
                 if let Err(e) = anchor.write(record).await {
                     // The group is in the store, but acknowledging it unrecorded would let a
