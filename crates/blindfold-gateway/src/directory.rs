@@ -35,6 +35,11 @@ const VERSIONS: TableDefinition<'_, (&str, &str, u64), &[u8]> =
 /// Bucket settings (versioning, tags); no record means the defaults. Records: [`enc_v1`] of
 /// [`BucketConfig`].
 const BUCKET_CONFIG: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("bucket_config");
+/// Named bucket settings added after versioning (object lock, lifecycle, ...), keyed (bucket,
+/// name). A record is the setting's JSON document: self-describing, so a setting's type can
+/// gain fields (with serde defaults) without a new record format. No record: not set.
+const BUCKET_SETTINGS: TableDefinition<'_, (&str, &str), &str> =
+    TableDefinition::new("bucket_settings");
 
 /// The metadata entry of an object that holds its version id; no entry means `null` (written
 /// while versioning was off or suspended). Like the standard headers kept beside it, its name
@@ -228,6 +233,16 @@ pub enum DirOp {
     SetTagging { bucket: String, key: String, version_id: Option<String>, tagging: Option<String> },
     /// [`Tx::set_bucket_config`].
     SetBucketConfig { bucket: String, config: BucketConfig },
+    // Added with object lock.
+    /// [`Tx::set_bucket_setting`].
+    SetBucketSetting { bucket: String, name: String, value: Option<String> },
+    /// [`Tx::set_object_entries`].
+    SetObjectEntries {
+        bucket: String,
+        key: String,
+        version_id: Option<String>,
+        entries: Vec<(String, Option<String>)>,
+    },
 }
 
 /// The operations of one transaction as the store-side log carries them.
@@ -461,6 +476,36 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// The bucket's setting `name` (its JSON document), `None` if not set.
+    pub fn bucket_setting(&self, bucket: &str, name: &str) -> Result<Option<String>> {
+        let t = self.txn.open_table(BUCKET_SETTINGS).map_err(db_err)?;
+        let out = t.get((bucket, name)).map_err(db_err)?.map(|v| v.value().to_string());
+        Ok(out)
+    }
+
+    /// Sets (or, with `None`, removes) the bucket's setting `name`.
+    pub fn set_bucket_setting(
+        &mut self,
+        bucket: &str,
+        name: &str,
+        value: Option<&str>,
+    ) -> Result<()> {
+        self.require_bucket(bucket)?;
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::SetBucketSetting {
+                bucket: bucket.into(),
+                name: name.into(),
+                value: value.map(Into::into),
+            });
+        }
+        let mut t = self.txn.open_table(BUCKET_SETTINGS).map_err(db_err)?;
+        match value {
+            Some(v) => t.insert((bucket, name), v).map_err(db_err)?,
+            None => t.remove((bucket, name)).map_err(db_err)?,
+        };
+        Ok(())
+    }
+
     /// Makes `meta` the current version of (bucket, key), as the bucket's versioning says:
     /// off, it replaces the object (whose blocks are freed); enabled, it becomes version
     /// `version_id` and the object it follows becomes noncurrent; suspended, it becomes the
@@ -609,10 +654,53 @@ impl Tx<'_> {
                 tagging: tagging.map(Into::into),
             });
         }
-        let set = |m: &mut ObjectMeta| match tagging {
-            Some(t) => m.metadata.insert(TAGGING_KEY.into(), t.into()),
-            None => m.metadata.remove(TAGGING_KEY),
-        };
+        self.edit_version(bucket, key, version_id, |m| match tagging {
+            Some(t) => {
+                m.metadata.insert(TAGGING_KEY.into(), t.into());
+            }
+            None => {
+                m.metadata.remove(TAGGING_KEY);
+            }
+        })
+    }
+
+    /// Sets (`Some`) or removes (`None`) entries of the metadata map of a version (the current
+    /// one: `None`), such as the object-lock entries of [`crate::lock`]; returns its version
+    /// id. A delete marker has none: [`GatewayError::DeleteMarker`].
+    pub fn set_object_entries(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        entries: &[(String, Option<String>)],
+    ) -> Result<String> {
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::SetObjectEntries {
+                bucket: bucket.into(),
+                key: key.into(),
+                version_id: version_id.map(Into::into),
+                entries: entries.to_vec(),
+            });
+        }
+        self.edit_version(bucket, key, version_id, |m| {
+            for (name, value) in entries {
+                match value {
+                    Some(v) => m.metadata.insert(name.clone(), v.clone()),
+                    None => m.metadata.remove(name),
+                };
+            }
+        })
+    }
+
+    /// Changes the object of a version (the current one: `None`) in place; returns its
+    /// version id.
+    fn edit_version(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        set: impl FnOnce(&mut ObjectMeta),
+    ) -> Result<String> {
         if let Some(mut cur) = self.object(bucket, key)? {
             if version_id.is_none_or(|id| id == self::version_id(&cur)) {
                 set(&mut cur);
@@ -824,6 +912,16 @@ fn bucket_configs_of(txn: &redb::ReadTransaction) -> Result<Vec<(String, BucketC
     Ok(out)
 }
 
+fn settings_of(txn: &redb::ReadTransaction) -> Result<Vec<(String, String, String)>> {
+    let mut out = Vec::new();
+    for item in txn.open_table(BUCKET_SETTINGS).map_err(db_err)?.iter().map_err(db_err)? {
+        let (k, v) = item.map_err(db_err)?;
+        let (b, n) = k.value();
+        out.push((b.to_string(), n.to_string(), v.value().to_string()));
+    }
+    Ok(out)
+}
+
 /// Opens the sealed database at `path`, creating it if it does not exist.
 fn open_sealed(path: &Path, master: &MasterKey, create: bool) -> Result<Database> {
     let backend =
@@ -913,6 +1011,7 @@ impl Directory {
             txn.open_table(UPLOADS).map_err(db_err)?;
             txn.open_table(VERSIONS).map_err(db_err)?;
             txn.open_table(BUCKET_CONFIG).map_err(db_err)?;
+            txn.open_table(BUCKET_SETTINGS).map_err(db_err)?;
             let free_t = txn.open_table(FREE).map_err(db_err)?;
             let alloc_t = txn.open_table(ALLOC).map_err(db_err)?;
             let next = alloc_t.get("next").map_err(db_err)?.map(|v| v.value()).unwrap_or(0);
@@ -1168,6 +1267,19 @@ impl Directory {
             }
             t.remove(name).map_err(db_err)?;
             txn.open_table(BUCKET_CONFIG).map_err(db_err)?.remove(name).map_err(db_err)?;
+            let mut settings = txn.open_table(BUCKET_SETTINGS).map_err(db_err)?;
+            let names: Vec<String> = settings
+                .range((name, "")..)
+                .map_err(db_err)?
+                .map_while(|item| {
+                    let (k, _) = item.ok()?;
+                    let (b, n) = k.value();
+                    (b == name).then(|| n.to_string())
+                })
+                .collect();
+            for n in names {
+                settings.remove((name, n.as_str())).map_err(db_err)?;
+            }
         }
         txn.commit().map_err(db_err)?;
         if let Some(j) = self.journal.read().as_ref() {
@@ -1270,6 +1382,20 @@ impl Directory {
                     DirOp::SetBucketConfig { bucket, config } => {
                         tx.set_bucket_config(&bucket, &config)?
                     }
+                    DirOp::SetBucketSetting { bucket, name, value } => {
+                        tx.set_bucket_setting(&bucket, &name, value.as_deref())?
+                    }
+                    DirOp::SetObjectEntries { bucket, key, version_id, entries } => {
+                        // As for tags: a version gone since is no error on replay.
+                        match tx.set_object_entries(&bucket, &key, version_id.as_deref(), &entries)
+                        {
+                            Ok(_)
+                            | Err(GatewayError::NoSuchKey)
+                            | Err(GatewayError::NoSuchVersion)
+                            | Err(GatewayError::DeleteMarker) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
                     DirOp::Claim(_) | DirOp::CreateBucket { .. } | DirOp::DeleteBucket { .. } => {}
                 }
             }
@@ -1328,6 +1454,14 @@ impl Directory {
         let t = txn.open_table(BUCKET_CONFIG).map_err(db_err)?;
         let out = t.get(bucket).map_err(db_err)?.map(|v| dec_v1(v.value())).transpose();
         Ok(out?.unwrap_or_default())
+    }
+
+    /// The bucket's setting `name` (its JSON document), `None` if not set.
+    pub fn bucket_setting(&self, bucket: &str, name: &str) -> Result<Option<String>> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let t = txn.open_table(BUCKET_SETTINGS).map_err(db_err)?;
+        let out = t.get((bucket, name)).map_err(db_err)?.map(|v| v.value().to_string());
+        Ok(out)
     }
 
     /// The version `version_id` of (bucket, key), or the current one (`None`); see
@@ -1611,6 +1745,42 @@ pub struct DirectoryDump {
     pub versions: Vec<(String, String, u64, Version)>,
     /// Bucket settings.
     pub configs: Vec<(String, BucketConfig)>,
+    /// Named bucket settings: (bucket, name, JSON document).
+    pub settings: Vec<(String, String, String)>,
+}
+
+/// A [`DirectoryDump`] as snapshots of format `BFSNAP06` held it (before named settings).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DirectoryDumpV6 {
+    /// Buckets.
+    pub buckets: Vec<(String, BucketMeta)>,
+    /// Objects: (bucket, key, meta).
+    pub objects: Vec<(String, String, ObjectMeta)>,
+    /// Uploads in progress.
+    pub uploads: Vec<(String, Upload)>,
+    /// Allocation high-water mark.
+    pub next: u64,
+    /// Free-listed blocks below it.
+    pub free: Vec<u64>,
+    /// Noncurrent versions and delete markers.
+    pub versions: Vec<(String, String, u64, Version)>,
+    /// Bucket settings.
+    pub configs: Vec<(String, BucketConfig)>,
+}
+
+impl From<DirectoryDumpV6> for DirectoryDump {
+    fn from(d: DirectoryDumpV6) -> Self {
+        DirectoryDump {
+            buckets: d.buckets,
+            objects: d.objects,
+            uploads: d.uploads,
+            next: d.next,
+            free: d.free,
+            versions: d.versions,
+            configs: d.configs,
+            settings: Vec::new(),
+        }
+    }
 }
 
 /// A [`DirectoryDump`] as snapshots before versioning held it (format `BFSNAP05` and older).
@@ -1638,6 +1808,7 @@ impl From<DirectoryDumpV5> for DirectoryDump {
             free: d.free,
             versions: Vec::new(),
             configs: Vec::new(),
+            settings: Vec::new(),
         }
     }
 }
@@ -1657,6 +1828,7 @@ impl Directory {
             free,
             versions: self.all_versions()?,
             configs: self.bucket_configs()?,
+            settings: settings_of(&self.db.begin_read().map_err(db_err)?)?,
         })
     }
 
@@ -1680,7 +1852,8 @@ impl Directory {
         }
         let versions = all_versions_of(txn)?;
         let configs = bucket_configs_of(txn)?;
-        Ok(DirectoryDump { buckets, objects, uploads, next, free, versions, configs })
+        let settings = settings_of(txn)?;
+        Ok(DirectoryDump { buckets, objects, uploads, next, free, versions, configs, settings })
     }
 
     /// Creates a new directory database at `path` holding `dump`, sealed under `master`.
@@ -1723,6 +1896,10 @@ impl Directory {
                 let mut c = txn.open_table(BUCKET_CONFIG).map_err(db_err)?;
                 for (bucket, config) in &dump.configs {
                     c.insert(bucket.as_str(), enc_v1(config).as_slice()).map_err(db_err)?;
+                }
+                let mut st = txn.open_table(BUCKET_SETTINGS).map_err(db_err)?;
+                for (bucket, name, value) in &dump.settings {
+                    st.insert((bucket.as_str(), name.as_str()), value.as_str()).map_err(db_err)?;
                 }
                 let mut f = txn.open_table(FREE).map_err(db_err)?;
                 for &blk in &dump.free {

@@ -64,6 +64,13 @@ pub enum GatewayError {
     /// Trusted state is inconsistent.
     #[error("corrupt gateway state: {0}")]
     Corrupt(String),
+    /// The bucket's state does not allow the request (such as suspending versioning where
+    /// object lock is on); says why.
+    #[error("{0}")]
+    InvalidBucketState(String),
+    /// Object lock forbids the change (a retention period or a legal hold); says which.
+    #[error("{0}")]
+    Locked(String),
     /// Configuration or data-directory problem.
     #[error("{0}")]
     Config(String),

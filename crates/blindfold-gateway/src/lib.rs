@@ -37,6 +37,7 @@ pub mod http;
 pub mod journaling;
 pub mod keys;
 pub mod listen;
+pub mod lock;
 pub mod objects;
 pub mod observe;
 pub mod open;

@@ -418,7 +418,7 @@ impl ObjectLayer {
             if if_none_match && tx.object(bucket, key)?.is_some() {
                 return Err(GatewayError::PreconditionFailed);
             }
-            tx.put_version(bucket, key, &meta, &new_version_id())
+            put_new_version(tx, bucket, key, meta.clone())
         })?;
         reserved.claimed();
         self.dir.settle().await?;
@@ -444,16 +444,27 @@ impl ObjectLayer {
     }
 
     /// Deletes one version of an object for good (its blocks are freed in trusted state, as
-    /// a delete frees them); `None` if there was no such version.
+    /// a delete frees them); `None` if there was no such version. A version that object lock
+    /// protects stays ([`GatewayError::Locked`]): its legal hold, or its retention unless
+    /// `bypass_governance` and the mode is GOVERNANCE ([`crate::lock::check_delete`]),
+    /// checked in the same transaction as the delete.
     pub async fn delete_version(
         &self,
         bucket: &str,
         key: &str,
         version_id: &str,
+        bypass_governance: bool,
     ) -> Result<Option<Version>> {
         self.dir
             .transact_durable(&[], |tx| {
                 tx.require_bucket(bucket)?;
+                match tx.version(bucket, key, Some(version_id)) {
+                    Ok(Version { object: Some(meta), .. }) => {
+                        crate::lock::check_delete(&meta, bypass_governance, now_ns())?
+                    }
+                    Ok(_) | Err(GatewayError::NoSuchKey) | Err(GatewayError::NoSuchVersion) => {}
+                    Err(e) => return Err(e),
+                }
                 tx.delete_version(bucket, key, version_id)
             })
             .await
@@ -776,7 +787,7 @@ impl ObjectLayer {
                 }
             }
             tx.delete_upload(upload_id)?;
-            tx.put_version(bucket, key, &meta, &new_version_id())
+            put_new_version(tx, bucket, key, meta.clone())
         })?;
         self.dir.settle().await?;
         Ok(meta)
@@ -812,7 +823,7 @@ impl ObjectLayer {
             }
             let meta = ObjectMeta { extents: vec![extent.clone()], ..now };
             tx.delete_upload(upload_id)?;
-            tx.put_version(bucket, key, &meta, &new_version_id())
+            put_new_version(tx, bucket, key, meta.clone())
         });
         if r.is_ok() {
             reserved.claimed();
@@ -846,4 +857,17 @@ impl ObjectLayer {
             b
         }
     }
+}
+
+/// Makes `meta` the newest version of (bucket, key) under a new version id, with the bucket's
+/// default retention if object lock gives one and the request named none
+/// ([`crate::lock::fill_default`]): every write path goes through here, whatever front end.
+fn put_new_version(
+    tx: &mut crate::directory::Tx<'_>,
+    bucket: &str,
+    key: &str,
+    mut meta: ObjectMeta,
+) -> Result<ObjectMeta> {
+    crate::lock::fill_default(tx, bucket, &mut meta, now_ns())?;
+    tx.put_version(bucket, key, &meta, &new_version_id())
 }

@@ -273,8 +273,9 @@ async fn finish(
     open_with(&cfg, OpenHooks { engine_factory, ..Default::default() }).await
 }
 
-/// When a snapshot was written, for the operator.
-fn written_at(created_ns: i128) -> String {
+/// A moment (nanoseconds since the Unix epoch) for the operator: when a snapshot was
+/// written, until when a version is retained.
+pub(crate) fn written_at(created_ns: i128) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(created_ns)
         .map(|t| t.to_string())
         .unwrap_or_else(|_| "unknown time".into())

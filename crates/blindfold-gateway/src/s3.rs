@@ -14,6 +14,9 @@ use crate::directory::{version_id, ObjectMeta, Part, Version, Versioning, TAGGIN
 use crate::objects::{ObjectLayer, ReadPin};
 use crate::GatewayError;
 
+mod object_lock;
+use object_lock::LockHeaders;
+
 /// Bytes read before a GET answers, so that small objects fail with a proper error.
 const PREFETCH: usize = 1 << 20;
 const MAX_KEYS: usize = 1000;
@@ -53,6 +56,8 @@ fn s3(e: GatewayError) -> S3Error {
             "The specified method is not allowed against this resource."
         ),
         G::BucketNotEmpty => s3_error!(BucketNotEmpty),
+        G::Locked(m) => S3Error::with_message(S3ErrorCode::AccessDenied, m),
+        G::InvalidBucketState(m) => S3Error::with_message(S3ErrorCode::InvalidBucketState, m),
         G::NoSuchUpload => s3_error!(NoSuchUpload),
         G::InvalidPart => s3_error!(InvalidPart),
         G::InvalidPartOrder => s3_error!(InvalidPartOrder),
@@ -702,10 +707,11 @@ impl Gateway {
         bucket: &str,
         key: &str,
         version: Option<String>,
+        bypass_governance: bool,
     ) -> Result<DeletedObject, GatewayError> {
         match version {
             Some(id) => {
-                let gone = self.objects.delete_version(bucket, key, &id).await?;
+                let gone = self.objects.delete_version(bucket, key, &id, bypass_governance).await?;
                 let marker = gone.as_ref().is_some_and(|v| v.object.is_none());
                 Ok(DeletedObject {
                     delete_marker: marker.then_some(true),
@@ -860,6 +866,9 @@ impl S3 for Gateway {
         if !created {
             return Err(s3_error!(BucketAlreadyOwnedByYou));
         }
+        if req.input.object_lock_enabled_for_bucket == Some(true) {
+            self.lock_new_bucket(&req.input.bucket).await?;
+        }
         tracing::debug!("bucket created");
         Ok(S3Response::new(CreateBucketOutput::default()))
     }
@@ -913,6 +922,26 @@ impl S3 for Gateway {
                 return Err(s3_error!(EntityTooLarge));
             }
         }
+        let lock = self.new_version_lock(
+            &input.bucket,
+            input.object_lock_mode.as_ref(),
+            input.object_lock_retain_until_date.as_ref(),
+            input.object_lock_legal_hold_status.as_ref(),
+        )?;
+        let mut map = with_tagging(
+            metadata_map(
+                input.metadata,
+                StandardHeaders::new(
+                    input.cache_control,
+                    input.content_disposition,
+                    input.content_encoding,
+                    input.content_language,
+                    input.expires,
+                ),
+            ),
+            input.tagging.as_deref(),
+        )?;
+        crate::lock::apply(&mut map, lock);
         let meta = self
             .objects
             .put_object(
@@ -920,19 +949,7 @@ impl S3 for Gateway {
                 &input.key,
                 body_stream(input.body),
                 input.content_type,
-                with_tagging(
-                    metadata_map(
-                        input.metadata,
-                        StandardHeaders::new(
-                            input.cache_control,
-                            input.content_disposition,
-                            input.content_encoding,
-                            input.content_language,
-                            input.expires,
-                        ),
-                    ),
-                    input.tagging.as_deref(),
-                )?,
+                map,
                 if_none_match,
             )
             .await
@@ -982,6 +999,7 @@ impl S3 for Gateway {
         // response-* query parameters override what the object says (S3 honours them on
         // signed requests, which every request here is).
         let std = StandardHeaders::of(&meta);
+        let lock = LockHeaders::of(&meta);
         Ok(S3Response::new(GetObjectOutput {
             body: Some(receiver_blob(rx)),
             content_length: Some(len as i64),
@@ -998,6 +1016,9 @@ impl S3 for Gateway {
             accept_ranges: Some("bytes".into()),
             tag_count: Some(stored_tags(&meta).len() as i32).filter(|n| *n > 0),
             version_id: answer_version(state, &meta),
+            object_lock_mode: lock.mode,
+            object_lock_retain_until_date: lock.until,
+            object_lock_legal_hold_status: lock.hold,
             ..Default::default()
         }))
     }
@@ -1019,6 +1040,7 @@ impl S3 for Gateway {
         .check_read(&meta)?;
         let std = StandardHeaders::of(&meta);
         let tags = stored_tags(&meta).len();
+        let lock = LockHeaders::of(&meta);
         let mut answer = S3Response::new(HeadObjectOutput {
             content_length: Some(meta.size as i64),
             content_type: meta.content_type.clone(),
@@ -1032,6 +1054,9 @@ impl S3 for Gateway {
             metadata: to_metadata(&meta.metadata),
             accept_ranges: Some("bytes".into()),
             version_id: answer_version(state, &meta),
+            object_lock_mode: lock.mode,
+            object_lock_retain_until_date: lock.until,
+            object_lock_legal_hold_status: lock.hold,
             ..Default::default()
         });
         // HeadObjectOutput has no field for it; S3 sends it on HEAD as on GET.
@@ -1045,8 +1070,12 @@ impl S3 for Gateway {
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let bypass = self.bypasses(&req, req.input.bypass_governance_retention);
         let input = req.input;
-        let d = self.delete_one(&input.bucket, &input.key, input.version_id).await.map_err(s3)?;
+        let d = self
+            .delete_one(&input.bucket, &input.key, input.version_id, bypass)
+            .await
+            .map_err(s3)?;
         Ok(S3Response::new(DeleteObjectOutput {
             delete_marker: d.delete_marker,
             version_id: d.version_id.or(d.delete_marker_version_id),
@@ -1058,6 +1087,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let bypass = self.bypasses(&req, req.input.bypass_governance_retention);
         let input = req.input;
         self.objects.directory().require_bucket(&input.bucket).map_err(s3)?;
         if input.delete.objects.len() > MAX_KEYS {
@@ -1067,18 +1097,19 @@ impl S3 for Gateway {
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         for obj in input.delete.objects {
-            match self.delete_one(&input.bucket, &obj.key, obj.version_id.clone()).await {
+            match self.delete_one(&input.bucket, &obj.key, obj.version_id.clone(), bypass).await {
                 Ok(d) => {
                     if !quiet {
                         deleted.push(DeletedObject { key: Some(obj.key), ..d });
                     }
                 }
                 Err(e) => {
-                    let code = s3(e).code().as_str().to_string();
+                    let e = s3(e);
+                    let code = e.code().as_str().to_string();
                     errors.push(s3s::dto::Error {
                         key: Some(obj.key),
                         version_id: obj.version_id,
-                        message: Some(code.clone()),
+                        message: Some(e.message().unwrap_or(&code).to_string()),
                         code: Some(code),
                     })
                 }
@@ -1154,6 +1185,18 @@ impl S3 for Gateway {
                 .chain(tags.map(|t| (TAGGING_KEY.into(), t)))
                 .collect()
         };
+        // A copy takes the lock the request names (or the bucket's default), never the
+        // source's.
+        for k in [crate::lock::MODE_KEY, crate::lock::UNTIL_KEY, crate::lock::HOLD_KEY] {
+            map.remove(k);
+        }
+        let lock = self.new_version_lock(
+            &input.bucket,
+            input.object_lock_mode.as_ref(),
+            input.object_lock_retain_until_date.as_ref(),
+            input.object_lock_legal_hold_status.as_ref(),
+        )?;
+        crate::lock::apply(&mut map, lock);
         let meta = self
             .objects
             .copy_object(&src, &input.bucket, &input.key, Some((content_type, map)))
@@ -1246,26 +1289,29 @@ impl S3 for Gateway {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
+        let lock = self.new_version_lock(
+            &input.bucket,
+            input.object_lock_mode.as_ref(),
+            input.object_lock_retain_until_date.as_ref(),
+            input.object_lock_legal_hold_status.as_ref(),
+        )?;
+        let mut map = with_tagging(
+            metadata_map(
+                input.metadata,
+                StandardHeaders::new(
+                    input.cache_control,
+                    input.content_disposition,
+                    input.content_encoding,
+                    input.content_language,
+                    input.expires,
+                ),
+            ),
+            input.tagging.as_deref(),
+        )?;
+        crate::lock::apply(&mut map, lock);
         let id = self
             .objects
-            .create_upload(
-                &input.bucket,
-                &input.key,
-                input.content_type,
-                with_tagging(
-                    metadata_map(
-                        input.metadata,
-                        StandardHeaders::new(
-                            input.cache_control,
-                            input.content_disposition,
-                            input.content_encoding,
-                            input.content_language,
-                            input.expires,
-                        ),
-                    ),
-                    input.tagging.as_deref(),
-                )?,
-            )
+            .create_upload(&input.bucket, &input.key, input.content_type, map)
             .await
             .map_err(s3)?;
         Ok(S3Response::new(CreateMultipartUploadOutput {
@@ -1513,6 +1559,14 @@ impl S3 for Gateway {
         self.objects
             .directory()
             .transact_durable(&[], |tx| {
+                if state == Versioning::Suspended
+                    && tx.bucket_setting(&input.bucket, crate::lock::SETTING)?.is_some()
+                {
+                    return Err(GatewayError::InvalidBucketState(
+                        "versioning cannot be suspended on a bucket with object lock (object                          lock keeps every version)"
+                            .into(),
+                    ));
+                }
                 let mut config = tx.bucket_config(&input.bucket)?;
                 config.versioning = state;
                 tx.set_bucket_config(&input.bucket, &config)
@@ -1536,6 +1590,63 @@ impl S3 for Gateway {
         Ok(S3Response::new(GetBucketVersioningOutput {
             status: status.map(BucketVersioningStatus::from_static),
             ..Default::default()
+        }))
+    }
+
+    async fn put_object_lock_configuration(
+        &self,
+        req: S3Request<PutObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
+        let input = req.input;
+        self.put_lock_configuration(&input.bucket, input.object_lock_configuration).await?;
+        Ok(S3Response::new(PutObjectLockConfigurationOutput::default()))
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        Ok(S3Response::new(GetObjectLockConfigurationOutput {
+            object_lock_configuration: Some(self.lock_configuration(&req.input.bucket)?),
+        }))
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+        let bypass = self.bypasses(&req, req.input.bypass_governance_retention);
+        let i = req.input;
+        self.put_retention(&i.bucket, &i.key, i.version_id.as_deref(), i.retention, bypass).await?;
+        Ok(S3Response::new(PutObjectRetentionOutput::default()))
+    }
+
+    async fn get_object_retention(
+        &self,
+        req: S3Request<GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
+        let i = req.input;
+        Ok(S3Response::new(GetObjectRetentionOutput {
+            retention: Some(self.retention_of(&i.bucket, &i.key, i.version_id.as_deref())?),
+        }))
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+        let i = req.input;
+        self.put_legal_hold(&i.bucket, &i.key, i.version_id.as_deref(), i.legal_hold).await?;
+        Ok(S3Response::new(PutObjectLegalHoldOutput::default()))
+    }
+
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
+        let i = req.input;
+        Ok(S3Response::new(GetObjectLegalHoldOutput {
+            legal_hold: Some(self.legal_hold_of(&i.bucket, &i.key, i.version_id.as_deref())?),
         }))
     }
 

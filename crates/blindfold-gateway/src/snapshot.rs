@@ -32,7 +32,7 @@ use blindfold_store::{open_store, CellId, Geometry, Store, StoreUrl};
 use serde::{Deserialize, Serialize};
 
 use crate::datadir::GatewayParams;
-use crate::directory::{DirectoryDump, DirectoryDumpV5};
+use crate::directory::{DirectoryDump, DirectoryDumpV5, DirectoryDumpV6};
 use crate::{GatewayError, Result};
 
 /// Store array holding the snapshot.
@@ -46,7 +46,10 @@ const CHUNK: usize = 64 * 1024;
 /// ([`Snapshot::journal`], `--durability store`). Version 04 is still read.
 /// Version 06: the directory carries noncurrent versions, delete markers and bucket settings
 /// ([`DirectoryDump::versions`], [`DirectoryDump::configs`]). Version 05 is still read.
-const MAGIC: &[u8; 8] = b"BFSNAP06";
+/// Version 07: and named bucket settings such as object lock ([`DirectoryDump::settings`]).
+/// Version 06 is still read.
+const MAGIC: &[u8; 8] = b"BFSNAP07";
+const MAGIC_V6: &[u8; 8] = b"BFSNAP06";
 const MAGIC_V5: &[u8; 8] = b"BFSNAP05";
 const MAGIC_V4: &[u8; 8] = b"BFSNAP04";
 const MAGIC_V3: &[u8; 8] = b"BFSNAP03";
@@ -69,6 +72,31 @@ pub struct Snapshot {
     /// engine's redo log to put after `oram_checkpoint` ([`crate::storelog`]). `None` for a
     /// snapshot of a clean stop under `--durability local`.
     pub journal: Option<crate::storelog::JournalPoint>,
+}
+
+/// A snapshot of format 06: its directory has no named settings ([`DirectoryDumpV6`]).
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct SnapshotV6 {
+    seq: u64,
+    created_ns: i128,
+    params: GatewayParams,
+    oram_checkpoint: Vec<u8>,
+    directory: DirectoryDumpV6,
+    journal: Option<crate::storelog::JournalPoint>,
+}
+
+impl From<SnapshotV6> for Snapshot {
+    fn from(s: SnapshotV6) -> Self {
+        Snapshot {
+            seq: s.seq,
+            created_ns: s.created_ns,
+            params: s.params,
+            oram_checkpoint: s.oram_checkpoint,
+            directory: s.directory.into(),
+            journal: s.journal,
+        }
+    }
 }
 
 /// A snapshot of format 05: its directory has no versions ([`DirectoryDumpV5`]).
@@ -450,7 +478,7 @@ async fn read_header(store: &dyn Store, sealer: &CellSealer, slot_base: u64) -> 
         .open_in_place(&CellAd { cell: slot_base, version: 0, segment: 0 }, &mut cell)
         .ok()?;
     let h: Header = bincode::deserialize(plain).ok()?;
-    [MAGIC, MAGIC_V5, MAGIC_V4, MAGIC_V3, MAGIC_V2].contains(&&h.magic).then_some(h)
+    [MAGIC, MAGIC_V6, MAGIC_V5, MAGIC_V4, MAGIC_V3, MAGIC_V2].contains(&&h.magic).then_some(h)
 }
 
 /// Writes `snap` into the slot its sequence number selects.
@@ -619,6 +647,8 @@ pub async fn read_latest(store: &dyn Store, key: &MasterKey) -> Result<Snapshot>
             bincode::deserialize::<OldSnapshot<GatewayParams>>(&body).map(Snapshot::from)
         } else if &h.magic == MAGIC_V5 {
             bincode::deserialize::<SnapshotV5>(&body).map(Snapshot::from)
+        } else if &h.magic == MAGIC_V6 {
+            bincode::deserialize::<SnapshotV6>(&body).map(Snapshot::from)
         } else {
             bincode::deserialize::<Snapshot>(&body)
         };
@@ -804,7 +834,8 @@ mod tests {
     }
 
     /// A format 05 snapshot (before versioning) still reads, with no versions; a format 06
-    /// one carries noncurrent versions, delete markers and bucket settings.
+    /// one carries noncurrent versions, delete markers and bucket settings; 07 also named
+    /// settings.
     #[tokio::test]
     async fn a_version_5_snapshot_still_reads_and_06_carries_versions() {
         use crate::directory::{BucketConfig, ObjectMeta, Version, Versioning};
@@ -836,11 +867,33 @@ mod tests {
         ];
         let config = BucketConfig { versioning: Versioning::Enabled, tags: Some("a=b".into()) };
         new.directory.configs = vec![("b".into(), config)];
-        write(&store, &key, &new).await.unwrap();
+        // As format 06 wrote it: no named settings.
+        let v6 = SnapshotV6 {
+            seq: 4,
+            created_ns: new.created_ns,
+            params: new.params.clone(),
+            oram_checkpoint: new.oram_checkpoint.clone(),
+            directory: crate::directory::DirectoryDumpV6 {
+                versions: new.directory.versions.clone(),
+                configs: new.directory.configs.clone(),
+                ..Default::default()
+            },
+            journal: None,
+        };
+        write_body(&store, &key, MAGIC_V6, 4, 1, &bincode::serialize(&v6).unwrap()).await.unwrap();
         let got = read_latest(&store, &key).await.unwrap();
         assert_eq!(got.seq, 4);
         assert_eq!(got.directory.versions, new.directory.versions);
         assert_eq!(got.directory.configs, new.directory.configs);
+        assert!(got.directory.settings.is_empty());
+        // Format 07 carries named settings (object lock) too.
+        new.seq = 5;
+        new.directory.settings = vec![("b".into(), "object-lock".into(), "{}".into())];
+        write(&store, &key, &new).await.unwrap();
+        let got = read_latest(&store, &key).await.unwrap();
+        assert_eq!(got.seq, 5);
+        assert_eq!(got.directory.versions, new.directory.versions);
+        assert_eq!(got.directory.settings, new.directory.settings);
     }
 
     /// A snapshot written before the parameters carried `cache_cells` (format 02) still reads,

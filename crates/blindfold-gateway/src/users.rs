@@ -76,6 +76,10 @@ pub struct User {
     pub buckets: Vec<String>,
     /// Only reads (GET, HEAD, listings).
     pub read_only: bool,
+    /// May delete or shorten what GOVERNANCE retention protects, with the header
+    /// `x-amz-bypass-governance-retention: true` (object lock). Never COMPLIANCE.
+    #[serde(default)]
+    pub bypass_governance: bool,
 }
 
 impl std::fmt::Debug for User {
@@ -85,6 +89,7 @@ impl std::fmt::Debug for User {
             .field("access_key", &self.access_key)
             .field("buckets", &self.buckets)
             .field("read_only", &self.read_only)
+            .field("bypass_governance", &self.bypass_governance)
             .finish_non_exhaustive()
     }
 }
@@ -311,6 +316,24 @@ impl UserFile {
 
     /// Adds a user with new keys; returns it (with its secret).
     pub fn add(&self, name: &str, buckets: Vec<String>, read_only: bool) -> Result<User> {
+        self.add_with(name, buckets, read_only, false)
+    }
+
+    /// [`UserFile::add`], saying whether the user may bypass governance retention
+    /// ([`User::bypass_governance`]; a read-only user cannot).
+    pub fn add_with(
+        &self,
+        name: &str,
+        buckets: Vec<String>,
+        read_only: bool,
+        bypass_governance: bool,
+    ) -> Result<User> {
+        if read_only && bypass_governance {
+            return Err(UsersError::Invalid(
+                "a read-only user cannot delete anything, so cannot bypass governance retention                  either: give one of --read-only and --bypass-governance"
+                    .into(),
+            ));
+        }
         check_name(name)?;
         check_patterns(&buckets)?;
         self.edit(|users| {
@@ -325,6 +348,7 @@ impl UserFile {
                 secret_key: random_token(40, SECRET_ALPHABET),
                 buckets,
                 read_only,
+                bypass_governance,
             };
             users.push(user.clone());
             Ok(user)
@@ -504,6 +528,13 @@ impl Access {
         let u = self.user(access_key)?;
         let grant = Grant::of(&u.access_key, &u.secret_key, &u.buckets, u.read_only);
         Some((zeroize::Zeroizing::new(u.secret_key.clone()), grant))
+    }
+
+    /// Whether the holder of `access_key` may bypass GOVERNANCE retention: the administrator,
+    /// and users the users file allows to ([`User::bypass_governance`]).
+    pub fn may_bypass_governance(&self, access_key: &str) -> bool {
+        access_key == self.admin_access_key
+            || self.user(access_key).is_some_and(|u| u.bypass_governance && !u.read_only)
     }
 
     /// Whether the holder of `access_key` may use `bucket`, for reading only (`reads`) or also
@@ -730,6 +761,7 @@ mod tests {
             secret_key: "s".into(),
             buckets: b.iter().map(|s| s.to_string()).collect(),
             read_only: false,
+            bypass_governance: false,
         };
         assert!(u(&["team-*"]).may_use("team-a"));
         assert!(u(&["team-*"]).may_use("team-"));

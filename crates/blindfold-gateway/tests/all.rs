@@ -12,6 +12,7 @@ mod frontends_fuzz;
 mod grow;
 mod http;
 mod listen;
+mod object_lock;
 mod objects;
 mod recover;
 mod rotation;

@@ -19,6 +19,11 @@ pub enum UserCommand {
         /// Only reads: GET, HEAD and listings; every write is AccessDenied.
         #[arg(long)]
         read_only: bool,
+        /// It may delete, or shorten the retention of, object versions under GOVERNANCE
+        /// retention, with the header `x-amz-bypass-governance-retention: true` (object lock).
+        /// COMPLIANCE retention and legal holds bind it as everyone.
+        #[arg(long)]
+        bypass_governance: bool,
         #[command(flatten)]
         dir: UserDirArgs,
     },
@@ -46,15 +51,16 @@ pub enum UserCommand {
 
 pub fn run(cmd: UserCommand) -> Result<()> {
     match cmd {
-        UserCommand::Add { name, buckets, read_only, dir } => {
-            let u = user_file(&dir)?.add(&name, buckets, read_only)?;
+        UserCommand::Add { name, buckets, read_only, bypass_governance, dir } => {
+            let u = user_file(&dir)?.add_with(&name, buckets, read_only, bypass_governance)?;
             println!("added user {}", u.name);
             println!("  access key: {}", u.access_key);
             println!("  secret key: {} (shown once)", u.secret_key());
             println!(
-                "  buckets: {}{}",
+                "  buckets: {}{}{}",
                 u.buckets.join(","),
-                if u.read_only { " (read only)" } else { "" }
+                if u.read_only { " (read only)" } else { "" },
+                if u.bypass_governance { " (may bypass governance retention)" } else { "" }
             );
         }
         UserCommand::List { dir } => {
