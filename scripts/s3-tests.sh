@@ -110,10 +110,14 @@ run_suite minio "$out/minio.conf"
 servers_stop
 fi
 
-# blindfold: a fresh gateway over files, with users alt and tenant beside the admin.
+# blindfold: a fresh gateway over files, with users alt and tenant beside the admin. Its
+# lifecycle days last 10 seconds, as s3-tests expects of a test server (its lc_debug_interval;
+# Ceph's test gateways are set up the same way, MinIO has no such setting); the
+# x-amz-expiration header then counts those days too, so the header cases fail here by design.
 if want blindfold; then
 ak=s3t-main sk="sk-$RANDOM$RANDOM$RANDOM"
 "$bin" serve --data-dir "$data" --capacity 512MiB --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+  --lifecycle-day 10s --lifecycle-every 2s \
   --access-key "$ak" --secret-key "$sk" >"$out/gateway.out" 2>"$out/gateway.err" &
 gateway_pid=$!
 for _ in $(seq 1 600); do

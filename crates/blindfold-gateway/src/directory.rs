@@ -476,6 +476,15 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Records an operation that changes nothing, so that the transaction writes an entry
+    /// to the store-side log even if it changes nothing else (the lifecycle worker's runs all
+    /// look alike to the store: [`crate::lifecycle`]).
+    pub fn mark(&mut self) {
+        if let Some(ops) = &mut self.ops {
+            ops.push(DirOp::Release(Vec::new()));
+        }
+    }
+
     /// The bucket's setting `name` (its JSON document), `None` if not set.
     pub fn bucket_setting(&self, bucket: &str, name: &str) -> Result<Option<String>> {
         let t = self.txn.open_table(BUCKET_SETTINGS).map_err(db_err)?;

@@ -398,7 +398,9 @@ fn explain(resp: &mut s3s::HttpResponse) {
 /// `<data-dir>/users.sealed` sign requests; each user's policy is enforced on every operation.
 pub fn service(opened: &Opened) -> s3s::service::S3Service {
     let access = crate::users::SharedAccess(access(opened));
-    let gateway = Gateway::new(Arc::clone(&opened.objects)).with_access(Arc::clone(&access.0));
+    let gateway = Gateway::new(Arc::clone(&opened.objects))
+        .with_access(Arc::clone(&access.0))
+        .with_lifecycle(opened.lifecycle);
     let mut b = s3s::service::S3ServiceBuilder::new(gateway);
     b.set_auth(access.clone());
     b.set_access(access);
@@ -454,6 +456,15 @@ pub async fn run_tls(
         ));
         (stop, task)
     };
+    let lifecycle = {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(crate::lifecycle::run(
+            Arc::clone(&opened.objects),
+            opened.lifecycle,
+            stopped,
+        ));
+        (stop, task)
+    };
     let swift = opened.swift_listener.take().map(|listener| {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let front = Arc::new(crate::swift::Swift::new(
@@ -487,6 +498,8 @@ pub async fn run_tls(
     }
     let _ = status_answers.0.send(true);
     let _ = status_answers.1.await;
+    let _ = lifecycle.0.send(true);
+    let _ = lifecycle.1.await;
     if let Some((stop, task)) = grow_watch {
         // A growth under way is finished first.
         let _ = stop.send(true);

@@ -36,6 +36,7 @@ pub mod hooks;
 pub mod http;
 pub mod journaling;
 pub mod keys;
+pub mod lifecycle;
 pub mod listen;
 pub mod lock;
 pub mod objects;

@@ -143,7 +143,7 @@ struct Step {
 }
 
 /// A fresh version id: 32 random hex digits (never `null`).
-fn new_version_id() -> String {
+pub(crate) fn new_version_id() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 

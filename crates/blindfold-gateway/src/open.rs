@@ -63,6 +63,8 @@ pub struct Opened {
     pub grow_max: Option<u64>,
     /// Where to serve the Swift API beside S3 ([`crate::swift`]), if anywhere.
     pub swift_listener: Option<tokio::net::TcpListener>,
+    /// When the lifecycle worker runs and how long its days last ([`crate::lifecycle`]).
+    pub lifecycle: crate::lifecycle::Schedule,
     /// What the S3 and Swift listeners allow their clients (one connection pool for both).
     pub limits: crate::listen::Limits,
     /// Metrics and recordings of this gateway (see [`crate::observe`]).
@@ -633,6 +635,7 @@ async fn assemble(
         space: None,
         grow_max: None,
         swift_listener: None,
+        lifecycle: Default::default(),
         limits: crate::listen::Limits::default(),
         observer,
         journal,

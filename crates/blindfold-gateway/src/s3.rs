@@ -14,6 +14,7 @@ use crate::directory::{version_id, ObjectMeta, Part, Version, Versioning, TAGGIN
 use crate::objects::{ObjectLayer, ReadPin};
 use crate::GatewayError;
 
+mod lifecycle_api;
 mod object_lock;
 use object_lock::LockHeaders;
 
@@ -30,12 +31,20 @@ const MIN_PART_SIZE: u64 = 5 << 20;
 pub struct Gateway {
     objects: Arc<ObjectLayer>,
     access: Option<Arc<crate::users::Access>>,
+    lifecycle: crate::lifecycle::Schedule,
 }
 
 impl Gateway {
     /// Serves `objects`.
     pub fn new(objects: Arc<ObjectLayer>) -> Self {
-        Self { objects, access: None }
+        Self { objects, access: None, lifecycle: Default::default() }
+    }
+
+    /// Counts lifecycle days as `schedule` does (for the `x-amz-expiration` header; the
+    /// worker that applies the rules runs on the same schedule).
+    pub fn with_lifecycle(mut self, schedule: crate::lifecycle::Schedule) -> Self {
+        self.lifecycle = schedule;
+        self
     }
 
     /// Lists to each user only the buckets its policy covers.
@@ -956,6 +965,7 @@ impl S3 for Gateway {
             .map_err(s3)?;
         tracing::debug!("object stored");
         Ok(S3Response::new(PutObjectOutput {
+            expiration: self.expiration(&input.bucket, &input.key, &meta),
             e_tag: Some(etag(&meta)),
             version_id: written_version(self.versioning(&input.bucket)?, &meta),
             checksum_crc32: input.checksum_crc32,
@@ -1000,6 +1010,7 @@ impl S3 for Gateway {
         // signed requests, which every request here is).
         let std = StandardHeaders::of(&meta);
         let lock = LockHeaders::of(&meta);
+        let current = input.version_id.is_none();
         Ok(S3Response::new(GetObjectOutput {
             body: Some(receiver_blob(rx)),
             content_length: Some(len as i64),
@@ -1019,6 +1030,9 @@ impl S3 for Gateway {
             object_lock_mode: lock.mode,
             object_lock_retain_until_date: lock.until,
             object_lock_legal_hold_status: lock.hold,
+            expiration: current
+                .then(|| self.expiration(&input.bucket, &input.key, &meta))
+                .flatten(),
             ..Default::default()
         }))
     }
@@ -1041,6 +1055,7 @@ impl S3 for Gateway {
         let std = StandardHeaders::of(&meta);
         let tags = stored_tags(&meta).len();
         let lock = LockHeaders::of(&meta);
+        let current = input.version_id.is_none();
         let mut answer = S3Response::new(HeadObjectOutput {
             content_length: Some(meta.size as i64),
             content_type: meta.content_type.clone(),
@@ -1057,6 +1072,9 @@ impl S3 for Gateway {
             object_lock_mode: lock.mode,
             object_lock_retain_until_date: lock.until,
             object_lock_legal_hold_status: lock.hold,
+            expiration: current
+                .then(|| self.expiration(&input.bucket, &input.key, &meta))
+                .flatten(),
             ..Default::default()
         });
         // HeadObjectOutput has no field for it; S3 sends it on HEAD as on GET.
@@ -1591,6 +1609,34 @@ impl S3 for Gateway {
             status: status.map(BucketVersioningStatus::from_static),
             ..Default::default()
         }))
+    }
+
+    async fn put_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<PutBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<PutBucketLifecycleConfigurationOutput>> {
+        let input = req.input;
+        self.put_lifecycle(&input.bucket, input.lifecycle_configuration).await?;
+        Ok(S3Response::new(PutBucketLifecycleConfigurationOutput::default()))
+    }
+
+    async fn get_bucket_lifecycle_configuration(
+        &self,
+        req: S3Request<GetBucketLifecycleConfigurationInput>,
+    ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
+        Ok(S3Response::new(GetBucketLifecycleConfigurationOutput {
+            rules: Some(self.lifecycle_dto(&req.input.bucket)?),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_bucket_lifecycle(
+        &self,
+        req: S3Request<DeleteBucketLifecycleInput>,
+    ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
+        self.objects.directory().require_bucket(&req.input.bucket).map_err(s3)?;
+        self.set_lifecycle(&req.input.bucket, None).await?;
+        Ok(S3Response::new(DeleteBucketLifecycleOutput::default()))
     }
 
     async fn put_object_lock_configuration(

@@ -11,6 +11,7 @@ mod engine;
 mod frontends_fuzz;
 mod grow;
 mod http;
+mod lifecycle;
 mod listen;
 mod object_lock;
 mod objects;

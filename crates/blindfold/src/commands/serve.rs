@@ -127,6 +127,16 @@ pub struct ServeArgs {
     /// `swift -A http://ADDR/auth/v1.0 -U blindfold:AK -K SK list`. Off by default.
     #[arg(long, env = "BLINDFOLD_SWIFT_LISTEN", value_parser = parse_listen)]
     pub swift_listen: Option<std::net::SocketAddr>,
+    /// How often the lifecycle worker applies the buckets' lifecycle rules (expirations,
+    /// noncurrent versions, incomplete uploads). A fixed schedule: the store sees the same
+    /// work every run, whatever expires (see SECURITY.md). `30s`, `1h`.
+    #[arg(long, value_parser = blindfold_store::parse_duration, default_value = "1h")]
+    pub lifecycle_every: std::time::Duration,
+    /// How long one day of the lifecycle rules lasts: 24 hours, or shorter to try rules out
+    /// without waiting days (with `10s`, "Days: 3" expires an object 30 seconds after it was
+    /// written). With anything but 24h, expiry times are not rounded to midnight.
+    #[arg(long, value_parser = blindfold_store::parse_duration, default_value = "24h")]
+    pub lifecycle_day: std::time::Duration,
     /// Connections the S3 and Swift listeners hold open at once, together; one past it is
     /// answered 503 (Retry-After) and closed. Keep it below the file-descriptor limit
     /// (`ulimit -n`) less what the store needs. The admin listener has 64 of its own.
@@ -411,6 +421,8 @@ async fn serve(a: ServeArgs) -> Result<()> {
         std::time::Duration::from_secs(a.idle_timeout),
     );
     opened.grow_at = a.grow_at;
+    opened.lifecycle =
+        blindfold_gateway::lifecycle::Schedule { every: a.lifecycle_every, day: a.lifecycle_day };
     space.attach(opened.objects.directory().write_gate());
     opened.space = Some(space);
     opened.grow_max = a.grow_max.map(|m| m / u64::from(opened.params.block_size));
