@@ -642,15 +642,21 @@ class DiskFull:
 
 # =============================================================================================
 def versions(run_):
-    """Versioning and tagging with the aws CLI's s3api (issue 48)."""
-    p = run_.pass_("versions", "versioning and tagging (aws s3api)")
-    gw = Gateway(run_.ctx, "versions", capacity="8MiB")
+    """Versioning, tagging, object lock and lifecycle with the aws CLI's s3api (issue 48)."""
+    p = run_.pass_("versions", "versioning, tagging, object lock and lifecycle (aws s3api)")
+    # Lifecycle days of two seconds, applied every second, so that rules act within the test.
+    gw = Gateway(run_.ctx, "versions", capacity="8MiB",
+                 flags=["--lifecycle-day", "2s", "--lifecycle-every", "1s"])
     if not p.check("start blindfold serve", gw.start):
         return
     p.check("versioning: versions, delete marker, GET by version id, list-object-versions, suspend",
             versions_s3api, p, gw)
     p.check("tagging: put-object --tagging, put/get/delete-object-tagging per version, limits, bucket tags",
             tagging_s3api, p, gw)
+    p.check("object lock: default and per-version retention, legal hold, deletes refused, bypass",
+            object_lock_s3api, p, gw)
+    p.check("lifecycle: rules set and read back, objects and old versions expire, header",
+            lifecycle_s3api, p, gw)
     p.stop_and_verify(gw)
 
 
@@ -743,6 +749,84 @@ def tagging_s3api(p, gw):
     s3api_json(gw, "put-bucket-tagging", "--bucket", b, "--tagging", "TagSet=[{Key=env,Value=e2e}]")
     got = s3api_json(gw, "get-bucket-tagging", "--bucket", b)["TagSet"]
     expect(got == [{"Key": "env", "Value": "e2e"}], f"bucket tags: {got}")
+
+
+def object_lock_s3api(p, gw):
+    d, b = p.dir("lock"), "e2e-lock"
+    rand_file(f"{d}/f", 700)
+    s3api_json(gw, "create-bucket", "--bucket", b, "--object-lock-enabled-for-bucket")
+    got = s3api_json(gw, "get-bucket-versioning", "--bucket", b)
+    expect(got.get("Status") == "Enabled", f"a lock bucket is versioned: {got}")
+    s3api_json(gw, "put-object-lock-configuration", "--bucket", b, "--object-lock-configuration",
+               '{"ObjectLockEnabled":"Enabled","Rule":{"DefaultRetention":{"Mode":"GOVERNANCE","Days":1}}}')
+    conf = s3api_json(gw, "get-object-lock-configuration", "--bucket", b)["ObjectLockConfiguration"]
+    expect(conf["Rule"]["DefaultRetention"] == {"Mode": "GOVERNANCE", "Days": 1}, f"config: {conf}")
+    v = s3api_json(gw, "put-object", "--bucket", b, "--key", "k", "--body", f"{d}/f")["VersionId"]
+    head = s3api_json(gw, "head-object", "--bucket", b, "--key", "k")
+    expect(head.get("ObjectLockMode") == "GOVERNANCE" and head.get("ObjectLockRetainUntilDate"),
+           f"the default retention: {head}")
+    r = aws_cmd(gw, "s3api", "delete-object", "--bucket", b, "--key", "k", "--version-id", v, ok=False)
+    expect(r.returncode != 0 and "AccessDenied" in r.stderr and "GOVERNANCE" in r.stderr,
+           f"a retained version was not protected: {r.stderr}")
+    r = aws_cmd(gw, "s3api", "put-bucket-versioning", "--bucket", b,
+                "--versioning-configuration", "Status=Suspended", ok=False)
+    expect(r.returncode != 0 and "InvalidBucketState" in r.stderr, f"suspend: {r.stderr}")
+    c = s3api_json(gw, "put-object", "--bucket", b, "--key", "c", "--body", f"{d}/f",
+                   "--object-lock-mode", "COMPLIANCE",
+                   "--object-lock-retain-until-date", "2099-01-01T00:00:00Z",
+                   "--object-lock-legal-hold-status", "ON")["VersionId"]
+    got = s3api_json(gw, "get-object-legal-hold", "--bucket", b, "--key", "c")["LegalHold"]
+    expect(got == {"Status": "ON"}, f"legal hold: {got}")
+    r = aws_cmd(gw, "s3api", "delete-object", "--bucket", b, "--key", "c", "--version-id", c,
+                "--bypass-governance-retention", ok=False)
+    expect(r.returncode != 0 and "legal hold" in r.stderr, f"a held version was not protected: {r.stderr}")
+    s3api_json(gw, "put-object-legal-hold", "--bucket", b, "--key", "c", "--legal-hold", "Status=OFF")
+    r = aws_cmd(gw, "s3api", "delete-object", "--bucket", b, "--key", "c", "--version-id", c,
+                "--bypass-governance-retention", ok=False)
+    expect(r.returncode != 0 and "COMPLIANCE" in r.stderr, f"compliance was bypassed: {r.stderr}")
+    # The administrator may bypass GOVERNANCE retention.
+    s3api_json(gw, "delete-object", "--bucket", b, "--key", "k", "--version-id", v,
+               "--bypass-governance-retention")
+    r = aws_cmd(gw, "s3api", "head-object", "--bucket", b, "--key", "k", "--version-id", v, ok=False)
+    expect(r.returncode != 0, "the bypassed version is gone")
+
+
+def lifecycle_s3api(p, gw):
+    d, b = p.dir("lifecycle"), "e2e-lifecycle"
+    rand_file(f"{d}/f", 300)
+    s3api_json(gw, "create-bucket", "--bucket", b)
+    s3api_json(gw, "put-bucket-versioning", "--bucket", b,
+               "--versioning-configuration", "Status=Enabled")
+    rules = {"Rules": [
+        {"ID": "tmp", "Filter": {"Prefix": "tmp/"}, "Status": "Enabled", "Expiration": {"Days": 2}},
+        {"ID": "old", "Filter": {"Prefix": "keep/"}, "Status": "Enabled",
+         "NoncurrentVersionExpiration": {"NoncurrentDays": 1}}]}
+    s3api_json(gw, "put-bucket-lifecycle-configuration", "--bucket", b,
+               "--lifecycle-configuration", json.dumps(rules))
+    got = s3api_json(gw, "get-bucket-lifecycle-configuration", "--bucket", b)["Rules"]
+    expect(got == rules["Rules"], f"rules read back: {got}")
+    r = s3api_json(gw, "put-object", "--bucket", b, "--key", "tmp/a", "--body", f"{d}/f")
+    expect('rule-id="tmp"' in r.get("Expiration", ""), f"x-amz-expiration on PUT: {r}")
+    old = s3api_json(gw, "put-object", "--bucket", b, "--key", "keep/a", "--body", f"{d}/f")["VersionId"]
+    s3api_json(gw, "put-object", "--bucket", b, "--key", "keep/a", "--body", f"{d}/f")
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        lst = s3api_json(gw, "list-object-versions", "--bucket", b)
+        keys = sorted((v["Key"], v["VersionId"]) for v in lst.get("Versions", []))
+        markers = [m["Key"] for m in lst.get("DeleteMarkers", [])]
+        if "tmp/a" in markers and all(vid != old for _, vid in keys):
+            break
+        time.sleep(1)
+    expect("tmp/a" in markers, f"tmp/a did not expire: {lst}")
+    expect(all(vid != old for _, vid in keys), f"the noncurrent version stayed: {keys}")
+    expect(any(k == "keep/a" for k, _ in keys), f"the current keep/a went: {keys}")
+    r = aws_cmd(gw, "s3api", "put-bucket-lifecycle-configuration", "--bucket", b,
+                "--lifecycle-configuration",
+                '{"Rules":[{"ID":"x","Filter":{},"Status":"Enabled","Expiration":{"Days":0}}]}', ok=False)
+    expect(r.returncode != 0 and "InvalidArgument" in r.stderr, f"0 days: {r.stderr}")
+    s3api_json(gw, "delete-bucket-lifecycle", "--bucket", b)
+    r = aws_cmd(gw, "s3api", "get-bucket-lifecycle-configuration", "--bucket", b, ok=False)
+    expect(r.returncode != 0 and "NoSuchLifecycleConfiguration" in r.stderr, f"deleted: {r.stderr}")
 
 
 EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash,

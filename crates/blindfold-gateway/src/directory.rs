@@ -94,6 +94,14 @@ impl Version {
     }
 }
 
+/// The tags of an object ([`TAGGING_KEY`]), in the order given.
+pub fn object_tags(meta: &ObjectMeta) -> Vec<(String, String)> {
+    meta.metadata
+        .get(TAGGING_KEY)
+        .and_then(|t| serde_urlencoded::from_str(t).ok())
+        .unwrap_or_default()
+}
+
 /// The version id of an object ([`VERSION_ID_KEY`]).
 pub fn version_id(meta: &ObjectMeta) -> &str {
     meta.metadata.get(VERSION_ID_KEY).map(String::as_str).unwrap_or(NULL_VERSION)

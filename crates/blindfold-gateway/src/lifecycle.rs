@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::directory::{ObjectMeta, Version, TAGGING_KEY};
+use crate::directory::{ObjectMeta, Version};
 use crate::objects::ObjectLayer;
 use crate::{GatewayError, Result};
 
@@ -107,13 +107,6 @@ pub struct Filter {
     pub size_lt: Option<u64>,
 }
 
-fn tags_of(meta: &ObjectMeta) -> Vec<(String, String)> {
-    meta.metadata
-        .get(TAGGING_KEY)
-        .and_then(|t| serde_urlencoded::from_str(t).ok())
-        .unwrap_or_default()
-}
-
 impl Rule {
     fn prefix_matches(&self, key: &str) -> bool {
         let p = self.prefix.as_deref().or(self.filter.as_ref().and_then(|f| f.prefix.as_deref()));
@@ -130,7 +123,7 @@ impl Rule {
         let Some(m) = meta else {
             return f.tags.is_empty() && f.size_gt.is_none() && f.size_lt.is_none();
         };
-        let tags = tags_of(m);
+        let tags = crate::directory::object_tags(m);
         f.tags.iter().all(|t| tags.contains(t))
             && f.size_gt.is_none_or(|n| m.size > n)
             && f.size_lt.is_none_or(|n| m.size < n)
@@ -398,7 +391,7 @@ mod tests {
             });
         });
         let mut tagged = obj(0, 11).unwrap();
-        tagged.metadata.insert(TAGGING_KEY.into(), "k=v&x=y".into());
+        tagged.metadata.insert(crate::directory::TAGGING_KEY.into(), "k=v&x=y".into());
         let versions = [v("a", 0, Some(tagged.clone()))];
         assert_eq!(
             key_actions(&r, &s, "logs/1", &versions, DAY),

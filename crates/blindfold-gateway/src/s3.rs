@@ -167,15 +167,11 @@ fn parse_tagging(header: &str) -> S3Result<Vec<(String, String)>> {
     Ok(tags)
 }
 
-/// The stored tags of an object.
-fn stored_tags(meta: &ObjectMeta) -> Vec<(String, String)> {
-    meta.metadata
-        .get(TAGGING_KEY)
-        .and_then(|t| serde_urlencoded::from_str(t).ok())
-        .unwrap_or_default()
-}
+use crate::directory::object_tags as stored_tags;
 
-fn tag_set(tags: Vec<(String, String)>) -> TagSet {
+/// Tags as S3 answers them: ordered by key.
+fn tag_set(mut tags: Vec<(String, String)>) -> TagSet {
+    tags.sort();
     tags.into_iter().map(|(k, v)| Tag { key: Some(k), value: Some(v) }).collect()
 }
 
