@@ -175,11 +175,10 @@ fn key_actions(
     let mut out = Vec::new();
     let Some(latest) = versions.first() else { return out };
     match &latest.object {
-        Some(meta) => {
-            if rules.expiry(s, key, meta).is_some_and(|(t, _)| t <= now) {
-                out.push(Action::Current(key.to_string()));
-            }
+        Some(meta) if rules.expiry(s, key, meta).is_some_and(|(t, _)| t <= now) => {
+            out.push(Action::Current(key.to_string()));
         }
+        Some(_) => {}
         None if versions.len() == 1 => {
             let lone = rules.rules.iter().any(|r| {
                 r.selects(key, None)

@@ -19,6 +19,16 @@ pub fn parse_duration(value: &str) -> std::result::Result<std::time::Duration, S
     Ok(std::time::Duration::from_millis(millis))
 }
 
+/// Writes a duration as [`parse_duration`] reads it back.
+pub(crate) fn fmt_duration(d: std::time::Duration) -> String {
+    let millis = d.as_millis();
+    if millis.is_multiple_of(1000) {
+        format!("{}s", millis / 1000)
+    } else {
+        format!("{millis}ms")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -34,15 +44,5 @@ mod tests {
         assert_eq!(d("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(d("2d"), Ok(Duration::from_secs(172_800)));
         assert!(d("0s").is_err() && d("1y").is_err() && d("h").is_err() && d("-1s").is_err());
-    }
-}
-
-/// Writes a duration as [`parse_duration`] reads it back.
-pub(crate) fn fmt_duration(d: std::time::Duration) -> String {
-    let millis = d.as_millis();
-    if millis.is_multiple_of(1000) {
-        format!("{}s", millis / 1000)
-    } else {
-        format!("{millis}ms")
     }
 }
