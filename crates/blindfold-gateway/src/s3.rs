@@ -14,6 +14,7 @@ use crate::directory::{version_id, ObjectMeta, Part, Version, Versioning, TAGGIN
 use crate::objects::{ObjectLayer, ReadPin};
 use crate::GatewayError;
 
+mod acl;
 mod lifecycle_api;
 mod object_lock;
 use object_lock::LockHeaders;
@@ -866,6 +867,17 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let i = &req.input;
+        acl::check(
+            i.acl.as_ref().map(|a| a.as_str()),
+            &[
+                i.grant_full_control.as_ref(),
+                i.grant_read.as_ref(),
+                i.grant_read_acp.as_ref(),
+                i.grant_write.as_ref(),
+                i.grant_write_acp.as_ref(),
+            ],
+        )?;
         let created = self.objects.directory().create_bucket(&req.input.bucket).map_err(s3)?;
         self.objects.directory().settle().await.map_err(s3)?;
         if !created {
@@ -908,6 +920,15 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let input = req.input;
+        acl::check(
+            input.acl.as_ref().map(|a| a.as_str()),
+            &[
+                input.grant_full_control.as_ref(),
+                input.grant_read.as_ref(),
+                input.grant_read_acp.as_ref(),
+                input.grant_write_acp.as_ref(),
+            ],
+        )?;
         if let Some(t) = input.tagging.as_deref() {
             parse_tagging(t)?;
         }
@@ -1141,6 +1162,15 @@ impl S3 for Gateway {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let input = req.input;
+        acl::check(
+            input.acl.as_ref().map(|a| a.as_str()),
+            &[
+                input.grant_full_control.as_ref(),
+                input.grant_read.as_ref(),
+                input.grant_read_acp.as_ref(),
+                input.grant_write_acp.as_ref(),
+            ],
+        )?;
         let (src_bucket, src_key, src_version) = match &input.copy_source {
             CopySource::Bucket { bucket, key, version_id } => {
                 (bucket.to_string(), key.to_string(), version_id.as_deref().map(str::to_string))
@@ -1303,6 +1333,15 @@ impl S3 for Gateway {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
+        acl::check(
+            input.acl.as_ref().map(|a| a.as_str()),
+            &[
+                input.grant_full_control.as_ref(),
+                input.grant_read.as_ref(),
+                input.grant_read_acp.as_ref(),
+                input.grant_write_acp.as_ref(),
+            ],
+        )?;
         let lock = self.new_version_lock(
             &input.bucket,
             input.object_lock_mode.as_ref(),
@@ -1605,6 +1644,70 @@ impl S3 for Gateway {
             status: status.map(BucketVersioningStatus::from_static),
             ..Default::default()
         }))
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        self.objects.directory().require_bucket(&req.input.bucket).map_err(s3)?;
+        Ok(S3Response::new(GetBucketAclOutput {
+            owner: Some(acl::owner()),
+            grants: Some(acl::grants()),
+        }))
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        let i = req.input;
+        self.objects.directory().require_bucket(&i.bucket).map_err(s3)?;
+        acl::check(
+            i.acl.as_ref().map(|a| a.as_str()),
+            &[
+                i.grant_full_control.as_ref(),
+                i.grant_read.as_ref(),
+                i.grant_read_acp.as_ref(),
+                i.grant_write.as_ref(),
+                i.grant_write_acp.as_ref(),
+            ],
+        )?;
+        acl::check_policy(i.access_control_policy.as_ref())?;
+        Ok(S3Response::new(PutBucketAclOutput::default()))
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        let i = req.input;
+        self.version_for_read(&i.bucket, &i.key, i.version_id.as_deref())?;
+        Ok(S3Response::new(GetObjectAclOutput {
+            owner: Some(acl::owner()),
+            grants: Some(acl::grants()),
+            ..Default::default()
+        }))
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        let i = req.input;
+        self.version_for_read(&i.bucket, &i.key, i.version_id.as_deref())?;
+        acl::check(
+            i.acl.as_ref().map(|a| a.as_str()),
+            &[
+                i.grant_full_control.as_ref(),
+                i.grant_read.as_ref(),
+                i.grant_read_acp.as_ref(),
+                i.grant_write.as_ref(),
+                i.grant_write_acp.as_ref(),
+            ],
+        )?;
+        acl::check_policy(i.access_control_policy.as_ref())?;
+        Ok(S3Response::new(PutObjectAclOutput::default()))
     }
 
     async fn put_bucket_lifecycle_configuration(

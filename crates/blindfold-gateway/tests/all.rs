@@ -3,6 +3,7 @@
 //! the test command's build time. `every_test_file_is_built` keeps a new file from being
 //! left out.
 
+mod acl;
 mod cancel;
 mod common;
 mod crash_oblivious;
