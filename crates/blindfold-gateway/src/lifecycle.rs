@@ -180,9 +180,13 @@ fn key_actions(
         }
         Some(_) => {}
         None if versions.len() == 1 => {
+            // Gone at once with ExpiredObjectDeleteMarker; under a rule that expires objects
+            // after some days, once the marker itself is that old.
             let lone = rules.rules.iter().any(|r| {
                 r.selects(key, None)
-                    && (r.expired_object_delete_marker == Some(true) || r.expiration_days.is_some())
+                    && (r.expired_object_delete_marker == Some(true)
+                        || r.expiration_days
+                            .is_some_and(|d| s.after_days(latest.modified_ns, d) <= now))
             });
             if lone {
                 out.push(Action::Version(key.to_string(), latest.version_id.clone()));
@@ -440,5 +444,8 @@ mod tests {
         );
         let shadowing = [v("m", 0, None), v("a", 0, obj(0, 1))];
         assert!(key_actions(&r, &s, "k", &shadowing, DAY).is_empty());
+        let by_days = rule(|r| r.expiration_days = Some(2));
+        assert!(key_actions(&by_days, &s, "k", &lone, DAY).is_empty(), "the marker is too young");
+        assert_eq!(key_actions(&by_days, &s, "k", &lone, 2 * DAY).len(), 1);
     }
 }

@@ -625,7 +625,18 @@ impl Gateway {
         version_id: Option<&str>,
     ) -> S3Result<(ObjectMeta, Option<ReadPin>)> {
         self.objects.directory().require_bucket(bucket).map_err(s3)?;
-        let (v, pin) = self.objects.lookup_version_for_read(bucket, key, version_id).map_err(s3)?;
+        let (v, pin) = match self.objects.lookup_version_for_read(bucket, key, version_id) {
+            Ok(found) => found,
+            // A versioned bucket says so of a key it has no version of, as S3 does.
+            Err(GatewayError::NoSuchKey) if self.versioning(bucket)? != Versioning::Off => {
+                let mut e = s3_error!(NoSuchKey);
+                let mut h = hyper::HeaderMap::new();
+                h.insert("x-amz-delete-marker", hyper::header::HeaderValue::from_static("false"));
+                e.set_headers(h);
+                return Err(e);
+            }
+            Err(e) => return Err(s3(e)),
+        };
         match v.object {
             Some(meta) => Ok((meta, pin)),
             None if version_id.is_some() => Err(marker_not_allowed(&v)),

@@ -200,6 +200,9 @@ async fn the_worker_expires_what_the_rules_say_and_the_store_sees_nothing() {
     let versions = entries(&list_page(g, None, None, None, None, None).await);
     assert!(versions.iter().all(|(k, _, _, _)| k != "gone/a"), "{versions:?}");
     assert!(!versions.iter().any(|(_, v, _, _)| v == &marker));
+    // With no version left, a read of the key says it is no delete marker, as S3 does.
+    let e = get(g, "gone/a", None).await.expect_err("nothing left");
+    assert_eq!(e.headers().unwrap()["x-amz-delete-marker"], "false");
     assert_eq!(code(get(g, "logs/a", None).await), S3ErrorCode::NoSuchKey);
     assert_eq!(get(g, "keep/a", None).await.unwrap(), b"kept");
     assert!(s.layer.directory().check().unwrap().is_empty());
