@@ -12,10 +12,12 @@
 //! and moved, round trips it waits for one after the other, operations in flight) into the
 //! least time per operation. The model, term by term (docs/benchmarks.md, "The floor"):
 //!
-//! * **cpu** = (sealed / seal rate + opened / open rate + copied / copy rate
-//!   [+ store time, for a store inside this process]) / cores. Every term is work on the
-//!   same cores, so they add; they are spread perfectly over the cores the benchmark gives
-//!   the engine (one for `bench path`).
+//! * **cpu** = (sealed / seal rate + opened / open rate + in-process store time, or for a
+//!   store in another process the copies through its socket: (up + down) / copy rate) /
+//!   cores. Every term is work on the same cores, so they add; they are spread perfectly over
+//!   the cores the benchmark gives the engine (one for `bench path`). Sealing writes straight
+//!   into the cell and an in-process store's own copies are inside its measured rates, so no
+//!   other copy is charged.
 //! * **store** = bytes up / store write rate + bytes down / store read rate, for a store in
 //!   another process (MinIO, Redis, a storage server): it works beside the engine's cores, so
 //!   this term overlaps the others. For `memory:` and `file://` it is part of **cpu**.
@@ -152,7 +154,9 @@ pub struct PerOp {
     pub sealed_bytes: f64,
     /// Plaintext bytes opened.
     pub opened_bytes: f64,
-    /// Bytes copied in memory by the engine.
+    /// Bytes copied on their way to or from a store in another process (through a socket;
+    /// for an in-process store its own copies are inside its measured rates, and sealing
+    /// writes straight into the cell, so the model charges no copy there).
     pub copied_bytes: f64,
     /// Bytes sent to the store.
     pub bytes_up: f64,
@@ -294,19 +298,25 @@ impl Floor {
     pub fn of(limits: &Limits, op: &PerOp, measured_ops_per_sec: f64) -> Self {
         let rate = |bytes: f64, per_sec: f64| if bytes > 0.0 { bytes / per_sec } else { 0.0 };
         let mut cpu = rate(op.sealed_bytes, limits.seal_bytes_per_sec)
-            + rate(op.opened_bytes, limits.open_bytes_per_sec)
-            + rate(op.copied_bytes, limits.copy_bytes_per_sec);
+            + rate(op.opened_bytes, limits.open_bytes_per_sec);
         let mut store = 0.0;
         let mut store_rt = 0.0;
-        if let Some(s) = &limits.store {
-            let t = rate(op.bytes_up, s.write_bytes_per_sec)
-                + rate(op.bytes_down, s.read_bytes_per_sec);
-            if s.in_process {
-                cpu += t;
-            } else {
-                store = t;
+        match &limits.store {
+            Some(s) if s.in_process => {
+                // The store's own copies are inside its measured rates.
+                cpu += rate(op.bytes_up, s.write_bytes_per_sec)
+                    + rate(op.bytes_down, s.read_bytes_per_sec);
+                store_rt = s.round_trip_us / 1e6;
             }
-            store_rt = s.round_trip_us / 1e6;
+            other => {
+                // Bytes for a store in another process cross a socket: one copy each.
+                cpu += rate(op.copied_bytes, limits.copy_bytes_per_sec);
+                if let Some(s) = other {
+                    store = rate(op.bytes_up, s.write_bytes_per_sec)
+                        + rate(op.bytes_down, s.read_bytes_per_sec);
+                    store_rt = s.round_trip_us / 1e6;
+                }
+            }
         }
         cpu /= op.cores.max(1) as f64;
         let (link, rtt) = match &limits.link {
@@ -383,16 +393,22 @@ fn fmt_secs(s: f64) -> String {
 }
 
 /// Runs `f` repeatedly for about `budget` (at least `min` times); calls per second.
+/// The best of four slices, so that a moment of contention on a shared machine does not lower
+/// a limit.
 fn rate_of(budget: Duration, min: u64, mut f: impl FnMut()) -> f64 {
-    let start = Instant::now();
-    let mut n = 0u64;
-    while n < min || start.elapsed() < budget {
-        for _ in 0..8 {
-            f();
+    let mut best = 0.0f64;
+    for _ in 0..4 {
+        let start = Instant::now();
+        let mut n = 0u64;
+        while n < min || start.elapsed() < budget / 4 {
+            for _ in 0..8 {
+                f();
+            }
+            n += 8;
         }
-        n += 8;
+        best = best.max(n as f64 / start.elapsed().as_secs_f64());
     }
-    n as f64 / start.elapsed().as_secs_f64()
+    best
 }
 
 /// Sealing and opening `cell_size`-byte cells on this core: plaintext bytes per second each.
@@ -461,21 +477,29 @@ async fn store_limits(url: &StoreUrl, cell_size: u32, each: Duration) -> Result<
         .collect();
     let batch_bytes = (STORE_BATCH * STORE_IN_FLIGHT * u64::from(cell_size)) as f64;
 
+    // Writes hand the store cells already built (an engine seals straight into them), so only
+    // the calls are timed.
     let mut rounds = 0u64;
+    let mut writing = Duration::ZERO;
     let start = Instant::now();
     while rounds < 2 || start.elapsed() < each {
-        let writes = batches.iter().map(|ids| {
+        let built: Vec<Vec<(CellId, Vec<u8>)>> =
+            batches.iter().map(|ids| ids.iter().map(|&c| (c, cell.clone())).collect()).collect();
+        let t = Instant::now();
+        let writes = built.into_iter().map(|cells| {
             let store = Arc::clone(&store);
-            let cells: Vec<(CellId, Vec<u8>)> = ids.iter().map(|&c| (c, cell.clone())).collect();
             async move { store.write(cells).await }
         });
         for r in futures::future::join_all(writes).await {
             r.context("floor: writing to the store")?;
         }
+        writing += t.elapsed();
         rounds += 1;
     }
+    let t = Instant::now();
     store.flush().await.context("floor: flushing the store")?;
-    let write_bytes_per_sec = rounds as f64 * batch_bytes / start.elapsed().as_secs_f64();
+    writing += t.elapsed();
+    let write_bytes_per_sec = rounds as f64 * batch_bytes / writing.as_secs_f64();
 
     let mut rounds = 0u64;
     let start = Instant::now();
@@ -632,10 +656,11 @@ mod tests {
         let mut l = limits();
         l.store = Some(store(true));
         // Store: 1 MB up at 100 MB/s (10 ms) + 2 MB down at 200 MB/s (10 ms) = 20 ms, on the
-        // same core as the 2.75 ms of crypto and copies.
+        // same core as the 2 ms of crypto; its copies are inside its rates, so none is added.
         let f = Floor::of(&l, &op(1e6, 2e6, 0.0, 1, 1), 1.0);
-        assert!(close(f.cpu_seconds, 22.75e-3), "{}", f.cpu_seconds);
+        assert!(close(f.cpu_seconds, 22e-3), "{}", f.cpu_seconds);
         assert_eq!(f.store_seconds, 0.0);
+        // In another process: 2 ms of crypto + 0.75 ms of copies through its socket.
         l.store = Some(store(false));
         let f = Floor::of(&l, &op(1e6, 2e6, 0.0, 1, 1), 1.0);
         assert!(close(f.cpu_seconds, 2.75e-3));
