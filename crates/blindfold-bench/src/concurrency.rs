@@ -17,12 +17,15 @@ use anyhow::{Context, Result};
 use blindfold_crypto::{CellSealer, MasterKey, StoreId};
 use blindfold_oram::{BlockId, Op};
 use blindfold_proxy::{SealedPathOram, SealedPathState, TaoConfig, TaoOram, TaoState};
-use blindfold_store::{LatencyStore, LinkConfig, MemoryStore, Store};
+use blindfold_store::{
+    CountingStore, Counts, LatencyStore, LinkConfig, MemoryStore, Store, StoreUrl,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::{ChaCha20Rng, ChaCha8Rng};
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::floor::{Floor, FloorParams, Limits, PerOp, RoundTrips};
 use crate::machine::{peak_rss_bytes, Machine};
 use crate::plots::{line_plot, Series};
 use crate::progress::bar;
@@ -126,6 +129,10 @@ pub struct ConcurrencyRow {
     pub max_subtree: usize,
     /// Largest stash, blocks.
     pub max_stash: usize,
+    /// The floor this machine sets for the point's bytes and round trips (the baseline waits
+    /// for every store call in turn, one client at a time; the engine's requests need at
+    /// least one round trip each, overlapped across the clients), and the share reached.
+    pub floor: Option<Floor>,
 }
 
 /// Results of a run.
@@ -145,6 +152,8 @@ pub struct ConcurrencyReport {
     pub peak_rss_bytes: u64,
     /// Where it ran.
     pub machine: Machine,
+    /// This machine's limits (memory store, the emulated link), measured in this run.
+    pub floor_limits: Limits,
 }
 
 fn block_data(id: u64, size: usize) -> Vec<u8> {
@@ -184,7 +193,10 @@ impl Target {
 }
 
 struct Measured {
+    /// Requests completed in the measured window.
     ops: u64,
+    /// Requests completed in the whole point, warm-up included (what the store counts cover).
+    completed: u64,
     ops_per_sec: f64,
     latencies_us: Vec<u64>,
     trusted_max: u64,
@@ -210,6 +222,7 @@ async fn drive(
         tasks.push(tokio::spawn(async move {
             let mut rng = ChaCha8Rng::seed_from_u64(seed ^ ((c as u64) << 20));
             let mut lat = Vec::new();
+            let mut completed = 0u64;
             while Instant::now() < until {
                 let block = rng.gen_range(0..blocks);
                 let op = if rng.gen_bool(read_ratio) {
@@ -222,11 +235,12 @@ async fn drive(
                     break;
                 }
                 let t1 = Instant::now();
+                completed += 1;
                 if t1 >= from && t1 <= until {
                     lat.push((t1 - t0).as_micros() as u64);
                 }
             }
-            anyhow::Ok(lat)
+            anyhow::Ok((lat, completed))
         }));
     }
     let sampler = {
@@ -241,14 +255,18 @@ async fn drive(
         })
     };
     let mut latencies_us = Vec::new();
+    let mut completed = 0;
     for t in tasks {
-        latencies_us.extend(t.await.context("client task")??);
+        let (lat, n) = t.await.context("client task")??;
+        latencies_us.extend(lat);
+        completed += n;
     }
     let trusted_max = sampler.await.context("sampler task")?;
     latencies_us.sort_unstable();
     let ops = latencies_us.len() as u64;
     Ok(Measured {
         ops,
+        completed,
         ops_per_sec: ops as f64 / measured.as_secs_f64(),
         latencies_us,
         trusted_max,
@@ -328,6 +346,15 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
         write_backs: 0,
         max_subtree: 0,
         max_stash: 0,
+        floor: None,
+    };
+    let limits = crate::floor::measure(
+        &FloorParams::new(geometry.cell_size()).with_store(&StoreUrl::Memory).with_link(Some(link)),
+    )
+    .await?;
+    let floor = |c: &Counts, m: &Measured, round_trips: RoundTrips, in_flight: usize| {
+        let op = PerOp::from_counts(c, m.completed, round_trips, in_flight, limits.cores);
+        Some(Floor::of(&limits, &op, m.ops_per_sec))
     };
     let mut epoch = 1u32;
 
@@ -335,7 +362,9 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
         let (memory, id, mut state): (_, _, SealedPathState) = fill("filling baseline").await?;
         for &clients in &params.clients {
             pb.set_message(format!("path ×{clients}"));
-            let store: Arc<dyn Store> = Arc::new(LatencyStore::new(Arc::clone(&memory), link));
+            let counting =
+                Arc::new(CountingStore::new(LatencyStore::new(Arc::clone(&memory), link)));
+            let store: Arc<dyn Store> = Arc::clone(&counting) as Arc<dyn Store>;
             let rng = ChaCha20Rng::seed_from_u64(params.seed ^ u64::from(epoch));
             let oram =
                 SealedPathOram::from_state(state, store, CellSealer::new(&key, id, epoch), rng)?;
@@ -347,6 +376,7 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
             let mut r = row("path", clients, 0, &m);
             r.max_stash = oram.oram().stats().max_stash;
             r.speedup = Some(1.0);
+            r.floor = floor(&counting.counts(), &m, RoundTrips::Measured, 1);
             rows.push(r);
             state = oram.export_state()?;
             pb.inc(1);
@@ -354,7 +384,8 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
     }
 
     let (memory, id, path_state) = fill("filling engine").await?;
-    let store: Arc<dyn Store> = Arc::new(LatencyStore::new(Arc::clone(&memory), link));
+    let counting = Arc::new(CountingStore::new(LatencyStore::new(Arc::clone(&memory), link)));
+    let store: Arc<dyn Store> = Arc::clone(&counting) as Arc<dyn Store>;
     let first = TaoOram::from_path_state(
         base_config.clone(),
         path_state,
@@ -379,6 +410,7 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
                 rng,
             )?);
             epoch += 1;
+            let before = counting.counts();
             let m = drive(
                 Arc::new(Target::Tao(Arc::clone(&oram))),
                 clients,
@@ -388,12 +420,14 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
             )
             .await?;
             oram.flush().await?;
+            let c = counting.counts().since(&before);
             let stats = oram.stats();
             let mut r = row("tao", clients, k, &m);
             r.fake_reads = stats.fake_reads;
             r.write_backs = stats.write_backs;
             r.max_subtree = stats.max_subtree;
             r.max_stash = stats.max_stash;
+            r.floor = floor(&c, &m, RoundTrips::AtLeast(1.0), clients);
             r.speedup = rows
                 .iter()
                 .find(|b| b.engine == "path" && b.clients == clients)
@@ -413,6 +447,7 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
         rows,
         peak_rss_bytes: peak_rss_bytes(),
         machine: Machine::current(),
+        floor_limits: limits,
     })
 }
 
@@ -445,7 +480,7 @@ pub fn render(r: &ConcurrencyReport) -> String {
     );
     let _ = writeln!(
         s,
-        "\n  {:<6} {:>7} {:>5} {:>10} {:>9} {:>9} {:>9} {:>11} {:>9} {:>8} {:>8} {:>8}",
+        "\n  {:<6} {:>7} {:>5} {:>10} {:>9} {:>9} {:>9} {:>11} {:>9} {:>8} {:>8} {:>8} {:>10} {:>8}",
         "engine",
         "clients",
         "k",
@@ -457,12 +492,14 @@ pub fn render(r: &ConcurrencyReport) -> String {
         "trust/ds",
         "speedup",
         "subtree",
-        "stash"
+        "stash",
+        "floor",
+        "% floor"
     );
     for x in &r.rows {
         let _ = writeln!(
             s,
-            "  {:<6} {:>7} {:>5} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}Mi {:>8.4}% {:>8} {:>8} {:>8}",
+            "  {:<6} {:>7} {:>5} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}Mi {:>8.4}% {:>8} {:>8} {:>8} {:>10} {:>8}",
             x.engine,
             x.clients,
             if x.k == 0 { "-".to_string() } else { x.k.to_string() },
@@ -475,6 +512,8 @@ pub fn render(r: &ConcurrencyReport) -> String {
             x.speedup.map_or("-".into(), |v| format!("{v:.1}×")),
             x.max_subtree,
             x.max_stash,
+            x.floor.as_ref().map_or("-".into(), |f| format!("{:.0} {}", f.ops_per_sec, f.bound)),
+            x.floor.as_ref().map_or("-".into(), |f| format!("{:.1}%", f.of_floor * 100.0)),
         );
     }
     let best = r
@@ -497,6 +536,18 @@ pub fn render(r: &ConcurrencyReport) -> String {
         );
     }
     let _ = writeln!(s, "  peak RSS {:.0} MiB", r.peak_rss_bytes as f64 / (1u64 << 20) as f64);
+    let l = &r.floor_limits;
+    let _ = writeln!(
+        s,
+        "  floor: ops/s this machine allows the point's bytes and round trips (bound: cpu, \
+         store, link or latency; docs/benchmarks.md); seal {:.2} / open {:.2} / copy {:.2} GB/s \
+         per core at {} B cells, {} cores",
+        l.seal_bytes_per_sec / 1e9,
+        l.open_bytes_per_sec / 1e9,
+        l.copy_bytes_per_sec / 1e9,
+        l.cell_size,
+        l.cores
+    );
     s
 }
 

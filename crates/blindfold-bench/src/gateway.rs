@@ -38,6 +38,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use crate::floor::{Floor, FloorParams, FloorReport, PerOp};
 use crate::machine::{peak_rss_bytes, Machine};
 use crate::progress::bar;
 
@@ -214,6 +215,8 @@ pub struct SideReport {
     pub store_bytes_down: u64,
     /// Store calls (round trips) while measuring.
     pub store_round_trips: u64,
+    /// Bytes of one store cell (what the engine seals and opens).
+    pub cell_size: u32,
     /// Billable units of the measured phase (one GET per cell read, one PUT per cell written,
     /// as an object store bills them), for the cost comparison.
     pub usage: crate::cost::Usage,
@@ -281,6 +284,10 @@ pub struct GatewayReport {
     pub peak_rss_bytes: u64,
     /// Both sides priced at cloud list prices (the built-in table of docs/cost.md).
     pub cost: crate::cost::CostReport,
+    /// This machine's limits at the engine's cell size, on the same store and link, and the
+    /// floor they set for both sides (all cores; every client's operation needs at least one
+    /// round trip, overlapped across the clients).
+    pub floor: FloorReport,
 }
 
 /// Published slowdowns (Thoresen, "Oblivious RAM in practice", NTNU 2019: a home user's
@@ -750,6 +757,7 @@ async fn run_side_in(
         store_bytes_up: c.bytes_up(),
         store_bytes_down: c.bytes_down(),
         store_round_trips: c.round_trips,
+        cell_size: counts.geometry().cell_size(),
         usage,
         seconds,
         load_seconds,
@@ -803,6 +811,24 @@ pub async fn run_with(params: GatewayBench, w: Workload) -> Result<GatewayReport
     let oram = run_side(&params, &w, EngineKind::PathOram, capacity, "gateway (ORAM)").await?;
     let baseline =
         run_side(&params, &w, EngineKind::DirectBaseline, capacity, "baseline (no ORAM)").await?;
+    let limits = crate::floor::measure(
+        &FloorParams::new(oram.cell_size)
+            .with_store(&params.store)
+            .with_link(emulated_link(params.rtt_ms, params.mbit)?),
+    )
+    .await?;
+    let cores = limits.cores;
+    let side = |x: &SideReport| {
+        let op = PerOp::from_bytes(
+            x.store_bytes_up as f64 / w.ops.len() as f64,
+            x.store_bytes_down as f64 / w.ops.len() as f64,
+            1.0,
+            params.concurrency,
+            cores,
+        );
+        Floor::of(&limits, &op, x.ops_per_sec)
+    };
+    let floor = FloorReport { engine: side(&oram), baseline: Some(side(&baseline)), limits };
     Ok(GatewayReport {
         scheme: "gateway",
         machine: Machine::current(),
@@ -819,6 +845,7 @@ pub async fn run_with(params: GatewayBench, w: Workload) -> Result<GatewayReport
             &baseline.usage,
             w.sizes.iter().sum(),
         ),
+        floor,
         oram,
         baseline,
         params,
@@ -986,6 +1013,7 @@ pub fn render(r: &GatewayReport) -> String {
         )
     };
     kv(&mut s, "verdict", verdict);
+    s.push_str(&r.floor.render(30));
     let note = if p.rtt_ms == 0 && p.mbit.is_none() {
         "(the thesis's baseline was a public cloud store over a WAN; this one is a local store, \
          so this ratio measures CPU and local I/O, not network round trips: try --rtt-ms)"

@@ -19,15 +19,21 @@
 //! * [`git::run`] — the thesis's git workload: push, clone, push, pull of a real repository
 //!   with git-remote-s3, through the gateway and straight against the S3 server
 //!   (`blindfold bench git`).
+//! * [`regress::run`] — a small set of engines at tiny sizes, each against its baseline in the
+//!   same run, with generous bounds: CI's guard against a several-fold slowdown
+//!   (`blindfold bench regress`).
 //! * [`report::run`] — all of the thesis's experiments, written up with plots beside its
 //!   figures (`blindfold report`).
 //! * `onion::run` (feature `onion`) — Onion ORAM with real Damgård–Jurik, phase by phase
 //!   beside seed 002's Table 5 (`blindfold bench onion`).
+//! * [`floor`] — this machine's own limits (sealing, copying, the store, the link) and the best
+//!   time per operation they allow a scheme; every main benchmark reports its share of it.
 //! * [`cost`] — requests and bytes by kind priced at cloud list prices, and the cost multiplier
 //!   over the same workload without ORAM.
 
 pub mod concurrency;
 pub mod cost;
+pub mod floor;
 pub mod gateway;
 pub mod git;
 mod link;
@@ -38,6 +44,7 @@ pub mod onion;
 pub mod path;
 mod plots;
 mod progress;
+pub mod regress;
 pub mod report;
 pub mod schemes;
 pub mod seeks;

@@ -42,13 +42,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use async_trait::async_trait;
-use blindfold_crypto::{MasterKey, StoreId};
+use blindfold_crypto::{CellSealer, MasterKey, StoreId};
 use blindfold_gateway::engine::SharedEngine;
 use blindfold_oram::oblivistore::ObliviStoreConfig;
 use blindfold_oram::BlockId;
 use blindfold_proxy::{DurableObliviStore, DurableTao, TaoConfig};
 use blindfold_store::{
-    ByteRange, CellId, FileStore, Geometry, LatencyStore, LinkConfig, MemoryStore, Store, SyncMode,
+    ByteRange, CellId, FileStore, Geometry, LatencyStore, LinkConfig, MemoryStore, Store, StoreUrl,
+    SyncMode,
 };
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
@@ -56,6 +57,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::floor::{Floor, FloorParams, Limits, PerOp};
 use crate::machine::Machine;
 use crate::plots::{bar_plot, linear_plot, Series};
 use crate::progress::bar;
@@ -301,6 +303,10 @@ pub struct Row {
     pub store_per_logical_byte: f64,
     /// Where it ran.
     pub machine: String,
+    /// The floor this machine sets for the point's bytes (every byte written sealed, every
+    /// byte read opened) and one round trip per operation, overlapped across the clients; and
+    /// the share of it reached.
+    pub floor: Option<Floor>,
 }
 
 /// A point that could not run, and why.
@@ -787,6 +793,45 @@ fn row(
         store_bytes: b.store_bytes(),
         store_per_logical_byte: b.store_bytes() as f64 / logical,
         machine: machine.summary(),
+        floor: None,
+    }
+}
+
+/// Limits measured once per backend used in a run.
+struct FloorLimits {
+    cell_size: u32,
+    work_dir: PathBuf,
+    memory: Option<Limits>,
+    file: Option<Limits>,
+}
+
+impl FloorLimits {
+    /// `r` with its floor: the limits of its backend behind `link`.
+    async fn add(&mut self, mut r: Row, m: &Measured, link: LinkConfig) -> Result<Row> {
+        let (slot, url) = match r.store {
+            StoreKind::Memory => (&mut self.memory, StoreUrl::Memory),
+            StoreKind::File => (
+                &mut self.file,
+                StoreUrl::File { dir: self.work_dir.clone(), sync: SyncMode::None },
+            ),
+        };
+        if slot.is_none() {
+            *slot = Some(
+                crate::floor::measure(&FloorParams::new(self.cell_size).with_store(&url)).await?,
+            );
+        }
+        let mut limits = slot.clone().expect("measured above");
+        limits.link = Some(link.into());
+        let ops = r.ops.max(1) as f64;
+        let op = PerOp::from_bytes(
+            m.counts.bytes_written as f64 / ops,
+            m.counts.bytes_read as f64 / ops,
+            1.0,
+            r.clients,
+            limits.cores,
+        );
+        r.floor = Some(Floor::of(&limits, &op, r.ops_per_sec));
+        Ok(r)
     }
 }
 
@@ -822,6 +867,13 @@ pub async fn run(p: &ObliviStoreBench) -> Result<ObliviStoreReport> {
     p.link(0).validate()?;
     p.nodes_link().validate()?;
     let machine = Machine::current();
+    let mut floors = FloorLimits {
+        // The partition engines seal one block per cell.
+        cell_size: p.block_size + CellSealer::OVERHEAD as u32,
+        work_dir: p.work_dir.clone(),
+        memory: None,
+        file: None,
+    };
     let mut rows: Vec<Row> = Vec::new();
     let mut skipped = Vec::new();
     let none = LinkConfig::unlimited(Duration::ZERO);
@@ -848,6 +900,7 @@ pub async fn run(p: &ObliviStoreBench) -> Result<ObliviStoreReport> {
                     let c = clients(name, rtt);
                     let m = measure(&b, c, p, &format!("{name} {rtt} ms")).await?;
                     let r = row("latency", name, 1, rtt, c, p.store, &b, &m, p, &machine);
+                    let r = floors.add(r, &m, p.link(rtt)).await?;
                     say(p, line(&r));
                     rows.push(r);
                 }
@@ -865,6 +918,7 @@ pub async fn run(p: &ObliviStoreBench) -> Result<ObliviStoreReport> {
                     let c = n * clients(name, p.nodes_rtt_ms);
                     let m = measure(&b, c, p, &format!("{name} {n} nodes")).await?;
                     let r = row("nodes", name, n, p.nodes_rtt_ms, c, p.store, &b, &m, p, &machine);
+                    let r = floors.add(r, &m, link).await?;
                     say(p, line(&r));
                     rows.push(r);
                 }
@@ -894,6 +948,7 @@ pub async fn run(p: &ObliviStoreBench) -> Result<ObliviStoreReport> {
                     let c = clients(name, 0);
                     let m = measure(&b, c, p, &format!("{name} file")).await?;
                     let r = row("seeks", name, 1, 0, c, StoreKind::File, &b, &m, p, &machine);
+                    let r = floors.add(r, &m, none).await?;
                     say(p, line(&r));
                     rows.push(r);
                 }
@@ -907,7 +962,7 @@ pub async fn run(p: &ObliviStoreBench) -> Result<ObliviStoreReport> {
 fn line(r: &Row) -> String {
     format!(
         "  {:<7} {:<12} {:>2} node(s) {:>5} ms {:>5} clients: {:>8.1} ops/s {:>7.2} MB/s, mean \
-         {:.1} ms, p99 {:.1} ms, {:.1}× blow-up, {:.1} seeks/op",
+         {:.1} ms, p99 {:.1} ms, {:.1}× blow-up, {:.1} seeks/op{}",
         r.experiment,
         r.engine,
         r.nodes,
@@ -918,7 +973,13 @@ fn line(r: &Row) -> String {
         r.mean_response_ms,
         r.p99_response_ms,
         r.blowup,
-        r.seeks_per_op
+        r.seeks_per_op,
+        r.floor.as_ref().map_or(String::new(), |f| format!(
+            ", {:.1} % of a {} floor of {:.0} ops/s",
+            f.of_floor * 100.0,
+            f.bound,
+            f.ops_per_sec
+        )),
     )
 }
 

@@ -19,6 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use crate::floor::{Floor, FloorParams, FloorReport, PerOp, RoundTrips};
 use crate::machine::{peak_rss_bytes, Machine};
 use crate::progress::bar;
 
@@ -137,6 +138,9 @@ pub struct PathReport {
     /// Requests and bytes by kind, priced per provider, with the cost multiplier over the
     /// baseline.
     pub cost: crate::cost::CostReport,
+    /// This machine's limits and the floor they set for both sides (one core, one access at a
+    /// time: every store call is a round trip the access waits for).
+    pub floor: FloorReport,
 }
 
 fn block_data(id: u64, size: usize) -> Vec<u8> {
@@ -153,20 +157,20 @@ async fn open(
     let raw = open_store(&params.store, name, geometry)
         .await
         .with_context(|| format!("opening store {} ({name})", params.store))?;
-    let store: Arc<dyn Store> = match params.rtt_ms {
-        Some(rtt) => {
-            let link = match params.bandwidth_mbit {
-                Some(mbit) => LinkConfig::symmetric(
-                    Duration::from_secs_f64(rtt / 1000.0),
-                    (mbit * 1e6) as u64,
-                ),
-                None => LinkConfig::unlimited(Duration::from_secs_f64(rtt / 1000.0)),
-            };
-            Arc::new(LatencyStore::new(raw, link))
-        }
+    let store: Arc<dyn Store> = match link(params) {
+        Some(link) => Arc::new(LatencyStore::new(raw, link)),
         None => raw,
     };
     Ok(Arc::new(CountingStore::new(store)))
+}
+
+/// The emulated link of `--rtt-ms` and `--bandwidth-mbit`, if any.
+fn link(params: &PathBench) -> Option<LinkConfig> {
+    let rtt = Duration::from_secs_f64(params.rtt_ms? / 1000.0);
+    Some(match params.bandwidth_mbit {
+        Some(mbit) => LinkConfig::symmetric(rtt, (mbit * 1e6) as u64),
+        None => LinkConfig::unlimited(rtt),
+    })
 }
 
 fn percentile(sorted: &[u32], p: f64) -> f64 {
@@ -268,6 +272,14 @@ pub async fn run(params: PathBench) -> Result<PathReport> {
     let baseline_elapsed = start.elapsed().as_secs_f64();
     pb.finish_and_clear();
     let dcounts = dstore.counts();
+    drop(direct);
+    drop(dstore);
+
+    // --- The floor, on the same store and link, at the ORAM's cell size ---
+    let limits = crate::floor::measure(
+        &FloorParams::new(geometry.cell_size()).with_store(&params.store).with_link(link(&params)),
+    )
+    .await?;
 
     latencies.sort_unstable();
     let ops = params.ops as f64;
@@ -275,6 +287,14 @@ pub async fn run(params: PathBench) -> Result<PathReport> {
     let baseline_ops_per_sec = ops / baseline_elapsed;
     let physical = (counts.bytes_up() + counts.bytes_down()) as f64 / ops;
     let dataset_bytes = params.blocks * u64::from(params.block_size);
+    let side = |c: &blindfold_store::Counts, rate: f64| {
+        Floor::of(&limits, &PerOp::from_counts(c, params.ops, RoundTrips::Measured, 1, 1), rate)
+    };
+    let floor = FloorReport {
+        engine: side(&counts, ops_per_sec),
+        baseline: Some(side(&dcounts, baseline_ops_per_sec)),
+        limits,
+    };
     Ok(PathReport {
         scheme: "path",
         machine: Machine::current(),
@@ -305,6 +325,7 @@ pub async fn run(params: PathBench) -> Result<PathReport> {
             &crate::cost::Usage::from_counts(&dcounts, params.ops, dgeom.total_bytes()),
             dataset_bytes,
         ),
+        floor,
         params,
     })
 }
@@ -364,6 +385,7 @@ pub fn render(r: &PathReport) -> String {
     line("baseline (sealed, no ORAM) ops/s", format!("{:.0}", r.baseline_ops_per_sec));
     line("baseline bytes per access", format!("{:.0}", r.baseline_physical_bytes_per_op));
     line("slowdown vs baseline", format!("{:.1}×", r.slowdown));
+    s.push_str(&r.floor.render(34));
     s.push_str(&crate::cost::render(&r.cost));
     s
 }

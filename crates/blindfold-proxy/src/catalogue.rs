@@ -588,6 +588,10 @@ pub fn fit_memory(
 }
 
 impl OramEngine {
+    /// Every engine, in the order the docs list them.
+    pub const ALL: [OramEngine; 6] =
+        [Self::Tao, Self::PathOram, Self::Tee, Self::ObliviStore, Self::Curious, Self::CuriousPath];
+
     /// Why this engine's store is large by design, whatever the block size (`None` for the
     /// tree engines, whose overhead is the block size's).
     pub fn store_overhead(self) -> Option<&'static str> {

@@ -4,21 +4,25 @@ use anyhow::Result;
 use clap::Subcommand;
 
 use concurrency::ConcurrencyArgs;
+use floor::FloorArgs;
 use gateway::GatewayBenchArgs;
 use git::GitBenchArgs;
 use oblivistore::ObliviStoreArgs;
 use onion::OnionArgs;
 use path::PathArgs;
+use regress::RegressArgs;
 use schemes::SchemesArgs;
 use tee::TeeArgs;
 use workload::WorkloadBenchArgs;
 
 mod concurrency;
+mod floor;
 mod gateway;
 mod git;
 mod oblivistore;
 mod onion;
 mod path;
+mod regress;
 mod save;
 mod schemes;
 mod tee;
@@ -113,6 +117,21 @@ pub enum BenchCommand {
     /// fixes them. Prints the rows beside the paper's figures and the targets, and
     /// saves CSV and SVG plots to --out-dir.
     Oblivistore(ObliviStoreArgs),
+    /// This machine's own limits: sealing and opening a cell (AES-256-GCM) per core, copying
+    /// memory, the store's raw write and read throughput and round trip, and the emulated link.
+    ///
+    /// The main benchmarks (path, gateway, concurrency, oblivistore) measure the same limits in
+    /// their own run and print each result as a share of the floor they set for the bytes and
+    /// round trips the scheme moves per operation; docs/benchmarks.md explains the model.
+    Floor(FloorArgs),
+    /// CI's regression set: every engine at a tiny size against its baseline in the same run.
+    ///
+    /// Runs `bench path`, `bench gateway` for every engine and `bench concurrency` for a second
+    /// or two each, and fails, naming the check, when an engine's ratio to its own baseline
+    /// exceeds a generous bound (several times the ratios measured on the project's machine):
+    /// a several-fold slowdown cannot land silently. Ratios, not times, so a slow machine
+    /// slows both sides alike.
+    Regress(RegressArgs),
 }
 
 /// Runs the benchmark `cmd` names.
@@ -127,5 +146,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Git(a) => git::run(a),
         BenchCommand::Concurrency(a) => concurrency::run(a),
         BenchCommand::Oblivistore(a) => oblivistore::run(a),
+        BenchCommand::Floor(a) => floor::run(a),
+        BenchCommand::Regress(a) => regress::run(a),
     }
 }

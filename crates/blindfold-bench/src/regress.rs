@@ -1,0 +1,341 @@
+//! `blindfold bench regress`: a small benchmark set for CI that fails when an engine becomes
+//! several times slower than its own baseline, measured in the same run.
+//!
+//! Every check runs an engine at a tiny size for a second or two and takes a *ratio* against a
+//! baseline measured moments before or after on the same machine (the same workload sealed
+//! without ORAM, sequential Path ORAM, or the machine's floor), never a bare time: a loaded or slow CI machine slows
+//! both sides alike. Each ratio has a generous bound, at least three times the worst ratio
+//! measured on the project's 2-core machine (docs/benchmarks.md, "The regression set"), so
+//! noise does not fail it but a 2× regression of one engine against its baseline usually does
+//! and a several-fold one always does.
+//!
+//! The checks:
+//!
+//! * `path` — `bench path` (1,024 blocks of 1 KiB, memory): how many times Path ORAM is slower
+//!   than the floor this machine sets for its bytes and round trips ([`crate::floor`],
+//!   measured in the same run). Its sealed baseline is too quick at this size to divide by:
+//!   2,000 accesses take a few milliseconds.
+//! * `gateway/<engine>` — `bench gateway` for every engine of the catalogue (16 objects of
+//!   1–64 KiB, 4 clients, memory): the gateway's slowdown against the same gateway without
+//!   ORAM.
+//! * `concurrency` — `bench concurrency` (1 MiB, 16 clients, 5 ms link): sequential Path
+//!   ORAM's throughput over the concurrent engine's (the inverse of its speedup).
+
+use std::time::Instant;
+
+use anyhow::Result;
+use blindfold_gateway::server::OramEngine;
+use serde::Serialize;
+
+use crate::machine::Machine;
+
+/// The bound of each check: at least three times the worst ratio of three runs on the
+/// project's machine (debug build, as CI runs it; docs/benchmarks.md has the runs).
+pub const BOUNDS: &[(&str, f64)] = &[
+    // Worst of four runs (three debug, one release) on 2026-11-29, times three or more.
+    ("path", 12.0),                 // 1.20-3.89
+    ("gateway/tao", 12.0),          // 1.87-3.90
+    ("gateway/path-oram", 13.0),    // 2.09-4.26
+    ("gateway/tee", 64.0),          // 9.97-21.04
+    ("gateway/oblivistore", 14.0),  // 2.25-4.46
+    ("gateway/curious", 15.0),      // 2.59-4.81
+    ("gateway/curious-path", 14.0), // 2.61-4.61
+    ("concurrency", 0.15),          // 0.03-0.04
+];
+
+/// The bound of check `name`, times `scale`.
+pub fn bound(name: &str, scale: f64) -> Option<f64> {
+    BOUNDS.iter().find(|(n, _)| *n == name).map(|(_, b)| b * scale)
+}
+
+/// Parameters of the regression set.
+#[derive(Clone, Debug, Serialize)]
+pub struct RegressParams {
+    /// Multiplies every bound (`< 1` is stricter).
+    pub bound_scale: f64,
+    /// The checks to run (names of [`BOUNDS`], or their prefix such as `gateway`); all if
+    /// empty.
+    pub only: Vec<String>,
+    /// Draw progress bars.
+    #[serde(skip)]
+    pub progress: bool,
+}
+
+impl Default for RegressParams {
+    fn default() -> Self {
+        Self { bound_scale: 1.0, only: Vec::new(), progress: false }
+    }
+}
+
+/// One check's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    /// `path`, `gateway/<engine>` or `concurrency`.
+    pub name: String,
+    /// What the ratio is.
+    pub ratio_of: &'static str,
+    /// The measured ratio (larger is slower).
+    pub ratio: f64,
+    /// The largest ratio that passes.
+    pub bound: f64,
+    /// The engine's share of its floor, for information (not checked: the floor moves with
+    /// the machine's load as the engine does, but not always together).
+    pub of_floor: Option<f64>,
+    /// Seconds the check took.
+    pub seconds: f64,
+}
+
+impl Check {
+    /// Whether the ratio is within its bound (a ratio that is not a number fails).
+    pub fn passed(&self) -> bool {
+        self.ratio.is_finite() && self.ratio <= self.bound
+    }
+}
+
+/// Results of [`run`].
+#[derive(Clone, Debug, Serialize)]
+pub struct RegressReport {
+    /// Where it ran.
+    pub machine: Machine,
+    /// The parameters.
+    pub params: RegressParams,
+    /// One entry per check.
+    pub checks: Vec<Check>,
+    /// Seconds the whole set took.
+    pub seconds: f64,
+}
+
+impl RegressReport {
+    /// The checks over their bounds.
+    pub fn failed(&self) -> Vec<&Check> {
+        self.checks.iter().filter(|c| !c.passed()).collect()
+    }
+
+    /// `Ok` if every check passed; otherwise an error naming each failure, its ratio and its
+    /// bound.
+    pub fn verdict(&self) -> Result<()> {
+        let failed = self.failed();
+        if failed.is_empty() {
+            return Ok(());
+        }
+        let lines: Vec<String> = failed
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}: {} is {:.2}, over its bound of {:.2} (docs/benchmarks.md, \"The \
+                     regression set\")",
+                    c.name, c.ratio_of, c.ratio, c.bound
+                )
+            })
+            .collect();
+        anyhow::bail!(
+            "{} of {} regression checks failed — an engine became several times slower than its \
+             baseline:\n  {}",
+            failed.len(),
+            self.checks.len(),
+            lines.join("\n  ")
+        )
+    }
+}
+
+fn wanted(p: &RegressParams, name: &str) -> bool {
+    p.only.is_empty()
+        || p.only
+            .iter()
+            .any(|o| name == o || name.strip_prefix(o.as_str()).is_some_and(|r| r.starts_with('/')))
+}
+
+/// Runs the set (inside a multi-threaded tokio runtime).
+pub async fn run(p: RegressParams) -> Result<RegressReport> {
+    anyhow::ensure!(p.bound_scale > 0.0, "--bound-scale must be positive");
+    let start = Instant::now();
+    let mut checks = Vec::new();
+    let mut push = |name: String, ratio_of, ratio, of_floor, t: Instant| {
+        let bound = bound(&name, p.bound_scale).unwrap_or(f64::INFINITY);
+        checks.push(Check {
+            name,
+            ratio_of,
+            ratio,
+            bound,
+            of_floor,
+            seconds: t.elapsed().as_secs_f64(),
+        });
+    };
+
+    if wanted(&p, "path") {
+        let t = Instant::now();
+        let r = crate::path::run(crate::path::PathBench {
+            blocks: 1 << 10,
+            block_size: 1024,
+            ops: 2000,
+            progress: p.progress,
+            ..Default::default()
+        })
+        .await?;
+        // Against its floor, not its sealed baseline: at this size the baseline's accesses
+        // take well under a microsecond each, so its few milliseconds are mostly noise.
+        let f = r.floor.engine.of_floor;
+        let ratio = if f > 0.0 { 1.0 / f } else { f64::NAN };
+        push("path".into(), "floor ops/s over Path ORAM's", ratio, Some(f), t);
+    }
+
+    for engine in OramEngine::ALL {
+        let name = format!("gateway/{engine}");
+        if !wanted(&p, &name) {
+            continue;
+        }
+        let t = Instant::now();
+        let r = crate::gateway::run(crate::gateway::GatewayBench {
+            engine,
+            ops: 60,
+            objects: 16,
+            min_size: 1 << 10,
+            max_size: 64 << 10,
+            concurrency: 4,
+            cache_mib: blindfold_gateway::server::default_cache_mib(engine, None),
+            progress: p.progress,
+            ..Default::default()
+        })
+        .await?;
+        push(
+            name,
+            "slowdown vs the gateway without ORAM",
+            r.slowdown,
+            Some(r.floor.engine.of_floor),
+            t,
+        );
+    }
+
+    if wanted(&p, "concurrency") {
+        let t = Instant::now();
+        let r = crate::concurrency::run(crate::concurrency::ConcurrencyBench {
+            dataset_mib: 1,
+            clients: vec![16],
+            ks: vec![8],
+            seconds: 1.0,
+            rtt_ms: 5,
+            progress: p.progress,
+            ..crate::concurrency::ConcurrencyBench::quick()
+        })
+        .await?;
+        let tao = r.rows.iter().find(|x| x.engine == "tao");
+        let path = r.rows.iter().find(|x| x.engine == "path");
+        let ratio = match (tao, path) {
+            (Some(t), Some(b)) if t.ops_per_sec > 0.0 => b.ops_per_sec / t.ops_per_sec,
+            _ => f64::NAN,
+        };
+        let of_floor = tao.and_then(|t| t.floor.as_ref()).map(|f| f.of_floor);
+        push(
+            "concurrency".into(),
+            "sequential Path ORAM's ops/s over the engine's",
+            ratio,
+            of_floor,
+            t,
+        );
+    }
+
+    anyhow::ensure!(!checks.is_empty(), "no check matches {:?}", p.only);
+    Ok(RegressReport {
+        machine: Machine::current(),
+        params: p,
+        checks,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The report as a table.
+pub fn render(r: &RegressReport) -> String {
+    let mut s = format!("  machine: {}\n", r.machine.summary());
+    s.push_str(&format!(
+        "  {:<22} {:>9} {:>9} {:>9} {:>8}  {}\n",
+        "check", "ratio", "bound", "% floor", "seconds", "ratio of"
+    ));
+    for c in &r.checks {
+        s.push_str(&format!(
+            "  {:<22} {:>9.2} {:>9.2} {:>9} {:>8.1}  {}{}\n",
+            c.name,
+            c.ratio,
+            c.bound,
+            c.of_floor.map_or("-".into(), |f| format!("{:.1}", f * 100.0)),
+            c.seconds,
+            c.ratio_of,
+            if c.passed() { "" } else { "  ← FAILED" }
+        ));
+    }
+    s.push_str(&format!(
+        "  {} of {} passed in {:.1} s\n",
+        r.checks.len() - r.failed().len(),
+        r.checks.len(),
+        r.seconds
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(name: &str, ratio: f64) -> Check {
+        Check {
+            name: name.into(),
+            ratio_of: "slowdown",
+            ratio,
+            bound: bound(name, 1.0).unwrap(),
+            of_floor: None,
+            seconds: 0.0,
+        }
+    }
+
+    fn report(checks: Vec<Check>) -> RegressReport {
+        RegressReport {
+            machine: Machine::current(),
+            params: RegressParams::default(),
+            checks,
+            seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn every_engine_of_the_catalogue_has_a_bound() {
+        for engine in OramEngine::ALL {
+            assert!(bound(&format!("gateway/{engine}"), 1.0).is_some(), "{engine}");
+        }
+        assert!(bound("path", 1.0).is_some() && bound("concurrency", 1.0).is_some());
+        assert_eq!(bound("path", 0.5), Some(BOUNDS[0].1 * 0.5));
+        assert_eq!(bound("nothing", 1.0), None);
+    }
+
+    #[test]
+    fn a_ratio_over_its_bound_fails_with_its_name_and_numbers() {
+        let b = bound("path", 1.0).unwrap();
+        let ok = report(vec![check("path", b), check("concurrency", 0.01)]);
+        assert!(ok.verdict().is_ok());
+        let bad = report(vec![check("path", b * 1.01), check("gateway/tao", 1.0)]);
+        assert_eq!(bad.failed().len(), 1);
+        let e = format!("{:#}", bad.verdict().unwrap_err());
+        assert!(e.contains("1 of 2 regression checks failed"), "{e}");
+        assert!(e.contains("path: slowdown is"), "{e}");
+        assert!(e.contains(&format!("{b:.2}")), "{e}");
+        assert!(render(&bad).contains("FAILED"));
+    }
+
+    #[test]
+    fn a_ratio_that_is_not_a_number_fails() {
+        assert!(!check("concurrency", f64::NAN).passed());
+        assert!(!check("concurrency", f64::INFINITY).passed());
+    }
+
+    #[test]
+    fn checks_are_picked_by_name_or_by_group() {
+        let p = |only: &[&str]| RegressParams {
+            only: only.iter().map(|s| s.to_string()).collect(),
+            ..RegressParams::default()
+        };
+        assert!(wanted(&p(&[]), "gateway/tao"));
+        assert!(wanted(&p(&["gateway"]), "gateway/tao"));
+        assert!(wanted(&p(&["gateway/tao"]), "gateway/tao"));
+        assert!(!wanted(&p(&["gateway/tao"]), "gateway/tee"));
+        assert!(!wanted(&p(&["gate"]), "gateway/tao"));
+        assert!(!wanted(&p(&["path"]), "gateway/path-oram"));
+    }
+}
