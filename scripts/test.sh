@@ -81,10 +81,9 @@ cargo run --quiet --locked -p blindfold -- bench concurrency --dataset-mib 1 --c
   --k 8 --seconds 1 --rtt-ms 5 --out-dir "$target_dir/bench-concurrency-smoke" \
   --json "$target_dir/bench-concurrency-smoke.json" --quiet >/dev/null
 
-# The regression set: every engine at a tiny size against its own baseline in the same run,
-# with generous bounds (docs/benchmarks.md, "The regression set"); fails, naming the engine,
-# when one becomes several times slower than its baseline.
-cargo run --quiet --locked -p blindfold -- bench regress --json "$target_dir/bench-regress.json"
+# `blindfold bench regress` (docs/benchmarks.md, "The regression set") is not run here yet:
+# it has not been shown to fail on a real slowdown, and a badly slowed engine can keep a check
+# running with no time limit.
 
 step "end-to-end: every client on every engine and over HTTPS, users, soak + browser, growth, report, crash loop (scripts/e2e.sh)"
 # Real clients against a live `blindfold serve` (it installs the clients if missing); its checks
