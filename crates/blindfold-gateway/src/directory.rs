@@ -274,6 +274,14 @@ pub fn decode_ops(bytes: &[u8]) -> Result<Vec<DirOp>> {
 /// Where the directory's changes go besides its database (`--durability store`).
 pub type DirJournal = std::sync::Arc<crate::storelog::StoreLog>;
 
+/// A moment (nanoseconds since the Unix epoch) for the operator: when a snapshot was
+/// written, until when a version is retained.
+pub fn written_at(created_ns: i128) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(created_ns)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| "unknown time".into())
+}
+
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_ns() -> i128 {
     SystemTime::now()

@@ -154,7 +154,7 @@ pub fn fill_default(
 }
 
 fn date(ns: i128) -> String {
-    crate::recovery::written_at(ns)
+    crate::directory::written_at(ns)
 }
 
 /// Refuses to remove a version that its legal hold or its retention protects. `bypass`:

@@ -232,7 +232,7 @@ pub async fn recover_until_with(
     if crash == Some(RecoverCrash::AfterDirectory) {
         return Err(simulated(RecoverCrash::AfterDirectory));
     }
-    let when = written_at(snap.created_ns);
+    let when = crate::directory::written_at(snap.created_ns);
     let mut about = format!(
         "snapshot #{} written {} ({} buckets, {} objects); rebuilt {about_engine}",
         snap.seq,
@@ -271,14 +271,6 @@ async fn finish(
     let mut cfg = cfg.clone();
     cfg.key_file = Some(key_path);
     open_with(&cfg, OpenHooks { engine_factory, ..Default::default() }).await
-}
-
-/// A moment (nanoseconds since the Unix epoch) for the operator: when a snapshot was
-/// written, until when a version is retained.
-pub(crate) fn written_at(created_ns: i128) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(created_ns)
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| "unknown time".into())
 }
 
 /// Rebuilds the data directory `cfg.data_dir` from a store checkpoint `snap` and the
@@ -336,7 +328,7 @@ async fn from_store_log(
     if crash == Some(RecoverCrash::AfterDirectory) {
         return Err(GatewayError::Config("simulated crash at AfterDirectory".into()));
     }
-    let when = written_at(snap.created_ns);
+    let when = crate::directory::written_at(snap.created_ns);
     let about = format!(
         "store checkpoint #{} written {when} ({} buckets, {} objects), then {entries} entries \
          of the store-side log ({frames} engine records, {transactions} directory \
