@@ -27,6 +27,51 @@ const MAX_PARTS: usize = 1000;
 /// The smallest part of a multipart upload other than the last, as in S3.
 const MIN_PART_SIZE: u64 = 5 << 20;
 
+/// Refuses the ACL of a request that writes an object (PutObject, CopyObject,
+/// CreateMultipartUpload: inputs with the same ACL fields) unless it is private ([`acl`]).
+macro_rules! object_acl {
+    ($input:ident) => {
+        acl::check(
+            $input.acl.as_ref().map(|a| a.as_str()),
+            &[
+                $input.grant_full_control.as_ref(),
+                $input.grant_read.as_ref(),
+                $input.grant_read_acp.as_ref(),
+                $input.grant_write_acp.as_ref(),
+            ],
+        )?
+    };
+}
+
+/// The metadata map of a new object from a request that carries it (PutObject,
+/// CreateMultipartUpload: inputs with the same fields): client metadata, standard headers,
+/// tags and object lock. Moves the fields it reads.
+macro_rules! new_object_map {
+    ($self:ident, $input:ident) => {{
+        let lock = $self.new_version_lock(
+            &$input.bucket,
+            $input.object_lock_mode.as_ref(),
+            $input.object_lock_retain_until_date.as_ref(),
+            $input.object_lock_legal_hold_status.as_ref(),
+        )?;
+        let mut map = with_tagging(
+            metadata_map(
+                $input.metadata,
+                StandardHeaders::new(
+                    $input.cache_control,
+                    $input.content_disposition,
+                    $input.content_encoding,
+                    $input.content_language,
+                    $input.expires,
+                ),
+            ),
+            $input.tagging.as_deref(),
+        )?;
+        crate::lock::apply(&mut map, lock);
+        map
+    }};
+}
+
 /// The S3 service.
 #[derive(Debug, Clone)]
 pub struct Gateway {
@@ -931,15 +976,7 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let input = req.input;
-        acl::check(
-            input.acl.as_ref().map(|a| a.as_str()),
-            &[
-                input.grant_full_control.as_ref(),
-                input.grant_read.as_ref(),
-                input.grant_read_acp.as_ref(),
-                input.grant_write_acp.as_ref(),
-            ],
-        )?;
+        object_acl!(input);
         if let Some(t) = input.tagging.as_deref() {
             parse_tagging(t)?;
         }
@@ -959,26 +996,7 @@ impl S3 for Gateway {
                 return Err(s3_error!(EntityTooLarge));
             }
         }
-        let lock = self.new_version_lock(
-            &input.bucket,
-            input.object_lock_mode.as_ref(),
-            input.object_lock_retain_until_date.as_ref(),
-            input.object_lock_legal_hold_status.as_ref(),
-        )?;
-        let mut map = with_tagging(
-            metadata_map(
-                input.metadata,
-                StandardHeaders::new(
-                    input.cache_control,
-                    input.content_disposition,
-                    input.content_encoding,
-                    input.content_language,
-                    input.expires,
-                ),
-            ),
-            input.tagging.as_deref(),
-        )?;
-        crate::lock::apply(&mut map, lock);
+        let map = new_object_map!(self, input);
         let meta = self
             .objects
             .put_object(
@@ -1173,15 +1191,7 @@ impl S3 for Gateway {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let input = req.input;
-        acl::check(
-            input.acl.as_ref().map(|a| a.as_str()),
-            &[
-                input.grant_full_control.as_ref(),
-                input.grant_read.as_ref(),
-                input.grant_read_acp.as_ref(),
-                input.grant_write_acp.as_ref(),
-            ],
-        )?;
+        object_acl!(input);
         let (src_bucket, src_key, src_version) = match &input.copy_source {
             CopySource::Bucket { bucket, key, version_id } => {
                 (bucket.to_string(), key.to_string(), version_id.as_deref().map(str::to_string))
@@ -1344,35 +1354,8 @@ impl S3 for Gateway {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
-        acl::check(
-            input.acl.as_ref().map(|a| a.as_str()),
-            &[
-                input.grant_full_control.as_ref(),
-                input.grant_read.as_ref(),
-                input.grant_read_acp.as_ref(),
-                input.grant_write_acp.as_ref(),
-            ],
-        )?;
-        let lock = self.new_version_lock(
-            &input.bucket,
-            input.object_lock_mode.as_ref(),
-            input.object_lock_retain_until_date.as_ref(),
-            input.object_lock_legal_hold_status.as_ref(),
-        )?;
-        let mut map = with_tagging(
-            metadata_map(
-                input.metadata,
-                StandardHeaders::new(
-                    input.cache_control,
-                    input.content_disposition,
-                    input.content_encoding,
-                    input.content_language,
-                    input.expires,
-                ),
-            ),
-            input.tagging.as_deref(),
-        )?;
-        crate::lock::apply(&mut map, lock);
+        object_acl!(input);
+        let map = new_object_map!(self, input);
         let id = self
             .objects
             .create_upload(&input.bucket, &input.key, input.content_type, map)
