@@ -29,8 +29,10 @@ const MIN_PART_SIZE: u64 = 5 << 20;
 
 /// Refuses the ACL of a request that writes an object (PutObject, CopyObject,
 /// CreateMultipartUpload: inputs with the same ACL fields) unless it is private ([`acl`]).
+/// With `grant_write`: of a request that also has that field (CreateBucket, PutBucketAcl,
+/// PutObjectAcl).
 macro_rules! object_acl {
-    ($input:ident) => {
+    ($input:ident $(, $extra:ident)?) => {
         acl::check(
             $input.acl.as_ref().map(|a| a.as_str()),
             &[
@@ -38,6 +40,7 @@ macro_rules! object_acl {
                 $input.grant_read.as_ref(),
                 $input.grant_read_acp.as_ref(),
                 $input.grant_write_acp.as_ref(),
+                $($input.$extra.as_ref(),)?
             ],
         )?
     };
@@ -924,16 +927,7 @@ impl S3 for Gateway {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let i = &req.input;
-        acl::check(
-            i.acl.as_ref().map(|a| a.as_str()),
-            &[
-                i.grant_full_control.as_ref(),
-                i.grant_read.as_ref(),
-                i.grant_read_acp.as_ref(),
-                i.grant_write.as_ref(),
-                i.grant_write_acp.as_ref(),
-            ],
-        )?;
+        object_acl!(i, grant_write);
         let created = self.objects.directory().create_bucket(&req.input.bucket).map_err(s3)?;
         self.objects.directory().settle().await.map_err(s3)?;
         if !created {
@@ -1657,16 +1651,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutBucketAclOutput>> {
         let i = req.input;
         self.objects.directory().require_bucket(&i.bucket).map_err(s3)?;
-        acl::check(
-            i.acl.as_ref().map(|a| a.as_str()),
-            &[
-                i.grant_full_control.as_ref(),
-                i.grant_read.as_ref(),
-                i.grant_read_acp.as_ref(),
-                i.grant_write.as_ref(),
-                i.grant_write_acp.as_ref(),
-            ],
-        )?;
+        object_acl!(i, grant_write);
         acl::check_policy(i.access_control_policy.as_ref())?;
         Ok(S3Response::new(PutBucketAclOutput::default()))
     }
@@ -1690,16 +1675,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutObjectAclOutput>> {
         let i = req.input;
         self.version_for_read(&i.bucket, &i.key, i.version_id.as_deref())?;
-        acl::check(
-            i.acl.as_ref().map(|a| a.as_str()),
-            &[
-                i.grant_full_control.as_ref(),
-                i.grant_read.as_ref(),
-                i.grant_read_acp.as_ref(),
-                i.grant_write.as_ref(),
-                i.grant_write_acp.as_ref(),
-            ],
-        )?;
+        object_acl!(i, grant_write);
         acl::check_policy(i.access_control_policy.as_ref())?;
         Ok(S3Response::new(PutObjectAclOutput::default()))
     }
