@@ -156,8 +156,9 @@ impl Rules {
 /// One removal a run decided.
 #[derive(Debug, PartialEq, Eq)]
 enum Action {
-    /// The current version goes (a delete marker where versioning is on).
-    Current(String),
+    /// The current version goes (a delete marker where versioning is on): the key, and the
+    /// version id and write time of the version the rules expired.
+    Current(String, String, i128),
     /// A noncurrent version or a lone delete marker goes for good.
     Version(String, String),
     /// A multipart upload is aborted.
@@ -176,7 +177,7 @@ fn key_actions(
     let Some(latest) = versions.first() else { return out };
     match &latest.object {
         Some(meta) if rules.expiry(s, key, meta).is_some_and(|(t, _)| t <= now) => {
-            out.push(Action::Current(key.to_string()));
+            out.push(Action::Current(key.to_string(), latest.version_id.clone(), meta.modified_ns));
         }
         Some(_) => {}
         None if versions.len() == 1 => {
@@ -215,6 +216,22 @@ fn key_actions(
         }
     }
     out
+}
+
+/// Whether `action`, planned from a read of the directory, still removes what the rules
+/// chose, in the transaction `tx` that would carry it out: a client may have written since
+/// (a new current version is not the expired one) or deleted the successor of a noncurrent
+/// version (which is then current again).
+fn still_chosen(tx: &crate::directory::Tx<'_>, bucket: &str, action: &Action) -> Result<bool> {
+    Ok(match action {
+        Action::Current(key, id, modified_ns) => tx.object(bucket, key)?.is_some_and(|m| {
+            crate::directory::version_id(&m) == id && m.modified_ns == *modified_ns
+        }),
+        Action::Version(key, id) => {
+            tx.object(bucket, key)?.is_none_or(|m| crate::directory::version_id(&m) != id)
+        }
+        Action::Upload(_) => true,
+    })
 }
 
 /// What one run did.
@@ -276,8 +293,11 @@ pub async fn apply(objects: &ObjectLayer, s: &Schedule, now: i128) -> Result<App
         // The same one log entry whether or not anything expires (module docs).
         tx.mark();
         for (bucket, action) in &plan {
+            if !still_chosen(tx, bucket, action)? {
+                continue;
+            }
             match action {
-                Action::Current(key) => {
+                Action::Current(key, _, _) => {
                     let marker = crate::objects::new_version_id();
                     if tx.delete_current(bucket, key, &marker, now)?.existed {
                         applied.expired += 1;
@@ -398,7 +418,7 @@ mod tests {
         let versions = [v("a", 0, Some(tagged.clone()))];
         assert_eq!(
             key_actions(&r, &s, "logs/1", &versions, DAY),
-            vec![Action::Current("logs/1".into())]
+            vec![Action::Current("logs/1".into(), "a".into(), 0)]
         );
         assert!(key_actions(&r, &s, "logs/1", &versions, DAY - 1).is_empty(), "too young");
         assert!(key_actions(&r, &s, "data/1", &versions, DAY).is_empty(), "other prefix");
@@ -407,6 +427,32 @@ mod tests {
         let mut off = r.clone();
         off.rules[0].enabled = false;
         assert!(key_actions(&off, &s, "logs/1", &versions, DAY).is_empty(), "disabled");
+    }
+
+    /// A run removes only what it looked at: a write that lands between the look and the
+    /// run's transaction, or a noncurrent version made current again, is left alone.
+    #[test]
+    fn a_change_after_the_run_looked_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = blindfold_crypto::MasterKey::from_bytes([3u8; 32]);
+        let d = crate::directory::Directory::open(&dir.path().join("meta.redb"), 64, &key).unwrap();
+        d.create_bucket("b").unwrap();
+        let put = |modified_ns: i128| {
+            let meta = ObjectMeta { size: 1, modified_ns, ..Default::default() };
+            d.transact(&[], |tx| tx.put_version("b", "k", &meta, "v")).unwrap();
+        };
+        let chosen = |a: &Action| d.transact(&[], |tx| still_chosen(tx, "b", a)).unwrap();
+        put(0);
+        let s = Schedule::default();
+        let expire = rule(|r| r.expiration_days = Some(1));
+        let plan = key_actions(&expire, &s, "k", &d.versions_of_key("b", "k").unwrap(), 2 * DAY);
+        assert_eq!(plan.len(), 1, "the old object is due: {plan:?}");
+        assert!(chosen(&plan[0]));
+        put(2 * DAY); // a client writes again before the run's transaction
+        assert!(!chosen(&plan[0]), "the new write would have been expired");
+        // A noncurrent version planned for removal that is current again stays.
+        assert!(!chosen(&Action::Version("k".into(), "null".into())));
+        assert!(chosen(&Action::Version("k".into(), "an-old-one".into())));
     }
 
     #[test]
