@@ -422,6 +422,10 @@ const READ_OPERATIONS: &[&str] = &[
     "GetBucketPolicy",
     "GetBucketTagging",
     "GetBucketCors",
+    "GetObjectRetention",
+    "GetObjectLegalHold",
+    "GetObjectLockConfiguration",
+    "GetBucketLifecycleConfiguration",
 ];
 
 impl Access {
