@@ -94,6 +94,17 @@ impl Version {
     }
 }
 
+/// A named bucket setting's JSON document (see `BUCKET_SETTINGS`) read as its type; `None`
+/// if not set. A document that does not parse is corrupt trusted state, never "not set".
+pub fn parse_setting<T: for<'a> Deserialize<'a>>(
+    doc: Option<String>,
+    name: &str,
+) -> Result<Option<T>> {
+    doc.map(|d| serde_json::from_str(&d))
+        .transpose()
+        .map_err(|e| GatewayError::Corrupt(format!("the bucket setting {name:?}: {e}")))
+}
+
 /// The tags of an object ([`TAGGING_KEY`]), in the order given.
 pub fn object_tags(meta: &ObjectMeta) -> Vec<(String, String)> {
     meta.metadata

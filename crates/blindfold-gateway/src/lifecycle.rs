@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::directory::{ObjectMeta, Version};
 use crate::objects::ObjectLayer;
-use crate::{GatewayError, Result};
+use crate::Result;
 
 /// The bucket setting that holds a bucket's rules (a JSON [`Rules`]).
 pub const SETTING: &str = "lifecycle";
@@ -255,9 +255,10 @@ pub async fn apply(objects: &ObjectLayer, s: &Schedule, now: i128) -> Result<App
     let mut plan: Vec<(String, Action)> = Vec::new();
     let mut deferred = false;
     'buckets: for (bucket, _) in dir.buckets()? {
-        let Some(doc) = dir.bucket_setting(&bucket, SETTING)? else { continue };
-        let rules: Rules = serde_json::from_str(&doc)
-            .map_err(|e| GatewayError::Corrupt(format!("a lifecycle setting: {e}")))?;
+        let doc = dir.bucket_setting(&bucket, SETTING)?;
+        let Some(rules) = crate::directory::parse_setting::<Rules>(doc, SETTING)? else {
+            continue;
+        };
         let mut after = String::new();
         loop {
             let page = dir.key_versions(&bucket, "", &after, 100)?;

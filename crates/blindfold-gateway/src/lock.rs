@@ -144,9 +144,10 @@ pub fn fill_default(
     if meta.metadata.contains_key(MODE_KEY) {
         return Ok(());
     }
-    let Some(doc) = tx.bucket_setting(bucket, SETTING)? else { return Ok(()) };
-    let lock: BucketLock = serde_json::from_str(&doc)
-        .map_err(|e| GatewayError::Corrupt(format!("an object lock setting: {e}")))?;
+    let doc = tx.bucket_setting(bucket, SETTING)?;
+    let Some(lock) = crate::directory::parse_setting::<BucketLock>(doc, SETTING)? else {
+        return Ok(());
+    };
     if let Some(d) = lock.default {
         apply(&mut meta.metadata, retention_entries(Some(d.from(now_ns))));
     }

@@ -155,6 +155,21 @@ fn s3_for_object(e: GatewayError, bucket: &str, key: &str) -> S3Error {
     )
 }
 
+/// MalformedXML saying what is wrong with the request's document.
+fn malformed(why: &str) -> S3Error {
+    S3Error::with_message(S3ErrorCode::MalformedXML, why.to_string())
+}
+
+/// A date of a request (retention, lifecycle) in nanoseconds since the Unix epoch.
+fn ns_of(t: &Timestamp) -> i128 {
+    time::OffsetDateTime::from(t.clone()).unix_timestamp_nanos()
+}
+
+/// [`ns_of`] back to a date for an answer.
+fn timestamp(ns: i128) -> Option<Timestamp> {
+    time::OffsetDateTime::from_unix_timestamp_nanos(ns).ok().map(Timestamp::from)
+}
+
 fn etag(meta: &ObjectMeta) -> ETag {
     ETag::Strong(meta.etag.clone())
 }

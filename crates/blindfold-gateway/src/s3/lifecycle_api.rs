@@ -4,14 +4,9 @@
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
 
-use super::{s3, Gateway};
+use super::{malformed, ns_of, s3, timestamp, Gateway};
 use crate::directory::ObjectMeta;
 use crate::lifecycle::{self, Filter, Rule, Rules};
-use crate::GatewayError;
-
-fn malformed(why: &str) -> S3Error {
-    S3Error::with_message(S3ErrorCode::MalformedXML, why.to_string())
-}
 
 fn invalid(why: String) -> S3Error {
     S3Error::with_message(S3ErrorCode::InvalidArgument, why)
@@ -36,14 +31,6 @@ fn tag_pair(t: Tag) -> S3Result<(String, String)> {
         (Some(k), v) => Ok((k, v.unwrap_or_default())),
         _ => Err(malformed("a tag in a lifecycle filter needs a Key")),
     }
-}
-
-fn ns_of(t: &Timestamp) -> i128 {
-    time::OffsetDateTime::from(t.clone()).unix_timestamp_nanos()
-}
-
-fn timestamp(ns: i128) -> Option<Timestamp> {
-    time::OffsetDateTime::from_unix_timestamp_nanos(ns).ok().map(Timestamp::from)
 }
 
 /// A rule of a request, checked.
@@ -203,9 +190,7 @@ impl Gateway {
     pub(super) fn lifecycle_rules(&self, bucket: &str) -> S3Result<Option<Rules>> {
         let dir = self.objects.directory();
         let doc = dir.bucket_setting(bucket, lifecycle::SETTING).map_err(s3)?;
-        doc.map(|d| serde_json::from_str(&d))
-            .transpose()
-            .map_err(|e| s3(GatewayError::Corrupt(format!("a lifecycle setting: {e}"))))
+        crate::directory::parse_setting(doc, lifecycle::SETTING).map_err(s3)
     }
 
     /// PutBucketLifecycleConfiguration: replaces the bucket's rules.

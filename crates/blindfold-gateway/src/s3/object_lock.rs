@@ -4,16 +4,12 @@
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Result};
 
-use super::{s3, Gateway};
+use super::{malformed, ns_of, s3, timestamp, Gateway};
 use crate::directory::{now_ns, ObjectMeta, Version, Versioning};
 use crate::lock::{self, BucketLock, DefaultRetention as DefaultPeriod, Mode, Retention};
 use crate::GatewayError;
 
 type Entries = Vec<(String, Option<String>)>;
-
-fn malformed(why: &str) -> S3Error {
-    S3Error::with_message(S3ErrorCode::MalformedXML, why.to_string())
-}
 
 fn no_lock() -> S3Error {
     s3_error!(
@@ -22,14 +18,6 @@ fn no_lock() -> S3Error {
          created (x-amz-bucket-object-lock-enabled: true) or with PutObjectLockConfiguration \
          on a bucket with versioning enabled"
     )
-}
-
-fn ns_of(t: &Timestamp) -> i128 {
-    time::OffsetDateTime::from(t.clone()).unix_timestamp_nanos()
-}
-
-fn timestamp(ns: i128) -> Option<Timestamp> {
-    time::OffsetDateTime::from_unix_timestamp_nanos(ns).ok().map(Timestamp::from)
 }
 
 fn parse_mode(m: Option<&str>) -> S3Result<Mode> {
@@ -77,9 +65,7 @@ impl Gateway {
         let dir = self.objects.directory();
         dir.require_bucket(bucket).map_err(s3)?;
         let doc = dir.bucket_setting(bucket, lock::SETTING).map_err(s3)?;
-        doc.map(|d| serde_json::from_str(&d))
-            .transpose()
-            .map_err(|e| s3(GatewayError::Corrupt(format!("an object lock setting: {e}"))))
+        crate::directory::parse_setting(doc, lock::SETTING).map_err(s3)
     }
 
     /// Whether a request that asked to bypass governance retention (`asked`) may: its
