@@ -434,13 +434,14 @@ async fn serve(a: ServeArgs) -> Result<()> {
         );
     }
     let scheme = if tls.is_some() { "https" } else { "http" };
+    // Installed before anything is printed: a SIGTERM sent on seeing the first note (or the
+    // banner) stops the gateway cleanly instead of killing it.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
     for note in &opened.notes {
         say_err!("blindfold: {note}");
     }
     let _ = std::fs::remove_file(cfg.data_dir.join(CLEAN_STOP_FILE));
-    // Installed before the banner: a SIGTERM right after it stops the gateway cleanly.
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
     let f = footprint(&opened.params)?;
     let (ak, sk) = opened.credentials.clone();
     say_out!("blindfold {} serving S3 at {scheme}://{addr}", env!("CARGO_PKG_VERSION"));
