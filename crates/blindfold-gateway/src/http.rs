@@ -402,8 +402,9 @@ pub fn service(opened: &Opened) -> s3s::service::S3Service {
         .with_access(Arc::clone(&access.0))
         .with_lifecycle(opened.lifecycle);
     let mut b = s3s::service::S3ServiceBuilder::new(gateway);
-    b.set_auth(access.clone());
-    b.set_access(access);
+    let authorizer = crate::s3::Authorizer::new(Arc::clone(&access.0), Arc::clone(&opened.objects));
+    b.set_auth(access);
+    b.set_access(authorizer);
     b.build()
 }
 

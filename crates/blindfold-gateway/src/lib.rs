@@ -48,6 +48,7 @@ pub mod rotation;
 mod s3;
 pub mod sealed_file;
 pub mod server;
+pub mod sharing;
 pub mod snapshot;
 pub mod space;
 pub mod standby;

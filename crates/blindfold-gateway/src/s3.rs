@@ -15,8 +15,11 @@ use crate::objects::{ObjectLayer, ReadPin};
 use crate::GatewayError;
 
 mod acl;
+mod authorize;
 mod lifecycle_api;
+pub use authorize::Authorizer;
 mod object_lock;
+mod policy_api;
 use object_lock::LockHeaders;
 
 /// Bytes read before a GET answers, so that small objects fail with a proper error.
@@ -27,8 +30,8 @@ const MAX_PARTS: usize = 1000;
 /// The smallest part of a multipart upload other than the last, as in S3.
 const MIN_PART_SIZE: u64 = 5 << 20;
 
-/// Refuses the ACL of a request that writes an object (PutObject, CopyObject,
-/// CreateMultipartUpload: inputs with the same ACL fields) unless it is private ([`acl`]).
+/// The canned ACL of a request that writes an object (PutObject, CopyObject,
+/// CreateMultipartUpload: inputs with the same ACL fields); refuses what [`acl`] cannot honour.
 /// With `grant_write`: of a request that also has that field (CreateBucket, PutBucketAcl,
 /// PutObjectAcl).
 macro_rules! object_acl {
@@ -942,11 +945,14 @@ impl S3 for Gateway {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let i = &req.input;
-        object_acl!(i, grant_write);
+        let canned = object_acl!(i, grant_write);
         let created = self.objects.directory().create_bucket(&req.input.bucket).map_err(s3)?;
         self.objects.directory().settle().await.map_err(s3)?;
         if !created {
             return Err(s3_error!(BucketAlreadyOwnedByYou));
+        }
+        if canned != crate::sharing::Canned::Private {
+            self.set_bucket_acl(&req.input.bucket, canned).await?;
         }
         if req.input.object_lock_enabled_for_bucket == Some(true) {
             self.lock_new_bucket(&req.input.bucket).await?;
@@ -985,7 +991,7 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let input = req.input;
-        object_acl!(input);
+        let canned = object_acl!(input);
         if let Some(t) = input.tagging.as_deref() {
             parse_tagging(t)?;
         }
@@ -1005,7 +1011,8 @@ impl S3 for Gateway {
                 return Err(s3_error!(EntityTooLarge));
             }
         }
-        let map = new_object_map!(self, input);
+        let mut map = new_object_map!(self, input);
+        acl::apply(&mut map, canned);
         let meta = self
             .objects
             .put_object(
@@ -1200,7 +1207,7 @@ impl S3 for Gateway {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let input = req.input;
-        object_acl!(input);
+        let canned = object_acl!(input);
         let (src_bucket, src_key, src_version) = match &input.copy_source {
             CopySource::Bucket { bucket, key, version_id } => {
                 (bucket.to_string(), key.to_string(), version_id.as_deref().map(str::to_string))
@@ -1271,6 +1278,8 @@ impl S3 for Gateway {
             input.object_lock_legal_hold_status.as_ref(),
         )?;
         crate::lock::apply(&mut map, lock);
+        // Nor its ACL: the one the request names (private if none), as S3 does.
+        acl::apply(&mut map, canned);
         let meta = self
             .objects
             .copy_object(&src, &input.bucket, &input.key, Some((content_type, map)))
@@ -1363,8 +1372,9 @@ impl S3 for Gateway {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
-        object_acl!(input);
-        let map = new_object_map!(self, input);
+        let canned = object_acl!(input);
+        let mut map = new_object_map!(self, input);
+        acl::apply(&mut map, canned);
         let id = self
             .objects
             .create_upload(&input.bucket, &input.key, input.content_type, map)
@@ -1656,7 +1666,7 @@ impl S3 for Gateway {
         self.objects.directory().require_bucket(&req.input.bucket).map_err(s3)?;
         Ok(S3Response::new(GetBucketAclOutput {
             owner: Some(acl::owner()),
-            grants: Some(acl::grants()),
+            grants: Some(acl::grants(self.bucket_acl(&req.input.bucket)?)),
         }))
     }
 
@@ -1666,8 +1676,9 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutBucketAclOutput>> {
         let i = req.input;
         self.objects.directory().require_bucket(&i.bucket).map_err(s3)?;
-        object_acl!(i, grant_write);
-        acl::check_policy(i.access_control_policy.as_ref())?;
+        let canned = object_acl!(i, grant_write);
+        let canned = acl::check_policy(i.access_control_policy.as_ref())?.unwrap_or(canned);
+        self.set_bucket_acl(&i.bucket, canned).await?;
         Ok(S3Response::new(PutBucketAclOutput::default()))
     }
 
@@ -1676,10 +1687,10 @@ impl S3 for Gateway {
         req: S3Request<GetObjectAclInput>,
     ) -> S3Result<S3Response<GetObjectAclOutput>> {
         let i = req.input;
-        self.version_for_read(&i.bucket, &i.key, i.version_id.as_deref())?;
+        let (meta, _) = self.version_for_read(&i.bucket, &i.key, i.version_id.as_deref())?;
         Ok(S3Response::new(GetObjectAclOutput {
             owner: Some(acl::owner()),
-            grants: Some(acl::grants()),
+            grants: Some(acl::grants(acl::of_object(&meta.metadata))),
             ..Default::default()
         }))
     }
@@ -1690,9 +1701,51 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutObjectAclOutput>> {
         let i = req.input;
         self.version_for_read(&i.bucket, &i.key, i.version_id.as_deref())?;
-        object_acl!(i, grant_write);
-        acl::check_policy(i.access_control_policy.as_ref())?;
+        let canned = object_acl!(i, grant_write);
+        let canned = acl::check_policy(i.access_control_policy.as_ref())?.unwrap_or(canned);
+        let (bucket, key, version) = (&i.bucket, &i.key, i.version_id.as_deref());
+        self.objects
+            .directory()
+            .transact_durable(&[], |tx| {
+                tx.set_object_entries(bucket, key, version, &[acl::entry(canned)])
+            })
+            .await
+            .map_err(s3)?;
         Ok(S3Response::new(PutObjectAclOutput::default()))
+    }
+
+    async fn put_bucket_policy(
+        &self,
+        req: S3Request<PutBucketPolicyInput>,
+    ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
+        self.set_bucket_policy(&req.input.bucket, Some(&req.input.policy)).await?;
+        Ok(S3Response::new(PutBucketPolicyOutput::default()))
+    }
+
+    async fn get_bucket_policy(
+        &self,
+        req: S3Request<GetBucketPolicyInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
+        let policy = Some(self.policy_document(&req.input.bucket)?);
+        Ok(S3Response::new(GetBucketPolicyOutput { policy }))
+    }
+
+    async fn delete_bucket_policy(
+        &self,
+        req: S3Request<DeleteBucketPolicyInput>,
+    ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
+        self.set_bucket_policy(&req.input.bucket, None).await?;
+        Ok(S3Response::new(DeleteBucketPolicyOutput::default()))
+    }
+
+    async fn get_bucket_policy_status(
+        &self,
+        req: S3Request<GetBucketPolicyStatusInput>,
+    ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
+        let public = self.bucket_policy(&req.input.bucket)?.is_some_and(|p| p.is_public());
+        Ok(S3Response::new(GetBucketPolicyStatusOutput {
+            policy_status: Some(PolicyStatus { is_public: Some(public) }),
+        }))
     }
 
     async fn put_bucket_lifecycle_configuration(

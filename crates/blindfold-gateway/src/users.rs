@@ -24,10 +24,7 @@ use blindfold_crypto::{derive_key, MasterKey};
 use parking_lot::RwLock;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};
-use s3s::access::{S3Access, S3AccessContext};
-use s3s::dto::{CopyObjectInput, CopySource, UploadPartCopyInput};
-use s3s::path::S3Path;
-use s3s::{s3_error, S3Request, S3Result};
+use s3s::S3Result;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
@@ -487,20 +484,6 @@ impl Access {
         }
     }
 
-    fn check_bucket(&self, access_key: &str, bucket: &str, reads: bool) -> S3Result<()> {
-        if access_key == self.admin_access_key {
-            return Ok(());
-        }
-        let Some(user) = self.user(access_key) else {
-            return Err(s3_error!(AccessDenied, "Access Denied"));
-        };
-        if !user.may_use(bucket) || (user.read_only && !reads) {
-            tracing::debug!(user = %user.name, "request outside the user's policy refused");
-            return Err(s3_error!(AccessDenied, "Access Denied"));
-        }
-        Ok(())
-    }
-
     /// Whether `secret` is the secret key of `access_key` (compared in constant time); for
     /// front ends that authenticate with the keys themselves (Swift's TempAuth).
     pub fn secret_matches(&self, access_key: &str, secret: &str) -> bool {
@@ -542,7 +525,7 @@ impl Access {
     }
 
     /// Whether the holder of `access_key` may use `bucket`, for reading only (`reads`) or also
-    /// writing: the policy [`S3Access`] enforces, for the other front ends.
+    /// writing: the rule the S3 front end starts from, for the other front ends.
     pub fn permits(&self, access_key: &str, bucket: &str, reads: bool) -> bool {
         if access_key == self.admin_access_key {
             return true;
@@ -550,15 +533,44 @@ impl Access {
         self.user(access_key).is_some_and(|u| u.may_use(bucket) && (reads || !u.read_only))
     }
 
-    fn check_copy_source<T>(&self, req: &S3Request<T>, source: &CopySource) -> S3Result<()> {
-        let Some(creds) = &req.credentials else {
-            return Err(s3_error!(AccessDenied, "Signature is required"));
-        };
-        match source {
-            CopySource::Bucket { bucket, .. } => self.check_bucket(&creds.access_key, bucket, true),
-            _ => Err(s3_error!(AccessDenied, "Access Denied")),
+    /// Who holds `access_key` (`None`: an unsigned request). An unknown key never gets here:
+    /// signature checking refuses it first.
+    pub fn caller(&self, access_key: Option<&str>) -> Caller {
+        match access_key {
+            None => Caller::Anonymous,
+            Some(k) if k == self.admin_access_key => Caller::Admin,
+            Some(k) => self.user(k).map_or(Caller::Anonymous, Caller::User),
         }
     }
+}
+
+/// Who sent a request.
+#[derive(Clone, Debug)]
+pub enum Caller {
+    /// The administrator's keys.
+    Admin,
+    /// A user of the users file.
+    User(User),
+    /// An unsigned request.
+    Anonymous,
+}
+
+impl Caller {
+    /// Whether the users file lets the caller run `op` (an S3 operation as s3s names it) on
+    /// `bucket`: anything for the administrator, what a user's patterns and read-only flag
+    /// allow, nothing for an unsigned request.
+    pub fn may(&self, op: &str, bucket: &str) -> bool {
+        match self {
+            Caller::Admin => true,
+            Caller::User(u) => u.may_use(bucket) && (!u.read_only || is_read(op)),
+            Caller::Anonymous => false,
+        }
+    }
+}
+
+/// Whether `op` (an S3 operation as s3s names it) only reads.
+pub fn is_read(op: &str) -> bool {
+    READ_OPERATIONS.contains(&op)
 }
 
 /// A digest of everything that entitles a key holder (access key, secret key, buckets,
@@ -613,40 +625,6 @@ impl s3s::auth::S3Auth for SharedAccess {
                 "The access key ID you provided does not exist in our records.",
             )),
         }
-    }
-}
-
-#[async_trait::async_trait]
-impl S3Access for SharedAccess {
-    async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        let Some(creds) = cx.credentials() else {
-            return Err(s3_error!(AccessDenied, "Signature is required"));
-        };
-        let op = cx.s3_op().name();
-        let reads = READ_OPERATIONS.contains(&op);
-        match cx.s3_path() {
-            // ListBuckets (filtered by the gateway); nothing else works on the root.
-            S3Path::Root => {
-                if op == "ListBuckets" || creds.access_key == self.0.admin_access_key {
-                    Ok(())
-                } else {
-                    Err(s3_error!(AccessDenied, "Access Denied"))
-                }
-            }
-            S3Path::Bucket { bucket } | S3Path::Object { bucket, .. } => {
-                self.0.check_bucket(&creds.access_key, bucket, reads)
-            }
-        }
-    }
-
-    async fn copy_object(&self, req: &mut S3Request<CopyObjectInput>) -> S3Result<()> {
-        let source = req.input.copy_source.clone();
-        self.0.check_copy_source(req, &source)
-    }
-
-    async fn upload_part_copy(&self, req: &mut S3Request<UploadPartCopyInput>) -> S3Result<()> {
-        let source = req.input.copy_source.clone();
-        self.0.check_copy_source(req, &source)
     }
 }
 
@@ -789,10 +767,10 @@ mod tests {
         assert!(!access.may_see(Some(&a.access_key), "payroll"));
         assert!(!access.may_see(Some("NOBODY"), "team-a"));
         assert!(!access.may_see(None, "team-a"));
-        assert!(access.check_bucket(&a.access_key, "team-a", true).is_ok());
-        assert!(access.check_bucket(&a.access_key, "team-a", false).is_err(), "read-only wrote");
-        assert!(access.check_bucket(&a.access_key, "payroll", true).is_err());
-        assert!(access.check_bucket("ADMIN", "payroll", false).is_ok());
-        assert!(access.check_bucket("NOBODY", "team-a", true).is_err());
+        assert!(access.permits(&a.access_key, "team-a", true));
+        assert!(!access.permits(&a.access_key, "team-a", false), "read-only wrote");
+        assert!(!access.permits(&a.access_key, "payroll", true));
+        assert!(access.permits("ADMIN", "payroll", false));
+        assert!(!access.permits("NOBODY", "team-a", true));
     }
 }

@@ -20,6 +20,7 @@ mod recover;
 mod rotation;
 mod s3_api;
 mod s3_fuzz;
+mod sharing;
 mod snapshot_damage;
 mod stop;
 mod store_durability;

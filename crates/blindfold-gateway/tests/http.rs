@@ -93,13 +93,7 @@ async fn requests_without_a_body_keep_the_connection() {
     g.stop().await;
 }
 
-/// Sends one request on a new connection and reads the response.
-async fn exchange(g: &common::Running, request: &[u8]) -> (String, String) {
-    let mut sock = TcpStream::connect(g.addr).await.unwrap();
-    sock.write_all(request).await.unwrap();
-    let (head, body) = response(&mut sock).await;
-    (head, String::from_utf8_lossy(&body).into_owned())
-}
+use common::{exchange, signed_as, status};
 
 fn refused_as_sigv2(head: &str, body: &str) -> bool {
     head.starts_with("http/1.1 403") && body.contains("Signature Version 2 is not accepted")
@@ -195,47 +189,6 @@ async fn an_unknown_access_key_is_invalid_access_key_id() {
 /// A SigV4-signed request (header auth, unsigned payload) for the test credentials.
 fn signed(method: &str, path: &str, extra_headers: &str) -> String {
     signed_as(KEYS, method, path, extra_headers)
-}
-
-/// A SigV4-signed request (header auth, unsigned payload) for `(access key, secret key)`.
-fn signed_as(keys: (&str, &str), method: &str, path: &str, extra_headers: &str) -> String {
-    use ring::{digest, hmac};
-    let now = time::OffsetDateTime::now_utc();
-    let day = format!("{:04}{:02}{:02}", now.year(), u8::from(now.month()), now.day());
-    let stamp = format!("{day}T{:02}{:02}{:02}Z", now.hour(), now.minute(), now.second());
-    // The query (plain names and values only, as these tests use) in canonical order.
-    let (bare, query) = path.split_once('?').unwrap_or((path, ""));
-    let mut params: Vec<String> = query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| if p.contains('=') { p.to_owned() } else { format!("{p}=") })
-        .collect();
-    params.sort();
-    let query = params.join("&");
-    let canonical = format!(
-        "{method}\n{bare}\n{query}\nhost:gw\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{stamp}\n\n\
-         host;x-amz-content-sha256;x-amz-date\nUNSIGNED-PAYLOAD"
-    );
-    let scope = format!("{day}/us-east-1/s3/aws4_request");
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-        hex::encode(digest::digest(&digest::SHA256, canonical.as_bytes()))
-    );
-    let mac = |key: &[u8], data: &str| {
-        hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data.as_bytes()).as_ref().to_vec()
-    };
-    let mut key = mac(format!("AWS4{}", keys.1).as_bytes(), &day);
-    for part in ["us-east-1", "s3", "aws4_request"] {
-        key = mac(&key, part);
-    }
-    let signature = hex::encode(mac(&key, &to_sign));
-    format!(
-        "{method} {path} HTTP/1.1\r\nHost: gw\r\nx-amz-date: {stamp}\r\n\
-         x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n{extra_headers}\
-         Authorization: AWS4-HMAC-SHA256 Credential={}/{scope}, \
-         SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}\r\n",
-        keys.0
-    )
 }
 
 #[tokio::test]
@@ -526,26 +479,8 @@ async fn as_user(
     headers: &str,
     body: &[u8],
 ) -> (String, String) {
-    let extra = if body.is_empty() && method != "PUT" {
-        headers.to_owned()
-    } else {
-        format!("{headers}Content-Length: {}\r\n", body.len())
-    };
-    let mut req = format!("{}\r\n", signed_as(keys, method, path, &extra)).into_bytes();
-    req.extend_from_slice(body);
-    if method == "HEAD" {
-        // No body follows a HEAD answer, whatever its Content-Length says.
-        let mut sock = TcpStream::connect(g.addr).await.unwrap();
-        sock.write_all(&req).await.unwrap();
-        let (head, _) = common::read_response(&mut sock, true).await;
-        return (head.lines().next().unwrap_or("").to_owned(), String::new());
-    }
-    let (head, body) = exchange(g, &req).await;
+    let (head, body) = common::request(g, Some(keys), method, path, headers, body).await;
     (head.lines().next().unwrap_or("").to_owned(), body)
-}
-
-fn status(r: &(String, String)) -> u16 {
-    r.0.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 #[tokio::test]

@@ -1,54 +1,81 @@
-//! ACLs, as S3 answers them for a bucket whose ACLs are disabled ("bucket owner enforced"):
-//! access follows the gateway's users (`blindfold user`), never grants. ACLs can be read (the
-//! owner has full control); setting one that only restates that (`private`,
-//! `bucket-owner-full-control`, `bucket-owner-read`) succeeds; any other canned ACL or grant is
-//! refused with AccessControlListNotSupported, never accepted and ignored.
+//! ACLs, as the gateway honours them: canned ACLs ([`Canned`]: `private`, `public-read`,
+//! `authenticated-read`, and the `bucket-owner-*` ones that restate `private`) on buckets and
+//! objects, and the same expressed as an ACL document (the owner's full control, plus READ to
+//! the AllUsers or AuthenticatedUsers group). Who may act otherwise follows the gateway's users
+//! (`blindfold user`) and bucket policies ([`crate::sharing`]). Any other canned ACL or grant
+//! is refused with a message that says what to do, never accepted and ignored.
+
+use std::collections::BTreeMap;
 
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
-/// The canned ACLs that restate what the gateway does anyway.
-const PRIVATE: &[&str] = &["private", "bucket-owner-full-control", "bucket-owner-read"];
+use super::{s3, Gateway};
+use crate::sharing::{self, Canned};
+
+const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
+const AUTHENTICATED_USERS: &str = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers";
 
 fn not_supported(what: &str) -> S3Error {
     S3Error::with_message(
         S3ErrorCode::AccessControlListNotSupported,
         format!(
-            "{what} cannot be honoured: ACLs are disabled on this gateway, whose buckets and \
-             objects are private to its users. Leave the ACL out (or use `private`), and give \
-             others access with `blindfold user add NAME --buckets …` (read-only if you like)"
+            "{what} cannot be honoured: this gateway takes the canned ACLs private, public-read \
+             and authenticated-read (or the same as an ACL document), not grants to other \
+             accounts. Give others access with `blindfold user add NAME --buckets …` or a \
+             bucket policy naming the user"
         ),
     )
 }
 
-/// Refuses a canned ACL or grant headers that the gateway cannot honour.
-pub(super) fn check(canned: Option<&str>, grants: &[Option<&String>]) -> S3Result<()> {
-    if let Some(c) = canned.filter(|c| !PRIVATE.contains(c)) {
-        return Err(not_supported(&format!("the canned ACL {c:?}")));
-    }
+/// The canned ACL a request names (private if none); refuses one the gateway cannot honour
+/// and grant headers.
+pub(super) fn check(canned: Option<&str>, grants: &[Option<&String>]) -> S3Result<Canned> {
     if grants.iter().any(Option::is_some) {
         return Err(not_supported("an ACL grant header (x-amz-grant-*)"));
     }
-    Ok(())
+    match canned {
+        None => Ok(Canned::Private),
+        Some(c) => Canned::parse(c)
+            .map_err(|why| S3Error::with_message(S3ErrorCode::AccessControlListNotSupported, why)),
+    }
 }
 
-/// Refuses an ACL document other than the owner's full control alone.
-pub(super) fn check_policy(p: Option<&AccessControlPolicy>) -> S3Result<()> {
-    let Some(p) = p else { return Ok(()) };
-    let only_owner = p.grants.as_ref().is_none_or(|g| {
-        g.iter().all(|g| {
-            let to_owner = g.grantee.as_ref().is_some_and(|e| {
-                e.type_.as_str() == Type::CANONICAL_USER && e.id.as_deref() == Some(OWNER_ID)
-            });
-            to_owner
-                && g.permission.as_ref().is_some_and(|p| p.as_str() == Permission::FULL_CONTROL)
-        })
-    });
-    if only_owner {
-        Ok(())
-    } else {
-        Err(not_supported("an ACL granting anyone but the owner"))
+/// The canned ACL an ACL document amounts to (`None`: no document); refuses any other grant.
+pub(super) fn check_policy(p: Option<&AccessControlPolicy>) -> S3Result<Option<Canned>> {
+    let Some(p) = p else { return Ok(None) };
+    let mut canned = Canned::Private;
+    for g in p.grants.iter().flatten() {
+        let (Some(e), Some(perm)) = (&g.grantee, &g.permission) else {
+            return Err(not_supported("a grant without grantee or permission"));
+        };
+        let perm = perm.as_str();
+        let group = e.uri.as_deref();
+        canned = match (e.type_.as_str(), perm, group) {
+            (Type::CANONICAL_USER, Permission::FULL_CONTROL, _)
+                if e.id.as_deref() == Some(OWNER_ID) =>
+            {
+                continue
+            }
+            (Type::GROUP, Permission::READ, Some(ALL_USERS)) => Canned::PublicRead,
+            (Type::GROUP, Permission::READ, Some(AUTHENTICATED_USERS))
+                if canned != Canned::PublicRead =>
+            {
+                Canned::AuthenticatedRead
+            }
+            (Type::GROUP, Permission::READ, Some(AUTHENTICATED_USERS)) => continue,
+            _ => return Err(not_supported(&format!("a grant of {perm} to {}", grantee_name(e)))),
+        };
     }
+    Ok(Some(canned))
+}
+
+fn grantee_name(e: &Grantee) -> String {
+    e.uri
+        .clone()
+        .or_else(|| e.id.clone())
+        .or_else(|| e.email_address.clone())
+        .unwrap_or_else(|| e.type_.as_str().to_owned())
 }
 
 /// The owner every bucket and object answers with.
@@ -58,9 +85,10 @@ pub(super) fn owner() -> Owner {
     Owner { id: Some(OWNER_ID.into()), display_name: Some(OWNER_ID.into()) }
 }
 
-/// The one grant: the owner's full control.
-pub(super) fn grants() -> Grants {
-    vec![Grant {
+/// The grants of a canned ACL: the owner's full control, and READ to a group for the public
+/// ones.
+pub(super) fn grants(canned: Canned) -> Grants {
+    let mut out = vec![Grant {
         grantee: Some(Grantee {
             type_: Type::from_static(Type::CANONICAL_USER),
             id: Some(OWNER_ID.into()),
@@ -69,5 +97,62 @@ pub(super) fn grants() -> Grants {
             uri: None,
         }),
         permission: Some(Permission::from_static(Permission::FULL_CONTROL)),
-    }]
+    }];
+    let group = match canned {
+        Canned::Private => None,
+        Canned::PublicRead => Some(ALL_USERS),
+        Canned::AuthenticatedRead => Some(AUTHENTICATED_USERS),
+    };
+    if let Some(uri) = group {
+        out.push(Grant {
+            grantee: Some(Grantee {
+                type_: Type::from_static(Type::GROUP),
+                id: None,
+                display_name: None,
+                email_address: None,
+                uri: Some(uri.into()),
+            }),
+            permission: Some(Permission::from_static(Permission::READ)),
+        });
+    }
+    out
+}
+
+/// The metadata entry an object's canned ACL is kept in (removed when private).
+pub(super) fn entry(canned: Canned) -> (String, Option<String>) {
+    let value = (canned != Canned::Private).then(|| canned.as_str().to_owned());
+    (sharing::OBJECT_ACL_KEY.to_owned(), value)
+}
+
+/// Gives a new object's metadata map its canned ACL (replacing what a copy brought along).
+pub(super) fn apply(map: &mut BTreeMap<String, String>, canned: Canned) {
+    crate::lock::apply(map, vec![entry(canned)]);
+}
+
+/// The canned ACL of an object's metadata map.
+pub(super) fn of_object(map: &BTreeMap<String, String>) -> Canned {
+    map.get(sharing::OBJECT_ACL_KEY).and_then(|c| Canned::parse(c).ok()).unwrap_or(Canned::Private)
+}
+
+impl Gateway {
+    /// A bucket's canned ACL.
+    pub(super) fn bucket_acl(&self, bucket: &str) -> S3Result<Canned> {
+        let doc = self.objects.directory().bucket_setting(bucket, sharing::ACL).map_err(s3)?;
+        let name: Option<String> =
+            crate::directory::parse_setting(doc, sharing::ACL).map_err(s3)?;
+        Ok(name.and_then(|n| Canned::parse(&n).ok()).unwrap_or(Canned::Private))
+    }
+
+    /// Sets a bucket's canned ACL.
+    pub(super) async fn set_bucket_acl(&self, bucket: &str, canned: Canned) -> S3Result<()> {
+        let doc = (canned != Canned::Private)
+            .then(|| serde_json::to_string(canned.as_str()))
+            .transpose()
+            .map_err(|e| s3(crate::GatewayError::Corrupt(e.to_string())))?;
+        self.objects
+            .directory()
+            .transact_durable(&[], |tx| tx.set_bucket_setting(bucket, sharing::ACL, doc.as_deref()))
+            .await
+            .map_err(s3)
+    }
 }

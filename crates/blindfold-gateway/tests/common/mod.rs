@@ -181,3 +181,83 @@ pub fn redis_url(test: &str) -> Option<StoreUrl> {
     }
     Some(url)
 }
+
+/// A SigV4-signed request (header auth, unsigned payload) for `(access key, secret key)`.
+pub fn signed_as(keys: (&str, &str), method: &str, path: &str, extra_headers: &str) -> String {
+    use ring::{digest, hmac};
+    let now = time::OffsetDateTime::now_utc();
+    let day = format!("{:04}{:02}{:02}", now.year(), u8::from(now.month()), now.day());
+    let stamp = format!("{day}T{:02}{:02}{:02}Z", now.hour(), now.minute(), now.second());
+    // The query (plain names and values only, as these tests use) in canonical order.
+    let (bare, query) = path.split_once('?').unwrap_or((path, ""));
+    let mut params: Vec<String> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| if p.contains('=') { p.to_owned() } else { format!("{p}=") })
+        .collect();
+    params.sort();
+    let query = params.join("&");
+    let canonical = format!(
+        "{method}\n{bare}\n{query}\nhost:gw\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{stamp}\n\n\
+         host;x-amz-content-sha256;x-amz-date\nUNSIGNED-PAYLOAD"
+    );
+    let scope = format!("{day}/us-east-1/s3/aws4_request");
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
+        hex::encode(digest::digest(&digest::SHA256, canonical.as_bytes()))
+    );
+    let mac = |key: &[u8], data: &str| {
+        hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data.as_bytes()).as_ref().to_vec()
+    };
+    let mut key = mac(format!("AWS4{}", keys.1).as_bytes(), &day);
+    for part in ["us-east-1", "s3", "aws4_request"] {
+        key = mac(&key, part);
+    }
+    let signature = hex::encode(mac(&key, &to_sign));
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: gw\r\nx-amz-date: {stamp}\r\n\
+         x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n{extra_headers}\
+         Authorization: AWS4-HMAC-SHA256 Credential={}/{scope}, \
+         SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}\r\n",
+        keys.0
+    )
+}
+
+/// Sends one request on a new connection to `g` and reads the response: its head (status line
+/// and headers, lower-cased) and body.
+pub async fn exchange(g: &Running, request: &[u8]) -> (String, String) {
+    use tokio::io::AsyncWriteExt as _;
+    let mut sock = tokio::net::TcpStream::connect(g.addr).await.unwrap();
+    sock.write_all(request).await.unwrap();
+    let (head, body) = read_response(&mut sock, request.starts_with(b"HEAD ")).await;
+    (head, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Sends a request signed with `keys` (unsigned if `None`), with `headers` (each ending in
+/// CRLF) and `body`; returns the response's head (lower-cased) and body.
+pub async fn request(
+    g: &Running,
+    keys: Option<(&str, &str)>,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> (String, String) {
+    let extra = if body.is_empty() && method != "PUT" {
+        headers.to_owned()
+    } else {
+        format!("{headers}Content-Length: {}\r\n", body.len())
+    };
+    let head = match keys {
+        Some(keys) => signed_as(keys, method, path, &extra),
+        None => format!("{method} {path} HTTP/1.1\r\nHost: gw\r\n{extra}"),
+    };
+    let mut req = format!("{head}\r\n").into_bytes();
+    req.extend_from_slice(body);
+    exchange(g, &req).await
+}
+
+/// The status code of a response from [`request`] or [`exchange`].
+pub fn status(r: &(String, String)) -> u16 {
+    r.0.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}

@@ -1,0 +1,49 @@
+//! The S3 calls of bucket policies ([`crate::sharing`] holds the rules).
+
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
+
+use super::{s3, Gateway};
+use crate::sharing::{self, Policy};
+
+impl Gateway {
+    /// A bucket's policy; `None`: none set.
+    pub(super) fn bucket_policy(&self, bucket: &str) -> S3Result<Option<Policy>> {
+        let dir = self.objects.directory();
+        dir.require_bucket(bucket).map_err(s3)?;
+        let doc = dir.bucket_setting(bucket, sharing::POLICY).map_err(s3)?;
+        crate::directory::parse_setting(doc, sharing::POLICY).map_err(s3)
+    }
+
+    /// PutBucketPolicy (`Some`) and DeleteBucketPolicy (`None`).
+    pub(super) async fn set_bucket_policy(&self, bucket: &str, doc: Option<&str>) -> S3Result<()> {
+        self.objects.directory().require_bucket(bucket).map_err(s3)?;
+        let stored = match doc {
+            Some(d) => {
+                let p = Policy::parse(d, bucket)
+                    .map_err(|why| S3Error::with_message(S3ErrorCode::MalformedPolicy, why))?;
+                Some(serde_json::to_string(&p).map_err(|e| s3_error!(InternalError, "{e}"))?)
+            }
+            None => None,
+        };
+        self.objects
+            .directory()
+            .transact_durable(&[], |tx| {
+                tx.set_bucket_setting(bucket, sharing::POLICY, stored.as_deref())
+            })
+            .await
+            .map_err(s3)?;
+        tracing::debug!(set = doc.is_some(), "bucket policy changed");
+        Ok(())
+    }
+
+    /// GetBucketPolicy.
+    pub(super) fn policy_document(&self, bucket: &str) -> S3Result<String> {
+        match self.bucket_policy(bucket)? {
+            Some(p) => Ok(p.document().to_owned()),
+            None => Err(S3Error::with_message(
+                S3ErrorCode::NoSuchBucketPolicy,
+                "The bucket policy does not exist",
+            )),
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Sharing through a running gateway, over HTTP: canned ACLs let unsigned requests (or any
+//! signed one) read what was made public and nothing else; bucket policies allow and deny by
+//! user, action and resource, a Deny wins over every other permission, and what a policy
+//! cannot enforce is refused rather than saved.
+
+use crate::common::{self, request, status};
+use blindfold_gateway::users::UserFile;
+
+const ADMIN: (&str, &str) = ("AKIDSHARING", "sharing-test-secret");
+
+async fn start() -> common::Running {
+    common::Running::start(ADMIN, None).await
+}
+
+async fn admin(g: &common::Running, method: &str, path: &str, headers: &str, body: &[u8]) -> u16 {
+    let r = request(g, Some(ADMIN), method, path, headers, body).await;
+    assert!(status(&r) < 300, "admin {method} {path}: {r:?}");
+    status(&r)
+}
+
+async fn anon(g: &common::Running, method: &str, path: &str) -> (String, String) {
+    request(g, None, method, path, "", b"").await
+}
+
+fn delete_objects_body(keys: &[&str]) -> (String, Vec<u8>) {
+    use base64::Engine as _;
+    use md5::Digest as _;
+    let objects: String = keys.iter().map(|k| format!("<Object><Key>{k}</Key></Object>")).collect();
+    let body = format!("<Delete>{objects}</Delete>").into_bytes();
+    let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(&body));
+    (format!("Content-MD5: {md5}\r\n"), body)
+}
+
+#[tokio::test]
+async fn canned_acls_open_reads_and_nothing_else() {
+    let g = start().await;
+    let file = UserFile::new(&g.data_dir, &g.key);
+    let outsider = file.add("outsider", vec!["elsewhere".into()], false).unwrap();
+    let out = (outsider.access_key.as_str(), outsider.secret_key());
+    admin(&g, "PUT", "/pubs", "", b"").await;
+    admin(&g, "PUT", "/pubs/k", "", b"shared bytes").await;
+    admin(&g, "PUT", "/pubs/auth", "x-amz-acl: authenticated-read\r\n", b"for signed readers")
+        .await;
+
+    // Private by default: unsigned requests and strangers see nothing.
+    for (method, path) in [("GET", "/pubs/k"), ("HEAD", "/pubs/k"), ("GET", "/pubs?list-type=2")] {
+        assert_eq!(status(&anon(&g, method, path).await), 403, "{method} {path}");
+    }
+    assert_eq!(status(&request(&g, Some(out), "GET", "/pubs/k", "", b"").await), 403);
+
+    // public-read on the object: anyone reads it, nobody unsigned writes or deletes.
+    admin(&g, "PUT", "/pubs/k?acl", "x-amz-acl: public-read\r\n", b"").await;
+    let r = anon(&g, "GET", "/pubs/k").await;
+    assert_eq!((status(&r), r.1.as_str()), (200, "shared bytes"), "{r:?}");
+    assert_eq!(status(&anon(&g, "HEAD", "/pubs/k").await), 200);
+    assert_eq!(status(&request(&g, None, "PUT", "/pubs/k", "", b"defaced").await), 403);
+    assert_eq!(status(&anon(&g, "DELETE", "/pubs/k").await), 403);
+    let (md5, body) = delete_objects_body(&["k"]);
+    assert_eq!(status(&request(&g, None, "POST", "/pubs?delete", &md5, &body).await), 403);
+    assert_eq!(status(&request(&g, Some(out), "DELETE", "/pubs/k", "", b"").await), 403);
+    assert_eq!(status(&anon(&g, "GET", "/pubs?list-type=2").await), 403, "an object ACL lists");
+    let acl = request(&g, Some(ADMIN), "GET", "/pubs/k?acl", "", b"").await;
+    assert!(acl.1.contains("groups/global/AllUsers") && acl.1.contains("READ"), "{acl:?}");
+
+    // authenticated-read: any signed user of this gateway, never an unsigned request.
+    assert_eq!(status(&anon(&g, "GET", "/pubs/auth").await), 403);
+    let r = request(&g, Some(out), "GET", "/pubs/auth", "", b"").await;
+    assert_eq!((status(&r), r.1.as_str()), (200, "for signed readers"), "{r:?}");
+    assert_eq!(status(&request(&g, Some(out), "PUT", "/pubs/auth", "", b"x").await), 403);
+
+    // A copy needs to read its source: a public object can be copied out, a private one not.
+    admin(&g, "PUT", "/elsewhere", "", b"").await;
+    let copy = |src: &str| format!("x-amz-copy-source: {src}\r\n");
+    let r = request(&g, Some(out), "PUT", "/elsewhere/c", &copy("/pubs/k"), b"").await;
+    assert_eq!(status(&r), 200, "{r:?}");
+    admin(&g, "PUT", "/pubs/private", "", b"not yours").await;
+    let r = request(&g, Some(out), "PUT", "/elsewhere/p", &copy("/pubs/private"), b"").await;
+    assert_eq!(status(&r), 403, "{r:?}");
+
+    // An overwrite is private again unless it says otherwise (as in S3).
+    admin(&g, "PUT", "/pubs/k", "", b"new private bytes").await;
+    assert_eq!(status(&anon(&g, "GET", "/pubs/k").await), 403);
+
+    // public-read on the bucket lists it, and reads no object.
+    admin(&g, "PUT", "/pubs?acl", "x-amz-acl: public-read\r\n", b"").await;
+    let r = anon(&g, "GET", "/pubs?list-type=2").await;
+    assert_eq!(status(&r), 200, "{r:?}");
+    assert!(r.1.contains("<Key>k</Key>"), "{r:?}");
+    assert_eq!(status(&anon(&g, "GET", "/pubs/private").await), 403);
+    // Back to private.
+    admin(&g, "PUT", "/pubs?acl", "x-amz-acl: private\r\n", b"").await;
+    assert_eq!(status(&anon(&g, "GET", "/pubs?list-type=2").await), 403);
+
+    // What cannot be honoured is refused, and nothing changes.
+    for h in ["x-amz-acl: public-read-write\r\n", "x-amz-grant-read: id=\"someone\"\r\n"] {
+        let r = request(&g, Some(ADMIN), "PUT", "/pubs?acl", h, b"").await;
+        assert_eq!(status(&r), 400, "{h}: {r:?}");
+        assert!(r.1.contains("AccessControlListNotSupported"), "{r:?}");
+    }
+    assert_eq!(status(&anon(&g, "GET", "/pubs?list-type=2").await), 403);
+    // Nothing at the root for an unsigned request.
+    assert_eq!(status(&anon(&g, "GET", "/").await), 403);
+    g.stop().await;
+}
+
+#[tokio::test]
+async fn policies_allow_and_deny_and_deny_wins() {
+    let g = start().await;
+    let file = UserFile::new(&g.data_dir, &g.key);
+    let alice = file.add("alice", vec!["pubs".into()], false).unwrap();
+    let bob = file.add("bob", vec!["other".into()], false).unwrap();
+    let a = (alice.access_key.as_str(), alice.secret_key());
+    let b = (bob.access_key.as_str(), bob.secret_key());
+    admin(&g, "PUT", "/pubs", "", b"").await;
+    for k in ["pub/x", "priv/y", "keep/z"] {
+        admin(&g, "PUT", &format!("/pubs/{k}"), "", k.as_bytes()).await;
+    }
+    assert_eq!(status(&request(&g, Some(ADMIN), "GET", "/pubs?policy", "", b"").await), 404);
+
+    let policy = format!(
+        r#"{{"Version":"2012-10-17","Statement":[
+        {{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::pubs/pub/*"}},
+        {{"Effect":"Allow","Principal":{{"AWS":"arn:aws:iam::000:user/bob"}},"Action":["s3:ListBucket","s3:PutObject"],
+          "Resource":["arn:aws:s3:::pubs","arn:aws:s3:::pubs/drop/*"]}},
+        {{"Effect":"Deny","Principal":{{"AWS":["{}"]}},"Action":"s3:DeleteObject","Resource":"arn:aws:s3:::pubs/keep/*"}}]}}"#,
+        alice.access_key
+    );
+    admin(&g, "PUT", "/pubs?policy", "", policy.as_bytes()).await;
+    let r = request(&g, Some(ADMIN), "GET", "/pubs?policy", "", b"").await;
+    assert_eq!(r.1, policy, "GetBucketPolicy answers the document as given");
+
+    // Allow: unsigned reads under pub/, nothing else.
+    assert_eq!(status(&anon(&g, "GET", "/pubs/pub/x").await), 200);
+    assert_eq!(status(&anon(&g, "GET", "/pubs/priv/y").await), 403);
+    assert_eq!(status(&request(&g, None, "PUT", "/pubs/pub/new", "", b"x").await), 403);
+    // Allow to a named user beyond its buckets: bob lists and drops, and reads nothing else.
+    let r = request(&g, Some(b), "GET", "/pubs?list-type=2", "", b"").await;
+    assert!(status(&r) == 200 && r.1.contains("priv/y"), "{r:?}");
+    assert_eq!(status(&request(&g, Some(b), "PUT", "/pubs/drop/f", "", b"from bob").await), 200);
+    assert_eq!(status(&request(&g, Some(b), "PUT", "/pubs/elsewhere", "", b"x").await), 403);
+    assert_eq!(status(&request(&g, Some(b), "GET", "/pubs/priv/y", "", b"").await), 403);
+    assert_eq!(
+        status(&request(&g, Some(b), "PUT", "/pubs?policy", "", policy.as_bytes()).await),
+        403
+    );
+
+    // Deny wins over alice's own access to the bucket, on every delete path.
+    assert_eq!(status(&request(&g, Some(a), "DELETE", "/pubs/keep/z", "", b"").await), 403);
+    let (md5, body) = delete_objects_body(&["priv/y", "keep/z"]);
+    let r = request(&g, Some(a), "POST", "/pubs?delete", &md5, &body).await;
+    assert_eq!(status(&r), 403, "{r:?}");
+    assert_eq!(status(&request(&g, Some(a), "GET", "/pubs/keep/z", "", b"").await), 200);
+    assert_eq!(status(&request(&g, Some(a), "GET", "/pubs/priv/y", "", b"").await), 200);
+    assert_eq!(status(&request(&g, Some(a), "DELETE", "/pubs/pub/x", "", b"").await), 204);
+
+    // A Deny to everyone stops the administrator too, except from mending the policy.
+    let lockout = r#"{"Statement":{"Effect":"Deny","Principal":"*","Action":"s3:*",
+        "Resource":["arn:aws:s3:::pubs","arn:aws:s3:::pubs/*"]}}"#;
+    admin(&g, "PUT", "/pubs?policy", "", lockout.as_bytes()).await;
+    assert_eq!(status(&request(&g, Some(ADMIN), "GET", "/pubs/keep/z", "", b"").await), 403);
+    assert_eq!(status(&request(&g, Some(a), "GET", "/pubs/keep/z", "", b"").await), 403);
+    let r = request(&g, Some(ADMIN), "GET", "/pubs?policyStatus", "", b"").await;
+    assert!(r.1.contains("<IsPublic>false</IsPublic>"), "{r:?}");
+    admin(&g, "GET", "/pubs?policy", "", b"").await;
+    admin(&g, "DELETE", "/pubs?policy", "", b"").await;
+    assert_eq!(status(&request(&g, Some(ADMIN), "GET", "/pubs/keep/z", "", b"").await), 200);
+    assert_eq!(status(&anon(&g, "GET", "/pubs/pub/x").await), 403, "the policy is gone");
+
+    // What a policy cannot enforce is refused, and the old policy (none) stays.
+    for bad in [
+        r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::pubs/*","Condition":{"IpAddress":{"aws:SourceIp":"10.0.0.0/8"}}}}"#,
+        r#"{"Statement":{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::other/*"}}"#,
+        "not json",
+    ] {
+        let r = request(&g, Some(ADMIN), "PUT", "/pubs?policy", "", bad.as_bytes()).await;
+        assert_eq!(status(&r), 400, "{bad}: {r:?}");
+        assert!(r.1.contains("MalformedPolicy"), "{r:?}");
+    }
+    assert_eq!(status(&request(&g, Some(ADMIN), "GET", "/pubs?policy", "", b"").await), 404);
+    g.stop().await;
+}
