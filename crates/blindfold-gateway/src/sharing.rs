@@ -443,7 +443,7 @@ mod tests {
     #[test]
     fn what_cannot_be_enforced_is_refused_not_ignored() {
         let bad = |s: &str, why: &str| {
-            let doc = format!(r#"{{"Version":"2012-10-17","Statement":[{s}]}}"#);
+            let doc = format!(r#"{{"Version":"2012-10-17","Statement":[{{{s}}}]}}"#);
             let e = Policy::parse(&doc, "b").unwrap_err();
             assert!(e.contains(why), "{s}: {e}");
         };
