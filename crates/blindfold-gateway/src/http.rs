@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use crate::objects::ObjectLayer;
 use crate::observe::Observer;
 use crate::open::Opened;
 use crate::recovery::write_snapshot;
@@ -193,6 +194,7 @@ impl http_body::Body for TrackedBody {
 async fn handle(
     service: s3s::service::S3Service,
     observer: Arc<Observer>,
+    objects: Arc<ObjectLayer>,
     req: hyper::Request<hyper::body::Incoming>,
 ) -> std::result::Result<s3s::HttpResponse, s3s::HttpError> {
     let started = std::time::Instant::now();
@@ -200,7 +202,16 @@ async fn handle(
     let name = observer.recording().then(|| object_name(req.uri().path()));
     // A HEAD answer carries the object's Content-Length but no body.
     let head = req.method() == hyper::Method::HEAD;
-    let resp = handle_inner(service, Arc::clone(&observer), req).await?;
+    let resp = if req.method() == hyper::Method::OPTIONS {
+        preflight(&objects, &req)
+    } else {
+        let allowed = cors_allowed(&objects, &req);
+        let mut resp = handle_inner(service, Arc::clone(&observer), req).await?;
+        if let Some(a) = allowed {
+            cors_headers(resp.headers_mut(), &a);
+        }
+        resp
+    };
     let sent = resp
         .headers()
         .get(hyper::header::CONTENT_LENGTH)
@@ -210,6 +221,101 @@ async fn handle(
     observer.s3_sent(sent);
     observer.s3(operation, resp.status().as_u16(), started.elapsed(), name);
     Ok(resp)
+}
+
+/// The bucket a path-style request names (empty at the root), decoded.
+fn bucket_of(path: &str) -> String {
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or_default();
+    percent_encoding::percent_decode_str(first).decode_utf8_lossy().into_owned()
+}
+
+/// The CORS rules of the bucket a request names (`None`: none, or no such bucket).
+fn cors_rules<B>(objects: &ObjectLayer, req: &hyper::Request<B>) -> Option<crate::cors::Rules> {
+    let bucket = bucket_of(req.uri().path());
+    if bucket.is_empty() {
+        return None;
+    }
+    let doc = objects.directory().bucket_setting(&bucket, crate::cors::SETTING).ok()??;
+    match crate::directory::parse_setting(Some(doc), crate::cors::SETTING) {
+        Ok(rules) => rules,
+        Err(e) => {
+            tracing::error!(error = %e, "a bucket's CORS rules are unreadable; CORS is off for it");
+            None
+        }
+    }
+}
+
+fn header<'a, B>(req: &'a hyper::Request<B>, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// What the bucket's CORS rules allow an ordinary request with an `Origin` header (its method,
+/// or the one `Access-Control-Request-Method` names).
+fn cors_allowed<B>(objects: &ObjectLayer, req: &hyper::Request<B>) -> Option<crate::cors::Allowed> {
+    let origin = header(req, "origin")?;
+    let method = header(req, "access-control-request-method").unwrap_or(req.method().as_str());
+    cors_rules(objects, req)?.allow(origin, method, &[])
+}
+
+fn cors_headers(h: &mut hyper::HeaderMap, a: &crate::cors::Allowed) {
+    use hyper::header::{self, HeaderValue};
+    let mut set = |name: header::HeaderName, value: &str| {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(name, v);
+        }
+    };
+    set(header::ACCESS_CONTROL_ALLOW_ORIGIN, &a.origin);
+    set(header::ACCESS_CONTROL_ALLOW_METHODS, &a.methods);
+    if let Some(v) = &a.headers {
+        set(header::ACCESS_CONTROL_ALLOW_HEADERS, v);
+    }
+    if let Some(v) = &a.expose {
+        set(header::ACCESS_CONTROL_EXPOSE_HEADERS, v);
+    }
+    if let Some(v) = a.max_age {
+        set(header::ACCESS_CONTROL_MAX_AGE, &v.to_string());
+    }
+    if a.origin != "*" {
+        h.append(header::VARY, HeaderValue::from_static("Origin"));
+    }
+}
+
+/// The answer to a CORS preflight (`OPTIONS`), from the bucket's rules alone: no S3 operation
+/// runs and no signature is needed, as browsers send none.
+fn preflight<B>(objects: &ObjectLayer, req: &hyper::Request<B>) -> s3s::HttpResponse {
+    use hyper::StatusCode;
+    let (Some(origin), Some(method)) =
+        (header(req, "origin"), header(req, "access-control-request-method"))
+    else {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "Insufficient information. Origin request header needed. (OPTIONS answers CORS \
+             preflights: send Origin and Access-Control-Request-Method)",
+        );
+    };
+    let Some(rules) = cors_rules(objects, req) else {
+        return error_response(
+            StatusCode::FORBIDDEN,
+            "CORSResponse",
+            "CORSResponse: CORS is not enabled for this bucket. (set it with PutBucketCors)",
+        );
+    };
+    let wanted = crate::cors::requested_headers(header(req, "access-control-request-headers"));
+    match rules.allow(origin, method, &wanted) {
+        Some(a) => {
+            let mut resp = hyper::Response::new(s3s::Body::empty());
+            cors_headers(resp.headers_mut(), &a);
+            resp
+        }
+        None => error_response(
+            StatusCode::FORBIDDEN,
+            "CORSResponse",
+            "CORSResponse: This CORS request is not allowed. This is usually because the \
+             evaluation of Origin, request method / Access-Control-Request-Method or \
+             Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.",
+        ),
+    }
 }
 
 /// The S3 operation a request asks for, from its method, path and query (a fixed set of
@@ -225,6 +331,9 @@ pub fn s3_operation<B>(req: &hyper::Request<B>) -> &'static str {
     };
     let copy = req.headers().contains_key("x-amz-copy-source");
     let m = req.method();
+    if *m == Method::OPTIONS {
+        return "CorsPreflight";
+    }
     if bucket.is_empty() {
         return if *m == Method::GET { "ListBuckets" } else { "Other" };
     }
@@ -484,9 +593,13 @@ pub async fn run_tls(
     });
     let service = service(&opened);
     let observer = Arc::clone(&opened.observer);
+    let objects = Arc::clone(&opened.objects);
     let make_svc = || {
-        let (service, observer) = (service.clone(), Arc::clone(&observer));
-        hyper::service::service_fn(move |req| handle(service.clone(), Arc::clone(&observer), req))
+        let (service, observer, objects) =
+            (service.clone(), Arc::clone(&observer), Arc::clone(&objects));
+        hyper::service::service_fn(move |req| {
+            handle(service.clone(), Arc::clone(&observer), Arc::clone(&objects), req)
+        })
     };
     crate::listen::accept_until(&listener, tls.as_ref(), &opened.limits, "s3", make_svc, shutdown)
         .await;

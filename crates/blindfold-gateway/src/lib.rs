@@ -27,6 +27,7 @@
 
 pub mod admin;
 pub mod anchor;
+pub mod cors;
 pub mod datadir;
 mod directory;
 pub mod engine;

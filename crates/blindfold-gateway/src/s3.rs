@@ -16,6 +16,7 @@ use crate::GatewayError;
 
 mod acl;
 mod authorize;
+mod cors_api;
 mod lifecycle_api;
 pub use authorize::Authorizer;
 mod object_lock;
@@ -1712,6 +1713,31 @@ impl S3 for Gateway {
             .await
             .map_err(s3)?;
         Ok(S3Response::new(PutObjectAclOutput::default()))
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        let i = req.input;
+        self.set_cors(&i.bucket, Some(i.cors_configuration)).await?;
+        Ok(S3Response::new(PutBucketCorsOutput::default()))
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        let cors_rules = Some(self.cors_rules(&req.input.bucket)?);
+        Ok(S3Response::new(GetBucketCorsOutput { cors_rules }))
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        self.set_cors(&req.input.bucket, None).await?;
+        Ok(S3Response::new(DeleteBucketCorsOutput::default()))
     }
 
     async fn put_bucket_policy(

@@ -22,13 +22,18 @@ async fn anon(g: &common::Running, method: &str, path: &str) -> (String, String)
     request(g, None, method, path, "", b"").await
 }
 
-fn delete_objects_body(keys: &[&str]) -> (String, Vec<u8>) {
+/// The Content-MD5 header of `body` (DeleteObjects and PutBucketCors need one).
+fn content_md5(body: &[u8]) -> String {
     use base64::Engine as _;
     use md5::Digest as _;
+    let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(body));
+    format!("Content-MD5: {md5}\r\n")
+}
+
+fn delete_objects_body(keys: &[&str]) -> (String, Vec<u8>) {
     let objects: String = keys.iter().map(|k| format!("<Object><Key>{k}</Key></Object>")).collect();
     let body = format!("<Delete>{objects}</Delete>").into_bytes();
-    let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(&body));
-    (format!("Content-MD5: {md5}\r\n"), body)
+    (content_md5(&body), body)
 }
 
 #[tokio::test]
@@ -177,5 +182,95 @@ async fn policies_allow_and_deny_and_deny_wins() {
         assert!(r.1.contains("MalformedPolicy"), "{r:?}");
     }
     assert_eq!(status(&request(&g, Some(ADMIN), "GET", "/pubs?policy", "", b"").await), 404);
+    g.stop().await;
+}
+
+#[tokio::test]
+async fn cors_rules_answer_preflights_and_add_headers_without_granting_access() {
+    let g = start().await;
+    admin(&g, "PUT", "/pubs", "", b"").await;
+    admin(&g, "PUT", "/pubs/k", "x-amz-acl: public-read\r\n", b"page data").await;
+    admin(&g, "PUT", "/pubs/private", "", b"secret").await;
+    let preflight = |origin: &str, method: &str, headers: &str| {
+        format!(
+            "Origin: {origin}\r\nAccess-Control-Request-Method: {method}\r\n{}",
+            if headers.is_empty() {
+                String::new()
+            } else {
+                format!("Access-Control-Request-Headers: {headers}\r\n")
+            }
+        )
+    };
+    let allow_origin = |r: &(String, String)| {
+        r.0.lines().find_map(|l| l.strip_prefix("access-control-allow-origin: ")).map(str::to_owned)
+    };
+    // No rules yet: preflights are refused, answers carry no CORS headers.
+    let r =
+        request(&g, None, "OPTIONS", "/pubs/k", &preflight("https://app.example", "GET", ""), b"")
+            .await;
+    assert_eq!(status(&r), 403, "{r:?}");
+    assert_eq!(status(&request(&g, Some(ADMIN), "GET", "/pubs?cors", "", b"").await), 404);
+    let r = request(&g, None, "GET", "/pubs/k", "Origin: https://app.example\r\n", b"").await;
+    assert_eq!((status(&r), allow_origin(&r)), (200, None));
+
+    let rules = b"<CORSConfiguration><CORSRule><AllowedOrigin>https://*.example</AllowedOrigin>\
+        <AllowedMethod>GET</AllowedMethod><AllowedMethod>PUT</AllowedMethod>\
+        <AllowedHeader>x-amz-*</AllowedHeader><ExposeHeader>ETag</ExposeHeader>\
+        <MaxAgeSeconds>600</MaxAgeSeconds></CORSRule></CORSConfiguration>";
+    admin(&g, "PUT", "/pubs?cors", &content_md5(rules), rules).await;
+    let r = request(&g, Some(ADMIN), "GET", "/pubs?cors", "", b"").await;
+    assert!(r.1.contains("<AllowedOrigin>https://*.example</AllowedOrigin>"), "{r:?}");
+
+    // A preflight the rules allow: the origin, methods, asked headers and max age.
+    let r = request(
+        &g,
+        None,
+        "OPTIONS",
+        "/pubs/k",
+        &preflight("https://app.example", "PUT", "X-Amz-Date"),
+        b"",
+    )
+    .await;
+    assert_eq!(status(&r), 200, "{r:?}");
+    assert_eq!(allow_origin(&r).as_deref(), Some("https://app.example"));
+    for h in [
+        "access-control-allow-methods: get, put",
+        "access-control-allow-headers: x-amz-date",
+        "access-control-max-age: 600",
+    ] {
+        assert!(r.0.contains(h), "{h} in {}", r.0);
+    }
+    // Another origin, method or header: refused. No Origin at all: a bad request.
+    for (o, m, h) in [
+        ("https://evil.test", "GET", ""),
+        ("https://app.example", "DELETE", ""),
+        ("https://app.example", "GET", "authorization"),
+    ] {
+        let r = request(&g, None, "OPTIONS", "/pubs/k", &preflight(o, m, h), b"").await;
+        assert_eq!(status(&r), 403, "{o} {m} {h}: {r:?}");
+        assert_eq!(allow_origin(&r), None);
+    }
+    assert_eq!(status(&request(&g, None, "OPTIONS", "/pubs/k", "", b"").await), 400);
+
+    // Ordinary answers carry the headers for an allowed origin, even errors.
+    let r = request(&g, None, "GET", "/pubs/k", "Origin: https://app.example\r\n", b"").await;
+    assert_eq!((status(&r), allow_origin(&r).as_deref()), (200, Some("https://app.example")));
+    assert!(r.0.contains("access-control-expose-headers: etag"), "{}", r.0);
+    // CORS grants nothing: the private object stays refused to an unsigned request.
+    let r = request(&g, None, "GET", "/pubs/private", "Origin: https://app.example\r\n", b"").await;
+    assert_eq!((status(&r), allow_origin(&r).as_deref()), (403, Some("https://app.example")));
+    let r = request(&g, None, "GET", "/pubs/k", "Origin: https://evil.test\r\n", b"").await;
+    assert_eq!((status(&r), allow_origin(&r)), (200, None));
+
+    // Bad rules are refused; deleting the rules turns CORS off.
+    let bad = b"<CORSConfiguration><CORSRule><AllowedOrigin>*</AllowedOrigin>\
+        <AllowedMethod>PATCH</AllowedMethod></CORSRule></CORSConfiguration>";
+    let r = request(&g, Some(ADMIN), "PUT", "/pubs?cors", &content_md5(bad), bad).await;
+    assert_eq!(status(&r), 400, "{r:?}");
+    admin(&g, "DELETE", "/pubs?cors", "", b"").await;
+    let r =
+        request(&g, None, "OPTIONS", "/pubs/k", &preflight("https://app.example", "GET", ""), b"")
+            .await;
+    assert_eq!(status(&r), 403, "{r:?}");
     g.stop().await;
 }
