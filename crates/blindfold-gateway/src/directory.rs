@@ -48,6 +48,10 @@ pub const VERSION_ID_KEY: &str = ":version-id";
 /// The metadata entry of an object that holds its tags, in the query-string form of the
 /// `x-amz-tagging` header (`k1=v1&k2=v2`, URL-encoded); no entry means no tags.
 pub const TAGGING_KEY: &str = ":tagging";
+/// Metadata entry of an object written with an SSE-C customer key: a salted digest of the
+/// key (never the key), which every read must match (the S3 front end checks it; front ends
+/// that cannot carry the key refuse to read such an object).
+pub const SSE_C_KEY: &str = ":sse-c";
 /// The version id of an object written while versioning was off or suspended.
 pub const NULL_VERSION: &str = "null";
 

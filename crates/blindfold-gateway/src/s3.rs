@@ -21,6 +21,7 @@ mod lifecycle_api;
 pub use authorize::Authorizer;
 mod object_lock;
 mod policy_api;
+mod sse;
 use object_lock::LockHeaders;
 
 /// Bytes read before a GET answers, so that small objects fail with a proper error.
@@ -46,6 +47,24 @@ macro_rules! object_acl {
                 $input.grant_write_acp.as_ref(),
                 $($input.$extra.as_ref(),)?
             ],
+        )?
+    };
+}
+
+/// Checks the server-side encryption a write asks for (PutObject, CreateMultipartUpload,
+/// CopyObject: inputs with the same fields) and records it in the new object's map
+/// ([`sse`]); the [`sse::Written`] says what to answer.
+macro_rules! object_sse {
+    ($input:ident, $map:ident) => {
+        sse::Written::apply(
+            &mut $map,
+            $input.server_side_encryption.as_ref(),
+            $input.ssekms_key_id.as_deref(),
+            sse::CustomerKey::of(
+                $input.sse_customer_algorithm.as_deref(),
+                $input.sse_customer_key.as_deref(),
+                $input.sse_customer_key_md5.as_deref(),
+            )?,
         )?
     };
 }
@@ -1014,6 +1033,7 @@ impl S3 for Gateway {
         }
         let mut map = new_object_map!(self, input);
         acl::apply(&mut map, canned);
+        let enc = object_sse!(input, map);
         let meta = self
             .objects
             .put_object(
@@ -1036,6 +1056,9 @@ impl S3 for Gateway {
             checksum_crc64nvme: input.checksum_crc64nvme,
             checksum_sha1: input.checksum_sha1,
             checksum_sha256: input.checksum_sha256,
+            server_side_encryption: enc.encryption(),
+            sse_customer_algorithm: enc.algorithm(),
+            sse_customer_key_md5: enc.customer_md5,
             ..Default::default()
         }))
     }
@@ -1047,6 +1070,14 @@ impl S3 for Gateway {
         let input = req.input;
         let (meta, _pin) =
             self.version_for_read(&input.bucket, &input.key, input.version_id.as_deref())?;
+        let enc = sse::check_read(
+            &meta.metadata,
+            sse::CustomerKey::of(
+                input.sse_customer_algorithm.as_deref(),
+                input.sse_customer_key.as_deref(),
+                input.sse_customer_key_md5.as_deref(),
+            )?,
+        )?;
         let state = self.versioning(&input.bucket)?;
         Conditions {
             if_match: input.if_match.as_ref(),
@@ -1096,6 +1127,9 @@ impl S3 for Gateway {
             expiration: current
                 .then(|| self.expiration(&input.bucket, &input.key, &meta))
                 .flatten(),
+            server_side_encryption: enc.encryption(),
+            sse_customer_algorithm: enc.algorithm(),
+            sse_customer_key_md5: enc.customer_md5,
             ..Default::default()
         }))
     }
@@ -1107,6 +1141,14 @@ impl S3 for Gateway {
         let input = req.input;
         let (meta, _pin) =
             self.version_for_read(&input.bucket, &input.key, input.version_id.as_deref())?;
+        let enc = sse::check_read(
+            &meta.metadata,
+            sse::CustomerKey::of(
+                input.sse_customer_algorithm.as_deref(),
+                input.sse_customer_key.as_deref(),
+                input.sse_customer_key_md5.as_deref(),
+            )?,
+        )?;
         let state = self.versioning(&input.bucket)?;
         Conditions {
             if_match: input.if_match.as_ref(),
@@ -1138,6 +1180,9 @@ impl S3 for Gateway {
             expiration: current
                 .then(|| self.expiration(&input.bucket, &input.key, &meta))
                 .flatten(),
+            server_side_encryption: enc.encryption(),
+            sse_customer_algorithm: enc.algorithm(),
+            sse_customer_key_md5: enc.customer_md5,
             ..Default::default()
         });
         // HeadObjectOutput has no field for it; S3 sends it on HEAD as on GET.
@@ -1226,6 +1271,15 @@ impl S3 for Gateway {
             parse_tagging(t)?;
         }
         let (src, _pin) = self.version_for_read(&src_bucket, &src_key, src_version.as_deref())?;
+        // An SSE-C source is read with its key; the copy is encrypted as the request says.
+        sse::check_read(
+            &src.metadata,
+            sse::CustomerKey::of(
+                input.copy_source_sse_customer_algorithm.as_deref(),
+                input.copy_source_sse_customer_key.as_deref(),
+                input.copy_source_sse_customer_key_md5.as_deref(),
+            )?,
+        )?;
         Conditions {
             if_match: input.copy_source_if_match.as_ref(),
             if_none_match: input.copy_source_if_none_match.as_ref(),
@@ -1281,6 +1335,7 @@ impl S3 for Gateway {
         crate::lock::apply(&mut map, lock);
         // Nor its ACL: the one the request names (private if none), as S3 does.
         acl::apply(&mut map, canned);
+        let enc = object_sse!(input, map);
         let meta = self
             .objects
             .copy_object(&src, &input.bucket, &input.key, Some((content_type, map)))
@@ -1295,6 +1350,9 @@ impl S3 for Gateway {
             }),
             version_id: written_version(self.versioning(&input.bucket)?, &meta),
             copy_source_version_id: answer_version(src_state, &src),
+            server_side_encryption: enc.encryption(),
+            sse_customer_algorithm: enc.algorithm(),
+            sse_customer_key_md5: enc.customer_md5,
             ..Default::default()
         }))
     }
@@ -1376,6 +1434,7 @@ impl S3 for Gateway {
         let canned = object_acl!(input);
         let mut map = new_object_map!(self, input);
         acl::apply(&mut map, canned);
+        let enc = object_sse!(input, map);
         let id = self
             .objects
             .create_upload(&input.bucket, &input.key, input.content_type, map)
@@ -1385,6 +1444,9 @@ impl S3 for Gateway {
             bucket: Some(input.bucket),
             key: Some(input.key),
             upload_id: Some(id),
+            server_side_encryption: enc.encryption(),
+            sse_customer_algorithm: enc.algorithm(),
+            sse_customer_key_md5: enc.customer_md5,
             ..Default::default()
         }))
     }
@@ -1397,6 +1459,19 @@ impl S3 for Gateway {
         if !(1..=10_000).contains(&input.part_number) {
             return Err(s3_error!(InvalidArgument, "part numbers are 1 to 10000"));
         }
+        // A part of an SSE-C upload carries the upload's key (and no other does).
+        let customer = sse::CustomerKey::of(
+            input.sse_customer_algorithm.as_deref(),
+            input.sse_customer_key.as_deref(),
+            input.sse_customer_key_md5.as_deref(),
+        )?;
+        let upload = self.objects.directory().upload(&input.upload_id).map_err(s3)?;
+        let enc = match upload {
+            Some(u) if u.bucket == input.bucket && u.key == input.key => {
+                sse::check_read(&u.metadata, customer)?
+            }
+            _ => return Err(s3_error!(NoSuchUpload)),
+        };
         let part = self
             .objects
             .upload_part(
@@ -1416,6 +1491,9 @@ impl S3 for Gateway {
             checksum_crc64nvme: input.checksum_crc64nvme,
             checksum_sha1: input.checksum_sha1,
             checksum_sha256: input.checksum_sha256,
+            server_side_encryption: enc.encryption(),
+            sse_customer_algorithm: enc.algorithm(),
+            sse_customer_key_md5: enc.customer_md5,
             ..Default::default()
         }))
     }
@@ -1498,6 +1576,14 @@ impl S3 for Gateway {
             }
         };
         let (src, _pin) = self.head_for_read(&src_bucket, &src_key)?;
+        sse::check_read(
+            &src.metadata,
+            sse::CustomerKey::of(
+                input.copy_source_sse_customer_algorithm.as_deref(),
+                input.copy_source_sse_customer_key.as_deref(),
+                input.copy_source_sse_customer_key_md5.as_deref(),
+            )?,
+        )?;
         Conditions {
             if_match: input.copy_source_if_match.as_ref(),
             if_none_match: input.copy_source_if_none_match.as_ref(),

@@ -745,6 +745,9 @@ impl Swift {
             let Some((src, _pin)) = self.objects.lookup_for_read(src_c, src_o)? else {
                 return Err(self.missing(src_c));
             };
+            if src.metadata.contains_key(crate::directory::SSE_C_KEY) {
+                return Ok(sse_c_refused());
+            }
             let meta = self.objects.copy_object(&src, container, key, None).await?;
             let mut r = empty(StatusCode::CREATED);
             set(&mut r, "etag", &meta.etag);
@@ -778,6 +781,9 @@ impl Swift {
         let Some((meta, _pin)) = self.objects.lookup_for_read(container, key)? else {
             return Err(self.missing(container));
         };
+        if meta.metadata.contains_key(crate::directory::SSE_C_KEY) {
+            return Ok(sse_c_refused());
+        }
         let range = match parse_range(header(req.headers(), "range"), meta.size) {
             Ok(r) => r,
             Err(()) => {
@@ -838,6 +844,16 @@ pub async fn serve(
         let _ = stop.wait_for(|&s| s).await;
     };
     crate::listen::accept_until(&listener, tls.as_ref(), &limits, "swift", make_svc, stopped).await;
+}
+
+/// The answer to a read of an object written over S3 with an SSE-C key, which Swift cannot
+/// carry.
+fn sse_c_refused() -> Response<Body> {
+    text(
+        StatusCode::FORBIDDEN,
+        "This object was written over S3 with a customer-provided key (SSE-C); read it over S3 \
+         with that key",
+    )
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ mod s3_api;
 mod s3_fuzz;
 mod sharing;
 mod snapshot_damage;
+mod sse;
 mod stop;
 mod store_durability;
 mod swift;
