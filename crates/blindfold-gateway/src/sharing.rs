@@ -451,7 +451,7 @@ mod tests {
         bad(&format!(r#"{ok},"Resource":"arn:aws:s3:::b/*","Condition":{{}}"#), "Condition");
         bad(&format!(r#"{ok},"Resource":"arn:aws:s3:::other/*""#), "invalid resource");
         bad(&format!(r#"{ok},"Resource":"b/*""#), "not an S3 ARN");
-        bad(&format!(r#"{ok}"#), "Resource");
+        bad(ok, "Resource");
         bad(
             r#""Effect":"Allow","Principal":{"Service":"x"},"Action":"s3:GetObject","Resource":"arn:aws:s3:::b""#,
             "principal kind",

@@ -274,3 +274,51 @@ async fn cors_rules_answer_preflights_and_add_headers_without_granting_access() 
     assert_eq!(status(&r), 403, "{r:?}");
     g.stop().await;
 }
+
+/// Every store request the gateway has made so far, from its metrics.
+async fn store_requests(g: &common::Running) -> f64 {
+    use base64::Engine as _;
+    use tokio::io::AsyncWriteExt as _;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", ADMIN.0, ADMIN.1));
+    let mut sock = tokio::net::TcpStream::connect(g.admin).await.unwrap();
+    let req = format!(
+        "GET /metrics HTTP/1.1\r\nHost: admin\r\nAuthorization: Basic {auth}\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    sock.write_all(req.as_bytes()).await.unwrap();
+    let (_, body) = common::read_response(&mut sock, false).await;
+    String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("blindfold_store_requests_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+#[tokio::test]
+async fn refusals_and_preflights_make_no_store_request() {
+    let g = start().await;
+    admin(&g, "PUT", "/pubs", "", b"").await;
+    admin(&g, "PUT", "/pubs/private", "", b"secret").await;
+    admin(&g, "PUT", "/pubs/open", "x-amz-acl: public-read\r\n", b"open").await;
+    let deny = br#"{"Statement":{"Effect":"Deny","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::pubs/*"}}"#;
+    admin(&g, "PUT", "/pubs?policy", "", deny).await;
+    let cors = b"<CORSConfiguration><CORSRule><AllowedOrigin>*</AllowedOrigin>\
+        <AllowedMethod>GET</AllowedMethod></CORSRule></CORSConfiguration>";
+    admin(&g, "PUT", "/pubs?cors", &content_md5(cors), cors).await;
+    let before = store_requests(&g).await;
+    assert!(before > 0.0, "the setup wrote to the store");
+    for _ in 0..10 {
+        assert_eq!(status(&anon(&g, "GET", "/pubs/private").await), 403);
+        assert_eq!(status(&anon(&g, "GET", "/pubs?list-type=2").await), 403);
+        let r = request(&g, Some(ADMIN), "PUT", "/pubs/denied", "", b"x").await;
+        assert_eq!(status(&r), 403);
+        let pre = "Origin: https://a.example\r\nAccess-Control-Request-Method: GET\r\n";
+        assert_eq!(status(&request(&g, None, "OPTIONS", "/pubs/open", pre, b"").await), 200);
+    }
+    assert_eq!(store_requests(&g).await, before, "a refusal or preflight reached the store");
+    // The allowed read does reach it (the count can move at all).
+    assert_eq!(status(&anon(&g, "GET", "/pubs/open").await), 200);
+    assert!(store_requests(&g).await > before);
+    g.stop().await;
+}
