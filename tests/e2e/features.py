@@ -642,7 +642,7 @@ class DiskFull:
 
 # =============================================================================================
 def versions(run_):
-    """Versioning, tagging, object lock and lifecycle with the aws CLI's s3api (issue 48)."""
+    """Versioning, tagging, object lock, lifecycle and sharing with the aws CLI's s3api (issue 48)."""
     p = run_.pass_("versions", "versioning, tagging, object lock and lifecycle (aws s3api)")
     # Lifecycle days of two seconds, applied every second, so that rules act within the test.
     gw = Gateway(run_.ctx, "versions", capacity="8MiB",
@@ -657,6 +657,8 @@ def versions(run_):
             object_lock_s3api, p, gw)
     p.check("lifecycle: rules set and read back, objects and old versions expire, header",
             lifecycle_s3api, p, gw)
+    p.check("sharing: canned ACLs, a bucket policy, CORS preflight, SSE-C (s3api, unsigned HTTP)",
+            sharing_s3api, p, gw)
     p.stop_and_verify(gw)
 
 
@@ -827,6 +829,74 @@ def lifecycle_s3api(p, gw):
     s3api_json(gw, "delete-bucket-lifecycle", "--bucket", b)
     r = aws_cmd(gw, "s3api", "get-bucket-lifecycle-configuration", "--bucket", b, ok=False)
     expect(r.returncode != 0 and "NoSuchLifecycleConfiguration" in r.stderr, f"deleted: {r.stderr}")
+
+
+def sharing_s3api(p, gw):
+    import base64
+    d, b = p.dir("sharing"), "e2e-sharing"
+    rand_file(f"{d}/f", 500)
+    body = read(f"{d}/f")
+    url = f"{gw.endpoint}/{b}"
+    s3api_json(gw, "create-bucket", "--bucket", b)
+    s3api_json(gw, "put-object", "--bucket", b, "--key", "open", "--body", f"{d}/f", "--acl", "public-read")
+    s3api_json(gw, "put-object", "--bucket", b, "--key", "closed", "--body", f"{d}/f")
+    status, got, _ = http(f"{url}/open", ca=gw.ca)
+    expect(status == 200 and got == body, f"an unsigned GET of a public-read object: {status}")
+    status, got, _ = http(f"{url}/closed", ca=gw.ca)
+    expect(status == 403 and b"AccessDenied" in got, f"an unsigned GET of a private object: {status} {got[:200]}")
+    status, _, _ = http(f"{url}/open", method="DELETE", ca=gw.ca)
+    expect(status == 403, f"an unsigned DELETE: {status}")
+    grants = s3api_json(gw, "get-object-acl", "--bucket", b, "--key", "open")["Grants"]
+    expect(any(g["Grantee"].get("URI", "").endswith("AllUsers") for g in grants), f"grants: {grants}")
+    r = aws_cmd(gw, "s3api", "put-bucket-acl", "--bucket", b, "--acl", "public-read-write", ok=False)
+    expect(r.returncode != 0 and "AccessControlListNotSupported" in r.stderr, f"public-read-write: {r.stderr}")
+    # A policy: everyone may read under pub/; nobody may delete under keep/, the admin included.
+    policy = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{b}/pub/*"},
+        {"Effect": "Deny", "Principal": "*", "Action": "s3:DeleteObject", "Resource": f"arn:aws:s3:::{b}/keep/*"}]}
+    s3api_json(gw, "put-bucket-policy", "--bucket", b, "--policy", json.dumps(policy))
+    got = json.loads(s3api_json(gw, "get-bucket-policy", "--bucket", b)["Policy"])
+    expect(got == policy, f"the policy read back: {got}")
+    status = s3api_json(gw, "get-bucket-policy-status", "--bucket", b)["PolicyStatus"]
+    expect(status == {"IsPublic": True}, f"policy status: {status}")
+    s3api_json(gw, "put-object", "--bucket", b, "--key", "pub/x", "--body", f"{d}/f")
+    s3api_json(gw, "put-object", "--bucket", b, "--key", "keep/y", "--body", f"{d}/f")
+    status, got, _ = http(f"{url}/pub/x", ca=gw.ca)
+    expect(status == 200 and got == body, f"an unsigned GET the policy allows: {status}")
+    r = aws_cmd(gw, "s3api", "delete-object", "--bucket", b, "--key", "keep/y", ok=False)
+    expect(r.returncode != 0 and "AccessDenied" in r.stderr, f"a delete the policy denies: {r.stderr}")
+    r = aws_cmd(gw, "s3api", "put-bucket-policy", "--bucket", b, "--policy",
+                json.dumps({"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                                           "Resource": f"arn:aws:s3:::{b}/*",
+                                           "Condition": {"Bool": {"aws:SecureTransport": "true"}}}]}), ok=False)
+    expect(r.returncode != 0 and "MalformedPolicy" in r.stderr, f"a condition: {r.stderr}")
+    s3api_json(gw, "delete-bucket-policy", "--bucket", b)
+    s3api_json(gw, "delete-object", "--bucket", b, "--key", "keep/y")
+    # CORS: a preflight from an allowed origin, and one from another.
+    cors = {"CORSRules": [{"AllowedOrigins": ["https://app.example"], "AllowedMethods": ["GET"],
+                           "ExposeHeaders": ["ETag"], "MaxAgeSeconds": 60}]}
+    s3api_json(gw, "put-bucket-cors", "--bucket", b, "--cors-configuration", json.dumps(cors))
+    got = s3api_json(gw, "get-bucket-cors", "--bucket", b)
+    expect(got.get("CORSRules") == cors["CORSRules"], f"cors read back: {got}")
+    pre = {"Origin": "https://app.example", "Access-Control-Request-Method": "GET"}
+    status, _, h = http(f"{url}/open", method="OPTIONS", headers=pre, ca=gw.ca)
+    expect(status == 200 and h.get("Access-Control-Allow-Origin") == "https://app.example",
+           f"an allowed preflight: {status} {dict(h)}")
+    status, _, h = http(f"{url}/open", method="OPTIONS", ca=gw.ca,
+                        headers={**pre, "Origin": "https://evil.example"})
+    expect(status == 403 and not h.get("Access-Control-Allow-Origin"), f"another origin: {status}")
+    # SSE-C: the key on every read; SSE-KMS refused.
+    key = base64.b64encode(bytes(range(32))).decode()
+    md5 = base64.b64encode(hashlib.md5(bytes(range(32))).digest()).decode()
+    ssec = ["--sse-customer-algorithm", "AES256", "--sse-customer-key", key, "--sse-customer-key-md5", md5]
+    s3api_json(gw, "put-object", "--bucket", b, "--key", "ssec", "--body", f"{d}/f", *ssec)
+    r = aws_cmd(gw, "s3api", "head-object", "--bucket", b, "--key", "ssec", ok=False)
+    expect(r.returncode != 0, "an SSE-C object was read without its key")
+    got = s3api_json(gw, "get-object", "--bucket", b, "--key", "ssec", *ssec, f"{d}/back")
+    expect(got.get("SSECustomerKeyMD5") == md5 and read(f"{d}/back") == body, f"SSE-C read: {got}")
+    r = aws_cmd(gw, "s3api", "put-object", "--bucket", b, "--key", "kms", "--body", f"{d}/f",
+                "--server-side-encryption", "aws:kms", ok=False)
+    expect(r.returncode != 0 and "SSE-KMS" in r.stderr, f"SSE-KMS: {r.stderr}")
 
 
 EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash,
