@@ -643,7 +643,7 @@ class DiskFull:
 # =============================================================================================
 def versions(run_):
     """Versioning, tagging, object lock, lifecycle and sharing with the aws CLI's s3api (issue 48)."""
-    p = run_.pass_("versions", "versioning, tagging, object lock and lifecycle (aws s3api)")
+    p = run_.pass_("versions", "versioning, tagging, object lock, lifecycle, sharing (aws s3api, restic)")
     # Lifecycle days of two seconds, applied every second, so that rules act within the test.
     gw = Gateway(run_.ctx, "versions", capacity="8MiB",
                  flags=["--lifecycle-day", "2s", "--lifecycle-every", "1s"])
@@ -659,6 +659,8 @@ def versions(run_):
             lifecycle_s3api, p, gw)
     p.check("sharing: canned ACLs, a bucket policy, CORS preflight, SSE-C (s3api, unsigned HTTP)",
             sharing_s3api, p, gw)
+    p.check("restic into an object-locked bucket: an attacker's deletes leave every version; restore",
+            restic_locked, p, gw)
     p.stop_and_verify(gw)
 
 
@@ -829,6 +831,42 @@ def lifecycle_s3api(p, gw):
     s3api_json(gw, "delete-bucket-lifecycle", "--bucket", b)
     r = aws_cmd(gw, "s3api", "get-bucket-lifecycle-configuration", "--bucket", b, ok=False)
     expect(r.returncode != 0 and "NoSuchLifecycleConfiguration" in r.stderr, f"deleted: {r.stderr}")
+
+
+def restic_locked(p, gw):
+    """A backup protected against whoever steals the backup's keys: restic writes into a bucket
+    whose default retention is GOVERNANCE; deleting every object only adds delete markers, no
+    version can be removed, and removing the markers brings the backup back."""
+    import shutil
+    from clients import ResticFlow
+    from harness import gen_tree, same_tree
+    b = "e2e-restic-lock"
+    s3api_json(gw, "create-bucket", "--bucket", b, "--object-lock-enabled-for-bucket")
+    s3api_json(gw, "put-object-lock-configuration", "--bucket", b, "--object-lock-configuration",
+               '{"ObjectLockEnabled":"Enabled","Rule":{"DefaultRetention":{"Mode":"GOVERNANCE","Days":1}}}')
+    r = ResticFlow(p, gw)
+    r.env["RESTIC_REPOSITORY"] = f"s3:{gw.endpoint}/{b}"
+    r.restic("init")
+    gen_tree(f"{r.d}/src/data", big=False)
+    r.restic("backup", "--host", "e2e", "data", cwd=f"{r.d}/src")
+    # The attack: delete everything, then try to remove each version.
+    aws_cmd(gw, "s3", "rm", f"s3://{b}", "--recursive")
+    listed = s3api_json(gw, "list-object-versions", "--bucket", b)
+    versions, markers = listed.get("Versions", []), listed.get("DeleteMarkers", [])
+    expect(versions and len(markers) == len(versions), f"{len(versions)} versions, {len(markers)} markers")
+    for v in versions[:5]:
+        d = aws_cmd(gw, "s3api", "delete-object", "--bucket", b, "--key", v["Key"],
+                    "--version-id", v["VersionId"], ok=False)
+        expect(d.returncode != 0 and "AccessDenied" in d.stderr, f"a locked version went: {d.stderr}")
+    # Recovery: remove the delete markers; restic sees its repository again.
+    for m in markers:
+        s3api_json(gw, "delete-object", "--bucket", b, "--key", m["Key"], "--version-id", m["VersionId"])
+    # The lock file restic removed after its backup is back too (its marker went as well).
+    r.restic("unlock", "--remove-all")
+    r.restic("check")
+    shutil.rmtree(f"{r.d}/restore", ignore_errors=True)
+    r.restic("restore", "latest", "--target", f"{r.d}/restore")
+    same_tree(f"{r.d}/src/data", f"{r.d}/restore/data")
 
 
 def sharing_s3api(p, gw):
