@@ -1067,6 +1067,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
+        sse::refuse_on_read(&req.headers)?;
         let input = req.input;
         let (meta, _pin) =
             self.version_for_read(&input.bucket, &input.key, input.version_id.as_deref())?;
@@ -1138,6 +1139,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
+        sse::refuse_on_read(&req.headers)?;
         let input = req.input;
         let (meta, _pin) =
             self.version_for_read(&input.bucket, &input.key, input.version_id.as_deref())?;

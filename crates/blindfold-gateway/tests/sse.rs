@@ -152,6 +152,11 @@ async fn sse_c_needs_its_key_on_every_read_and_kms_is_refused() {
         .unwrap()
         .output;
     assert_eq!(got.server_side_encryption.unwrap().as_str(), "AES256");
+    // A read that names SSE-S3 or SSE-KMS is refused (those are headers of writes).
+    let mut read_kms =
+        req(GetObjectInput { bucket: "b".into(), key: "s3".into(), ..Default::default() });
+    read_kms.headers.insert("x-amz-server-side-encryption", "aws:kms".parse().unwrap());
+    assert_eq!(code(g.get_object(read_kms).await), S3ErrorCode::InvalidArgument);
     let input = PutObjectInput {
         bucket: "b".into(),
         key: "kms".into(),

@@ -131,6 +131,20 @@ pub(super) fn refuse_kms(
     }
 }
 
+/// Refuses `x-amz-server-side-encryption` (and a KMS key id) on a read, as S3 does: they say
+/// how to write, and a read that names them expects something the object does not have.
+pub(super) fn refuse_on_read(headers: &hyper::HeaderMap) -> S3Result<()> {
+    for h in ["x-amz-server-side-encryption", "x-amz-server-side-encryption-aws-kms-key-id"] {
+        if headers.contains_key(h) {
+            return Err(invalid(&format!(
+                "{h} is a header of writes; a read sends only the SSE-C headers, for an object \
+                 written with a customer key"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// What a write asked for: the entries the new object keeps and the headers to answer with.
 #[derive(Default)]
 pub(super) struct Written {
