@@ -80,6 +80,28 @@ impl Canned {
     }
 }
 
+/// A bucket's policy (`None`: none set, or no such bucket).
+pub fn policy_of(dir: &crate::directory::Directory, bucket: &str) -> crate::Result<Option<Policy>> {
+    let doc = match dir.bucket_setting(bucket, POLICY) {
+        Ok(doc) => doc,
+        Err(crate::GatewayError::NoSuchBucket) => None,
+        Err(e) => return Err(e),
+    };
+    crate::directory::parse_setting(doc, POLICY)
+}
+
+impl<'a> Who<'a> {
+    /// The [`Who`] of a caller the users file names.
+    pub fn of(caller: &'a crate::users::Caller) -> Self {
+        use crate::users::Caller;
+        match caller {
+            Caller::Admin => Who::Admin,
+            Caller::User(u) => Who::User { name: &u.name, access_key: &u.access_key },
+            Caller::Anonymous => Who::Anonymous,
+        }
+    }
+}
+
 /// Who sent a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Who<'a> {

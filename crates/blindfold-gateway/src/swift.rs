@@ -372,6 +372,13 @@ impl Swift {
             if !self.access.permits(&access_key, c, reads) {
                 return text(StatusCode::FORBIDDEN, "Access was denied to this resource.");
             }
+            let key = match &target {
+                Target::Object(_, o) => Some(o.as_str()),
+                _ => None,
+            };
+            if let Some(refusal) = self.denied(&access_key, req.method(), c, key) {
+                return refusal;
+            }
         }
         let result = match target {
             Target::Account => self.account(req, &access_key).await,
@@ -379,6 +386,40 @@ impl Swift {
             Target::Object(c, o) => self.object(req, &access_key, &c, &o).await,
         };
         result.unwrap_or_else(|e| error_response(&e))
+    }
+
+    /// A bucket policy's `Deny` binds Swift requests too (its `Allow` statements and canned
+    /// ACLs widen S3 access only): the S3 action a Swift request amounts to, checked against
+    /// the container's policy. `Some` is the refusal to send.
+    fn denied(
+        &self,
+        access_key: &str,
+        method: &Method,
+        container: &str,
+        object: Option<&str>,
+    ) -> Option<Response<Body>> {
+        let policy = match crate::sharing::policy_of(self.objects.directory(), container) {
+            Ok(p) => p?,
+            Err(e) => return Some(error_response(&e)),
+        };
+        let action = match (object.is_some(), method.as_str()) {
+            (true, "GET" | "HEAD") => "s3:GetObject",
+            (true, "PUT" | "POST" | "COPY") => "s3:PutObject",
+            (true, "DELETE") => "s3:DeleteObject",
+            (false, "GET" | "HEAD") => "s3:ListBucket",
+            (false, "PUT" | "POST") => "s3:CreateBucket",
+            (false, "DELETE") => "s3:DeleteBucket",
+            _ => "s3:*",
+        };
+        let resource = match object {
+            Some(o) => format!("{container}/{o}"),
+            None => container.to_owned(),
+        };
+        let caller = self.access.caller(Some(access_key));
+        let who = crate::sharing::Who::of(&caller);
+        (policy.decide(&who, action, &resource) == crate::sharing::Decision::Deny).then(|| {
+            text(StatusCode::FORBIDDEN, &format!("The bucket policy denies {action} here."))
+        })
     }
 
     fn auth(&self, req: &Request<Incoming>) -> Response<Body> {
@@ -741,6 +782,9 @@ impl Swift {
             };
             if !self.access.permits(access_key, src_c, true) {
                 return Ok(text(StatusCode::FORBIDDEN, "Access was denied to the copy source."));
+            }
+            if let Some(refusal) = self.denied(access_key, &Method::GET, src_c, Some(src_o)) {
+                return Ok(refusal);
             }
             let Some((src, _pin)) = self.objects.lookup_for_read(src_c, src_o)? else {
                 return Err(self.missing(src_c));

@@ -312,3 +312,39 @@ async fn signing_in_again_and_again_signs_out_nobody_else() {
     assert_eq!(head(admin_tok).await, 204, "another user's token was evicted");
     assert_eq!(head(first).await, 401, "a user's own oldest token goes first");
 }
+
+#[tokio::test]
+async fn a_bucket_policy_deny_binds_swift_too() {
+    use blindfold_gateway::sharing::{Policy, POLICY};
+    let (f, _access, file) = start_with(true).await;
+    let alice = file.unwrap().add("alice", vec!["docs".into()], false).unwrap();
+    let (tok, path) = token_of(&f, &alice.access_key, alice.secret_key()).await;
+    let call = |method: &'static str, obj: &'static str, headers: Vec<(&'static str, String)>| {
+        let (f, path, tok) = (&f, path.clone(), tok.clone());
+        async move {
+            let mut h: Vec<(&str, &str)> = vec![("X-Auth-Token", tok.as_str())];
+            h.extend(headers.iter().map(|(k, v)| (*k, v.as_str())));
+            call(f, method, &format!("{path}/docs{obj}"), &h, b"data").await.0
+        }
+    };
+    assert!(call("PUT", "", vec![]).await < 300);
+    assert_eq!(call("PUT", "/keep/a", vec![]).await, 201);
+    let doc = r#"{"Statement":{"Effect":"Deny","Principal":{"AWS":"alice"},
+        "Action":["s3:DeleteObject","s3:GetObject"],"Resource":"arn:aws:s3:::docs/keep/*"}}"#;
+    let stored = serde_json::to_string(&Policy::parse(doc, "docs").unwrap()).unwrap();
+    f._opened
+        .objects
+        .directory()
+        .transact_durable(&[], |tx| tx.set_bucket_setting("docs", POLICY, Some(&stored)))
+        .await
+        .unwrap();
+    // What the policy denies on S3 is denied on Swift: delete, read, and a copy out.
+    assert_eq!(call("DELETE", "/keep/a", vec![]).await, 403);
+    assert_eq!(call("GET", "/keep/a", vec![]).await, 403);
+    let from = vec![("X-Copy-From", "docs/keep/a".to_owned())];
+    assert_eq!(call("PUT", "/copied", from).await, 403);
+    // The rest works as before.
+    assert_eq!(call("PUT", "/free", vec![]).await, 201);
+    assert_eq!(call("GET", "/free", vec![]).await, 200);
+    assert_eq!(call("DELETE", "/free", vec![]).await, 204);
+}

@@ -9,7 +9,6 @@ use s3s::dto::*;
 use s3s::path::S3Path;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Result};
 
-use crate::directory::parse_setting;
 use crate::objects::ObjectLayer;
 use crate::sharing::{self, AclTarget, Canned, Decision, Policy, Who};
 use crate::users::{Access, Caller};
@@ -27,9 +26,8 @@ impl Authorizer {
     }
 
     fn policy(&self, bucket: &str) -> S3Result<Option<Policy>> {
-        let doc = self.objects.directory().bucket_setting(bucket, sharing::POLICY);
         // A missing bucket has no policy; the operation answers NoSuchBucket itself.
-        parse_setting(doc.unwrap_or(None), sharing::POLICY).map_err(super::s3)
+        sharing::policy_of(self.objects.directory(), bucket).map_err(super::s3)
     }
 
     fn canned(&self, bucket: &str, key: Option<(&str, Option<&str>)>) -> Canned {
@@ -59,11 +57,7 @@ impl Authorizer {
         key: Option<&str>,
         version: Option<&str>,
     ) -> S3Result<()> {
-        let who = match caller {
-            Caller::Admin => Who::Admin,
-            Caller::User(u) => Who::User { name: &u.name, access_key: &u.access_key },
-            Caller::Anonymous => Who::Anonymous,
-        };
+        let who = Who::of(caller);
         let action = sharing::action_of(op);
         let resource = match key {
             Some(k) => format!("{bucket}/{k}"),

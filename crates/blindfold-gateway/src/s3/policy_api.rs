@@ -8,10 +8,8 @@ use crate::sharing::{self, Policy};
 impl Gateway {
     /// A bucket's policy; `None`: none set.
     pub(super) fn bucket_policy(&self, bucket: &str) -> S3Result<Option<Policy>> {
-        let dir = self.objects.directory();
-        dir.require_bucket(bucket).map_err(s3)?;
-        let doc = dir.bucket_setting(bucket, sharing::POLICY).map_err(s3)?;
-        crate::directory::parse_setting(doc, sharing::POLICY).map_err(s3)
+        self.objects.directory().require_bucket(bucket).map_err(s3)?;
+        sharing::policy_of(self.objects.directory(), bucket).map_err(s3)
     }
 
     /// PutBucketPolicy (`Some`) and DeleteBucketPolicy (`None`).
