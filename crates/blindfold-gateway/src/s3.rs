@@ -126,6 +126,37 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// A named bucket setting ([`crate::directory`]'s bucket settings), read as its type;
+    /// `None` if not set.
+    fn setting<T: for<'a> serde::Deserialize<'a>>(
+        &self,
+        bucket: &str,
+        name: &str,
+    ) -> S3Result<Option<T>> {
+        let doc = self.objects.directory().bucket_setting(bucket, name).map_err(s3)?;
+        crate::directory::parse_setting(doc, name).map_err(s3)
+    }
+
+    /// Sets (`Some`) or removes a named bucket setting, durably, in a transaction of its own.
+    async fn set_setting<T: serde::Serialize + ?Sized>(
+        &self,
+        bucket: &str,
+        name: &str,
+        value: Option<&T>,
+    ) -> S3Result<()> {
+        let doc = value
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| s3_error!(InternalError, "a bucket setting did not serialise: {e}"))?;
+        self.objects
+            .directory()
+            .transact_durable(&[], |tx| tx.set_bucket_setting(bucket, name, doc.as_deref()))
+            .await
+            .map_err(s3)
+    }
+}
+
 fn s3(e: GatewayError) -> S3Error {
     use GatewayError as G;
     match e {

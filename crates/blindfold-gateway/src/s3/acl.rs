@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
-use super::{s3, Gateway};
+use super::Gateway;
 use crate::sharing::{self, Canned};
 
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
@@ -137,22 +137,13 @@ pub(super) fn of_object(map: &BTreeMap<String, String>) -> Canned {
 impl Gateway {
     /// A bucket's canned ACL.
     pub(super) fn bucket_acl(&self, bucket: &str) -> S3Result<Canned> {
-        let doc = self.objects.directory().bucket_setting(bucket, sharing::ACL).map_err(s3)?;
-        let name: Option<String> =
-            crate::directory::parse_setting(doc, sharing::ACL).map_err(s3)?;
+        let name: Option<String> = self.setting(bucket, sharing::ACL)?;
         Ok(name.and_then(|n| Canned::parse(&n).ok()).unwrap_or(Canned::Private))
     }
 
     /// Sets a bucket's canned ACL.
     pub(super) async fn set_bucket_acl(&self, bucket: &str, canned: Canned) -> S3Result<()> {
-        let doc = (canned != Canned::Private)
-            .then(|| serde_json::to_string(canned.as_str()))
-            .transpose()
-            .map_err(|e| s3(crate::GatewayError::Corrupt(e.to_string())))?;
-        self.objects
-            .directory()
-            .transact_durable(&[], |tx| tx.set_bucket_setting(bucket, sharing::ACL, doc.as_deref()))
-            .await
-            .map_err(s3)
+        let name = (canned != Canned::Private).then(|| canned.as_str());
+        self.set_setting(bucket, sharing::ACL, name).await
     }
 }

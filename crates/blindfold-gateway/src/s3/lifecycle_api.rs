@@ -188,9 +188,7 @@ fn rule_dto(r: &Rule) -> LifecycleRule {
 impl Gateway {
     /// The bucket's lifecycle rules; `None`: none configured.
     pub(super) fn lifecycle_rules(&self, bucket: &str) -> S3Result<Option<Rules>> {
-        let dir = self.objects.directory();
-        let doc = dir.bucket_setting(bucket, lifecycle::SETTING).map_err(s3)?;
-        crate::directory::parse_setting(doc, lifecycle::SETTING).map_err(s3)
+        self.setting(bucket, lifecycle::SETTING)
     }
 
     /// PutBucketLifecycleConfiguration: replaces the bucket's rules.
@@ -223,14 +221,7 @@ impl Gateway {
 
     /// Replaces (`None`: removes) the bucket's rules.
     pub(super) async fn set_lifecycle(&self, bucket: &str, rules: Option<Rules>) -> S3Result<()> {
-        let doc = rules.map(|r| serde_json::to_string(&r).expect("serialises"));
-        self.objects
-            .directory()
-            .transact_durable(&[], |tx| {
-                tx.set_bucket_setting(bucket, lifecycle::SETTING, doc.as_deref())
-            })
-            .await
-            .map_err(s3)
+        self.set_setting(bucket, lifecycle::SETTING, rules.as_ref()).await
     }
 
     /// GetBucketLifecycleConfiguration.

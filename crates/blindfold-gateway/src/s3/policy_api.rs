@@ -1,6 +1,6 @@
 //! The S3 calls of bucket policies ([`crate::sharing`] holds the rules).
 
-use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
+use s3s::{S3Error, S3ErrorCode, S3Result};
 
 use super::{s3, Gateway};
 use crate::sharing::{self, Policy};
@@ -15,21 +15,11 @@ impl Gateway {
     /// PutBucketPolicy (`Some`) and DeleteBucketPolicy (`None`).
     pub(super) async fn set_bucket_policy(&self, bucket: &str, doc: Option<&str>) -> S3Result<()> {
         self.objects.directory().require_bucket(bucket).map_err(s3)?;
-        let stored = match doc {
-            Some(d) => {
-                let p = Policy::parse(d, bucket)
-                    .map_err(|why| S3Error::with_message(S3ErrorCode::MalformedPolicy, why))?;
-                Some(serde_json::to_string(&p).map_err(|e| s3_error!(InternalError, "{e}"))?)
-            }
-            None => None,
-        };
-        self.objects
-            .directory()
-            .transact_durable(&[], |tx| {
-                tx.set_bucket_setting(bucket, sharing::POLICY, stored.as_deref())
-            })
-            .await
-            .map_err(s3)?;
+        let policy = doc
+            .map(|d| Policy::parse(d, bucket))
+            .transpose()
+            .map_err(|why| S3Error::with_message(S3ErrorCode::MalformedPolicy, why))?;
+        self.set_setting(bucket, sharing::POLICY, policy.as_ref()).await?;
         tracing::debug!(set = doc.is_some(), "bucket policy changed");
         Ok(())
     }
