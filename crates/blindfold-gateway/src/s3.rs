@@ -897,12 +897,6 @@ impl Gateway {
             .await
             .map_err(s3)
     }
-
-    /// An object for reading the data: the blocks stay pinned while the pin lives.
-    fn head_for_read(&self, bucket: &str, key: &str) -> S3Result<(ObjectMeta, ReadPin)> {
-        self.objects.directory().require_bucket(bucket).map_err(s3)?;
-        self.objects.lookup_for_read(bucket, key).map_err(s3)?.ok_or_else(|| s3_error!(NoSuchKey))
-    }
 }
 
 fn version_entry(key: &str, v: &Version, latest: bool) -> VersionEntry {
@@ -1602,13 +1596,16 @@ impl S3 for Gateway {
         if !(1..=10_000).contains(&input.part_number) {
             return Err(s3_error!(InvalidArgument, "part numbers are 1 to 10000"));
         }
-        let (src_bucket, src_key) = match &input.copy_source {
-            CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+        let (src_bucket, src_key, src_version) = match &input.copy_source {
+            CopySource::Bucket { bucket, key, version_id } => {
+                (bucket.to_string(), key.to_string(), version_id.as_deref().map(str::to_string))
+            }
             _ => {
                 return Err(s3_error!(NotImplemented, "only bucket/key copy sources are supported"))
             }
         };
-        let (src, _pin) = self.head_for_read(&src_bucket, &src_key)?;
+        // A version id names the version to copy from, as for CopyObject.
+        let (src, _pin) = self.version_for_read(&src_bucket, &src_key, src_version.as_deref())?;
         sse::check_read(
             &src.metadata,
             sse::CustomerKey::of(

@@ -100,6 +100,51 @@ async fn versions_delete_markers_and_reads_by_version() {
     assert_eq!(out.copy_source_version_id.as_deref(), Some("null"));
     assert!(out.version_id.is_some());
     assert_eq!(get(g, "copy", None).await.unwrap(), b"unversioned");
+    // UploadPartCopy from an old version too (into another bucket: this one's listing follows).
+    let parts = CreateBucketInput { bucket: "parts".into(), ..Default::default() };
+    g.create_bucket(req(parts)).await.unwrap();
+    let create = CreateMultipartUploadInput {
+        bucket: "parts".into(),
+        key: "mp".into(),
+        ..Default::default()
+    };
+    let id = g.create_multipart_upload(req(create)).await.unwrap().output.upload_id.unwrap();
+    let part = UploadPartCopyInput::builder()
+        .bucket("parts".into())
+        .key("mp".into())
+        .upload_id(id.clone())
+        .part_number(1)
+        .copy_source(CopySource::Bucket {
+            bucket: "b".into(),
+            key: "k".into(),
+            version_id: Some("null".into()),
+        })
+        .build()
+        .unwrap();
+    let etag = g.upload_part_copy(req(part)).await.unwrap().output.copy_part_result.unwrap().e_tag;
+    let done = CompleteMultipartUploadInput {
+        bucket: "parts".into(),
+        key: "mp".into(),
+        upload_id: id,
+        multipart_upload: Some(CompletedMultipartUpload {
+            parts: Some(vec![CompletedPart {
+                e_tag: etag,
+                part_number: Some(1),
+                ..Default::default()
+            }]),
+        }),
+        ..Default::default()
+    };
+    g.complete_multipart_upload(req(done)).await.unwrap();
+    let got = g
+        .get_object(req(GetObjectInput {
+            bucket: "parts".into(),
+            key: "mp".into(),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert_eq!(read(got.output.body).await, b"unversioned");
     // DeleteObjects with version ids.
     let del = DeleteObjectsInput::builder()
         .bucket("b".into())
