@@ -157,6 +157,16 @@ impl Gateway {
     }
 }
 
+/// Refuses a version id the gateway could not have given (`null`, or 32 hex digits) with
+/// InvalidArgument, as S3 does, rather than answering that such a version does not exist.
+fn check_version_id(id: Option<&str>) -> S3Result<()> {
+    match id {
+        None | Some("null") => Ok(()),
+        Some(id) if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) => Ok(()),
+        Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
+    }
+}
+
 fn s3(e: GatewayError) -> S3Error {
     use GatewayError as G;
     match e {
@@ -741,6 +751,7 @@ impl Gateway {
         key: &str,
         version_id: Option<&str>,
     ) -> S3Result<(ObjectMeta, Option<ReadPin>)> {
+        check_version_id(version_id)?;
         self.objects.directory().require_bucket(bucket).map_err(s3)?;
         let (v, pin) = match self.objects.lookup_version_for_read(bucket, key, version_id) {
             Ok(found) => found,
@@ -1225,6 +1236,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let bypass = self.bypasses(&req, req.input.bypass_governance_retention);
         let input = req.input;
+        check_version_id(input.version_id.as_deref())?;
         let d = self
             .delete_one(&input.bucket, &input.key, input.version_id, bypass)
             .await
