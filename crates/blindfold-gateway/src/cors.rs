@@ -15,6 +15,8 @@ use crate::sharing::matches;
 pub const SETTING: &str = "cors";
 /// Rules in one configuration, as in S3.
 pub const MAX_RULES: usize = 100;
+/// The most text (origins, methods, headers) one configuration holds, as in S3 (64 KiB).
+pub const MAX_BYTES: usize = 64 * 1024;
 const METHODS: &[&str] = &["GET", "PUT", "POST", "DELETE", "HEAD"];
 
 /// One CORS rule.
@@ -64,6 +66,15 @@ impl Rules {
         }
         if self.rules.len() > MAX_RULES {
             return Err(format!("a CORS configuration has at most {MAX_RULES} rules"));
+        }
+        let size: usize = self
+            .rules
+            .iter()
+            .flat_map(|r| r.origins.iter().chain(&r.methods).chain(&r.headers).chain(&r.expose))
+            .map(|s| s.len() + 1)
+            .sum();
+        if size > MAX_BYTES {
+            return Err(format!("a CORS configuration is at most {} KiB", MAX_BYTES / 1024));
         }
         for (n, r) in self.rules.iter().enumerate() {
             let at = |e: String| format!("CORS rule {}: {e}", n + 1);
@@ -165,6 +176,9 @@ mod tests {
         bad(rule(&["*"], &["PATCH"], &[]), "unsupported HTTP method");
         bad(rule(&["*a*"], &["GET"], &[]), "at most one wildcard");
         bad(rule(&[], &["GET"], &[]), "required");
+        let many: Vec<String> = (0..10_000).map(|i| format!("https://{i}.example")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        bad(rule(&many, &["GET"], &[]), "at most 64 KiB");
         assert!(Rules { rules: vec![rule(&["https://a.example"], &["GET"], &["*"])] }
             .check()
             .is_ok());
