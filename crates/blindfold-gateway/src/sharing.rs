@@ -381,7 +381,9 @@ pub fn action_of(op: &str) -> String {
 /// reading it.
 pub fn read_by_acl(op: &str) -> Option<AclTarget> {
     match op {
-        "ListObjects" | "ListObjectsV2" | "HeadBucket" => Some(AclTarget::Bucket),
+        "ListObjects" | "ListObjectsV2" | "ListObjectVersions" | "HeadBucket" => {
+            Some(AclTarget::Bucket)
+        }
         "GetObject" | "HeadObject" => Some(AclTarget::Object),
         _ => None,
     }

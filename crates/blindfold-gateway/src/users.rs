@@ -568,6 +568,19 @@ impl Caller {
     }
 }
 
+impl Caller {
+    /// Whether the caller may ever write: the administrator and users not limited to reads.
+    /// Nothing widens this, no policy or ACL: unsigned requests and read-only users only
+    /// read.
+    pub fn may_write(&self) -> bool {
+        match self {
+            Caller::Admin => true,
+            Caller::User(u) => !u.read_only,
+            Caller::Anonymous => false,
+        }
+    }
+}
+
 /// Whether `op` (an S3 operation as s3s names it) only reads.
 pub fn is_read(op: &str) -> bool {
     READ_OPERATIONS.contains(&op)

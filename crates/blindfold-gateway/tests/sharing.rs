@@ -116,6 +116,8 @@ async fn policies_allow_and_deny_and_deny_wins() {
     let bob = file.add("bob", vec!["other".into()], false).unwrap();
     let a = (alice.access_key.as_str(), alice.secret_key());
     let b = (bob.access_key.as_str(), bob.secret_key());
+    let carol = file.add("carol", vec!["pubs".into()], true).unwrap();
+    let c = (carol.access_key.as_str(), carol.secret_key());
     admin(&g, "PUT", "/pubs", "", b"").await;
     for k in ["pub/x", "priv/y", "keep/z"] {
         admin(&g, "PUT", &format!("/pubs/{k}"), "", k.as_bytes()).await;
@@ -127,6 +129,7 @@ async fn policies_allow_and_deny_and_deny_wins() {
         {{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::pubs/pub/*"}},
         {{"Effect":"Allow","Principal":{{"AWS":"arn:aws:iam::000:user/bob"}},"Action":["s3:ListBucket","s3:PutObject"],
           "Resource":["arn:aws:s3:::pubs","arn:aws:s3:::pubs/drop/*"]}},
+        {{"Effect":"Allow","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::pubs/inbox/*"}},
         {{"Effect":"Deny","Principal":{{"AWS":["{}"]}},"Action":"s3:DeleteObject","Resource":"arn:aws:s3:::pubs/keep/*"}}]}}"#,
         alice.access_key
     );
@@ -148,6 +151,12 @@ async fn policies_allow_and_deny_and_deny_wins() {
         status(&request(&g, Some(b), "PUT", "/pubs?policy", "", policy.as_bytes()).await),
         403
     );
+
+    // A policy never makes an unsigned request or a read-only user write.
+    assert_eq!(status(&request(&g, Some(b), "PUT", "/pubs/inbox/x", "", b"x").await), 200);
+    assert_eq!(status(&request(&g, None, "PUT", "/pubs/inbox/y", "", b"x").await), 403);
+    assert_eq!(status(&request(&g, Some(c), "PUT", "/pubs/inbox/z", "", b"x").await), 403);
+    assert_eq!(status(&request(&g, Some(c), "GET", "/pubs/priv/y", "", b"").await), 200);
 
     // Deny wins over alice's own access to the bucket, on every delete path.
     assert_eq!(status(&request(&g, Some(a), "DELETE", "/pubs/keep/z", "", b"").await), 403);

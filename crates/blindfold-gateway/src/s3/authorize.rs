@@ -11,7 +11,7 @@ use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Result};
 
 use crate::objects::ObjectLayer;
 use crate::sharing::{self, AclTarget, Canned, Decision, Policy, Who};
-use crate::users::{Access, Caller};
+use crate::users::{is_read, Access, Caller};
 
 /// The S3 front end's access check.
 pub struct Authorizer {
@@ -74,6 +74,10 @@ impl Authorizer {
                 format!("Access Denied: the bucket policy denies {action} here"),
             ));
         }
+        if !is_read(op) && !caller.may_write() {
+            // No policy makes an unsigned request or a read-only user write.
+            return Err(refusal(caller));
+        }
         if caller.may(op, bucket) || decision == Decision::Allow {
             return Ok(());
         }
@@ -88,10 +92,7 @@ impl Authorizer {
         if by_acl.lets_read(&who) {
             return Ok(());
         }
-        Err(match caller {
-            Caller::Anonymous => s3_error!(AccessDenied, "Access Denied (the request is unsigned)"),
-            _ => s3_error!(AccessDenied, "Access Denied"),
-        })
+        Err(refusal(caller))
     }
 
     fn caller<T>(&self, req: &S3Request<T>) -> Caller {
@@ -109,6 +110,13 @@ impl Authorizer {
             ),
             _ => Err(s3_error!(AccessDenied, "Access Denied")),
         }
+    }
+}
+
+fn refusal(caller: &Caller) -> S3Error {
+    match caller {
+        Caller::Anonymous => s3_error!(AccessDenied, "Access Denied (the request is unsigned)"),
+        _ => s3_error!(AccessDenied, "Access Denied"),
     }
 }
 
