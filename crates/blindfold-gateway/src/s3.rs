@@ -1896,7 +1896,10 @@ impl S3 for Gateway {
         &self,
         req: S3Request<GetBucketPolicyStatusInput>,
     ) -> S3Result<S3Response<GetBucketPolicyStatusOutput>> {
-        let public = self.bucket_policy(&req.input.bucket)?.is_some_and(|p| p.is_public());
+        // Public through its policy, or through the bucket's canned ACL.
+        let bucket = &req.input.bucket;
+        let public = self.bucket_policy(bucket)?.is_some_and(|p| p.is_public())
+            || self.bucket_acl(bucket)? != crate::sharing::Canned::Private;
         Ok(S3Response::new(GetBucketPolicyStatusOutput {
             policy_status: Some(PolicyStatus { is_public: Some(public) }),
         }))

@@ -92,8 +92,12 @@ async fn canned_acls_open_reads_and_nothing_else() {
     assert_eq!(status(&r), 200, "{r:?}");
     assert!(r.1.contains("<Key>k</Key>"), "{r:?}");
     assert_eq!(status(&anon(&g, "GET", "/pubs/private").await), 403);
+    let r = request(&g, Some(ADMIN), "GET", "/pubs?policyStatus", "", b"").await;
+    assert!(r.1.contains("<IsPublic>true</IsPublic>"), "a public-read bucket: {r:?}");
     // Back to private.
     admin(&g, "PUT", "/pubs?acl", "x-amz-acl: private\r\n", b"").await;
+    let r = request(&g, Some(ADMIN), "GET", "/pubs?policyStatus", "", b"").await;
+    assert!(r.1.contains("<IsPublic>false</IsPublic>"), "a private bucket: {r:?}");
     assert_eq!(status(&anon(&g, "GET", "/pubs?list-type=2").await), 403);
 
     // What cannot be honoured is refused, and nothing changes.
