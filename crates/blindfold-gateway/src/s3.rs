@@ -1001,6 +1001,13 @@ impl S3 for Gateway {
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
         let i = &req.input;
+        // Beyond what s3s checks: S3 refuses these in new bucket names (not DNS labels).
+        if [".-", "-.", ".."].iter().any(|bad| i.bucket.contains(bad)) {
+            return Err(s3_error!(
+                InvalidBucketName,
+                "The specified bucket is not valid: a name may not hold \"..\", \".-\" or \"-.\""
+            ));
+        }
         let canned = object_acl!(i, grant_write);
         let created = self.objects.directory().create_bucket(&req.input.bucket).map_err(s3)?;
         self.objects.directory().settle().await.map_err(s3)?;

@@ -107,3 +107,14 @@ async fn canned_acls_are_kept_and_grants_refused_never_ignored() {
     g.put_bucket_acl(req(input)).await.unwrap();
     assert_eq!(bucket_grants().await.unwrap().output.grants.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn bucket_names_s3_refuses_are_refused() {
+    let s = setup(64, 256, false).await;
+    for name in ["a.-b", "a-.b", "a..b"] {
+        let input = CreateBucketInput { bucket: name.into(), ..Default::default() };
+        assert_eq!(code(s.g.create_bucket(req(input)).await), S3ErrorCode::InvalidBucketName);
+    }
+    let input = CreateBucketInput { bucket: "a-b.c".into(), ..Default::default() };
+    s.g.create_bucket(req(input)).await.unwrap();
+}
