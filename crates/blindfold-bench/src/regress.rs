@@ -21,7 +21,7 @@
 //! * `concurrency` — `bench concurrency` (1 MiB, 16 clients, 5 ms link): sequential Path
 //!   ORAM's throughput over the concurrent engine's (the inverse of its speedup).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use blindfold_gateway::server::OramEngine;
@@ -42,6 +42,22 @@ pub const BOUNDS: &[(&str, f64)] = &[
     ("gateway/curious-path", 14.0), // 2.61-4.61
     ("concurrency", 0.15),          // 0.03-0.04
 ];
+
+/// The longest one check may run: a check still running then fails as timed out (an engine
+/// that hangs, or became far slower than any bound, must fail the run, not stall it). Whole
+/// debug runs of every check take 13–16 s on the project's machine.
+pub const CHECK_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs one check's benchmark for at most `limit`: `None` if it had not finished by then.
+async fn within<T>(
+    limit: Duration,
+    bench: impl std::future::Future<Output = Result<T>>,
+) -> Result<Option<T>> {
+    match tokio::time::timeout(limit, bench).await {
+        Ok(r) => r.map(Some),
+        Err(_) => Ok(None),
+    }
+}
 
 /// The bound of check `name`, times `scale`.
 pub fn bound(name: &str, scale: f64) -> Option<f64> {
@@ -83,6 +99,8 @@ pub struct Check {
     pub of_floor: Option<f64>,
     /// Seconds the check took.
     pub seconds: f64,
+    /// It did not finish within [`CHECK_LIMIT`] (its ratio is then infinite).
+    pub timed_out: bool,
 }
 
 impl Check {
@@ -121,6 +139,14 @@ impl RegressReport {
         let lines: Vec<String> = failed
             .iter()
             .map(|c| {
+                if c.timed_out {
+                    return format!(
+                        "{}: still running after {} s, stopped (an engine hung, or became far \
+                         slower than its bound)",
+                        c.name,
+                        CHECK_LIMIT.as_secs()
+                    );
+                }
                 format!(
                     "{}: {} is {:.2}, over its bound of {:.2} (docs/benchmarks.md, \"The \
                      regression set\")",
@@ -150,33 +176,37 @@ pub async fn run(p: RegressParams) -> Result<RegressReport> {
     anyhow::ensure!(p.bound_scale > 0.0, "--bound-scale must be positive");
     let start = Instant::now();
     let mut checks = Vec::new();
-    let mut push = |name: String, ratio_of, ratio, of_floor, t: Instant| {
+    let mut push = |name: String, ratio_of, ratio: Option<f64>, of_floor, t: Instant| {
         let bound = bound(&name, p.bound_scale).unwrap_or(f64::INFINITY);
         checks.push(Check {
             name,
             ratio_of,
-            ratio,
+            ratio: ratio.unwrap_or(f64::INFINITY),
             bound,
             of_floor,
             seconds: t.elapsed().as_secs_f64(),
+            timed_out: ratio.is_none(),
         });
     };
 
     if wanted(&p, "path") {
         let t = Instant::now();
-        let r = crate::path::run(crate::path::PathBench {
-            blocks: 1 << 10,
-            block_size: 1024,
-            ops: 2000,
-            progress: p.progress,
-            ..Default::default()
-        })
+        let r = within(
+            CHECK_LIMIT,
+            crate::path::run(crate::path::PathBench {
+                blocks: 1 << 10,
+                block_size: 1024,
+                ops: 2000,
+                progress: p.progress,
+                ..Default::default()
+            }),
+        )
         .await?;
         // Against its floor, not its sealed baseline: at this size the baseline's accesses
         // take well under a microsecond each, so its few milliseconds are mostly noise.
-        let f = r.floor.engine.of_floor;
-        let ratio = if f > 0.0 { 1.0 / f } else { f64::NAN };
-        push("path".into(), "floor ops/s over Path ORAM's", ratio, Some(f), t);
+        let f = r.as_ref().map(|r| r.floor.engine.of_floor);
+        let ratio = f.map(|f| if f > 0.0 { 1.0 / f } else { f64::NAN });
+        push("path".into(), "floor ops/s over Path ORAM's", ratio, f, t);
     }
 
     for engine in OramEngine::ALL {
@@ -185,45 +215,52 @@ pub async fn run(p: RegressParams) -> Result<RegressReport> {
             continue;
         }
         let t = Instant::now();
-        let r = crate::gateway::run(crate::gateway::GatewayBench {
-            engine,
-            ops: 60,
-            objects: 16,
-            min_size: 1 << 10,
-            max_size: 64 << 10,
-            concurrency: 4,
-            cache_mib: blindfold_gateway::server::default_cache_mib(engine, None),
-            progress: p.progress,
-            ..Default::default()
-        })
+        let r = within(
+            CHECK_LIMIT,
+            crate::gateway::run(crate::gateway::GatewayBench {
+                engine,
+                ops: 60,
+                objects: 16,
+                min_size: 1 << 10,
+                max_size: 64 << 10,
+                concurrency: 4,
+                cache_mib: blindfold_gateway::server::default_cache_mib(engine, None),
+                progress: p.progress,
+                ..Default::default()
+            }),
+        )
         .await?;
         push(
             name,
             "slowdown vs the gateway without ORAM",
-            r.slowdown,
-            Some(r.floor.engine.of_floor),
+            r.as_ref().map(|r| r.slowdown),
+            r.as_ref().map(|r| r.floor.engine.of_floor),
             t,
         );
     }
 
     if wanted(&p, "concurrency") {
         let t = Instant::now();
-        let r = crate::concurrency::run(crate::concurrency::ConcurrencyBench {
-            dataset_mib: 1,
-            clients: vec![16],
-            ks: vec![8],
-            seconds: 1.0,
-            rtt_ms: 5,
-            progress: p.progress,
-            ..crate::concurrency::ConcurrencyBench::quick()
-        })
+        let r = within(
+            CHECK_LIMIT,
+            crate::concurrency::run(crate::concurrency::ConcurrencyBench {
+                dataset_mib: 1,
+                clients: vec![16],
+                ks: vec![8],
+                seconds: 1.0,
+                rtt_ms: 5,
+                progress: p.progress,
+                ..crate::concurrency::ConcurrencyBench::quick()
+            }),
+        )
         .await?;
-        let tao = r.rows.iter().find(|x| x.engine == "tao");
-        let path = r.rows.iter().find(|x| x.engine == "path");
-        let ratio = match (tao, path) {
+        let rows = r.as_ref().map(|r| r.rows.as_slice()).unwrap_or_default();
+        let tao = rows.iter().find(|x| x.engine == "tao");
+        let path = rows.iter().find(|x| x.engine == "path");
+        let ratio = r.as_ref().map(|_| match (tao, path) {
             (Some(t), Some(b)) if t.ops_per_sec > 0.0 => b.ops_per_sec / t.ops_per_sec,
             _ => f64::NAN,
-        };
+        });
         let of_floor = tao.and_then(|t| t.floor.as_ref()).map(|f| f.of_floor);
         push(
             "concurrency".into(),
@@ -283,6 +320,7 @@ mod tests {
             bound: bound(name, 1.0).unwrap(),
             of_floor: None,
             seconds: 0.0,
+            timed_out: false,
         }
     }
 
@@ -317,6 +355,18 @@ mod tests {
         assert!(e.contains("path: slowdown is"), "{e}");
         assert!(e.contains(&format!("{b:.2}")), "{e}");
         assert!(render(&bad).contains("FAILED"));
+    }
+
+    #[tokio::test]
+    async fn a_check_that_does_not_finish_in_time_fails_by_name() {
+        let never = futures::future::pending::<Result<f64>>();
+        assert!(within(Duration::from_millis(20), never).await.unwrap().is_none());
+        let done = async { Ok(2.0) };
+        assert_eq!(within(Duration::from_secs(5), done).await.unwrap(), Some(2.0));
+        let mut hung = check("gateway/tee", f64::INFINITY);
+        hung.timed_out = true;
+        let e = format!("{:#}", report(vec![hung, check("path", 1.0)]).verdict().unwrap_err());
+        assert!(e.contains("gateway/tee: still running after 120 s"), "{e}");
     }
 
     #[test]
