@@ -290,15 +290,15 @@ fn preflight<B>(objects: &ObjectLayer, req: &hyper::Request<B>) -> s3s::HttpResp
         return error_response(
             StatusCode::BAD_REQUEST,
             "BadRequest",
-            "Insufficient information. Origin request header needed. (OPTIONS answers CORS \
-             preflights: send Origin and Access-Control-Request-Method)",
+            "OPTIONS answers CORS preflights only, which need the Origin and \
+             Access-Control-Request-Method headers",
         );
     };
     let Some(rules) = cors_rules(objects, req) else {
         return error_response(
             StatusCode::FORBIDDEN,
             "CORSResponse",
-            "CORSResponse: CORS is not enabled for this bucket. (set it with PutBucketCors)",
+            "CORSResponse: this bucket has no CORS rules (add them with PutBucketCors)",
         );
     };
     let wanted = crate::cors::requested_headers(header(req, "access-control-request-headers"));
@@ -311,9 +311,9 @@ fn preflight<B>(objects: &ObjectLayer, req: &hyper::Request<B>) -> s3s::HttpResp
         None => error_response(
             StatusCode::FORBIDDEN,
             "CORSResponse",
-            "CORSResponse: This CORS request is not allowed. This is usually because the \
-             evaluation of Origin, request method / Access-Control-Request-Method or \
-             Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.",
+            "CORSResponse: no CORS rule of this bucket allows this Origin with this \
+             Access-Control-Request-Method and these Access-Control-Request-Headers (see \
+             GetBucketCors)",
         ),
     }
 }

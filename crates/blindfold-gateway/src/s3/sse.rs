@@ -49,17 +49,13 @@ impl CustomerKey {
                 (None, None, None) => return Ok(None),
                 (Some(a), Some(k), Some(m)) => (a, k, m),
                 (None, ..) => return Err(invalid(
-                    "Requests specifying Server Side Encryption with Customer provided keys must \
-                     provide a valid encryption algorithm (x-amz-server-side-encryption-customer-\
-                     algorithm: AES256)",
+                    "an SSE-C key needs its algorithm too: x-amz-server-side-encryption-customer-algorithm: AES256",
                 )),
                 (_, None, _) => return Err(invalid(
-                    "Requests specifying Server Side Encryption with Customer provided keys must \
-                     provide an appropriate secret key (x-amz-server-side-encryption-customer-key)",
+                    "SSE-C needs the key itself: x-amz-server-side-encryption-customer-key (256 bits, base64)",
                 )),
                 (_, _, None) => return Err(invalid(
-                    "Requests specifying Server Side Encryption with Customer provided keys must \
-                     provide the key's MD5 (x-amz-server-side-encryption-customer-key-MD5)",
+                    "SSE-C needs the key's MD5 too: x-amz-server-side-encryption-customer-key-MD5 (base64)",
                 )),
             };
         if algorithm != ALGORITHM {
@@ -70,15 +66,11 @@ impl CustomerKey {
             b64.decode(key).map_err(|_| invalid("The SSE-C key is not valid base64"))?,
         );
         if key.len() != 32 {
-            return Err(invalid(
-                "The secret key was invalid for the specified algorithm (SSE-C \
-                                keys are 256 bits)",
-            ));
+            return Err(invalid("an SSE-C key for AES256 is 256 bits (32 bytes, base64)"));
         }
         if b64.encode(md5::Md5::digest(&*key)) != md5 {
             return Err(invalid(
-                "The calculated MD5 hash of the key did not match the hash that \
-                                was provided",
+                "the SSE-C key does not match its MD5 (x-amz-server-side-encryption-customer-key-MD5)",
             ));
         }
         Ok(Some(Self { key, md5: md5.to_owned() }))
@@ -166,8 +158,7 @@ impl Written {
         let s3 = sse.is_some();
         if s3 && customer.is_some() {
             return Err(invalid(
-                "Server Side Encryption with Customer provided key is incompatible with the \
-                 encryption method specified",
+                "SSE-C and x-amz-server-side-encryption exclude each other: send one of them",
             ));
         }
         map.remove(CUSTOMER_ENTRY);
@@ -205,13 +196,12 @@ pub(super) fn check_read(
     match (map.get(CUSTOMER_ENTRY), customer) {
         (None, None) => Ok(Written { s3, customer_md5: None }),
         (None, Some(_)) => Err(request(
-            "The encryption parameters are not applicable to this object (it was not written \
-             with SSE-C): leave out the x-amz-server-side-encryption-customer-* headers",
+            "this object was not written with an SSE-C key: leave out the \
+             x-amz-server-side-encryption-customer-* headers",
         )),
         (Some(_), None) => Err(request(
-            "The object was stored using a form of Server Side Encryption. The correct \
-             parameters must be provided to retrieve the object (its SSE-C key, with \
-             x-amz-server-side-encryption-customer-algorithm, -key and -key-MD5)",
+            "this object was written with an SSE-C key: send it with every read \
+             (x-amz-server-side-encryption-customer-algorithm, -key and -key-MD5)",
         )),
         (Some(stored), Some(c)) if c.opens(stored) => {
             Ok(Written { s3: false, customer_md5: Some(c.md5) })
