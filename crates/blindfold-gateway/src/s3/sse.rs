@@ -44,33 +44,42 @@ impl CustomerKey {
         key: Option<&str>,
         md5: Option<&str>,
     ) -> S3Result<Option<Self>> {
-        let (algorithm, key, md5) =
-            match (algorithm, key, md5) {
-                (None, None, None) => return Ok(None),
-                (Some(a), Some(k), Some(m)) => (a, k, m),
-                (None, ..) => return Err(invalid(
-                    "an SSE-C key needs its algorithm too: x-amz-server-side-encryption-customer-algorithm: AES256",
-                )),
-                (_, None, _) => return Err(invalid(
-                    "SSE-C needs the key itself: x-amz-server-side-encryption-customer-key (256 bits, base64)",
-                )),
-                (_, _, None) => return Err(invalid(
-                    "SSE-C needs the key's MD5 too: x-amz-server-side-encryption-customer-key-MD5 (base64)",
-                )),
-            };
+        let (algorithm, key, md5) = match (algorithm, key, md5) {
+            (None, None, None) => return Ok(None),
+            (Some(a), Some(k), Some(m)) => (a, k, m),
+            (None, ..) => {
+                return Err(invalid(
+                    "an SSE-C key needs its algorithm too: \
+                     x-amz-server-side-encryption-customer-algorithm: AES256",
+                ))
+            }
+            (_, None, _) => {
+                return Err(invalid(
+                    "SSE-C needs the key itself: x-amz-server-side-encryption-customer-key \
+                     (256 bits, base64)",
+                ))
+            }
+            (_, _, None) => {
+                return Err(invalid(
+                    "SSE-C needs the key's MD5 too: \
+                     x-amz-server-side-encryption-customer-key-MD5 (base64)",
+                ))
+            }
+        };
         if algorithm != ALGORITHM {
-            return Err(invalid("The only SSE-C algorithm is AES256"));
+            return Err(invalid("the only SSE-C algorithm is AES256"));
         }
         let b64 = base64::engine::general_purpose::STANDARD;
         let key = zeroize::Zeroizing::new(
-            b64.decode(key).map_err(|_| invalid("The SSE-C key is not valid base64"))?,
+            b64.decode(key).map_err(|_| invalid("the SSE-C key is not valid base64"))?,
         );
         if key.len() != 32 {
             return Err(invalid("an SSE-C key for AES256 is 256 bits (32 bytes, base64)"));
         }
         if b64.encode(md5::Md5::digest(&*key)) != md5 {
             return Err(invalid(
-                "the SSE-C key does not match its MD5 (x-amz-server-side-encryption-customer-key-MD5)",
+                "the SSE-C key does not match its MD5 \
+                 (x-amz-server-side-encryption-customer-key-MD5)",
             ));
         }
         Ok(Some(Self { key, md5: md5.to_owned() }))
