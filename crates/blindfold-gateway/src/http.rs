@@ -203,7 +203,15 @@ async fn handle(
     // A HEAD answer carries the object's Content-Length but no body.
     let head = req.method() == hyper::Method::HEAD;
     let resp = if req.method() == hyper::Method::OPTIONS {
-        preflight(&objects, &req)
+        let mut resp = preflight(&objects, &req);
+        // Its body (a preflight has none) is not read: the connection cannot carry another.
+        if !hyper::body::Body::is_end_stream(req.body()) {
+            resp.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+        }
+        resp
     } else {
         let allowed = cors_allowed(&objects, &req);
         let mut resp = handle_inner(service, Arc::clone(&observer), req).await?;

@@ -264,6 +264,13 @@ async fn cors_rules_answer_preflights_and_add_headers_without_granting_access() 
         assert_eq!(allow_origin(&r), None);
     }
     assert_eq!(status(&request(&g, None, "OPTIONS", "/pubs/k", "", b"").await), 400);
+    // A preflight with a body (never read) ends its connection.
+    let pre = preflight("https://app.example", "GET", "");
+    let r =
+        request(&g, None, "OPTIONS", "/pubs/k", &format!("{pre}Content-Length: 2\r\n"), b"").await;
+    assert!(r.0.contains("connection: close"), "{}", r.0);
+    let r = request(&g, None, "OPTIONS", "/pubs/k", &pre, b"").await;
+    assert!(status(&r) == 200 && !r.0.contains("connection: close"), "{}", r.0);
 
     // Ordinary answers carry the headers for an allowed origin, even errors.
     let r = request(&g, None, "GET", "/pubs/k", "Origin: https://app.example\r\n", b"").await;
