@@ -183,9 +183,15 @@ impl ObjectMeta {
 
     /// Last modification time.
     pub fn modified(&self) -> SystemTime {
-        let ns = self.modified_ns.max(0) as u128;
-        SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(ns.min(u64::MAX as u128) as u64)
+        system_time(self.modified_ns)
     }
+}
+
+/// Nanoseconds since the Unix epoch (as the directory keeps times) as a [`SystemTime`], clamped
+/// to what one can hold.
+pub fn system_time(ns: i128) -> SystemTime {
+    let ns = ns.max(0) as u128;
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(ns.min(u64::MAX as u128) as u64)
 }
 
 /// One uploaded part of a multipart upload.

@@ -911,13 +911,6 @@ impl Gateway {
 }
 
 fn version_entry(key: &str, v: &Version, latest: bool) -> VersionEntry {
-    let modified = |ns: i128| {
-        let ns = ns.max(0) as u128;
-        Timestamp::from(
-            std::time::SystemTime::UNIX_EPOCH
-                + std::time::Duration::from_nanos(ns.min(u64::MAX as u128) as u64),
-        )
-    };
     match &v.object {
         Some(meta) => VersionEntry::Object(ObjectVersion {
             key: Some(key.to_string()),
@@ -934,7 +927,7 @@ fn version_entry(key: &str, v: &Version, latest: bool) -> VersionEntry {
         None => VersionEntry::Marker(DeleteMarkerEntry {
             key: Some(key.to_string()),
             is_latest: Some(latest),
-            last_modified: Some(modified(v.modified_ns)),
+            last_modified: Some(Timestamp::from(crate::directory::system_time(v.modified_ns))),
             version_id: Some(v.version_id.clone()),
             ..Default::default()
         }),
