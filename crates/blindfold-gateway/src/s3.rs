@@ -1819,7 +1819,7 @@ impl S3 for Gateway {
         let (meta, _) = self.version_for_read(&i.bucket, &i.key, i.version_id.as_deref())?;
         Ok(S3Response::new(GetObjectAclOutput {
             owner: Some(acl::owner()),
-            grants: Some(acl::grants(acl::of_object(&meta.metadata))),
+            grants: Some(acl::grants(crate::sharing::object_acl(&meta.metadata))),
             ..Default::default()
         }))
     }

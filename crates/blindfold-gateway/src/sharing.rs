@@ -31,7 +31,7 @@ pub const OBJECT_ACL_KEY: &str = ":acl";
 pub const MAX_POLICY_BYTES: usize = 20 * 1024;
 
 /// A canned ACL the gateway honours.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Canned {
     /// Only the owner and the users the users file allows (the default).
     Private,
@@ -88,6 +88,18 @@ pub fn policy_of(dir: &crate::directory::Directory, bucket: &str) -> crate::Resu
         Err(e) => return Err(e),
     };
     crate::directory::parse_setting(doc, POLICY)
+}
+
+/// A bucket's canned ACL ([`ACL`]; private if none is set).
+pub fn bucket_acl(dir: &crate::directory::Directory, bucket: &str) -> crate::Result<Canned> {
+    let doc = dir.bucket_setting(bucket, ACL)?;
+    let name: Option<String> = crate::directory::parse_setting(doc, ACL)?;
+    Ok(name.and_then(|n| Canned::parse(&n).ok()).unwrap_or(Canned::Private))
+}
+
+/// The canned ACL of an object version's metadata map ([`OBJECT_ACL_KEY`]; private if none).
+pub fn object_acl(map: &std::collections::BTreeMap<String, String>) -> Canned {
+    map.get(OBJECT_ACL_KEY).and_then(|c| Canned::parse(c).ok()).unwrap_or(Canned::Private)
 }
 
 impl<'a> Who<'a> {

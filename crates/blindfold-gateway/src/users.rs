@@ -527,10 +527,7 @@ impl Access {
     /// Whether the holder of `access_key` may use `bucket`, for reading only (`reads`) or also
     /// writing: the rule the S3 front end starts from, for the other front ends.
     pub fn permits(&self, access_key: &str, bucket: &str, reads: bool) -> bool {
-        if access_key == self.admin_access_key {
-            return true;
-        }
-        self.user(access_key).is_some_and(|u| u.may_use(bucket) && (reads || !u.read_only))
+        self.caller(Some(access_key)).may_use(bucket, reads)
     }
 
     /// Who holds `access_key` (`None`: an unsigned request). An unknown key never gets here:
@@ -560,9 +557,15 @@ impl Caller {
     /// `bucket`: anything for the administrator, what a user's patterns and read-only flag
     /// allow, nothing for an unsigned request.
     pub fn may(&self, op: &str, bucket: &str) -> bool {
+        self.may_use(bucket, is_read(op))
+    }
+
+    /// Whether the users file lets the caller use `bucket`, for reading only (`reads`) or
+    /// also writing.
+    pub fn may_use(&self, bucket: &str, reads: bool) -> bool {
         match self {
             Caller::Admin => true,
-            Caller::User(u) => u.may_use(bucket) && (!u.read_only || is_read(op)),
+            Caller::User(u) => u.may_use(bucket) && (reads || !u.read_only),
             Caller::Anonymous => false,
         }
     }

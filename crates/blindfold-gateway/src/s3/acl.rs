@@ -129,16 +129,10 @@ pub(super) fn apply(map: &mut BTreeMap<String, String>, canned: Canned) {
     crate::lock::apply(map, vec![entry(canned)]);
 }
 
-/// The canned ACL of an object's metadata map.
-pub(super) fn of_object(map: &BTreeMap<String, String>) -> Canned {
-    map.get(sharing::OBJECT_ACL_KEY).and_then(|c| Canned::parse(c).ok()).unwrap_or(Canned::Private)
-}
-
 impl Gateway {
     /// A bucket's canned ACL.
     pub(super) fn bucket_acl(&self, bucket: &str) -> S3Result<Canned> {
-        let name: Option<String> = self.setting(bucket, sharing::ACL)?;
-        Ok(name.and_then(|n| Canned::parse(&n).ok()).unwrap_or(Canned::Private))
+        sharing::bucket_acl(self.objects.directory(), bucket).map_err(super::s3)
     }
 
     /// Sets a bucket's canned ACL.

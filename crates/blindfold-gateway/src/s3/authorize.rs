@@ -30,21 +30,18 @@ impl Authorizer {
         sharing::policy_of(self.objects.directory(), bucket).map_err(super::s3)
     }
 
+    /// The canned ACL that decides a read: the bucket's, or the object version's. Anything
+    /// unreadable (no such bucket, key or version) counts as private.
     fn canned(&self, bucket: &str, key: Option<(&str, Option<&str>)>) -> Canned {
         let dir = self.objects.directory();
-        let name = match key {
-            None => dir
-                .bucket_setting(bucket, sharing::ACL)
-                .ok()
-                .flatten()
-                .and_then(|d| serde_json::from_str::<String>(&d).ok()),
+        match key {
+            None => sharing::bucket_acl(dir, bucket).unwrap_or(Canned::Private),
             Some((key, version)) => dir
                 .version(bucket, key, version)
                 .ok()
                 .and_then(|v| v.object)
-                .and_then(|m| m.metadata.get(sharing::OBJECT_ACL_KEY).cloned()),
-        };
-        name.and_then(|n| Canned::parse(&n).ok()).unwrap_or(Canned::Private)
+                .map_or(Canned::Private, |m| sharing::object_acl(&m.metadata)),
+        }
     }
 
     /// Whether `caller` may run `op` on `bucket` (and `key`, of `version`). `Err` is the
@@ -57,13 +54,28 @@ impl Authorizer {
         key: Option<&str>,
         version: Option<&str>,
     ) -> S3Result<()> {
+        let policy = self.policy(bucket)?;
+        self.authorize_under(policy.as_ref(), caller, op, bucket, key, version)
+    }
+
+    /// [`Authorizer::authorize`] under the bucket's `policy`, read once by the caller (once
+    /// for all the keys of a DeleteObjects).
+    fn authorize_under(
+        &self,
+        policy: Option<&Policy>,
+        caller: &Caller,
+        op: &str,
+        bucket: &str,
+        key: Option<&str>,
+        version: Option<&str>,
+    ) -> S3Result<()> {
         let who = Who::of(caller);
         let action = sharing::action_of(op);
         let resource = match key {
             Some(k) => format!("{bucket}/{k}"),
             None => bucket.to_owned(),
         };
-        let decision = match self.policy(bucket)? {
+        let decision = match policy {
             Some(p) => p.decide(&who, &action, &resource),
             None => Decision::Silent,
         };
@@ -168,8 +180,16 @@ impl S3Access for Authorizer {
         if req.input.delete.objects.is_empty() {
             return self.authorize(&caller, "DeleteObjects", bucket, None, None);
         }
+        let policy = self.policy(bucket)?;
         for o in &req.input.delete.objects {
-            self.authorize(&caller, "DeleteObject", bucket, Some(&o.key), None)?;
+            self.authorize_under(
+                policy.as_ref(),
+                &caller,
+                "DeleteObject",
+                bucket,
+                Some(&o.key),
+                None,
+            )?;
         }
         Ok(())
     }
