@@ -51,6 +51,25 @@ macro_rules! object_acl {
     };
 }
 
+/// The SSE-C key an input carries (`customer_key!(input)`), or the key of its copy source
+/// (`customer_key!(input, copy_source)`), checked by [`sse::CustomerKey::of`].
+macro_rules! customer_key {
+    ($input:ident) => {
+        sse::CustomerKey::of(
+            $input.sse_customer_algorithm.as_deref(),
+            $input.sse_customer_key.as_deref(),
+            $input.sse_customer_key_md5.as_deref(),
+        )?
+    };
+    ($input:ident, copy_source) => {
+        sse::CustomerKey::of(
+            $input.copy_source_sse_customer_algorithm.as_deref(),
+            $input.copy_source_sse_customer_key.as_deref(),
+            $input.copy_source_sse_customer_key_md5.as_deref(),
+        )?
+    };
+}
+
 /// Checks the server-side encryption a write asks for (PutObject, CreateMultipartUpload,
 /// CopyObject: inputs with the same fields) and records it in the new object's map
 /// ([`sse`]); the [`sse::Written`] says what to answer.
@@ -60,11 +79,7 @@ macro_rules! object_sse {
             &mut $map,
             $input.server_side_encryption.as_ref(),
             $input.ssekms_key_id.as_deref(),
-            sse::CustomerKey::of(
-                $input.sse_customer_algorithm.as_deref(),
-                $input.sse_customer_key.as_deref(),
-                $input.sse_customer_key_md5.as_deref(),
-            )?,
+            customer_key!($input),
         )?
     };
 }
@@ -1107,14 +1122,7 @@ impl S3 for Gateway {
         let input = req.input;
         let (meta, _pin) =
             self.version_for_read(&input.bucket, &input.key, input.version_id.as_deref())?;
-        let enc = sse::check_read(
-            &meta.metadata,
-            sse::CustomerKey::of(
-                input.sse_customer_algorithm.as_deref(),
-                input.sse_customer_key.as_deref(),
-                input.sse_customer_key_md5.as_deref(),
-            )?,
-        )?;
+        let enc = sse::check_read(&meta.metadata, customer_key!(input))?;
         let state = self.versioning(&input.bucket)?;
         Conditions {
             if_match: input.if_match.as_ref(),
@@ -1179,14 +1187,7 @@ impl S3 for Gateway {
         let input = req.input;
         let (meta, _pin) =
             self.version_for_read(&input.bucket, &input.key, input.version_id.as_deref())?;
-        let enc = sse::check_read(
-            &meta.metadata,
-            sse::CustomerKey::of(
-                input.sse_customer_algorithm.as_deref(),
-                input.sse_customer_key.as_deref(),
-                input.sse_customer_key_md5.as_deref(),
-            )?,
-        )?;
+        let enc = sse::check_read(&meta.metadata, customer_key!(input))?;
         let state = self.versioning(&input.bucket)?;
         Conditions {
             if_match: input.if_match.as_ref(),
@@ -1311,14 +1312,7 @@ impl S3 for Gateway {
         }
         let (src, _pin) = self.version_for_read(&src_bucket, &src_key, src_version.as_deref())?;
         // An SSE-C source is read with its key; the copy is encrypted as the request says.
-        sse::check_read(
-            &src.metadata,
-            sse::CustomerKey::of(
-                input.copy_source_sse_customer_algorithm.as_deref(),
-                input.copy_source_sse_customer_key.as_deref(),
-                input.copy_source_sse_customer_key_md5.as_deref(),
-            )?,
-        )?;
+        sse::check_read(&src.metadata, customer_key!(input, copy_source))?;
         Conditions {
             if_match: input.copy_source_if_match.as_ref(),
             if_none_match: input.copy_source_if_none_match.as_ref(),
@@ -1499,11 +1493,7 @@ impl S3 for Gateway {
             return Err(s3_error!(InvalidArgument, "part numbers are 1 to 10000"));
         }
         // A part of an SSE-C upload carries the upload's key (and no other does).
-        let customer = sse::CustomerKey::of(
-            input.sse_customer_algorithm.as_deref(),
-            input.sse_customer_key.as_deref(),
-            input.sse_customer_key_md5.as_deref(),
-        )?;
+        let customer = customer_key!(input);
         let upload = self.objects.directory().upload(&input.upload_id).map_err(s3)?;
         let enc = match upload {
             Some(u) if u.bucket == input.bucket && u.key == input.key => {
@@ -1618,14 +1608,7 @@ impl S3 for Gateway {
         };
         // A version id names the version to copy from, as for CopyObject.
         let (src, _pin) = self.version_for_read(&src_bucket, &src_key, src_version.as_deref())?;
-        sse::check_read(
-            &src.metadata,
-            sse::CustomerKey::of(
-                input.copy_source_sse_customer_algorithm.as_deref(),
-                input.copy_source_sse_customer_key.as_deref(),
-                input.copy_source_sse_customer_key_md5.as_deref(),
-            )?,
-        )?;
+        sse::check_read(&src.metadata, customer_key!(input, copy_source))?;
         Conditions {
             if_match: input.copy_source_if_match.as_ref(),
             if_none_match: input.copy_source_if_none_match.as_ref(),
