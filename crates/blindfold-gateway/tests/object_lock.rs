@@ -263,25 +263,7 @@ async fn a_bucket_default_reaches_every_write_path() {
         .unwrap()
         .output
         .e_tag;
-    let m = g
-        .complete_multipart_upload(req(CompleteMultipartUploadInput {
-            bucket: "b".into(),
-            key: "mp".into(),
-            upload_id: up,
-            multipart_upload: Some(CompletedMultipartUpload {
-                parts: Some(vec![CompletedPart {
-                    e_tag: part,
-                    part_number: Some(1),
-                    ..Default::default()
-                }]),
-            }),
-            ..Default::default()
-        }))
-        .await
-        .unwrap()
-        .output
-        .version_id
-        .unwrap();
+    let m = complete_one(g, "b", "mp", up, part).await.unwrap().version_id.unwrap();
     let in_two_days = time::OffsetDateTime::now_utc() + time::Duration::days(2);
     for (key, version) in [("put", &v), ("copy", &c), ("mp", &m)] {
         let h = head(g, key, version).await;

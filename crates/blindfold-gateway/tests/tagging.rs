@@ -200,20 +200,7 @@ async fn copies_and_uploads_carry_tags() {
         ..Default::default()
     };
     let etag = g.upload_part(req(input)).await.unwrap().output.e_tag;
-    let input = CompleteMultipartUploadInput {
-        bucket: "b".into(),
-        key: "mp".into(),
-        upload_id: id,
-        multipart_upload: Some(CompletedMultipartUpload {
-            parts: Some(vec![CompletedPart {
-                e_tag: etag,
-                part_number: Some(1),
-                ..Default::default()
-            }]),
-        }),
-        ..Default::default()
-    };
-    g.complete_multipart_upload(req(input)).await.unwrap();
+    complete_one(g, "b", "mp", id, etag).await.unwrap();
     assert_eq!(tags(g, "mp", None).await, pairs(&[("part", "whole")]));
 }
 

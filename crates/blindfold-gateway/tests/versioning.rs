@@ -125,20 +125,7 @@ async fn versions_delete_markers_and_reads_by_version() {
         .build()
         .unwrap();
     let etag = g.upload_part_copy(req(part)).await.unwrap().output.copy_part_result.unwrap().e_tag;
-    let done = CompleteMultipartUploadInput {
-        bucket: "parts".into(),
-        key: "mp".into(),
-        upload_id: id,
-        multipart_upload: Some(CompletedMultipartUpload {
-            parts: Some(vec![CompletedPart {
-                e_tag: etag,
-                part_number: Some(1),
-                ..Default::default()
-            }]),
-        }),
-        ..Default::default()
-    };
-    g.complete_multipart_upload(req(done)).await.unwrap();
+    complete_one(g, "parts", "mp", id, etag).await.unwrap();
     let got = g
         .get_object(req(GetObjectInput {
             bucket: "parts".into(),

@@ -82,6 +82,30 @@ pub async fn versioning(g: &Gateway, status: &str) {
     g.put_bucket_versioning(req(input)).await.unwrap();
 }
 
+/// Completes the upload `upload_id` of `bucket/key` from its one part (of ETag `etag`).
+pub async fn complete_one(
+    g: &Gateway,
+    bucket: &str,
+    key: &str,
+    upload_id: String,
+    etag: Option<ETag>,
+) -> S3Result<CompleteMultipartUploadOutput> {
+    let input = CompleteMultipartUploadInput {
+        bucket: bucket.into(),
+        key: key.into(),
+        upload_id,
+        multipart_upload: Some(CompletedMultipartUpload {
+            parts: Some(vec![CompletedPart {
+                e_tag: etag,
+                part_number: Some(1),
+                ..Default::default()
+            }]),
+        }),
+        ..Default::default()
+    };
+    Ok(g.complete_multipart_upload(req(input)).await?.output)
+}
+
 /// PUT; returns the version id answered.
 pub async fn put(g: &Gateway, key: &str, data: &[u8]) -> Option<String> {
     put_tagged(g, key, data, None).await
