@@ -6,20 +6,23 @@ Target hooks take the `Pass` and the running `Gateway`; extras take the `Run`
 (suite.py) and start their own gateways.
 """
 
+import base64
 import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import ssl
 import sys
 import subprocess
 import time
 
-from clients import AwsFlow, aws_cmd, http
+from clients import AwsFlow, ResticFlow, aws_cmd, http
 from deployment import deploy
 from gateway import Gateway
-from harness import die, expect, rand_file, read, run, same_file, spawn, forget, wait_for, watch_pid_file
+from harness import (die, expect, gen_tree, rand_file, read, run, same_file, same_tree, spawn, forget,
+                     wait_for, watch_pid_file)
 
 
 # =============================================================================================
@@ -837,9 +840,6 @@ def restic_locked(p, gw):
     """A backup protected against whoever steals the backup's keys: restic writes into a bucket
     whose default retention is GOVERNANCE; deleting every object only adds delete markers, no
     version can be removed, and removing the markers brings the backup back."""
-    import shutil
-    from clients import ResticFlow
-    from harness import gen_tree, same_tree
     b = "e2e-restic-lock"
     s3api_json(gw, "create-bucket", "--bucket", b, "--object-lock-enabled-for-bucket")
     s3api_json(gw, "put-object-lock-configuration", "--bucket", b, "--object-lock-configuration",
@@ -870,7 +870,6 @@ def restic_locked(p, gw):
 
 
 def sharing_s3api(p, gw):
-    import base64
     d, b = p.dir("sharing"), "e2e-sharing"
     rand_file(f"{d}/f", 500)
     body = read(f"{d}/f")
