@@ -131,7 +131,7 @@ pub(crate) fn retire(dir: &Path, name: String) -> Result<()> {
 /// Returns the names removed. Failures are logged, never fatal: the arrays only take room.
 pub(crate) async fn remove_retired(
     dir: &Path,
-    params: &GatewayParams,
+    url: &StoreUrl,
     replaced: Option<&str>,
     in_use: &[String],
 ) -> Vec<String> {
@@ -141,10 +141,9 @@ pub(crate) async fn remove_retired(
     if names.is_empty() {
         return Vec::new();
     }
-    let Ok(url) = params.store.parse::<StoreUrl>() else { return Vec::new() };
     let mut removed = Vec::new();
     for name in &names {
-        match blindfold_store::remove_array(&url, name).await {
+        match blindfold_store::remove_array(url, name).await {
             Ok(true) => removed.push(name.clone()),
             Ok(false) => tracing::info!(
                 array = %name,

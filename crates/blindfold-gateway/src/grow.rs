@@ -350,13 +350,12 @@ impl Store for CutShort {
 async fn grow_closed(
     dir: &Path,
     params: &GatewayParams,
+    url: &StoreUrl,
     key: &MasterKey,
     blocks: u64,
     crash: Option<CrashPoint>,
     replaced: &mut bool,
 ) -> Result<(GatewayParams, Rebuilt)> {
-    let url: StoreUrl =
-        params.store.parse().map_err(|e: StoreError| GatewayError::Config(e.to_string()))?;
     let first = match read_intent(dir)? {
         Some(i) if i.from_generation == params.generation && i.blocks == blocks => i.to_generation,
         _ => params
@@ -406,6 +405,7 @@ fn checkpoint_blocks(dir: &Path, params: &GatewayParams, key: &MasterKey) -> Res
 pub(crate) async fn resume(
     dir: &Path,
     params: GatewayParams,
+    url: &StoreUrl,
     key: &MasterKey,
 ) -> Result<(GatewayParams, Option<String>)> {
     let Some(intent) = read_intent(dir)? else {
@@ -446,7 +446,7 @@ pub(crate) async fn resume(
     let started = Instant::now();
     let mut replaced = false;
     let (new_params, rebuilt) =
-        grow_closed(dir, &params, key, intent.blocks, None, &mut replaced).await?;
+        grow_closed(dir, &params, url, key, intent.blocks, None, &mut replaced).await?;
     let grown = grown_report(&params, &new_params, &rebuilt, started);
     Ok((new_params, Some(format!("resumed an interrupted growth: {}", grown.describe()))))
 }
@@ -528,6 +528,8 @@ pub struct Grower {
     objects: Arc<ObjectLayer>,
     observer: Arc<Observer>,
     wrap_store: Option<Arc<StoreWrapper>>,
+    /// The store (with any secret its `--store` URL gave, which gateway.json leaves out).
+    url: StoreUrl,
     snapshots: SnapshotSlot,
     rotating: bool,
     /// The gateway logs to the store (`--durability store`): growing it while it serves is
@@ -551,6 +553,7 @@ pub(crate) struct GrowerParts {
     pub objects: Arc<ObjectLayer>,
     pub observer: Arc<Observer>,
     pub wrap_store: Option<Arc<StoreWrapper>>,
+    pub store_url: StoreUrl,
     pub snapshots: SnapshotSlot,
     pub rotating: bool,
 }
@@ -564,6 +567,7 @@ impl Grower {
             objects: p.objects,
             observer: p.observer,
             wrap_store: p.wrap_store,
+            url: p.store_url,
             snapshots: p.snapshots,
             rotating: p.rotating,
             journaling: std::sync::atomic::AtomicBool::new(false),
@@ -636,7 +640,9 @@ impl Grower {
         drop(std::mem::replace(&mut *engine, stopped));
         self.observer.release_store();
         let mut replaced = false;
-        let grown = grow_closed(&self.dir, &params, &self.key, blocks, crash, &mut replaced).await;
+        let grown =
+            grow_closed(&self.dir, &params, &self.url, &self.key, blocks, crash, &mut replaced)
+                .await;
         let (new_params, rebuilt) = match grown {
             Ok(v) => v,
             // A simulated crash: the engine stays closed, as the process would be gone.
@@ -757,8 +763,7 @@ impl Grower {
     }
 
     async fn open_engine(&self, params: &GatewayParams) -> Result<Arc<dyn SharedEngine>> {
-        let url: StoreUrl =
-            params.store.parse().map_err(|e: StoreError| GatewayError::Config(e.to_string()))?;
+        let url = self.url.clone();
         let name = oram_array(params.generation);
         let geometry = oram_geometry(params)?;
         let store = open_store(&url, &name, geometry)
@@ -782,8 +787,7 @@ impl Grower {
     /// Writes a snapshot of the grown state to a snapshot array of its size; returns the
     /// arrays that were removed since nothing needs them any more.
     async fn snapshot(&self, params: &GatewayParams) -> Result<Vec<String>> {
-        let url: StoreUrl =
-            params.store.parse().map_err(|e: StoreError| GatewayError::Config(e.to_string()))?;
+        let url = self.url.clone();
         let previous = self.snapshots.lock().take();
         let min_seq = match &previous {
             Some(a) => crate::snapshot::latest_seq(&*a.store, &self.key).await.unwrap_or(0),

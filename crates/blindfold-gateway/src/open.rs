@@ -182,7 +182,8 @@ async fn open_existing(
         // A growth a crash interrupted is finished (or redone) before the engine opens. The
         // ORAM state is still under the key it had then: growths never overlap a rotation.
         let state_key = keys.previous.as_ref().unwrap_or(&key);
-        let (grown, note) = crate::grow::resume(dir, params, state_key).await?;
+        let url = store_url(&params, cfg.store.as_ref())?;
+        let (grown, note) = crate::grow::resume(dir, params, &url, state_key).await?;
         params = grown;
         notes.extend(note);
     }
@@ -280,13 +281,23 @@ fn make_dir(path: &Path, debris: &mut Debris) -> Result<()> {
     Ok(())
 }
 
+/// The store of a data directory: the `--store` URL when one is given (it agrees with
+/// gateway.json, which keeps the URL without secrets such as a Redis password), else
+/// gateway.json's.
+pub(crate) fn store_url(params: &GatewayParams, given: Option<&StoreUrl>) -> Result<StoreUrl> {
+    match given {
+        Some(url) => Ok(url.clone()),
+        None => params
+            .store
+            .parse()
+            .map_err(|e: blindfold_store::StoreError| GatewayError::Config(e.to_string())),
+    }
+}
+
 async fn create(cfg: &ServeConfig, hooks: OpenHooks) -> Result<Opened> {
     let dir = &cfg.data_dir;
     let params = new_params(cfg)?;
-    let store_url: StoreUrl = params
-        .store
-        .parse()
-        .map_err(|e: blindfold_store::StoreError| GatewayError::Config(e.to_string()))?;
+    let store_url = store_url(&params, cfg.store.as_ref())?;
     let mut debris = Debris::default();
     make_dir(dir, &mut debris)?;
     let mut notes = Vec::new();
@@ -439,10 +450,7 @@ async fn assemble(
         tracing::warn!("{warning}");
         notes.push(warning);
     }
-    let store_url: StoreUrl = params
-        .store
-        .parse()
-        .map_err(|e: blindfold_store::StoreError| GatewayError::Config(e.to_string()))?;
+    let store_url = store_url(&params, cfg.store.as_ref())?;
     oram_config(&params)?;
     let injected = match hooks.engine_factory {
         Some(open) => {
@@ -611,6 +619,7 @@ async fn assemble(
             objects: Arc::clone(&objects),
             observer: Arc::clone(&observer),
             wrap_store,
+            store_url: store_url.clone(),
             snapshots: Arc::clone(&snapshots),
             rotating: previous.is_some(),
         }))

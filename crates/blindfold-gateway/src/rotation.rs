@@ -418,7 +418,7 @@ async fn clear_old_snapshots(ending: &Ending) -> Result<()> {
         let in_use = [oram_array(params.generation), array.name.clone()];
         let removed = crate::datadir::remove_retired(
             &ending.dir,
-            &params,
+            &array.url,
             array.replaces.as_deref(),
             &in_use,
         )

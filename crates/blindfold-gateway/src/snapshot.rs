@@ -293,7 +293,8 @@ pub struct SnapshotArray {
     pub name: String,
     /// The array.
     pub store: Arc<dyn Store>,
-    url: StoreUrl,
+    /// The store it is in.
+    pub(crate) url: StoreUrl,
     /// The array the index names until a snapshot is written here (after a growth), which
     /// nothing needs once it is.
     pub replaces: Option<String>,
@@ -767,7 +768,7 @@ async fn put_snapshot(
     let in_use =
         [blindfold_proxy::catalogue::oram_array(snap.params.generation), array.name.clone()];
     let removed =
-        crate::datadir::remove_retired(dir, &snap.params, array.replaces.as_deref(), &in_use).await;
+        crate::datadir::remove_retired(dir, &array.url, array.replaces.as_deref(), &in_use).await;
     Ok((seq, removed))
 }
 

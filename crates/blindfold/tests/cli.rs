@@ -3,10 +3,13 @@
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
+use blindfold_store::StoreUrl;
+
 fn blindfold(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_blindfold"))
         .args(args)
         .env_remove("BLINDFOLD_PASSPHRASE")
+        .env_remove("BLINDFOLD_REDIS_PASSWORD")
         .output()
         .expect("run blindfold")
 }
@@ -407,6 +410,7 @@ fn serve(args: &[&str]) -> Served {
         .args(port)
         .args(args)
         .env_remove("BLINDFOLD_PASSPHRASE")
+        .env_remove("BLINDFOLD_REDIS_PASSWORD")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -644,6 +648,46 @@ fn a_new_store_on_s3_defaults_to_64_kib_blocks() {
         let o = blindfold(&["status", "--data-dir", ds]);
         assert!(o.status.success() && text(&o).contains(want), "{name}: {}", text(&o));
     }
+}
+
+/// A password given in `--store redis://:PASSWORD@…` is used on every start (gateway.json keeps
+/// the URL without it), without `$BLINDFOLD_REDIS_PASSWORD`; `recover` takes it the same way.
+#[test]
+fn a_redis_password_in_the_store_flag_is_used_on_every_start() {
+    let Some(base) = blindfold_testkit::servers::redis_url("cli-redis-password", "") else {
+        return;
+    };
+    let StoreUrl::Redis { address, .. } = &base else { unreachable!() };
+    let Some(password) = address.password.as_ref().map(|p| p.expose().to_owned()) else {
+        return; // the tests' Redis always has one; nothing to check without
+    };
+    // The URL as an operator writes it, password included (Display leaves it out).
+    let shown = base.to_string();
+    let store = shown.replacen("redis://", &format!("redis://:{password}@"), 1);
+    let tmp = tempfile::tempdir().unwrap();
+    let key = tmp.path().join("key.json");
+    let key = key.to_str().unwrap();
+    assert!(blindfold(&["init", "--key-file", key]).status.success());
+    let d = tmp.path().join("data");
+    let ds = d.to_str().unwrap();
+    let args = ["--data-dir", ds, "--key-file", key, "--capacity", "1MiB", "--store", &store];
+    serve(&args).stop();
+    serve(&args).stop();
+    let fresh = tmp.path().join("fresh");
+    let o = blindfold(&[
+        "recover",
+        "--data-dir",
+        fresh.to_str().unwrap(),
+        "--store",
+        &store,
+        "--key-file",
+        key,
+    ]);
+    assert!(o.status.success(), "recover: {}", text(&o));
+    assert!(
+        !std::fs::read_to_string(d.join("gateway.json")).unwrap().contains(&password),
+        "the password is never written to the data directory"
+    );
 }
 
 #[test]
