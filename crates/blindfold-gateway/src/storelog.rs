@@ -15,14 +15,25 @@
 //! # Layout in the store
 //!
 //! An array named [`ARRAY`] of fixed-size cells used as a ring: cell `seq % cells` holds the
-//! log's `seq`-th cell. Concurrent appends are *group-committed*: whoever finds no write in
-//! flight takes every entry queued so far, encodes them as one group, splits it over as many
-//! whole cells as it needs, writes them in one batch and flushes; the others wait for it. A
-//! cell's plaintext is `seq (8) ‖ generation (8) ‖ digest of the previous cell (32) ‖ last (1)
-//! ‖ length (4) ‖ payload`, zero-padded, sealed under a key of its own derived from the master
-//! key and bound to its position and to `seq`. A cell the store swaps, replays from an earlier
-//! lap of the ring, or alters does not open; one spliced from another timeline breaks the
-//! chain of digests.
+//! log's `seq`-th cell. Concurrent appends are *group-committed*: an append whose entry is not
+//! in a group yet takes every entry queued so far, encodes them as one group, splits it over as
+//! many whole cells as it needs, writes them in one batch and flushes. Up to [`IN_FLIGHT`]
+//! groups are written at once (a store far away is not left idle while one round trip
+//! completes), but they are acknowledged in order: an entry is durable once its group and every
+//! group before it are. A cell's plaintext is `seq (8) ‖ generation (8) ‖ digest of the
+//! previous cell (32) ‖ flags (1) ‖ length (4) ‖ durable through (8) ‖ payload`, zero-padded,
+//! sealed under a key of its own derived from the master key and bound to its position and to
+//! `seq`. *Durable through* is the first cell that was not yet known to be in the store when
+//! this one was sent. A cell the store swaps, replays from an earlier lap of the ring, or
+//! alters does not open; one spliced from another timeline breaks the chain of digests.
+//!
+//! # Where the log ends
+//!
+//! At the first cell that does not open. The cells of the groups in flight at a crash reach
+//! the store in any order (an S3 store writes a group's cells in parallel), so intact cells may
+//! follow that hole; none of them was acknowledged, and they are dropped. A cell after the hole
+//! that was sent once the hole's cell was durable (its *durable through* is past the hole)
+//! proves that the store dropped or altered an acknowledged cell: an error, never an end.
 //!
 //! # Checkpoints
 //!
@@ -63,8 +74,17 @@ pub const DEFAULT_CELLS: u64 = 1024;
 /// Engine frames kept for the next store checkpoint beyond which the engine is asked to
 /// checkpoint (its checkpoint replaces them).
 pub const TAIL_LIMIT: usize = 16 << 20;
-const HEADER: usize = 8 + 8 + 32 + 1 + 4;
+/// The header of a cell written before groups were pipelined (no *durable through*).
+const OLD_HEADER: usize = 8 + 8 + 32 + 1 + 4;
+const HEADER: usize = OLD_HEADER + 8;
 const PAYLOAD: usize = CHUNK - HEADER;
+/// Flags: the last cell of its group; the header holds *durable through*.
+const LAST: u8 = 1;
+const HAS_THROUGH: u8 = 2;
+/// Groups written to the store at once.
+pub const IN_FLIGHT: usize = 8;
+/// Cells after a hole that replay looks at for one sent after the hole's cell was durable.
+const LOOK_AHEAD: u64 = 64;
 /// How long an append waits for a store checkpoint to free room in a full ring.
 const ROOM_WAIT: Duration = Duration::from_secs(60);
 
@@ -139,19 +159,53 @@ struct Queue {
     engine: EngineBase,
 }
 
-/// A group written to the ring.
+/// A group sent to the ring.
 #[derive(Clone, Copy)]
 struct Group {
     first_entry: u64,
+    /// One past its last entry.
+    end_entry: u64,
     seq: u64,
+    cells: u64,
     prev: [u8; 32],
+    /// Written and flushed.
+    done: bool,
+}
+
+/// What [`StoreLog::send`] did.
+enum Send {
+    /// The group's sealed cells, and its first cell.
+    Sent(Vec<(CellId, Vec<u8>)>, u64),
+    /// No room in the ring up to this cell until a checkpoint frees some.
+    NoRoom(u64),
 }
 
 struct Writer {
     next_seq: u64,
     prev: [u8; 32],
-    /// Groups written since the oldest cell still needed.
+    /// One past the last entry sent in a group.
+    sent_entries: u64,
+    /// Every cell below this is in the store (each group up to it is done).
+    durable_seq: u64,
+    /// Entries of the groups up to `durable_seq`.
+    durable_entries: u64,
+    /// Cells below this are covered by a durable store checkpoint.
+    checkpointed_from: u64,
+    /// Groups sent since the oldest cell still needed, in flight or done.
     groups: VecDeque<Group>,
+}
+
+impl Writer {
+    fn in_flight(&self) -> usize {
+        self.groups.iter().filter(|g| !g.done).count()
+    }
+
+    /// Cells below this may be overwritten: covered by a checkpoint, and no longer being
+    /// written (a late write of an old lap must not land on a newer cell).
+    fn reusable_from(&self) -> u64 {
+        let oldest_in_flight = self.groups.iter().find(|g| !g.done).map(|g| g.seq);
+        oldest_in_flight.map_or(self.checkpointed_from, |s| s.min(self.checkpointed_from))
+    }
 }
 
 /// The log, shared by the engine's tap, the directory and the checkpointer.
@@ -161,11 +215,13 @@ pub struct StoreLog {
     cells: u64,
     generation: u64,
     queue: parking_lot::Mutex<Queue>,
-    writer: tokio::sync::Mutex<Writer>,
-    /// Every entry below this is durable in the store.
+    writer: parking_lot::Mutex<Writer>,
+    /// Every entry below this is durable in the store (and recorded in the anchor).
     durable: AtomicU64,
-    /// Cells below this may be overwritten (a durable store checkpoint covers them).
-    reusable_from: AtomicU64,
+    /// Rung when a group is done or fails.
+    progress: tokio::sync::Notify,
+    /// Orders the anchor's writes.
+    acknowledging: tokio::sync::Mutex<()>,
     failed: parking_lot::Mutex<Option<String>>,
     want_checkpoint: AtomicBool,
     /// Wakes the checkpointer.
@@ -215,13 +271,18 @@ impl StoreLog {
                 pending: Vec::new(),
                 engine: EngineBase { checkpoint: engine_checkpoint, log: engine_log },
             }),
-            writer: tokio::sync::Mutex::new(Writer {
+            writer: parking_lot::Mutex::new(Writer {
                 next_seq: start,
                 prev,
+                sent_entries: next_entry,
+                durable_seq: start,
+                durable_entries: next_entry,
+                checkpointed_from: start,
                 groups: VecDeque::new(),
             }),
             durable: AtomicU64::new(next_entry),
-            reusable_from: AtomicU64::new(start),
+            progress: tokio::sync::Notify::new(),
+            acknowledging: tokio::sync::Mutex::new(()),
             failed: parking_lot::Mutex::new(None),
             want_checkpoint: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
@@ -280,85 +341,72 @@ impl StoreLog {
         }
     }
 
-    /// Returns once entry `n` (and every entry before it) is durable in the store, writing
-    /// everything queued as one group if no other caller is already doing so.
+    /// Returns once entry `n` (and every entry before it) is durable in the store, sending
+    /// everything queued as one group if `n` is not in a group yet.
     pub async fn durable(&self, n: u64) -> Result<()> {
         loop {
+            let progress = self.progress.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
             if self.durable.load(Ordering::SeqCst) > n {
                 return Ok(());
             }
             self.check()?;
-            let mut w = self.writer.lock().await;
-            if self.durable.load(Ordering::SeqCst) > n {
-                return Ok(());
-            }
-            self.check()?;
-            let batch = std::mem::take(&mut self.queue.lock().pending);
-            let Some(&(last, _)) = batch.last() else {
-                return Err(GatewayError::Config(format!(
-                    "store-side log: entry {n} was never queued"
-                )));
-            };
-            let payload = {
-                use bincode::Options;
-                bincode_opts()
-                    .serialize(&batch)
-                    .map_err(|e| GatewayError::Corrupt(e.to_string()))?
-            };
-            let n_cells = payload.len().div_ceil(PAYLOAD).max(1) as u64;
-            if n_cells > self.cells / 2 {
-                return Err(GatewayError::Config(format!(
-                    "one group of the store-side log needs {n_cells} cells, more than half \
-                     its ring of {}: a larger ring is needed",
-                    self.cells
-                )));
-            }
-            let end = w.next_seq + n_cells;
-            if end > self.reusable_from.load(Ordering::SeqCst) + self.cells {
-                // No room until a store checkpoint covers the oldest cells: give the entries
-                // back and wait without holding the writer (the checkpoint needs it).
-                self.queue.lock().pending.splice(0..0, batch);
-                drop(w);
-                self.wait_for_room(end).await?;
-                continue;
-            }
-            if let Err(e) = self.write_group(&mut w, batch[0].0, &payload, n_cells).await {
-                *self.failed.lock() = Some(e.to_string());
-                tracing::error!(error = %e, "the store-side log could not be written; refusing further writes");
-                return Err(e);
-            }
-            if let Some(anchor) = &self.anchor {
-                let record = crate::anchor::AnchorRecord {
-                    entries: last + 1,
-                    generation: self.generation,
-                    written_ns: crate::anchor::now_ns(),
-                };
-                if let Err(e) = anchor.write(record).await {
-                    // The group is in the store, but acknowledging it unrecorded would let a
-                    // store that drops it go unnoticed.
-                    *self.failed.lock() = Some(e.to_string());
-                    tracing::error!(error = %e, "the anchor could not be written; refusing further writes");
-                    return Err(e);
+            let sent = {
+                let mut w = self.writer.lock();
+                if n < w.sent_entries || w.in_flight() >= IN_FLIGHT {
+                    // In a group already, or the pipeline is full: wait for a group to end.
+                    None
+                } else {
+                    Some(self.send(&mut w, n)?)
                 }
+            };
+            match sent {
+                None => progress.await,
+                Some(Send::Sent(cells, seq)) => self.write_group(cells, seq).await?,
+                Some(Send::NoRoom(end)) => self.wait_for_room(end).await?,
             }
-            self.durable.store(last + 1, Ordering::SeqCst);
         }
     }
 
-    /// Queues `entry` and waits until it is durable.
-    pub async fn append(&self, entry: Entry) -> Result<()> {
-        let n = self.enqueue(entry);
-        self.durable(n).await
-    }
-
-    async fn write_group(
-        &self,
-        w: &mut Writer,
-        first_entry: u64,
-        payload: &[u8],
-        n_cells: u64,
-    ) -> Result<()> {
-        let group = Group { first_entry, seq: w.next_seq, prev: w.prev };
+    /// Takes every queued entry into a group (under the writer's lock): seals its cells and
+    /// reserves their place in the ring; the caller writes them.
+    fn send(&self, w: &mut Writer, n: u64) -> Result<Send> {
+        let batch = std::mem::take(&mut self.queue.lock().pending);
+        let Some(&(last, _)) = batch.last() else {
+            return Err(GatewayError::Config(format!(
+                "store-side log: entry {n} was never queued"
+            )));
+        };
+        let payload = {
+            use bincode::Options;
+            bincode_opts().serialize(&batch).map_err(|e| GatewayError::Corrupt(e.to_string()))?
+        };
+        let n_cells = payload.len().div_ceil(PAYLOAD).max(1) as u64;
+        if n_cells > self.cells / 2 {
+            return Err(GatewayError::Config(format!(
+                "one group of the store-side log needs {n_cells} cells, more than half its ring \
+                 of {}: a larger ring is needed",
+                self.cells
+            )));
+        }
+        let end = w.next_seq + n_cells;
+        if end > w.reusable_from() + self.cells {
+            // No room until a store checkpoint covers the oldest cells: give the entries back
+            // and wait without holding the writer (the checkpoint needs it).
+            self.queue.lock().pending.splice(0..0, batch);
+            return Ok(Send::NoRoom(end));
+        }
+        let through = w.groups.iter().find(|g| !g.done).map_or(w.next_seq, |g| g.seq);
+        let first_entry = batch[0].0;
+        let group = Group {
+            first_entry,
+            end_entry: last + 1,
+            seq: w.next_seq,
+            cells: n_cells,
+            prev: w.prev,
+            done: false,
+        };
         let mut cells = Vec::with_capacity(n_cells as usize);
         let mut prev = w.prev;
         for (i, chunk) in payload.chunks(PAYLOAD).enumerate() {
@@ -367,8 +415,9 @@ impl StoreLog {
             plain.extend_from_slice(&seq.to_le_bytes());
             plain.extend_from_slice(&self.generation.to_le_bytes());
             plain.extend_from_slice(&prev);
-            plain.push(u8::from(i as u64 + 1 == n_cells));
+            plain.push(HAS_THROUGH | if i as u64 + 1 == n_cells { LAST } else { 0 });
             plain.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
+            plain.extend_from_slice(&through.to_le_bytes());
             plain.extend_from_slice(chunk);
             plain.resize(CHUNK, 0);
             prev = digest(&prev, &plain);
@@ -379,20 +428,87 @@ impl StoreLog {
                 .map_err(|e| GatewayError::Corrupt(e.to_string()))?;
             cells.push((CellId(cell), sealed));
         }
+        w.next_seq = end;
+        w.prev = prev;
+        w.sent_entries = last + 1;
+        w.groups.push_back(group);
+        Ok(Send::Sent(cells, group.seq))
+    }
+
+    /// Queues `entry` and waits until it is durable.
+    pub async fn append(&self, entry: Entry) -> Result<()> {
+        let n = self.enqueue(entry);
+        self.durable(n).await
+    }
+
+    /// Writes and flushes the cells of the group starting at cell `seq`, then acknowledges
+    /// every group done in order (recording it in the anchor first).
+    async fn write_group(&self, cells: Vec<(CellId, Vec<u8>)>, seq: u64) -> Result<()> {
+        let n_cells = cells.len() as u64;
         let store_err = |e: blindfold_store::StoreError| {
             GatewayError::Config(format!("writing the store-side log: {e}"))
         };
-        self.ring.write(cells).await.map_err(store_err)?;
-        self.ring.flush().await.map_err(store_err)?;
-        w.next_seq += n_cells;
-        w.prev = prev;
-        w.groups.push_back(group);
+        let written = async {
+            self.ring.write(cells).await.map_err(store_err)?;
+            self.ring.flush().await.map_err(store_err)
+        }
+        .await;
+        if let Err(e) = written {
+            *self.failed.lock() = Some(e.to_string());
+            tracing::error!(error = %e, "the store-side log could not be written; refusing further writes");
+            self.progress.notify_waiters();
+            return Err(e);
+        }
         self.appends.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(n_cells * (CHUNK + CellSealer::OVERHEAD) as u64, Ordering::Relaxed);
-        let used = w.next_seq - self.reusable_from.load(Ordering::SeqCst);
-        if used > self.cells / 2 {
-            self.wake.notify_one();
+        {
+            let mut w = self.writer.lock();
+            if let Some(g) = w.groups.iter_mut().find(|g| g.seq == seq) {
+                g.done = true;
+            }
+            // Every group done in order is durable.
+            loop {
+                let at = w.durable_seq;
+                let Some(g) = w.groups.iter().find(|g| g.seq == at && g.done).copied() else {
+                    break;
+                };
+                w.durable_seq += g.cells;
+                w.durable_entries = g.end_entry;
+            }
+            if w.next_seq - w.checkpointed_from > self.cells / 2 {
+                self.wake.notify_one();
+            }
         }
+        let acknowledged = self.acknowledge().await;
+        // Room may have been freed (a done group no longer holds the oldest reusable cell).
+        self.room.notify_waiters();
+        self.progress.notify_waiters();
+        acknowledged
+    }
+
+    /// Makes every entry of the groups done in order count as durable, recording their number
+    /// in the anchor first.
+    async fn acknowledge(&self) -> Result<()> {
+        let _order = self.acknowledging.lock().await;
+        let entries = self.writer.lock().durable_entries;
+        if entries <= self.durable.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if let Some(anchor) = &self.anchor {
+            let record = crate::anchor::AnchorRecord {
+                entries,
+                generation: self.generation,
+                written_ns: crate::anchor::now_ns(),
+            };
+            if let Err(e) = anchor.write(record).await {
+                // The group is in the store, but acknowledging it unrecorded would let a store
+                // that drops it go unnoticed.
+                *self.failed.lock() = Some(e.to_string());
+                tracing::error!(error = %e, "the anchor could not be written; refusing further writes");
+                return Err(e);
+            }
+        }
+        self.durable.fetch_max(entries, Ordering::SeqCst);
         Ok(())
     }
 
@@ -400,7 +516,9 @@ impl StoreLog {
         let deadline = tokio::time::Instant::now() + ROOM_WAIT;
         loop {
             let room = self.room.notified();
-            if end <= self.reusable_from.load(Ordering::SeqCst) + self.cells {
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if end <= self.writer.lock().reusable_from() + self.cells {
                 return Ok(());
             }
             self.wake.notify_one();
@@ -417,21 +535,27 @@ impl StoreLog {
 
     /// Stops the log for good: nothing more is acknowledged (the gateway lost its lease).
     pub fn fence(&self, why: String) {
-        let mut failed = self.failed.lock();
-        if failed.is_none() {
-            tracing::error!("{why}");
-            *failed = Some(why);
+        {
+            let mut failed = self.failed.lock();
+            if failed.is_none() {
+                tracing::error!("{why}");
+                *failed = Some(why);
+            }
         }
+        self.progress.notify_waiters();
     }
 
     /// Stops the log at a clean stop: as [`StoreLog::fence`], said as the news it is (an
     /// operator must not find an error in the log of every clean stop).
     pub fn close(&self, why: String) {
-        let mut failed = self.failed.lock();
-        if failed.is_none() {
-            tracing::info!("{why}");
-            *failed = Some(why);
+        {
+            let mut failed = self.failed.lock();
+            if failed.is_none() {
+                tracing::info!("{why}");
+                *failed = Some(why);
+            }
         }
+        self.progress.notify_waiters();
     }
 
     /// The lease generation this log's cells carry.
@@ -458,14 +582,14 @@ impl StoreLog {
     /// crash loses them, the checkpoint holds more than was acknowledged, never less), and
     /// the group that will hold them is read from, skipping them.
     pub async fn point(&self, next_entry: u64, redo_log: Vec<u8>) -> Result<JournalPoint> {
-        let w = self.writer.lock().await;
-        // The group holding `next_entry`, if written; else the next one will.
+        let w = self.writer.lock();
+        // The group holding `next_entry`, if sent (written or in flight); else the next one
+        // will.
         let holding = w
             .groups
             .iter()
             .rev()
-            .find(|g| g.first_entry <= next_entry)
-            .filter(|_| self.durable.load(Ordering::SeqCst) > next_entry)
+            .find(|g| g.first_entry <= next_entry && next_entry < g.end_entry)
             .copied();
         let (read_from, chain) = match holding {
             Some(g) => (g.seq, g.prev),
@@ -483,11 +607,14 @@ impl StoreLog {
 
     /// A store checkpoint holding `point` is durable: the cells before it may be reused.
     pub async fn checkpoint_written(&self, point: &JournalPoint) {
-        let mut w = self.writer.lock().await;
-        while w.groups.front().is_some_and(|g| g.seq < point.read_from) {
-            w.groups.pop_front();
+        {
+            let mut w = self.writer.lock();
+            // Groups still in flight stay: they hold the oldest cell that may not be reused.
+            while w.groups.front().is_some_and(|g| g.seq < point.read_from && g.done) {
+                w.groups.pop_front();
+            }
+            w.checkpointed_from = w.checkpointed_from.max(point.read_from);
         }
-        self.reusable_from.fetch_max(point.read_from, Ordering::SeqCst);
         self.room.notify_waiters();
     }
 }
@@ -515,6 +642,43 @@ impl blindfold_proxy::LogMirror for StoreLog {
     fn wants_checkpoint(&self) -> bool {
         self.engine_checkpoint_wanted()
     }
+}
+
+/// A cell's header (see the module documentation).
+struct Header {
+    gen: u64,
+    named: [u8; 32],
+    last: bool,
+    len: usize,
+    /// Where the payload starts.
+    body: usize,
+    through: Option<u64>,
+}
+
+fn parse_header(plain: &[u8], s: u64) -> Result<Header> {
+    let malformed = || GatewayError::Corrupt(format!("store-side log cell {s} is malformed"));
+    if plain.len() < HEADER {
+        return Err(malformed());
+    }
+    let u64_at = |at: usize| u64::from_le_bytes(plain[at..at + 8].try_into().expect("8 bytes"));
+    let flags = plain[48];
+    let len = u32::from_le_bytes(plain[49..53].try_into().expect("4 bytes")) as usize;
+    let (body, through) = if flags & HAS_THROUGH != 0 {
+        (HEADER, Some(u64_at(OLD_HEADER)))
+    } else {
+        (OLD_HEADER, None)
+    };
+    if u64_at(0) != s || flags & !(LAST | HAS_THROUGH) != 0 || body + len > CHUNK {
+        return Err(malformed());
+    }
+    Ok(Header {
+        gen: u64_at(8),
+        named: plain[16..48].try_into().expect("32 bytes"),
+        last: flags & LAST != 0,
+        len,
+        body,
+        through,
+    })
 }
 
 /// Reads the log after `point` from `ring`, in order, handing each entry numbered from
@@ -556,27 +720,28 @@ pub async fn replay(
             let buf = &mut fetched[i];
             let ad = CellAd { cell: s % cells, version: s, segment: 0 };
             let Ok(plain) = sealer.open_in_place(&ad, buf) else {
-                // The end of the log, unless a later cell of this batch opens.
-                for (j, &later) in batch.iter().enumerate().skip(i + 1) {
-                    let mut b = fetched[j].clone();
+                // The end of the log, unless a cell after it was sent once this one was in
+                // the store.
+                let ahead: Vec<u64> = (s + 1..s + 1 + LOOK_AHEAD.min(cells - 1)).collect();
+                let ids: Vec<CellId> = ahead.iter().map(|l| CellId(l % cells)).collect();
+                let mut later_cells = ring.read(&ids).await.map_err(store_err)?;
+                for (b, &later) in later_cells.iter_mut().zip(&ahead) {
                     let ad = CellAd { cell: later % cells, version: later, segment: 0 };
-                    if sealer.open_in_place(&ad, &mut b).is_ok() {
+                    let Ok(p) = sealer.open_in_place(&ad, b) else { continue };
+                    // Cells from before groups were pipelined were sent once every earlier
+                    // cell was in the store.
+                    let through = parse_header(p, later)?.through.unwrap_or(later);
+                    if through > s {
                         return Err(GatewayError::Corrupt(format!(
                             "the store-side log's cell {s} is missing or altered while cell \
-                             {later} after it is intact: the store tampered with the log"
+                             {later}, sent after it was in the store, is intact: the store \
+                             tampered with the log"
                         )));
                     }
                 }
                 break 'outer;
             };
-            let found = u64::from_le_bytes(plain[0..8].try_into().expect("8 bytes"));
-            let gen = u64::from_le_bytes(plain[8..16].try_into().expect("8 bytes"));
-            let named: [u8; 32] = plain[16..48].try_into().expect("32 bytes");
-            let last = plain[48] == 1;
-            let len = u32::from_le_bytes(plain[49..53].try_into().expect("4 bytes")) as usize;
-            if found != s || len > PAYLOAD {
-                return Err(GatewayError::Corrupt(format!("store-side log cell {s} is malformed")));
-            }
+            let Header { gen, named, last, len, body, .. } = parse_header(plain, s)?;
             if named != prev {
                 return Err(GatewayError::Corrupt(format!(
                     "the store-side log's cell {s} does not follow the one before it (cells \
@@ -591,7 +756,7 @@ pub async fn replay(
             }
             generation = gen;
             prev = digest(&prev, plain);
-            group.extend_from_slice(&plain[HEADER..HEADER + len]);
+            group.extend_from_slice(&plain[body..body + len]);
             seq = s + 1;
             if last {
                 let entries: Vec<(u64, Entry)> = bincode_opts()
@@ -713,6 +878,107 @@ mod tests {
         r.write(vec![(CellId(2), cell)]).await.unwrap();
         let e = read_all(&*r, &point).await.unwrap_err().to_string();
         assert!(e.contains("tampered"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_group_cut_short_in_its_middle_reads_as_the_shorter_log() {
+        // A store writes a group's cells in any order (S3: one PUT each, in parallel): a crash
+        // can leave a later cell of the last group written and an earlier one not. That group
+        // was never acknowledged; the log ends before it.
+        let r = ring(64);
+        let log = fresh(&r);
+        let point = start_point(&log).await;
+        for i in 0..3u64 {
+            log.append(frame(i, 10)).await.unwrap();
+        }
+        log.append(frame(3, 3 * PAYLOAD - 100)).await.unwrap();
+        assert_eq!(read_all(&*r, &point).await.unwrap().len(), 4);
+        r.write(vec![(CellId(3), vec![0; r.geometry().cell_size() as usize])]).await.unwrap();
+        assert_eq!(read_all(&*r, &point).await.unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_cell_that_was_durable_before_a_later_group_is_tampering() {
+        // Cell 1 was durable when cell 3's group was sent: a hole there is the store's doing,
+        // even if it is the last cell of the batch read (the next cells are looked at too).
+        let r = ring(200);
+        let log = fresh(&r);
+        let point = start_point(&log).await;
+        for i in 0..70u64 {
+            log.append(frame(i, 10)).await.unwrap();
+        }
+        r.write(vec![(CellId(63), vec![0; r.geometry().cell_size() as usize])]).await.unwrap();
+        let e = read_all(&*r, &point).await.unwrap_err().to_string();
+        assert!(e.contains("tampered"), "{e}");
+    }
+
+    /// A store that holds back writes to cell 0 until told.
+    #[derive(Debug)]
+    struct Held {
+        inner: MemoryStore,
+        release: tokio::sync::Semaphore,
+    }
+
+    #[async_trait::async_trait]
+    impl Store for Held {
+        fn geometry(&self) -> Geometry {
+            self.inner.geometry()
+        }
+        async fn read(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+            self.inner.read(cells).await
+        }
+        async fn read_ranges(
+            &self,
+            ranges: &[blindfold_store::ByteRange],
+        ) -> blindfold_store::Result<Vec<Vec<u8>>> {
+            self.inner.read_ranges(ranges).await
+        }
+        async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
+            if cells.iter().any(|(c, _)| c.0 == 0) {
+                self.release.acquire().await.unwrap().forget();
+            }
+            self.inner.write(cells).await
+        }
+        async fn flush(&self) -> blindfold_store::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn groups_are_written_together_but_acknowledged_in_order() {
+        let held = Arc::new(Held {
+            inner: MemoryStore::new(geometry(64).unwrap()),
+            release: tokio::sync::Semaphore::new(0),
+        });
+        let r: Arc<dyn Store> = Arc::clone(&held) as Arc<dyn Store>;
+        let log = Arc::new(fresh(&r));
+        let point = start_point(&log).await;
+        let first = {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move { log.append(frame(0, 10)).await })
+        };
+        while log.writer.lock().groups.is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let second = {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move { log.append(frame(1, 10)).await })
+        };
+        // The second group is written while the first is held back...
+        while log.counts().0 < 1 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(log.writer.lock().groups.len(), 2, "two groups sent at once");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // ...but not acknowledged before it.
+        assert!(!second.is_finished(), "entry 1 acknowledged while entry 0 was not durable");
+        // A crash now: the hole at cell 0 ends the log; the intact cell 1 after it was sent
+        // before cell 0 was in the store, so it is dropped, not read as tampering.
+        assert_eq!(read_all(&*r, &point).await.unwrap(), vec![]);
+        held.release.add_permits(1);
+        first.await.unwrap().unwrap();
+        second.await.unwrap().unwrap();
+        assert_eq!(read_all(&*r, &point).await.unwrap(), vec![(0, 10), (1, 10)]);
     }
 
     #[tokio::test]
