@@ -506,19 +506,31 @@ def crash(run_):
                             *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
     # The machine lost too: after each kill the data directory goes, and `blindfold recover`
     # rebuilds it from the store alone (--durability store, checked against an --anchor);
-    # nothing acknowledged may be lost. Every engine on files, a few rounds each; the full
-    # matrix (20 rounds of every engine on every store) is tests/e2e/README.md's command.
-    # Files only in CI for now: on MinIO and Redis the loop's gateways did not start in the
-    # suite's environment (not yet understood; the by-hand matrix ran path-oram on MinIO).
-    rounds = os.environ.get("E2E_CRASH_STORE_ROUNDS", "4")
+    # nothing acknowledged may be lost. Every engine on files, MinIO and Redis (when the test
+    # command started them), a few rounds each; the full matrix (20 rounds of every engine on
+    # every store) is tests/e2e/README.md's command. The MinIO store keeps its own credentials
+    # (the caller's environment: ctx.env holds the gateway clients' keys instead).
+    rounds = os.environ.get("E2E_CRASH_STORE_ROUNDS", "3")
+    stamp = int(time.time())
+    stores = [("files", None)]
+    if os.environ.get("BLINDFOLD_TEST_S3_ENDPOINT"):
+        stores.append(("minio", lambda e: f"s3://{os.environ['BLINDFOLD_TEST_S3_BUCKET']}/crash-{e}-{stamp}"
+                                          f"?endpoint={os.environ['BLINDFOLD_TEST_S3_ENDPOINT']}"))
+    if os.environ.get("BLINDFOLD_TEST_REDIS_URL"):
+        stores.append(("redis", lambda e: f"{os.environ['BLINDFOLD_TEST_REDIS_URL']}?prefix=crash-{e}-{stamp}"))
+    store_env = dict(ctx.env)
+    store_env.update({k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if k in os.environ})
     for engine in ["tao", "path-oram", "tee", "oblivistore", "curious", "curious-path"]:
-        checks.ingest(f"crash-store-{engine}", [
-            sys.executable, script, "--bin", ctx.bin, "--work", os.path.join(ctx.work, f"crash-store-{engine}"),
-            "--pid-file", pid_file, "--rounds", rounds, "--threads", "4", "--lease-ttl", "500ms",
-            "--lose-data-dir", "--capacity", "32MiB",
-            # The partition and tee engines take more than 4x their capacity in the store.
-            "--serve-flag=--engine", f"--serve-flag={engine}", "--serve-flag=--allow-overhead",
-            *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
+        for store_name, url in stores:
+            checks.ingest(f"crash-store-{engine}-{store_name}", [
+                sys.executable, script, "--bin", ctx.bin,
+                "--work", os.path.join(ctx.work, f"crash-store-{engine}-{store_name}"),
+                "--pid-file", pid_file, "--rounds", rounds, "--threads", "4", "--lease-ttl", "500ms",
+                "--lose-data-dir", "--capacity", "32MiB", *(["--store", url(engine)] if url else []),
+                # The partition and tee engines take more than 4x their capacity in the store.
+                "--serve-flag=--engine", f"--serve-flag={engine}", "--serve-flag=--allow-overhead",
+                *(["--seed", seed] if seed else [])],
+                env=store_env, timeout=900)
 
 
 # =============================================================================================
