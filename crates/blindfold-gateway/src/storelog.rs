@@ -621,9 +621,13 @@ impl StoreLog {
 
 #[async_trait::async_trait]
 impl blindfold_proxy::LogMirror for StoreLog {
-    async fn frames(&self, frames: Arc<Vec<Vec<u8>>>) -> blindfold_proxy::Result<()> {
+    fn queue(&self, frames: Arc<Vec<Vec<u8>>>) -> u64 {
         let frames = Arc::try_unwrap(frames).unwrap_or_else(|a| (*a).clone());
-        self.append(Entry::Engine(frames))
+        self.enqueue(Entry::Engine(frames))
+    }
+
+    async fn durable(&self, ticket: u64) -> blindfold_proxy::Result<()> {
+        StoreLog::durable(self, ticket)
             .await
             .map_err(|e| blindfold_proxy::ProxyError::State(e.to_string()))
     }

@@ -63,9 +63,9 @@ use crate::durable::{
     SlotCell,
 };
 use crate::journal::{
-    append_frame, append_record, decode_record, empty_log, encode_frame, prepare_new_dir,
-    read_any_checkpoint, read_frames_with_legacy, read_prev_checkpoint, replace_log,
-    write_checkpoint_as, Tap, CHECKPOINT, REDO_LOG,
+    append_frames_mirroring, append_record, decode_record, empty_log, encode_frame,
+    prepare_new_dir, read_any_checkpoint, read_frames_with_legacy, read_prev_checkpoint,
+    replace_log, write_checkpoint_as, Mirrored, Tap, CHECKPOINT, REDO_LOG,
 };
 use crate::packed::{PackedStore, Packing};
 use crate::pinned::{PinnedCells, PinnedStore};
@@ -221,6 +221,9 @@ struct Journal {
     queue: Mutex<JournalQueue>,
     /// Reveals durable so far (a count over the whole run).
     durable: AtomicU64,
+    /// Records in the local log whose copy in the mirror is still awaited: the reveals each
+    /// covers (a count over the whole run) and what to wait for.
+    mirroring: Mutex<std::collections::VecDeque<(u64, Mirrored)>>,
     /// Held while writing; the log handle the journal appends through.
     writer: tokio::sync::Mutex<File>,
     dir: PathBuf,
@@ -247,23 +250,39 @@ impl Journal {
         q.queued
     }
 
-    /// Makes the first `upto` reveals durable, writing everything queued at once.
+    /// Makes the first `upto` reveals durable, writing everything queued at once. The log
+    /// lock is held while the record goes into the local log, not while the mirror (the store,
+    /// far away) takes it: later syncs write their records meanwhile.
     async fn sync(&self, upto: u64) -> Result<()> {
         if self.durable.load(Ordering::SeqCst) >= upto {
             return Ok(());
         }
-        let log = self.writer.lock().await;
-        if self.durable.load(Ordering::SeqCst) >= upto {
-            return Ok(()); // another caller's write covered ours while we queued
-        }
-        let (reveals, end) = {
-            let mut q = self.queue.lock();
-            (std::mem::take(&mut q.pending), q.queued)
+        let (end, mirrored) = {
+            let log = self.writer.lock().await;
+            if self.durable.load(Ordering::SeqCst) >= upto {
+                return Ok(()); // another caller's write covered ours while we queued
+            }
+            let in_flight = self.mirroring.lock().iter().find(|(end, _)| *end >= upto).cloned();
+            match in_flight {
+                // In the local log already, on its way to the mirror.
+                Some(sent) => sent,
+                None => {
+                    let (reveals, end) = {
+                        let mut q = self.queue.lock();
+                        (std::mem::take(&mut q.pending), q.queued)
+                    };
+                    let record = RevealRecord { after: self.after.load(Ordering::SeqCst), reveals };
+                    let frame = encode_frame(REVEAL_MAGIC, &record, &self.sealer)?;
+                    let (_, mirrored) =
+                        append_frames_mirroring(&log, &self.dir, &self.tap, vec![frame]).await?;
+                    self.mirroring.lock().push_back((end, mirrored.clone()));
+                    (end, mirrored)
+                }
+            }
         };
-        let record = RevealRecord { after: self.after.load(Ordering::SeqCst), reveals };
-        let frame = encode_frame(REVEAL_MAGIC, &record, &self.sealer)?;
-        append_frame(&log, &self.dir, &self.tap, frame).await?;
-        self.durable.store(end, Ordering::SeqCst);
+        mirrored.wait().await?;
+        self.durable.fetch_max(end, Ordering::SeqCst);
+        self.mirroring.lock().retain(|(e, _)| *e > end);
         Ok(())
     }
 }
@@ -962,6 +981,7 @@ impl DurableTao {
             journal: Journal {
                 queue: Mutex::new(JournalQueue::default()),
                 durable: AtomicU64::new(0),
+                mirroring: Mutex::new(std::collections::VecDeque::new()),
                 writer: tokio::sync::Mutex::new(journal_log),
                 dir: dir.to_path_buf(),
                 tap: Tap::default(),
@@ -1294,13 +1314,17 @@ impl DurableTao {
         let encoded = started.elapsed();
         // One append at a time: the reveal journal writes to the same file, and a frame must
         // never be split by another (a write cut short, e.g. by a full disk, is retried).
-        let appended = {
+        let (appended, mirrored) = {
             let _journal = self.journal.writer.lock().await;
-            let appended = append_frame(&c.log, &c.dir, &self.journal.tap, frame).await?;
+            let (appended, mirrored) =
+                append_frames_mirroring(&c.log, &c.dir, &self.journal.tap, vec![frame]).await?;
             let end = log_len(c)?;
             c.last_record = Some(end.saturating_sub(appended)..end);
-            appended
+            (appended, mirrored)
         };
+        // Reveals append while the mirror (the store) takes the record; nothing depends on the
+        // commit before it is there.
+        mirrored.wait().await?;
         c.pool.apply(&top);
         self.top_named.fetch_add(top_blocks as u64, Ordering::Relaxed);
         self.top_with_contents.fetch_add(top_logged as u64, Ordering::Relaxed);

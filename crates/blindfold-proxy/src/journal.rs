@@ -341,11 +341,54 @@ pub fn encode_frame<T: Serialize>(magic: u32, record: &T, sealer: &StateSealer) 
 /// them to `tap`'s mirror (if one is attached) at the same time; returns once both hold them.
 /// Returns the bytes appended.
 pub async fn append_frames(log: &File, dir: &Path, tap: &Tap, frames: Vec<Vec<u8>>) -> Result<u64> {
+    let (len, mirrored) = append_frames_mirroring(log, dir, tap, frames).await?;
+    mirrored.wait().await?;
+    Ok(len)
+}
+
+/// What an append leaves to wait for: the mirror's copy of its frames (nothing when no mirror
+/// is attached). Cloned, it can be waited for by several callers.
+#[derive(Clone, Debug, Default)]
+pub struct Mirrored(Option<(Arc<dyn LogMirror>, u64)>);
+
+impl Mirrored {
+    /// Returns once the mirror holds the frames (and every frame handed to it before them).
+    pub async fn wait(&self) -> Result<()> {
+        match &self.0 {
+            Some((mirror, ticket)) => mirror.durable(*ticket).await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// As [`append_frames`], but returns once the local log holds the frames: the mirror's copy,
+/// already under way, is left to [`Mirrored::wait`]. Called with the engine's log lock held,
+/// this keeps the frames' order in the mirror while letting the lock go before the mirror's
+/// round trip (a store far away), so that later appends need not wait for it.
+pub async fn append_frames_mirroring(
+    log: &File,
+    dir: &Path,
+    tap: &Tap,
+    frames: Vec<Vec<u8>>,
+) -> Result<(u64, Mirrored)> {
     let log = log.try_clone().map_err(|e| io(dir, "cloning log handle", e))?;
     let path = dir.join(REDO_LOG);
     let len = frames.iter().map(|f| f.len() as u64).sum();
     let mirror = tap.mirror();
     let shared = Arc::new(frames);
+    // Queued in order now; written to the mirror while the local log is fsynced.
+    let mirrored = match mirror {
+        Some(m) => {
+            let ticket = m.queue(Arc::clone(&shared));
+            let started = Arc::clone(&m);
+            tokio::spawn(async move {
+                // Failures are kept by the mirror and answered to every waiter.
+                let _ = started.durable(ticket).await;
+            });
+            Mirrored(Some((m, ticket)))
+        }
+        None => Mirrored(None),
+    };
     let local = {
         let frames = Arc::clone(&shared);
         let path = path.clone();
@@ -364,18 +407,11 @@ pub async fn append_frames(log: &File, dir: &Path, tap: &Tap, frames: Vec<Vec<u8
             })
         })
     };
-    let remote = async {
-        match &mirror {
-            Some(m) => m.frames(Arc::clone(&shared)).await,
-            None => Ok(()),
-        }
-    };
-    let (local, remote) = tokio::join!(local, remote);
     local
+        .await
         .map_err(|e| ProxyError::State(format!("log writer panicked: {e}")))?
         .map_err(|e| io(&path, "appending to", e))?;
-    remote?;
-    Ok(len)
+    Ok((len, mirrored))
 }
 
 /// Appends already encoded `frame` to the redo log `log` (in `dir`), fsyncs it and mirrors it
@@ -408,9 +444,17 @@ pub async fn append_record<T: Serialize>(
 /// so no frame of the engine comes between the checkpoint and what the mirror records of it.
 #[async_trait::async_trait]
 pub trait LogMirror: Send + Sync + std::fmt::Debug {
-    /// Frames just appended to the local log (encoded as in `redo.log`), in order; returns once
-    /// they are durable in the mirror.
-    async fn frames(&self, frames: Arc<Vec<Vec<u8>>>) -> Result<()>;
+    /// Frames just appended to the local log (encoded as in `redo.log`), queued in order (call
+    /// with the engine's log lock held); returns a ticket for [`LogMirror::durable`].
+    fn queue(&self, frames: Arc<Vec<Vec<u8>>>) -> u64;
+    /// Returns once the frames queued with `ticket`, and all queued before them, are durable
+    /// in the mirror.
+    async fn durable(&self, ticket: u64) -> Result<()>;
+    /// Queues `frames` and waits until they are durable.
+    async fn frames(&self, frames: Arc<Vec<Vec<u8>>>) -> Result<()> {
+        let ticket = self.queue(frames);
+        self.durable(ticket).await
+    }
     /// The engine wrote `checkpoint` (the bytes of `checkpoint.bin`) and replaced its log by
     /// `log` (the bytes of `redo.log`, usually empty): frames handed over before this call are
     /// covered by it.

@@ -162,11 +162,15 @@ struct Mirror {
 
 #[async_trait::async_trait]
 impl blindfold_proxy::LogMirror for Mirror {
-    async fn frames(&self, frames: Arc<Vec<Vec<u8>>>) -> blindfold_proxy::Result<()> {
+    fn queue(&self, frames: Arc<Vec<Vec<u8>>>) -> u64 {
         let mut f = self.files.lock();
         for frame in frames.iter() {
             f.1.extend_from_slice(frame);
         }
+        0
+    }
+
+    async fn durable(&self, _ticket: u64) -> blindfold_proxy::Result<()> {
         Ok(())
     }
 
