@@ -27,6 +27,14 @@
 //!    any more, are removed from the store where it can ([`blindfold_store::remove_array`]:
 //!    file stores; on S3, Redis and remote stores the operator deletes them).
 //!
+//! With a log in the store (`--durability store`, [`crate::storelog`]) the growth holds the
+//! log's checkpoint lock from step 1 on, hands the grown engine's redo log to the log in step
+//! 6, and writes a store checkpoint of the grown state instead of a snapshot. Until it is in
+//! the store, the store's newest checkpoint names the old array (not removed before then) and
+//! the log after it holds only the old engine's records, so recovering from the store alone
+//! after a loss mid-growth gives the gateway at its old size. If that checkpoint cannot be
+//! written, the log is fenced (nothing more is acknowledged) and a restart writes one.
+//!
 //! A crash anywhere loses nothing. Before step 5 the old checkpoint and the old array are
 //! untouched: the next start finds the intent and runs the growth again from step 3 (the half
 //! written new array is simply written again). After it, the next start finds the intent with
@@ -532,9 +540,10 @@ pub struct Grower {
     url: StoreUrl,
     snapshots: SnapshotSlot,
     rotating: bool,
-    /// The gateway logs to the store (`--durability store`): growing it while it serves is
-    /// refused (the grown engine's log would not reach the store).
-    journaling: std::sync::atomic::AtomicBool,
+    /// The store-side log, when the gateway keeps one (`--durability store`): a growth holds
+    /// its checkpoint lock throughout, hands the grown engine's log to it, and ends with a
+    /// store checkpoint of the grown state.
+    journal: parking_lot::Mutex<Option<Arc<crate::storelog::StoreLog>>>,
     busy: tokio::sync::Mutex<()>,
     crash: parking_lot::Mutex<Option<CrashPoint>>,
 }
@@ -570,7 +579,7 @@ impl Grower {
             url: p.store_url,
             snapshots: p.snapshots,
             rotating: p.rotating,
-            journaling: std::sync::atomic::AtomicBool::new(false),
+            journal: parking_lot::Mutex::new(None),
             busy: tokio::sync::Mutex::new(()),
             crash: parking_lot::Mutex::new(None),
         }
@@ -582,9 +591,9 @@ impl Grower {
         *self.crash.lock() = at;
     }
 
-    /// From now on, growth is refused: the gateway logs to the store.
-    pub fn set_journaling(&self) {
-        self.journaling.store(true, std::sync::atomic::Ordering::Relaxed);
+    /// From now on, growths go through the store-side `log` (see [`Grower::grow`]).
+    pub(crate) fn set_journal(&self, log: Arc<crate::storelog::StoreLog>) {
+        *self.journal.lock() = Some(log);
     }
 
     /// Whether a key rotation is under way in this process (growths wait until it has ended:
@@ -607,15 +616,14 @@ impl Grower {
     /// Grows the store to `blocks` blocks while the gateway serves; requests wait meanwhile.
     pub async fn grow(&self, blocks: u64) -> Result<Grown> {
         let _one = self.busy.lock().await;
-        if self.journaling.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(GatewayError::Config(
-                "growing a gateway that logs to the store (--durability store) is not supported \
-                 yet: stop it, grow it with `blindfold grow --durability local …`, and start it \
-                 again with --durability store (its first store checkpoint then holds the grown \
-                 state); nothing was changed"
-                    .into(),
-            ));
-        }
+        // With a store-side log, no store checkpoint is written while the engine and
+        // gateway.json change: the store's newest checkpoint names the old tree (which stays
+        // in the store) until the one of the grown state replaces it.
+        let journal = self.journal.lock().clone();
+        let _checkpoints = match &journal {
+            Some(log) => Some(log.checkpoints().await),
+            None => None,
+        };
         if self.rotating() {
             return Err(GatewayError::Config(
                 "a key rotation is under way: grow the store once it has ended (the gateway \
@@ -653,6 +661,10 @@ impl Grower {
                     Ok(()) => self.open_engine(&params).await,
                     Err(r) => Err(r),
                 };
+                let reopened = match (reopened, &journal) {
+                    (Ok(old), Some(log)) => self.attach(&old, log).await.map(|()| old),
+                    (r, _) => r,
+                };
                 return match reopened {
                     Ok(old) => {
                         *engine = old;
@@ -672,9 +684,22 @@ impl Grower {
                 )));
             }
         };
-        match self.open_engine(&new_params).await {
+        let opened = match self.open_engine(&new_params).await {
+            Ok(e) => match &journal {
+                Some(log) => self.attach(&e, log).await.map(|()| e),
+                None => Ok(e),
+            },
+            Err(e) => Err(e),
+        };
+        match opened {
             Ok(e) => *engine = e,
             Err(e) => {
+                if let Some(log) = &journal {
+                    log.fence(format!(
+                        "the store grew, but its new engine did not open ({e}); the store-side \
+                         log acknowledges nothing more: restart the gateway"
+                    ));
+                }
                 return Err(GatewayError::Config(format!(
                     "the store grew, but its new engine did not open ({e}); restart the gateway"
                 )));
@@ -682,7 +707,34 @@ impl Grower {
         }
         self.objects.directory().grow_to(new_params.blocks);
         // The directory and the checkpoint match while no commit can run: snapshot now.
-        let snapshot = self.snapshot(&new_params).await;
+        let snapshot = match (&journal, &_checkpoints) {
+            (Some(log), Some(held)) => {
+                let written = crate::snapshot::write_journal_snapshot_held(
+                    &self.snapshots,
+                    &self.key,
+                    &self.dir,
+                    &self.objects,
+                    log,
+                    &new_params,
+                    held,
+                )
+                .await;
+                match written {
+                    Ok((_, removed)) => Ok(removed),
+                    Err(e) => {
+                        // The store's newest checkpoint still names the old tree: the grown
+                        // engine's log must not follow it there.
+                        log.fence(format!(
+                            "the store grew, but no store checkpoint of the grown state could \
+                             be written ({e}); the store-side log acknowledges nothing more: \
+                             restart the gateway (its start writes one)"
+                        ));
+                        Err(e)
+                    }
+                }
+            }
+            _ => self.snapshot(&new_params).await,
+        };
         drop(engine);
         let mut grown = grown_report(&params, &new_params, &rebuilt, started);
         match snapshot {
@@ -756,6 +808,21 @@ impl Grower {
         };
         tracing::info!("{}", grown.describe());
         Ok(grown)
+    }
+
+    /// Hands `engine`'s redo log to the store-side `log`, starting from its checkpoint and log
+    /// as they are on disk now.
+    async fn attach(
+        &self,
+        engine: &Arc<dyn SharedEngine>,
+        log: &Arc<crate::storelog::StoreLog>,
+    ) -> Result<()> {
+        let tap = engine.journal_tap().await.ok_or_else(|| {
+            GatewayError::Config("the grown engine keeps no redo log to hand to the store".into())
+        })?;
+        tap.attach(Arc::clone(log) as Arc<dyn blindfold_proxy::LogMirror>);
+        tap.checkpointed(&self.dir.join("oram")).await?;
+        Ok(())
     }
 
     fn stopped(&self, old: &Arc<dyn SharedEngine>) -> Arc<dyn SharedEngine> {

@@ -624,8 +624,8 @@ async fn assemble(
             rotating: previous.is_some(),
         }))
     });
-    if let (Some(_), Some(g)) = (&journal, &grower) {
-        g.set_journaling();
+    if let (Some(j), Some(g)) = (&journal, &grower) {
+        g.set_journal(Arc::clone(&j.log));
     }
     Ok(Opened {
         objects,

@@ -702,21 +702,40 @@ pub(crate) async fn write_snapshot_to(
 
 /// Writes a store checkpoint of the store-side log `log` (see [`crate::storelog`]): the
 /// engine's checkpoint and log as the log last heard of them, the directory and the log's
-/// position, all captured at one entry; then lets the log reuse the cells it covers.
+/// position, all captured at one entry, and the parameters in `dir`'s gateway.json (`fallback`
+/// while a new data directory has none yet: a growth changes them); then lets the log reuse
+/// the cells it covers. Waits for a growth under way to end (it holds the log's checkpoint lock
+/// while the engine and gateway.json change).
 pub(crate) async fn write_journal_snapshot(
     slot: &crate::snapshot::SnapshotSlot,
     key: &MasterKey,
     dir: &std::path::Path,
     objects: &crate::objects::ObjectLayer,
     log: &crate::storelog::StoreLog,
-    params: &GatewayParams,
+    fallback: &GatewayParams,
 ) -> Result<u64> {
+    let held = log.checkpoints().await;
+    Ok(write_journal_snapshot_held(slot, key, dir, objects, log, fallback, &held).await?.0)
+}
+
+/// [`write_journal_snapshot`] for a caller already holding the log's checkpoint lock; also
+/// returns the arrays a growth retired that were removed since this checkpoint no longer needs
+/// them.
+pub(crate) async fn write_journal_snapshot_held(
+    slot: &crate::snapshot::SnapshotSlot,
+    key: &MasterKey,
+    dir: &std::path::Path,
+    objects: &crate::objects::ObjectLayer,
+    log: &crate::storelog::StoreLog,
+    fallback: &GatewayParams,
+    _held: &tokio::sync::MutexGuard<'_, ()>,
+) -> Result<(u64, Vec<String>)> {
     let Some(array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
             "the snapshot area could not be opened at start; no store checkpoint written".into(),
         ));
     };
-    let params = params.clone();
+    let params = crate::datadir::read_params(dir)?.unwrap_or_else(|| fallback.clone());
     let ((next_entry, oram_checkpoint, redo_log), directory) =
         objects.directory().dump_with(|| log.capture())?;
     let point = log.point(next_entry, redo_log).await?;
@@ -729,9 +748,9 @@ pub(crate) async fn write_journal_snapshot(
         directory,
         journal: Some(point.clone()),
     };
-    let (seq, _) = put_snapshot(slot, array, key, dir, snap).await?;
+    let (seq, removed) = put_snapshot(slot, array, key, dir, snap).await?;
     log.checkpoint_written(&point).await;
-    Ok(seq)
+    Ok((seq, removed))
 }
 
 /// Writes `snap` to the snapshot area `array` (a larger one if it outgrew it) and names it in

@@ -222,6 +222,8 @@ pub struct StoreLog {
     progress: tokio::sync::Notify,
     /// Orders the anchor's writes.
     acknowledging: tokio::sync::Mutex<()>,
+    /// Held while a store checkpoint is written, and through a growth.
+    checkpoints: tokio::sync::Mutex<()>,
     failed: parking_lot::Mutex<Option<String>>,
     want_checkpoint: AtomicBool,
     /// Wakes the checkpointer.
@@ -283,6 +285,7 @@ impl StoreLog {
             durable: AtomicU64::new(next_entry),
             progress: tokio::sync::Notify::new(),
             acknowledging: tokio::sync::Mutex::new(()),
+            checkpoints: tokio::sync::Mutex::new(()),
             failed: parking_lot::Mutex::new(None),
             want_checkpoint: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
@@ -291,6 +294,12 @@ impl StoreLog {
             bytes: AtomicU64::new(0),
             anchor: None,
         }
+    }
+
+    /// The lock a store checkpoint is written under ([`crate::snapshot::write_journal_snapshot`]);
+    /// a growth holds it while the engine and gateway.json change.
+    pub async fn checkpoints(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.checkpoints.lock().await
     }
 
     /// Records in `anchor`, before each group is acknowledged, how many entries are durable.
