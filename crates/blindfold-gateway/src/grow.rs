@@ -371,7 +371,7 @@ async fn grow_closed(
             .checked_add(1)
             .ok_or_else(|| GatewayError::Config("store array generations exhausted".into()))?,
     };
-    let (new_params, new) = open_new_array(&url, params, blocks, first).await?;
+    let (new_params, new) = open_new_array(url, params, blocks, first).await?;
     let intent =
         Intent { blocks, from_generation: params.generation, to_generation: new_params.generation };
     write_private(&dir.join(INTENT_FILE), &serde_json::to_vec_pretty(&intent).expect("json"))?;
@@ -379,7 +379,7 @@ async fn grow_closed(
         return Err(simulated(CrashPoint::AfterIntent));
     }
     let old_name = oram_array(params.generation);
-    let old = open_store(&url, &old_name, oram_geometry(params)?)
+    let old = open_store(url, &old_name, oram_geometry(params)?)
         .await
         .map_err(|e| GatewayError::Config(format!("opening store array {old_name}: {e}")))?;
     let new: Arc<dyn Store> =
