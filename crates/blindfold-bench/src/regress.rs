@@ -37,7 +37,7 @@ pub const BOUNDS: &[(&str, f64)] = &[
     // lowest and highest ratio of one attempt; each bound is below four times the lowest, so
     // that a 4× slower engine fails, and well above the highest (docs/benchmarks.md).
     ("path", 4.5),                 // 1.26-2.05
-    ("gateway/tao", 6.5),          // 1.83-2.83
+    ("gateway/tao", 5.5),          // 1.83-2.83
     ("gateway/path-oram", 7.5),    // 1.90-4.47
     ("gateway/tee", 24.0),         // 5.80-18.28
     ("gateway/oblivistore", 7.0),  // 1.40-3.97
