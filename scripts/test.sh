@@ -81,9 +81,9 @@ cargo run --quiet --locked -p blindfold -- bench concurrency --dataset-mib 1 --c
   --k 8 --seconds 1 --rtt-ms 5 --out-dir "$target_dir/bench-concurrency-smoke" \
   --json "$target_dir/bench-concurrency-smoke.json" --quiet >/dev/null
 
-# `blindfold bench regress` (docs/benchmarks.md, "The regression set") is not run here yet:
-# it has not been shown to fail on a real slowdown, and a badly slowed engine can keep a check
-# running with no time limit.
+# The regression set (docs/benchmarks.md, "The regression set"): fails when an engine became
+# several times slower than its baseline in the same run (15-25 s in a debug build).
+cargo run --quiet --locked -p blindfold -- bench regress --json "$target_dir/bench-regress.json"
 
 step "end-to-end: every client on every engine and over HTTPS, users, soak + browser, growth, report, crash loop (scripts/e2e.sh)"
 # Real clients against a live `blindfold serve` (it installs the clients if missing); its checks

@@ -55,6 +55,10 @@ pub struct ConcurrencyBench {
     pub seed: u64,
     /// A reduced run (`--quick`).
     pub quick: bool,
+    /// Test hook (`bench regress --inject-slowdown`): makes the concurrent engine about this
+    /// many times slower ([`crate::slow::SlowStore`] on its store), never sequential Path
+    /// ORAM. `None` in every real measurement.
+    pub inject_slowdown: Option<f64>,
     /// Draw progress bars.
     #[serde(skip)]
     pub progress: bool,
@@ -74,6 +78,7 @@ impl Default for ConcurrencyBench {
             baseline: true,
             seed: 1,
             quick: false,
+            inject_slowdown: None,
             progress: true,
         }
     }
@@ -384,7 +389,11 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
     }
 
     let (memory, id, path_state) = fill("filling engine").await?;
-    let counting = Arc::new(CountingStore::new(LatencyStore::new(Arc::clone(&memory), link)));
+    let mut linked: Arc<dyn Store> = Arc::new(LatencyStore::new(Arc::clone(&memory), link));
+    if let Some(factor) = params.inject_slowdown {
+        linked = Arc::new(crate::slow::SlowStore::new(linked, factor)?);
+    }
+    let counting = Arc::new(CountingStore::new(linked));
     let store: Arc<dyn Store> = Arc::clone(&counting) as Arc<dyn Store>;
     let first = TaoOram::from_path_state(
         base_config.clone(),

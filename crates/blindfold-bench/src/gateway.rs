@@ -89,6 +89,10 @@ pub struct GatewayBench {
     pub mbit: Option<u64>,
     /// Workload seed.
     pub seed: u64,
+    /// Test hook (`bench regress --inject-slowdown`): makes the ORAM gateway's side about this
+    /// many times slower ([`crate::slow::SlowStore`] on its store), never the baseline's.
+    /// `None` in every real measurement.
+    pub inject_slowdown: Option<f64>,
     /// Draw progress bars.
     #[serde(skip)]
     pub progress: bool,
@@ -125,6 +129,7 @@ impl Default for GatewayBench {
             rtt_ms: 0,
             mbit: None,
             seed: 1,
+            inject_slowdown: None,
             progress: true,
             prices: crate::cost::PriceTable::builtin(),
         }
@@ -562,6 +567,8 @@ pub(crate) struct LiveSetup {
     pub rtt_ms: u64,
     /// Emulated bandwidth each way, Mbit/s.
     pub mbit: Option<u64>,
+    /// Test hook: [`crate::slow::SlowStore`] with this factor around its store.
+    pub slowdown: Option<f64>,
 }
 
 impl LiveGateway {
@@ -595,15 +602,21 @@ impl LiveGateway {
         };
         type Counting = CountingStore<Arc<dyn Store>>;
         let link = emulated_link(s.rtt_ms, s.mbit)?;
+        // Checked here, so that the wrapper below cannot fail.
+        let slowdown = s.slowdown;
+        slowdown.map(crate::slow::check_factor).transpose()?;
         let counter: Arc<OnceLock<Arc<Counting>>> = Arc::new(OnceLock::new());
         let hook = Arc::clone(&counter);
         let hooks = OpenHooks {
             engine: s.kind,
             wrap_store: Some(Box::new(move |s: Arc<dyn Store>| -> Arc<dyn Store> {
-                let s: Arc<dyn Store> = match link {
+                let mut s: Arc<dyn Store> = match link {
                     Some(link) => Arc::new(LatencyStore::new(s, link)),
                     None => s,
                 };
+                if let Some(factor) = slowdown {
+                    s = Arc::new(crate::slow::SlowStore::new(s, factor).expect("checked above"));
+                }
                 let c = Arc::new(CountingStore::new(s));
                 let _ = hook.set(Arc::clone(&c));
                 c
@@ -662,6 +675,7 @@ async fn run_side_in(
         },
         rtt_ms: p.rtt_ms,
         mbit: p.mbit,
+        slowdown: if engine == EngineKind::DirectBaseline { None } else { p.inject_slowdown },
     };
     let live = LiveGateway::start(setup, BUCKET).await?;
     let (addr, counts, objects) = (live.addr, Arc::clone(&live.counts), Arc::clone(&live.objects));

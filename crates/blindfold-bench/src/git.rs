@@ -484,6 +484,7 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
             durability: Default::default(),
             rtt_ms: p.rtt_ms,
             mbit: p.mbit,
+            slowdown: None,
         };
         let live = LiveGateway::start(setup, "bench").await.with_context(|| label.clone())?;
         let mut gw_env = env.clone();

@@ -48,6 +48,7 @@ pub mod regress;
 pub mod report;
 pub mod schemes;
 pub mod seeks;
+pub mod slow;
 pub mod tee;
 pub mod workload;
 

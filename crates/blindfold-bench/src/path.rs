@@ -22,6 +22,7 @@ use serde::Serialize;
 use crate::floor::{Floor, FloorParams, FloorReport, PerOp, RoundTrips};
 use crate::machine::{peak_rss_bytes, Machine};
 use crate::progress::bar;
+use crate::slow::SlowStore;
 
 /// Parameters of one Path ORAM benchmark.
 #[derive(Clone, Debug, Serialize)]
@@ -51,6 +52,10 @@ pub struct PathBench {
     pub bandwidth_mbit: Option<f64>,
     /// Fill every block before measuring (a realistic, full tree).
     pub fill: bool,
+    /// Test hook (`bench regress --inject-slowdown`): makes the engine's side about this many
+    /// times slower ([`crate::slow::SlowStore`] on its store), never the baseline's. `None` in
+    /// every real measurement.
+    pub inject_slowdown: Option<f64>,
     /// Draw progress bars.
     #[serde(skip)]
     pub progress: bool,
@@ -78,6 +83,7 @@ impl Default for PathBench {
             rtt_ms: None,
             bandwidth_mbit: None,
             fill: true,
+            inject_slowdown: None,
             progress: true,
             prices: crate::cost::PriceTable::builtin(),
         }
@@ -149,18 +155,24 @@ fn block_data(id: u64, size: usize) -> Vec<u8> {
     v
 }
 
+/// Opens one side's store behind the emulated link, if any; `slowdown` is the test hook of
+/// [`PathBench::inject_slowdown`] (the ORAM side only).
 async fn open(
     params: &PathBench,
     name: &str,
     geometry: Geometry,
+    slowdown: Option<f64>,
 ) -> Result<Arc<CountingStore<Arc<dyn Store>>>> {
     let raw = open_store(&params.store, name, geometry)
         .await
         .with_context(|| format!("opening store {} ({name})", params.store))?;
-    let store: Arc<dyn Store> = match link(params) {
+    let mut store: Arc<dyn Store> = match link(params) {
         Some(link) => Arc::new(LatencyStore::new(raw, link)),
         None => raw,
     };
+    if let Some(factor) = slowdown {
+        store = Arc::new(SlowStore::new(store, factor)?);
+    }
     Ok(Arc::new(CountingStore::new(store)))
 }
 
@@ -203,7 +215,7 @@ pub async fn run(params: PathBench) -> Result<PathReport> {
 
     // --- Path ORAM ---
     let geometry = SealedPathOram::geometry(&config)?;
-    let store = open(&params, "bench-path", geometry).await?;
+    let store = open(&params, "bench-path", geometry, params.inject_slowdown).await?;
     let sealer = CellSealer::new(&key, StoreId::random(), 0);
     let oram = PathOram::with_seed(config.clone(), params.seed);
     let mut client = SealedPathOram::with_oram(oram, store.clone(), sealer)?;
@@ -240,7 +252,7 @@ pub async fn run(params: PathBench) -> Result<PathReport> {
 
     // --- Baseline: sealed, no ORAM ---
     let dgeom = SealedDirect::geometry(params.blocks, params.block_size)?;
-    let dstore = open(&params, "bench-direct", dgeom).await?;
+    let dstore = open(&params, "bench-direct", dgeom, None).await?;
     let direct = SealedDirect::new(
         dstore.clone(),
         CellSealer::new(&key, StoreId::random(), 0),

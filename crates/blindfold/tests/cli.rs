@@ -333,6 +333,60 @@ fn bench_gateway_smoke_run_writes_the_promised_json() {
     assert_eq!(std::fs::read_dir(dir.path().join("cells")).unwrap().count(), 0);
 }
 
+/// `bench regress --only CHECK`, with a slowdown of `factor` injected into the check's engine
+/// side if any: whether it passed, its output, and the check's entry of its JSON.
+fn regress(check: &str, factor: Option<&str>) -> (bool, String, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("regress.json");
+    let inject = factor.map(|f| format!("{check}={f}"));
+    let mut args = vec!["bench", "regress", "--only", check, "--json", json.to_str().unwrap()];
+    if let Some(i) = &inject {
+        args.extend(["--inject-slowdown", i.as_str()]);
+    }
+    let o = blindfold(&args);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["checks"].as_array().unwrap().len(), 1, "{v}");
+    (o.status.success(), text(&o), v["checks"][0].clone())
+}
+
+/// The proof that the regression set catches a real slowdown: the same check passes as the
+/// engine is, and fails by name when its engine side (not its baseline) is made 4× slower.
+fn a_check_fails_on_an_injected_4x_slowdown(check: &str) {
+    let (passed, out, c) = regress(check, None);
+    assert!(passed, "{out}");
+    assert!(!out.contains("injected"), "{out}");
+    let clean = c["ratio"].as_f64().unwrap();
+    let (passed, out, c) = regress(check, Some("4"));
+    assert!(!passed, "a 4x slower engine passed {check}: {out}");
+    assert!(out.contains(&format!("{check}: ")) && out.contains("over its bound"), "{out}");
+    assert!(out.contains("injected (test hook)"), "{out}");
+    assert_eq!(c["ratios"].as_array().unwrap().len(), 3, "tried three times: {c}");
+    let slowed = c["ratio"].as_f64().unwrap();
+    assert!(slowed > 2.0 * clean, "{clean} then {slowed}");
+}
+
+/// `path` only: a 4× slower tao gateway measured 5.7–12.7 against a bound of 5.5, so it
+/// passed one of three such tests (docs/benchmarks.md, "The regression set").
+#[test]
+fn bench_regress_fails_when_path_oram_is_4x_slower() {
+    a_check_fails_on_an_injected_4x_slowdown("path");
+}
+
+#[test]
+fn bench_regress_refuses_a_slowdown_it_cannot_inject() {
+    for (args, why) in [
+        (&["--inject-slowdown", "gateway/nothing=4"][..], "no check is named"),
+        (&["--inject-slowdown", "path"][..], "CHECK=FACTOR"),
+        (&["--inject-slowdown", "path=0.5"][..], "between 1 and"),
+        (&["--inject-slowdown", "path=4", "--only", "gateway/tao"][..], "--only leaves out"),
+    ] {
+        let o = blindfold(&[&["bench", "regress"][..], args].concat());
+        assert!(!o.status.success() && text(&o).contains(why), "{args:?}: {}", text(&o));
+    }
+    let o = blindfold(&["bench", "regress", "--help"]);
+    assert!(text(&o).contains("Test hook"), "{}", text(&o));
+}
+
 #[test]
 fn bench_concurrency_smoke_run_writes_rows_csv_and_plots() {
     // Tiny sizes and a short round trip: a few seconds, only to keep the harness from rotting.

@@ -119,6 +119,7 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
         rtt_ms: args.rtt_ms,
         mbit: args.mbit,
         seed: args.seed,
+        inject_slowdown: None,
         progress: !args.quiet,
     };
     let report = gateway_bench::run(params).await?;

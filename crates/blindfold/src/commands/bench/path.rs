@@ -82,6 +82,7 @@ async fn bench_path(args: PathArgs) -> Result<()> {
         rtt_ms: args.rtt_ms,
         bandwidth_mbit: args.bandwidth_mbit,
         fill: !args.no_fill,
+        inject_slowdown: None,
         progress: !args.quiet,
         prices: match &args.prices {
             Some(path) => blindfold_bench::cost::PriceTable::load(path)?,

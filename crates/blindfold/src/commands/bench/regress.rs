@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use blindfold_bench::regress::{self, RegressParams};
+use blindfold_bench::regress::{self, Injection, RegressParams};
 use clap::Args;
 
 use crate::commands::bench::save::save_json;
@@ -25,6 +25,11 @@ pub struct RegressArgs {
     /// Draw progress bars.
     #[arg(long)]
     pub progress: bool,
+    /// Test hook, to prove that a check fails when its engine slows down: makes CHECK's engine
+    /// side about FACTOR times slower (its baseline untouched), e.g. `gateway/tao=4`. Never
+    /// for a real measurement.
+    #[arg(long, value_name = "CHECK=FACTOR")]
+    pub inject_slowdown: Option<Injection>,
 }
 
 pub fn run(args: RegressArgs) -> Result<()> {
@@ -32,6 +37,7 @@ pub fn run(args: RegressArgs) -> Result<()> {
         let report = regress::run(RegressParams {
             bound_scale: args.bound_scale,
             only: args.only,
+            inject_slowdown: args.inject_slowdown,
             progress: args.progress,
         })
         .await?;
