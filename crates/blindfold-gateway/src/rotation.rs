@@ -286,6 +286,20 @@ pub struct Ending {
     pub key: Arc<MasterKey>,
     /// The store's snapshot area, to be cleared of what the old key sealed.
     pub snapshots: SnapshotSlot,
+    /// The store-side log (`--durability store`), whose store checkpoints the snapshot area
+    /// holds: they are replaced, never just cleared (see [`replace_old_checkpoints`]).
+    pub journal: Option<EndingJournal>,
+}
+
+/// What replacing the store checkpoints of a gateway that logs to the store takes.
+#[derive(Debug)]
+pub struct EndingJournal {
+    /// The log.
+    pub log: Arc<crate::storelog::StoreLog>,
+    /// The object layer (its directory goes into the checkpoint).
+    pub objects: Arc<crate::objects::ObjectLayer>,
+    /// The parameters, where gateway.json has none.
+    pub params: crate::datadir::GatewayParams,
 }
 
 impl std::fmt::Debug for Ending {
@@ -347,7 +361,10 @@ pub async fn sweep(
         }
         tokio::task::yield_now().await;
     }
-    clear_old_snapshots(&ending).await?;
+    match &ending.journal {
+        Some(journal) => replace_old_checkpoints(&ending, journal).await?,
+        None => clear_old_snapshots(&ending).await?,
+    }
     rotation.finish()?;
     tracing::info!(
         paths,
@@ -378,6 +395,11 @@ impl Sweeper {
             dir: opened.data_dir.clone(),
             key: Arc::clone(&opened.key),
             snapshots: Arc::clone(&opened.snapshots),
+            journal: opened.journal.as_ref().map(|j| EndingJournal {
+                log: Arc::clone(&j.log),
+                objects: Arc::clone(&opened.objects),
+                params: opened.params.clone(),
+            }),
         };
         let task = tokio::spawn(async move {
             if let Err(e) = sweep(engine, rotation, ending, stopped).await {
@@ -397,6 +419,56 @@ impl Sweeper {
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }
+}
+
+/// With a store-side log, the snapshot area holds its store checkpoints, without which the log
+/// recovers nothing: clearing both slots would leave the store without one until the next.
+/// So, holding the log's checkpoint lock, two store checkpoints under the new key are written
+/// in turn, each after clearing the slot it goes to, and then the slot of the first one is
+/// cleared: at every moment one complete checkpoint is in the store, and in the end one slot
+/// holds the newest and the other nothing but zeros, all under the new key (remnants of a
+/// larger snapshot under the old key included). Repeating it writes the same again.
+async fn replace_old_checkpoints(ending: &Ending, journal: &EndingJournal) -> Result<()> {
+    let held = journal.log.checkpoints().await;
+    let array = |ending: &Ending| {
+        ending.snapshots.lock().clone().ok_or_else(|| {
+            GatewayError::Config(
+                "the snapshot area could not be opened at start, so the store checkpoints sealed \
+                 under the old key cannot be replaced: the key rotation stays unfinished (the \
+                 next start tries again; `blindfold verify` checks the store)"
+                    .into(),
+            )
+        })
+    };
+    let mut last = None;
+    for _ in 0..2 {
+        let next =
+            crate::snapshot::latest_seq(&*array(ending)?.store, &ending.key).await.unwrap_or(0) + 1;
+        // The slot the next checkpoint goes to, cleared first (old remnants included).
+        crate::snapshot::clear_slot(&*array(ending)?.store, &ending.key, next % 2).await?;
+        let (seq, removed) = crate::snapshot::write_journal_snapshot_held(
+            &ending.snapshots,
+            &ending.key,
+            &ending.dir,
+            &journal.objects,
+            &journal.log,
+            &journal.params,
+            &held,
+        )
+        .await?;
+        if !removed.is_empty() {
+            tracing::info!(?removed, "key rotation: removed arrays nothing names any more");
+        }
+        last = Some(seq);
+    }
+    if let Some(seq) = last {
+        // The first of the two: the other slot, now an older copy under the new key.
+        crate::snapshot::clear_slot(&*array(ending)?.store, &ending.key, (seq + 1) % 2).await?;
+    }
+    if let Some(a) = ending.snapshots.lock().as_mut() {
+        a.replaces = None;
+    }
+    Ok(())
 }
 
 /// Clears the snapshot area of everything the old key sealed: both slots overwritten and

@@ -557,10 +557,23 @@ const CLEARED: u64 = u64::MAX;
 /// under any key (the end of a key rotation: what an older key sealed is gone). What the
 /// store sees depends only on the array's size.
 pub async fn clear(store: &dyn Store, key: &MasterKey) -> Result<()> {
+    clear_cells(store, key, 0..store.geometry().cell_count()).await
+}
+
+/// As [`clear`], for the cells of one slot (`slot` 0 or 1) only: the other keeps its snapshot.
+pub async fn clear_slot(store: &dyn Store, key: &MasterKey, slot: u64) -> Result<()> {
+    let per_slot = store.geometry().cell_count() / 2;
+    clear_cells(store, key, slot * per_slot..(slot + 1) * per_slot).await
+}
+
+async fn clear_cells(
+    store: &dyn Store,
+    key: &MasterKey,
+    cells: std::ops::Range<u64>,
+) -> Result<()> {
     let sealer = sealer(key);
     let zeros = vec![0u8; CHUNK];
-    let cells = store.geometry().cell_count();
-    let mut at = 0;
+    let (mut at, cells) = (cells.start, cells.end);
     while at < cells {
         let end = (at + 64).min(cells);
         let batch = (at..end)

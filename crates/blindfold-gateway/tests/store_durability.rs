@@ -156,6 +156,60 @@ async fn grow_then_lose_the_data_directory(engine: OramEngine) {
     assert!(report.is_clean(), "{engine}: {report:?}");
 }
 
+/// A key rotation under `--durability store` ends by replacing what the old key sealed in the
+/// store's snapshot area; the machine lost right after it (no clean stop, no checkpoint since)
+/// still recovers from the store with the new key, every write back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_machine_lost_right_after_a_key_rotation_loses_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let key = root.path().join("key.json");
+    let store =
+        StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
+    let first = root.path().join("data1");
+    let cfg = cfg_on(&first, store.clone(), &key, OramEngine::Tao);
+    {
+        let opened = server::open(&cfg).await.unwrap();
+        opened.objects.directory().create_bucket("b").unwrap();
+        opened.objects.directory().settle().await.unwrap();
+        for i in 0..4 {
+            put(&opened, &format!("k{i}"), &data(i)).await;
+        }
+        opened.objects.shutdown().await.unwrap();
+        server::write_snapshot(&opened).await.unwrap();
+    }
+    let old = blindfold_crypto::load_key_file(&key, None).unwrap();
+    blindfold_gateway::rotation::prepare(&first, &key, &old, None).unwrap();
+    let mut opened = server::open(&cfg).await.unwrap();
+    for i in 4..6 {
+        put(&opened, &format!("k{i}"), &data(i)).await;
+    }
+    let sweeper = blindfold_gateway::rotation::Sweeper::start(&mut opened).unwrap();
+    let t0 = std::time::Instant::now();
+    while !sweeper.is_finished() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "the rotation did not finish");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!first.join(blindfold_gateway::rotation::ROTATION_FILE).exists(), "not finished");
+    put(&opened, "after", b"written after the rotation").await;
+    // The machine is lost at once: no clean stop, no store checkpoint since the rotation.
+    drop(sweeper);
+    drop(opened);
+    std::fs::remove_dir_all(&first).unwrap();
+    lapse().await;
+    let second = root.path().join("data2");
+    let (opened, about) = server::recover(&cfg_on(&second, store, &key, OramEngine::Tao))
+        .await
+        .unwrap_or_else(|e| panic!("recover after a key rotation: {e}"));
+    for i in 0..6 {
+        assert_eq!(
+            common::read_object(&opened, &format!("k{i}")).await.unwrap(),
+            data(i),
+            "k{i}: {about}"
+        );
+    }
+    assert_eq!(common::read_object(&opened, "after").await.unwrap(), b"written after the rotation");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_growth_while_serving_is_logged_to_the_store() {
     for engine in OramEngine::ALL {
