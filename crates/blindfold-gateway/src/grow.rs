@@ -717,6 +717,7 @@ impl Grower {
                     log,
                     &new_params,
                     held,
+                    true,
                 )
                 .await;
                 match written {

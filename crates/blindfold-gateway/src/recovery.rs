@@ -59,6 +59,58 @@ pub async fn recover(cfg: &ServeConfig) -> Result<(Opened, String)> {
     recover_until(cfg, None).await
 }
 
+/// The newest snapshot in the store at `url`, and the key it is sealed under: the key in
+/// `key_path` (`key`), or, in the middle of a key rotation (the store checkpoints of
+/// `--durability store` are then sealed under the new key), the new key waiting beside it as
+/// `<key file>.next`. A checkpoint of a rotation under way needs the old key file as
+/// `--key-file`: it alone opens the rotation's file. Also returns the key file the recovered
+/// gateway is to use: `<key file>.next` when its checkpoint was written once the rotation's
+/// sweep had ended (the machine was lost before the new key file replaced the old one).
+async fn latest_snapshot(
+    url: &blindfold_store::StoreUrl,
+    key_path: &Path,
+    key: Arc<blindfold_crypto::MasterKey>,
+    passphrase: Option<&blindfold_crypto::Passphrase>,
+) -> Result<(crate::snapshot::Snapshot, Arc<blindfold_crypto::MasterKey>, std::path::PathBuf)> {
+    let read = |key: Arc<blindfold_crypto::MasterKey>| async move {
+        let snaps = crate::snapshot::open_for_recovery(url, &key).await?;
+        let snap = crate::snapshot::read_latest(&*snaps, &key).await?;
+        Ok::<_, GatewayError>((snap, key))
+    };
+    let first = read(Arc::clone(&key)).await;
+    let next_path = crate::rotation::next_key_path(key_path);
+    let (snap, read_with) = match first {
+        Ok(found) => found,
+        Err(e) if next_path.exists() => {
+            let next = load_key_file(&next_path, passphrase)
+                .map_err(|e| GatewayError::Config(e.to_string()))?;
+            read(Arc::new(next)).await.map_err(|_| e)?
+        }
+        Err(e) => return Err(e),
+    };
+    if snap.rotation.is_some() && Arc::ptr_eq(&read_with, &key) {
+        return Err(GatewayError::Config(format!(
+            "the store's newest checkpoint was written during a key rotation, and the key in {} \
+             is the new one: give the key file of before the rotation as --key-file (with the \
+             new one beside it as {}), which opens what the old key sealed; nothing was changed",
+            key_path.display(),
+            next_path.display()
+        )));
+    }
+    if snap.rotation.is_none() && !Arc::ptr_eq(&read_with, &key) {
+        tracing::warn!(
+            "the store's checkpoint is sealed under the key in {} (a key rotation had ended \
+             without replacing {}): the recovered gateway uses it; move it over {} once \
+             recovered",
+            next_path.display(),
+            key_path.display(),
+            key_path.display()
+        );
+        return Ok((snap, read_with, next_path));
+    }
+    Ok((snap, read_with, key_path.to_path_buf()))
+}
+
 /// [`recover`] for a gateway whose engine keeps its blocks elsewhere (ORAM nodes): `hooks`
 /// rebuild the engine's state from the snapshot and open it (see [`RecoverHooks`]). The
 /// directory and the crash-safety are those of [`recover`]: a run cut short at any point is
@@ -115,9 +167,8 @@ pub async fn recover_until_with(
         Some(spec) => Some(crate::anchor::Anchor::open(spec, &key).await?),
         None => None,
     };
-    let snaps = crate::snapshot::open_for_recovery(&url, &key).await?;
-    let snap = crate::snapshot::read_latest(&*snaps, &key).await?;
-    drop(snaps);
+    let (snap, key, key_path) =
+        latest_snapshot(&url, &key_path, key, cfg.passphrase.as_deref()).await?;
     if let (None, Some(check)) = (&hooks.rebuild, &hooks.check_state) {
         check(&snap.oram_checkpoint).map_err(GatewayError::Config)?;
     }
@@ -150,6 +201,12 @@ pub async fn recover_until_with(
     if let (Some(point), None) = (&snap.journal, &hooks.rebuild) {
         let (mut about, reached) =
             from_store_log(dir, &snap, point, &params, &url, &key, crash).await?;
+        if let Some(rotation) = &snap.rotation {
+            // The rotation goes on where the checkpoint left it: the gateway opened next
+            // finds its file and opens what the old key sealed with the key file given.
+            write_private(&dir.join(crate::rotation::ROTATION_FILE), rotation)?;
+            about.push_str("; a key rotation was under way: it resumes when the gateway starts");
+        }
         if let Some(anchor) = anchor {
             // Before the directory becomes a gateway: a refused recovery leaves none.
             about.push_str(&match anchor.check(reached).await? {

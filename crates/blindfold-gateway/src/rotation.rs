@@ -454,6 +454,8 @@ async fn replace_old_checkpoints(ending: &Ending, journal: &EndingJournal) -> Re
             &journal.log,
             &journal.params,
             &held,
+            // Every cell is under the new key now.
+            false,
         )
         .await?;
         if !removed.is_empty() {

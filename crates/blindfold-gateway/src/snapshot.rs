@@ -48,7 +48,8 @@ const CHUNK: usize = 64 * 1024;
 /// ([`DirectoryDump::versions`], [`DirectoryDump::configs`]). Version 05 is still read.
 /// Version 07: and named bucket settings such as object lock ([`DirectoryDump::settings`]).
 /// Version 06 is still read.
-const MAGIC: &[u8; 8] = b"BFSNAP07";
+const MAGIC: &[u8; 8] = b"BFSNAP08";
+const MAGIC_V7: &[u8; 8] = b"BFSNAP07";
 const MAGIC_V6: &[u8; 8] = b"BFSNAP06";
 const MAGIC_V5: &[u8; 8] = b"BFSNAP05";
 const MAGIC_V4: &[u8; 8] = b"BFSNAP04";
@@ -72,6 +73,37 @@ pub struct Snapshot {
     /// engine's redo log to put after `oram_checkpoint` ([`crate::storelog`]). `None` for a
     /// snapshot of a clean stop under `--durability local`.
     pub journal: Option<crate::storelog::JournalPoint>,
+    /// A key rotation under way when it was written: the rotation file of the data directory
+    /// as it was (the new key and the sweep's progress, sealed under the old key), so that a
+    /// recovery from the store alone resumes it ([`crate::rotation`]). `None` otherwise, and in
+    /// snapshots of format 07 and before.
+    pub rotation: Option<Vec<u8>>,
+}
+
+/// A snapshot of format 07: no rotation file.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct SnapshotV7 {
+    seq: u64,
+    created_ns: i128,
+    params: GatewayParams,
+    oram_checkpoint: Vec<u8>,
+    directory: DirectoryDump,
+    journal: Option<crate::storelog::JournalPoint>,
+}
+
+impl From<SnapshotV7> for Snapshot {
+    fn from(s: SnapshotV7) -> Self {
+        Snapshot {
+            seq: s.seq,
+            created_ns: s.created_ns,
+            params: s.params,
+            oram_checkpoint: s.oram_checkpoint,
+            directory: s.directory,
+            journal: s.journal,
+            rotation: None,
+        }
+    }
 }
 
 /// A snapshot of format 06: its directory has no named settings ([`DirectoryDumpV6`]).
@@ -95,6 +127,7 @@ impl From<SnapshotV6> for Snapshot {
             oram_checkpoint: s.oram_checkpoint,
             directory: s.directory.into(),
             journal: s.journal,
+            rotation: None,
         }
     }
 }
@@ -120,6 +153,7 @@ impl From<SnapshotV5> for Snapshot {
             oram_checkpoint: s.oram_checkpoint,
             directory: s.directory.into(),
             journal: s.journal,
+            rotation: None,
         }
     }
 }
@@ -224,6 +258,7 @@ impl<P: Into<GatewayParams>> From<OldSnapshot<P>> for Snapshot {
             oram_checkpoint: s.oram_checkpoint,
             directory: s.directory.into(),
             journal: None,
+            rotation: None,
         }
     }
 }
@@ -479,7 +514,9 @@ async fn read_header(store: &dyn Store, sealer: &CellSealer, slot_base: u64) -> 
         .open_in_place(&CellAd { cell: slot_base, version: 0, segment: 0 }, &mut cell)
         .ok()?;
     let h: Header = bincode::deserialize(plain).ok()?;
-    [MAGIC, MAGIC_V6, MAGIC_V5, MAGIC_V4, MAGIC_V3, MAGIC_V2].contains(&&h.magic).then_some(h)
+    [MAGIC, MAGIC_V7, MAGIC_V6, MAGIC_V5, MAGIC_V4, MAGIC_V3, MAGIC_V2]
+        .contains(&&h.magic)
+        .then_some(h)
 }
 
 /// Writes `snap` into the slot its sequence number selects.
@@ -663,6 +700,8 @@ pub async fn read_latest(store: &dyn Store, key: &MasterKey) -> Result<Snapshot>
             bincode::deserialize::<SnapshotV5>(&body).map(Snapshot::from)
         } else if &h.magic == MAGIC_V6 {
             bincode::deserialize::<SnapshotV6>(&body).map(Snapshot::from)
+        } else if &h.magic == MAGIC_V7 {
+            bincode::deserialize::<SnapshotV7>(&body).map(Snapshot::from)
         } else {
             bincode::deserialize::<Snapshot>(&body)
         };
@@ -709,6 +748,7 @@ pub(crate) async fn write_snapshot_to(
         oram_checkpoint,
         directory: objects.directory().dump()?,
         journal: None,
+        rotation: None,
     };
     put_snapshot(slot, array, key, dir, snap).await
 }
@@ -728,12 +768,14 @@ pub(crate) async fn write_journal_snapshot(
     fallback: &GatewayParams,
 ) -> Result<u64> {
     let held = log.checkpoints().await;
-    Ok(write_journal_snapshot_held(slot, key, dir, objects, log, fallback, &held).await?.0)
+    Ok(write_journal_snapshot_held(slot, key, dir, objects, log, fallback, &held, true).await?.0)
 }
 
 /// [`write_journal_snapshot`] for a caller already holding the log's checkpoint lock; also
 /// returns the arrays a growth retired that were removed since this checkpoint no longer needs
-/// them.
+/// them. `carry_rotation`: a key rotation under way goes along (false once its sweep is done:
+/// nothing needs the old key any more).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn write_journal_snapshot_held(
     slot: &crate::snapshot::SnapshotSlot,
     key: &MasterKey,
@@ -742,6 +784,7 @@ pub(crate) async fn write_journal_snapshot_held(
     log: &crate::storelog::StoreLog,
     fallback: &GatewayParams,
     _held: &tokio::sync::MutexGuard<'_, ()>,
+    carry_rotation: bool,
 ) -> Result<(u64, Vec<String>)> {
     let Some(array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
@@ -752,6 +795,16 @@ pub(crate) async fn write_journal_snapshot_held(
     let ((next_entry, oram_checkpoint, redo_log), directory) =
         objects.directory().dump_with(|| log.capture())?;
     let point = log.point(next_entry, redo_log).await?;
+    // A rotation under way goes along, so that a recovery from the store resumes it.
+    let rotation_file = dir.join(crate::rotation::ROTATION_FILE);
+    let rotation = match std::fs::read(&rotation_file) {
+        Ok(_) if !carry_rotation => None,
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(GatewayError::Config(format!("reading {}: {e}", rotation_file.display())))
+        }
+    };
     let seq = crate::snapshot::latest_seq(&*array.store, key).await.unwrap_or(0) + 1;
     let snap = crate::snapshot::Snapshot {
         seq,
@@ -760,6 +813,7 @@ pub(crate) async fn write_journal_snapshot_held(
         oram_checkpoint,
         directory,
         journal: Some(point.clone()),
+        rotation,
     };
     let (seq, removed) = put_snapshot(slot, array, key, dir, snap).await?;
     log.checkpoint_written(&point).await;
@@ -834,6 +888,7 @@ mod tests {
             oram_checkpoint: vec![fill; 4 * CHUNK],
             directory: DirectoryDump::default(),
             journal: None,
+            rotation: None,
         }
     }
 
@@ -922,11 +977,26 @@ mod tests {
         // Format 07 carries named settings (object lock) too.
         new.seq = 5;
         new.directory.settings = vec![("b".into(), "object-lock".into(), "{}".into())];
-        write(&store, &key, &new).await.unwrap();
+        let v7 = SnapshotV7 {
+            seq: 5,
+            created_ns: new.created_ns,
+            params: new.params.clone(),
+            oram_checkpoint: new.oram_checkpoint.clone(),
+            directory: new.directory.clone(),
+            journal: None,
+        };
+        write_body(&store, &key, MAGIC_V7, 5, 1, &bincode::serialize(&v7).unwrap()).await.unwrap();
         let got = read_latest(&store, &key).await.unwrap();
         assert_eq!(got.seq, 5);
         assert_eq!(got.directory.versions, new.directory.versions);
         assert_eq!(got.directory.settings, new.directory.settings);
+        assert!(got.rotation.is_none());
+        // Format 08 carries a rotation under way.
+        new.seq = 6;
+        new.rotation = Some(vec![1, 2, 3]);
+        write(&store, &key, &new).await.unwrap();
+        let got = read_latest(&store, &key).await.unwrap();
+        assert_eq!((got.seq, got.rotation), (6, Some(vec![1, 2, 3])));
     }
 
     /// A snapshot written before the parameters carried `cache_cells` (format 02) still reads,

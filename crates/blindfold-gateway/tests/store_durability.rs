@@ -210,6 +210,63 @@ async fn the_machine_lost_right_after_a_key_rotation_loses_nothing() {
     assert_eq!(common::read_object(&opened, "after").await.unwrap(), b"written after the rotation");
 }
 
+/// The machine lost in the middle of a key rotation under `--durability store`: `recover` with
+/// the key file of before the rotation (the new one beside it as `.next`) brings every write
+/// back and the rotation resumes, to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_machine_lost_in_the_middle_of_a_key_rotation_loses_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let key = root.path().join("key.json");
+    let store =
+        StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
+    let first = root.path().join("data1");
+    let cfg = cfg_on(&first, store.clone(), &key, OramEngine::Tao);
+    {
+        let opened = server::open(&cfg).await.unwrap();
+        opened.objects.directory().create_bucket("b").unwrap();
+        opened.objects.directory().settle().await.unwrap();
+        for i in 0..4 {
+            put(&opened, &format!("k{i}"), &data(i)).await;
+        }
+        opened.objects.shutdown().await.unwrap();
+        server::write_snapshot(&opened).await.unwrap();
+    }
+    let old = blindfold_crypto::load_key_file(&key, None).unwrap();
+    blindfold_gateway::rotation::prepare(&first, &key, &old, None).unwrap();
+    // Serving with the rotation under way (not swept yet): new writes are sealed under the
+    // new key, the old cells still under the old one.
+    let opened = server::open(&cfg).await.unwrap();
+    assert!(opened.rotation.is_some());
+    for i in 4..7 {
+        put(&opened, &format!("k{i}"), &data(i)).await;
+    }
+    put(&opened, "k0", b"newer").await;
+    drop(opened);
+    std::fs::remove_dir_all(&first).unwrap();
+    lapse().await;
+    let second = root.path().join("data2");
+    let (mut opened, about) = server::recover(&cfg_on(&second, store, &key, OramEngine::Tao))
+        .await
+        .unwrap_or_else(|e| panic!("recover in the middle of a key rotation: {e}"));
+    assert!(about.contains("key rotation"), "{about}");
+    assert_eq!(common::read_object(&opened, "k0").await.unwrap(), b"newer", "{about}");
+    for i in 1..7 {
+        let got = common::read_object(&opened, &format!("k{i}")).await;
+        assert_eq!(got.unwrap(), data(i), "k{i}: {about}");
+    }
+    // The rotation resumes and ends: the new key file replaces the old one.
+    let sweeper = blindfold_gateway::rotation::Sweeper::start(&mut opened).expect("resumed");
+    let t0 = std::time::Instant::now();
+    while !sweeper.is_finished() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "the rotation did not finish");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!second.join(blindfold_gateway::rotation::ROTATION_FILE).exists(), "not finished");
+    let now = blindfold_crypto::load_key_file(&key, None).unwrap();
+    assert_ne!(now.expose_bytes(), old.expose_bytes(), "the new key file is in place");
+    assert_eq!(common::read_object(&opened, "k3").await.unwrap(), data(3));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_growth_while_serving_is_logged_to_the_store() {
     for engine in OramEngine::ALL {
