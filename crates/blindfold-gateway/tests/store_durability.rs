@@ -156,16 +156,15 @@ async fn grow_then_lose_the_data_directory(engine: OramEngine) {
     assert!(report.is_clean(), "{engine}: {report:?}");
 }
 
-/// A key rotation under `--durability store` ends by replacing what the old key sealed in the
-/// store's snapshot area; the machine lost right after it (no clean stop, no checkpoint since)
-/// still recovers from the store with the new key, every write back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_machine_lost_right_after_a_key_rotation_loses_nothing() {
-    let root = tempfile::tempdir().unwrap();
-    let key = root.path().join("key.json");
+/// A tao gateway under `--durability store` in `root` with four objects and a clean stop, then
+/// `rotate-key`: its key file, store, data directory and the key before the rotation.
+async fn rotation_prepared(
+    root: &Path,
+) -> (std::path::PathBuf, StoreUrl, std::path::PathBuf, blindfold_crypto::MasterKey) {
+    let key = root.join("key.json");
     let store =
-        StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
-    let first = root.path().join("data1");
+        StoreUrl::File { dir: root.join("cells"), sync: blindfold_store::SyncMode::OnFlush };
+    let first = root.join("data1");
     let cfg = cfg_on(&first, store.clone(), &key, OramEngine::Tao);
     {
         let opened = server::open(&cfg).await.unwrap();
@@ -179,16 +178,32 @@ async fn the_machine_lost_right_after_a_key_rotation_loses_nothing() {
     }
     let old = blindfold_crypto::load_key_file(&key, None).unwrap();
     blindfold_gateway::rotation::prepare(&first, &key, &old, None).unwrap();
-    let mut opened = server::open(&cfg).await.unwrap();
-    for i in 4..6 {
-        put(&opened, &format!("k{i}"), &data(i)).await;
-    }
-    let sweeper = blindfold_gateway::rotation::Sweeper::start(&mut opened).unwrap();
+    (key, store, first, old)
+}
+
+/// Waits for a rotation's sweep to end (at most two minutes).
+async fn sweep_to_the_end(sweeper: &blindfold_gateway::rotation::Sweeper) {
     let t0 = std::time::Instant::now();
     while !sweeper.is_finished() {
         assert!(t0.elapsed() < Duration::from_secs(120), "the rotation did not finish");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A key rotation under `--durability store` ends by replacing what the old key sealed in the
+/// store's snapshot area; the machine lost right after it (no clean stop, no checkpoint since)
+/// still recovers from the store with the new key, every write back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_machine_lost_right_after_a_key_rotation_loses_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let (key, store, first, _) = rotation_prepared(root.path()).await;
+    let cfg = cfg_on(&first, store.clone(), &key, OramEngine::Tao);
+    let mut opened = server::open(&cfg).await.unwrap();
+    for i in 4..6 {
+        put(&opened, &format!("k{i}"), &data(i)).await;
+    }
+    let sweeper = blindfold_gateway::rotation::Sweeper::start(&mut opened).unwrap();
+    sweep_to_the_end(&sweeper).await;
     assert!(!first.join(blindfold_gateway::rotation::ROTATION_FILE).exists(), "not finished");
     put(&opened, "after", b"written after the rotation").await;
     // The machine is lost at once: no clean stop, no store checkpoint since the rotation.
@@ -216,23 +231,8 @@ async fn the_machine_lost_right_after_a_key_rotation_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_machine_lost_in_the_middle_of_a_key_rotation_loses_nothing() {
     let root = tempfile::tempdir().unwrap();
-    let key = root.path().join("key.json");
-    let store =
-        StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
-    let first = root.path().join("data1");
+    let (key, store, first, old) = rotation_prepared(root.path()).await;
     let cfg = cfg_on(&first, store.clone(), &key, OramEngine::Tao);
-    {
-        let opened = server::open(&cfg).await.unwrap();
-        opened.objects.directory().create_bucket("b").unwrap();
-        opened.objects.directory().settle().await.unwrap();
-        for i in 0..4 {
-            put(&opened, &format!("k{i}"), &data(i)).await;
-        }
-        opened.objects.shutdown().await.unwrap();
-        server::write_snapshot(&opened).await.unwrap();
-    }
-    let old = blindfold_crypto::load_key_file(&key, None).unwrap();
-    blindfold_gateway::rotation::prepare(&first, &key, &old, None).unwrap();
     // Serving with the rotation under way (not swept yet): new writes are sealed under the
     // new key, the old cells still under the old one.
     let opened = server::open(&cfg).await.unwrap();
@@ -256,11 +256,7 @@ async fn the_machine_lost_in_the_middle_of_a_key_rotation_loses_nothing() {
     }
     // The rotation resumes and ends: the new key file replaces the old one.
     let sweeper = blindfold_gateway::rotation::Sweeper::start(&mut opened).expect("resumed");
-    let t0 = std::time::Instant::now();
-    while !sweeper.is_finished() {
-        assert!(t0.elapsed() < Duration::from_secs(120), "the rotation did not finish");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sweep_to_the_end(&sweeper).await;
     assert!(!second.join(blindfold_gateway::rotation::ROTATION_FILE).exists(), "not finished");
     let now = blindfold_crypto::load_key_file(&key, None).unwrap();
     assert_ne!(now.expose_bytes(), old.expose_bytes(), "the new key file is in place");
