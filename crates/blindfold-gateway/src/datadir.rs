@@ -22,6 +22,10 @@ use blindfold_store::StoreUrl;
 /// [`blindfold_proxy::EngineParams`].
 pub type GatewayParams = blindfold_proxy::EngineParams;
 
+/// A key rotation in progress, in the data directory: the new key and the sweep's progress,
+/// sealed under the old key (see [`crate::rotation`]; store checkpoints carry it too).
+pub const ROTATION_FILE: &str = "rotation.sealed";
+
 /// Writes `bytes` to `path` atomically and durably: a private (0600) temporary file beside it,
 /// fsync, rename, then an fsync of the directory.
 pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -59,9 +59,7 @@ use blindfold_proxy::catalogue::oram_array;
 
 type Result<T> = std::result::Result<T, GatewayError>;
 
-/// The rotation in progress, in the data directory: the new key and the sweep's progress,
-/// sealed under the old key.
-pub const ROTATION_FILE: &str = "rotation.sealed";
+pub use crate::datadir::ROTATION_FILE;
 /// Associated data of the sealed rotation file.
 const AAD: &[u8] = b"blindfold rotation v1";
 /// Paths swept between two commits (and progress records).

@@ -796,7 +796,7 @@ pub(crate) async fn write_journal_snapshot_held(
         objects.directory().dump_with(|| log.capture())?;
     let point = log.point(next_entry, redo_log).await?;
     // A rotation under way goes along, so that a recovery from the store resumes it.
-    let rotation_file = dir.join(crate::rotation::ROTATION_FILE);
+    let rotation_file = dir.join(crate::datadir::ROTATION_FILE);
     let rotation = match std::fs::read(&rotation_file) {
         Ok(_) if !carry_rotation => None,
         Ok(b) => Some(b),
