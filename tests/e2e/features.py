@@ -527,8 +527,6 @@ def crash(run_):
                 "--work", os.path.join(ctx.work, f"crash-store-{engine}-{store_name}"),
                 "--pid-file", pid_file, "--rounds", rounds, "--threads", "4", "--lease-ttl", "500ms",
                 "--lose-data-dir", "--capacity", "32MiB", *(["--store", url(engine)] if url else []),
-                # On files a growth rides along: the grown engine's log must reach the store.
-                *(["--grow-every", "2"] if url is None else []),
                 # The partition and tee engines take more than 4x their capacity in the store.
                 "--serve-flag=--engine", f"--serve-flag={engine}", "--serve-flag=--allow-overhead",
                 *(["--seed", seed] if seed else [])],
