@@ -620,7 +620,7 @@ impl Grower {
         // gateway.json change: the store's newest checkpoint names the old tree (which stays
         // in the store) until the one of the grown state replaces it.
         let journal = self.journal.lock().clone();
-        let _checkpoints = match &journal {
+        let checkpoints_held = match &journal {
             Some(log) => Some(log.checkpoints().await),
             None => None,
         };
@@ -707,7 +707,7 @@ impl Grower {
         }
         self.objects.directory().grow_to(new_params.blocks);
         // The directory and the checkpoint match while no commit can run: snapshot now.
-        let snapshot = match (&journal, &_checkpoints) {
+        let snapshot = match (&journal, &checkpoints_held) {
             (Some(log), Some(held)) => {
                 let written = crate::snapshot::write_journal_snapshot_held(
                     &self.snapshots,

@@ -438,7 +438,7 @@ pub async fn append_record<T: Serialize>(
 /// the untrusted store (`--durability store`), from which a new machine rebuilds the state
 /// directory when the gateway's own disk is lost.
 ///
-/// An engine hands the mirror, in log order, every frame it appends ([`LogMirror::frames`]) and
+/// An engine hands the mirror, in log order, every frame it appends ([`LogMirror::queue`]) and
 /// every checkpoint it writes ([`LogMirror::checkpointed`]); an append returns only once the
 /// mirror holds the frames too. A checkpoint is handed over with the engine's log lock held,
 /// so no frame of the engine comes between the checkpoint and what the mirror records of it.
@@ -450,11 +450,6 @@ pub trait LogMirror: Send + Sync + std::fmt::Debug {
     /// Returns once the frames queued with `ticket`, and all queued before them, are durable
     /// in the mirror.
     async fn durable(&self, ticket: u64) -> Result<()>;
-    /// Queues `frames` and waits until they are durable.
-    async fn frames(&self, frames: Arc<Vec<Vec<u8>>>) -> Result<()> {
-        let ticket = self.queue(frames);
-        self.durable(ticket).await
-    }
     /// The engine wrote `checkpoint` (the bytes of `checkpoint.bin`) and replaced its log by
     /// `log` (the bytes of `redo.log`, usually empty): frames handed over before this call are
     /// covered by it.
