@@ -139,13 +139,9 @@ async fn grow_then_lose_the_data_directory(engine: OramEngine) {
         put(&opened, &format!("k{i}"), &data(i)).await;
     }
     put(&opened, "k0", b"newer").await;
-    drop(opened);
-    std::fs::remove_dir_all(&first).unwrap();
-    lapse().await;
-    let second = root.path().join("data2");
-    let (opened, about) = server::recover(&cfg_on(&second, store, &key, engine))
-        .await
-        .unwrap_or_else(|e| panic!("{engine}: recover after a growth: {e}"));
+    let (opened, about, _) =
+        lose_and_recover(opened, &first, cfg_on(&root.path().join("data2"), store, &key, engine))
+            .await;
     assert_eq!(opened.objects.directory().capacity(), blocks * 2, "{engine}: {about}");
     for i in 1..8 {
         let got = common::read_object(&opened, &format!("k{i}")).await;
@@ -154,6 +150,23 @@ async fn grow_then_lose_the_data_directory(engine: OramEngine) {
     assert_eq!(common::read_object(&opened, "k0").await.unwrap(), b"newer", "{engine}");
     let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await.unwrap();
     assert!(report.is_clean(), "{engine}: {report:?}");
+}
+
+/// The machine is lost: `opened` goes without a clean stop and its data directory `data` with
+/// it; once its lease has lapsed, `recover` rebuilds the gateway of `next` (a new data
+/// directory) from the store alone. Returns it, what recover said, and its data directory.
+async fn lose_and_recover(
+    opened: server::Opened,
+    data: &Path,
+    next: ServeConfig,
+) -> (server::Opened, String, std::path::PathBuf) {
+    drop(opened);
+    std::fs::remove_dir_all(data).unwrap();
+    lapse().await;
+    let (opened, about) = server::recover(&next).await.unwrap_or_else(|e| {
+        panic!("{}: recover into {}: {e}", next.engine, next.data_dir.display())
+    });
+    (opened, about, next.data_dir)
 }
 
 /// A tao gateway under `--durability store` in `root` with four objects and a clean stop, then
@@ -208,13 +221,8 @@ async fn the_machine_lost_right_after_a_key_rotation_loses_nothing() {
     put(&opened, "after", b"written after the rotation").await;
     // The machine is lost at once: no clean stop, no store checkpoint since the rotation.
     drop(sweeper);
-    drop(opened);
-    std::fs::remove_dir_all(&first).unwrap();
-    lapse().await;
-    let second = root.path().join("data2");
-    let (opened, about) = server::recover(&cfg_on(&second, store, &key, OramEngine::Tao))
-        .await
-        .unwrap_or_else(|e| panic!("recover after a key rotation: {e}"));
+    let second = cfg_on(&root.path().join("data2"), store, &key, OramEngine::Tao);
+    let (opened, about, _) = lose_and_recover(opened, &first, second).await;
     for i in 0..6 {
         assert_eq!(
             common::read_object(&opened, &format!("k{i}")).await.unwrap(),
@@ -241,13 +249,8 @@ async fn the_machine_lost_in_the_middle_of_a_key_rotation_loses_nothing() {
         put(&opened, &format!("k{i}"), &data(i)).await;
     }
     put(&opened, "k0", b"newer").await;
-    drop(opened);
-    std::fs::remove_dir_all(&first).unwrap();
-    lapse().await;
-    let second = root.path().join("data2");
-    let (mut opened, about) = server::recover(&cfg_on(&second, store, &key, OramEngine::Tao))
-        .await
-        .unwrap_or_else(|e| panic!("recover in the middle of a key rotation: {e}"));
+    let second = cfg_on(&root.path().join("data2"), store, &key, OramEngine::Tao);
+    let (mut opened, about, second) = lose_and_recover(opened, &first, second).await;
     assert!(about.contains("key rotation"), "{about}");
     assert_eq!(common::read_object(&opened, "k0").await.unwrap(), b"newer", "{about}");
     for i in 1..7 {
