@@ -640,7 +640,10 @@ impl Grower {
         let mut engine = self.engine.exclusive().await;
         let room = engine.grow_in_place(blocks, InPlaceGrowth::MakeRoom).await;
         if let Some(room) = room {
-            return self.grow_in_place(&engine, &params, blocks, room, crash, started).await;
+            let logged = journal.as_ref().zip(checkpoints_held.as_ref());
+            return self
+                .grow_in_place(&engine, &params, blocks, room, crash, started, logged)
+                .await;
         }
         engine.shutdown().await?;
         // Closed, as at a clean stop: the rebuild reads its checkpoint and its store array.
@@ -755,6 +758,7 @@ impl Grower {
     /// (`room`): the new capacity is recorded in `gateway.json` — the point of no return: a
     /// crash after it reopens the engine at the new size, which finishes the growth — then
     /// the engine serves it. Nothing moves in the gateway's store.
+    #[allow(clippy::too_many_arguments)]
     async fn grow_in_place(
         &self,
         engine: &Arc<dyn SharedEngine>,
@@ -763,6 +767,7 @@ impl Grower {
         room: blindfold_proxy::Result<String>,
         crash: Option<CrashPoint>,
         started: Instant,
+        logged: Option<(&Arc<crate::storelog::StoreLog>, &tokio::sync::MutexGuard<'_, ()>)>,
     ) -> Result<Grown> {
         let room = match room {
             Ok(room) => room,
@@ -791,7 +796,32 @@ impl Grower {
             ))
         })?;
         self.objects.directory().grow_to(blocks);
-        let snapshot = self.snapshot(&new_params).await;
+        let snapshot = match logged {
+            // A store checkpoint of the grown state (the engine's own checkpoints of each
+            // step went to the log already); a plain snapshot would end the log there.
+            Some((log, held)) => crate::snapshot::write_journal_snapshot_held(
+                &self.snapshots,
+                &self.key,
+                &self.dir,
+                &self.objects,
+                log,
+                &new_params,
+                held,
+                true,
+            )
+            .await
+            .map(|(_, removed)| removed)
+            .inspect_err(|e| {
+                // The store's newest checkpoint is of the smaller capacity: what the log holds
+                // after it may name the new blocks.
+                log.fence(format!(
+                    "the store grew, but no store checkpoint of the grown state could be \
+                     written ({e}); the store-side log acknowledges nothing more: restart the \
+                     gateway (its start writes one)"
+                ));
+            }),
+            None => self.snapshot(&new_params).await,
+        };
         if let Err(e) = snapshot {
             tracing::warn!(error = %e, "no snapshot of the grown store was written (the next clean stop writes one)");
         }

@@ -82,7 +82,7 @@ pub struct RecoverHooks {
     pub rebuild: Option<EngineRebuild>,
     /// Opens the rebuilt engine (the same factory `serve` uses for this data directory).
     pub engine_factory: Option<EngineFactory>,
-    /// Checked on the snapshot's engine checkpoint when there is no `rebuild`.
+    /// Checked on the snapshot's engine checkpoint before anything is written.
     pub check_state: Option<StateCheck>,
 }
 

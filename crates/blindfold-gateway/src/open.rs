@@ -567,15 +567,13 @@ async fn assemble(
     let objects =
         Arc::new(ObjectLayer::with_engine(directory, Arc::new(watched), params.pad_objects));
     let snapshots = Arc::new(parking_lot::Mutex::new(snapshots));
-    let loggable = match (&tap, hooks.engine) {
-        (Some(_), EngineKind::PathOram) => !injected_engine,
-        _ => false,
-    };
+    // An injected engine (the load balancer over ORAM nodes) is logged when it hands over a
+    // tap: its own state then goes to this store, and each node logs its blocks in its own.
+    let loggable = matches!((&tap, hooks.engine), (Some(_), EngineKind::PathOram));
     if cfg.durability == crate::params::Durability::Store && !loggable {
         return Err(GatewayError::Config(format!(
             "--durability store is not available for the {engine_name} engine here (a \
-             baseline engine, or ORAM nodes, whose state lives in their own data directories): \
-             serve with --durability local"
+             baseline engine, whose blocks have no redo log): serve with --durability local"
         )));
     }
     if let (Some(anchor), false) = (&cfg.anchor, cfg.durability.in_store(&store_url) && loggable) {

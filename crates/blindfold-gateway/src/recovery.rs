@@ -169,7 +169,7 @@ pub async fn recover_until_with(
     };
     let (snap, key, key_path) =
         latest_snapshot(&url, &key_path, key, cfg.passphrase.as_deref()).await?;
-    if let (None, Some(check)) = (&hooks.rebuild, &hooks.check_state) {
+    if let Some(check) = &hooks.check_state {
         check(&snap.oram_checkpoint).map_err(GatewayError::Config)?;
     }
     let cfg_err = |what: &str, p: &Path, e: std::io::Error| {
@@ -178,8 +178,10 @@ pub async fn recover_until_with(
     let oram_dir = dir.join("oram");
     if dir.join(RECOVERING).exists() {
         // An earlier recover stopped half-way: nothing of it is in use yet. (A rebuild hook
-        // owns the engine's directory: it takes up what its earlier run left there.)
-        let engine_dir = hooks.rebuild.is_none().then(|| oram_dir.clone());
+        // owns the engine's directory: it takes up what its earlier run left there. A
+        // recovery from the store's log rewrites it whole.)
+        let engine_dir =
+            (hooks.rebuild.is_none() || snap.journal.is_some()).then(|| oram_dir.clone());
         for leftover in engine_dir.into_iter().chain([dir.join("meta.redb")]) {
             let removed = if leftover.is_dir() {
                 std::fs::remove_dir_all(&leftover)
@@ -198,7 +200,10 @@ pub async fn recover_until_with(
     write_private(&dir.join(RECOVERING), b"")?;
     let mut params = snap.params.clone();
     params.store = url.to_string();
-    if let (Some(point), None) = (&snap.journal, &hooks.rebuild) {
+    // With a log in the store, even an engine whose blocks live elsewhere (ORAM nodes, each
+    // logging in its own store) is continued, not rebuilt: its state and every change since
+    // are here, and opening it replays them as after a crash.
+    if let Some(point) = &snap.journal {
         let (mut about, reached) =
             from_store_log(dir, &snap, point, &params, &url, &key, crash).await?;
         if let Some(rotation) = &snap.rotation {

@@ -66,6 +66,16 @@ pub async fn take_over(
     cfg: &ServeConfig,
     say: Arc<dyn Fn(&str) + Send + Sync>,
 ) -> Result<(Opened, String)> {
+    take_over_with(cfg, say, &|| Ok(crate::hooks::RecoverHooks::default())).await
+}
+
+/// [`take_over`] for a gateway whose engine keeps its blocks elsewhere (ORAM nodes): `hooks`
+/// gives the recovery's hooks, as `blindfold recover` is given them, at each attempt.
+pub async fn take_over_with(
+    cfg: &ServeConfig,
+    say: Arc<dyn Fn(&str) + Send + Sync>,
+    hooks: &(dyn Fn() -> Result<crate::hooks::RecoverHooks> + Send + Sync),
+) -> Result<(Opened, String)> {
     let dir = &cfg.data_dir;
     if dir.join("gateway.json").exists() {
         return Err(GatewayError::Config(format!(
@@ -130,7 +140,7 @@ pub async fn take_over(
         let _ = std::fs::remove_file(dir.join(STATUS_FILE));
         let mut cfg = cfg.clone();
         cfg.key_file = Some(key_path.clone());
-        match crate::recovery::recover(&cfg).await {
+        match crate::recovery::recover_with(&cfg, hooks()?).await {
             Ok((opened, about)) => {
                 let took = lapsed.elapsed().as_secs_f64();
                 return Ok((opened, format!("took over in {took:.2} s: restored {about}")));

@@ -292,7 +292,8 @@ struct NodesFileEntry {
 type Loaded = Option<std::result::Result<Vec<u8>, String>>;
 type Load = watch::Receiver<Loaded>;
 /// A frame waiting for the log writer, and who to tell when it is durable.
-type Queued = (Vec<u8>, tokio::sync::oneshot::Sender<std::result::Result<(), String>>);
+type Queued =
+    (Vec<u8>, tokio::sync::oneshot::Sender<std::result::Result<state_file::Mirrored, String>>);
 
 struct Cached {
     /// The block's data; `None` while the read that fetches it is in flight.
@@ -339,12 +340,15 @@ struct Plan {
 }
 
 /// The redo log with group commit: whoever holds the file writes every frame queued so far
-/// with one fsync.
+/// with one fsync. With a mirror attached to `tap` (the gateway's log in its store,
+/// `--durability store`) the frames also go there, in log order, and an append returns once
+/// both hold them; a checkpoint is handed to the mirror as the log is emptied.
 struct LogWriter {
     dir: PathBuf,
     file: tokio::sync::Mutex<std::fs::File>,
     queue: parking_lot::Mutex<Vec<Queued>>,
     bytes: AtomicU64,
+    tap: state_file::Tap,
 }
 
 impl LogWriter {
@@ -356,6 +360,7 @@ impl LogWriter {
             file: tokio::sync::Mutex::new(file),
             queue: parking_lot::Mutex::new(Vec::new()),
             bytes: AtomicU64::new(bytes),
+            tap: state_file::Tap::default(),
         })
     }
 
@@ -367,43 +372,45 @@ impl LogWriter {
             let batch = std::mem::take(&mut *self.queue.lock());
             if !batch.is_empty() {
                 let (frames, senders): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-                let len: u64 = frames.iter().map(|f: &Vec<u8>| f.len() as u64).sum();
-                let f =
-                    file.try_clone().map_err(|e| ProxyError::State(format!("redo log: {e}")))?;
-                let written = tokio::task::spawn_blocking(move || {
-                    use std::io::Write;
-                    let mut f = f;
-                    for frame in &frames {
-                        f.write_all(frame)?;
-                    }
-                    f.sync_data()
-                })
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
-                if written.is_ok() {
+                // Queued to the mirror in log order under the file's lock; its round trip is
+                // waited for after the lock is let go.
+                let written =
+                    state_file::append_frames_mirroring(&file, &self.dir, &self.tap, frames)
+                        .await
+                        .map_err(|e| e.to_string());
+                let written = written.map(|(len, mirrored)| {
                     self.bytes.fetch_add(len, Ordering::SeqCst);
-                }
+                    mirrored
+                });
                 for s in senders {
                     let _ = s.send(written.clone());
                 }
             }
         }
-        rx.await.map_err(|_| ProxyError::State("the redo log writer stopped".into()))?.map_err(
-            |e| {
+        let mirrored = rx
+            .await
+            .map_err(|_| ProxyError::State("the redo log writer stopped".into()))?
+            .map_err(|e| {
                 ProxyError::State(format!(
                     "appending to the redo log in {}: {e}",
                     self.dir.display()
                 ))
-            },
-        )
+            })?;
+        mirrored.wait().await
     }
 
+    /// Empties the log after a checkpoint, and hands the checkpoint to the mirror (with the
+    /// file's lock held: no frame comes between them).
     async fn empty(&self) -> Result<()> {
         let file = self.file.lock().await;
         state_file::empty_log(&file, &self.dir)?;
         self.bytes.store(0, Ordering::SeqCst);
-        Ok(())
+        self.tap.checkpointed(&self.dir).await
+    }
+
+    /// The log wants a checkpoint: it passed `limit` bytes, or its mirror is filling up.
+    fn full(&self, limit: u64) -> bool {
+        self.bytes.load(Ordering::SeqCst) > limit || self.tap.wants_checkpoint()
     }
 }
 
@@ -1162,10 +1169,10 @@ impl Balancer {
         }
         // Reads alone never make the gateway commit: bound the intents a restart repeats
         // and the log they fill.
-        if self.log.bytes.load(Ordering::SeqCst) > self.log_limit {
+        if self.log.full(self.log_limit) {
             self.commit().await?;
             let _quiet = self.quiet.write().await;
-            if self.log.bytes.load(Ordering::SeqCst) > self.log_limit {
+            if self.log.full(self.log_limit) {
                 self.checkpoint().await?;
             }
         }
@@ -1331,7 +1338,7 @@ impl Balancer {
                 st.free[n as usize].push(l);
             }
         }
-        if self.log.bytes.load(Ordering::SeqCst) > self.log_limit {
+        if self.log.full(self.log_limit) {
             self.checkpoint().await?;
         }
         Ok(())
@@ -1455,6 +1462,13 @@ impl SharedEngine for Balancer {
 
     fn batch_blocks(&self) -> usize {
         max_batch(self.evictions)
+    }
+
+    /// The redo log's tap: `--durability store` mirrors it to the gateway's store, whose
+    /// checkpoints then carry the balancer's state ([`Balancer::recover`] is not needed after
+    /// losing the gateway's machine: its store holds every commit).
+    async fn journal_tap(&self) -> Option<state_file::Tap> {
+        Some(self.log.tap.clone())
     }
 
     fn gauges(&self) -> EngineGauges {

@@ -116,7 +116,12 @@ async fn start_node(
     engine: OramEngine,
     listen: SocketAddr,
 ) -> TestNode {
-    let cfg = node_config(dir, blocks, engine, listen);
+    start_node_with(node_config(dir, blocks, engine, listen), tls_dir).await
+}
+
+/// `blindfold node` with the data directory, store and flags of `cfg`.
+async fn start_node_with(cfg: ServeConfig, tls_dir: &Path) -> TestNode {
+    let dir = cfg.data_dir.clone();
     let tls = ClusterTls::load(tls_dir).unwrap();
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -141,7 +146,7 @@ async fn start_node(
         served
     });
     let addr = ready_rx.await.expect("the node started");
-    TestNode { dir: dir.to_path_buf(), addr, stop: Some(stop_tx), crash: Some(crash_tx), task }
+    TestNode { dir, addr, stop: Some(stop_tx), crash: Some(crash_tx), task }
 }
 
 struct Cluster {
@@ -1374,11 +1379,17 @@ fn gateway_hooks(cluster: &Cluster, seed: u64) -> OpenHooks {
 
 /// What `blindfold recover --nodes … --tls-dir …` gives the gateway's recover.
 fn recover_hooks(cluster: &Cluster, seed: u64) -> blindfold_gateway::server::RecoverHooks {
-    let rebuild = blindfold_node::recover::rebuild_fn(
-        cluster.urls(),
-        cluster.balancer_tls(),
-        Arc::new(|_: &str| {}),
-    );
+    recover_hooks_over(cluster.urls(), cluster.balancer_tls(), seed)
+}
+
+/// [`recover_hooks`] for the nodes at `urls`.
+fn recover_hooks_over(
+    urls: Vec<String>,
+    tls: ClusterTls,
+    seed: u64,
+) -> blindfold_gateway::server::RecoverHooks {
+    let rebuild =
+        blindfold_node::recover::rebuild_fn(urls.clone(), tls.clone(), Arc::new(|_: &str| {}));
     blindfold_gateway::server::RecoverHooks {
         rebuild: Some(Box::new(move |dir, ckpt, key| {
             Box::pin(async move {
@@ -1390,7 +1401,7 @@ fn recover_hooks(cluster: &Cluster, seed: u64) -> blindfold_gateway::server::Rec
                 })
             })
         })),
-        engine_factory: gateway_hooks(cluster, seed).engine_factory,
+        engine_factory: Some(blindfold_node::balancer::engine_factory(urls, tls, seeded(seed))),
         check_state: None,
     }
 }
@@ -1667,5 +1678,173 @@ async fn growing_a_balancer_moves_no_block() {
     assert!(room.unwrap().contains("0 of 2 nodes grew"));
     balancer.shutdown().await.unwrap();
     drop(balancer);
+    cluster.stop().await;
+}
+
+/// How long the leases of the next test last: a successor of a gateway or node that died
+/// waits little.
+const TTL: std::time::Duration = std::time::Duration::from_millis(400);
+
+/// Node `i` of a cluster whose machines can be lost: its store and key file outside its data
+/// directory, every write logged in its store (`blindfold node --durability store`).
+fn logged_node_config(root: &Path, i: usize, blocks: u64, listen: SocketAddr) -> ServeConfig {
+    let mut cfg = node_config(&root.join(format!("node{i}")), blocks, OramEngine::Tao, listen);
+    cfg.store = Some(blindfold_store::StoreUrl::File {
+        dir: root.join(format!("node{i}-store")),
+        sync: blindfold_store::SyncMode::OnFlush,
+    });
+    cfg.key_file = Some(root.join(format!("node{i}-key.json")));
+    cfg.durability = blindfold_gateway::server::Durability::Store;
+    cfg.lease_ttl = Some(TTL);
+    cfg
+}
+
+/// `--durability store` over a cluster: the gateway logs the balancer's state and its
+/// directory in its store, each node its blocks in its own. A growth while serving, then the
+/// gateway's machine and a node's machine are lost together with no clean stop: the node is
+/// recovered from its store alone, then the gateway from its store alone over the nodes, and
+/// every acknowledged write is back. A standby over the same nodes then takes over from the
+/// recovered gateway when it dies, losing nothing either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_under_store_durability_loses_nothing_with_its_machines() {
+    use blindfold_gateway::server::{recover, recover_with, write_snapshot, Durability};
+    let (n, blocks) = (2, 256);
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().to_path_buf();
+    blindfold_node::write_cluster_certs(&r.join("certs"), &vec!["127.0.0.1".to_string(); n])
+        .unwrap();
+    let tls_of = |i: usize| r.join("certs").join(format!("node-{}", i + 1));
+    let per_node = node_blocks_needed(blocks, n) + 8;
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let cfg = logged_node_config(&r, i, per_node, "127.0.0.1:0".parse().unwrap());
+        nodes.push(start_node_with(cfg, &tls_of(i)).await);
+    }
+    let mut cluster = Cluster { root, nodes, key: MasterKey::from_bytes([9; 32]), blocks };
+    let (store, key) = (r.join("gateway-store"), r.join("gateway-key.json"));
+    let gateway = |name: &str| {
+        let mut cfg = gateway_config(&r.join(name), &store, &key, blocks);
+        cfg.durability = Durability::Store;
+        cfg.lease_ttl = Some(TTL);
+        cfg
+    };
+    let mut expect: std::collections::BTreeMap<String, Vec<u8>> = Default::default();
+    let opened =
+        blindfold_gateway::server::open_with(&gateway("gateway1"), gateway_hooks(&cluster, 91))
+            .await
+            .unwrap_or_else(|e| panic!("--durability store over nodes: {e}"));
+    assert!(opened.journal.is_some(), "the gateway over nodes keeps no log in its store");
+    opened.objects.directory().create_bucket("b").unwrap();
+    for i in 0..8u64 {
+        put_object(&opened, &format!("k{i}"), object_data(i)).await;
+        expect.insert(format!("k{i}"), object_data(i));
+    }
+    // A growth while serving: the nodes rebuild their trees (each logging in its own store),
+    // the balancer takes their new ids, the gateway the new capacity.
+    let grower = opened.grower.clone().expect("a cluster gateway grows");
+    grower.grow(2 * blocks).await.unwrap_or_else(|e| panic!("grow: {e}"));
+    drop(grower);
+    // The store's newest checkpoint, right after the growth, is one the log continues (a
+    // plain snapshot there would end the log: a loss now would lose what follows).
+    {
+        let snaps = opened.snapshots.lock().clone().expect("the snapshot area is open");
+        let newest =
+            blindfold_gateway::snapshot::read_latest(&*snaps.store, &opened.key).await.unwrap();
+        assert!(newest.journal.is_some(), "after a growth, snapshot #{} ends the log", newest.seq);
+        assert_eq!(newest.params.blocks, 2 * blocks);
+    }
+    for i in 8..14u64 {
+        put_object(&opened, &format!("k{i}"), object_data(i)).await;
+        expect.insert(format!("k{i}"), object_data(i));
+    }
+    put_object(&opened, "k1", object_data(41)).await;
+    expect.insert("k1".into(), object_data(41));
+    assert!(opened.objects.delete_object("b", "k2").await.unwrap());
+    expect.remove("k2");
+    // Reads move blocks too (intents, then commit records naming their new places).
+    for i in [0u64, 3, 4] {
+        assert_eq!(get_object(&opened, &format!("k{i}")).await.unwrap(), object_data(i));
+    }
+    opened.objects.engine().commit().await.unwrap();
+
+    // Both machines are lost, neither stopping cleanly: the gateway's and node 0's.
+    drop(opened);
+    let lost = cluster.nodes.remove(0);
+    let addr = lost.addr;
+    lost.crash().await;
+    std::fs::remove_dir_all(r.join("gateway1")).unwrap();
+    std::fs::remove_dir_all(r.join("node0")).unwrap();
+    tokio::time::sleep(TTL + std::time::Duration::from_millis(100)).await;
+
+    // The node, from its store and key alone (`blindfold recover` on its store), then started
+    // again where it was.
+    let node_cfg = logged_node_config(&r, 0, per_node, addr);
+    {
+        let mut cfg = node_cfg.clone();
+        cfg.credentials = Some(("blindfold-node".into(), "unused".into()));
+        let (node, about) = recover(&cfg).await.unwrap_or_else(|e| panic!("node recover: {e}"));
+        assert!(about.contains("every acknowledged write is back"), "{about}");
+        node.objects.shutdown().await.unwrap();
+        write_snapshot(&node).await.unwrap();
+    }
+    cluster.nodes.insert(0, start_node_with(node_cfg, &tls_of(0)).await);
+
+    // The gateway, from its store alone, over the nodes.
+    let (opened, about) = recover_with(&gateway("gateway2"), recover_hooks(&cluster, 92))
+        .await
+        .unwrap_or_else(|e| panic!("gateway recover over the nodes: {e}"));
+    assert!(about.contains("every acknowledged write is back"), "{about}");
+    assert_eq!(opened.objects.directory().capacity(), 2 * blocks, "{about}");
+    let check = |opened: &blindfold_gateway::server::Opened, expect| {
+        let expect: std::collections::BTreeMap<String, Vec<u8>> = expect;
+        let objects = Arc::clone(&opened.objects);
+        async move {
+            let names: Vec<String> = objects
+                .directory()
+                .list("b", "", "", 100)
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            assert_eq!(names, expect.keys().cloned().collect::<Vec<_>>());
+            for (k, v) in &expect {
+                let meta = objects.directory().object("b", k).unwrap().unwrap();
+                let mut rx = objects.read_range(&meta, 0..meta.size, 0).await.unwrap();
+                let mut got = Vec::new();
+                while let Some(c) = rx.recv().await {
+                    got.extend_from_slice(&c.unwrap());
+                }
+                assert!(&got == v, "{k}: recovered with other data ({} bytes)", got.len());
+            }
+        }
+    };
+    check(&opened, expect.clone()).await;
+    let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+
+    // A standby over the same nodes takes over when the recovered gateway dies.
+    let standby = {
+        let cfg = gateway("standby");
+        let (urls, tls) = (cluster.urls(), cluster.balancer_tls());
+        tokio::spawn(async move {
+            let hooks = move || Ok(recover_hooks_over(urls.clone(), tls.clone(), 93));
+            blindfold_gateway::standby::take_over_with(&cfg, Arc::new(|_: &str| {}), &hooks).await
+        })
+    };
+    put_object(&opened, "after", object_data(77)).await;
+    expect.insert("after".into(), object_data(77));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!standby.is_finished(), "the standby took over while the primary held the lease");
+    drop(opened);
+    let (opened, about) = tokio::time::timeout(std::time::Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within a minute")
+        .unwrap()
+        .unwrap_or_else(|e| panic!("standby over the nodes: {e}"));
+    assert!(about.contains("took over"), "{about}");
+    check(&opened, expect).await;
+    opened.objects.shutdown().await.unwrap();
+    write_snapshot(&opened).await.unwrap();
+    drop(opened);
     cluster.stop().await;
 }

@@ -47,6 +47,20 @@ pub struct NodeArgs {
     /// on an s3:// store), 32 with path-oram].
     #[arg(long)]
     pub cache_mib: Option<u64>,
+    /// Where the node makes a write durable before it answers, as `serve --durability`:
+    /// `store` logs each of its engine's records in its own store (a lost node machine is
+    /// then rebuilt with `blindfold recover --data-dir NEW --store URL --key-file KEY`, keep
+    /// the key file off the machine), `local` only in its data directory. `auto`: `store`
+    /// for s3://, redis:// and remote:// stores, `local` for files.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub durability: crate::commands::data_dir::DurabilityArg,
+    /// With `--durability store`: the node's lease on its store, as `serve --lease-ttl`.
+    #[arg(long, value_parser = blindfold_store::parse_duration, default_value = "5s")]
+    pub lease_ttl: std::time::Duration,
+    /// With `--durability store`: a trusted record of how far the node's log reaches, as
+    /// `serve --anchor` (one per node).
+    #[arg(long, value_name = "PATH|URL")]
+    pub anchor: Option<blindfold_gateway::anchor::AnchorSpec>,
 }
 
 pub fn run(a: NodeArgs) -> Result<()> {
@@ -80,9 +94,9 @@ async fn node(a: NodeArgs) -> Result<()> {
         engine: a.engine.unwrap_or_default(),
         in_place: false,
         pack_levels: 1,
-        durability: Default::default(),
-        lease_ttl: None,
-        anchor: None,
+        durability: a.durability.into(),
+        lease_ttl: Some(a.lease_ttl),
+        anchor: a.anchor.clone(),
     };
     let tls = blindfold_node::ClusterTls::load(&a.tls_dir)?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -25,9 +25,10 @@ pub fn run(a: RecoverArgs) -> Result<()> {
 }
 
 /// What `recover` is given to rebuild the engine: over the nodes with --nodes, else the
-/// store's own arrays (refusing a snapshot of a gateway over nodes).
-fn hooks(a: &RecoverArgs) -> Result<RecoverHooks> {
-    let Some(tls_dir) = &a.cluster.tls_dir else {
+/// store's own arrays (refusing a snapshot of a gateway over nodes). A standby's takeover
+/// (`serve --standby`) is given the same.
+pub fn hooks(cluster: &ClusterArgs) -> Result<RecoverHooks> {
+    let Some(tls_dir) = &cluster.tls_dir else {
         return Ok(RecoverHooks {
             check_state: Some(Box::new(|ckpt| {
                 if blindfold_node::balancer::is_balancer_checkpoint(ckpt) {
@@ -45,8 +46,7 @@ fn hooks(a: &RecoverArgs) -> Result<RecoverHooks> {
     let tls = blindfold_node::ClusterTls::load(tls_dir)?;
     let progress: Arc<dyn Fn(&str) + Send + Sync> =
         Arc::new(|m: &str| eprintln!("blindfold recover: {m}"));
-    let rebuild =
-        blindfold_node::recover::rebuild_fn(a.cluster.nodes.clone(), tls.clone(), progress);
+    let rebuild = blindfold_node::recover::rebuild_fn(cluster.nodes.clone(), tls.clone(), progress);
     Ok(RecoverHooks {
         rebuild: Some(Box::new(move |dir, ckpt, key| {
             Box::pin(async move {
@@ -59,17 +59,25 @@ fn hooks(a: &RecoverArgs) -> Result<RecoverHooks> {
             })
         })),
         engine_factory: Some(blindfold_node::balancer::engine_factory(
-            a.cluster.nodes.clone(),
+            cluster.nodes.clone(),
             tls,
             blindfold_node::BalancerConfig::default(),
         )),
-        check_state: None,
+        check_state: Some(Box::new(|ckpt| {
+            if blindfold_node::balancer::is_balancer_checkpoint(ckpt) {
+                Ok(())
+            } else {
+                Err("the snapshot is of a gateway that keeps its blocks in its own store, not \
+                     on ORAM nodes: recover it without --nodes and --tls-dir"
+                    .into())
+            }
+        })),
     })
 }
 
 async fn recover(a: RecoverArgs) -> Result<()> {
     let cfg = serve_config(&a.gateway)?;
-    let (opened, about) = blindfold_gateway::server::recover_with(&cfg, hooks(&a)?).await?;
+    let (opened, about) = blindfold_gateway::server::recover_with(&cfg, hooks(&a.cluster)?).await?;
     println!("blindfold recover: restored {about} into {}", cfg.data_dir.display());
     let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await?;
     println!(

@@ -166,8 +166,9 @@ pub struct ServeArgs {
     /// `--durability store`): follow its store checkpoints and log, and take over as soon as
     /// its lease lapses (within --lease-ttl of its death, plus the replay of its log): recover
     /// --data-dir (empty until then) from the store alone, take the lease, and serve on
-    /// --listen. Put a DNS name or load balancer in front of both so clients reconnect.
-    #[arg(long, requires = "store", conflicts_with = "nodes")]
+    /// --listen. Put a DNS name or load balancer in front of both so clients reconnect. A
+    /// standby of a gateway over ORAM nodes is given the same --nodes and --tls-dir.
+    #[arg(long, requires = "store")]
     pub standby: bool,
     /// Disk space kept in reserve in the data directory (a file, `disk-reserve`), given up the
     /// moment the disk fills: the engine's logs then have room, reads, listings and deletes go
@@ -409,7 +410,16 @@ async fn serve(a: ServeArgs) -> Result<()> {
     let mut opened = if a.standby {
         let say: std::sync::Arc<dyn Fn(&str) + Send + Sync> =
             std::sync::Arc::new(|m: &str| say_err!("blindfold serve: {m}"));
-        let (opened, about) = blindfold_gateway::standby::take_over(&cfg, say).await?;
+        // Over ORAM nodes (--nodes): the takeover opens the balancer over them.
+        let cluster = crate::commands::data_dir::ClusterArgs {
+            nodes: a.nodes.clone(),
+            tls_dir: a.tls_dir.clone(),
+        };
+        let hooks = move || {
+            crate::commands::recover::hooks(&cluster)
+                .map_err(|e| blindfold_gateway::GatewayError::Config(format!("{e:#}")))
+        };
+        let (opened, about) = blindfold_gateway::standby::take_over_with(&cfg, say, &hooks).await?;
         say_err!("blindfold serve: standby {about}");
         opened
     } else {
