@@ -13,7 +13,7 @@
 #
 # Knobs (environment), read by the suite: BLINDFOLD_BIN, E2E_ONLY (targets: tao tls path-oram tee
 # tee-enclave oblivistore curious curious-path nodes; clients: aws boto3 rclone restic s3cmd git
-# swift; extras: users observe grow report crash disk-full deploy), E2E_KEEP=1, E2E_SOAK_SECONDS, E2E_ARTEFACTS,
+# swift; extras: users versions observe grow report crash crash-nodes disk-full deploy), E2E_KEEP=1, E2E_SOAK_SECONDS, E2E_ARTEFACTS,
 # E2E_CRASH_ROUNDS, E2E_CRASH_SEED, E2E_COUNTS_FILE ("passed failed" goes there; scripts/test.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -20,7 +20,7 @@ import time
 
 from clients import AwsFlow, ResticFlow, aws_cmd, http
 from deployment import deploy
-from gateway import Gateway
+from gateway import Cluster, Gateway
 from harness import (die, expect, gen_tree, rand_file, read, run, same_file, same_tree, spawn, forget,
                      wait_for, watch_pid_file)
 
@@ -534,6 +534,74 @@ def crash(run_):
 
 
 # =============================================================================================
+# A node cluster under --durability store: the gateway's machine and a node's are lost at once.
+def crash_nodes(run_):
+    """Two `blindfold node`s and the gateway, each logging in its own store; both lost, both
+    recovered from their stores alone (the node first, then the gateway over the nodes)."""
+    p = run_.pass_("crash-nodes", "a cluster under --durability store loses the gateway's machine "
+                   "and a node's at once")
+    root = p.dir("crash-nodes")
+
+    def node_flags(i):
+        return ["--store", f"file://{root}/n{i}-store", "--key-file", f"{root}/n{i}-key.json",
+                "--durability", "store", "--lease-ttl", "500ms"]
+
+    cluster = Cluster(run_.ctx, os.path.join(root, "nodes"), node_flags=node_flags)
+    gw = Gateway(run_.ctx, "crash-nodes", data_dir=os.path.join(root, "gw"), capacity="32MiB",
+                 flags=["--store", f"file://{root}/gw-store", "--key-file", f"{root}/gw-key.json",
+                        "--durability", "store", "--lease-ttl", "500ms"], nodes=cluster)
+    try:
+        if not p.check("two nodes and the gateway start, each with --durability store on its own store",
+                       lambda: (cluster.start(), gw.start())):
+            return
+        p.check("aws puts, overwrites and deletes; kill -9 of the gateway and of node 1, both data "
+                "directories gone; blindfold recover of node 1 from its store, then of the gateway "
+                "over the nodes from its store: every acknowledged object reads back, the deleted one "
+                "stays deleted", nodes_lost, p, gw, cluster, root)
+        rc = gw.stop()
+        p.check("the recovered gateway exits cleanly on SIGTERM", lambda: expect(rc == 0, f"exit status {rc}"))
+    finally:
+        gw.kill()
+        cluster.stop()
+
+
+def nodes_lost(p, gw, cluster, root):
+    ctx, d, b = gw.ctx, p.dir("crash-nodes-files"), "s3://e2e-nodes-lost"
+    aws_cmd(gw, "s3", "mb", b)
+    files = {}
+    for i in range(8):
+        rand_file(f"{d}/o{i}", 20000 + 7919 * i)
+        aws_cmd(gw, "s3", "cp", f"{d}/o{i}", f"{b}/o{i}")
+        files[f"o{i}"] = f"{d}/o{i}"
+    rand_file(f"{d}/o1.new", 33333)
+    aws_cmd(gw, "s3", "cp", f"{d}/o1.new", f"{b}/o1")
+    files["o1"] = f"{d}/o1.new"
+    aws_cmd(gw, "s3", "rm", f"{b}/o2")
+    del files["o2"]
+    # Both machines are lost at once: no clean stop, data directories gone.
+    gw.kill()
+    cluster.kill(1)
+    shutil.rmtree(gw.data_dir)
+    shutil.rmtree(os.path.join(cluster.dir, "n1"))
+    time.sleep(0.7)  # the leases lapse
+    out = ctx.blindfold("recover", "--data-dir", os.path.join(cluster.dir, "n1"),
+                        "--store", f"file://{root}/n1-store", "--key-file", f"{root}/n1-key.json").stdout
+    expect("every acknowledged write is back" in out, f"recover of node 1: {out}")
+    cluster.restart(1)
+    out = ctx.blindfold("recover", "--data-dir", gw.data_dir, "--store", f"file://{root}/gw-store",
+                        "--key-file", f"{root}/gw-key.json", "--nodes", ",".join(cluster.urls),
+                        "--tls-dir", cluster.balancer_tls).stdout
+    expect("every acknowledged write is back" in out, f"recover of the gateway: {out}")
+    gw.start()
+    listed = aws_cmd(gw, "s3", "ls", f"{b}/").stdout
+    names = sorted(re.findall(r" (o\d)$", listed, re.M))
+    expect(names == sorted(files), f"after recovery the bucket lists {names}, not {sorted(files)}")
+    for name, f in files.items():
+        aws_cmd(gw, "s3", "cp", f"{b}/{name}", f"{f}.back")
+        same_file(f, f"{f}.back")
+
+
+# =============================================================================================
 # A full disk (serve --disk-reserve): reads go on, writes are refused clearly and resume by
 # themselves, nothing is lost, and a start on the full disk works.
 def disk_full(run_):
@@ -949,4 +1017,4 @@ def sharing_s3api(p, gw):
 
 
 EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash,
-          "disk-full": disk_full, "deploy": deploy, "versions": versions}
+          "disk-full": disk_full, "deploy": deploy, "versions": versions, "crash-nodes": crash_nodes}

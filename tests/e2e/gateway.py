@@ -241,8 +241,8 @@ class Cluster:
     """Two `blindfold node` processes (an ObliviStore node and a TaoStore node: any engine) with
     mutual-TLS certificates from `blindfold cluster-certs`, for `serve --nodes`."""
 
-    def __init__(self, ctx, dir, engines=("oblivistore", "tao")):
-        self.ctx, self.dir, self.engines = ctx, dir, engines
+    def __init__(self, ctx, dir, engines=("oblivistore", "tao"), node_flags=lambda i: []):
+        self.ctx, self.dir, self.engines, self.node_flags = ctx, dir, engines, node_flags
         self.procs, self.urls = [], []
         self.certs = os.path.join(dir, "certs")
         self.balancer_tls = os.path.join(self.certs, "balancer")
@@ -251,19 +251,37 @@ class Cluster:
         os.makedirs(self.dir, exist_ok=True)
         self.ctx.blindfold("cluster-certs", "--out", self.certs,
                            "--nodes", ",".join("127.0.0.1" for _ in self.engines))
-        for i, engine in enumerate(self.engines, 1):
-            d = os.path.join(self.dir, f"n{i}")
-            out, err = d + ".out", d + ".err"
-            with open(out, "w") as o, open(err, "w") as e:
-                p = spawn([self.ctx.bin, "node", "--listen", "127.0.0.1:0", "--data-dir", d,
-                           "--tls-dir", os.path.join(self.certs, f"node-{i}"), "--blocks", "4608",
-                           "--block-size", "4096", "--engine", engine], stdout=o, stderr=e, env=self.ctx.env)
+        for i in range(1, len(self.engines) + 1):
+            p, url = self.run_node(i)
             self.procs.append(p)
-            m = wait_for(lambda: NODE.search(read(out).decode()) or p.poll() is not None, 60, 0.05)
-            if not m or m is True:
-                die(f"node {i} ({engine}) did not start: {read(err).decode()[-1500:]}")
-            self.urls.append(m.group(1))
+            self.urls.append(url)
         return self
+
+    def run_node(self, i):
+        """Starts node `i` (from 1) on a free port; its process and URL."""
+        engine = self.engines[i - 1]
+        d = os.path.join(self.dir, f"n{i}")
+        out, err = d + ".out", d + ".err"
+        with open(out, "w") as o, open(err, "a") as e:
+            p = spawn([self.ctx.bin, "node", "--listen", "127.0.0.1:0", "--data-dir", d,
+                       "--tls-dir", os.path.join(self.certs, f"node-{i}"), "--blocks", "4608",
+                       "--block-size", "4096", "--engine", engine, *self.node_flags(i)],
+                      stdout=o, stderr=e, env=self.ctx.env)
+        m = wait_for(lambda: NODE.search(read(out).decode()) or p.poll() is not None, 60, 0.05)
+        if not m or m is True:
+            die(f"node {i} ({engine}) did not start: {read(err).decode()[-1500:]}")
+        return p, m.group(1)
+
+    def kill(self, i):
+        """kill -9 of node `i` (from 1), as a lost machine."""
+        p = self.procs[i - 1]
+        p.kill()
+        p.wait()
+        forget(p)
+
+    def restart(self, i):
+        """Starts node `i` (from 1) again, on a new port."""
+        self.procs[i - 1], self.urls[i - 1] = self.run_node(i)
 
     def stop(self):
         for p in self.procs:
