@@ -867,6 +867,11 @@ impl Grower {
         let store = open_store(&url, &name, geometry)
             .await
             .map_err(|e| GatewayError::Config(format!("opening store array {name}: {e}")))?;
+        // The grown engine's writes pass the lease's gate, as the first engine's did.
+        let store = match self.journal.lock().as_ref() {
+            Some(log) => blindfold_store::GatedStore::wrap(store, log.gate()),
+            None => store,
+        };
         let store = match &self.wrap_store {
             Some(wrap) => wrap(store),
             None => store,

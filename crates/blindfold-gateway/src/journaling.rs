@@ -51,6 +51,15 @@ impl Journal {
         }
     }
 
+    /// Stops renewing the lease and checkpointing, without fencing anything: what a process
+    /// paused for a while looks like from outside (tests).
+    #[doc(hidden)]
+    pub fn freeze(&self) {
+        for task in self.tasks.lock().drain(..) {
+            task.abort();
+        }
+    }
+
     /// Gives the lease up (after the last checkpoint of a clean stop), so that a successor
     /// need not wait for it to expire; stops renewing it.
     pub async fn release(&self) -> Result<()> {
@@ -75,12 +84,15 @@ fn holder() -> String {
     format!("{host} pid {}", std::process::id())
 }
 
-/// Takes the store's lease, refusing clearly while another gateway holds it.
+/// Takes the store's lease, refusing clearly while another gateway holds it. Returns it
+/// with the moment the request that took it was sent (by both clocks): it lasts `ttl` from
+/// then.
 async fn take_lease(
     leases: &dyn blindfold_store::LeaseStore,
     ttl: Duration,
-) -> Result<blindfold_store::LeaseInfo> {
+) -> Result<(blindfold_store::LeaseInfo, tokio::time::Instant, u64)> {
     let me = holder();
+    let mut sent = (tokio::time::Instant::now(), unix_ms());
     let mut first = leases.acquire(LEASE, &me, ttl).await;
     if let Err(blindfold_store::StoreError::LeaseHeld { holder, expires_in, .. }) = &first {
         // Often this gateway's own predecessor, killed a moment ago (a supervisor restarting
@@ -92,11 +104,12 @@ async fn take_lease(
                 expires_in.as_secs_f64()
             );
             tokio::time::sleep(*expires_in + Duration::from_millis(100)).await;
+            sent = (tokio::time::Instant::now(), unix_ms());
             first = leases.acquire(LEASE, &me, ttl).await;
         }
     }
     match first {
-        Ok(info) => Ok(info),
+        Ok(info) => Ok((info, sent.0, sent.1)),
         Err(blindfold_store::StoreError::LeaseHeld { holder, generation, expires_in, .. }) => {
             Err(GatewayError::Config(format!(
                 "another gateway ({holder}, lease generation {generation}) is writing to this \
@@ -109,7 +122,7 @@ async fn take_lease(
         Err(e) if e.is_retryable() => {
             // The lease may have been taken all the same: carry on if it is ours.
             match leases.inspect(LEASE).await {
-                Ok(Some(info)) if info.holder == me => Ok(info),
+                Ok(Some(info)) if info.holder == me => Ok((info, sent.0, sent.1)),
                 _ => Err(GatewayError::Config(format!("taking the store's lease: {e}"))),
             }
         }
@@ -128,8 +141,12 @@ async fn keep_lease(
     loop {
         tokio::time::sleep(ttl / 4).await;
         let sent = tokio::time::Instant::now();
+        let sent_unix_ms = unix_ms();
         match leases.renew(LEASE, log.generation(), ttl).await {
-            Ok(_) => deadline = sent + ttl,
+            Ok(_) => {
+                deadline = sent + ttl;
+                log.gate().extend(sent.into_std(), sent_unix_ms, ttl);
+            }
             Err(e @ blindfold_store::StoreError::LeaseLost { .. }) => {
                 log.fence(format!(
                     "this gateway lost its lease on the store ({e}); it acknowledges nothing \
@@ -151,6 +168,13 @@ async fn keep_lease(
             }
         }
     }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Where a new run's log starts: after every cell the newest store checkpoint's log may
@@ -188,6 +212,8 @@ pub struct Start<'a> {
     pub wrap: Option<&'a crate::hooks::StoreWrapper>,
     /// Where to record how far the log reaches (`--anchor`).
     pub anchor: Option<&'a crate::anchor::AnchorSpec>,
+    /// The gate the engine's store passes: given the lease's deadline, shut when fenced.
+    pub gate: Arc<blindfold_store::LeaseGate>,
 }
 
 impl std::fmt::Debug for Start<'_> {
@@ -201,7 +227,7 @@ impl std::fmt::Debug for Start<'_> {
 
 /// [`Start`]s the store-side log; see [`Start`].
 pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
-    let Start { url, key, dir, objects, tap, slot, params, lease_ttl, wrap, anchor } = s;
+    let Start { url, key, dir, objects, tap, slot, params, lease_ttl, wrap, anchor, gate } = s;
     let Some(array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
             "--durability store needs the snapshot area in the store, which could not be \
@@ -226,6 +252,8 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
         None => None,
     };
     let ring = open_ring(url, point.map_or(DEFAULT_CELLS, |p| p.cells)).await?;
+    // The log's own writes pass the lease's gate too (a late write after a pause).
+    let ring = blindfold_store::GatedStore::wrap(ring, Arc::clone(&gate));
     let ring = match wrap {
         Some(wrap) => wrap(ring),
         None => ring,
@@ -244,8 +272,8 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
     let leases = blindfold_store::open_lease_store(url)
         .await
         .map_err(|e| GatewayError::Config(format!("opening the store's lease: {e}")))?;
-    let taken = tokio::time::Instant::now();
-    let lease = take_lease(&*leases, lease_ttl).await?;
+    let (lease, taken, taken_unix_ms) = take_lease(&*leases, lease_ttl).await?;
+    gate.extend(taken.into_std(), taken_unix_ms, lease_ttl);
     if let Some(p) = point {
         if p.generation > lease.generation {
             return Err(GatewayError::Corrupt(format!(
@@ -259,6 +287,7 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
     if let Some(anchor) = anchor {
         log.set_anchor(anchor);
     }
+    log.set_gate(gate);
     let log = Arc::new(log);
     crate::snapshot::write_journal_snapshot(slot, key, dir, objects, &log, params).await?;
     tap.attach(Arc::clone(&log) as Arc<dyn blindfold_proxy::LogMirror>);

@@ -477,6 +477,10 @@ async fn assemble(
             .await
             .map_err(|e| GatewayError::Config(format!("opening the store {store_url}: {e}")))?
     };
+    // Every write of the engine passes the lease's gate (`--durability store`: once the lease
+    // lapses unrenewed, as after a long pause, nothing more is written; open otherwise).
+    let gate = blindfold_store::LeaseGate::new();
+    let store = blindfold_store::GatedStore::wrap(store, Arc::clone(&gate));
     let store = match &wrap_store {
         Some(wrap) => wrap(store),
         None => store,
@@ -596,6 +600,7 @@ async fn assemble(
             lease_ttl: cfg.lease_ttl.unwrap_or(crate::journaling::LEASE_TTL),
             anchor: cfg.anchor.as_ref(),
             wrap: wrap_store.as_deref(),
+            gate,
         })
         .await?;
         notes.push(format!(

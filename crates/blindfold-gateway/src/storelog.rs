@@ -234,6 +234,9 @@ pub struct StoreLog {
     bytes: AtomicU64,
     /// Told how far the log reaches before a group is acknowledged (`--anchor`).
     anchor: Option<Arc<crate::anchor::Anchor>>,
+    /// Checked by every write of this gateway to the store (its lease still lasts); shut
+    /// when the log is fenced or closed.
+    gate: Arc<blindfold_store::LeaseGate>,
 }
 
 impl std::fmt::Debug for StoreLog {
@@ -293,6 +296,7 @@ impl StoreLog {
             appends: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             anchor: None,
+            gate: blindfold_store::LeaseGate::new(),
         }
     }
 
@@ -300,6 +304,17 @@ impl StoreLog {
     /// a growth holds it while the engine and gateway.json change.
     pub async fn checkpoints(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.checkpoints.lock().await
+    }
+
+    /// Makes `gate` the one this log shuts when fenced (the engine's store passes it too).
+    pub fn set_gate(&mut self, gate: Arc<blindfold_store::LeaseGate>) {
+        self.gate = gate;
+    }
+
+    /// The gate every write of this gateway to the store passes (see
+    /// [`blindfold_store::LeaseGate`]).
+    pub fn gate(&self) -> Arc<blindfold_store::LeaseGate> {
+        Arc::clone(&self.gate)
     }
 
     /// Records in `anchor`, before each group is acknowledged, how many entries are durable.
@@ -548,6 +563,7 @@ impl StoreLog {
             let mut failed = self.failed.lock();
             if failed.is_none() {
                 tracing::error!("{why}");
+                self.gate.shut(why.clone());
                 *failed = Some(why);
             }
         }
@@ -561,6 +577,7 @@ impl StoreLog {
             let mut failed = self.failed.lock();
             if failed.is_none() {
                 tracing::info!("{why}");
+                self.gate.shut(why.clone());
                 *failed = Some(why);
             }
         }

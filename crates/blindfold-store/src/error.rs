@@ -235,6 +235,11 @@ pub enum StoreError {
         reason: String,
     },
 
+    /// This process's lease on the store lapsed or was lost ([`crate::LeaseGate`]): it writes
+    /// nothing more (the reason says why and what to do).
+    #[error("{0}")]
+    Fenced(String),
+
     /// A store URL that cannot be understood.
     #[error("invalid store URL {url:?}: {reason}")]
     InvalidUrl {

@@ -107,8 +107,9 @@ pub use file::{FileStore, SyncMode};
 pub use jitter::JitterStore;
 pub use latency::{LatencyStore, LinkConfig};
 pub use lease::{
-    check_holder, open_lease_records, open_lease_store, FileLeaseRecords, LeaseInfo, LeaseRecords,
-    LeaseStore, Leases, LoadedRecord, MemoryLeaseRecords, MAX_HOLDER_LEN, MAX_LEASE_RECORD,
+    check_holder, open_lease_records, open_lease_store, FileLeaseRecords, GatedStore, LeaseGate,
+    LeaseInfo, LeaseRecords, LeaseStore, Leases, LoadedRecord, MemoryLeaseRecords, MAX_HOLDER_LEN,
+    MAX_LEASE_RECORD,
 };
 pub use memory::MemoryStore;
 pub use recording::{RecordingStore, TraceEvent, TraceOp};

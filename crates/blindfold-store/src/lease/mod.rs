@@ -97,6 +97,7 @@
 //! ```
 
 mod file;
+mod gate;
 mod memory;
 pub(crate) mod redis;
 pub(crate) mod s3;
@@ -108,6 +109,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 
 pub use file::FileLeaseRecords;
+pub use gate::{GatedStore, LeaseGate};
 pub use memory::MemoryLeaseRecords;
 
 use crate::{Result, StoreError, StoreUrl};
