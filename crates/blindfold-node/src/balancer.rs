@@ -387,15 +387,11 @@ impl LogWriter {
                 }
             }
         }
+        // (The error names the log's path already.)
         let mirrored = rx
             .await
             .map_err(|_| ProxyError::State("the redo log writer stopped".into()))?
-            .map_err(|e| {
-                ProxyError::State(format!(
-                    "appending to the redo log in {}: {e}",
-                    self.dir.display()
-                ))
-            })?;
+            .map_err(ProxyError::State)?;
         mirrored.wait().await
     }
 
