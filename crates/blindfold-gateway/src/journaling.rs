@@ -289,7 +289,19 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
     }
     log.set_gate(gate);
     let log = Arc::new(log);
-    crate::snapshot::write_journal_snapshot(slot, key, dir, objects, &log, params).await?;
+    // Renewed from now on: the first store checkpoint below may take longer than the ttl.
+    let renewer = tokio::spawn(keep_lease(
+        Arc::clone(&leases),
+        Arc::clone(&log),
+        lease_ttl,
+        taken + lease_ttl,
+    ));
+    if let Err(e) =
+        crate::snapshot::write_journal_snapshot(slot, key, dir, objects, &log, params).await
+    {
+        renewer.abort();
+        return Err(e);
+    }
     tap.attach(Arc::clone(&log) as Arc<dyn blindfold_proxy::LogMirror>);
     objects.directory().attach_journal(Arc::clone(&log));
     let task = {
@@ -330,12 +342,6 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
             }
         })
     };
-    let renewer = tokio::spawn(keep_lease(
-        Arc::clone(&leases),
-        Arc::clone(&log),
-        lease_ttl,
-        taken + lease_ttl,
-    ));
     tracing::info!(generation = lease.generation, holder = %lease.holder, "took the store's lease");
     Ok(Arc::new(Journal { log, leases, tasks: parking_lot::Mutex::new(vec![task, renewer]) }))
 }

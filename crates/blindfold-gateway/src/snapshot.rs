@@ -807,7 +807,7 @@ pub(crate) async fn write_journal_snapshot_held(
     };
     let seq = crate::snapshot::latest_seq(&*array.store, key).await.unwrap_or(0) + 1;
     // A checkpoint written after the lease lapsed (a pause) could stand in for a successor's.
-    log.gate().check().map_err(|e| GatewayError::Config(e.to_string()))?;
+    log.gate().pass().await.map_err(|e| GatewayError::Config(e.to_string()))?;
     let snap = crate::snapshot::Snapshot {
         seq,
         created_ns: crate::directory::now_ns(),

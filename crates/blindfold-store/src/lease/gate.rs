@@ -4,11 +4,14 @@
 //! A holder that stops renewing its lease (a process paused for longer than the ttl: a
 //! stopped VM, a debugger, a swapped-out machine) may resume in the middle of writing, after
 //! a successor took the store over. Renewal alone cannot stop that write: the renewal task
-//! has not run yet when the write goes out. The gate is checked by the write itself, against
+//! has not run yet when the write goes out. The gate is passed by the write itself, against
 //! the deadline of the last successful acquire or renewal (by the monotonic clock and by the
-//! wall clock, whichever ends first), so a write that resumes after the deadline is refused
-//! before it is sent. What it cannot refuse is a write already handed to the network before
-//! the pause; a successor detects those (the log's generations; the cells' authentication).
+//! wall clock, whichever ends first). Past the deadline nobody knows yet whether the lease is
+//! still ours: the write waits for the renewal's verdict — a renewal that succeeds (nobody
+//! took the lease meanwhile, so nobody else wrote) lets it go, a lost lease refuses it, and no
+//! verdict within twice the ttl refuses it too. What the gate cannot stop is a write already
+//! handed to the network before the pause; a successor detects those (the log's
+//! generations; the cells' key epochs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,7 +30,11 @@ pub struct LeaseGate {
     deadline: AtomicU64,
     /// The same deadline by the wall clock, in milliseconds since the Unix epoch.
     deadline_unix_ms: AtomicU64,
+    /// The lease's ttl in milliseconds (how long a write past the deadline waits).
+    ttl_ms: AtomicU64,
     shut: parking_lot::Mutex<Option<String>>,
+    /// Rung at every renewal and when shut.
+    changed: tokio::sync::Notify,
 }
 
 impl Default for LeaseGate {
@@ -36,7 +43,9 @@ impl Default for LeaseGate {
             base: Instant::now(),
             deadline: AtomicU64::new(u64::MAX),
             deadline_unix_ms: AtomicU64::new(u64::MAX),
+            ttl_ms: AtomicU64::new(0),
             shut: parking_lot::Mutex::new(None),
+            changed: tokio::sync::Notify::new(),
         }
     }
 }
@@ -64,14 +73,40 @@ impl LeaseGate {
         let _ = self.deadline_unix_ms.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| {
             Some(if d == u64::MAX { wall } else { d.max(wall) })
         });
+        self.ttl_ms.store(ttl.as_millis() as u64, Ordering::SeqCst);
+        self.changed.notify_waiters();
     }
 
     /// No write passes any more, saying `why` (the lease was lost, or given up).
     pub fn shut(&self, why: String) {
         self.shut.lock().get_or_insert(why);
+        self.changed.notify_waiters();
     }
 
-    /// Ok while writes may go on; otherwise why not.
+    /// Returns once a write may go out: at once within the lease; past its deadline, once a
+    /// renewal extends it. An error when the gate is shut, or when no renewal came within
+    /// twice the ttl (the process that renews it is gone or stuck).
+    pub async fn pass(&self) -> Result<()> {
+        let mut give_up = None;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let lapsed = match self.check() {
+                Ok(()) => return Ok(()),
+                Err(e) if self.shut.lock().is_some() => return Err(e),
+                Err(e) => e,
+            };
+            let wait = Duration::from_millis(self.ttl_ms.load(Ordering::SeqCst) * 2);
+            let until = *give_up.get_or_insert_with(|| tokio::time::Instant::now() + wait);
+            if tokio::time::timeout_at(until, changed).await.is_err() {
+                return Err(lapsed);
+            }
+        }
+    }
+
+    /// Ok while writes may go on; otherwise why not (see [`LeaseGate::pass`], which waits
+    /// for a renewal's verdict past the deadline).
     pub fn check(&self) -> Result<()> {
         if let Some(why) = self.shut.lock().as_ref() {
             return Err(StoreError::Fenced(why.clone()));
@@ -129,12 +164,12 @@ impl Store for GatedStore {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
-        self.gate.check()?;
+        self.gate.pass().await?;
         self.inner.write(cells).await
     }
 
     async fn flush(&self) -> Result<()> {
-        self.gate.check()?;
+        self.gate.pass().await?;
         self.inner.flush().await
     }
 
@@ -158,6 +193,18 @@ mod tests {
         gate.extend(Instant::now(), unix_ms(), Duration::from_millis(150));
         store.write(vec![(CellId(1), vec![2; 64])]).await.unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
+        // Past the deadline, a write waits for the renewal's verdict: a renewal lets it go.
+        let waiting = {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.write(vec![(CellId(3), vec![7; 64])]).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a write past the deadline went out at once");
+        gate.extend(Instant::now(), unix_ms(), Duration::from_millis(150));
+        waiting.await.unwrap().unwrap();
+        assert_eq!(inner.read(&[CellId(3)]).await.unwrap()[0], vec![7; 64]);
+        // No renewal within twice the ttl: refused.
+        tokio::time::sleep(Duration::from_millis(200)).await;
         let e = store.write(vec![(CellId(1), vec![3; 64])]).await.unwrap_err();
         assert!(matches!(e, StoreError::Fenced(_)) && !e.is_retryable(), "{e}");
         assert!(e.to_string().contains("lapsed"), "{e}");
@@ -166,11 +213,18 @@ mod tests {
         assert_eq!(store.read(&[CellId(0)]).await.unwrap()[0], vec![1; 64]);
         gate.extend(Instant::now(), unix_ms(), Duration::from_secs(5));
         store.write(vec![(CellId(1), vec![4; 64])]).await.unwrap();
-        // A wall clock past the deadline shuts it as well (a pause the monotonic clock missed).
+        // A wall clock past the deadline counts as well (a pause the monotonic clock missed).
         gate.deadline_unix_ms.store(unix_ms() - 1, Ordering::SeqCst);
-        assert!(store.flush().await.is_err());
-        gate.extend(Instant::now(), unix_ms(), Duration::from_secs(5));
+        assert!(gate.check().is_err());
+        // Shut (the lease was lost): refused at once, waiting writes too.
+        let waiting = {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.flush().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
         gate.shut("the lease was taken over".into());
+        let e = waiting.await.unwrap().unwrap_err();
+        assert!(e.to_string().contains("taken over"), "{e}");
         let e = store.write(vec![(CellId(2), vec![5; 64])]).await.unwrap_err();
         assert!(e.to_string().contains("taken over"), "{e}");
     }
