@@ -711,32 +711,9 @@ impl Grower {
         self.objects.directory().grow_to(new_params.blocks);
         // The directory and the checkpoint match while no commit can run: snapshot now.
         let snapshot = match (&journal, &checkpoints_held) {
-            (Some(log), Some(held)) => {
-                let written = crate::snapshot::write_journal_snapshot_held(
-                    &self.snapshots,
-                    &self.key,
-                    &self.dir,
-                    &self.objects,
-                    log,
-                    &new_params,
-                    held,
-                    true,
-                )
-                .await;
-                match written {
-                    Ok((_, removed)) => Ok(removed),
-                    Err(e) => {
-                        // The store's newest checkpoint still names the old tree: the grown
-                        // engine's log must not follow it there.
-                        log.fence(format!(
-                            "the store grew, but no store checkpoint of the grown state could \
-                             be written ({e}); the store-side log acknowledges nothing more: \
-                             restart the gateway (its start writes one)"
-                        ));
-                        Err(e)
-                    }
-                }
-            }
+            // (The store's newest checkpoint still names the old tree: the grown engine's log
+            // must not follow it there.)
+            (Some(log), Some(held)) => self.logged_snapshot(log, held, &new_params).await,
             _ => self.snapshot(&new_params).await,
         };
         drop(engine);
@@ -798,28 +775,10 @@ impl Grower {
         self.objects.directory().grow_to(blocks);
         let snapshot = match logged {
             // A store checkpoint of the grown state (the engine's own checkpoints of each
-            // step went to the log already); a plain snapshot would end the log there.
-            Some((log, held)) => crate::snapshot::write_journal_snapshot_held(
-                &self.snapshots,
-                &self.key,
-                &self.dir,
-                &self.objects,
-                log,
-                &new_params,
-                held,
-                true,
-            )
-            .await
-            .map(|(_, removed)| removed)
-            .inspect_err(|e| {
-                // The store's newest checkpoint is of the smaller capacity: what the log holds
-                // after it may name the new blocks.
-                log.fence(format!(
-                    "the store grew, but no store checkpoint of the grown state could be \
-                     written ({e}); the store-side log acknowledges nothing more: restart the \
-                     gateway (its start writes one)"
-                ));
-            }),
+            // step went to the log already); a plain snapshot would end the log there. (The
+            // store's newest checkpoint is of the smaller capacity: what the log holds after
+            // it may name the new blocks.)
+            Some((log, held)) => self.logged_snapshot(log, held, &new_params).await,
             None => self.snapshot(&new_params).await,
         };
         if let Err(e) = snapshot {
@@ -839,6 +798,36 @@ impl Grower {
         };
         tracing::info!("{}", grown.describe());
         Ok(grown)
+    }
+
+    /// The store checkpoint that ends a growth under `--durability store` (the caller holds
+    /// the log's checkpoint lock, `held`); returns the retired arrays it removed. If it cannot
+    /// be written the log is fenced: the store's newest checkpoint is of the state before the
+    /// growth, which what the log holds from now on must not follow.
+    async fn logged_snapshot(
+        &self,
+        log: &Arc<crate::storelog::StoreLog>,
+        held: &tokio::sync::MutexGuard<'_, ()>,
+        new_params: &GatewayParams,
+    ) -> Result<Vec<String>> {
+        let written = crate::snapshot::write_journal_snapshot_held(
+            &self.snapshots,
+            &self.key,
+            &self.dir,
+            &self.objects,
+            log,
+            new_params,
+            held,
+            true,
+        )
+        .await;
+        written.map(|(_, removed)| removed).inspect_err(|e| {
+            log.fence(format!(
+                "the store grew, but no store checkpoint of the grown state could be written \
+                 ({e}); the store-side log acknowledges nothing more: restart the gateway (its \
+                 start writes one)"
+            ))
+        })
     }
 
     /// Hands `engine`'s redo log to the store-side `log`, starting from its checkpoint and log
