@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blindfold_crypto::MasterKey;
+use blindfold_store::lease::system_clock_ms as unix_ms;
 use blindfold_store::StoreUrl;
 
 use crate::storelog::{open_ring, JournalPoint, StoreLog, DEFAULT_CELLS};
@@ -168,13 +169,6 @@ async fn keep_lease(
             }
         }
     }
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Where a new run's log starts: after every cell the newest store checkpoint's log may

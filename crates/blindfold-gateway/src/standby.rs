@@ -10,7 +10,9 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use blindfold_store::lease::system_clock_ms as now_ms;
 
 use crate::open::Opened;
 use crate::params::ServeConfig;
@@ -23,10 +25,6 @@ pub const STATUS_FILE: &str = "standby-status";
 const POLL: Duration = Duration::from_millis(500);
 /// How often it reads the log through.
 const FOLLOW_EVERY: Duration = Duration::from_secs(5);
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
 
 /// How far the standby is behind the primary: the newest store checkpoint and the entries
 /// of the log after it that a takeover replays.

@@ -15,10 +15,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
+use super::system_clock_ms as unix_ms;
 use crate::{ByteRange, CellId, Geometry, Result, Store, StoreError};
 
 /// Whether this process may still write to a store it holds a lease on. Open (no deadline)
@@ -48,10 +49,6 @@ impl Default for LeaseGate {
             changed: tokio::sync::Notify::new(),
         }
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl LeaseGate {
