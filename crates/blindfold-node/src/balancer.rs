@@ -248,6 +248,17 @@ pub fn is_balancer_checkpoint(buf: &[u8]) -> bool {
     buf.starts_with(CHECKPOINT_MAGIC) || buf.starts_with(CHECKPOINT_MAGIC_V1)
 }
 
+/// Refuses, saying what to do, a snapshot's engine checkpoint `buf` that is not a balancer's
+/// (`recover --nodes` given the snapshot of a gateway whose blocks are in its own store).
+pub fn expect_balancer_checkpoint(buf: &[u8]) -> std::result::Result<(), String> {
+    if is_balancer_checkpoint(buf) {
+        return Ok(());
+    }
+    Err("the snapshot is of a gateway that keeps its blocks in its own store, not on ORAM \
+         nodes: recover it without --nodes and --tls-dir"
+        .into())
+}
+
 // New variants go at the end: bincode numbers them in order, and old logs must still decode.
 #[derive(Serialize, Deserialize)]
 enum Entry {

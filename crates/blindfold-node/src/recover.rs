@@ -57,8 +57,8 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::balancer::{
-    decode_checkpoint, is_balancer_checkpoint, write_nodes_file, Checkpoint, Digest, NodeRecord,
-    CHECKPOINT_MAGIC, DUMMY_IDS,
+    decode_checkpoint, expect_balancer_checkpoint, write_nodes_file, Checkpoint, Digest,
+    NodeRecord, CHECKPOINT_MAGIC, DUMMY_IDS,
 };
 use crate::certs::ClusterTls;
 use crate::client::NodeClient;
@@ -210,12 +210,7 @@ pub async fn recover_until(
         }
         Ok(())
     };
-    if !is_balancer_checkpoint(snapshot) {
-        return Err(config(
-            "the snapshot is of a gateway that keeps its blocks in its own store, not on ORAM \
-             nodes: recover it without --nodes and --tls-dir",
-        ));
-    }
+    expect_balancer_checkpoint(snapshot).map_err(config)?;
     let sealer = StateSealer::new(key);
     let ckpt = decode_checkpoint(snapshot, &sealer)
         .map_err(|m| config(format!("the snapshot's balancer checkpoint: {m}")))?;

@@ -63,15 +63,7 @@ pub fn hooks(cluster: &ClusterArgs) -> Result<RecoverHooks> {
             tls,
             blindfold_node::BalancerConfig::default(),
         )),
-        check_state: Some(Box::new(|ckpt| {
-            if blindfold_node::balancer::is_balancer_checkpoint(ckpt) {
-                Ok(())
-            } else {
-                Err("the snapshot is of a gateway that keeps its blocks in its own store, not \
-                     on ORAM nodes: recover it without --nodes and --tls-dir"
-                    .into())
-            }
-        })),
+        check_state: Some(Box::new(blindfold_node::balancer::expect_balancer_checkpoint)),
     })
 }
 
