@@ -1681,6 +1681,24 @@ async fn growing_a_balancer_moves_no_block() {
     cluster.stop().await;
 }
 
+/// Bucket `b` of `opened` lists exactly the keys of `expect`, each reading back as its value.
+async fn check_objects(
+    opened: &blindfold_gateway::server::Opened,
+    expect: &std::collections::BTreeMap<String, Vec<u8>>,
+) {
+    let listed = opened.objects.directory().list("b", "", "", 100).unwrap();
+    let names: Vec<&String> = listed.iter().map(|(k, _)| k).collect();
+    assert_eq!(names, expect.keys().collect::<Vec<_>>());
+    for (k, v) in expect {
+        let got = get_object(opened, k).await;
+        assert!(
+            got.as_ref() == Some(v),
+            "{k}: recovered with other data ({:?} bytes)",
+            got.map(|g| g.len())
+        );
+    }
+}
+
 /// How long the leases of the next test last: a successor of a gateway or node that died
 /// waits little.
 const TTL: std::time::Duration = std::time::Duration::from_millis(400);
@@ -1795,30 +1813,7 @@ async fn a_cluster_under_store_durability_loses_nothing_with_its_machines() {
         .unwrap_or_else(|e| panic!("gateway recover over the nodes: {e}"));
     assert!(about.contains("every acknowledged write is back"), "{about}");
     assert_eq!(opened.objects.directory().capacity(), 2 * blocks, "{about}");
-    let check = |opened: &blindfold_gateway::server::Opened, expect| {
-        let expect: std::collections::BTreeMap<String, Vec<u8>> = expect;
-        let objects = Arc::clone(&opened.objects);
-        async move {
-            let names: Vec<String> = objects
-                .directory()
-                .list("b", "", "", 100)
-                .unwrap()
-                .into_iter()
-                .map(|(k, _)| k)
-                .collect();
-            assert_eq!(names, expect.keys().cloned().collect::<Vec<_>>());
-            for (k, v) in &expect {
-                let meta = objects.directory().object("b", k).unwrap().unwrap();
-                let mut rx = objects.read_range(&meta, 0..meta.size, 0).await.unwrap();
-                let mut got = Vec::new();
-                while let Some(c) = rx.recv().await {
-                    got.extend_from_slice(&c.unwrap());
-                }
-                assert!(&got == v, "{k}: recovered with other data ({} bytes)", got.len());
-            }
-        }
-    };
-    check(&opened, expect.clone()).await;
+    check_objects(&opened, &expect).await;
     let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await.unwrap();
     assert!(report.is_clean(), "{report:?}");
 
@@ -1842,7 +1837,7 @@ async fn a_cluster_under_store_durability_loses_nothing_with_its_machines() {
         .unwrap()
         .unwrap_or_else(|e| panic!("standby over the nodes: {e}"));
     assert!(about.contains("took over"), "{about}");
-    check(&opened, expect).await;
+    check_objects(&opened, &expect).await;
     opened.objects.shutdown().await.unwrap();
     write_snapshot(&opened).await.unwrap();
     drop(opened);
