@@ -528,6 +528,7 @@ async fn write_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::balancer::is_balancer_checkpoint;
 
     #[test]
     fn checkpoints_of_the_previous_format_still_open_without_digests() {
