@@ -332,6 +332,10 @@ struct Alloc {
     /// or at and above `next`. Never also in `free`, so an allocation does not walk past
     /// the blocks other writers hold (a 16 MiB PUT reserves 4,096 of them one at a time).
     reserved: HashSet<u64>,
+    /// Where the next tail block is looked for: every block from `next` up to here is
+    /// reserved, unless one was given back (which lowers it). Without it, each allocation
+    /// walked every tail block other writers held.
+    tail: u64,
     /// Blocks a reader may still read, with the number of such readers. They are never handed
     /// out by `allocate`, even once freed, so a GET that races a PUT or DELETE of the same key
     /// still reads the object it looked up, never another object's new data.
@@ -1088,6 +1092,7 @@ impl Directory {
                 next,
                 free,
                 reserved: HashSet::new(),
+                tail: next,
                 pinned: HashMap::new(),
             }),
         })
@@ -1121,15 +1126,10 @@ impl Directory {
         let mut a = self.alloc.lock();
         let mut blocks = Vec::with_capacity(n as usize);
         // Pinned blocks stay on the free list until their readers are done.
-        let candidates: Vec<u64> = a
-            .free
-            .iter()
-            .copied()
-            .filter(|b| !a.pinned.contains_key(b))
-            .take(n as usize)
-            .collect();
+        let candidates: Vec<u64> =
+            a.free.iter().copied().filter(|b| !a.pinned.contains_key(b)).take(n as usize).collect();
         blocks.extend(candidates);
-        let mut next = a.next;
+        let mut next = a.next.max(a.tail);
         while (blocks.len() as u64) < n {
             // Skip tail blocks another writer already reserved.
             while a.reserved.contains(&next) {
@@ -1141,6 +1141,7 @@ impl Directory {
             blocks.push(next);
             next += 1;
         }
+        a.tail = next;
         for &b in &blocks {
             a.free.remove(&b);
             a.reserved.insert(b);
@@ -1194,8 +1195,12 @@ impl Directory {
         let mut a = self.alloc.lock();
         for &b in blocks {
             // Below the mark it is a free-listed block again; above, the tail's.
-            if a.reserved.remove(&b) && b < a.next {
-                a.free.insert(b);
+            if a.reserved.remove(&b) {
+                if b < a.next {
+                    a.free.insert(b);
+                } else {
+                    a.tail = a.tail.min(b);
+                }
             }
         }
     }
@@ -2048,6 +2053,36 @@ mod tests {
         assert_eq!(d.free_blocks(), 64);
         let again: BTreeSet<u64> = d.allocate(12).unwrap().blocks.into_iter().collect();
         assert_eq!(again, distinct);
+    }
+
+    /// Tail blocks (above the high-water mark) reserved by writers in flight are skipped,
+    /// and one given back is handed out again before any higher block.
+    #[test]
+    fn tail_blocks_are_handed_out_once_and_reused_when_given_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = MasterKey::from_bytes([4u8; 32]);
+        let d = Directory::open(&dir.path().join("meta.redb"), 64, &key).unwrap();
+        let a: Vec<u64> = (0..5).map(|_| d.allocate(1).unwrap().blocks[0]).collect();
+        let b: Vec<u64> = d.allocate(3).unwrap().blocks;
+        assert_eq!(a, vec![0, 1, 2, 3, 4]);
+        assert_eq!(b, vec![5, 6, 7]);
+        d.unreserve(&[a[2]]);
+        assert_eq!(d.free_blocks(), 64 - 7);
+        assert_eq!(d.allocate(2).unwrap().blocks, vec![2, 8]);
+        // A writer claims a later block: the blocks below it that others hold stay theirs.
+        d.create_bucket("k").unwrap();
+        let meta = ObjectMeta {
+            size: 1,
+            extents: vec![Extent { len: 1, blocks: vec![b[2]] }],
+            ..Default::default()
+        };
+        d.transact(&[b[2]], |tx| tx.put_object("k", "o", &meta)).unwrap();
+        assert_eq!(d.free_blocks(), 64 - 9);
+        d.unreserve(&[a[0], b[0]]);
+        assert_eq!(d.free_blocks(), 64 - 7);
+        let next: BTreeSet<u64> = d.allocate(3).unwrap().blocks.into_iter().collect();
+        assert_eq!(next, BTreeSet::from([0, 5, 9]));
+        assert!(d.check().unwrap().is_empty());
     }
 
     #[test]
