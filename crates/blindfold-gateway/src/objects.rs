@@ -265,10 +265,14 @@ impl ObjectLayer {
     }
 
     /// Reads blocks in a task of its own, so an abandoned read never stops an engine
-    /// mid-access.
-    async fn read_blocks(&self, blocks: Vec<BlockId>) -> Result<Vec<Vec<u8>>> {
+    /// mid-access. The task holds `pin`: the blocks stay out of reuse until it ends, even
+    /// when the GET that started it has gone.
+    async fn read_blocks(&self, blocks: Vec<BlockId>, pin: Arc<ReadPin>) -> Result<Vec<Vec<u8>>> {
         let engine = Arc::clone(&self.engine);
-        let task = tokio::spawn(async move { Ok(engine.read_many(&blocks).await?) });
+        let task = tokio::spawn(async move {
+            let _pin = pin;
+            Ok(engine.read_many(&blocks).await?)
+        });
         task.await.map_err(engine_task_failed)?
     }
 
@@ -609,11 +613,14 @@ impl ObjectLayer {
     /// Runs a read plan: reads it group by group and sends the bytes to `tx`. `ready` is told
     /// once `prefetch` bytes are read (or the first error). Stops early when the reader is
     /// gone only if padding is off.
+    /// Groups of blocks a GET reads at once ([`ObjectLayer::stream_plan`]).
+    const READ_AHEAD: usize = 4;
+
     async fn stream_plan(
         self: Arc<Self>,
         plan: Vec<Step>,
         prefetch: usize,
-        _pin: ReadPin,
+        pin: ReadPin,
         tx: mpsc::Sender<std::result::Result<Bytes, GatewayError>>,
         ready: oneshot::Sender<Result<()>>,
     ) {
@@ -622,14 +629,29 @@ impl ObjectLayer {
         let mut listening = true;
         let mut pending: Vec<u8> = Vec::new();
         let mut fetched = 0usize;
-        for group in plan.chunks(self.engine.batch_blocks()) {
+        // Up to READ_AHEAD groups are read at once, so a large GET keeps the engine busy
+        // while one group waits (for the reveal log's fsync, a round trip, a commit); the
+        // bytes still go out in order.
+        let pin = Arc::new(pin);
+        let groups: Vec<Vec<Step>> =
+            plan.chunks(self.engine.batch_blocks()).map(<[Step]>::to_vec).collect();
+        let mut groups = futures::stream::iter(groups)
+            .map(|group| {
+                let ids = self.resolve(&group);
+                let (layer, pin) = (Arc::clone(&self), Arc::clone(&pin));
+                async move {
+                    let read = layer.read_blocks(ids, pin).await;
+                    (group, read)
+                }
+            })
+            .buffered(Self::READ_AHEAD);
+        while let Some((group, read)) = groups.next().await {
             if fetched >= prefetch {
                 if let Some(r) = ready.take() {
                     let _ = r.send(Ok(()));
                 }
             }
-            let ids = self.resolve(group);
-            let blocks = match self.read_blocks(ids).await {
+            let blocks = match read {
                 Ok(blocks) => blocks,
                 Err(e) => {
                     match ready.take() {
