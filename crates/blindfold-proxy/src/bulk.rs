@@ -2,6 +2,7 @@
 //! rebuilds, growths and whole-store reads (`verify`, `recover`) of every engine.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use blindfold_store::{CellId, Store};
 
@@ -107,12 +108,70 @@ fn read_batches<'a>(
         .buffered(ahead)
 }
 
+/// [`write_batches`] for cells shared with readers (a commit's, which the overlay still
+/// serves until the commit is durable), each batch copied and written in a task of its own,
+/// so a store in this process (memory, files) copies them on every core instead of one. The
+/// cells must be distinct.
+pub(crate) async fn write_shared_batches(
+    store: &Arc<dyn Store>,
+    retry: RetryPolicy,
+    cells: Vec<(CellId, Arc<Vec<u8>>)>,
+) -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    debug_assert!(
+        cells.iter().map(|c| c.0).collect::<std::collections::HashSet<_>>().len() == cells.len(),
+        "a cell named twice"
+    );
+    let mut cells = cells;
+    let mut batches = Vec::with_capacity(cells.len().div_ceil(WRITE_BATCH));
+    while cells.len() > WRITE_BATCH {
+        let rest = cells.split_off(WRITE_BATCH);
+        batches.push(std::mem::replace(&mut cells, rest));
+    }
+    batches.push(cells);
+    futures::stream::iter(batches)
+        .map(|batch| {
+            let store = Arc::clone(store);
+            let task = tokio::spawn(async move {
+                let owned = batch.into_iter().map(|(c, d)| (c, Vec::clone(&d))).collect();
+                write_sealed(&*store, retry, owned).await
+            });
+            async move {
+                task.await
+                    .map_err(|e| ProxyError::State(format!("a store write task failed: {e}")))?
+            }
+        })
+        .buffer_unordered(BATCHES_IN_FLIGHT)
+        .try_collect::<()>()
+        .await
+}
+
 #[cfg(test)]
 mod write_batches_tests {
     //! [`write_batches`] keeps several batches in flight: every cell must still land once,
     //! with its last contents.
     use super::*;
     use blindfold_store::{Geometry, MemoryStore, RecordingStore, TraceOp};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shared_cells_land_once_each_in_batches() {
+        let n = 3 * WRITE_BATCH as u64 + 5;
+        let inner = Arc::new(RecordingStore::new(MemoryStore::new(Geometry::new(n, 8).unwrap())));
+        let store: Arc<dyn Store> = inner.clone();
+        let cells: Vec<(CellId, Arc<Vec<u8>>)> =
+            (0..n).map(|c| (CellId(c), Arc::new(c.to_le_bytes().to_vec()))).collect();
+        let kept = cells.clone();
+        write_shared_batches(&store, RetryPolicy::default(), cells).await.unwrap();
+        let all: Vec<CellId> = (0..n).map(CellId).collect();
+        for (c, data) in store.read(&all).await.unwrap().iter().enumerate() {
+            assert_eq!(data.as_slice(), (c as u64).to_le_bytes(), "cell {c}");
+        }
+        // The callers' references are untouched.
+        assert!(kept.iter().all(|(c, d)| d.as_slice() == c.0.to_le_bytes()));
+        let writes: Vec<_> = inner.trace().into_iter().filter(|e| e.op == TraceOp::Write).collect();
+        assert_eq!(writes.len(), (n as usize).div_ceil(WRITE_BATCH));
+        assert!(writes.iter().all(|w| w.cells.len() <= WRITE_BATCH));
+    }
 
     #[tokio::test]
     async fn every_cell_lands_once_with_its_last_contents() {

@@ -57,7 +57,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::bulk::write_batches;
+use crate::bulk::{write_batches, write_shared_batches};
 use crate::durable::{
     apply_slot_cells, cell_sealer, pending_slot_cells, verify_cells, LegacyVersions, LoggedCell,
     SlotCell,
@@ -1264,15 +1264,16 @@ impl DurableTao {
         let Prepared { cells, posmap, state, top } = p;
         let started = std::time::Instant::now();
         let n_cells = cells.len();
-        // The overlay keeps its reference until the commit is durable, so each is a copy.
-        let mut cells: Vec<(CellId, Vec<u8>)> =
-            cells.into_iter().map(|(c, sealed)| (CellId(c), Vec::clone(&sealed))).collect();
+        // The overlay keeps its reference until the commit is durable, so each is a copy,
+        // made by the task that writes its batch.
+        let mut cells: Vec<(CellId, Arc<Vec<u8>>)> =
+            cells.into_iter().map(|(c, sealed)| (CellId(c), sealed)).collect();
         // Packed, a group's buckets go in one write batch as far as the batches allow: each
         // batch writes every group it touches whole.
         if let Some(p) = &self.packed {
             cells.sort_unstable_by_key(|(c, _)| p.packing().group_of(c.0));
         }
-        write_batches(&*self.store, self.retry, cells).await?;
+        write_shared_batches(&self.store, self.retry, cells).await?;
         let store = Arc::clone(&self.store);
         with_retry(self.retry, || store.flush()).await?;
         let stored = started.elapsed();
