@@ -610,12 +610,12 @@ impl ObjectLayer {
         }
     }
 
-    /// Runs a read plan: reads it group by group and sends the bytes to `tx`. `ready` is told
-    /// once `prefetch` bytes are read (or the first error). Stops early when the reader is
-    /// gone only if padding is off.
     /// Groups of blocks a GET reads at once ([`ObjectLayer::stream_plan`]).
     const READ_AHEAD: usize = 4;
 
+    /// Runs a read plan: reads it group by group, up to [`Self::READ_AHEAD`] groups at once,
+    /// and sends the bytes to `tx` in order. `ready` is told once `prefetch` bytes are read
+    /// (or the first error). Stops early when the reader is gone only if padding is off.
     async fn stream_plan(
         self: Arc<Self>,
         plan: Vec<Step>,

@@ -152,9 +152,6 @@ enum LogFormat {
     Json,
 }
 
-/// Runs the command; an error ends the process with one clear message (never a backtrace,
-/// whatever `RUST_BACKTRACE` says: these are the operator's errors, not the program's) and
-/// exit status 1.
 /// mimalloc instead of the system allocator: the engines allocate and free a cell-sized
 /// buffer (16 KiB) per cell they move, and glibc's allocator returned that memory to the
 /// kernel and faulted it back in (about a fifth of the CPU of `bench concurrency` went to
@@ -162,6 +159,9 @@ enum LogFormat {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Runs the command; an error ends the process with one clear message (never a backtrace,
+/// whatever `RUST_BACKTRACE` says: these are the operator's errors, not the program's) and
+/// exit status 1.
 fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
