@@ -41,13 +41,7 @@ pub(crate) async fn write_batches(
             keep
         });
     }
-    let mut batches = Vec::with_capacity(cells.len().div_ceil(WRITE_BATCH));
-    while cells.len() > WRITE_BATCH {
-        let rest = cells.split_off(WRITE_BATCH);
-        batches.push(std::mem::replace(&mut cells, rest));
-    }
-    batches.push(cells);
-    futures::stream::iter(batches)
+    futures::stream::iter(write_batches_of(cells))
         .map(|batch| write_sealed(store, retry, batch))
         .buffer_unordered(BATCHES_IN_FLIGHT)
         .try_collect::<()>()
@@ -108,6 +102,17 @@ fn read_batches<'a>(
         .buffered(ahead)
 }
 
+/// `cells` cut into write batches of [`WRITE_BATCH`], in order.
+fn write_batches_of<T>(mut cells: Vec<T>) -> Vec<Vec<T>> {
+    let mut batches = Vec::with_capacity(cells.len().div_ceil(WRITE_BATCH));
+    while cells.len() > WRITE_BATCH {
+        let rest = cells.split_off(WRITE_BATCH);
+        batches.push(std::mem::replace(&mut cells, rest));
+    }
+    batches.push(cells);
+    batches
+}
+
 /// [`write_batches`] for cells shared with readers (a commit's, which the overlay still
 /// serves until the commit is durable), each batch copied and written in a task of its own,
 /// so a store in this process (memory, files) copies them on every core instead of one. The
@@ -122,14 +127,7 @@ pub(crate) async fn write_shared_batches(
         cells.iter().map(|c| c.0).collect::<std::collections::HashSet<_>>().len() == cells.len(),
         "a cell named twice"
     );
-    let mut cells = cells;
-    let mut batches = Vec::with_capacity(cells.len().div_ceil(WRITE_BATCH));
-    while cells.len() > WRITE_BATCH {
-        let rest = cells.split_off(WRITE_BATCH);
-        batches.push(std::mem::replace(&mut cells, rest));
-    }
-    batches.push(cells);
-    futures::stream::iter(batches)
+    futures::stream::iter(write_batches_of(cells))
         .map(|batch| {
             let store = Arc::clone(store);
             let task = tokio::spawn(async move {
