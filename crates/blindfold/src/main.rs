@@ -152,13 +152,6 @@ enum LogFormat {
     Json,
 }
 
-/// mimalloc instead of the system allocator: the engines allocate and free a cell-sized
-/// buffer (16 KiB) per cell they move, and glibc's allocator returned that memory to the
-/// kernel and faulted it back in (about a fifth of the CPU of `bench concurrency` went to
-/// malloc, page faults and zeroing pages; see docs/benchmarks.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Runs the command; an error ends the process with one clear message (never a backtrace,
 /// whatever `RUST_BACKTRACE` says: these are the operator's errors, not the program's) and
 /// exit status 1.
