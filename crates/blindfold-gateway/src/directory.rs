@@ -342,6 +342,15 @@ struct Alloc {
     pinned: HashMap<u64, u32>,
 }
 
+impl Alloc {
+    /// The free list as the database has it: reserved blocks below the mark are free until
+    /// a transaction claims them.
+    fn durably_free(&self) -> Vec<u64> {
+        let reserved = self.reserved.iter().copied().filter(|b| *b < self.next);
+        self.free.iter().copied().chain(reserved).collect()
+    }
+}
+
 /// Blocks handed out by [`Directory::allocate`] and not yet committed or released.
 #[derive(Debug, Default)]
 pub struct Reservation {
@@ -1475,13 +1484,7 @@ impl Directory {
             // Blocks reserved for writes in flight are free as of this transaction (below the
             // high-water mark; above it every block is free anyway): a write that claims one
             // later is in the log after the capture.
-            let free: Vec<u64> = a
-                .free
-                .iter()
-                .copied()
-                .chain(a.reserved.iter().copied().filter(|b| *b < a.next))
-                .collect();
-            (txn, capture(), a.next, free)
+            (txn, capture(), a.next, a.durably_free())
         };
         Ok((captured, Self::dump_txn(&txn, next, free)?))
     }
@@ -1880,9 +1883,7 @@ impl Directory {
     pub fn dump(&self) -> Result<DirectoryDump> {
         let (next, free) = {
             let a = self.alloc.lock();
-            // As in `dump_with`: reserved blocks below the mark are durably free.
-            let reserved = a.reserved.iter().copied().filter(|b| *b < a.next);
-            (a.next, a.free.iter().copied().chain(reserved).collect())
+            (a.next, a.durably_free())
         };
         Ok(DirectoryDump {
             buckets: self.buckets()?,
