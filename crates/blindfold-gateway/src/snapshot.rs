@@ -847,6 +847,11 @@ async fn put_snapshot(
     }
     crate::snapshot::write(&*array.store, key, &snap).await?;
     crate::snapshot::point_index(&array, key).await?;
+    // Named now: it replaces nothing any more, and a later growth must keep it until the
+    // next array holds a snapshot (see [`SnapshotArray::larger`]).
+    if let Some(current) = slot.lock().as_mut().filter(|a| a.name == array.name) {
+        current.replaces = None;
+    }
     if snap.journal.is_some() {
         tracing::debug!(seq, array = %array.name, "wrote a store checkpoint of the trusted state");
     } else {
@@ -892,6 +897,60 @@ mod tests {
             journal: None,
             rotation: None,
         }
+    }
+
+    /// A snapshot of about `bytes` bytes of engine state.
+    fn sized(seq: u64, bytes: usize) -> Snapshot {
+        Snapshot { oram_checkpoint: vec![seq as u8; bytes], ..snap(seq, 0) }
+    }
+
+    /// The trusted state outgrows its area twice: the array the first growth moved to holds
+    /// the newest snapshot and the index names it, so the second growth must leave it in place
+    /// until the next array holds a snapshot (a crash in between recovers from it). It once
+    /// removed it, taking it for an array never written.
+    #[tokio::test]
+    async fn a_second_growth_of_the_area_keeps_the_array_the_index_names() {
+        let root = tempfile::tempdir().unwrap();
+        let url = StoreUrl::parse(&format!("file://{}", root.path().display())).unwrap();
+        let key = MasterKey::generate();
+        let dir = root.path().join("data");
+        std::fs::create_dir_all(&dir).unwrap();
+        // The array the index names, and whether its cells are still in the store.
+        let named = || async {
+            let index = open_store(&url, INDEX, index_geometry()).await.unwrap();
+            let (_, name) = read_index(&*index, &key).await.unwrap().unwrap();
+            let kept = root.path().join(format!("{name}.cells")).exists();
+            (name, kept)
+        };
+        let array = open(&url, &[&key], 100, 1000, 0).await.unwrap();
+        let slot: SnapshotSlot = Arc::new(parking_lot::Mutex::new(Some(array.clone())));
+        let first = array.slot_cells() as usize * CHUNK;
+        put_snapshot(&slot, array, &key, &dir, sized(1, first)).await.unwrap();
+        let grown = slot.lock().clone().unwrap();
+        assert_ne!(grown.name, ARRAY, "the first snapshot did not outgrow the area");
+        // Written and named: what recovery reads from now on.
+        assert_eq!(named().await, (grown.name.clone(), true));
+        assert_eq!(read_latest(&*grown.store, &key).await.unwrap().seq, 1);
+        // The second growth opens a larger array; until a snapshot is in it, a crash must
+        // still find the first growth's array whole.
+        let slot_array = slot.lock().clone().unwrap();
+        let second = slot_array.larger(grown.slot_cells() * 2).await.unwrap();
+        assert_ne!(second.name, grown.name);
+        assert_eq!(
+            named().await,
+            (grown.name.clone(), true),
+            "the second growth removed the array the index names, with the newest snapshot"
+        );
+        drop(second);
+        // Once a larger array holds a snapshot, the index names it and the first growth's
+        // array goes.
+        let seq = 2;
+        put_snapshot(&slot, slot_array, &key, &dir, sized(seq, first * 3)).await.unwrap();
+        let last = slot.lock().clone().unwrap();
+        assert_ne!(last.name, grown.name);
+        assert_eq!(named().await, (last.name.clone(), true));
+        assert_eq!(read_latest(&*last.store, &key).await.unwrap().seq, seq);
+        assert!(!root.path().join(format!("{}.cells", grown.name)).exists());
     }
 
     /// The parameters of [`snap`] as a version 02 snapshot held them.
