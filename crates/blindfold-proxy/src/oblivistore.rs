@@ -878,9 +878,20 @@ impl DurableObliviStore {
                 Some(g) => g,
                 None => me.inner.parts[partition as usize].clone().lock_owned().await,
             };
-            let (sh, before) = {
+            let planned = {
                 let mut s = me.inner.st.lock();
-                (s.oram.plan_evict(partition), s.read_ticket)
+                // A stopped engine plans nothing more: a shuffle it cut short still holds
+                // the partition in the planner.
+                match s.poisoned.is_some() {
+                    true => None,
+                    false => Some((s.oram.plan_evict(partition), s.read_ticket)),
+                }
+            };
+            let Some((sh, before)) = planned else {
+                drop(guard);
+                drop(permit);
+                me.count_out();
+                return;
             };
             let done = match me.shuffle_room(&sh).await {
                 Ok(_room) => me.run_shuffle(sh, before).await,
