@@ -988,6 +988,9 @@ async fn a_log_cut_at_any_moment_of_concurrent_traffic_replays() {
     }
 }
 
+/// A block's values in the order written, and how many of them a commit covers.
+type History = (Vec<Vec<u8>>, usize);
+
 async fn halted_run(seed: u64, config: ObliviStoreConfig) {
     let key = MasterKey::generate();
     let backing: Arc<dyn Store> =
@@ -1002,8 +1005,7 @@ async fn halted_run(seed: u64, config: ObliviStoreConfig) {
     // Per block, every value written to it in order, and how many of them a commit covers
     // (a commit returning covers every write before it, whichever task wrote it): a read after
     // recovery gives the last covered value or one written after it.
-    let history: Arc<parking_lot::Mutex<HashMap<u64, (Vec<Vec<u8>>, usize)>>> =
-        Default::default();
+    let history: Arc<parking_lot::Mutex<HashMap<u64, History>>> = Default::default();
     for round in 0..8u64 {
         let (engine, _) = DurableObliviStore::open(dir.path(), jitter.clone(), &key)
             .await
