@@ -1905,7 +1905,13 @@ impl ObliviStoreOram {
             .collect();
         if let Some(b) = stale.first() {
             return Err(OramError::Corrupt(format!(
-                "the redo log loses block {b}: a logged shuffle retired its slot"
+                "the redo log loses block {b} ({} blocks in all): a logged shuffle of \
+                 partition {p} into level {} (serial {}) retired its slot ({:?}) but neither \
+                 holds, evicts nor rescues it",
+                stale.len(),
+                r.level,
+                r.serial,
+                self.places.get(b)
             )));
         }
         self.recount(p);

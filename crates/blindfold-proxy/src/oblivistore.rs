@@ -442,18 +442,30 @@ impl DurableObliviStore {
         let mut rec = Recovery { torn_bytes: torn, ..Recovery::default() };
         let bad = |m: String| ProxyError::State(format!("{}: {m}", log_path.display()));
         let mut floor = oram.next_serial();
-        for f in &frames {
+        for (i, f) in frames.iter().enumerate() {
+            // Which record a replay stopped at (the log and the record say what went wrong).
+            let at = |e: blindfold_oram::OramError| match e {
+                blindfold_oram::OramError::Corrupt(m) => {
+                    ProxyError::from(blindfold_oram::OramError::Corrupt(format!(
+                        "{}, record {} of {}: {m}",
+                        log_path.display(),
+                        i + 1,
+                        frames.len()
+                    )))
+                }
+                other => other.into(),
+            };
             rec.replayed += 1;
             match f.magic {
                 WRITES_MAGIC => {
                     let r: WritesRecord = decode_record(&f.body).map_err(bad)?;
                     let blocks: Vec<_> =
                         r.blocks.into_iter().map(|(b, t, d)| (b, t, d.into_vec())).collect();
-                    oram.replay_writes(&blocks)?;
+                    oram.replay_writes(&blocks).map_err(at)?;
                 }
                 SHUFFLE_MAGIC => {
                     let r: ShuffleRecord = decode_record(&f.body).map_err(bad)?;
-                    oram.replay_shuffle(&r)?;
+                    oram.replay_shuffle(&r).map_err(at)?;
                 }
                 RESERVE_MAGIC => {
                     let r: ReserveRecord = decode_record(&f.body).map_err(bad)?;
@@ -463,7 +475,7 @@ impl DurableObliviStore {
                 REVEAL_MAGIC => {
                     let r: RevealRecord = decode_record(&f.body).map_err(bad)?;
                     if let Some(b) = r.block {
-                        oram.replay_reveal(b)?;
+                        oram.replay_reveal(b).map_err(at)?;
                     }
                 }
                 _ => {

@@ -981,8 +981,13 @@ async fn every_run_seals_under_key_epochs_no_earlier_run_used() {
 /// write committed before the halt reads back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_cut_at_any_moment_of_concurrent_traffic_replays() {
-    for seed in 0..2u64 {
-        for config in [config(128), ObliviStoreConfig::curious(128, BS, 3).unwrap()] {
+    // BLINDFOLD_STRESS_SEEDS=N runs N seeds instead of two (a search for a rare interleaving).
+    // BLINDFOLD_STRESS_BLOCKS: a larger ORAM (blocks, a multiple of 8).
+    let seeds = std::env::var("BLINDFOLD_STRESS_SEEDS").ok().and_then(|s| s.parse().ok());
+    let n = std::env::var("BLINDFOLD_STRESS_BLOCKS").ok().and_then(|s| s.parse().ok());
+    let n = n.unwrap_or(128u64);
+    for seed in 0..seeds.unwrap_or(2u64) {
+        for config in [config(n), ObliviStoreConfig::curious(n, BS, 3).unwrap()] {
             halted_run(seed, config).await;
         }
     }
@@ -1030,6 +1035,7 @@ async fn halted_run(seed: u64, config: ObliviStoreConfig) {
         let mut tasks = Vec::new();
         for t in 0..8u64 {
             let (engine, stop, history) = (engine.clone(), stop.clone(), history.clone());
+            let (n, own) = (config.blocks(), config.blocks() / 8);
             let mut rng = ChaCha8Rng::seed_from_u64(seed * 1000 + round * 10 + t);
             tasks.push(tokio::spawn(async move {
                 // Each task writes its own blocks, so their histories are in order.
@@ -1037,19 +1043,33 @@ async fn halted_run(seed: u64, config: ObliviStoreConfig) {
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
-                    let b = t * 16 + rng.gen_range(0..16);
+                    // One block or several at once (an object's), the task's own to write;
+                    // reads also of other tasks' blocks (a block accessed by several at once).
+                    let mut bs: Vec<u64> = (0..rng.gen_range(1..=4))
+                        .map(|_| t * own + rng.gen_range(0..own))
+                        .collect();
+                    bs.sort_unstable();
+                    bs.dedup();
                     let ok = if rng.gen_bool(0.5) {
-                        let d = data(round << 40 | t << 32 | i);
-                        history
-                            .lock()
-                            .entry(b)
-                            .or_insert_with(|| (vec![vec![0; BS as usize]], 1))
-                            .0
-                            .push(d.clone());
-                        written.insert(b);
-                        engine.write(BlockId(b), d).await.is_ok()
+                        let mut batch = Vec::new();
+                        for (j, &b) in bs.iter().enumerate() {
+                            let d = data(round << 40 | t << 32 | i << 8 | j as u64);
+                            history
+                                .lock()
+                                .entry(b)
+                                .or_insert_with(|| (vec![vec![0; BS as usize]], 1))
+                                .0
+                                .push(d.clone());
+                            written.insert(b);
+                            batch.push((BlockId(b), d));
+                        }
+                        engine.write_many(batch).await.is_ok()
                     } else {
-                        engine.read(BlockId(b)).await.is_ok()
+                        if rng.gen_bool(0.5) {
+                            bs = vec![rng.gen_range(0..n)];
+                        }
+                        let ids: Vec<BlockId> = bs.iter().map(|&b| BlockId(b)).collect();
+                        engine.read_many(&ids).await.is_ok()
                     };
                     if !ok {
                         break;
