@@ -894,10 +894,7 @@ impl DurableObliviStore {
                 let mut s = me.inner.st.lock();
                 // A stopped engine plans nothing more: a shuffle it cut short still holds
                 // the partition in the planner.
-                match s.poisoned.is_some() {
-                    true => None,
-                    false => Some((s.oram.plan_evict(partition), s.read_ticket)),
-                }
+                s.poisoned.is_none().then(|| (s.oram.plan_evict(partition), s.read_ticket))
             };
             let Some((sh, before)) = planned else {
                 drop(guard);
