@@ -892,19 +892,16 @@ impl DurableObliviStore {
             };
             let planned = {
                 let mut s = me.inner.st.lock();
-                // A stopped engine plans nothing more: a shuffle it cut short still holds
-                // the partition in the planner.
+                // A stopped engine plans nothing more (as `wait_until` refuses for the
+                // accesses): a shuffle it cut short still holds the partition in the planner.
                 s.poisoned.is_none().then(|| (s.oram.plan_evict(partition), s.read_ticket))
             };
-            let Some((sh, before)) = planned else {
-                drop(guard);
-                drop(permit);
-                me.count_out();
-                return;
-            };
-            let done = match me.shuffle_room(&sh).await {
-                Ok(_room) => me.run_shuffle(sh, before).await,
-                Err(e) => Err(e),
+            let done = match planned {
+                None => Ok(()),
+                Some((sh, before)) => match me.shuffle_room(&sh).await {
+                    Ok(_room) => me.run_shuffle(sh, before).await,
+                    Err(e) => Err(e),
+                },
             };
             if let Err(e) = done {
                 me.poison(&e);
