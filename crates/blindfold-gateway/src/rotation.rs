@@ -485,7 +485,7 @@ async fn clear_old_snapshots(ending: &Ending) -> Result<()> {
         ));
     };
     crate::snapshot::clear(&*array.store, &ending.key).await?;
-    crate::snapshot::point_index(&array, &ending.key).await?;
+    crate::snapshot::point_index(&ending.snapshots, &array, &ending.key).await?;
     if let Some(params) = read_params(&ending.dir)? {
         let in_use = [oram_array(params.generation), array.name.clone()];
         let removed = crate::datadir::remove_retired(
@@ -498,9 +498,6 @@ async fn clear_old_snapshots(ending: &Ending) -> Result<()> {
         if !removed.is_empty() {
             tracing::info!(?removed, "key rotation: removed arrays nothing names any more");
         }
-    }
-    if let Some(a) = ending.snapshots.lock().as_mut() {
-        a.replaces = None;
     }
     Ok(())
 }

@@ -488,10 +488,21 @@ pub async fn open(
     Ok(SnapshotArray { name, store, url: url.clone(), replaces })
 }
 
-/// Names `array` in the index (under `key`) as the one holding the newest snapshot.
-pub async fn point_index(array: &SnapshotArray, key: &MasterKey) -> Result<()> {
+/// Names `array` in the index (under `key`) as the one holding the newest snapshot. Named,
+/// it replaces nothing any more: the array in `slot` of that name loses its `replaces`, so that
+/// a later growth keeps it until the next array holds a snapshot (see
+/// [`SnapshotArray::larger`]).
+pub async fn point_index(
+    slot: &SnapshotSlot,
+    array: &SnapshotArray,
+    key: &MasterKey,
+) -> Result<()> {
     let index = open_store(&array.url, INDEX, index_geometry()).await.map_err(store_err)?;
-    write_index(&*index, key, array.store.geometry().cell_count(), &array.name).await
+    write_index(&*index, key, array.store.geometry().cell_count(), &array.name).await?;
+    if let Some(current) = slot.lock().as_mut().filter(|a| a.name == array.name) {
+        current.replaces = None;
+    }
+    Ok(())
 }
 
 /// Opens the snapshot array of an existing store for recovery, learning its name and size
@@ -846,12 +857,7 @@ async fn put_snapshot(
         array = larger;
     }
     crate::snapshot::write(&*array.store, key, &snap).await?;
-    crate::snapshot::point_index(&array, key).await?;
-    // Named now: it replaces nothing any more, and a later growth must keep it until the
-    // next array holds a snapshot (see [`SnapshotArray::larger`]).
-    if let Some(current) = slot.lock().as_mut().filter(|a| a.name == array.name) {
-        current.replaces = None;
-    }
+    crate::snapshot::point_index(slot, &array, key).await?;
     if snap.journal.is_some() {
         tracing::debug!(seq, array = %array.name, "wrote a store checkpoint of the trusted state");
     } else {
