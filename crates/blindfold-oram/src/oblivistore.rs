@@ -1619,6 +1619,12 @@ impl ObliviStoreOram {
             self.partitions[partition as usize].reals += 1;
         }
         let slots = self.config.level_slots(level) as usize;
+        // Everything fits, even from a damaged state whose levels are over their bounds: a
+        // small level has (b+1)·2^l slots, one more batch than all the levels below it
+        // together, and an eviction brings at most a batch; into the top level, every live
+        // and evicted block is counted in `reals`, which eviction keeps within the capacity
+        // (and a rebuild spills above it), less than the top level's slots. So `resize` only
+        // adds dummies.
         debug_assert!(holders.len() <= slots);
         holders.resize(slots, DUMMY);
         holders.shuffle(&mut self.rng);
