@@ -342,17 +342,42 @@ try {
   await check("browser: recording the live gateway shows its S3 requests, logical and store accesses", async () => {
     const page = await ctx.newPage();
     const problems = watch(page);
+    // Record clicked while the page is still fetching the last recording to show (a slow link,
+    // or a gateway under load: how this check failed in CI on 2026-11-30). The page's first
+    // fetch of the demo's window is held until the live recording has started; the page must
+    // go on showing the live one, not the demo that answer brings.
+    let release;
+    const held = new Promise((r) => { release = r; });
+    let holding = true;
+    await page.route(/\/api\/window\?source=demo/, async (route) => {
+      if (holding) {
+        holding = false;
+        await held;
+      }
+      await route.continue();
+    });
+    const isWindow = (r, method) => new URL(r.url()).pathname === "/api/window" && r.request().method() === method;
+    const firstLook = page.waitForResponse((r) => isWindow(r, "GET"));
     await page.goto(admin + "/visualizer");
+    await firstLook;
     await page.fill("#seconds", "4");
+    const started = page.waitForResponse((r) => isWindow(r, "POST"));
     await page.click("#record");
-    await page.waitForFunction(
-      () => {
-        const v = window.blindfoldVisualizer;
-        return v.label === "live gateway" && !v.recording && v.draws > 0;
-      },
-      null,
-      { timeout: 30000 },
-    );
+    await started;
+    release();
+    try {
+      await page.waitForFunction(
+        () => {
+          const v = window.blindfoldVisualizer;
+          return v.label === "live gateway" && !v.recording && v.draws > 0;
+        },
+        null,
+        { timeout: 30000 },
+      );
+    } catch (e) {
+      const v = await page.evaluate(() => ({ ...window.blindfoldVisualizer }));
+      throw new Error(`the page never showed the finished live recording (${JSON.stringify(v)}; ${problems.join("; ") || "no page errors"})`);
+    }
     const live = await page.evaluate(() => ({ ...window.blindfoldVisualizer }));
     assert(live.physical > 0 && live.logical > 0, `empty window under load: ${JSON.stringify(live)}`);
     const rows = await page.locator("#requests tr").count();

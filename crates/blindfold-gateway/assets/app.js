@@ -441,15 +441,17 @@ function drawWindow(w) {
 }
 
 async function pollWindow() {
-  if (!visualizer.source) return;
+  const source = visualizer.source;
+  if (!source) return;
   let w;
   try {
-    w = await getJSON("/api/window" + (visualizer.source === "demo" ? "?source=demo" : ""));
+    w = await getJSON("/api/window" + (source === "demo" ? "?source=demo" : ""));
   } catch (e) {
     document.getElementById("state").textContent = String(e.message);
     return;
   }
-  if (!w) return;
+  // A recording started while this answer was on its way: it shows the other one.
+  if (!w || visualizer.source !== source) return;
   document.getElementById("label").textContent =
     w.label + " · " + (w.recording ? "recording, " : "recorded ") + (w.elapsed_ms / 1000).toFixed(1) +
     " of " + (w.length_ms / 1000).toFixed(0) + " s" + (w.dropped ? " · " + w.dropped + " events over the cap not kept" : "");
@@ -484,16 +486,19 @@ async function start(source, url) {
   setTimeout(pollWindow, 300);
 }
 
-// On opening, show what was recorded already: the live gateway's window, else the demo's.
+// On opening, show what was recorded already: the live gateway's window, else the demo's;
+// unless a recording was started meanwhile (a click while these answers were on their way):
+// that one is what the page shows.
 async function showExisting() {
   for (const source of ["live", "demo"]) {
     let w;
     try {
       w = await getJSON("/api/window" + (source === "demo" ? "?source=demo" : ""));
     } catch (e) {
-      setText("state", String(e.message));
+      if (!visualizer.source) setText("state", String(e.message));
       return;
     }
+    if (visualizer.source) return;
     if (!w) continue;
     visualizer.source = source;
     await pollWindow();
