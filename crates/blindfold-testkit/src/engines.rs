@@ -1237,8 +1237,8 @@ pub async fn trace_with(subject: &dyn Subject, accesses: u64) {
 /// so that both slots of every cell are re-sealed), commits between; then it opens under the
 /// new key alone, the data is intact, and every cell authenticates. Then once more with no
 /// client traffic, so that only the sweep can have re-sealed the cells: with 80 accesses over a
-/// small tree, the clients alone re-seal every path of Path ORAM's 32 in about one run in
-/// twenty, and a sweep that re-seals nothing went unseen in one CI run of 2026-11-30.
+/// small tree, the clients alone re-seal every path of Path ORAM's 32 in a few runs in a
+/// hundred (2 of 100 here), and a sweep that re-seals nothing went unseen in one CI run of 2026-11-30.
 pub async fn rotate(subject: &dyn Subject) {
     const CHECK: &str = "rotate";
     if !subject.capabilities().rotate {
