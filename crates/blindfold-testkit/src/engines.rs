@@ -1254,12 +1254,7 @@ pub async fn rotate(subject: &dyn Subject) {
         model.extend(w.iter().map(|(b, d)| (b.0, d.clone())));
         engine.write_many(w).await.unwrap_or_else(|e| fail(CHECK, subject, e));
     }
-    engine.shutdown().await.unwrap_or_else(|e| fail(CHECK, subject, e));
-    drop(engine);
-    let engine = subject
-        .rotate(plain())
-        .await
-        .unwrap_or_else(|e| fail(CHECK, subject, format!("opening with the new key: {e}")));
+    let engine = rotated(subject, engine, "the new key").await;
     let paths = engine.sweep_paths().await;
     if paths == 0 {
         fail(CHECK, subject, "the engine says it can rotate but has no sweep");
@@ -1302,36 +1297,50 @@ pub async fn rotate(subject: &dyn Subject) {
         }
     };
     futures::join!(sweeper, client(0), client(1));
+    let model = model.into_inner();
+    let engine = reopened_alone(subject, engine, &model, "under the new key alone").await;
+    let engine = rotated(subject, engine, "a second new key").await;
+    let paths = engine.sweep_paths().await;
+    sweep_twice(subject, &*engine, paths).await;
+    let what = "under the second new key alone, after a sweep with no traffic";
+    reopened_alone(subject, engine, &model, what).await;
+}
+
+/// The start of a rotation: `engine` stopped cleanly and opened again with a new key (`which`
+/// names it), the old one retiring.
+async fn rotated(
+    subject: &dyn Subject,
+    engine: Arc<dyn SharedEngine>,
+    which: &str,
+) -> Arc<dyn SharedEngine> {
+    const CHECK: &str = "rotate";
     engine.shutdown().await.unwrap_or_else(|e| fail(CHECK, subject, e));
     drop(engine);
-    let model = model.into_inner();
+    subject
+        .rotate(plain())
+        .await
+        .unwrap_or_else(|e| fail(CHECK, subject, format!("opening with {which}: {e}")))
+}
+
+/// The end of a rotation: `engine` stopped cleanly and opened again under the newest key
+/// alone (`what` says which), every block reading as `model` says and every cell
+/// authenticating. Returns the reopened engine.
+async fn reopened_alone(
+    subject: &dyn Subject,
+    engine: Arc<dyn SharedEngine>,
+    model: &HashMap<u64, Vec<u8>>,
+    what: &str,
+) -> Arc<dyn SharedEngine> {
+    const CHECK: &str = "rotate";
+    engine.shutdown().await.unwrap_or_else(|e| fail(CHECK, subject, e));
+    drop(engine);
     let engine = subject
         .reopen(plain())
         .await
-        .unwrap_or_else(|e| fail(CHECK, subject, format!("opening under the new key alone: {e}")));
-    read_all(CHECK, subject, &*engine, &model, "under the new key alone").await;
+        .unwrap_or_else(|e| fail(CHECK, subject, format!("opening {what}: {e}")));
+    read_all(CHECK, subject, &*engine, model, what).await;
     verify_clean(CHECK, subject, &*engine).await;
-    engine.shutdown().await.unwrap_or_else(|e| fail(CHECK, subject, e));
-    drop(engine);
-
-    let engine = subject
-        .rotate(plain())
-        .await
-        .unwrap_or_else(|e| fail(CHECK, subject, format!("opening with a second new key: {e}")));
-    let paths = engine.sweep_paths().await;
-    sweep_twice(subject, &*engine, paths).await;
-    engine.shutdown().await.unwrap_or_else(|e| fail(CHECK, subject, e));
-    drop(engine);
-    let engine = subject.reopen(plain()).await.unwrap_or_else(|e| {
-        fail(
-            CHECK,
-            subject,
-            format!("opening under the second new key alone, after a sweep with no traffic: {e}"),
-        )
-    });
-    let what = "under the second new key alone, after a sweep with no traffic";
-    read_all(CHECK, subject, &*engine, &model, what).await;
-    verify_clean(CHECK, subject, &*engine).await;
+    engine
 }
 
 /// The rotation's sweep as the gateway runs it: every path twice, in eight steps a pass, a
