@@ -854,6 +854,13 @@ fn first_read_partition(trace: &[TraceEvent], per: u64) -> Option<u64> {
 /// `P` = 8 by chance. Every other trial takes a block waiting in the eviction cache, whose
 /// (fake) read goes to the partition it is bound for: the recovery binds every cached block
 /// afresh (without that, those trials read the same partition every time).
+///
+/// Each kind of trial is counted on its own, 16 of each, and fails at 12 or more: a broken
+/// recovery reads the same partition in all of them, a correct one in 2 by chance, and 12 of
+/// 16 at 1 in 8 has odds of 1.6 in 10^8 (with 6 counts a run, 1 in 10^7). The test had 12
+/// trials and failed at 5 of 6 cached or 7 of 12 in all, about 1 run in 1,000 by chance
+/// alone: instrumented, such a failing run showed the recovery drawing fresh partitions that
+/// happened to equal the old ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_read_before_a_crash_is_read_in_a_fresh_partition_after_recovery() {
     for config in [config(64), ObliviStoreConfig::curious(64, BS, 3).unwrap(), path_config(64)] {
@@ -861,10 +868,11 @@ async fn a_block_read_before_a_crash_is_read_in_a_fresh_partition_after_recovery
         let (engine, recorder, dir, key) = recorded(&config, 64).await;
         engine.shutdown().await.unwrap();
         drop(engine);
-        let trials = 12u64;
-        let mut same = 0;
-        let mut cached_trials = 0;
-        let mut same_cached = 0;
+        let trials = 32u64;
+        // Trials of a block read from its cell, and of a cached one: how many of each, and
+        // how many of those read the same partition after the recovery.
+        let (mut stored_trials, mut same_stored) = (0u64, 0u64);
+        let (mut cached_trials, mut same_cached) = (0u64, 0u64);
         for trial in 0..trials {
             // The read of `block` reaches the store; its shuffle fails and the engine stops.
             let dying =
@@ -876,12 +884,13 @@ async fn a_block_read_before_a_crash_is_read_in_a_fresh_partition_after_recovery
             // read is a fake one, in the partition it is bound for).
             let stored: HashSet<u64> = engine.block_cells().into_iter().map(|(b, _)| b).collect();
             let cached = (0..64).find(|b| !stored.contains(b));
-            let block = match cached {
-                Some(b) if trial % 2 == 1 => {
-                    cached_trials += 1;
-                    BlockId(b)
+            let (block, is_cached) = match cached {
+                Some(b) if trial % 2 == 1 => (BlockId(b), true),
+                // A stored block (one is: the cache holds a few blocks of 64).
+                _ => {
+                    let b = (0..64).map(|i| (trial * 7 + i) % 64).find(|b| stored.contains(b));
+                    (BlockId(b.expect("a stored block")), false)
                 }
-                _ => BlockId(trial * 7 % 64),
             };
             dying.armed.store(true, Ordering::SeqCst);
             recorder.take_trace();
@@ -897,27 +906,29 @@ async fn a_block_read_before_a_crash_is_read_in_a_fresh_partition_after_recovery
             recorder.take_trace();
             assert_eq!(engine.read(block).await.unwrap(), data(block.0));
             let after = first_read_partition(&recorder.take_trace(), per).unwrap();
-            same += u64::from(before == after);
-            if cached.is_some() && trial % 2 == 1 {
-                same_cached += u64::from(before == after);
+            let hit = u64::from(before == after);
+            if is_cached {
+                cached_trials += 1;
+                same_cached += hit;
+            } else {
+                stored_trials += 1;
+                same_stored += hit;
             }
             engine.settle().await.unwrap();
             engine.shutdown().await.unwrap();
         }
-        assert!(cached_trials >= 3, "{:?}: {cached_trials} cached blocks", config.sub_oram());
-        // By chance 1 in 8 each; 5 or more of 6 has odds of about 2 in 10^4.
+        let sub = config.sub_oram();
+        assert!(cached_trials >= 14, "{sub:?}: {cached_trials} trials of a cached block");
+        // By chance 1 in 8 each; 3 in 4 or more of 14 or more has odds of 3 in 10^8 at most.
         assert!(
-            same_cached < 5.min(cached_trials),
-            "{:?}: a cached block read in the same partition after the recovery in \
-             {same_cached} of {cached_trials} trials",
-            config.sub_oram()
+            same_cached * 4 < cached_trials * 3,
+            "{sub:?}: a cached block read in the same partition after the recovery in \
+             {same_cached} of {cached_trials} trials"
         );
-        // By chance 1.5 of 12 (P = 8); 7 or more has odds of about 1 in 10^4.
         assert!(
-            same <= 6,
-            "{:?}: the block's partition after the recovery was the one read before the crash \
-             in {same} of {trials} trials",
-            config.sub_oram()
+            same_stored * 4 < stored_trials * 3,
+            "{sub:?}: a stored block's partition after the recovery was the one read before \
+             the crash in {same_stored} of {stored_trials} trials"
         );
     }
 }
