@@ -187,7 +187,10 @@ impl PerOp {
     ) -> Self {
         let ops = ops.max(1) as f64;
         let (up, down) = (c.bytes_up() as f64 / ops, c.bytes_down() as f64 / ops);
-        Self::from_bytes(up, down, round_trips.per_op(c.round_trips as f64 / ops), in_flight, cores)
+        // A flush is not a round trip: the stores a link stands for have nothing to flush
+        // (the emulated link charges it nothing either), and an in-process store's is local.
+        let calls = c.round_trips.saturating_sub(c.flushes) as f64;
+        Self::from_bytes(up, down, round_trips.per_op(calls / ops), in_flight, cores)
     }
 
     /// As [`from_counts`](Self::from_counts), from bytes per operation.
@@ -714,6 +717,10 @@ mod tests {
         let p = PerOp::from_counts(&c, 10, RoundTrips::AtLeast(1.0), 8, 2);
         assert_eq!(p.round_trips, 1.0);
         assert_eq!(p.in_flight, 8.0);
+        // Flushes are counted among the store's calls but are no round trip.
+        let c = Counts { flushes: 10, ..c };
+        let p = PerOp::from_counts(&c, 10, RoundTrips::Measured, 1, 1);
+        assert_eq!(p.round_trips, 1.0);
     }
 
     #[test]

@@ -205,9 +205,11 @@ async fn one_call_costs_rtt_plus_transfer() {
     store.read_ranges(&[range(1, 0, 2000), range(2, 0, 3000)]).await.unwrap();
     assert_close(start.elapsed(), rtt + Duration::from_micros(32 + 5000));
 
+    // A flush does not cross the link: the stores a link stands for (S3, Redis) make a write
+    // durable before acknowledging it, and their flush does nothing.
     let start = Instant::now();
     store.flush().await.unwrap();
-    assert_close(start.elapsed(), rtt);
+    assert_eq!(start.elapsed(), Duration::ZERO);
 
     // Rejected requests still cross the link.
     let start = Instant::now();
