@@ -66,7 +66,8 @@ pub struct GatewayBenchArgs {
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
     /// Emulate a network between each gateway and its store: round trip in milliseconds,
-    /// applied to both sides alike (e.g. 20 for a cloud region nearby).
+    /// applied to both sides alike (e.g. 20 for a cloud region nearby). Every read and write
+    /// pays it; a flush does not (an S3 or Redis store acknowledges a write once durable).
     #[arg(long, default_value_t = 0)]
     pub rtt_ms: u64,
     /// Emulated link bandwidth each way, Mbit/s (default: unlimited).
