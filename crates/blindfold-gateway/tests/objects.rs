@@ -408,3 +408,118 @@ async fn a_padded_multipart_get_on_the_tao_engine_reads_its_class() {
     }
     assert_eq!(reads[0], reads[1], "path reads of the multipart and the single-PUT GET");
 }
+
+/// An engine that counts its `write_many` calls in flight at once (each held a few
+/// milliseconds, as a batch waits for its reveal records and paths behind a link).
+#[derive(Debug)]
+struct InFlight {
+    inner: Arc<dyn blindfold_proxy::SharedEngine>,
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl blindfold_proxy::SharedEngine for InFlight {
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn durable(&self) -> bool {
+        self.inner.durable()
+    }
+    fn batch_blocks(&self) -> usize {
+        4
+    }
+    async fn read_many(
+        &self,
+        blocks: &[blindfold_oram::BlockId],
+    ) -> blindfold_proxy::Result<Vec<Vec<u8>>> {
+        self.inner.read_many(blocks).await
+    }
+    async fn write_many(
+        &self,
+        blocks: Vec<(blindfold_oram::BlockId, Vec<u8>)>,
+    ) -> blindfold_proxy::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.now.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let r = self.inner.write_many(blocks).await;
+        self.now.fetch_sub(1, SeqCst);
+        r
+    }
+    async fn commit(&self) -> blindfold_proxy::Result<()> {
+        self.inner.commit().await
+    }
+    async fn shutdown(&self) -> blindfold_proxy::Result<()> {
+        self.inner.shutdown().await
+    }
+    fn verify<'a>(
+        &'a self,
+        progress: &'a mut dyn FnMut(u64, u64),
+    ) -> futures::future::LocalBoxFuture<'a, blindfold_proxy::Result<blindfold_proxy::VerifyReport>>
+    {
+        self.inner.verify(progress)
+    }
+}
+
+/// A large PUT keeps several batches of writes in flight (a batch waits for its reveal
+/// records and its paths, a round trip behind a link, and one batch at a time made a 16 MiB
+/// PUT wait for 64 of them in a row), never more than `WRITE_AHEAD`, and the object reads
+/// back whole. Before: one batch at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_put_writes_several_batches_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = PathOramConfig::builder(512, 256).build().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(MemoryStore::new(SealedPathOram::geometry(&config).unwrap()));
+    let engine = DurablePathOram::create(
+        &dir.path().join("oram"),
+        config,
+        store,
+        &MasterKey::generate(),
+        StoreId::random(),
+    )
+    .await
+    .unwrap();
+    let gauge = Arc::new(InFlight {
+        inner: Arc::new(blindfold_proxy::engine::Serialized::new(engine)),
+        now: Default::default(),
+        most: Default::default(),
+    });
+    let directory =
+        Directory::open(&dir.path().join("meta.redb"), 512, &MasterKey::generate()).unwrap();
+    let layer = Arc::new(ObjectLayer::with_engine(directory, gauge.clone(), false));
+    layer.directory().create_bucket("b").unwrap();
+    // 40 batches of 4 blocks of 256 bytes.
+    let data: Vec<u8> = (0..40 * 4 * 256).map(|i| (i * 7 % 251) as u8).collect();
+    put(&layer, "big", &data).await;
+    assert_eq!(get(&layer, "big", None).await, data);
+    let most = gauge.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (2..=ObjectLayer::WRITE_AHEAD).contains(&most),
+        "{most} write batches in flight at once (want 2 to {})",
+        ObjectLayer::WRITE_AHEAD
+    );
+    assert!(layer.directory().check().unwrap().is_empty());
+    // A PUT whose body breaks after 20 batches fails, and once the batches it had in flight
+    // have ended every block it reserved is free again.
+    let free = layer.directory().free_blocks();
+    let mut chunks: Vec<Result<Bytes, std::io::Error>> =
+        (0..80).map(|_| Ok(Bytes::from(vec![9u8; 256]))).collect();
+    chunks.push(Err(std::io::Error::other("the client went away")));
+    let broken = futures::stream::iter(chunks);
+    let r = layer.put_object("b", "broken", broken, None, BTreeMap::new(), false).await;
+    assert!(matches!(r, Err(GatewayError::Body(_))), "{r:?}");
+    for _ in 0..100 {
+        if layer.directory().free_blocks() == free {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(layer.directory().free_blocks(), free, "blocks of the broken PUT still reserved");
+    assert!(layer.directory().object("b", "broken").unwrap().is_none());
+    assert!(layer.directory().check().unwrap().is_empty());
+}

@@ -18,8 +18,8 @@
 //! does nothing ([`crate::S3Store`]'s and [`crate::RedisStore`]'s are empty), so a model that
 //! charged it a round trip would charge every engine that flushes before a log record, and
 //! every sealed baseline's PUT, a round trip no real store costs them. Our own storage server
-//! (`remote://`) does answer a flush over the network; it runs over a real socket in its own
-//! benchmarks rather than through this model.
+//! (`remote://`) does answer a flush with a message of its own: in front of it, this model
+//! leaves that message its real socket's time and adds no emulated round trip to it.
 //!
 //! Each direction of the link is one queue: a transfer starts when the link is free, so
 //! concurrent calls share the bandwidth. Propagation delay is per call, so concurrent calls
