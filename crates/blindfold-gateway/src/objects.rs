@@ -2,10 +2,7 @@
 //!
 //! An object of `n` bytes takes `⌈n / B⌉` blocks of `B` bytes (the block size, 4 KiB by
 //! default); the last block is zero-filled past the end. Objects stream in and out in batches of
-//! [`SharedEngine::batch_blocks`] blocks, so memory use does not grow with object size: a GET
-//! reads up to [`ObjectLayer::READ_AHEAD`] batches at once and a PUT writes up to
-//! [`ObjectLayer::WRITE_AHEAD`], so that neither waits for one batch's round trips before the
-//! next batch starts.
+//! [`SharedEngine::batch_blocks`] blocks, so memory use does not grow with object size.
 //!
 //! With padding on, every object (and every multipart part) is stored in a power-of-two number
 //! of blocks (at least one): a 5-block object takes 8 blocks, the extra 3 holding zeros, and
@@ -22,7 +19,7 @@
 //! to the request, and blocks reserved for a write go back to the allocator ([`Reserved`])
 //! only once the engine work started on them has ended.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use blindfold_oram::BlockId;
@@ -73,19 +70,18 @@ impl Drop for ReadPin {
 /// Blocks reserved for a write in progress. Claimed by the directory transaction that makes
 /// them part of an object or part ([`Reserved::claimed`]); otherwise — the request failed, or
 /// its future was dropped — they go back to the allocator when this is dropped, but only once
-/// every engine task started on them (batches of writes, or the commit) has ended: a write
+/// the engine task last started on them (a batch of writes, or the commit) has ended: a write
 /// abandoned by its request must not land in a block another request has been given since.
 #[derive(Debug)]
 pub struct Reserved {
     dir: Arc<Directory>,
     blocks: Vec<u64>,
-    /// Engine tasks started on the blocks and not yet seen to end, oldest first.
-    running: VecDeque<JoinHandle<Result<()>>>,
+    running: Option<JoinHandle<Result<()>>>,
 }
 
 impl Reserved {
     fn new(dir: &Arc<Directory>) -> Self {
-        Self { dir: Arc::clone(dir), blocks: Vec::new(), running: VecDeque::new() }
+        Self { dir: Arc::clone(dir), blocks: Vec::new(), running: None }
     }
 
     /// The reserved blocks, in the order they were reserved.
@@ -93,47 +89,16 @@ impl Reserved {
         &self.blocks
     }
 
-    /// Starts `work` on the blocks in a task of its own, which runs to its end even if this
-    /// request is abandoned, once fewer than `ahead` such tasks are running (waiting for the
-    /// oldest ones first; the first error among them is returned, the others still run).
-    async fn start(
-        &mut self,
-        work: impl std::future::Future<Output = Result<()>> + Send + 'static,
-        ahead: usize,
-    ) -> Result<()> {
-        while self.running.len() >= ahead.max(1) {
-            self.wait_oldest().await?;
-        }
-        self.running.push_back(tokio::spawn(work));
-        Ok(())
-    }
-
-    /// Waits for the oldest task started (kept in `running` until it has ended, so that a
-    /// request abandoned meanwhile leaves it to [`Drop`]).
-    async fn wait_oldest(&mut self) -> Result<()> {
-        let Some(task) = self.running.front_mut() else { return Ok(()) };
-        let r = task.await;
-        self.running.pop_front();
-        r.map_err(engine_task_failed)?
-    }
-
-    /// Waits for every task started.
-    async fn finish(&mut self) -> Result<()> {
-        while !self.running.is_empty() {
-            self.wait_oldest().await?;
-        }
-        Ok(())
-    }
-
-    /// Runs `work` on the blocks in a task of its own, after every task started before it,
-    /// and waits for it.
+    /// Runs `work` on the blocks in a task of its own, which runs to its end even if this
+    /// request is abandoned while it waits.
     async fn run(
         &mut self,
         work: impl std::future::Future<Output = Result<()>> + Send + 'static,
     ) -> Result<()> {
-        self.finish().await?;
-        self.start(work, 1).await?;
-        self.finish().await
+        let task = self.running.insert(tokio::spawn(work));
+        let r = task.await;
+        self.running = None;
+        r.map_err(engine_task_failed)?
     }
 
     /// The blocks were claimed by a directory transaction: nothing to give back.
@@ -148,20 +113,17 @@ impl Drop for Reserved {
         if blocks.is_empty() {
             return;
         }
-        let running: Vec<_> = self.running.drain(..).collect();
-        match (running.is_empty(), tokio::runtime::Handle::try_current()) {
-            (true, _) => self.dir.unreserve(&blocks),
-            (false, Ok(rt)) => {
+        match (self.running.take(), tokio::runtime::Handle::try_current()) {
+            (None, _) => self.dir.unreserve(&blocks),
+            (Some(task), Ok(rt)) => {
                 let dir = Arc::clone(&self.dir);
                 rt.spawn(async move {
-                    for task in running {
-                        let _ = task.await;
-                    }
+                    let _ = task.await;
                     dir.unreserve(&blocks);
                 });
             }
             // No runtime: the process is stopping, and reservations do not outlive it.
-            (false, Err(_)) => {}
+            (Some(_), Err(_)) => {}
         }
     }
 }
@@ -292,18 +254,14 @@ impl ObjectLayer {
         Ok(self.engine.shutdown().await?)
     }
 
-    /// Batches of blocks a PUT writes at once ([`ObjectLayer::write_stream`]).
-    pub const WRITE_AHEAD: usize = 4;
-
-    /// Starts writing blocks reserved in `reserved`, with up to [`Self::WRITE_AHEAD`] batches
-    /// in flight (see [`Reserved::start`]); [`Reserved::finish`] waits for them.
+    /// Writes blocks reserved in `reserved` (see [`Reserved::run`]).
     async fn write_blocks(
         &self,
         blocks: Vec<(BlockId, Vec<u8>)>,
         reserved: &mut Reserved,
     ) -> Result<()> {
         let engine = Arc::clone(&self.engine);
-        reserved.start(async move { Ok(engine.write_many(blocks).await?) }, Self::WRITE_AHEAD).await
+        reserved.run(async move { Ok(engine.write_many(blocks).await?) }).await
     }
 
     /// Reads blocks in a task of its own, so an abandoned read never stops an engine
@@ -327,9 +285,7 @@ impl ObjectLayer {
 
     /// Writes a byte stream into freshly reserved blocks. Returns the extent, its MD5 and the
     /// reservation of its blocks (to claim in a directory transaction; dropped, it gives them
-    /// back). Blocks are written but not yet committed. Up to [`Self::WRITE_AHEAD`] batches are
-    /// written at once, so a large PUT keeps the engine busy while one batch waits (for its
-    /// reveal records, a round trip), as a GET reads ahead.
+    /// back). Blocks are written but not yet committed.
     pub async fn write_stream<S, E>(&self, mut body: S) -> Result<(Extent, [u8; 16], Reserved)>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
@@ -389,8 +345,7 @@ impl ObjectLayer {
                     }
                 }
             }
-            self.write_blocks(std::mem::take(&mut batch), &mut reserved).await?;
-            reserved.finish().await
+            self.write_blocks(std::mem::take(&mut batch), &mut reserved).await
         }
         .await;
         result?; // on failure `reserved`, dropped, gives the blocks back
@@ -656,7 +611,7 @@ impl ObjectLayer {
     }
 
     /// Groups of blocks a GET reads at once ([`ObjectLayer::stream_plan`]).
-    pub const READ_AHEAD: usize = 4;
+    const READ_AHEAD: usize = 4;
 
     /// Runs a read plan: reads it group by group, up to [`Self::READ_AHEAD`] groups at once,
     /// and sends the bytes to `tx` in order. `ready` is told once `prefetch` bytes are read
