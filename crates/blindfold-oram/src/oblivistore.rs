@@ -1663,13 +1663,38 @@ impl ObliviStoreOram {
         &mut self,
         shuffle: Shuffle,
         spilled: Vec<(u64, Vec<u8>)>,
-    ) -> ShuffleRecord {
+    ) -> Result<ShuffleRecord> {
         let levels = self.config.levels;
         let p = shuffle.partition;
         // Whether a levelled partition's level `l` is one the shuffle merged (and retires).
         let merged = |l: u32| shuffle.level == levels || l < shuffle.level;
         if self.partitions[p as usize].busy.as_ref().is_some_and(|b| b.serial == shuffle.serial) {
             self.partitions[p as usize].busy = None;
+        }
+        let tree = self.config.path_shape().map(|zh| {
+            (shuffle.buckets.len() as u64 == ObliviStoreConfig::path_buckets(zh), &shuffle.buckets)
+        });
+        let retires = |origin: Option<(u32, u32)>| {
+            origin.is_some_and(|(op, ol)| {
+                op == p
+                    && match tree {
+                        // A Path ORAM partition: the rewritten buckets' old copies.
+                        Some((whole, buckets)) => whole || buckets.contains(&(ol as u64)),
+                        None => merged(ol),
+                    }
+            })
+        };
+        // A cached block whose read has not landed yet, from a slot the shuffle retires: the
+        // record could not carry its data, and the log would keep no copy of it. The driver
+        // hands a read's data over before the shuffle may write; refused before any change.
+        if let Some((&b, _)) =
+            self.cache.iter().find(|(_, c)| c.data.is_none() && retires(c.origin))
+        {
+            return Err(OramError::Protocol(format!(
+                "a shuffle of partition {p} (serial {}) retires the slot of block {b}, whose read \
+                 has not landed",
+                shuffle.serial
+            )));
         }
         // Spilled blocks go to the cache (and into the record, which carries their data),
         // unless an access took them from the shuffle meanwhile.
@@ -1685,19 +1710,6 @@ impl ObliviStoreOram {
                 self.cache_block(b, Some(data), target, Some((p, levels)), false);
             }
         }
-        let tree = self.config.path_shape().map(|zh| {
-            (shuffle.buckets.len() as u64 == ObliviStoreConfig::path_buckets(zh), &shuffle.buckets)
-        });
-        let retires = |origin: Option<(u32, u32)>| {
-            origin.is_some_and(|(op, ol)| {
-                op == p
-                    && match tree {
-                        // A Path ORAM partition: the rewritten buckets' old copies.
-                        Some((whole, buckets)) => whole || buckets.contains(&(ol as u64)),
-                        None => merged(ol),
-                    }
-            })
-        };
         // Blocks a tree write-back carries back unchanged: the new cells hold them, the
         // record needs no copy.
         let carried: std::collections::HashSet<u64> = if tree.is_some() {
@@ -1776,7 +1788,7 @@ impl ObliviStoreOram {
             leaves: shuffle.leaves,
         };
         self.install(&record);
-        record
+        Ok(record)
     }
 
     /// Applies a finished shuffle to the levels and the position map.

@@ -51,7 +51,7 @@ fn land_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle, got: HashMa
         sim.insert(cell.0, (sh.serial, h, data));
     }
     let spilled = sh.spill.iter().map(|b| (*b, got[b].clone())).collect();
-    o.finish_shuffle(sh, spilled);
+    o.finish_shuffle(sh, spilled).unwrap();
 }
 
 /// An access's read of block `b`, each cell checked against the simulated store: the block
@@ -116,6 +116,65 @@ fn access_watched(
         run_shuffle(o, sim, sh);
     }
     old
+}
+
+/// A shuffle that retires the level an access read from, landing before that read's data has
+/// reached the planner, would drop the block's only copy the log knows of (the record rescues
+/// cached data, and there is none yet): the planner refuses to finish it, naming the block,
+/// rather than return a record a replay would lose the block by. The driver hands a read's
+/// data over in the same step that lets such a shuffle write.
+#[test]
+fn a_shuffle_does_not_retire_a_read_that_has_not_landed() {
+    for config in
+        [ObliviStoreConfig::new(64, 8).unwrap(), ObliviStoreConfig::curious(64, 8, 3).unwrap()]
+    {
+        let (mut o, mut sim) = fresh(config.clone(), 7);
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut debt = 0.0;
+        for b in 0..64u64 {
+            access(&mut o, &mut sim, &mut rng, &mut debt, b, Op::Write(b.to_le_bytes().to_vec()));
+        }
+        // A block stored in a partition's levels (not cached), read and not filled.
+        let (b, p) = (0..64u64)
+            .find_map(|b| {
+                let (p, real) = o.begin(b).unwrap();
+                let plan = o.plan_read(b, p, real).unwrap();
+                if plan.real.is_some() {
+                    return Some((b, p));
+                }
+                serve_read(&mut o, &sim, &plan, b);
+                o.finish(b, Op::Read).unwrap();
+                None
+            })
+            .expect("some block is stored");
+        let mut refused = None;
+        for _ in 0..(2u32 << config.levels()) {
+            let sh = o.plan_evict(p);
+            let got = shuffle_reads(&sim, &sh);
+            for &(cell, h) in &sh.writes {
+                let data = if h == DUMMY {
+                    vec![0; 8]
+                } else if let Some((_, d)) = sh.evicted.iter().find(|(x, _)| *x == h) {
+                    d.clone()
+                } else {
+                    got[&h].clone()
+                };
+                sim.insert(cell.0, (sh.serial, h, data));
+            }
+            let spilled = sh.spill.iter().map(|x| (*x, got[x].clone())).collect();
+            if let Err(e) = o.finish_shuffle(sh, spilled) {
+                refused = Some(e.to_string());
+                break;
+            }
+        }
+        let refused = refused.unwrap_or_else(|| {
+            panic!(
+                "{config:?}: every level of partition {p} was merged while block {b}'s read was \
+                 in flight, and no shuffle refused: a record retired its only logged copy"
+            )
+        });
+        assert!(refused.contains(&format!("block {b}")), "{refused}");
+    }
 }
 
 #[test]

@@ -807,19 +807,21 @@ impl DurableObliviStore {
             }
             None => (self.read_slots(&plan.slots).await, Ok(None)),
         };
-        if let Some(t) = ticket {
-            inner.st.lock().close_read(p, t);
-            self.ring();
-        }
         let (fetched, prefetched) = match (fetched, prefetched) {
             (Ok(f), Ok(p)) => (f, p),
             (Err(e), _) | (_, Err(e)) => {
+                if let Some(t) = ticket {
+                    inner.st.lock().close_read(p, t);
+                }
                 self.poison(&e);
                 return Err(e);
             }
         };
-        if plan.real.is_some() || !plan.keep.is_empty() {
-            // The block, and (a Path ORAM partition) every other block the read took.
+        {
+            // The block, and (a Path ORAM partition) every other block the read took, land in
+            // the same step that ends the read's ticket: a shuffle waiting for the ticket may
+            // retire the slot read, and its record carries the block's data only if it is
+            // there (between two steps, a replay would lose the block).
             let mut s = inner.st.lock();
             for (i, data) in fetched.into_iter().enumerate() {
                 if plan.real == Some(i) || plan.keep.contains(&i) {
@@ -827,9 +829,11 @@ impl DurableObliviStore {
                     s.oram.fill(plan.slots[i].holder, data);
                 }
             }
-            drop(s);
-            self.ring();
+            if let Some(t) = ticket {
+                s.close_read(p, t);
+            }
         }
+        self.ring();
         // The eviction that pairs with this read, then the background ones, each holding its
         // partition until its shuffle has landed.
         let mut permits = permits;
@@ -1047,7 +1051,7 @@ impl DurableObliviStore {
         let spilled: Vec<(u64, Vec<u8>)> =
             sh.spill.iter().filter_map(|b| blocks.remove(b).map(|d| (*b, d))).collect();
         let mut s = self.inner.st.lock();
-        let record = s.oram.finish_shuffle(sh, spilled);
+        let record = s.oram.finish_shuffle(sh, spilled)?;
         let frame = self.frame(SHUFFLE_MAGIC, &record)?;
         let seq = s.push(frame);
         s.queue_names_cells = true;
