@@ -117,6 +117,15 @@ impl SharedEngine for Watched {
         r
     }
 
+    async fn commit_queued(&self) -> Result<blindfold_proxy::Mirrored> {
+        let started = std::time::Instant::now();
+        let r = self.note(self.inner.commit_queued().await);
+        if r.is_ok() {
+            self.observer.commit(started.elapsed());
+        }
+        r
+    }
+
     async fn shutdown(&self) -> Result<()> {
         self.inner.shutdown().await
     }
@@ -211,6 +220,10 @@ impl SharedEngine for Swappable {
 
     async fn commit(&self) -> Result<()> {
         self.inner.read().await.commit().await
+    }
+
+    async fn commit_queued(&self) -> Result<blindfold_proxy::Mirrored> {
+        self.inner.read().await.commit_queued().await
     }
 
     async fn shutdown(&self) -> Result<()> {

@@ -278,9 +278,31 @@ impl ObjectLayer {
 
     /// Commits the engine, in a task of its own (see [`Reserved::run`]): a commit abandoned
     /// half-way would leave the engine's trusted state and the store out of step.
-    async fn commit_engine(&self, reserved: &mut Reserved) -> Result<()> {
+    /// Commits the engine's writes ([`SharedEngine::commit_queued`]): what is left is the
+    /// commit record's way to the store-side log, which [`ObjectLayer::settle_with`] waits for
+    /// beside the directory transaction that follows it.
+    async fn commit_engine(&self, reserved: &mut Reserved) -> Result<blindfold_proxy::Mirrored> {
         let engine = Arc::clone(&self.engine);
-        reserved.run(async move { Ok(engine.commit().await?) }).await
+        let queued = Arc::new(parking_lot::Mutex::new(None));
+        let out = Arc::clone(&queued);
+        reserved
+            .run(async move {
+                *out.lock() = Some(engine.commit_queued().await?);
+                Ok(())
+            })
+            .await?;
+        let queued = queued.lock().take();
+        Ok(queued.unwrap_or_default())
+    }
+
+    /// Returns once the engine's commit (`engine`, from [`ObjectLayer::commit_engine`]) and
+    /// the directory's transactions since are durable. Under `--durability store` both are
+    /// entries of the one store-side log, queued in that order: they go to the store in one
+    /// group commit, and the PUT waits for the store once, not twice.
+    async fn settle_with(&self, engine: blindfold_proxy::Mirrored) -> Result<()> {
+        let (e, d) = tokio::join!(engine.wait(), self.dir.settle());
+        e?;
+        d
     }
 
     /// Writes a byte stream into freshly reserved blocks. Returns the extent, its MD5 and the
@@ -416,7 +438,7 @@ impl ObjectLayer {
         if_none_match: bool,
         mut reserved: Reserved,
     ) -> Result<ObjectMeta> {
-        self.commit_engine(&mut reserved).await?;
+        let engine = self.commit_engine(&mut reserved).await?;
         let meta = self.dir.transact(reserved.blocks(), |tx| {
             tx.require_bucket(bucket)?;
             if if_none_match && tx.object(bucket, key)?.is_some() {
@@ -425,7 +447,7 @@ impl ObjectLayer {
             put_new_version(tx, bucket, key, meta.clone())
         })?;
         reserved.claimed();
-        self.dir.settle().await?;
+        self.settle_with(engine).await?;
         Ok(meta)
     }
 
@@ -765,7 +787,7 @@ impl ObjectLayer {
         let (extent, md5, mut reserved) = self.write_stream(body).await?;
         let part =
             Part { etag: hex::encode(md5), md5: md5.to_vec(), extent, modified_ns: now_ns() };
-        self.commit_engine(&mut reserved).await?;
+        let engine = self.commit_engine(&mut reserved).await?;
         self.dir.transact(reserved.blocks(), |tx| {
             let mut up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
             if let Some(old) = up.parts.insert(part_number, part.clone()) {
@@ -774,7 +796,7 @@ impl ObjectLayer {
             tx.put_upload(upload_id, &up)
         })?;
         reserved.claimed();
-        self.dir.settle().await?;
+        self.settle_with(engine).await?;
         Ok(part)
     }
 
@@ -831,7 +853,7 @@ impl ObjectLayer {
         let stream =
             futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
         let (extent, _, mut reserved) = self.write_stream(Box::pin(stream)).await?;
-        self.commit_engine(&mut reserved).await?;
+        let engine = self.commit_engine(&mut reserved).await?;
         let r = self.dir.transact(reserved.blocks(), |tx| {
             tx.require_bucket(bucket)?;
             let up = tx.upload(upload_id)?.ok_or(GatewayError::NoSuchUpload)?;
@@ -849,7 +871,7 @@ impl ObjectLayer {
         });
         if r.is_ok() {
             reserved.claimed();
-            self.dir.settle().await?;
+            self.settle_with(engine).await?;
         }
         r
     }

@@ -115,6 +115,34 @@ async fn lose_the_data_directory(engine: OramEngine, store: Option<StoreUrl>) {
     assert_eq!(common::read_object(&opened, "k1").await.unwrap(), b"newer");
 }
 
+/// A PUT under `--durability store` waits for the store-side log twice: once for its batch's
+/// reveal records (before its paths go out), once for its commit record and its directory entry
+/// together (the entry follows the record in the one log, so its being durable makes the record
+/// durable). A third wait would cost every PUT a round trip to the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_waits_for_the_store_side_log_twice() {
+    let root = tempfile::tempdir().unwrap();
+    let cells = root.path().join("cells");
+    let key = root.path().join("key.json");
+    let store = StoreUrl::File { dir: cells.clone(), sync: blindfold_store::SyncMode::OnFlush };
+    let opened = server::open(&cfg_on(&root.path().join("data"), store, &key, OramEngine::Tao))
+        .await
+        .unwrap();
+    let log = &opened.journal.as_ref().expect("--durability store starts the log").log;
+    opened.objects.directory().create_bucket("b").unwrap();
+    opened.objects.directory().settle().await.unwrap();
+    put(&opened, "warm", b"warm").await;
+    for i in 0..4 {
+        let before = log.counts().0;
+        put(&opened, &format!("k{i}"), &data(i)).await;
+        let groups = log.counts().0 - before;
+        assert_eq!(groups, 2, "PUT {i}: {groups} group commits of the store-side log");
+    }
+    for i in 0..4 {
+        assert_eq!(common::read_object(&opened, &format!("k{i}")).await.unwrap(), data(i));
+    }
+}
+
 /// A growth while serving under `--durability store`: the grown engine's log goes to the
 /// store, and the machine lost after it comes back at the grown size with every write before
 /// and after the growth.

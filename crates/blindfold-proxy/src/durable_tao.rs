@@ -63,9 +63,9 @@ use crate::durable::{
     SlotCell,
 };
 use crate::journal::{
-    append_frames_mirroring, append_record, decode_record, empty_log, encode_frame,
-    prepare_new_dir, read_any_checkpoint, read_frames_with_legacy, read_prev_checkpoint,
-    replace_log, write_checkpoint_as, Mirrored, Tap, CHECKPOINT, REDO_LOG,
+    append_frames_mirroring, append_frames_queued, append_record, decode_record, empty_log,
+    encode_frame, prepare_new_dir, read_any_checkpoint, read_frames_with_legacy,
+    read_prev_checkpoint, replace_log, write_checkpoint_as, Mirrored, Tap, CHECKPOINT, REDO_LOG,
 };
 use crate::packed::{PackedStore, Packing};
 use crate::pinned::{PinnedCells, PinnedStore};
@@ -533,6 +533,10 @@ pub struct DurableTao {
     /// admitted one at a time ([`TaoOram::wait_for_room`]).
     admission: tokio::sync::Mutex<()>,
     committer: tokio::sync::Mutex<Committer>,
+    /// The last commit record's copy in the mirror (the store-side log), which a non-stop
+    /// commit does not wait for: [`DurableTao::commit`] waits for it, the next commit waits for
+    /// it before writing into slots the record frees, and a checkpoint before it is written.
+    unmirrored: parking_lot::Mutex<Mirrored>,
     /// Opens cells for `verify` (never seals).
     opener: CellSealer,
     /// Reveals logged before their paths are read.
@@ -965,6 +969,7 @@ impl DurableTao {
             pinned,
             gate: tokio::sync::RwLock::new(()),
             admission: tokio::sync::Mutex::new(()),
+            unmirrored: Default::default(),
             committer: tokio::sync::Mutex::new(Committer {
                 dir: dir.to_path_buf(),
                 log,
@@ -1143,16 +1148,34 @@ impl DurableTao {
     /// Makes every write that completed before this call durable. Concurrent callers share
     /// commits.
     pub async fn commit(&self) -> Result<()> {
+        self.commit_queued().await?.wait().await
+    }
+
+    /// As [`DurableTao::commit`], but returns once the commit record is in the local redo log
+    /// and queued for the mirror (the store-side log), with what is left to wait for: the
+    /// writes are durable once [`Mirrored::wait`] returns, or once any later entry of the same
+    /// mirror is durable. A caller that logs an entry of its own after the commit's (the
+    /// gateway's directory transaction) thus waits for the store once for both.
+    pub async fn commit_queued(&self) -> Result<Mirrored> {
         self.check()?;
         let mine = self.written.load(Ordering::SeqCst);
+        // `committed` is raised after the record's mirror handle is kept: the handle read
+        // after it covers these writes (or a later record, which covers them too).
         if self.committed.load(Ordering::SeqCst) >= mine {
-            return Ok(());
+            return Ok(self.unmirrored.lock().clone());
         }
         let mut c = self.committer.lock().await;
-        if self.committed.load(Ordering::SeqCst) >= mine {
-            return Ok(()); // another caller's commit covered these writes while we queued
+        if self.committed.load(Ordering::SeqCst) < mine {
+            self.commit_all(&mut c).await?;
         }
-        self.commit_all(&mut c).await
+        // (else another caller's commit covered these writes while we queued)
+        Ok(self.unmirrored.lock().clone())
+    }
+
+    /// Waits until the last commit record is in the mirror.
+    async fn mirrored(&self) -> Result<()> {
+        let m = self.unmirrored.lock().clone();
+        m.wait().await
     }
 
     /// A commit whatever has been written (the overlay is full).
@@ -1196,7 +1219,10 @@ impl DurableTao {
                         None => Ok(()),
                     };
                     match (r, ckpt) {
-                        (Ok(()), Some(k)) => self.write_captured_checkpoint(c, k).await,
+                        (Ok(()), Some(k)) => match self.mirrored().await {
+                            Ok(()) => self.write_captured_checkpoint(c, k).await,
+                            Err(e) => Err(e),
+                        },
                         (r, _) => r,
                     }
                 }
@@ -1268,6 +1294,9 @@ impl DurableTao {
         // made by the task that writes its batch.
         let mut cells: Vec<(CellId, Arc<Vec<u8>>)> =
             cells.into_iter().map(|(c, sealed)| (CellId(c), sealed)).collect();
+        // The slots this commit writes are those the last record freed: only once that record
+        // is in the mirror too (else a recovery from the store would find them overwritten).
+        self.mirrored().await?;
         // Packed, a group's buckets go in one write batch as far as the batches allow: each
         // batch writes every group it touches whole.
         if let Some(p) = &self.packed {
@@ -1318,14 +1347,16 @@ impl DurableTao {
         let (appended, mirrored) = {
             let _journal = self.journal.writer.lock().await;
             let (appended, mirrored) =
-                append_frames_mirroring(&c.log, &c.dir, &self.journal.tap, vec![frame]).await?;
+                append_frames_queued(&c.log, &c.dir, &self.journal.tap, vec![frame]).await?;
             let end = log_len(c)?;
             c.last_record = Some(end.saturating_sub(appended)..end);
             (appended, mirrored)
         };
-        // Reveals append while the mirror (the store) takes the record; nothing depends on the
-        // commit before it is there.
-        mirrored.wait().await?;
+        // Reveals append while the mirror (the store) takes the record, and the commit ends
+        // without waiting for it (`unmirrored`): reads may see the new slots already (they saw
+        // the moved-aside cells while the commit wrote; their reveals follow this commit), and
+        // nothing overwrites the slots the record frees before it is there.
+        *self.unmirrored.lock() = mirrored;
         c.pool.apply(&top);
         self.top_named.fetch_add(top_blocks as u64, Ordering::Relaxed);
         self.top_with_contents.fetch_add(top_logged as u64, Ordering::Relaxed);
@@ -1372,6 +1403,7 @@ impl DurableTao {
             if let Some(p) = self.prepare(c).await? {
                 self.finish_prepared(c, p).await?;
             }
+            self.mirrored().await?;
             if c.log_bytes > self.log_limit || self.journal.tap.wants_checkpoint() {
                 self.checkpoint_locked(c)?;
                 self.journal.tap.checkpointed(&c.dir).await?;

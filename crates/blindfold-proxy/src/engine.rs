@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::journal::Tap;
+use crate::journal::{Mirrored, Tap};
 use crate::{
     DurableObliviStore, DurablePathOram, DurableTao, DurableTee, ProxyError, Result, SealedDirect,
     VerifyReport,
@@ -51,6 +51,15 @@ pub trait SharedEngine: Send + Sync + std::fmt::Debug {
 
     /// Makes every write that completed before this call durable.
     async fn commit(&self) -> Result<()>;
+
+    /// As [`SharedEngine::commit`], but may return before the commit's record is in the redo
+    /// log's mirror (the gateway's store-side log): the writes are durable once the returned
+    /// [`Mirrored::wait`] ends, or once a later entry of the same mirror is durable. By
+    /// default, a whole commit and nothing left to wait for.
+    async fn commit_queued(&self) -> Result<Mirrored> {
+        self.commit().await?;
+        Ok(Mirrored::default())
+    }
 
     /// Commits and saves the whole trusted state (clean shutdown, no traffic).
     async fn shutdown(&self) -> Result<()>;
@@ -438,6 +447,10 @@ impl SharedEngine for DurableTao {
 
     async fn commit(&self) -> Result<()> {
         DurableTao::commit(self).await
+    }
+
+    async fn commit_queued(&self) -> Result<Mirrored> {
+        DurableTao::commit_queued(self).await
     }
 
     async fn sweep_paths(&self) -> u64 {

@@ -371,6 +371,29 @@ pub async fn append_frames_mirroring(
     tap: &Tap,
     frames: Vec<Vec<u8>>,
 ) -> Result<(u64, Mirrored)> {
+    append_to_log(log, dir, tap, frames, true).await
+}
+
+/// As [`append_frames_mirroring`], but the mirror's copy is only queued: it goes out with the
+/// first wait for it or for anything queued after it ([`Mirrored::wait`], or the mirror's own
+/// wait for a later entry), in one group with whatever else is queued by then. For a record
+/// whose caller logs an entry of its own right after it and waits for both.
+pub async fn append_frames_queued(
+    log: &File,
+    dir: &Path,
+    tap: &Tap,
+    frames: Vec<Vec<u8>>,
+) -> Result<(u64, Mirrored)> {
+    append_to_log(log, dir, tap, frames, false).await
+}
+
+async fn append_to_log(
+    log: &File,
+    dir: &Path,
+    tap: &Tap,
+    frames: Vec<Vec<u8>>,
+    start: bool,
+) -> Result<(u64, Mirrored)> {
     let log = log.try_clone().map_err(|e| io(dir, "cloning log handle", e))?;
     let path = dir.join(REDO_LOG);
     let len = frames.iter().map(|f| f.len() as u64).sum();
@@ -380,11 +403,13 @@ pub async fn append_frames_mirroring(
     let mirrored = match mirror {
         Some(m) => {
             let ticket = m.queue(Arc::clone(&shared));
-            let started = Arc::clone(&m);
-            tokio::spawn(async move {
-                // Failures are kept by the mirror and answered to every waiter.
-                let _ = started.durable(ticket).await;
-            });
+            if start {
+                let started = Arc::clone(&m);
+                tokio::spawn(async move {
+                    // Failures are kept by the mirror and answered to every waiter.
+                    let _ = started.durable(ticket).await;
+                });
+            }
             Mirrored(Some((m, ticket)))
         }
         None => Mirrored(None),

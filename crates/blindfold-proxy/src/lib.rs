@@ -107,7 +107,7 @@ pub use durable::{DurablePathOram, Recovery, VerifyReport};
 pub use durable_tao::{DurableTao, OverlayStore};
 pub use engine::{EngineGauges, InPlaceGrowth, SharedEngine};
 pub use error::ProxyError;
-pub use journal::{make_private, LogMirror, Tap};
+pub use journal::{make_private, LogMirror, Mirrored, Tap};
 pub use lifecycle::DurableEngine;
 pub use oblivistore::{DurableObliviStore, ObliviStoreEngineStats};
 #[cfg(feature = "onion")]
