@@ -46,8 +46,10 @@ pub struct GatewayArgs {
     /// requests, several in flight), and checkpoints of the trusted state go to the store every
     /// 30 s; `blindfold recover` on a new machine then restores every acknowledged write from
     /// the store and the key alone. Its cost is store round trips: a small write waits for
-    /// about three more than under `local` (measured with 30 clients: 0.81–0.92 of `local`'s
-    /// throughput on a MinIO on the same machine, 0.55–0.58 behind 50 ms; docs/benchmarks.md),
+    /// two more than under `local` (its reveal records, then its commit record and directory
+    /// change in one append; three with engines other than tao), a read for one (measured
+    /// with 30 clients: 0.81–0.92 of `local`'s throughput on a MinIO on the same machine,
+    /// 0.53–0.58 behind 50 ms; docs/benchmarks.md),
     /// and the log adds about a third to the bytes sent. `local`: in the data directory only (its redo log; a fsync, no store round
     /// trip): a lost data directory loses what was written since the last store checkpoint.
     /// `auto`: `store` for s3://, redis:// and remote:// stores, `local` for files.
