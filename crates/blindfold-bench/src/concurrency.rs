@@ -55,6 +55,10 @@ pub struct ConcurrencyBench {
     pub seed: u64,
     /// A reduced run (`--quick`).
     pub quick: bool,
+    /// Also measure the gateway's durable TaoStore engine (its redo log, reveal records and
+    /// commits: a write returns once committed) at each client count, once per durability
+    /// given (`--durability local,store`), each filled the same way; empty: not measured.
+    pub durability: Vec<blindfold_gateway::server::Durability>,
     /// Test hook (`bench regress --inject-slowdown`): makes the concurrent engine about this
     /// many times slower ([`crate::slow::SlowStore`] on its store), never sequential Path
     /// ORAM. `None` in every real measurement.
@@ -78,6 +82,7 @@ impl Default for ConcurrencyBench {
             baseline: true,
             seed: 1,
             quick: false,
+            durability: Vec::new(),
             inject_slowdown: None,
             progress: true,
         }
@@ -170,6 +175,8 @@ fn block_data(id: u64, size: usize) -> Vec<u8> {
 enum Target {
     Tao(Arc<TaoOram>),
     Path(Arc<tokio::sync::Mutex<SealedPathOram>>),
+    /// The gateway's durable engine: a write returns once a commit covers it.
+    Durable(Arc<dyn blindfold_proxy::SharedEngine>),
 }
 
 impl Target {
@@ -179,6 +186,13 @@ impl Target {
     async fn access(&self, block: BlockId, op: Op, deadline: Instant) -> Result<bool> {
         match self {
             Target::Tao(t) => t.access(block, op).await.map(drop)?,
+            Target::Durable(e) => match op {
+                Op::Read => e.read_many(&[block]).await.map(drop)?,
+                Op::Write(data) => {
+                    e.write_many(vec![(block, data)]).await?;
+                    e.commit().await?;
+                }
+            },
             Target::Path(p) => {
                 let Ok(mut oram) = tokio::time::timeout_at(deadline, p.lock()).await else {
                     return Ok(false);
@@ -192,6 +206,7 @@ impl Target {
     async fn trusted_bytes(&self) -> u64 {
         match self {
             Target::Tao(t) => t.trusted_bytes(),
+            Target::Durable(e) => e.gauges().trusted_bytes,
             Target::Path(p) => p.lock().await.trusted_bytes(),
         }
     }
@@ -311,7 +326,8 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
     let dataset_bytes = blocks * u64::from(params.block_size);
     let server_bytes = geometry.total_bytes();
     let mut rows = Vec::new();
-    let points = params.clients.len() * (params.ks.len() + usize::from(params.baseline));
+    let points = params.clients.len()
+        * (params.ks.len() + usize::from(params.baseline) + params.durability.len());
     let pb = bar(points as u64, "concurrency", params.progress);
 
     // Fills a fresh memory store with every block through Path ORAM's bulk load.
@@ -447,6 +463,33 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
             pb.inc(1);
         }
     }
+    for &durability in &params.durability {
+        let name = durability_name(durability);
+        let (opened, _dir) = open_durable(&params, durability, dataset_bytes).await?;
+        let engine = Arc::clone(opened.objects.engine());
+        fill_durable(&engine, blocks, params.block_size as usize, params.progress, name).await?;
+        for &clients in &params.clients {
+            pb.set_message(format!("tao {name} ×{clients}"));
+            let m = drive(
+                Arc::new(Target::Durable(Arc::clone(&engine))),
+                clients,
+                &params,
+                blocks,
+                params.seed,
+            )
+            .await?;
+            engine.commit().await?;
+            let mut r = row(&format!("tao-{name}"), clients, 0, &m);
+            r.speedup = rows
+                .iter()
+                .find(|b| b.engine == "path" && b.clients == clients)
+                .filter(|b| b.ops_per_sec > 0.0)
+                .map(|b| r.ops_per_sec / b.ops_per_sec);
+            rows.push(r);
+            pb.inc(1);
+        }
+        opened.objects.shutdown().await?;
+    }
     pb.finish_and_clear();
     Ok(ConcurrencyReport {
         params,
@@ -458,6 +501,91 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
         machine: Machine::current(),
         floor_limits: limits,
     })
+}
+
+fn durability_name(d: blindfold_gateway::server::Durability) -> &'static str {
+    use blindfold_gateway::server::Durability;
+    match d {
+        Durability::Auto => "auto",
+        Durability::Local => "local",
+        Durability::Store => "store",
+    }
+}
+
+/// The gateway's engine (`tao`, its default cache) in a fresh data directory, on a memory
+/// store behind the benchmark's link, keeping its writes as `durability` says.
+async fn open_durable(
+    params: &ConcurrencyBench,
+    durability: blindfold_gateway::server::Durability,
+    dataset_bytes: u64,
+) -> Result<(blindfold_gateway::server::Opened, tempfile::TempDir)> {
+    use blindfold_gateway::server::{self, OpenHooks, ServeConfig};
+    let dir = tempfile::tempdir().context("a data directory")?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+    }
+    let link = crate::gateway::emulated_link(params.rtt_ms, params.mbit)?;
+    let cfg = ServeConfig {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        data_dir: dir.path().to_path_buf(),
+        store: Some(StoreUrl::Memory),
+        key_file: None,
+        passphrase: None,
+        credentials: None,
+        capacity: dataset_bytes,
+        block_size: params.block_size,
+        pad_objects: false,
+        cache_mib: server::DEFAULT_CACHE_MIB,
+        engine: blindfold_proxy::OramEngine::Tao,
+        in_place: false,
+        pack_levels: 1,
+        durability,
+        lease_ttl: None,
+        anchor: None,
+    };
+    let hooks = OpenHooks {
+        wrap_store: Some(Box::new(move |s: Arc<dyn Store>| -> Arc<dyn Store> {
+            match link {
+                Some(link) => Arc::new(LatencyStore::new(s, link)),
+                None => s,
+            }
+        })),
+        ..OpenHooks::default()
+    };
+    let opened = server::open_with(&cfg, hooks).await.context("opening the durable engine")?;
+    Ok((opened, dir))
+}
+
+/// Writes every block once through `engine` (batches in flight side by side), then commits.
+async fn fill_durable(
+    engine: &Arc<dyn blindfold_proxy::SharedEngine>,
+    blocks: u64,
+    size: usize,
+    progress: bool,
+    name: &str,
+) -> Result<()> {
+    use futures::StreamExt as _;
+    let batch = engine.batch_blocks().max(1) as u64;
+    let fill_bar = bar(blocks, &format!("filling tao ({name})"), progress);
+    let starts: Vec<u64> = (0..blocks).step_by(batch as usize).collect();
+    let mut writes = futures::stream::iter(starts)
+        .map(|from| {
+            let engine = Arc::clone(engine);
+            async move {
+                let to = (from + batch).min(blocks);
+                let data = (from..to).map(|b| (BlockId(b), block_data(b, size))).collect();
+                engine.write_many(data).await.map(|()| to - from)
+            }
+        })
+        .buffer_unordered(16);
+    while let Some(done) = writes.next().await {
+        fill_bar.inc(done?);
+    }
+    engine.commit().await?;
+    fill_bar.finish_and_clear();
+    Ok(())
 }
 
 /// The report as a table.
@@ -489,7 +617,7 @@ pub fn render(r: &ConcurrencyReport) -> String {
     );
     let _ = writeln!(
         s,
-        "\n  {:<6} {:>7} {:>5} {:>10} {:>9} {:>9} {:>9} {:>11} {:>9} {:>8} {:>8} {:>8} {:>10} {:>8}",
+        "\n  {:<9} {:>7} {:>5} {:>10} {:>9} {:>9} {:>9} {:>11} {:>9} {:>8} {:>8} {:>8} {:>10} {:>8}",
         "engine",
         "clients",
         "k",
@@ -508,7 +636,7 @@ pub fn render(r: &ConcurrencyReport) -> String {
     for x in &r.rows {
         let _ = writeln!(
             s,
-            "  {:<6} {:>7} {:>5} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}Mi {:>8.4}% {:>8} {:>8} {:>8} {:>10} {:>8}",
+            "  {:<9} {:>7} {:>5} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}Mi {:>8.4}% {:>8} {:>8} {:>8} {:>10} {:>8}",
             x.engine,
             x.clients,
             if x.k == 0 { "-".to_string() } else { x.k.to_string() },
@@ -543,6 +671,25 @@ pub fn render(r: &ConcurrencyReport) -> String {
             "  30 clients, k = {}: mean response {:.1} ms (target ≤ 60 ms at 50 ms RTT)",
             x.k, x.mean_response_ms
         );
+    }
+    // The durable engine: what keeping writes in the store costs against keeping them in the
+    // data directory, at each client count measured with both.
+    for local in r.rows.iter().filter(|x| x.engine == "tao-local") {
+        if let Some(store) =
+            r.rows.iter().find(|x| x.engine == "tao-store" && x.clients == local.clients)
+        {
+            let _ = writeln!(
+                s,
+                "  durable tao, {} clients: --durability store {:.1} ops/s, {:.2} of local's {:.1} \
+                 (mean {:.1} against {:.1} ms)",
+                local.clients,
+                store.ops_per_sec,
+                if local.ops_per_sec > 0.0 { store.ops_per_sec / local.ops_per_sec } else { 0.0 },
+                local.ops_per_sec,
+                store.mean_response_ms,
+                local.mean_response_ms
+            );
+        }
     }
     let _ = writeln!(s, "  peak RSS {:.0} MiB", r.peak_rss_bytes as f64 / (1u64 << 20) as f64);
     let l = &r.floor_limits;

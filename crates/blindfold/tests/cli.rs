@@ -434,6 +434,48 @@ fn bench_concurrency_smoke_run_writes_rows_csv_and_plots() {
     }
 }
 
+/// `--durability local,store` adds the gateway's durable engine, once per durability, at each
+/// client count, and a line comparing the two: what `serve --durability store` costs.
+#[test]
+fn bench_concurrency_measures_the_durable_engine_under_both_durabilities() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("concurrency.json");
+    let o = blindfold(&[
+        "bench",
+        "concurrency",
+        "--dataset-mib",
+        "1",
+        "--clients",
+        "4",
+        "--k",
+        "4",
+        "--seconds",
+        "0.5",
+        "--rtt-ms",
+        "5",
+        "--no-baseline",
+        "--durability",
+        "local,store",
+        "--quiet",
+        "--out-dir",
+        dir.path().join("out").to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    for engine in ["tao", "tao-local", "tao-store"] {
+        let r = rows.iter().find(|r| r["engine"] == engine).unwrap_or_else(|| panic!("{v}"));
+        assert!(r["ops_per_sec"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+    }
+    assert!(text(&o).contains("durable tao, 4 clients: --durability store"), "{}", text(&o));
+    // A durability the benchmark does not know is refused, naming the choices.
+    let bad = blindfold(&["bench", "concurrency", "--durability", "disk", "--quiet"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("local") && text(&bad).contains("store"), "{}", text(&bad));
+}
+
 /// A `blindfold serve` started by a test; stopped cleanly (SIGTERM) by [`Served::stop`].
 struct Served {
     child: std::process::Child,

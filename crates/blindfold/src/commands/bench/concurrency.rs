@@ -43,6 +43,12 @@ pub struct ConcurrencyArgs {
     /// Seed of the workload and the engines.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Also measure the gateway's durable engine (tao with its redo log and commits: a write
+    /// returns once committed) at each client count, once per durability listed,
+    /// comma-separated: `--durability local,store` compares keeping writes in the data
+    /// directory with keeping them in the store too (`serve --durability`), in the same run.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub durability: Vec<crate::commands::data_dir::DurabilityArg>,
     /// Directory for the CSV file and SVG plots.
     #[arg(long, default_value = "blindfold-bench-concurrency")]
     pub out_dir: PathBuf,
@@ -86,6 +92,7 @@ async fn bench_concurrency(args: ConcurrencyArgs) -> Result<()> {
     bench.read_ratio = args.read_ratio;
     bench.baseline = !args.no_baseline;
     bench.seed = args.seed;
+    bench.durability = args.durability.into_iter().map(Into::into).collect();
     bench.progress = !args.quiet;
     let report = concurrency::run(bench).await?;
     print!("{}", concurrency::render(&report));
