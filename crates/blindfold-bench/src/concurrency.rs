@@ -293,6 +293,14 @@ async fn drive(
     })
 }
 
+/// A row's throughput over the baseline's at the same number of clients, if measured.
+fn speedup(rows: &[ConcurrencyRow], r: &ConcurrencyRow) -> Option<f64> {
+    rows.iter()
+        .find(|b| b.engine == "path" && b.clients == r.clients)
+        .filter(|b| b.ops_per_sec > 0.0)
+        .map(|b| r.ops_per_sec / b.ops_per_sec)
+}
+
 fn percentile_ms(sorted_us: &[u64], p: f64) -> f64 {
     if sorted_us.is_empty() {
         return 0.0;
@@ -453,11 +461,7 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
             r.max_subtree = stats.max_subtree;
             r.max_stash = stats.max_stash;
             r.floor = floor(&c, &m, RoundTrips::AtLeast(1.0), clients);
-            r.speedup = rows
-                .iter()
-                .find(|b| b.engine == "path" && b.clients == clients)
-                .filter(|b| b.ops_per_sec > 0.0)
-                .map(|b| r.ops_per_sec / b.ops_per_sec);
+            r.speedup = speedup(&rows, &r);
             rows.push(r);
             state = oram.export_state()?;
             pb.inc(1);
@@ -480,11 +484,7 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
             .await?;
             engine.commit().await?;
             let mut r = row(&format!("tao-{name}"), clients, 0, &m);
-            r.speedup = rows
-                .iter()
-                .find(|b| b.engine == "path" && b.clients == clients)
-                .filter(|b| b.ops_per_sec > 0.0)
-                .map(|b| r.ops_per_sec / b.ops_per_sec);
+            r.speedup = speedup(&rows, &r);
             rows.push(r);
             pb.inc(1);
         }

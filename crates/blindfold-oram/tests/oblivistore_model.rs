@@ -40,6 +40,13 @@ fn shuffle_reads(sim: &Sim, sh: &Shuffle) -> HashMap<u64, Vec<u8>> {
 
 /// A shuffle's writes reach the simulated store and the planner learns it landed.
 fn land_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle, got: HashMap<u64, Vec<u8>>) {
+    write_shuffle(sim, &sh, &got);
+    let spilled = sh.spill.iter().map(|b| (*b, got[b].clone())).collect();
+    o.finish_shuffle(sh, spilled).unwrap();
+}
+
+/// A shuffle's writes reach the simulated store (`got`: its reads' live blocks).
+fn write_shuffle(sim: &mut Sim, sh: &Shuffle, got: &HashMap<u64, Vec<u8>>) {
     for &(cell, h) in &sh.writes {
         let data = if h == DUMMY {
             vec![0; 8]
@@ -50,8 +57,6 @@ fn land_shuffle(o: &mut ObliviStoreOram, sim: &mut Sim, sh: Shuffle, got: HashMa
         };
         sim.insert(cell.0, (sh.serial, h, data));
     }
-    let spilled = sh.spill.iter().map(|b| (*b, got[b].clone())).collect();
-    o.finish_shuffle(sh, spilled).unwrap();
 }
 
 /// An access's read of block `b`, each cell checked against the simulated store: the block
@@ -151,16 +156,7 @@ fn a_shuffle_does_not_retire_a_read_that_has_not_landed() {
         for _ in 0..(2u32 << config.levels()) {
             let sh = o.plan_evict(p);
             let got = shuffle_reads(&sim, &sh);
-            for &(cell, h) in &sh.writes {
-                let data = if h == DUMMY {
-                    vec![0; 8]
-                } else if let Some((_, d)) = sh.evicted.iter().find(|(x, _)| *x == h) {
-                    d.clone()
-                } else {
-                    got[&h].clone()
-                };
-                sim.insert(cell.0, (sh.serial, h, data));
-            }
+            write_shuffle(&mut sim, &sh, &got);
             let spilled = sh.spill.iter().map(|x| (*x, got[x].clone())).collect();
             if let Err(e) = o.finish_shuffle(sh, spilled) {
                 refused = Some(e.to_string());
