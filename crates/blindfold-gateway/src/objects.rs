@@ -277,10 +277,10 @@ impl ObjectLayer {
     }
 
     /// Commits the engine, in a task of its own (see [`Reserved::run`]): a commit abandoned
-    /// half-way would leave the engine's trusted state and the store out of step.
-    /// Commits the engine's writes ([`SharedEngine::commit_queued`]): what is left is the
-    /// commit record's way to the store-side log, which [`ObjectLayer::settle_with`] waits for
-    /// beside the directory transaction that follows it.
+    /// half-way would leave the engine's trusted state and the store out of step. Returns what
+    /// is left of it ([`SharedEngine::commit_queued`]): the commit record's way to the
+    /// store-side log, which [`ObjectLayer::settle_with`] waits for beside the directory
+    /// transaction that follows it.
     async fn commit_engine(&self, reserved: &mut Reserved) -> Result<blindfold_proxy::Mirrored> {
         let engine = Arc::clone(&self.engine);
         let queued = Arc::new(parking_lot::Mutex::new(None));
