@@ -519,42 +519,23 @@ async fn open_durable(
     durability: blindfold_gateway::server::Durability,
     dataset_bytes: u64,
 ) -> Result<(blindfold_gateway::server::Opened, tempfile::TempDir)> {
-    use blindfold_gateway::server::{self, OpenHooks, ServeConfig};
     let dir = tempfile::tempdir().context("a data directory")?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
-    }
-    let link = crate::gateway::emulated_link(params.rtt_ms, params.mbit)?;
-    let cfg = ServeConfig {
-        listen: "127.0.0.1:0".parse().expect("address"),
+    let setup = crate::gateway::LiveSetup {
+        store: StoreUrl::Memory,
         data_dir: dir.path().to_path_buf(),
-        store: Some(StoreUrl::Memory),
-        key_file: None,
-        passphrase: None,
-        credentials: None,
         capacity: dataset_bytes,
         block_size: params.block_size,
-        pad_objects: false,
-        cache_mib: server::DEFAULT_CACHE_MIB,
+        cache_mib: blindfold_gateway::server::DEFAULT_CACHE_MIB,
         engine: blindfold_proxy::OramEngine::Tao,
+        kind: blindfold_gateway::server::EngineKind::PathOram,
         in_place: false,
         pack_levels: 1,
         durability,
-        lease_ttl: None,
-        anchor: None,
+        rtt_ms: params.rtt_ms,
+        mbit: params.mbit,
+        slowdown: None,
     };
-    let hooks = OpenHooks {
-        wrap_store: Some(Box::new(move |s: Arc<dyn Store>| -> Arc<dyn Store> {
-            match link {
-                Some(link) => Arc::new(LatencyStore::new(s, link)),
-                None => s,
-            }
-        })),
-        ..OpenHooks::default()
-    };
-    let opened = server::open_with(&cfg, hooks).await.context("opening the durable engine")?;
+    let (opened, _) = crate::gateway::open_live(setup).await?;
     Ok((opened, dir))
 }
 

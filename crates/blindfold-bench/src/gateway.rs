@@ -571,64 +571,74 @@ pub(crate) struct LiveSetup {
     pub slowdown: Option<f64>,
 }
 
+/// Opens the gateway `s` describes (its data directory made private, its store wrapped in the
+/// emulated link and a [`CountingStore`]), without serving it.
+pub(crate) async fn open_live(
+    s: LiveSetup,
+) -> Result<(server::Opened, Arc<CountingStore<Arc<dyn Store>>>)> {
+    #[cfg(unix)]
+    {
+        // A data directory holds trusted state: the gateway wants it private (and says so).
+        use std::os::unix::fs::PermissionsExt as _;
+        let private = std::fs::Permissions::from_mode(0o700);
+        std::fs::set_permissions(&s.data_dir, private)
+            .with_context(|| format!("restricting {}", s.data_dir.display()))?;
+    }
+    let cfg = ServeConfig {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        data_dir: s.data_dir,
+        store: Some(s.store),
+        key_file: None,
+        passphrase: None,
+        credentials: Some((ACCESS_KEY.into(), SECRET_KEY.into())),
+        capacity: s.capacity,
+        block_size: s.block_size,
+        pad_objects: false,
+        cache_mib: s.cache_mib,
+        engine: s.engine,
+        in_place: s.in_place,
+        pack_levels: s.pack_levels,
+        durability: s.durability,
+        lease_ttl: None,
+        anchor: None,
+    };
+    type Counting = CountingStore<Arc<dyn Store>>;
+    let link = emulated_link(s.rtt_ms, s.mbit)?;
+    // Checked here, so that the wrapper below cannot fail.
+    let slowdown = s.slowdown;
+    slowdown.map(crate::slow::check_factor).transpose()?;
+    let counter: Arc<OnceLock<Arc<Counting>>> = Arc::new(OnceLock::new());
+    let hook = Arc::clone(&counter);
+    let hooks = OpenHooks {
+        engine: s.kind,
+        wrap_store: Some(Box::new(move |s: Arc<dyn Store>| -> Arc<dyn Store> {
+            let mut s: Arc<dyn Store> = match link {
+                Some(link) => Arc::new(LatencyStore::new(s, link)),
+                None => s,
+            };
+            if let Some(factor) = slowdown {
+                s = Arc::new(crate::slow::SlowStore::new(s, factor).expect("checked above"));
+            }
+            let c = Arc::new(CountingStore::new(s));
+            let _ = hook.set(Arc::clone(&c));
+            c
+        })),
+        ..OpenHooks::default()
+    };
+    let opened = server::open_with(&cfg, hooks).await.context("opening the gateway")?;
+    let counts = counter.get().cloned().context("the store hook was not called")?;
+    Ok((opened, counts))
+}
+
 impl LiveGateway {
     /// Opens the gateway, creates `bucket`, and starts serving.
     pub(crate) async fn start(s: LiveSetup, bucket: &str) -> Result<Self> {
-        #[cfg(unix)]
-        {
-            // A data directory holds trusted state: the gateway wants it private (and says so).
-            use std::os::unix::fs::PermissionsExt as _;
-            let private = std::fs::Permissions::from_mode(0o700);
-            std::fs::set_permissions(&s.data_dir, private)
-                .with_context(|| format!("restricting {}", s.data_dir.display()))?;
-        }
-        let cfg = ServeConfig {
-            listen: "127.0.0.1:0".parse().expect("address"),
-            data_dir: s.data_dir,
-            store: Some(s.store),
-            key_file: None,
-            passphrase: None,
-            credentials: Some((ACCESS_KEY.into(), SECRET_KEY.into())),
-            capacity: s.capacity,
-            block_size: s.block_size,
-            pad_objects: false,
-            cache_mib: s.cache_mib,
-            engine: s.engine,
-            in_place: s.in_place,
-            pack_levels: s.pack_levels,
-            durability: s.durability,
-            lease_ttl: None,
-            anchor: None,
-        };
-        type Counting = CountingStore<Arc<dyn Store>>;
-        let link = emulated_link(s.rtt_ms, s.mbit)?;
-        // Checked here, so that the wrapper below cannot fail.
-        let slowdown = s.slowdown;
-        slowdown.map(crate::slow::check_factor).transpose()?;
-        let counter: Arc<OnceLock<Arc<Counting>>> = Arc::new(OnceLock::new());
-        let hook = Arc::clone(&counter);
-        let hooks = OpenHooks {
-            engine: s.kind,
-            wrap_store: Some(Box::new(move |s: Arc<dyn Store>| -> Arc<dyn Store> {
-                let mut s: Arc<dyn Store> = match link {
-                    Some(link) => Arc::new(LatencyStore::new(s, link)),
-                    None => s,
-                };
-                if let Some(factor) = slowdown {
-                    s = Arc::new(crate::slow::SlowStore::new(s, factor).expect("checked above"));
-                }
-                let c = Arc::new(CountingStore::new(s));
-                let _ = hook.set(Arc::clone(&c));
-                c
-            })),
-            ..OpenHooks::default()
-        };
-        let opened = server::open_with(&cfg, hooks).await.context("opening the gateway")?;
-        let counts = counter.get().cloned().context("the store hook was not called")?;
+        let listen: SocketAddr = "127.0.0.1:0".parse().expect("address");
+        let (opened, counts) = open_live(s).await?;
         let objects = Arc::clone(&opened.objects);
         let log = opened.journal.as_ref().map(|j| Arc::clone(&j.log));
         objects.directory().create_bucket(bucket)?;
-        let listener = tokio::net::TcpListener::bind(cfg.listen).await.context("listening")?;
+        let listener = tokio::net::TcpListener::bind(listen).await.context("listening")?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(server::run(opened, listener, async {
