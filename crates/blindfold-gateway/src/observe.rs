@@ -1026,6 +1026,17 @@ impl<S: Store> Store for TappedStore<S> {
         self.inner.write(cells).await
     }
 
+    async fn write_shared(
+        &self,
+        cells: Vec<(CellId, Arc<Vec<u8>>)>,
+    ) -> blindfold_store::Result<()> {
+        if self.observer.recording() {
+            let ids: Vec<CellId> = cells.iter().map(|c| c.0).collect();
+            self.observer.physical(true, &ids);
+        }
+        self.inner.write_shared(cells).await
+    }
+
     async fn flush(&self) -> blindfold_store::Result<()> {
         self.inner.flush().await
     }

@@ -130,9 +130,10 @@ pub(crate) async fn write_shared_batches(
     futures::stream::iter(write_batches_of(cells))
         .map(|batch| {
             let store = Arc::clone(store);
+            // Shared as they are: a store that can write from a borrowed buffer copies none,
+            // and a retry sends the same buffers again.
             let task = tokio::spawn(async move {
-                let owned = batch.into_iter().map(|(c, d)| (c, Vec::clone(&d))).collect();
-                write_sealed(&*store, retry, owned).await
+                Ok::<_, ProxyError>(with_retry(retry, || store.write_shared(batch.clone())).await?)
             });
             async move {
                 task.await
@@ -169,6 +170,85 @@ mod write_batches_tests {
         let writes: Vec<_> = inner.trace().into_iter().filter(|e| e.op == TraceOp::Write).collect();
         assert_eq!(writes.len(), (n as usize).div_ceil(WRITE_BATCH));
         assert!(writes.iter().all(|w| w.cells.len() <= WRITE_BATCH));
+    }
+
+    /// The bottom of a chain of wrappers: notes which buffers reach it shared, and whether
+    /// anything arrived as an owned (copied) buffer instead.
+    #[derive(Debug)]
+    struct Probe {
+        inner: MemoryStore,
+        shared: parking_lot::Mutex<Vec<usize>>,
+        owned: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl Store for Probe {
+        fn geometry(&self) -> Geometry {
+            self.inner.geometry()
+        }
+        async fn read(&self, cells: &[CellId]) -> blindfold_store::Result<Vec<Vec<u8>>> {
+            self.inner.read(cells).await
+        }
+        async fn read_ranges(
+            &self,
+            ranges: &[blindfold_store::ByteRange],
+        ) -> blindfold_store::Result<Vec<Vec<u8>>> {
+            self.inner.read_ranges(ranges).await
+        }
+        async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
+            self.owned.fetch_add(cells.len(), std::sync::atomic::Ordering::SeqCst);
+            self.inner.write(cells).await
+        }
+        async fn write_shared(
+            &self,
+            cells: Vec<(CellId, Arc<Vec<u8>>)>,
+        ) -> blindfold_store::Result<()> {
+            self.shared.lock().extend(cells.iter().map(|(_, d)| Arc::as_ptr(d) as usize));
+            self.inner.write_shared(cells).await
+        }
+        async fn flush(&self) -> blindfold_store::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_s_shared_cells_reach_the_store_uncopied() {
+        use blindfold_store::{CountingStore, LatencyStore, LinkConfig};
+        // The wrappers a commit's cells pass on their way down in the gateway (two slots per
+        // cell, the counters, an emulated link, the trace), then the probe.
+        let logical = Geometry::new(2 * WRITE_BATCH as u64 + 3, 8).unwrap();
+        let physical = crate::slots::slotted_geometry(logical).unwrap();
+        let probe = Arc::new(Probe {
+            inner: MemoryStore::new(physical),
+            shared: parking_lot::Mutex::new(Vec::new()),
+            owned: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let below: Arc<dyn Store> = Arc::new(CountingStore::new(LatencyStore::new(
+            RecordingStore::new(Arc::clone(&probe)),
+            LinkConfig::unlimited(std::time::Duration::ZERO),
+        )));
+        let slotted = crate::slots::SlottedStore::new(
+            below,
+            crate::slots::SlotMap::new(logical.cell_count()),
+        )
+        .unwrap();
+        let store: Arc<dyn Store> = Arc::new(slotted);
+        let cells: Vec<(CellId, Arc<Vec<u8>>)> = (0..logical.cell_count())
+            .map(|c| (CellId(c), Arc::new(c.to_le_bytes().to_vec())))
+            .collect();
+        let sent: std::collections::HashSet<usize> =
+            cells.iter().map(|(_, d)| Arc::as_ptr(d) as usize).collect();
+        let kept = cells.clone();
+        write_shared_batches(&store, RetryPolicy::default(), cells).await.unwrap();
+        assert_eq!(
+            probe.owned.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "cells reached the store as copies"
+        );
+        let arrived: std::collections::HashSet<usize> =
+            probe.shared.lock().iter().copied().collect();
+        assert_eq!(arrived, sent, "the store got other buffers than the ones shared");
+        drop(kept);
     }
 
     #[tokio::test]

@@ -199,6 +199,32 @@ impl PinnedStore {
     pub fn trusted_bytes(&self) -> u64 {
         self.cells.read().iter().map(|c| c.len() as u64).sum()
     }
+
+    /// Checks a batch, keeps the cells of the pinned top (`own` makes each one's buffer) and
+    /// returns the others, for the store below.
+    fn keep_pinned<B: AsRef<Vec<u8>>>(
+        &self,
+        cells: Vec<(CellId, B)>,
+        own: impl Fn(B) -> Vec<u8>,
+    ) -> blindfold_store::Result<Vec<(CellId, B)>> {
+        let g = self.inner.geometry();
+        let count = self.count();
+        let mut outside = Vec::with_capacity(cells.len());
+        let mut dirty = self.dirty.lock();
+        let mut held = self.held.lock();
+        let mut pinned = self.cells.write();
+        for (c, data) in cells {
+            g.check_write(c, data.as_ref())?;
+            if c.0 < count {
+                pinned[c.0 as usize] = own(data);
+                dirty.insert(c.0);
+                held.remove(&c.0);
+            } else {
+                outside.push((c, data));
+            }
+        }
+        Ok(outside)
+    }
 }
 
 #[async_trait]
@@ -265,28 +291,24 @@ impl Store for PinnedStore {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
-        let g = self.inner.geometry();
-        let count = self.count();
-        let mut outside = Vec::with_capacity(cells.len());
-        {
-            let mut dirty = self.dirty.lock();
-            let mut held = self.held.lock();
-            let mut pinned = self.cells.write();
-            for (c, data) in cells {
-                g.check_write(c, &data)?;
-                if c.0 < count {
-                    pinned[c.0 as usize] = data;
-                    dirty.insert(c.0);
-                    held.remove(&c.0);
-                } else {
-                    outside.push((c, data));
-                }
-            }
-        }
+        let outside = self.keep_pinned(cells, |d| d)?;
         if outside.is_empty() {
             return Ok(());
         }
         self.inner.write(outside).await
+    }
+
+    async fn write_shared(
+        &self,
+        cells: Vec<(CellId, Arc<Vec<u8>>)>,
+    ) -> blindfold_store::Result<()> {
+        // A pinned cell is kept as its own buffer (copied if the caller still shares it);
+        // the others go on shared.
+        let outside = self.keep_pinned(cells, Arc::unwrap_or_clone)?;
+        if outside.is_empty() {
+            return Ok(());
+        }
+        self.inner.write_shared(outside).await
     }
 
     async fn flush(&self) -> blindfold_store::Result<()> {

@@ -177,6 +177,24 @@ impl SlottedStore {
     pub fn trusted_bytes(&self) -> u64 {
         self.map.read().trusted_bytes()
     }
+
+    /// Checks a batch and addresses each cell to the slot that does not hold its committed
+    /// copy, noting that slot as pending.
+    fn to_free_slots<B: AsRef<Vec<u8>>>(
+        &self,
+        cells: Vec<(CellId, B)>,
+    ) -> blindfold_store::Result<Vec<(CellId, B)>> {
+        let map = self.map.read();
+        let mut pending = self.pending.lock();
+        let mut phys = Vec::with_capacity(cells.len());
+        for (c, data) in cells {
+            self.logical.check_write(c, data.as_ref())?;
+            let slot = 1 - map.get(c.0);
+            pending.insert(c.0, slot);
+            phys.push((self.phys(c.0, slot), data));
+        }
+        Ok(phys)
+    }
 }
 
 #[async_trait]
@@ -214,19 +232,16 @@ impl Store for SlottedStore {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
-        let phys = {
-            let map = self.map.read();
-            let mut pending = self.pending.lock();
-            let mut phys = Vec::with_capacity(cells.len());
-            for (c, data) in cells {
-                self.logical.check_write(c, &data)?;
-                let slot = 1 - map.get(c.0);
-                pending.insert(c.0, slot);
-                phys.push((self.phys(c.0, slot), data));
-            }
-            phys
-        };
+        let phys = self.to_free_slots(cells)?;
         self.inner.write(phys).await
+    }
+
+    async fn write_shared(
+        &self,
+        cells: Vec<(CellId, Arc<Vec<u8>>)>,
+    ) -> blindfold_store::Result<()> {
+        let phys = self.to_free_slots(cells)?;
+        self.inner.write_shared(phys).await
     }
 
     async fn flush(&self) -> blindfold_store::Result<()> {

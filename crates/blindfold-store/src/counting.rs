@@ -364,6 +364,15 @@ impl<S: Store> CountingStore<S> {
     pub(crate) fn count_select_answer(&self, bytes: usize) {
         add(&self.counters.select_bytes_read, bytes as u64);
     }
+
+    /// Counts one write request of `cells` cells and `bytes` bytes.
+    fn count_write(&self, cells: usize, bytes: usize) {
+        let c = &self.counters;
+        add(&c.round_trips, 1);
+        add(&c.write_requests, 1);
+        add(&c.cells_written, cells as u64);
+        add(&c.bytes_written, bytes as u64);
+    }
 }
 
 #[async_trait]
@@ -393,12 +402,13 @@ impl<S: Store> Store for CountingStore<S> {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
-        let c = &self.counters;
-        add(&c.round_trips, 1);
-        add(&c.write_requests, 1);
-        add(&c.cells_written, cells.len() as u64);
-        add(&c.bytes_written, cells.iter().map(|(_, b)| b.len() as u64).sum());
+        self.count_write(cells.len(), cells.iter().map(|(_, b)| b.len()).sum());
         self.inner.write(cells).await
+    }
+
+    async fn write_shared(&self, cells: Vec<(CellId, std::sync::Arc<Vec<u8>>)>) -> Result<()> {
+        self.count_write(cells.len(), cells.iter().map(|(_, b)| b.len()).sum());
+        self.inner.write_shared(cells).await
     }
 
     async fn flush(&self) -> Result<()> {

@@ -457,8 +457,30 @@ impl Store for FileStore {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
+        self.write_cells(cells).await
+    }
+
+    async fn write_shared(&self, cells: Vec<(CellId, Arc<Vec<u8>>)>) -> Result<()> {
+        self.write_cells(cells).await
+    }
+
+    async fn flush(&self) -> Result<()> {
+        if self.sync == SyncMode::None {
+            return Ok(());
+        }
+        self.blocking(|file| file.sync_data(), || format!("syncing {}", self.path.display())).await
+    }
+}
+
+impl FileStore {
+    /// Writes a batch from the caller's buffers, owned or shared (no copy but where runs of
+    /// adjacent cells are joined into one write).
+    async fn write_cells<B>(&self, cells: Vec<(CellId, B)>) -> Result<()>
+    where
+        B: AsRef<Vec<u8>> + Send + 'static,
+    {
         for (c, data) in &cells {
-            self.geometry.check_write(*c, data)?;
+            self.geometry.check_write(*c, data.as_ref())?;
         }
         if cells.is_empty() {
             return Ok(());
@@ -476,10 +498,10 @@ impl Store for FileStore {
                 for (at, n) in runs {
                     if n == 1 {
                         let one = data.next().expect("a cell per run entry");
-                        file.write_all_at(&one, at)?;
+                        file.write_all_at(one.as_ref(), at)?;
                     } else {
                         joined.clear();
-                        data.by_ref().take(n).for_each(|d| joined.extend_from_slice(&d));
+                        data.by_ref().take(n).for_each(|d| joined.extend_from_slice(d.as_ref()));
                         file.write_all_at(&joined, at)?;
                     }
                 }
@@ -491,12 +513,5 @@ impl Store for FileStore {
             || format!("writing {count} cells to {}", self.path.display()),
         )
         .await
-    }
-
-    async fn flush(&self) -> Result<()> {
-        if self.sync == SyncMode::None {
-            return Ok(());
-        }
-        self.blocking(|file| file.sync_data(), || format!("syncing {}", self.path.display())).await
     }
 }

@@ -276,6 +276,11 @@ impl<S: Store> Store for LatencyStore<S> {
         self.across(up, self.inner.write(cells), |_| 0).await
     }
 
+    async fn write_shared(&self, cells: Vec<(CellId, std::sync::Arc<Vec<u8>>)>) -> Result<()> {
+        let up = cells.iter().map(|(_, b)| LinkConfig::ADDRESS_BYTES + b.len() as u64).sum();
+        self.across(up, self.inner.write_shared(cells), |_| 0).await
+    }
+
     async fn flush(&self) -> Result<()> {
         // Not across the link (see the module's docs).
         self.inner.flush().await

@@ -95,6 +95,7 @@ mod url;
 mod xor;
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -264,6 +265,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// twice, the later buffer wins.
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()>;
 
+    /// Writes whole cells whose buffers the caller keeps sharing (an engine that still serves
+    /// reads from them): as [`Store::write`], with the same checks and results. A backend that
+    /// can send or copy from a borrowed buffer says so by overriding this, and the caller's
+    /// buffers are then never copied for it; the default hands [`Store::write`] a copy of each
+    /// buffer still shared (none of one the caller no longer holds). Wrappers forward it, so a
+    /// chain of them copies nothing either.
+    async fn write_shared(&self, cells: Vec<(CellId, Arc<Vec<u8>>)>) -> Result<()> {
+        self.write(cells.into_iter().map(|(c, d)| (c, Arc::unwrap_or_clone(d))).collect()).await
+    }
+
     /// Makes every write that has returned durable.
     async fn flush(&self) -> Result<()>;
 
@@ -278,7 +289,7 @@ pub trait Store: Send + Sync + fmt::Debug {
 }
 
 #[async_trait]
-impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+impl<S: Store + ?Sized> Store for Arc<S> {
     fn geometry(&self) -> Geometry {
         (**self).geometry()
     }
@@ -290,6 +301,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
         (**self).write(cells).await
+    }
+    async fn write_shared(&self, cells: Vec<(CellId, Arc<Vec<u8>>)>) -> Result<()> {
+        (**self).write_shared(cells).await
     }
     async fn flush(&self) -> Result<()> {
         (**self).flush().await
@@ -312,6 +326,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
         (**self).write(cells).await
+    }
+    async fn write_shared(&self, cells: Vec<(CellId, Arc<Vec<u8>>)>) -> Result<()> {
+        (**self).write_shared(cells).await
     }
     async fn flush(&self) -> Result<()> {
         (**self).flush().await

@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use parking_lot::RwLock;
 
@@ -40,6 +42,25 @@ impl MemoryStore {
         (shard, offset)
     }
 
+    /// Checks every cell of a batch, then copies each into its shard (a batch with any bad
+    /// cell changes nothing).
+    fn copy_in<B: AsRef<Vec<u8>>>(&self, cells: &[(CellId, B)]) -> Result<()> {
+        for (c, data) in cells {
+            self.geometry.check_write(*c, data.as_ref())?;
+        }
+        let size = self.geometry.cell_size() as usize;
+        for (c, data) in cells {
+            let (shard, base) = self.locate(*c);
+            let mut guard = self.shards[shard].write();
+            if guard.is_empty() {
+                let cells_here = self.shard_cells(shard as u64) as usize;
+                guard.resize(cells_here * size, 0);
+            }
+            guard[base..base + size].copy_from_slice(data.as_ref());
+        }
+        Ok(())
+    }
+
     fn copy_out(&self, cell: CellId, offset: usize, len: usize) -> Vec<u8> {
         let (shard, base) = self.locate(cell);
         let guard = self.shards[shard].read();
@@ -75,20 +96,11 @@ impl Store for MemoryStore {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
-        for (c, data) in &cells {
-            self.geometry.check_write(*c, data)?;
-        }
-        let size = self.geometry.cell_size() as usize;
-        for (c, data) in cells {
-            let (shard, base) = self.locate(c);
-            let mut guard = self.shards[shard].write();
-            if guard.is_empty() {
-                let cells_here = self.shard_cells(shard as u64) as usize;
-                guard.resize(cells_here * size, 0);
-            }
-            guard[base..base + size].copy_from_slice(&data);
-        }
-        Ok(())
+        self.copy_in(&cells)
+    }
+
+    async fn write_shared(&self, cells: Vec<(CellId, Arc<Vec<u8>>)>) -> Result<()> {
+        self.copy_in(&cells)
     }
 
     async fn flush(&self) -> Result<()> {

@@ -154,6 +154,24 @@ impl<S: Store> RecordingStore<S> {
             ranges.first().map_or(0, |r| u64::from(r.len)),
         ));
     }
+
+    /// Records a write of `cells` (with their bytes when payloads are kept).
+    fn record_write<B: AsRef<Vec<u8>>>(&self, cells: &[(CellId, B)]) {
+        let payloads = if self.payloads {
+            cells.iter().map(|(_, b)| b.as_ref().clone()).collect()
+        } else {
+            Vec::new()
+        };
+        self.record(TraceEvent {
+            payloads,
+            ..TraceEvent::new(
+                TraceOp::Write,
+                cells.iter().map(|(c, _)| *c).collect(),
+                Vec::new(),
+                cells.iter().map(|(_, b)| b.as_ref().len() as u64).sum(),
+            )
+        });
+    }
 }
 
 #[async_trait]
@@ -184,18 +202,13 @@ impl<S: Store> Store for RecordingStore<S> {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
-        let payloads =
-            if self.payloads { cells.iter().map(|(_, b)| b.clone()).collect() } else { Vec::new() };
-        self.record(TraceEvent {
-            payloads,
-            ..TraceEvent::new(
-                TraceOp::Write,
-                cells.iter().map(|(c, _)| *c).collect(),
-                Vec::new(),
-                cells.iter().map(|(_, b)| b.len() as u64).sum(),
-            )
-        });
+        self.record_write(&cells);
         self.inner.write(cells).await
+    }
+
+    async fn write_shared(&self, cells: Vec<(CellId, std::sync::Arc<Vec<u8>>)>) -> Result<()> {
+        self.record_write(&cells);
+        self.inner.write_shared(cells).await
     }
 
     async fn flush(&self) -> Result<()> {

@@ -282,6 +282,35 @@ pub async fn run(store: &dyn Store) {
     let all: Vec<u64> = (0..CELL_COUNT).collect();
     expect_cells(store, check, &model, &all).await;
 
+    // Shared buffers (`write_shared`): the same cells as an owned write, the caller keeping
+    // its buffers; runs, duplicates (the last wins) and a buffer the caller no longer holds.
+    let check = "shared writes";
+    let order = [40, 41, 42, 3, 41, 70, last];
+    let batch: Vec<(u64, Vec<u8>)> = order.iter().map(|&c| (c, model.contents())).collect();
+    let shared: Vec<(CellId, std::sync::Arc<Vec<u8>>)> =
+        batch.iter().map(|(c, d)| (CellId(*c), std::sync::Arc::new(d.clone()))).collect();
+    let kept = shared.clone();
+    store.write_shared(shared).await.unwrap_or_else(|e| {
+        fail(check, format!("write_shared of cells {order:?} returned an error: {e}"))
+    });
+    for (c, d) in &batch {
+        model.set(*c, d);
+    }
+    for ((_, sent), (_, d)) in kept.iter().zip(&batch) {
+        if sent.as_slice() != d.as_slice() {
+            fail(check, "write_shared changed a buffer the caller shares".to_owned());
+        }
+    }
+    drop(kept);
+    expect_cells(store, check, &model, &[39, 40, 41, 42, 43, 3, 70, last]).await;
+    let data = model.contents();
+    store
+        .write_shared(vec![(CellId(3), std::sync::Arc::new(data.clone()))])
+        .await
+        .unwrap_or_else(|e| fail(check, format!("write_shared of a sole buffer failed: {e}")));
+    model.set(3, &data);
+    expect_cells(store, check, &model, &[3, 40]).await;
+
     let check = "ranged reads";
     for cell in [50, 3, last] {
         expect_ranges(
@@ -397,6 +426,18 @@ pub async fn run(store: &dyn Store) {
         "write of [(5, ok), (0, long)] over written cells",
         store
             .write(vec![(CellId(5), good.clone()), (CellId(0), vec![0xAB; size as usize + 1])])
+            .await,
+        "WrongCellSize",
+        is_wrong_cell_size,
+    );
+    expect_error(
+        check,
+        "shared write of [(10, ok), (11, long)]",
+        store
+            .write_shared(vec![
+                (CellId(10), std::sync::Arc::new(good.clone())),
+                (CellId(11), std::sync::Arc::new(vec![0xAB; size as usize + 1])),
+            ])
             .await,
         "WrongCellSize",
         is_wrong_cell_size,

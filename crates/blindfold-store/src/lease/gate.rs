@@ -165,6 +165,11 @@ impl Store for GatedStore {
         self.inner.write(cells).await
     }
 
+    async fn write_shared(&self, cells: Vec<(CellId, Arc<Vec<u8>>)>) -> Result<()> {
+        self.gate.pass().await?;
+        self.inner.write_shared(cells).await
+    }
+
     async fn flush(&self) -> Result<()> {
         self.gate.pass().await?;
         self.inner.flush().await
