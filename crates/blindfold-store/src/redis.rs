@@ -546,8 +546,25 @@ impl Store for RedisStore {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
-        for (cell, data) in &cells {
-            self.geometry.check_write(*cell, data)?;
+        self.set_cells(&cells).await
+    }
+
+    async fn write_shared(&self, cells: Vec<(CellId, std::sync::Arc<Vec<u8>>)>) -> Result<()> {
+        self.set_cells(&cells).await
+    }
+
+    /// Nothing to send: durability is the server's configuration (see the
+    /// [module docs](self)).
+    async fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl RedisStore {
+    /// Checks a batch, then sets every cell from the caller's buffers in one transaction.
+    async fn set_cells<B: AsRef<Vec<u8>>>(&self, cells: &[(CellId, B)]) -> Result<()> {
+        for (cell, data) in cells {
+            self.geometry.check_write(*cell, data.as_ref())?;
         }
         if cells.is_empty() {
             return Ok(());
@@ -559,7 +576,7 @@ impl Store for RedisStore {
         for chunk in cells.chunks(CHUNK) {
             let cmd = pipe.cmd("MSET");
             for (cell, data) in chunk {
-                cmd.arg(self.key(*cell)).arg(data.as_slice());
+                cmd.arg(self.key(*cell)).arg(data.as_ref().as_slice());
             }
             cmd.ignore();
         }
@@ -567,12 +584,6 @@ impl Store for RedisStore {
         pipe.query_async::<()>(&mut con)
             .await
             .map_err(|e| self.map_error(&format!("writing {} cells", cells.len()), e))
-    }
-
-    /// Nothing to send: durability is the server's configuration (see the
-    /// [module docs](self)).
-    async fn flush(&self) -> Result<()> {
-        Ok(())
     }
 }
 

@@ -385,7 +385,30 @@ impl S3Store {
         }
     }
 
-    async fn put_cell(&self, cell: CellId, data: Vec<u8>) -> Result<()> {
+    /// Checks a batch, then PUTs the last buffer given for each cell, several at once.
+    async fn put_cells<B: AsRef<Vec<u8>>>(
+        &self,
+        cells: Vec<(CellId, B)>,
+        body: impl Fn(B) -> bytes::Bytes,
+    ) -> Result<()> {
+        for (cell, data) in &cells {
+            self.geometry.check_write(*cell, data.as_ref())?;
+        }
+        // The last buffer for a cell wins: keep only the last occurrence of each cell.
+        let mut seen = HashSet::with_capacity(cells.len());
+        let mut unique: Vec<(CellId, bytes::Bytes)> = cells
+            .into_iter()
+            .rev()
+            .filter(|(cell, _)| seen.insert(*cell))
+            .map(|(cell, data)| (cell, body(data)))
+            .collect();
+        unique.reverse();
+        stream::iter(unique.into_iter().map(Ok))
+            .try_for_each_concurrent(self.concurrency, |(cell, data)| self.put_cell(cell, data))
+            .await
+    }
+
+    async fn put_cell(&self, cell: CellId, data: bytes::Bytes) -> Result<()> {
         self.client
             .put(&self.cell_path(cell), PutPayload::from(data))
             .await
@@ -721,6 +744,15 @@ pub(crate) fn fmt_url(
     Ok(())
 }
 
+/// A cell's buffer shared with its writer, as the body of a PUT.
+struct SharedCell(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for SharedCell {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
 #[async_trait]
 impl Store for S3Store {
     fn geometry(&self) -> Geometry {
@@ -750,17 +782,12 @@ impl Store for S3Store {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
-        for (cell, data) in &cells {
-            self.geometry.check_write(*cell, data)?;
-        }
-        // The last buffer for a cell wins: keep only the last occurrence of each cell.
-        let mut seen = HashSet::with_capacity(cells.len());
-        let mut unique: Vec<(CellId, Vec<u8>)> =
-            cells.into_iter().rev().filter(|(cell, _)| seen.insert(*cell)).collect();
-        unique.reverse();
-        stream::iter(unique.into_iter().map(Ok))
-            .try_for_each_concurrent(self.concurrency, |(cell, data)| self.put_cell(cell, data))
-            .await
+        self.put_cells(cells, bytes::Bytes::from).await
+    }
+
+    /// Each object's body is the shared buffer itself (held until its PUT is done).
+    async fn write_shared(&self, cells: Vec<(CellId, Arc<Vec<u8>>)>) -> Result<()> {
+        self.put_cells(cells, |d| bytes::Bytes::from_owner(SharedCell(d))).await
     }
 
     /// Nothing to do: S3 acknowledges a PUT only once the object is stored durably.
