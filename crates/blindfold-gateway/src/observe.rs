@@ -999,6 +999,16 @@ pub struct TappedStore<S = Arc<Counted>> {
     observer: Arc<Observer>,
 }
 
+impl<S> TappedStore<S> {
+    /// Feeds the cells of a write to the recording window, if one is open.
+    fn note_write<B>(&self, cells: &[(CellId, B)]) {
+        if self.observer.recording() {
+            let ids: Vec<CellId> = cells.iter().map(|c| c.0).collect();
+            self.observer.physical(true, &ids);
+        }
+    }
+}
+
 #[async_trait]
 impl<S: Store> Store for TappedStore<S> {
     fn geometry(&self) -> Geometry {
@@ -1019,10 +1029,7 @@ impl<S: Store> Store for TappedStore<S> {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> blindfold_store::Result<()> {
-        if self.observer.recording() {
-            let ids: Vec<CellId> = cells.iter().map(|c| c.0).collect();
-            self.observer.physical(true, &ids);
-        }
+        self.note_write(&cells);
         self.inner.write(cells).await
     }
 
@@ -1030,10 +1037,7 @@ impl<S: Store> Store for TappedStore<S> {
         &self,
         cells: Vec<(CellId, Arc<Vec<u8>>)>,
     ) -> blindfold_store::Result<()> {
-        if self.observer.recording() {
-            let ids: Vec<CellId> = cells.iter().map(|c| c.0).collect();
-            self.observer.physical(true, &ids);
-        }
+        self.note_write(&cells);
         self.inner.write_shared(cells).await
     }
 

@@ -165,6 +165,11 @@ pub struct LatencyStore<S> {
     timetable: Mutex<Timetable>,
 }
 
+/// The bytes a write sends over the link: each cell's address and its buffer.
+fn upload_bytes<B: AsRef<Vec<u8>>>(cells: &[(CellId, B)]) -> u64 {
+    cells.iter().map(|(_, b)| LinkConfig::ADDRESS_BYTES + b.as_ref().len() as u64).sum()
+}
+
 impl<S: Store> LatencyStore<S> {
     /// Puts `inner` behind `link`.
     ///
@@ -272,13 +277,11 @@ impl<S: Store> Store for LatencyStore<S> {
     }
 
     async fn write(&self, cells: Vec<(CellId, Vec<u8>)>) -> Result<()> {
-        let up = cells.iter().map(|(_, b)| LinkConfig::ADDRESS_BYTES + b.len() as u64).sum();
-        self.across(up, self.inner.write(cells), |_| 0).await
+        self.across(upload_bytes(&cells), self.inner.write(cells), |_| 0).await
     }
 
     async fn write_shared(&self, cells: Vec<(CellId, std::sync::Arc<Vec<u8>>)>) -> Result<()> {
-        let up = cells.iter().map(|(_, b)| LinkConfig::ADDRESS_BYTES + b.len() as u64).sum();
-        self.across(up, self.inner.write_shared(cells), |_| 0).await
+        self.across(upload_bytes(&cells), self.inner.write_shared(cells), |_| 0).await
     }
 
     async fn flush(&self) -> Result<()> {
