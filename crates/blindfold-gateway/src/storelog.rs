@@ -69,11 +69,16 @@ use crate::{GatewayError, Result};
 pub const ARRAY: &str = "journal";
 /// Payload and header bytes of one cell (sealed, a cell takes [`CellSealer::OVERHEAD`] more).
 pub const CHUNK: usize = 64 * 1024;
-/// Cells of the ring by default (64 MiB of log).
-pub const DEFAULT_CELLS: u64 = 1024;
+/// Cells of the ring by default (128 MiB of log). A new log's ring; an existing one keeps the
+/// size its store checkpoint records.
+pub const DEFAULT_CELLS: u64 = 2048;
 /// Engine frames kept for the next store checkpoint beyond which the engine is asked to
-/// checkpoint (its checkpoint replaces them).
-pub const TAIL_LIMIT: usize = 16 << 20;
+/// checkpoint (its checkpoint replaces them). An engine checkpoint holds commits back while it
+/// waits for the store and writes the engine's whole state, and a TaoStore commit record
+/// carries its stash and the tree-top buckets it changed (about 300 KiB per PUT in the
+/// benchmark's mix): at 16 MiB the engine checkpointed every fifty or so PUTs, and a PUT-only
+/// run behind 50 ms lost a fifth of its throughput to it (docs/benchmarks.md).
+pub const TAIL_LIMIT: usize = 64 << 20;
 /// The header of a cell written before groups were pipelined (no *durable through*).
 const OLD_HEADER: usize = 8 + 8 + 32 + 1 + 4;
 const HEADER: usize = OLD_HEADER + 8;

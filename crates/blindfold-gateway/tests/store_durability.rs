@@ -420,17 +420,22 @@ async fn a_standby_takes_over_when_the_primary_dies() {
     let root = tempfile::tempdir().unwrap();
     let files =
         StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
-    standby_takes_over(files).await;
+    standby_takes_over(files, false).await;
+    // A primary whose reads went ahead of the log: the takeover rebuilds the tree.
+    let root = tempfile::tempdir().unwrap();
+    let files =
+        StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
+    standby_takes_over(files, true).await;
     for url in
         [common::redis_url("standby-redis"), blindfold_testkit::servers::s3_url("standby-s3", "")]
             .into_iter()
             .flatten()
     {
-        standby_takes_over(url).await;
+        standby_takes_over(url, false).await;
     }
 }
 
-async fn standby_takes_over(files: StoreUrl) {
+async fn standby_takes_over(files: StoreUrl, ahead: bool) {
     // A file store is locked by the process that serves it: a standby reads it only once the
     // primary is gone. Over the network it follows the log as it grows.
     let follows = !matches!(files, StoreUrl::File { .. });
@@ -443,9 +448,11 @@ async fn standby_takes_over(files: StoreUrl) {
     let root = tempfile::tempdir().unwrap();
     let key = root.path().join("key.json");
     let engine = OramEngine::Tao;
-    let primary = server::open(&cfg_on(&root.path().join("primary"), files.clone(), &key, engine))
-        .await
-        .unwrap();
+    let primary_cfg = ServeConfig {
+        reads_ahead_of_log: ahead,
+        ..cfg_on(&root.path().join("primary"), files.clone(), &key, engine)
+    };
+    let primary = server::open(&primary_cfg).await.unwrap();
     primary.objects.directory().create_bucket("b").unwrap();
     primary.objects.directory().settle().await.unwrap();
     for i in 0..5 {
@@ -476,6 +483,7 @@ async fn standby_takes_over(files: StoreUrl) {
     eprintln!("{name}: primary died, standby serving {:.2} s later; {about}", took.as_secs_f64());
     assert!(took < TTL + Duration::from_secs(5), "takeover took {took:?}: {about}");
     assert!(about.contains("took over"), "{about}");
+    assert_eq!(about.contains("rebuilt with fresh leaves"), ahead, "{about}");
     for i in 0..10 {
         assert_eq!(common::read_object(&opened, &format!("k{i}")).await.unwrap(), data(i), "k{i}");
     }
