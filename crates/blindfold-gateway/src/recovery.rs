@@ -204,32 +204,8 @@ pub async fn recover_until_with(
     // logging in its own store) is continued, not rebuilt: its state and every change since
     // are here, and opening it replays them as after a crash.
     if let Some(point) = &snap.journal {
-        if snap.reads_ahead_of_log
-            && (hooks.rebuild.is_some()
-                || hooks.engine_factory.is_some()
-                || snap.rotation.is_some())
-        {
-            return Err(GatewayError::Config(
-                "the store's newest checkpoint was written by a gateway that let reads go ahead \
-                 of the store-side log, which only a gateway keeping its blocks in this store \
-                 and rotating no key may do: this recovery cannot rebuild its tree; nothing was \
-                 changed"
-                    .into(),
-            ));
-        }
         let (mut about, reached) =
             from_store_log(dir, &snap, point, &params, &url, &key, crash).await?;
-        if snap.reads_ahead_of_log {
-            // The log may lack the reveal records of the last reads the store saw: continuing
-            // the tree would read those blocks again on the same paths. Every block gets a
-            // fresh leaf instead.
-            let (p, rebuilt) = rebuild_after_log(&params, &url, &oram_dir, &key, crash).await?;
-            params = p;
-            about.push_str(&format!(
-                "; the lost gateway let reads go ahead of the log (--reads-ahead-of-log), so the \
-                 tree was rebuilt with fresh leaves: {rebuilt}"
-            ));
-        }
         if let Some(rotation) = &snap.rotation {
             // The rotation goes on where the checkpoint left it: the gateway opened next
             // finds its file and opens what the old key sealed with the key file given.
@@ -426,55 +402,6 @@ async fn from_store_log(
         oram_array(params.generation),
     );
     Ok((about, point.next_entry + entries))
-}
-
-/// After [`from_store_log`] for a gateway that let reads go ahead of the log: opens the engine
-/// on its array, which replays the log's records as after a crash (reading again exactly the
-/// paths they name, which the store saw), stops it cleanly, then rebuilds its tree into the
-/// next generation's array with fresh leaves under a fresh key epoch ([`rebuild_in_store`]).
-/// Nothing goes to the store-side log: a run cut short is run again from the store's
-/// checkpoint and log, which still name the old array. Returns the new parameters and what
-/// was done.
-async fn rebuild_after_log(
-    params: &crate::datadir::GatewayParams,
-    url: &blindfold_store::StoreUrl,
-    oram_dir: &Path,
-    key: &blindfold_crypto::MasterKey,
-    crash: Option<RecoverCrash>,
-) -> Result<(crate::datadir::GatewayParams, String)> {
-    let array = oram_array(params.generation);
-    let geometry = oram_geometry(params)?;
-    let store = open_store(url, &array, geometry)
-        .await
-        .map_err(|e| GatewayError::Config(format!("opening store array {array}: {e}")))?;
-    let same = |tee| tee;
-    let engine_store = blindfold_proxy::catalogue::EngineStore {
-        store,
-        url,
-        array: &array,
-        geometry,
-        wrap_tee: &same,
-    };
-    let (engine, _) =
-        blindfold_proxy::lifecycle::open_engine(params, oram_dir, engine_store, key, None, false)
-            .await?;
-    engine.shutdown().await?;
-    drop(engine);
-    let ckpt_path = oram_dir.join(blindfold_proxy::state_file::CHECKPOINT);
-    let checkpoint = std::fs::read(&ckpt_path)
-        .map_err(|e| GatewayError::Config(format!("reading {}: {e}", ckpt_path.display())))?;
-    let (new_params, lost, about) =
-        rebuild_in_store(params, url, oram_dir, &checkpoint, key, crash).await?;
-    if !lost.is_empty() {
-        // Every cell the replayed engine names must open: the store altered some.
-        return Err(GatewayError::Corrupt(format!(
-            "{} blocks could not be read back from store array {array} while rebuilding the \
-             tree (their cells fail authentication: the store altered or lost them); nothing \
-             was changed — run `blindfold recover` again once the store is repaired",
-            lost.len()
-        )));
-    }
-    Ok((new_params, about))
 }
 
 /// The rebuild of an engine whose blocks are in the store: from the snapshot's array into

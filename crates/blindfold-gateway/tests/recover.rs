@@ -34,7 +34,6 @@ fn cfg_with(
         durability: Default::default(),
         lease_ttl: None,
         anchor: None,
-        reads_ahead_of_log: false,
     }
 }
 

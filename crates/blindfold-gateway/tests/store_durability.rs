@@ -48,22 +48,12 @@ async fn nothing_acknowledged_is_lost(engine: OramEngine) {
 
 /// [`nothing_acknowledged_is_lost`] on `store` (default: files in a temporary directory).
 async fn lose_the_data_directory(engine: OramEngine, store: Option<StoreUrl>) {
-    lose_the_data_directory_with(engine, store, false).await;
-}
-
-/// [`lose_the_data_directory`], the gateways letting reads go ahead of the log if `ahead`:
-/// each recovery then rebuilds the tree (the first one is cut short once, half-way through
-/// writing the new tree, and run again).
-async fn lose_the_data_directory_with(engine: OramEngine, store: Option<StoreUrl>, ahead: bool) {
     let root = tempfile::tempdir().unwrap();
     let cells = root.path().join("cells");
     let key = root.path().join("key.json");
     let store = store
         .unwrap_or(StoreUrl::File { dir: cells.clone(), sync: blindfold_store::SyncMode::OnFlush });
-    let cfg = |data: &Path, _: &Path, key: &Path, engine| ServeConfig {
-        reads_ahead_of_log: ahead,
-        ..cfg_on(data, store.clone(), key, engine)
-    };
+    let cfg = |data: &Path, _: &Path, key: &Path, engine| cfg_on(data, store.clone(), key, engine);
     let first = root.path().join("data1");
     let mut expect = BTreeMap::new();
     {
@@ -95,20 +85,11 @@ async fn lose_the_data_directory_with(engine: OramEngine, store: Option<StoreUrl
     std::fs::remove_dir_all(&first).unwrap();
     lapse().await;
     let second = root.path().join("data2");
-    if ahead {
-        let cut = server::recover_until(
-            &cfg(&second, &cells, &key, engine),
-            Some(server::RecoverCrash::HalfWritten),
-        )
-        .await;
-        assert!(cut.is_err(), "{engine}: a recovery cut short half-way succeeded");
-    }
     let (opened, about) =
         server::recover(&cfg(&second, &cells, &key, engine)).await.unwrap_or_else(|e| {
             panic!("{engine}: recover: {e}");
         });
     assert!(about.contains("every acknowledged write is back"), "{engine}: {about}");
-    assert_eq!(about.contains("rebuilt with fresh leaves"), ahead, "{engine}: {about}");
     let names: Vec<String> = opened
         .objects
         .directory()
@@ -325,14 +306,6 @@ async fn path_oram_loses_nothing_acknowledged_with_the_data_directory() {
     nothing_acknowledged_is_lost(OramEngine::PathOram).await;
 }
 
-/// `--reads-ahead-of-log`: the same, with every recovery rebuilding the tree.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reads_ahead_of_the_log_lose_nothing_acknowledged_with_the_data_directory() {
-    for engine in [OramEngine::Tao, OramEngine::PathOram] {
-        lose_the_data_directory_with(engine, None, true).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tao_loses_nothing_acknowledged_with_the_data_directory() {
     nothing_acknowledged_is_lost(OramEngine::Tao).await;
@@ -420,22 +393,17 @@ async fn a_standby_takes_over_when_the_primary_dies() {
     let root = tempfile::tempdir().unwrap();
     let files =
         StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
-    standby_takes_over(files, false).await;
-    // A primary whose reads went ahead of the log: the takeover rebuilds the tree.
-    let root = tempfile::tempdir().unwrap();
-    let files =
-        StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
-    standby_takes_over(files, true).await;
+    standby_takes_over(files).await;
     for url in
         [common::redis_url("standby-redis"), blindfold_testkit::servers::s3_url("standby-s3", "")]
             .into_iter()
             .flatten()
     {
-        standby_takes_over(url, false).await;
+        standby_takes_over(url).await;
     }
 }
 
-async fn standby_takes_over(files: StoreUrl, ahead: bool) {
+async fn standby_takes_over(files: StoreUrl) {
     // A file store is locked by the process that serves it: a standby reads it only once the
     // primary is gone. Over the network it follows the log as it grows.
     let follows = !matches!(files, StoreUrl::File { .. });
@@ -448,11 +416,9 @@ async fn standby_takes_over(files: StoreUrl, ahead: bool) {
     let root = tempfile::tempdir().unwrap();
     let key = root.path().join("key.json");
     let engine = OramEngine::Tao;
-    let primary_cfg = ServeConfig {
-        reads_ahead_of_log: ahead,
-        ..cfg_on(&root.path().join("primary"), files.clone(), &key, engine)
-    };
-    let primary = server::open(&primary_cfg).await.unwrap();
+    let primary = server::open(&cfg_on(&root.path().join("primary"), files.clone(), &key, engine))
+        .await
+        .unwrap();
     primary.objects.directory().create_bucket("b").unwrap();
     primary.objects.directory().settle().await.unwrap();
     for i in 0..5 {
@@ -483,7 +449,6 @@ async fn standby_takes_over(files: StoreUrl, ahead: bool) {
     eprintln!("{name}: primary died, standby serving {:.2} s later; {about}", took.as_secs_f64());
     assert!(took < TTL + Duration::from_secs(5), "takeover took {took:?}: {about}");
     assert!(about.contains("took over"), "{about}");
-    assert_eq!(about.contains("rebuilt with fresh leaves"), ahead, "{about}");
     for i in 0..10 {
         assert_eq!(common::read_object(&opened, &format!("k{i}")).await.unwrap(), data(i), "k{i}");
     }
@@ -711,32 +676,4 @@ async fn a_paused_gateway_writes_nothing_after_its_lease_on_redis_and_minio() {
     {
         a_paused_gateway_writes_nothing_after_its_lease(url).await;
     }
-}
-
-/// `--reads-ahead-of-log` without a log in the store, or with a key rotation under way, is
-/// refused with what to do instead, and nothing is created.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reads_ahead_of_the_log_needs_a_log_and_no_rotation() {
-    let root = tempfile::tempdir().unwrap();
-    let local = ServeConfig {
-        durability: Durability::Local,
-        reads_ahead_of_log: true,
-        ..common::file_cfg(root.path(), OramEngine::Tao)
-    };
-    let e = server::open(&local).await.expect_err("refused").to_string();
-    assert!(e.contains("serve with --durability store, or without --reads-ahead-of-log"), "{e}");
-    let key = root.path().join("key.json");
-    let cells = root.path().join("cells");
-    let store = StoreUrl::File { dir: cells, sync: blindfold_store::SyncMode::OnFlush };
-    let data = root.path().join("data");
-    let cfg = cfg_on(&data, store, &key, OramEngine::Tao);
-    let opened = server::open(&cfg).await.unwrap();
-    opened.objects.shutdown().await.unwrap();
-    server::write_snapshot(&opened).await.unwrap();
-    drop(opened);
-    let keys = server::data_dir_keys(&data, &key, None).unwrap();
-    blindfold_gateway::rotation::prepare(&data, &key, &keys.current, None).unwrap();
-    let ahead = ServeConfig { reads_ahead_of_log: true, ..cfg };
-    let e = server::open(&ahead).await.expect_err("refused").to_string();
-    assert!(e.contains("a key rotation is under way"), "{e}");
 }

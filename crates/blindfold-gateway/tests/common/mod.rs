@@ -27,7 +27,6 @@ pub fn file_cfg(root: &std::path::Path, engine: OramEngine) -> ServeConfig {
         durability: Default::default(),
         lease_ttl: None,
         anchor: None,
-        reads_ahead_of_log: false,
     }
 }
 
@@ -130,7 +129,6 @@ pub fn memory_cfg(root: &std::path::Path, access_key: &str, secret_key: &str) ->
         durability: Default::default(),
         lease_ttl: None,
         anchor: None,
-        reads_ahead_of_log: false,
     }
 }
 
