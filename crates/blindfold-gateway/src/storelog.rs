@@ -861,6 +861,28 @@ mod tests {
         log.point(n, redo).await.unwrap()
     }
 
+    /// The engine is asked to checkpoint only once 64 MiB of its records wait for the next
+    /// store checkpoint (at 16 MiB it checkpointed every fifty or so PUTs), the request ends
+    /// with its checkpoint, and a new ring's half, at which a store checkpoint is asked for,
+    /// holds such a tail.
+    #[tokio::test]
+    async fn the_engine_is_asked_to_checkpoint_past_64_mib_of_records() {
+        use blindfold_proxy::LogMirror as _;
+        let log = fresh(&ring(64));
+        let mib = |i: u64| frame(i, 1 << 20);
+        for i in 0..48 {
+            log.enqueue(mib(i));
+        }
+        assert!(!log.wants_checkpoint(), "asked for a checkpoint with 48 MiB of records");
+        for i in 48..65 {
+            log.enqueue(mib(i));
+        }
+        assert!(log.wants_checkpoint(), "not asked with 65 MiB of records");
+        log.checkpointed(Vec::new(), Vec::new()).await.unwrap();
+        assert!(!log.wants_checkpoint(), "still asked after the engine's checkpoint");
+        assert!(DEFAULT_CELLS * CHUNK as u64 / 2 >= TAIL_LIMIT as u64);
+    }
+
     #[tokio::test]
     async fn every_acknowledged_entry_reads_back_in_order() {
         let r = ring(64);
