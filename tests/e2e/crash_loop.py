@@ -168,6 +168,11 @@ def lose_and_recover(args, n):
             # Every round's recovery is checked against the trusted anchor the gateway kept.
             if "the anchor at" not in p.stdout or "agrees" not in p.stdout:
                 raise RuntimeError(f"blindfold recover did not check the anchor: {p.stdout.strip()[-600:]}")
+            # A gateway that read ahead of the log must come back on a rebuilt tree: falling back
+            # to the old one (with a warning) keeps every write but not the access pattern.
+            if "could not be rebuilt" in p.stdout:
+                raise RuntimeError(f"blindfold recover fell back to the old tree: {p.stdout.strip()[-900:]}\n"
+                                   f"{p.stderr.strip()[-3000:]}")
             return time.monotonic() - t0, about
         if "another gateway" not in p.stderr or time.monotonic() - t0 > 60:
             raise RuntimeError(f"blindfold recover failed: {p.stderr.strip()[-600:]}")
@@ -602,6 +607,13 @@ def main():
                    f"→ {last // (KB * KB)} MiB) and every acknowledged write survived the growths",
                    "it never grew")
         run_verify(args, "after a clean stop")
+        if args.lose_data_dir and args.store.startswith("file://"):
+            # A recovery that rebuilds the tree (--reads-ahead-of-log) moves it to a new array: the
+            # old one must leave the store, or every loss would leave a whole tree behind.
+            cells = args.store[len("file://"):].split("?")[0]
+            arrays = sorted(n for n in os.listdir(cells) if n.startswith("oram") and n.endswith(".cells"))
+            report(len(arrays) == 1, f"crash: the store holds one engine array after the loop ({arrays[0] if arrays else 'none'})",
+                   f"{len(arrays)} arrays", arrays)
         for path in retired:
             refuse_retired_key(args, path)
         print(f"crash loop: {totals['acked']} acknowledged writes, {totals['inflight']} in flight at kills, "

@@ -531,6 +531,18 @@ def crash(run_):
                 "--serve-flag=--engine", f"--serve-flag={engine}", "--serve-flag=--allow-overhead",
                 *(["--seed", seed] if seed else [])],
                 env=store_env, timeout=900)
+    # Reads ahead of the log: every recovery also rebuilds the tree into a new array (never
+    # falling back to the old one), and the old array leaves the store.
+    ahead = {f"crash-ahead-{e}-{s[0]}": (e, s) for e, s in
+             [("tao", stores[0]), ("path-oram", stores[0]), ("tao", stores[1 if len(stores) > 1 else 0])]}
+    for name, (engine, (store_name, url)) in ahead.items():
+        checks.ingest(name, [
+            sys.executable, script, "--bin", ctx.bin, "--work", os.path.join(ctx.work, name),
+            "--pid-file", pid_file, "--rounds", rounds, "--threads", "4", "--lease-ttl", "500ms",
+            "--lose-data-dir", "--capacity", "32MiB", *(["--store", url(f"ahead-{engine}")] if url else []),
+            "--serve-flag=--engine", f"--serve-flag={engine}", "--serve-flag=--reads-ahead-of-log",
+            *(["--seed", seed] if seed else [])],
+            env=store_env, timeout=900)
 
 
 # =============================================================================================

@@ -531,6 +531,7 @@ async fn open_durable(
         in_place: false,
         pack_levels: 1,
         durability,
+        reads_ahead_of_log: false,
         rtt_ms: params.rtt_ms,
         mbit: params.mbit,
         slowdown: None,

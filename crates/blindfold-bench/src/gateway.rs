@@ -82,6 +82,9 @@ pub struct GatewayBench {
     pub pack_levels: u32,
     /// Where writes are made durable before they are acknowledged (`--durability`).
     pub durability: blindfold_gateway::server::Durability,
+    /// With `--durability store`: reads go ahead of the store-side log
+    /// (`--reads-ahead-of-log`).
+    pub reads_ahead_of_log: bool,
     /// Emulated network between each gateway and its store (both sides alike): round trip,
     /// milliseconds (0: none).
     pub rtt_ms: u64,
@@ -126,6 +129,7 @@ impl Default for GatewayBench {
             in_place: false,
             pack_levels: 1,
             durability: Default::default(),
+            reads_ahead_of_log: false,
             rtt_ms: 0,
             mbit: None,
             seed: 1,
@@ -563,6 +567,8 @@ pub(crate) struct LiveSetup {
     pub pack_levels: u32,
     /// Where writes are made durable.
     pub durability: blindfold_gateway::server::Durability,
+    /// Reads go ahead of the store-side log.
+    pub reads_ahead_of_log: bool,
     /// Emulated round trip to the store, ms (0: none).
     pub rtt_ms: u64,
     /// Emulated bandwidth each way, Mbit/s.
@@ -601,6 +607,7 @@ pub(crate) async fn open_live(
         durability: s.durability,
         lease_ttl: None,
         anchor: None,
+        reads_ahead_of_log: s.reads_ahead_of_log,
     };
     type Counting = CountingStore<Arc<dyn Store>>;
     let link = emulated_link(s.rtt_ms, s.mbit)?;
@@ -683,6 +690,7 @@ async fn run_side_in(
         } else {
             p.durability
         },
+        reads_ahead_of_log: engine != EngineKind::DirectBaseline && p.reads_ahead_of_log,
         rtt_ms: p.rtt_ms,
         mbit: p.mbit,
         slowdown: if engine == EngineKind::DirectBaseline { None } else { p.inject_slowdown },

@@ -482,6 +482,7 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
             in_place: false,
             pack_levels: 1,
             durability: Default::default(),
+            reads_ahead_of_log: false,
             rtt_ms: p.rtt_ms,
             mbit: p.mbit,
             slowdown: None,

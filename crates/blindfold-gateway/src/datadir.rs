@@ -108,8 +108,8 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| GatewayError::Config(format!("syncing {}: {e}", dir.display())))
 }
 
-/// Store arrays a growth replaced, removed once a snapshot of the grown state is in the store
-/// (until then `recover` may need them).
+/// Store arrays a growth or a recovery's rebuild replaced, removed once a snapshot of the new
+/// state is in the store (until then `recover` may need them).
 pub const RETIRED_FILE: &str = "retired-arrays.json";
 
 pub(crate) fn read_retired(dir: &Path) -> Vec<String> {
@@ -151,7 +151,8 @@ pub(crate) async fn remove_retired(
             Ok(true) => removed.push(name.clone()),
             Ok(false) => tracing::info!(
                 array = %name,
-                "no longer used since the store grew: delete it from the store to free the room"
+                "no longer used (a growth or a recovery's rebuild replaced it), and this store \
+                 cannot remove an array: delete it from the store to free the room"
             ),
             Err(e) => tracing::warn!(error = %e, array = %name, "an unused array was not removed"),
         }

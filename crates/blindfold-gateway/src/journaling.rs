@@ -208,6 +208,8 @@ pub struct Start<'a> {
     pub anchor: Option<&'a crate::anchor::AnchorSpec>,
     /// The gate the engine's store passes: given the lease's deadline, shut when fenced.
     pub gate: Arc<blindfold_store::LeaseGate>,
+    /// Reads go out before the store holds their reveal records (`--reads-ahead-of-log`).
+    pub reads_ahead: bool,
 }
 
 impl std::fmt::Debug for Start<'_> {
@@ -221,7 +223,20 @@ impl std::fmt::Debug for Start<'_> {
 
 /// [`Start`]s the store-side log; see [`Start`].
 pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
-    let Start { url, key, dir, objects, tap, slot, params, lease_ttl, wrap, anchor, gate } = s;
+    let Start {
+        url,
+        key,
+        dir,
+        objects,
+        tap,
+        slot,
+        params,
+        lease_ttl,
+        wrap,
+        anchor,
+        gate,
+        reads_ahead,
+    } = s;
     let Some(array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
             "--durability store needs the snapshot area in the store, which could not be \
@@ -282,6 +297,7 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
         log.set_anchor(anchor);
     }
     log.set_gate(gate);
+    log.set_reads_ahead(reads_ahead);
     let log = Arc::new(log);
     // Renewed from now on: the first store checkpoint below may take longer than the ttl.
     let renewer = tokio::spawn(keep_lease(

@@ -587,6 +587,29 @@ async fn assemble(
              --durability auto): serve with --durability store, or without --anchor"
         )));
     }
+    if cfg.reads_ahead_of_log && !(cfg.durability.in_store(&store_url) && loggable) {
+        return Err(GatewayError::Config(
+            "--reads-ahead-of-log lets reads go ahead of the store-side log, and this gateway \
+             keeps no log in the store (--durability local, or a file store under --durability \
+             auto): serve with --durability store, or without --reads-ahead-of-log"
+                .into(),
+        ));
+    }
+    if cfg.reads_ahead_of_log && dir.join(crate::rotation::ROTATION_FILE).exists() {
+        return Err(GatewayError::Config(
+            "a key rotation is under way in this data directory, and a recovery from the store \
+             alone could not rebuild a tree sealed under two keys: serve without \
+             --reads-ahead-of-log until the rotation has ended (the gateway logs it)"
+                .into(),
+        ));
+    }
+    if cfg.reads_ahead_of_log && injected_engine {
+        return Err(GatewayError::Config(
+            "--reads-ahead-of-log is not available for a gateway over ORAM nodes (a recovery \
+             from the store alone could not rebuild their trees): serve without it"
+                .into(),
+        ));
+    }
     let journal = if cfg.durability.in_store(&store_url) && loggable {
         let tap = tap.expect("checked above");
         let journal = crate::journaling::start(crate::journaling::Start {
@@ -601,6 +624,7 @@ async fn assemble(
             anchor: cfg.anchor.as_ref(),
             wrap: wrap_store.as_deref(),
             gate,
+            reads_ahead: cfg.reads_ahead_of_log,
         })
         .await?;
         notes.push(format!(

@@ -58,6 +58,11 @@ pub struct ServeConfig {
     /// (`--anchor`, [`crate::anchor`]), written before each group of writes is acknowledged
     /// and checked by `recover` and a standby's takeover.
     pub anchor: Option<crate::anchor::AnchorSpec>,
+    /// With `--durability store`: reads go out once their reveal records are in the local log
+    /// and on their way to the store's, without waiting for the store to hold them
+    /// (`--reads-ahead-of-log`). Store checkpoints say so, and a recovery from the store alone
+    /// then rebuilds the tree with fresh leaves ([`crate::recovery`]).
+    pub reads_ahead_of_log: bool,
 }
 
 /// Where an acknowledged write is made durable before it is acknowledged.

@@ -200,12 +200,42 @@ pub async fn recover_until_with(
     write_private(&dir.join(RECOVERING), b"")?;
     let mut params = snap.params.clone();
     params.store = url.to_string();
+    // A rebuild moves the engine's cells into the next generation's array: the old one is
+    // removed from the store once a checkpoint of the recovered gateway no longer names it.
+    let old_array = oram_array(params.generation);
+    let replaced = |params: &crate::datadir::GatewayParams| {
+        (oram_array(params.generation) != old_array).then(|| old_array.clone())
+    };
     // With a log in the store, even an engine whose blocks live elsewhere (ORAM nodes, each
     // logging in its own store) is continued, not rebuilt: its state and every change since
     // are here, and opening it replays them as after a crash.
     if let Some(point) = &snap.journal {
+        if snap.reads_ahead_of_log
+            && (hooks.rebuild.is_some()
+                || hooks.engine_factory.is_some()
+                || snap.rotation.is_some())
+        {
+            return Err(GatewayError::Config(
+                "the store's newest checkpoint was written by a gateway that let reads go ahead \
+                 of the store-side log, which only a gateway keeping its blocks in this store \
+                 and rotating no key may do: this recovery cannot rebuild its tree; nothing was \
+                 changed"
+                    .into(),
+            ));
+        }
         let (mut about, reached) =
             from_store_log(dir, &snap, point, &params, &url, &key, crash).await?;
+        if snap.reads_ahead_of_log {
+            // The log may lack the reveal records of the last reads the store saw: continuing
+            // the tree would read those blocks again on the same paths. Every block gets a
+            // fresh leaf instead.
+            let (p, rebuilt) = rebuild_after_log(&params, &url, &oram_dir, &key, crash).await?;
+            params = p;
+            about.push_str(&format!(
+                "; the lost gateway let reads go ahead of the log (--reads-ahead-of-log), so the \
+                 tree was rebuilt with fresh leaves: {rebuilt}"
+            ));
+        }
         if let Some(rotation) = &snap.rotation {
             // The rotation goes on where the checkpoint left it: the gateway opened next
             // finds its file and opens what the old key sealed with the key file given.
@@ -231,7 +261,8 @@ pub async fn recover_until_with(
             // The store held a log: keep logging there.
             cfg.durability = crate::params::Durability::Store;
         }
-        let opened = finish(&cfg, &params, key_path, hooks.engine_factory).await?;
+        let retired = replaced(&params);
+        let opened = finish(&cfg, &params, key_path, hooks.engine_factory, retired).await?;
         return Ok((opened, about));
     }
     if let Some(anchor) = anchor {
@@ -247,11 +278,11 @@ pub async fn recover_until_with(
             (rebuilt.lost, about)
         }
         None => {
-            let (p, lost, about) =
+            let (p, rebuilt, about) =
                 rebuild_in_store(&params, &url, &oram_dir, &snap.oram_checkpoint, &key, crash)
                     .await?;
             params = p;
-            (lost, about)
+            (rebuilt.lost, about)
         }
     };
     if crash == Some(RecoverCrash::AfterRebuild) {
@@ -311,22 +342,29 @@ pub async fn recover_until_with(
             about.push_str(&format!("\n    … and {} more", dropped.len() - 20));
         }
     }
-    let opened = finish(cfg, &params, key_path, hooks.engine_factory).await?;
+    let retired = replaced(&params);
+    let opened = finish(cfg, &params, key_path, hooks.engine_factory, retired).await?;
     Ok((opened, about))
 }
 
 /// The last steps of a recovery: `gateway.json` makes the directory a gateway (written
 /// atomically), the marker of a recovery under way goes, and the gateway is opened with the
-/// key at `key_path`.
+/// key at `key_path`. `retired`, the store array a rebuild replaced, is listed for removal
+/// once `gateway.json` names its successor ([`crate::datadir::retire`]): the gateway's next
+/// store checkpoint removes it.
 async fn finish(
     cfg: &ServeConfig,
     params: &crate::datadir::GatewayParams,
     key_path: std::path::PathBuf,
     engine_factory: Option<crate::hooks::EngineFactory>,
+    retired: Option<String>,
 ) -> Result<Opened> {
     let dir = &cfg.data_dir;
     write_private(&dir.join("gateway.json"), &serde_json::to_vec_pretty(params).expect("json"))?;
     sync_dir(dir)?;
+    if let Some(name) = retired {
+        crate::datadir::retire(dir, name)?;
+    }
     let marker = dir.join(RECOVERING);
     std::fs::remove_file(&marker)
         .map_err(|e| GatewayError::Config(format!("removing {}: {e}", marker.display())))?;
@@ -404,8 +442,63 @@ async fn from_store_log(
     Ok((about, point.next_entry + entries))
 }
 
+/// After [`from_store_log`] for a gateway that let reads go ahead of the log: opens the engine
+/// on its array, which replays the log's records as after a crash (reading again exactly the
+/// paths they name, which the store saw), stops it cleanly, then rebuilds its tree into the
+/// next generation's array with fresh leaves under a fresh key epoch ([`rebuild_in_store`]).
+/// Nothing goes to the store-side log: a run cut short is run again from the store's
+/// checkpoint and log, which still name the old array. Returns the new parameters and what
+/// was done.
+async fn rebuild_after_log(
+    params: &crate::datadir::GatewayParams,
+    url: &blindfold_store::StoreUrl,
+    oram_dir: &Path,
+    key: &blindfold_crypto::MasterKey,
+    crash: Option<RecoverCrash>,
+) -> Result<(crate::datadir::GatewayParams, String)> {
+    let array = oram_array(params.generation);
+    let geometry = oram_geometry(params)?;
+    let store = open_store(url, &array, geometry)
+        .await
+        .map_err(|e| GatewayError::Config(format!("opening store array {array}: {e}")))?;
+    let same = |tee| tee;
+    let engine_store = blindfold_proxy::catalogue::EngineStore {
+        store,
+        url,
+        array: &array,
+        geometry,
+        wrap_tee: &same,
+    };
+    let (engine, _) =
+        blindfold_proxy::lifecycle::open_engine(params, oram_dir, engine_store, key, None, false)
+            .await?;
+    engine.shutdown().await?;
+    drop(engine);
+    let ckpt_path = oram_dir.join(blindfold_proxy::state_file::CHECKPOINT);
+    let checkpoint = std::fs::read(&ckpt_path)
+        .map_err(|e| GatewayError::Config(format!("reading {}: {e}", ckpt_path.display())))?;
+    let (new_params, rebuilt, about) =
+        rebuild_in_store(params, url, oram_dir, &checkpoint, key, crash).await?;
+    // Every cell the replayed engine names must open under the versions it keeps: one that
+    // does not was altered or lost by the store. (Blocks named by no cell are no damage: a
+    // reveal replayed from the log gives a block a leaf even when the write that followed
+    // never committed, and such a block was never anywhere; the new tree holds zeros for
+    // it, as the old one read.)
+    if !rebuilt.unreadable_cells.is_empty() {
+        return Err(GatewayError::Corrupt(format!(
+            "{} cells of store array {array} failed authentication while the tree was rebuilt \
+             (the store altered or lost them; the first is cell {}); the recovery stopped \
+             before the data directory became a gateway — run `blindfold recover` again once \
+             the store is repaired",
+            rebuilt.unreadable_cells.len(),
+            rebuilt.unreadable_cells[0]
+        )));
+    }
+    Ok((new_params, about))
+}
+
 /// The rebuild of an engine whose blocks are in the store: from the snapshot's array into
-/// the next generation's. Returns the new parameters, the lost blocks and what was done.
+/// the next generation's. Returns the new parameters, what the rebuild found and what was done.
 async fn rebuild_in_store(
     params: &crate::datadir::GatewayParams,
     url: &blindfold_store::StoreUrl,
@@ -413,7 +506,7 @@ async fn rebuild_in_store(
     checkpoint: &[u8],
     key: &blindfold_crypto::MasterKey,
     crash: Option<RecoverCrash>,
-) -> Result<(crate::datadir::GatewayParams, Vec<u64>, String)> {
+) -> Result<(crate::datadir::GatewayParams, blindfold_proxy::rebuild::Rebuilt, String)> {
     let mut params = params.clone();
     let old_array = oram_array(params.generation);
     params.generation = params
@@ -442,7 +535,8 @@ async fn rebuild_in_store(
         blindfold_proxy::lifecycle::rebuild(&params, oram_dir, old, new, key, epoch).await?;
     let mut about = format!(
         "{} blocks into store array {new_array} under a fresh key epoch; the old array \
-         {old_array} is no longer used and may be deleted",
+         {old_array} is removed from the store once the recovered gateway's first store \
+         checkpoint is in it",
         rebuilt.blocks_found
     );
     if !rebuilt.unreadable_cells.is_empty() {
@@ -452,5 +546,5 @@ async fn rebuild_in_store(
             rebuilt.unreadable_cells.len()
         ));
     }
-    Ok((params, rebuilt.lost, about))
+    Ok((params, rebuilt, about))
 }

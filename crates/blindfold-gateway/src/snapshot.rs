@@ -48,7 +48,11 @@ const CHUNK: usize = 64 * 1024;
 /// ([`DirectoryDump::versions`], [`DirectoryDump::configs`]). Version 05 is still read.
 /// Version 07: and named bucket settings such as object lock ([`DirectoryDump::settings`]).
 /// Version 06 is still read.
-const MAGIC: &[u8; 8] = b"BFSNAP08";
+/// Version 08: and a key rotation under way ([`Snapshot::rotation`]). Version 09: and whether
+/// the gateway that wrote it let reads go ahead of the store-side log
+/// ([`Snapshot::reads_ahead_of_log`]). Version 08 is still read.
+const MAGIC: &[u8; 8] = b"BFSNAP09";
+const MAGIC_V8: &[u8; 8] = b"BFSNAP08";
 const MAGIC_V7: &[u8; 8] = b"BFSNAP07";
 const MAGIC_V6: &[u8; 8] = b"BFSNAP06";
 const MAGIC_V5: &[u8; 8] = b"BFSNAP05";
@@ -78,6 +82,39 @@ pub struct Snapshot {
     /// recovery from the store alone resumes it ([`crate::rotation`]). `None` otherwise, and in
     /// snapshots of format 07 and before.
     pub rotation: Option<Vec<u8>>,
+    /// The gateway that wrote it, and the log after it, let reads go out before the store held
+    /// their reveal records (`--reads-ahead-of-log`): the log may lack the last ones, so a
+    /// recovery from the store alone rebuilds the tree with fresh leaves instead of replaying
+    /// it. False in snapshots of format 08 and before.
+    pub reads_ahead_of_log: bool,
+}
+
+/// A snapshot of format 08: no word on reads ahead of the log.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct SnapshotV8 {
+    seq: u64,
+    created_ns: i128,
+    params: GatewayParams,
+    oram_checkpoint: Vec<u8>,
+    directory: DirectoryDump,
+    journal: Option<crate::storelog::JournalPoint>,
+    rotation: Option<Vec<u8>>,
+}
+
+impl From<SnapshotV8> for Snapshot {
+    fn from(s: SnapshotV8) -> Self {
+        Snapshot {
+            seq: s.seq,
+            created_ns: s.created_ns,
+            params: s.params,
+            oram_checkpoint: s.oram_checkpoint,
+            directory: s.directory,
+            journal: s.journal,
+            rotation: s.rotation,
+            reads_ahead_of_log: false,
+        }
+    }
 }
 
 /// A snapshot of format 07: no rotation file.
@@ -102,6 +139,7 @@ impl From<SnapshotV7> for Snapshot {
             directory: s.directory,
             journal: s.journal,
             rotation: None,
+            reads_ahead_of_log: false,
         }
     }
 }
@@ -128,6 +166,7 @@ impl From<SnapshotV6> for Snapshot {
             directory: s.directory.into(),
             journal: s.journal,
             rotation: None,
+            reads_ahead_of_log: false,
         }
     }
 }
@@ -154,6 +193,7 @@ impl From<SnapshotV5> for Snapshot {
             directory: s.directory.into(),
             journal: s.journal,
             rotation: None,
+            reads_ahead_of_log: false,
         }
     }
 }
@@ -259,6 +299,7 @@ impl<P: Into<GatewayParams>> From<OldSnapshot<P>> for Snapshot {
             directory: s.directory.into(),
             journal: None,
             rotation: None,
+            reads_ahead_of_log: false,
         }
     }
 }
@@ -525,7 +566,7 @@ async fn read_header(store: &dyn Store, sealer: &CellSealer, slot_base: u64) -> 
         .open_in_place(&CellAd { cell: slot_base, version: 0, segment: 0 }, &mut cell)
         .ok()?;
     let h: Header = bincode::deserialize(plain).ok()?;
-    [MAGIC, MAGIC_V7, MAGIC_V6, MAGIC_V5, MAGIC_V4, MAGIC_V3, MAGIC_V2]
+    [MAGIC, MAGIC_V8, MAGIC_V7, MAGIC_V6, MAGIC_V5, MAGIC_V4, MAGIC_V3, MAGIC_V2]
         .contains(&&h.magic)
         .then_some(h)
 }
@@ -713,6 +754,8 @@ pub async fn read_latest(store: &dyn Store, key: &MasterKey) -> Result<Snapshot>
             bincode::deserialize::<SnapshotV6>(&body).map(Snapshot::from)
         } else if &h.magic == MAGIC_V7 {
             bincode::deserialize::<SnapshotV7>(&body).map(Snapshot::from)
+        } else if &h.magic == MAGIC_V8 {
+            bincode::deserialize::<SnapshotV8>(&body).map(Snapshot::from)
         } else {
             bincode::deserialize::<Snapshot>(&body)
         };
@@ -760,6 +803,7 @@ pub(crate) async fn write_snapshot_to(
         directory: objects.directory().dump()?,
         journal: None,
         rotation: None,
+        reads_ahead_of_log: false,
     };
     put_snapshot(slot, array, key, dir, snap).await
 }
@@ -827,6 +871,7 @@ pub(crate) async fn write_journal_snapshot_held(
         directory,
         journal: Some(point.clone()),
         rotation,
+        reads_ahead_of_log: log.reads_ahead(),
     };
     let (seq, removed) = put_snapshot(slot, array, key, dir, snap).await?;
     log.checkpoint_written(&point).await;
@@ -902,6 +947,7 @@ mod tests {
             directory: DirectoryDump::default(),
             journal: None,
             rotation: None,
+            reads_ahead_of_log: false,
         }
     }
 
@@ -1059,11 +1105,27 @@ mod tests {
         assert_eq!(got.directory.settings, new.directory.settings);
         assert!(got.rotation.is_none());
         // Format 08 carries a rotation under way.
-        new.seq = 6;
-        new.rotation = Some(vec![1, 2, 3]);
+        let v8 = SnapshotV8 {
+            seq: 6,
+            created_ns: new.created_ns,
+            params: new.params.clone(),
+            oram_checkpoint: new.oram_checkpoint.clone(),
+            directory: new.directory.clone(),
+            journal: None,
+            rotation: Some(vec![1, 2, 3]),
+        };
+        write_body(&store, &key, MAGIC_V8, 6, 0, &bincode::serialize(&v8).unwrap()).await.unwrap();
+        let got = read_latest(&store, &key).await.unwrap();
+        assert_eq!(
+            (got.seq, got.rotation, got.reads_ahead_of_log),
+            (6, Some(vec![1, 2, 3]), false)
+        );
+        // Format 09 says whether reads went ahead of the store-side log.
+        new.seq = 7;
+        new.reads_ahead_of_log = true;
         write(&store, &key, &new).await.unwrap();
         let got = read_latest(&store, &key).await.unwrap();
-        assert_eq!((got.seq, got.rotation), (6, Some(vec![1, 2, 3])));
+        assert_eq!((got.seq, got.reads_ahead_of_log), (7, true));
     }
 
     /// A snapshot written before the parameters carried `cache_cells` (format 02) still reads,

@@ -45,9 +45,15 @@ async fn follow(
     let started = std::time::Instant::now();
     let entries = crate::storelog::replay(&*ring, key, point, |_, _| Ok(())).await?;
     let age = (crate::directory::now_ns() - snap.created_ns).max(0) as f64 / 1e9;
+    let then = if snap.reads_ahead_of_log {
+        " and then rebuilds the tree with fresh leaves (the primary reads ahead of the log: \
+         the rebuild reads and rewrites the whole store array)"
+    } else {
+        ""
+    };
     Ok(format!(
         "store checkpoint #{} ({age:.0} s old) and {entries} log entries after it, all \
-         authentic (read in {:.2} s): a takeover replays them",
+         authentic (read in {:.2} s): a takeover replays them{then}",
         snap.seq,
         started.elapsed().as_secs_f64()
     ))

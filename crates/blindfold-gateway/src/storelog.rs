@@ -243,6 +243,10 @@ pub struct StoreLog {
     /// Checked by every write of this gateway to the store (its lease still lasts); shut
     /// when the log is fenced or closed.
     gate: Arc<blindfold_store::LeaseGate>,
+    /// Reads go out before the store holds their reveal records (`--reads-ahead-of-log`).
+    reads_ahead: bool,
+    /// Tests: no group reaches the store any more (a store that swallows the log's tail).
+    withheld: AtomicBool,
 }
 
 impl std::fmt::Debug for StoreLog {
@@ -303,6 +307,8 @@ impl StoreLog {
             bytes: AtomicU64::new(0),
             anchor: None,
             gate: blindfold_store::LeaseGate::new(),
+            reads_ahead: false,
+            withheld: AtomicBool::new(false),
         }
     }
 
@@ -321,6 +327,25 @@ impl StoreLog {
     /// [`blindfold_store::LeaseGate`]).
     pub fn gate(&self) -> Arc<blindfold_store::LeaseGate> {
         Arc::clone(&self.gate)
+    }
+
+    /// Lets reads go out before the store holds their reveal records
+    /// ([`blindfold_proxy::LogMirror::reads_wait`]); store checkpoints then say so
+    /// ([`crate::snapshot::Snapshot::reads_ahead_of_log`]).
+    pub fn set_reads_ahead(&mut self, on: bool) {
+        self.reads_ahead = on;
+    }
+
+    /// Whether reads go out before the store holds their reveal records.
+    pub fn reads_ahead(&self) -> bool {
+        self.reads_ahead
+    }
+
+    /// Tests: from now on no group of this log reaches the store (each write fails before it
+    /// is sent), as when the machine is lost before the store took the log's tail.
+    #[doc(hidden)]
+    pub fn withhold_writes(&self) {
+        self.withheld.store(true, Ordering::SeqCst);
     }
 
     /// Records in `anchor`, before each group is acknowledged, how many entries are durable.
@@ -478,11 +503,15 @@ impl StoreLog {
         let store_err = |e: blindfold_store::StoreError| {
             GatewayError::Config(format!("writing the store-side log: {e}"))
         };
-        let written = async {
-            self.ring.write(cells).await.map_err(store_err)?;
-            self.ring.flush().await.map_err(store_err)
-        }
-        .await;
+        let written = if self.withheld.load(Ordering::SeqCst) {
+            Err(GatewayError::Config("the store did not take the log's write (a test)".into()))
+        } else {
+            async {
+                self.ring.write(cells).await.map_err(store_err)?;
+                self.ring.flush().await.map_err(store_err)
+            }
+            .await
+        };
         if let Err(e) = written {
             *self.failed.lock() = Some(e.to_string());
             tracing::error!(error = %e, "the store-side log could not be written; refusing further writes");
@@ -677,6 +706,10 @@ impl blindfold_proxy::LogMirror for StoreLog {
 
     fn wants_checkpoint(&self) -> bool {
         self.engine_checkpoint_wanted()
+    }
+
+    fn reads_wait(&self) -> bool {
+        !self.reads_ahead
     }
 }
 

@@ -34,6 +34,7 @@ fn cfg_with(
         durability: Default::default(),
         lease_ttl: None,
         anchor: None,
+        reads_ahead_of_log: false,
     }
 }
 

@@ -66,6 +66,7 @@ fn cfg(root: &Path, setup: Setup) -> server::ServeConfig {
         durability: Default::default(),
         lease_ttl: None,
         anchor: None,
+        reads_ahead_of_log: false,
         ..common::file_cfg(root, setup.engine)
     }
 }

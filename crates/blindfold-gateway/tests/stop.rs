@@ -20,6 +20,7 @@ fn config(dir: &std::path::Path) -> ServeConfig {
         durability: Default::default(),
         lease_ttl: None,
         anchor: None,
+        reads_ahead_of_log: false,
     }
 }
 

@@ -48,12 +48,23 @@ async fn nothing_acknowledged_is_lost(engine: OramEngine) {
 
 /// [`nothing_acknowledged_is_lost`] on `store` (default: files in a temporary directory).
 async fn lose_the_data_directory(engine: OramEngine, store: Option<StoreUrl>) {
+    lose_the_data_directory_with(engine, store, false).await;
+}
+
+/// [`lose_the_data_directory`], the gateways letting reads go ahead of the log if `ahead`:
+/// each recovery then rebuilds the tree (the first one is cut short once, half-way through
+/// writing the new tree, and run again).
+async fn lose_the_data_directory_with(engine: OramEngine, store: Option<StoreUrl>, ahead: bool) {
     let root = tempfile::tempdir().unwrap();
     let cells = root.path().join("cells");
     let key = root.path().join("key.json");
     let store = store
         .unwrap_or(StoreUrl::File { dir: cells.clone(), sync: blindfold_store::SyncMode::OnFlush });
-    let cfg = |data: &Path, _: &Path, key: &Path, engine| cfg_on(data, store.clone(), key, engine);
+    let cfg = |data: &Path, _: &Path, key: &Path, engine| ServeConfig {
+        reads_ahead_of_log: ahead,
+        cache_mib: if ahead { 1 } else { 0 },
+        ..cfg_on(data, store.clone(), key, engine)
+    };
     let first = root.path().join("data1");
     let mut expect = BTreeMap::new();
     {
@@ -85,11 +96,20 @@ async fn lose_the_data_directory(engine: OramEngine, store: Option<StoreUrl>) {
     std::fs::remove_dir_all(&first).unwrap();
     lapse().await;
     let second = root.path().join("data2");
+    if ahead {
+        let cut = server::recover_until(
+            &cfg(&second, &cells, &key, engine),
+            Some(server::RecoverCrash::HalfWritten),
+        )
+        .await;
+        assert!(cut.is_err(), "{engine}: a recovery cut short half-way succeeded");
+    }
     let (opened, about) =
         server::recover(&cfg(&second, &cells, &key, engine)).await.unwrap_or_else(|e| {
             panic!("{engine}: recover: {e}");
         });
     assert!(about.contains("every acknowledged write is back"), "{engine}: {about}");
+    assert_eq!(about.contains("rebuilt with fresh leaves"), ahead, "{engine}: {about}");
     let names: Vec<String> = opened
         .objects
         .directory()
@@ -104,6 +124,17 @@ async fn lose_the_data_directory(engine: OramEngine, store: Option<StoreUrl>) {
     }
     let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await.unwrap();
     assert!(report.is_clean(), "{engine}: {report:?}");
+    if ahead && cells.exists() {
+        // The rebuild's old array leaves the store with the recovered gateway's first store
+        // checkpoint, written as it starts (else every loss would leave a whole tree behind).
+        let mut arrays: Vec<String> = std::fs::read_dir(&cells)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("oram"))
+            .collect();
+        arrays.sort();
+        assert_eq!(arrays, ["oram.g1.cells"], "{engine}: {about}");
+    }
     // The recovered gateway logs to the store in its turn: lose it again, recover again.
     put(&opened, "after", b"after the first recovery").await;
     drop(opened);
@@ -306,6 +337,14 @@ async fn path_oram_loses_nothing_acknowledged_with_the_data_directory() {
     nothing_acknowledged_is_lost(OramEngine::PathOram).await;
 }
 
+/// `--reads-ahead-of-log`: the same, with every recovery rebuilding the tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_ahead_of_the_log_lose_nothing_acknowledged_with_the_data_directory() {
+    for engine in [OramEngine::Tao, OramEngine::PathOram] {
+        lose_the_data_directory_with(engine, None, true).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tao_loses_nothing_acknowledged_with_the_data_directory() {
     nothing_acknowledged_is_lost(OramEngine::Tao).await;
@@ -393,17 +432,22 @@ async fn a_standby_takes_over_when_the_primary_dies() {
     let root = tempfile::tempdir().unwrap();
     let files =
         StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
-    standby_takes_over(files).await;
+    standby_takes_over(files, false).await;
+    // A primary whose reads went ahead of the log: the takeover rebuilds the tree.
+    let root = tempfile::tempdir().unwrap();
+    let files =
+        StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
+    standby_takes_over(files, true).await;
     for url in
         [common::redis_url("standby-redis"), blindfold_testkit::servers::s3_url("standby-s3", "")]
             .into_iter()
             .flatten()
     {
-        standby_takes_over(url).await;
+        standby_takes_over(url, false).await;
     }
 }
 
-async fn standby_takes_over(files: StoreUrl) {
+async fn standby_takes_over(files: StoreUrl, ahead: bool) {
     // A file store is locked by the process that serves it: a standby reads it only once the
     // primary is gone. Over the network it follows the log as it grows.
     let follows = !matches!(files, StoreUrl::File { .. });
@@ -416,9 +460,11 @@ async fn standby_takes_over(files: StoreUrl) {
     let root = tempfile::tempdir().unwrap();
     let key = root.path().join("key.json");
     let engine = OramEngine::Tao;
-    let primary = server::open(&cfg_on(&root.path().join("primary"), files.clone(), &key, engine))
-        .await
-        .unwrap();
+    let primary_cfg = ServeConfig {
+        reads_ahead_of_log: ahead,
+        ..cfg_on(&root.path().join("primary"), files.clone(), &key, engine)
+    };
+    let primary = server::open(&primary_cfg).await.unwrap();
     primary.objects.directory().create_bucket("b").unwrap();
     primary.objects.directory().settle().await.unwrap();
     for i in 0..5 {
@@ -449,6 +495,7 @@ async fn standby_takes_over(files: StoreUrl) {
     eprintln!("{name}: primary died, standby serving {:.2} s later; {about}", took.as_secs_f64());
     assert!(took < TTL + Duration::from_secs(5), "takeover took {took:?}: {about}");
     assert!(about.contains("took over"), "{about}");
+    assert_eq!(about.contains("rebuilt with fresh leaves"), ahead, "{about}");
     for i in 0..10 {
         assert_eq!(common::read_object(&opened, &format!("k{i}")).await.unwrap(), data(i), "k{i}");
     }
@@ -530,6 +577,137 @@ async fn an_anchor_turns_a_dropped_log_tail_into_an_error() {
     assert_eq!(common::read_object(&opened, "k2").await.unwrap(), data(2));
     let k3 = opened.objects.directory().object("b", "k3").unwrap();
     assert!(k3.is_none(), "the older store held k3?");
+}
+
+/// Fails every write of the engine's array once armed (a machine that dies as a commit writes
+/// its cells); the store-side log's ring still takes its groups.
+struct DyingWrites {
+    inner: std::sync::Arc<dyn blindfold_store::Store>,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl std::fmt::Debug for DyingWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DyingWrites")
+    }
+}
+
+#[async_trait::async_trait]
+impl blindfold_store::Store for DyingWrites {
+    fn geometry(&self) -> blindfold_store::Geometry {
+        self.inner.geometry()
+    }
+    async fn read(
+        &self,
+        cells: &[blindfold_store::CellId],
+    ) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        self.inner.read(cells).await
+    }
+    async fn read_ranges(
+        &self,
+        ranges: &[blindfold_store::ByteRange],
+    ) -> blindfold_store::Result<Vec<Vec<u8>>> {
+        self.inner.read_ranges(ranges).await
+    }
+    async fn write(
+        &self,
+        cells: Vec<(blindfold_store::CellId, Vec<u8>)>,
+    ) -> blindfold_store::Result<()> {
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(blindfold_store::StoreError::Fenced("the machine died (a test)".into()));
+        }
+        self.inner.write(cells).await
+    }
+    async fn flush(&self) -> blindfold_store::Result<()> {
+        self.inner.flush().await
+    }
+}
+
+/// `--reads-ahead-of-log`: the machine dies while a PUT of new blocks commits, after its
+/// reveals reached the store's log and before its commit record did. The recovery replays
+/// those reveals (the blocks get leaves, but were never written) and must still rebuild the
+/// tree: blocks that were only ever revealed are no damage (the crash loop saw this recovery
+/// fall back to the old tree). A store that altered the old tree's cells is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_ahead_of_the_log_rebuild_after_a_put_cut_short() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    for engine in [OramEngine::Tao, OramEngine::PathOram] {
+        let root = tempfile::tempdir().unwrap();
+        let cells = root.path().join("cells");
+        let key = root.path().join("key.json");
+        let store = StoreUrl::File { dir: cells.clone(), sync: blindfold_store::SyncMode::OnFlush };
+        let cfg = |data: &Path| ServeConfig {
+            reads_ahead_of_log: true,
+            cache_mib: 1,
+            ..cfg_on(data, store.clone(), &key, engine)
+        };
+        let armed = Arc::new(AtomicBool::new(false));
+        let ring_cells =
+            blindfold_gateway::storelog::CHUNK + blindfold_crypto::CellSealer::OVERHEAD;
+        let hooks = {
+            let armed = armed.clone();
+            blindfold_gateway::server::OpenHooks {
+                wrap_store: Some(Box::new(move |inner: Arc<dyn blindfold_store::Store>| {
+                    if inner.geometry().cell_size() as usize == ring_cells {
+                        return inner;
+                    }
+                    Arc::new(DyingWrites { inner, armed: armed.clone() })
+                        as Arc<dyn blindfold_store::Store>
+                })),
+                ..Default::default()
+            }
+        };
+        let first = root.path().join("data1");
+        let opened = server::open_with(&cfg(&first), hooks).await.unwrap();
+        opened.objects.directory().create_bucket("b").unwrap();
+        opened.objects.directory().settle().await.unwrap();
+        for i in 0..3 {
+            put(&opened, &format!("k{i}"), &data(i)).await;
+        }
+        armed.store(true, Ordering::SeqCst);
+        let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(data(12)))]);
+        let cut = opened.objects.put_object("b", "cut", body, None, BTreeMap::new(), false).await;
+        assert!(cut.is_err(), "{engine}: a PUT whose commit failed was acknowledged");
+        // Its reveals are in the store's log (they went out before its paths did).
+        let log = &opened.journal.as_ref().unwrap().log;
+        tokio::time::timeout(Duration::from_secs(30), log.durable(log.next_entry() - 1))
+            .await
+            .expect("the log settles")
+            .unwrap();
+        drop(opened);
+        std::fs::remove_dir_all(&first).unwrap();
+        lapse().await;
+        // A store that altered the engine's cells is refused, and nothing is made a gateway;
+        // once the cells are back, the same recovery succeeds.
+        let array = cells.join("oram.cells");
+        let good = std::fs::read(&array).unwrap();
+        let mut bad = good.clone();
+        for b in bad.iter_mut().skip(4096) {
+            *b ^= 0x5a;
+        }
+        std::fs::write(&array, &bad).unwrap();
+        let second = root.path().join("data2");
+        let refused = server::recover(&cfg(&second)).await.map(|_| ()).expect_err("altered cells");
+        assert!(refused.to_string().contains("failed authentication"), "{engine}: {refused}");
+        assert!(
+            !second.join("gateway.json").exists(),
+            "{engine}: a refused recovery made a gateway"
+        );
+        std::fs::write(&array, &good).unwrap();
+        let (opened, about) = server::recover(&cfg(&second))
+            .await
+            .unwrap_or_else(|e| panic!("{engine}: recover: {e}"));
+        assert!(about.contains("rebuilt with fresh leaves"), "{engine}: {about}");
+        assert!(!about.contains("could not be rebuilt"), "{engine}: {about}");
+        for i in 0..3 {
+            let got = common::read_object(&opened, &format!("k{i}")).await.unwrap();
+            assert_eq!(got, data(i), "{engine}: k{i}");
+        }
+        assert!(opened.objects.directory().object("b", "cut").unwrap().is_none(), "{engine}");
+        let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await.unwrap();
+        assert!(report.is_clean(), "{engine}: {report:?}");
+    }
 }
 
 /// Holds the writes of the engine's array once armed (the log's ring passes), until released:
@@ -676,4 +854,32 @@ async fn a_paused_gateway_writes_nothing_after_its_lease_on_redis_and_minio() {
     {
         a_paused_gateway_writes_nothing_after_its_lease(url).await;
     }
+}
+
+/// `--reads-ahead-of-log` without a log in the store, or with a key rotation under way, is
+/// refused with what to do instead, and nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_ahead_of_the_log_needs_a_log_and_no_rotation() {
+    let root = tempfile::tempdir().unwrap();
+    let local = ServeConfig {
+        durability: Durability::Local,
+        reads_ahead_of_log: true,
+        ..common::file_cfg(root.path(), OramEngine::Tao)
+    };
+    let e = server::open(&local).await.expect_err("refused").to_string();
+    assert!(e.contains("serve with --durability store, or without --reads-ahead-of-log"), "{e}");
+    let key = root.path().join("key.json");
+    let cells = root.path().join("cells");
+    let store = StoreUrl::File { dir: cells, sync: blindfold_store::SyncMode::OnFlush };
+    let data = root.path().join("data");
+    let cfg = cfg_on(&data, store, &key, OramEngine::Tao);
+    let opened = server::open(&cfg).await.unwrap();
+    opened.objects.shutdown().await.unwrap();
+    server::write_snapshot(&opened).await.unwrap();
+    drop(opened);
+    let keys = server::data_dir_keys(&data, &key, None).unwrap();
+    blindfold_gateway::rotation::prepare(&data, &key, &keys.current, None).unwrap();
+    let ahead = ServeConfig { reads_ahead_of_log: true, ..cfg };
+    let e = server::open(&ahead).await.expect_err("refused").to_string();
+    assert!(e.contains("a key rotation is under way"), "{e}");
 }

@@ -70,6 +70,7 @@ fn node_config(dir: &Path, blocks: u64, engine: OramEngine, listen: SocketAddr) 
         durability: Default::default(),
         lease_ttl: None,
         anchor: None,
+        reads_ahead_of_log: false,
     }
 }
 

@@ -44,9 +44,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::bulk::{read_in_order, write_batches};
 use crate::journal::{
-    append_record, decode_record, empty_log, encode_frame, prepare_new_dir, read_any_checkpoint,
-    read_frames_with_legacy, read_prev_checkpoint, remove_log, replace_log, write_checkpoint_as,
-    Tap, CHECKPOINT, REDO_LOG,
+    append_record, append_reveal, decode_record, empty_log, encode_frame, prepare_new_dir,
+    read_any_checkpoint, read_frames_with_legacy, read_prev_checkpoint, remove_log, replace_log,
+    write_checkpoint_as, Tap, CHECKPOINT, REDO_LOG,
 };
 use crate::retry::{with_retry, RetryPolicy};
 use crate::sealing::{check_geometry, open_cells, seal_cells};
@@ -723,16 +723,12 @@ impl DurablePathOram {
             rand::rngs::OsRng.fill_bytes(&mut seed);
             let reveal =
                 Reveal { after: self.seq, seed, blocks: ops.iter().map(|o| o.0 .0).collect() };
-            match append_record(
-                &self.log,
-                &self.dir,
-                &self.tap,
-                REVEAL_MAGIC,
-                &reveal,
-                &self.state_sealer,
-            )
-            .await
-            {
+            let frame = encode_frame(REVEAL_MAGIC, &reveal, &self.state_sealer);
+            let appended = match frame {
+                Ok(frame) => append_reveal(&self.log, &self.dir, &self.tap, frame).await,
+                Err(e) => Err(e),
+            };
+            match appended {
                 Ok(len) => self.log_bytes += len,
                 Err(e) => {
                     self.poison(&e);

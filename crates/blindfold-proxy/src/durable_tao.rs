@@ -280,7 +280,11 @@ impl Journal {
                 }
             }
         };
-        mirrored.wait().await?;
+        // A mirror that lets reads go ahead has the record on its way; the next commit waits
+        // for it (and everything before it) in order.
+        if self.tap.reads_wait() {
+            mirrored.wait().await?;
+        }
         self.durable.fetch_max(end, Ordering::SeqCst);
         self.mirroring.lock().retain(|(e, _)| *e > end);
         Ok(())

@@ -439,6 +439,19 @@ async fn append_to_log(
     Ok((len, mirrored))
 }
 
+/// Appends a record of what a read is about to reveal (encoded `frame`) to the redo log `log`
+/// (in `dir`), fsyncs it and mirrors it through `tap`. Returns once the mirror holds it too,
+/// unless the mirror lets reads go ahead of it ([`LogMirror::reads_wait`]); then its copy is
+/// under way, and the next commit, which waits for the mirror, covers it. Returns the bytes
+/// appended.
+pub async fn append_reveal(log: &File, dir: &Path, tap: &Tap, frame: Vec<u8>) -> Result<u64> {
+    let (len, mirrored) = append_frames_mirroring(log, dir, tap, vec![frame]).await?;
+    if tap.reads_wait() {
+        mirrored.wait().await?;
+    }
+    Ok(len)
+}
+
 /// Appends already encoded `frame` to the redo log `log` (in `dir`), fsyncs it and mirrors it
 /// through `tap` ([`append_frames`]). Returns the bytes appended.
 pub async fn append_frame(log: &File, dir: &Path, tap: &Tap, frame: Vec<u8>) -> Result<u64> {
@@ -481,6 +494,13 @@ pub trait LogMirror: Send + Sync + std::fmt::Debug {
     async fn checkpointed(&self, checkpoint: Vec<u8>, log: Vec<u8>) -> Result<()>;
     /// True when the mirror would like the engine to checkpoint soon (its log is filling up).
     fn wants_checkpoint(&self) -> bool;
+    /// Whether a read waits for the mirror to hold the record of what it reveals before its
+    /// path goes out (the default). A mirror that answers false takes those records in order
+    /// but lets reads go ahead of them: whoever rebuilds the engine from the mirror alone
+    /// must then give every block a fresh leaf, as the mirror may lack the last reveals.
+    fn reads_wait(&self) -> bool {
+        true
+    }
 }
 
 /// Where an engine's redo log is mirrored, if anywhere: a shared, initially empty slot that
@@ -518,6 +538,13 @@ impl Tap {
             Err(e) => return Err(io(&log_path, "reading", e)),
         };
         mirror.checkpointed(checkpoint, log).await
+    }
+
+    /// Whether reads wait for the attached mirror to hold their reveal records
+    /// ([`LogMirror::reads_wait`]); true when no mirror is attached (the local log alone is
+    /// always waited for).
+    pub fn reads_wait(&self) -> bool {
+        self.0.read().as_ref().is_none_or(|m| m.reads_wait())
     }
 
     /// True when the attached mirror asks for a checkpoint.

@@ -27,6 +27,7 @@ pub fn file_cfg(root: &std::path::Path, engine: OramEngine) -> ServeConfig {
         durability: Default::default(),
         lease_ttl: None,
         anchor: None,
+        reads_ahead_of_log: false,
     }
 }
 
@@ -129,6 +130,7 @@ pub fn memory_cfg(root: &std::path::Path, access_key: &str, secret_key: &str) ->
         durability: Default::default(),
         lease_ttl: None,
         anchor: None,
+        reads_ahead_of_log: false,
     }
 }
 

@@ -97,6 +97,7 @@ async fn node(a: NodeArgs) -> Result<()> {
         durability: a.durability.into(),
         lease_ttl: Some(a.lease_ttl),
         anchor: a.anchor.clone(),
+        reads_ahead_of_log: false,
     };
     let tls = blindfold_node::ClusterTls::load(&a.tls_dir)?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

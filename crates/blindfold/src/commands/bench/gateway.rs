@@ -60,6 +60,10 @@ pub struct GatewayBenchArgs {
     /// the log in the store costs.
     #[arg(long, value_enum, default_value = "auto")]
     pub durability: crate::commands::data_dir::DurabilityArg,
+    /// With `--durability store`: reads go ahead of the store-side log, as `serve
+    /// --reads-ahead-of-log`.
+    #[arg(long)]
+    pub reads_ahead_of_log: bool,
     /// Prices for the cost table: a JSON or TOML file overriding or adding providers (format
     /// in docs/cost.md; e.g. docs/prices-aws-in-region.toml); the built-in list prices
     /// otherwise.
@@ -113,6 +117,7 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
         in_place: args.in_place,
         pack_levels: args.pack_levels,
         durability: args.durability.into(),
+        reads_ahead_of_log: args.reads_ahead_of_log,
         prices: match &args.prices {
             Some(path) => blindfold_bench::cost::PriceTable::load(path)?,
             None => blindfold_bench::cost::PriceTable::builtin(),
