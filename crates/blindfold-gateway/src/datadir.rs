@@ -151,8 +151,9 @@ pub(crate) async fn remove_retired(
             Ok(true) => removed.push(name.clone()),
             Ok(false) => tracing::info!(
                 array = %name,
-                "no longer used (a growth or a recovery's rebuild replaced it), and this store \
-                 cannot remove an array: delete it from the store to free the room"
+                "no longer used (a growth or a recovery's rebuild replaced it), and nothing \
+                 was removed: this kind of store (Redis, a storage server) cannot remove an \
+                 array, or it was gone already; delete it from the store if it is still there"
             ),
             Err(e) => tracing::warn!(error = %e, array = %name, "an unused array was not removed"),
         }

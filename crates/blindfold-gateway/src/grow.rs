@@ -25,7 +25,7 @@
 //!    of the grown state goes to a snapshot array of the new size, and the snapshot index names
 //!    it once it is written. Then requests flow again, and the old arrays, which nothing names
 //!    any more, are removed from the store where it can ([`blindfold_store::remove_array`]:
-//!    file stores; on S3, Redis and remote stores the operator deletes them).
+//!    file and S3 stores; on Redis and remote stores the operator deletes them).
 //!
 //! With a log in the store (`--durability store`, [`crate::storelog`]) the growth holds the
 //! log's checkpoint lock from step 1 on, hands the grown engine's redo log to the log in step

@@ -255,6 +255,38 @@ impl S3Store {
         Ok(store)
     }
 
+    /// Removes the array `name` under `prefix` in `bucket`: every object under
+    /// `<prefix>/<name>/` (its cells and its marker; another array whose name merely starts
+    /// the same is not touched). Returns whether there was anything to remove. Only for an
+    /// array nothing uses any more ([`crate::remove_array`]).
+    pub async fn remove(
+        bucket: &str,
+        prefix: &str,
+        options: &S3Options,
+        name: &str,
+    ) -> Result<bool> {
+        let prefix = prefix.trim_matches('/');
+        let base = if prefix.is_empty() { name.to_string() } else { format!("{prefix}/{name}") };
+        let label = format!("s3://{bucket}/{base}");
+        let endpoint = options.endpoint.clone().unwrap_or_else(|| "AWS S3".to_string());
+        let client = build_client(bucket, options, None, &label)?;
+        let dir = Path::from(base.as_str());
+        let listed = client.list(Some(&dir)).map_ok(|meta| meta.location).boxed();
+        let mut removed = client.delete_stream(listed);
+        let mut any = false;
+        while let Some(done) = removed.next().await {
+            match done {
+                Ok(_) => any = true,
+                // Gone already (another remover, or a listing that lags a delete).
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    return Err(map_error(&label, &endpoint, bucket, "removing the array", e))
+                }
+            }
+        }
+        Ok(any)
+    }
+
     /// Reads the geometry marker, writing it first if the array is new.
     async fn check_marker(&self) -> Result<()> {
         let path = self.path_of(MARKER);

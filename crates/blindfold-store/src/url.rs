@@ -296,9 +296,10 @@ pub async fn open_store(url: &StoreUrl, name: &str, geometry: Geometry) -> Resul
 
 /// Removes the array `name` from the store at `url`, if this kind of store can: returns
 /// whether it was removed. File stores delete `<name>.cells` (`false` if it is not there);
-/// memory stores keep nothing anyway; S3, Redis and remote stores are left as they are (the
+/// S3 stores delete every object under `<prefix>/<name>/` (`false` if there was none);
+/// memory stores keep nothing anyway; Redis and remote stores are left as they are (the
 /// operator deletes the array with the store's own tools). Only for arrays nothing uses any
-/// more, such as the tree a growth replaced.
+/// more, such as the tree a growth or a recovery's rebuild replaced.
 pub async fn remove_array(url: &StoreUrl, name: &str) -> Result<bool> {
     check_name(name)?;
     match url {
@@ -315,9 +316,9 @@ pub async fn remove_array(url: &StoreUrl, name: &str) -> Result<bool> {
                 Err(e) => Err(StoreError::io(format!("removing {}", path.display()), e)),
             }
         }
-        StoreUrl::Memory
-        | StoreUrl::Remote { .. }
-        | StoreUrl::S3 { .. }
-        | StoreUrl::Redis { .. } => Ok(false),
+        StoreUrl::S3 { bucket, prefix, options } => {
+            crate::S3Store::remove(bucket, prefix, options, name).await
+        }
+        StoreUrl::Memory | StoreUrl::Remote { .. } | StoreUrl::Redis { .. } => Ok(false),
     }
 }

@@ -93,6 +93,44 @@ async fn s3_layout_is_one_object_per_cell_plus_a_marker() {
     assert_eq!(store.read(&[CellId(3)]).await.unwrap(), vec![vec![0; 32]]);
 }
 
+/// `remove_array` on S3 deletes the array's cells and marker, and nothing of an array whose
+/// name starts the same (a growth's `oram.g1` beside `oram`).
+#[tokio::test]
+async fn s3_remove_array_deletes_one_array_only() {
+    let Some((endpoint, bucket)) = servers::s3_server("s3-remove") else { return };
+    let url = servers::s3_url("s3-remove", "").unwrap();
+    let (_, prefix, _) = s3_parts(&url);
+    let old = open_store(&url, "oram", g(300, 16)).await.unwrap();
+    let cells: Vec<_> = (0..300).map(|c| (CellId(c), vec![c as u8; 16])).collect();
+    old.write(cells).await.unwrap();
+    old.flush().await.unwrap();
+    let next = open_store(&url, "oram.g1", g(4, 16)).await.unwrap();
+    next.write(vec![(CellId(2), vec![7; 16])]).await.unwrap();
+    next.flush().await.unwrap();
+    drop(old);
+
+    assert!(blindfold_store::remove_array(&url, "oram").await.unwrap());
+    let raw = raw_s3(&endpoint, &bucket);
+    use futures::TryStreamExt;
+    use object_store::ObjectStore;
+    let left: Vec<_> = raw
+        .list(Some(&format!("{prefix}/oram").as_str().into()))
+        .map_ok(|m| m.location.to_string())
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(
+        left.is_empty(),
+        "{} objects of the removed array left: {:?}",
+        left.len(),
+        &left[..3.min(left.len())]
+    );
+    assert!(!blindfold_store::remove_array(&url, "oram").await.unwrap(), "nothing left to remove");
+    assert_eq!(next.read(&[CellId(2)]).await.unwrap(), vec![vec![7; 16]]);
+    let again = open_store(&url, "oram.g1", g(4, 16)).await.unwrap();
+    assert_eq!(again.read(&[CellId(2)]).await.unwrap(), vec![vec![7; 16]]);
+}
+
 #[tokio::test]
 async fn s3_reopening_keeps_cells_and_checks_the_geometry() {
     let Some(url) = servers::s3_url("s3-reopen", "") else { return };
