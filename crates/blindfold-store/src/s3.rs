@@ -199,6 +199,24 @@ impl fmt::Debug for S3Store {
     }
 }
 
+/// Where the array `name` lives: its key prefix `<prefix>/<name>` (no leading or trailing
+/// `/`), `s3://bucket/prefix/name` for messages, and the endpoint's name for messages.
+struct Location {
+    base: String,
+    label: String,
+    endpoint: String,
+}
+
+impl Location {
+    fn of(bucket: &str, prefix: &str, options: &S3Options, name: &str) -> Self {
+        let prefix = prefix.trim_matches('/');
+        let base = if prefix.is_empty() { name.to_string() } else { format!("{prefix}/{name}") };
+        let label = format!("s3://{bucket}/{base}");
+        let endpoint = options.endpoint.clone().unwrap_or_else(|| "AWS S3".to_string());
+        Self { base, label, endpoint }
+    }
+}
+
 impl S3Store {
     /// Opens the array `name` under `prefix` in `bucket`, checking that it has `geometry`, or
     /// creates it (by writing its geometry marker) if there is none.
@@ -230,10 +248,7 @@ impl S3Store {
         name: &str,
         geometry: Geometry,
     ) -> Result<Self> {
-        let prefix = prefix.trim_matches('/');
-        let base = if prefix.is_empty() { name.to_string() } else { format!("{prefix}/{name}") };
-        let label = format!("s3://{bucket}/{base}");
-        let endpoint = options.endpoint.clone().unwrap_or_else(|| "AWS S3".to_string());
+        let Location { base, label, endpoint } = Location::of(bucket, prefix, options, name);
         let config_error = |reason: String| StoreError::InvalidConfig(format!("{label}: {reason}"));
         if options.concurrency == 0 {
             return Err(config_error("concurrency must be at least 1".into()));
@@ -265,10 +280,7 @@ impl S3Store {
         options: &S3Options,
         name: &str,
     ) -> Result<bool> {
-        let prefix = prefix.trim_matches('/');
-        let base = if prefix.is_empty() { name.to_string() } else { format!("{prefix}/{name}") };
-        let label = format!("s3://{bucket}/{base}");
-        let endpoint = options.endpoint.clone().unwrap_or_else(|| "AWS S3".to_string());
+        let Location { base, label, endpoint } = Location::of(bucket, prefix, options, name);
         let client = build_client(bucket, options, None, &label)?;
         let dir = Path::from(base.as_str());
         let listed = client.list(Some(&dir)).map_ok(|meta| meta.location).boxed();
