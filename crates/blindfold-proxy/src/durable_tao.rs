@@ -1103,9 +1103,7 @@ impl DurableTao {
             }
             out
         };
-        if self.overlay.len() >= self.max_overlay {
-            self.commit_now().await?;
-        }
+        self.commit_if_full().await?;
         Ok(out)
     }
 
@@ -1132,9 +1130,7 @@ impl DurableTao {
             }
             self.written.fetch_add(1, Ordering::SeqCst);
         }
-        if self.overlay.len() >= self.max_overlay {
-            self.commit_now().await?;
-        }
+        self.commit_if_full().await?;
         Ok(())
     }
 
@@ -1182,9 +1178,23 @@ impl DurableTao {
         m.wait().await
     }
 
-    /// A commit whatever has been written (the overlay is full).
+    /// A commit whatever has been written.
     async fn commit_now(&self) -> Result<()> {
         let mut c = self.committer.lock().await;
+        self.commit_all(&mut c).await
+    }
+
+    /// A commit if the overlay holds [`DurableTao::set_max_overlay`] cells or more, checked
+    /// again once the committer is ours: every request that ends while the overlay is full
+    /// asks, and those that queued behind the commit that emptied it have nothing to do.
+    async fn commit_if_full(&self) -> Result<()> {
+        if self.overlay.len() < self.max_overlay {
+            return Ok(());
+        }
+        let mut c = self.committer.lock().await;
+        if self.overlay.len() < self.max_overlay {
+            return Ok(());
+        }
         self.commit_all(&mut c).await
     }
 

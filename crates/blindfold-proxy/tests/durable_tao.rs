@@ -780,3 +780,56 @@ async fn checkpoints_hold_the_pinned_top_a_rotating_engine_wrote() {
         tao.shutdown().await.unwrap();
     }
 }
+
+/// A full overlay is committed once. Every request that ends while the overlay is past its
+/// limit asks for a commit, and while the first runs (it waits for the requests in flight to
+/// drain) many more ask; those queued behind it must find the overlay emptied and do nothing.
+/// (They did not: each ran a commit of its own, each stopping requests to drain them, one
+/// after another; behind a 50 ms link a read-only load stalled for seconds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_overlay_is_committed_once_not_once_per_waiting_request() {
+    use blindfold_store::{CountingStore, LatencyStore, LinkConfig};
+    let key = MasterKey::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let config = TaoConfig::builder(1024, BS).write_back_every(4).build().unwrap();
+    let link = LinkConfig::new(std::time::Duration::from_millis(2), None, None).unwrap();
+    let geometry = DurableTao::geometry(&config).unwrap();
+    let counting =
+        Arc::new(CountingStore::new(LatencyStore::new(MemoryStore::new(geometry), link)));
+    let limit = 64;
+    let mut tao = DurableTao::create(
+        dir.path(),
+        config,
+        counting.clone() as Arc<dyn Store>,
+        &key,
+        StoreId::random(),
+    )
+    .await
+    .unwrap();
+    tao.set_max_overlay(limit);
+    let tao = Arc::new(tao);
+    let before = counting.counts();
+    let mut tasks = Vec::new();
+    for c in 0..32u64 {
+        let tao = Arc::clone(&tao);
+        tasks.push(tokio::spawn(async move {
+            for i in 0..8u64 {
+                tao.read_many(&[BlockId((c * 8 + i) % 1024)]).await?;
+            }
+            Ok::<_, ProxyError>(())
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let done = counting.counts().since(&before);
+    // Nothing but a full overlay commits here, and a commit takes at least the `limit` cells
+    // that made it full (the engine's write-back of its subtree adds more).
+    assert!(done.flushes >= 1, "256 reads of 9-bucket paths overflow 64 cells: {done:?}");
+    assert!(
+        done.flushes as usize * limit <= done.cells_written as usize,
+        "{} commits wrote only {} cells: commits of a nearly empty overlay",
+        done.flushes,
+        done.cells_written
+    );
+}
