@@ -135,6 +135,10 @@ impl CellSealer {
     /// tag.
     pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 
+    /// Bytes of a sealed segment before its ciphertext: the room
+    /// [`seal_vec`](Self::seal_vec) expects before the plaintext.
+    pub const HEADER: usize = HEADER_LEN;
+
     /// A sealer for `store`, sealing under `epoch` (and later epochs, see
     /// [`with_rotation_limit`](Self::with_rotation_limit)).
     ///
@@ -230,6 +234,48 @@ impl CellSealer {
         self.seal_with_nonce(epoch, nonce, ad, plaintext, out)
     }
 
+    /// Seals in place the plaintext `buf` holds after its first [`HEADER`](Self::HEADER)
+    /// bytes (whatever those hold): writes the header there, encrypts the rest and appends the
+    /// tag, so that `buf` becomes the sealed segment that [`seal_into`](Self::seal_into) would
+    /// have written. A caller that builds its plaintext in such a buffer, with room for the tag
+    /// (capacity `plaintext + OVERHEAD`), saves the zeroed output buffer and the copy of the
+    /// plaintext into it.
+    ///
+    /// # Errors
+    ///
+    /// - [`CryptoError::Malformed`] if `buf` is shorter than the header, or the plaintext is
+    ///   longer than AES-GCM allows; `buf` is left as it was.
+    /// - [`CryptoError::Rng`], [`CryptoError::EpochsExhausted`]: as
+    ///   [`seal_into`](Self::seal_into), `buf` left as it was.
+    pub fn seal_vec(&self, ad: &CellAd, buf: &mut Vec<u8>) -> Result<(), CryptoError> {
+        if buf.len() < HEADER_LEN {
+            return Err(CryptoError::Malformed(format!(
+                "seal_vec: a {}-byte buffer has no room for the {HEADER_LEN}-byte header",
+                buf.len()
+            )));
+        }
+        let seal_number = self.seals.fetch_add(1, Ordering::Relaxed);
+        let epoch = self.epoch_of_seal(seal_number).ok_or(CryptoError::EpochsExhausted)?;
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::RngCore::try_fill_bytes(&mut rand::thread_rng(), &mut nonce)
+            .map_err(|_| CryptoError::Rng)?;
+        self.seal_vec_with_nonce(epoch, nonce, ad, buf)
+    }
+
+    /// [`seal_vec`](Self::seal_vec) with the given epoch and nonce; `buf` holds the header.
+    fn seal_vec_with_nonce(
+        &self,
+        epoch: u32,
+        nonce: [u8; NONCE_LEN],
+        ad: &CellAd,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), CryptoError> {
+        let (header, body) = buf.split_at_mut(HEADER_LEN);
+        let tag = self.seal_body(epoch, nonce, ad, header, body)?;
+        buf.extend_from_slice(&tag);
+        Ok(())
+    }
+
     /// Seals `plaintext` for `ad` into a new buffer of `plaintext.len() + OVERHEAD` bytes.
     ///
     /// # Errors
@@ -296,9 +342,22 @@ impl CellSealer {
     ) -> Result<(), CryptoError> {
         let (header, rest) = out.split_at_mut(HEADER_LEN);
         let (body, tag_out) = rest.split_at_mut(plaintext.len());
-        header[..EPOCH_LEN].copy_from_slice(&epoch.to_le_bytes());
-        header[EPOCH_LEN..].copy_from_slice(&nonce);
         body.copy_from_slice(plaintext);
+        let tag = self.seal_body(epoch, nonce, ad, header, body)?;
+        tag_out.copy_from_slice(&tag);
+        Ok(())
+    }
+
+    /// Writes `epoch | nonce` into `header` and encrypts `body` in place; returns the tag.
+    fn seal_body(
+        &self,
+        epoch: u32,
+        nonce: [u8; NONCE_LEN],
+        ad: &CellAd,
+        header: &mut [u8],
+        body: &mut [u8],
+    ) -> Result<[u8; TAG_LEN], CryptoError> {
+        let len = body.len();
         let aad = cell_ad_bytes(&self.store, ad);
         let tag = self
             .with_key(epoch, |key| {
@@ -309,13 +368,11 @@ impl CellSealer {
                 )
             })
             .map_err(|_| {
-                CryptoError::Malformed(format!(
-                    "a {}-byte plaintext is too long for AES-GCM",
-                    plaintext.len()
-                ))
+                CryptoError::Malformed(format!("a {len}-byte plaintext is too long for AES-GCM"))
             })?;
-        tag_out.copy_from_slice(tag.as_ref());
-        Ok(())
+        header[..EPOCH_LEN].copy_from_slice(&epoch.to_le_bytes());
+        header[EPOCH_LEN..].copy_from_slice(&nonce);
+        Ok(tag.as_ref().try_into().expect("a 16-byte tag"))
     }
 
     /// Opens `body` (= ciphertext || tag) whose header is `header` (= epoch || nonce).
@@ -556,6 +613,32 @@ mod tests {
             )
         );
         assert_eq!(sealer.open(&ad, &out).unwrap(), plaintext);
+
+        // Sealed in place, after a header's room holding anything, the same segment.
+        let mut buf = vec![0xee; CellSealer::HEADER];
+        buf.extend_from_slice(plaintext);
+        sealer.seal_vec_with_nonce(7, nonce, &ad, &mut buf).unwrap();
+        assert_eq!(buf, out);
+    }
+
+    #[test]
+    fn sealing_in_place_opens_and_refuses_a_buffer_without_a_header() {
+        let sealer = CellSealer::new(&master(), store(), 3);
+        let ad = CellAd { cell: 9, version: 2, segment: 0 };
+        for len in [0, 1, 4096] {
+            let plaintext: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut buf = Vec::with_capacity(len + CellSealer::OVERHEAD);
+            buf.resize(CellSealer::HEADER, 0);
+            buf.extend_from_slice(&plaintext);
+            sealer.seal_vec(&ad, &mut buf).unwrap();
+            assert_eq!(buf.len(), len + CellSealer::OVERHEAD, "{len} bytes");
+            assert_eq!(sealer.open(&ad, &buf).unwrap(), plaintext, "{len} bytes");
+            let other = CellAd { version: 3, ..ad };
+            assert!(sealer.open(&other, &buf).is_err(), "bound to its version");
+        }
+        let mut short = vec![0u8; CellSealer::HEADER - 1];
+        assert!(matches!(sealer.seal_vec(&ad, &mut short), Err(CryptoError::Malformed(_))));
+        assert_eq!(short, vec![0u8; CellSealer::HEADER - 1], "left as it was");
     }
 
     #[test]

@@ -179,6 +179,15 @@ impl TaoSchemeConfig {
     pub fn encode_bucket<'a>(&self, blocks: impl Iterator<Item = (u64, u32, &'a [u8])>) -> Vec<u8> {
         encode_bucket(self.z, self.block_size, blocks)
     }
+
+    /// As [`TaoSchemeConfig::encode_bucket`], appending the plaintext to `out`.
+    pub fn encode_bucket_into<'a>(
+        &self,
+        blocks: impl Iterator<Item = (u64, u32, &'a [u8])>,
+        out: &mut Vec<u8>,
+    ) {
+        encode_bucket_into(self.z, self.block_size, blocks, out);
+    }
 }
 
 /// A bucket's plaintext in the format of [`crate::PathOram`]: `Z` slots of `id + 1`, leaf and
@@ -188,14 +197,32 @@ pub fn encode_bucket<'a>(
     block_size: u32,
     blocks: impl Iterator<Item = (u64, u32, &'a [u8])>,
 ) -> Vec<u8> {
-    let slot = SLOT_HEADER + block_size as usize;
-    let mut out = vec![0u8; z as usize * slot];
-    for (raw, (id, leaf, data)) in out.chunks_exact_mut(slot).zip(blocks) {
-        raw[..8].copy_from_slice(&(id + 1).to_le_bytes());
-        raw[8..12].copy_from_slice(&leaf.to_le_bytes());
-        raw[SLOT_HEADER..].copy_from_slice(data);
-    }
+    let mut out = Vec::with_capacity(z as usize * (SLOT_HEADER + block_size as usize));
+    encode_bucket_into(z, block_size, blocks, &mut out);
     out
+}
+
+/// As [`encode_bucket`], appending the bucket's plaintext to `out` (after whatever it holds,
+/// e.g. the room a sealer wants before the plaintext it seals in place): each byte written
+/// once, none zeroed first but the empty slots.
+pub fn encode_bucket_into<'a>(
+    z: u32,
+    block_size: u32,
+    blocks: impl Iterator<Item = (u64, u32, &'a [u8])>,
+    out: &mut Vec<u8>,
+) {
+    let slot = SLOT_HEADER + block_size as usize;
+    let end = out.len() + z as usize * slot;
+    out.reserve(end - out.len());
+    for (id, leaf, data) in blocks.take(z as usize) {
+        debug_assert_eq!(data.len(), block_size as usize, "a block of the block size");
+        let at = out.len();
+        out.extend_from_slice(&(id + 1).to_le_bytes());
+        out.extend_from_slice(&leaf.to_le_bytes());
+        out.extend_from_slice(&data[..data.len().min(block_size as usize)]);
+        out.resize(at + slot, 0);
+    }
+    out.resize(end, 0);
 }
 
 /// Running statistics of a TaoStore engine.

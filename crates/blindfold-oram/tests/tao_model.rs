@@ -603,3 +603,26 @@ fn a_replay_reads_only_logged_paths_and_keeps_the_committed_state() {
         assert!(after.scheme.replay_check(&reveals).is_ok());
     }
 }
+
+/// A bucket encoded after a prefix (the room a sealer wants before the plaintext) is the
+/// prefix and the same bytes as encoded alone, and decodes to its blocks: full, partly full
+/// and empty buckets.
+#[test]
+fn a_bucket_encoded_after_a_prefix_is_the_same_bucket() {
+    let tree = PathOramConfig::builder(64, 16).build().unwrap();
+    let config = TaoSchemeConfig::new(&tree, 4, 100, 100).unwrap();
+    for n in [0usize, 1, 3, 4] {
+        let blocks: Vec<(u64, u32, Vec<u8>)> =
+            (0..n as u64).map(|i| (i * 7, i as u32 + 1, vec![i as u8 + 1; 16])).collect();
+        let iter = || blocks.iter().map(|(id, leaf, d)| (*id, *leaf, &d[..]));
+        let alone = config.encode_bucket(iter());
+        let mut prefixed = vec![0xab; 16];
+        config.encode_bucket_into(iter(), &mut prefixed);
+        assert_eq!(&prefixed[..16], &[0xab; 16], "{n} blocks: the prefix is kept");
+        assert_eq!(&prefixed[16..], &alone[..], "{n} blocks");
+        let decoded = config.decode_bucket(&alone).unwrap();
+        let got: Vec<(u64, u32, Vec<u8>)> =
+            decoded.into_iter().map(|b| (b.id, b.leaf, b.data.to_vec())).collect();
+        assert_eq!(got, blocks, "{n} blocks");
+    }
+}

@@ -65,6 +65,24 @@ pub(crate) fn seal_cell(
     Ok(sealed)
 }
 
+/// Seals one cell under `version` (which the caller records) whose plaintext `encode`
+/// appends to the buffer it is given: the plaintext is built where it is encrypted, after the
+/// room for the seal's header ([`CellSealer::seal_vec`]), with no zeroed buffer and no copy.
+pub(crate) fn seal_cell_with(
+    sealer: &CellSealer,
+    cell: CellId,
+    version: u64,
+    plain_len: usize,
+    encode: impl FnOnce(&mut Vec<u8>),
+) -> Result<Vec<u8>> {
+    let ad = CellAd { cell: cell.0, version, segment: 0 };
+    let mut buf = Vec::with_capacity(plain_len + CellSealer::OVERHEAD);
+    buf.resize(CellSealer::HEADER, 0);
+    encode(&mut buf);
+    sealer.seal_vec(&ad, &mut buf).map_err(ProxyError::Crypto)?;
+    Ok(buf)
+}
+
 /// Refuses a sealed cell whose header names another key epoch than `epoch` (the one its
 /// trusted version was sealed under), unless that is [`VersionTable::ANY_EPOCH`].
 pub(crate) fn check_epoch(cell: u64, epoch: u32, sealed: &[u8]) -> Result<()> {

@@ -110,7 +110,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch, Notify};
 
 use crate::retry::{with_retry, write_sealed, RetryPolicy};
-use crate::sealing::{check_geometry, open_cell, seal_cell};
+use crate::sealing::{check_geometry, open_cell, seal_cell_with};
 use crate::{ProxyError, Result, SealedPathOram, SealedPathState, VersionTable};
 
 pub use blindfold_oram::tao::{Reveal, TaoStats};
@@ -566,7 +566,7 @@ impl TaoOram {
         let sh = &self.shared;
         let mut sealed = Vec::with_capacity(open.len());
         for (b, version, blocks) in open {
-            let cell = seal_cell(&sh.sealer, CellId(b), version, &sh.encode_bucket(&blocks))?;
+            let cell = sh.seal_bucket(b, version, &blocks)?;
             sealed.push((b, version, cell));
         }
         let mut s = sh.state.lock();
@@ -1092,8 +1092,7 @@ impl Shared {
             let result = async {
                 let mut sealed = Vec::with_capacity(cells.len());
                 for (b, version, blocks) in cells {
-                    let plain = self.encode_bucket(&blocks);
-                    let cell = seal_cell(&self.sealer, CellId(b), version, &plain)?;
+                    let cell = self.seal_bucket(b, version, &blocks)?;
                     epochs.push((b, crate::versions::sealed_epoch(&cell)));
                     sealed.push((CellId(b), cell));
                 }
@@ -1142,8 +1141,14 @@ impl Shared {
         }
     }
 
-    fn encode_bucket(&self, blocks: &[TaoBlock]) -> Vec<u8> {
-        self.scheme.encode_bucket(blocks.iter().map(|e| (e.id, e.leaf, &e.data[..])))
+    /// Bucket `b`'s blocks encoded and sealed under `version`, the plaintext built in the
+    /// buffer it is sealed in.
+    fn seal_bucket(&self, b: u64, version: u64, blocks: &[TaoBlock]) -> Result<Vec<u8>> {
+        let plain_len =
+            self.config.z() as usize * (SLOT_HEADER + self.config.block_size() as usize);
+        seal_cell_with(&self.sealer, CellId(b), version, plain_len, |out| {
+            self.scheme.encode_bucket_into(blocks.iter().map(|e| (e.id, e.leaf, &e.data[..])), out)
+        })
     }
 }
 
