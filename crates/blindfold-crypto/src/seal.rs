@@ -223,6 +223,12 @@ impl CellSealer {
                 plaintext.len().saturating_add(Self::OVERHEAD),
             )));
         }
+        let (epoch, nonce) = self.next_seal()?;
+        self.seal_with_nonce(epoch, nonce, ad, plaintext, out)
+    }
+
+    /// The epoch and a fresh nonce for the next seal.
+    fn next_seal(&self) -> Result<(u32, [u8; NONCE_LEN]), CryptoError> {
         let seal_number = self.seals.fetch_add(1, Ordering::Relaxed);
         let epoch = self.epoch_of_seal(seal_number).ok_or(CryptoError::EpochsExhausted)?;
         // Nonces come from rand's thread-local CSPRNG (ChaCha, seeded from the operating system
@@ -231,7 +237,7 @@ impl CellSealer {
         let mut nonce = [0u8; NONCE_LEN];
         rand::RngCore::try_fill_bytes(&mut rand::thread_rng(), &mut nonce)
             .map_err(|_| CryptoError::Rng)?;
-        self.seal_with_nonce(epoch, nonce, ad, plaintext, out)
+        Ok((epoch, nonce))
     }
 
     /// Seals in place the plaintext `buf` holds after its first [`HEADER`](Self::HEADER)
@@ -254,11 +260,7 @@ impl CellSealer {
                 buf.len()
             )));
         }
-        let seal_number = self.seals.fetch_add(1, Ordering::Relaxed);
-        let epoch = self.epoch_of_seal(seal_number).ok_or(CryptoError::EpochsExhausted)?;
-        let mut nonce = [0u8; NONCE_LEN];
-        rand::RngCore::try_fill_bytes(&mut rand::thread_rng(), &mut nonce)
-            .map_err(|_| CryptoError::Rng)?;
+        let (epoch, nonce) = self.next_seal()?;
         self.seal_vec_with_nonce(epoch, nonce, ad, buf)
     }
 

@@ -59,10 +59,7 @@ pub(crate) fn seal_cell(
     version: u64,
     data: &[u8],
 ) -> Result<Vec<u8>> {
-    let ad = CellAd { cell: cell.0, version, segment: 0 };
-    let mut sealed = vec![0u8; data.len() + CellSealer::OVERHEAD];
-    sealer.seal_into(&ad, data, &mut sealed).map_err(ProxyError::Crypto)?;
-    Ok(sealed)
+    seal_cell_with(sealer, cell, version, data.len(), |buf| buf.extend_from_slice(data))
 }
 
 /// Seals one cell under `version` (which the caller records) whose plaintext `encode`
