@@ -532,6 +532,7 @@ async fn open_durable(
         pack_levels: 1,
         durability,
         reads_ahead_of_log: false,
+        standby: false,
         rtt_ms: params.rtt_ms,
         mbit: params.mbit,
         slowdown: None,

@@ -85,6 +85,9 @@ pub struct GatewayBench {
     /// With `--durability store`: reads go ahead of the store-side log
     /// (`--reads-ahead-of-log`).
     pub reads_ahead_of_log: bool,
+    /// With `--durability store`: a standby in this process follows the gateway's log feed
+    /// over the loopback (`serve --standby-listen`), and reads wait for it or the store.
+    pub standby: bool,
     /// Emulated network between each gateway and its store (both sides alike): round trip,
     /// milliseconds (0: none).
     pub rtt_ms: u64,
@@ -130,6 +133,7 @@ impl Default for GatewayBench {
             pack_levels: 1,
             durability: Default::default(),
             reads_ahead_of_log: false,
+            standby: false,
             rtt_ms: 0,
             mbit: None,
             seed: 1,
@@ -569,6 +573,8 @@ pub(crate) struct LiveSetup {
     pub durability: blindfold_gateway::server::Durability,
     /// Reads go ahead of the store-side log.
     pub reads_ahead_of_log: bool,
+    /// A standby follows the log feed.
+    pub standby: bool,
     /// Emulated round trip to the store, ms (0: none).
     pub rtt_ms: u64,
     /// Emulated bandwidth each way, Mbit/s.
@@ -608,6 +614,9 @@ pub(crate) async fn open_live(
         lease_ttl: None,
         anchor: None,
         reads_ahead_of_log: s.reads_ahead_of_log,
+        log_feed: s.standby.then(|| {
+            blindfold_gateway::feed::LogFeed::Serve("127.0.0.1:0".parse().expect("address"))
+        }),
     };
     type Counting = CountingStore<Arc<dyn Store>>;
     let link = emulated_link(s.rtt_ms, s.mbit)?;
@@ -634,6 +643,10 @@ pub(crate) async fn open_live(
     };
     let opened = server::open_with(&cfg, hooks).await.context("opening the gateway")?;
     let counts = counter.get().cloned().context("the store hook was not called")?;
+    if s.standby {
+        let journal = opened.journal.as_ref().context("--standby needs --durability store")?;
+        journal.follow_here(Arc::clone(&opened.key))?;
+    }
     Ok((opened, counts))
 }
 
@@ -691,6 +704,7 @@ async fn run_side_in(
             p.durability
         },
         reads_ahead_of_log: engine != EngineKind::DirectBaseline && p.reads_ahead_of_log,
+        standby: engine != EngineKind::DirectBaseline && p.standby,
         rtt_ms: p.rtt_ms,
         mbit: p.mbit,
         slowdown: if engine == EngineKind::DirectBaseline { None } else { p.inject_slowdown },

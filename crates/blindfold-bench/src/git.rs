@@ -483,6 +483,7 @@ pub async fn run(p: GitBench) -> Result<GitReport> {
             pack_levels: 1,
             durability: Default::default(),
             reads_ahead_of_log: false,
+            standby: false,
             rtt_ms: p.rtt_ms,
             mbit: p.mbit,
             slowdown: None,

@@ -446,6 +446,7 @@ fn outsource_ratio(capacity: u64, block_size: u32, engine: OramEngine) -> Result
         lease_ttl: None,
         anchor: None,
         reads_ahead_of_log: false,
+        log_feed: None,
     };
     let f = footprint(&new_params(&cfg)?)?;
     Ok(f.trusted_bytes as f64 / f.oram_bytes.max(1) as f64)

@@ -10,6 +10,7 @@
 //! | label | salt | used for |
 //! |---|---|---|
 //! | `"blindfold directory v1"` | the directory file's random 16-byte id | AES-256-GCM pages of `meta.redb` (`blindfold-gateway`) |
+//! | `"blindfold log feed v1 initiator"`, `"… responder"` | both ends' connection nonces | the standby's log feed, one key per direction ([`crate::ChannelCipher`]) |
 //!
 //! Not a derived key but a domain label of its own: `"blindfold balancer block digest v1"`
 //! prefixes every HMAC of [`crate::BlockDigestKey`], whose key is random (see there why).

@@ -77,6 +77,7 @@
 //! # Ok::<(), CryptoError>(())
 //! ```
 
+mod channel;
 mod derive;
 mod digest;
 mod error;
@@ -86,6 +87,7 @@ mod pad;
 mod seal;
 mod state;
 
+pub use channel::{ChannelCipher, CHANNEL_NONCE_LEN};
 pub use derive::{derive_key, DIRECTORY_KEY_LABEL};
 pub use digest::{BlockDigestKey, BLOCK_DIGEST_LABEL, BLOCK_DIGEST_LEN};
 pub use error::CryptoError;

@@ -84,6 +84,9 @@ pub struct RecoverHooks {
     pub engine_factory: Option<EngineFactory>,
     /// Checked on the snapshot's engine checkpoint before anything is written.
     pub check_state: Option<StateCheck>,
+    /// A standby's copy of the log's tail that the store may lack ([`crate::feed`]): a
+    /// takeover continues the store's log with it.
+    pub tail: Option<crate::feed::Tail>,
 }
 
 impl std::fmt::Debug for RecoverHooks {
@@ -92,6 +95,7 @@ impl std::fmt::Debug for RecoverHooks {
             .field("rebuild", &self.rebuild.is_some())
             .field("engine_factory", &self.engine_factory.is_some())
             .field("check_state", &self.check_state.is_some())
+            .field("tail", &self.tail.as_ref().map(|t| t.entries.len()))
             .finish()
     }
 }

@@ -28,6 +28,10 @@ pub struct Journal {
     pub log: Arc<StoreLog>,
     leases: Arc<dyn blindfold_store::LeaseStore>,
     tasks: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Where the standby's log feed is served (`--standby-listen`), if it is.
+    pub feed_addr: Option<std::net::SocketAddr>,
+    /// Standbys kept in this process ([`Journal::follow_here`]).
+    followers: parking_lot::Mutex<Vec<crate::feed::Follower>>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -45,6 +49,18 @@ impl Drop for Journal {
 }
 
 impl Journal {
+    /// Benchmarks: a standby's end of the log feed in this process, kept as long as the
+    /// journal, holding the log's tail as a standby on another machine would.
+    #[doc(hidden)]
+    pub fn follow_here(&self, key: Arc<MasterKey>) -> Result<()> {
+        let addr = self.feed_addr.ok_or_else(|| {
+            GatewayError::Config("this gateway serves no log feed (--standby-listen)".into())
+        })?;
+        let f = crate::feed::follow(addr.to_string(), key, "in-process standby".into());
+        self.followers.lock().push(f);
+        Ok(())
+    }
+
     /// Stops the background checkpointer (a clean stop writes the last checkpoint itself).
     pub fn stop(&self) {
         if let Some(task) = self.tasks.lock().first() {
@@ -210,6 +226,8 @@ pub struct Start<'a> {
     pub gate: Arc<blindfold_store::LeaseGate>,
     /// Reads go out before the store holds their reveal records (`--reads-ahead-of-log`).
     pub reads_ahead: bool,
+    /// Serve the standby's log feed on this address (`--standby-listen`).
+    pub feed_listen: Option<std::net::SocketAddr>,
 }
 
 impl std::fmt::Debug for Start<'_> {
@@ -236,6 +254,7 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
         anchor,
         gate,
         reads_ahead,
+        feed_listen,
     } = s;
     let Some(array) = slot.lock().clone() else {
         return Err(GatewayError::Config(
@@ -298,7 +317,21 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
     }
     log.set_gate(gate);
     log.set_reads_ahead(reads_ahead);
+    let listener = match feed_listen {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                GatewayError::Config(format!(
+                    "--standby-listen {addr}: cannot listen there for a standby ({e}); give a \
+                     free address of this machine"
+                ))
+            })?;
+            log.set_feed();
+            Some(l)
+        }
+        None => None,
+    };
     let log = Arc::new(log);
+    let feed_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
     // Renewed from now on: the first store checkpoint below may take longer than the ttl.
     let renewer = tokio::spawn(keep_lease(
         Arc::clone(&leases),
@@ -352,6 +385,17 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
             }
         })
     };
+    let mut tasks = vec![task, renewer];
+    if let Some(listener) = listener {
+        tracing::info!(address = ?feed_addr, "serving the log feed to a standby (--standby-listen)");
+        tasks.push(tokio::spawn(crate::feed::serve(listener, Arc::clone(&log), Arc::clone(key))));
+    }
     tracing::info!(generation = lease.generation, holder = %lease.holder, "took the store's lease");
-    Ok(Arc::new(Journal { log, leases, tasks: parking_lot::Mutex::new(vec![task, renewer]) }))
+    Ok(Arc::new(Journal {
+        log,
+        leases,
+        tasks: parking_lot::Mutex::new(tasks),
+        feed_addr,
+        followers: parking_lot::Mutex::new(Vec::new()),
+    }))
 }

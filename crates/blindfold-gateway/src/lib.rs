@@ -32,6 +32,7 @@ pub mod datadir;
 mod directory;
 pub mod engine;
 mod error;
+pub mod feed;
 pub mod grow;
 pub mod hooks;
 pub mod http;

@@ -610,6 +610,39 @@ async fn assemble(
                 .into(),
         ));
     }
+    let feed_listen = match &cfg.log_feed {
+        Some(crate::feed::LogFeed::Serve(addr)) => Some(*addr),
+        _ => None,
+    };
+    if feed_listen.is_some() {
+        let why = if !(cfg.durability.in_store(&store_url) && loggable) {
+            Some(
+                "this gateway keeps no log in the store (--durability local, or a file store \
+                 under --durability auto): serve with --durability store",
+            )
+        } else if cfg.reads_ahead_of_log {
+            Some("reads already go ahead of the log (--reads-ahead-of-log): give one or the other")
+        } else if injected_engine {
+            Some(
+                "a recovery from the store alone could not rebuild the trees of ORAM nodes, and \
+                 without the standby it would have to",
+            )
+        } else if dir.join(crate::rotation::ROTATION_FILE).exists() {
+            Some(
+                "a key rotation is under way in this data directory, and a recovery from the \
+                 store alone could not rebuild a tree sealed under two keys: serve without \
+                 --standby-listen until the rotation has ended",
+            )
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(GatewayError::Config(format!(
+                "--standby-listen lets reads go out once a standby holds their reveal records: \
+                 {why}"
+            )));
+        }
+    }
     let journal = if cfg.durability.in_store(&store_url) && loggable {
         let tap = tap.expect("checked above");
         let journal = crate::journaling::start(crate::journaling::Start {
@@ -625,6 +658,7 @@ async fn assemble(
             wrap: wrap_store.as_deref(),
             gate,
             reads_ahead: cfg.reads_ahead_of_log,
+            feed_listen,
         })
         .await?;
         notes.push(format!(

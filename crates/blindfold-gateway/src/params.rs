@@ -63,6 +63,11 @@ pub struct ServeConfig {
     /// (`--reads-ahead-of-log`). Store checkpoints say so, and a recovery from the store alone
     /// then rebuilds the tree with fresh leaves ([`crate::recovery`]).
     pub reads_ahead_of_log: bool,
+    /// With `--durability store`: the standby's log feed ([`crate::feed`]). On a primary
+    /// (`--standby-listen`), a standby that connects holds the log's tail, and reads wait for
+    /// it or the store, whichever holds their reveal records first; on a standby (`--primary`),
+    /// the primary to follow, whose tail a takeover then continues the store's log with.
+    pub log_feed: Option<crate::feed::LogFeed>,
 }
 
 /// Where an acknowledged write is made durable before it is acknowledged.

@@ -223,17 +223,18 @@ pub async fn recover_until_with(
                     .into(),
             ));
         }
-        let (mut about, reached) =
-            from_store_log(dir, &snap, point, &params, &url, &key, crash).await?;
-        if snap.reads_ahead_of_log {
+        let (mut about, reached, ahead) =
+            from_store_log(dir, &snap, point, &params, &url, &key, hooks.tail.as_ref(), crash)
+                .await?;
+        if let Some(why) = ahead {
             // The log may lack the reveal records of the last reads the store saw: continuing
             // the tree would read those blocks again on the same paths. Every block gets a
             // fresh leaf instead.
             let (p, rebuilt) = rebuild_after_log(&params, &url, &oram_dir, &key, crash).await?;
             params = p;
             about.push_str(&format!(
-                "; the lost gateway let reads go ahead of the log (--reads-ahead-of-log), so the \
-                 tree was rebuilt with fresh leaves: {rebuilt}"
+                "; the lost gateway let reads go ahead of the log ({why}), so the tree was \
+                 rebuilt with fresh leaves: {rebuilt}"
             ));
         }
         if let Some(rotation) = &snap.rotation {
@@ -379,8 +380,11 @@ async fn finish(
 /// checkpoint's, then every operation logged since). The engine's cells stay where they are,
 /// in the same array: opening the directory replays the redo log as after a crash, reading
 /// again exactly the paths the store already saw. Reads the log 64 cells at a time; writes
-/// nothing to the store (a run cut short is simply run again). Returns what was done and the
-/// number of the first log entry it does not hold (for the anchor's check).
+/// nothing to the store (a run cut short is simply run again). A standby's `tail` of the log
+/// ([`crate::feed::Tail`]) continues it. Returns what was done, the number of the first log
+/// entry it does not hold (for the anchor's check), and why the tree must be rebuilt, if it
+/// must: reads may have gone ahead of what the store and the tail hold.
+#[allow(clippy::too_many_arguments)]
 async fn from_store_log(
     dir: &Path,
     snap: &crate::snapshot::Snapshot,
@@ -388,8 +392,9 @@ async fn from_store_log(
     params: &crate::datadir::GatewayParams,
     url: &blindfold_store::StoreUrl,
     key: &blindfold_crypto::MasterKey,
+    tail: Option<&crate::feed::Tail>,
     crash: Option<RecoverCrash>,
-) -> Result<(String, u64)> {
+) -> Result<(String, u64, Option<String>)> {
     use std::io::Write;
     let io = |what: &str, p: &Path, e: std::io::Error| {
         GatewayError::Config(format!("{what} {}: {e}", p.display()))
@@ -406,7 +411,11 @@ async fn from_store_log(
         Directory::restore(&dir.join("meta.redb"), params.blocks, &snap.directory, key)?;
     let ring = crate::storelog::open_ring(url, point.cells).await?;
     let (mut frames, mut transactions) = (0u64, 0u64);
-    let entries = crate::storelog::replay(&*ring, key, point, |_, entry| {
+    // Whether reads may have gone ahead of what the store holds: on the checkpoint's word,
+    // then on each `Standby` entry's (`Some(None)`: a session whose id the log after the
+    // checkpoint has not named yet).
+    let mut standby: Option<Option<u64>> = snap.reads_ahead_of_log.then_some(None);
+    let mut apply = |entry: crate::storelog::Entry| -> Result<()> {
         match entry {
             crate::storelog::Entry::Engine(f) => {
                 for frame in f {
@@ -418,10 +427,45 @@ async fn from_store_log(
                 directory.apply(crate::directory::decode_ops(&ops)?)?;
                 transactions += 1;
             }
+            crate::storelog::Entry::Standby(session) => standby = session.map(Some),
         }
         Ok(())
-    })
-    .await?;
+    };
+    let entries = crate::storelog::replay(&*ring, key, point, |_, entry| apply(entry)).await?;
+    let mut reached = point.next_entry + entries;
+    let mut from_tail = 0u64;
+    if let Some(t) = tail {
+        // The standby's tail continues the store's log where it ends. Starting beyond that
+        // end, it would prove that the store lost entries it had been seen to hold.
+        if t.base > reached {
+            return Err(GatewayError::Corrupt(format!(
+                "the store's log ends at entry {reached}, but the primary had told this standby \
+                 that the store held every entry below {}: the store lost or withheld \
+                 acknowledged entries (rolled back?)",
+                t.base
+            )));
+        }
+        let skip = (reached - t.base) as usize;
+        for e in t.entries.iter().skip(skip) {
+            apply(crate::feed::decode_entry(e)?)?;
+            from_tail += 1;
+        }
+        reached += from_tail;
+    }
+    drop(apply);
+    let ahead = match standby {
+        None => None,
+        Some(Some(s)) if tail.is_some_and(|t| t.session == s) => None,
+        Some(None) => Some(
+            "--reads-ahead-of-log, or on the word of a standby whose copy of the log's tail this \
+             recovery does not have"
+                .to_string(),
+        ),
+        Some(Some(_)) => Some(
+            "on the word of a standby that held the log's tail; this recovery does not have it"
+                .to_string(),
+        ),
+    };
     redo.sync_all().map_err(|e| io("syncing", &log_path, e))?;
     drop(directory);
     sync_dir(&oram_dir)?;
@@ -429,9 +473,14 @@ async fn from_store_log(
         return Err(GatewayError::Config("simulated crash at AfterDirectory".into()));
     }
     let when = crate::directory::written_at(snap.created_ns);
+    let tail_note = if tail.is_some() {
+        format!(" and {from_tail} more from this standby's copy of the log's tail")
+    } else {
+        String::new()
+    };
     let about = format!(
         "store checkpoint #{} written {when} ({} buckets, {} objects), then {entries} entries \
-         of the store-side log ({frames} engine records, {transactions} directory \
+         of the store-side log{tail_note} ({frames} engine records, {transactions} directory \
          transactions): every acknowledged write is back; the engine's cells stay in store \
          array {}",
         snap.seq,
@@ -439,7 +488,7 @@ async fn from_store_log(
         snap.directory.objects.len(),
         oram_array(params.generation),
     );
-    Ok((about, point.next_entry + entries))
+    Ok((about, reached, ahead))
 }
 
 /// After [`from_store_log`] for a gateway that let reads go ahead of the log: opens the engine

@@ -83,9 +83,11 @@ pub struct Snapshot {
     /// snapshots of format 07 and before.
     pub rotation: Option<Vec<u8>>,
     /// The gateway that wrote it, and the log after it, let reads go out before the store held
-    /// their reveal records (`--reads-ahead-of-log`): the log may lack the last ones, so a
-    /// recovery from the store alone rebuilds the tree with fresh leaves instead of replaying
-    /// it. False in snapshots of format 08 and before.
+    /// their reveal records (`--reads-ahead-of-log`, or on the word of a standby following
+    /// the log, [`crate::feed`]): the log may lack the last ones, so a recovery from the store
+    /// alone rebuilds the tree with fresh leaves instead of replaying it, unless the log after
+    /// it says that no standby's word counts any more, or the recovery is that standby's own.
+    /// False in snapshots of format 08 and before.
     pub reads_ahead_of_log: bool,
 }
 
@@ -847,7 +849,7 @@ pub(crate) async fn write_journal_snapshot_held(
         ));
     };
     let params = crate::datadir::read_params(dir)?.unwrap_or_else(|| fallback.clone());
-    let ((next_entry, oram_checkpoint, redo_log), directory) =
+    let ((next_entry, oram_checkpoint, redo_log, standby_on), directory) =
         objects.directory().dump_with(|| log.capture())?;
     let point = log.point(next_entry, redo_log).await?;
     // A rotation under way goes along, so that a recovery from the store resumes it.
@@ -871,7 +873,9 @@ pub(crate) async fn write_journal_snapshot_held(
         directory,
         journal: Some(point.clone()),
         rotation,
-        reads_ahead_of_log: log.reads_ahead(),
+        // Reads go ahead of the log's store copy under --reads-ahead-of-log, and on a
+        // standby's word while one follows the log ([`crate::feed`]).
+        reads_ahead_of_log: log.reads_ahead() || standby_on,
     };
     let (seq, removed) = put_snapshot(slot, array, key, dir, snap).await?;
     log.checkpoint_written(&point).await;

@@ -98,6 +98,18 @@ pub async fn take_over_with(
     let leases = blindfold_store::open_lease_store(&url)
         .await
         .map_err(|e| GatewayError::Config(format!("opening the store's lease: {e}")))?;
+    let key = Arc::new(key);
+    let primary = match &cfg.log_feed {
+        Some(crate::feed::LogFeed::Follow(addr)) => Some(addr.clone()),
+        _ => None,
+    };
+    let start_following = || {
+        primary.clone().map(|addr| {
+            let name = format!("standby {}", dir.display());
+            crate::feed::follow(addr, Arc::clone(&key), name)
+        })
+    };
+    let mut follower = start_following();
     let mut followed: Option<std::time::Instant> = None;
     let mut last_said = String::new();
     loop {
@@ -117,8 +129,12 @@ pub async fn take_over_with(
                     let behind = follow(&url, &key).await.unwrap_or_else(|e| {
                         format!("the store's checkpoint or log cannot be read ({e})")
                     });
+                    let feed = follower
+                        .as_ref()
+                        .map(|f| format!("; {}", f.describe()))
+                        .unwrap_or_default();
                     let text = format!(
-                        "standby: the primary {} holds the lease (generation {}); {behind}",
+                        "standby: the primary {} holds the lease (generation {}); {behind}{feed}",
                         info.holder, info.generation
                     );
                     write_status(dir, &text);
@@ -144,7 +160,12 @@ pub async fn take_over_with(
         let _ = std::fs::remove_file(dir.join(STATUS_FILE));
         let mut cfg = cfg.clone();
         cfg.key_file = Some(key_path.clone());
-        match crate::recovery::recover_with(&cfg, hooks()?).await {
+        // A standby that held the log's tail continues the store's log with it.
+        cfg.log_feed = None;
+        let tail = follower.take().and_then(|f| f.stop());
+        let mut recover_hooks = hooks()?;
+        recover_hooks.tail = tail;
+        match crate::recovery::recover_with(&cfg, recover_hooks).await {
             Ok((opened, about)) => {
                 let took = lapsed.elapsed().as_secs_f64();
                 return Ok((opened, format!("took over in {took:.2} s: restored {about}")));
@@ -152,6 +173,7 @@ pub async fn take_over_with(
             Err(e) if e.to_string().contains("another gateway") => {
                 // Another standby was faster: back to waiting, from an empty directory.
                 say(&format!("standby: {e}; waiting again"));
+                follower = start_following();
                 for entry in std::fs::read_dir(dir)
                     .map_err(|e| GatewayError::Config(format!("reading {}: {e}", dir.display())))?
                 {

@@ -102,6 +102,17 @@ pub enum Entry {
     /// The operations of one directory transaction, encoded by the directory
     /// ([`crate::directory::DirOp`]; the log does not read them).
     Directory(Vec<u8>),
+    /// From here on, reads may go out once the standby of this session holds their reveal
+    /// records (`Some`), or again only once the store does (`None`): [`crate::feed`].
+    Standby(Option<u64>),
+}
+
+/// Decodes one entry encoded as the log encodes it (a standby's [`crate::feed::Tail`]).
+pub fn decode_entry(b: &[u8]) -> Result<Entry> {
+    use bincode::Options;
+    bincode_opts().with_limit(b.len() as u64 + 64).deserialize(b).map_err(|e| {
+        GatewayError::Corrupt(format!("an entry of the log feed does not decode: {e}"))
+    })
 }
 
 /// Where a store checkpoint says the log continues it; kept in the snapshot.
@@ -163,6 +174,9 @@ struct Queue {
     next_entry: u64,
     pending: Vec<(u64, Entry)>,
     engine: EngineBase,
+    /// The session of the last [`Entry::Standby`] queued: reads may go ahead of the store on
+    /// its standby's word.
+    standby: Option<u64>,
 }
 
 /// A group sent to the ring.
@@ -247,6 +261,8 @@ pub struct StoreLog {
     reads_ahead: bool,
     /// Tests: no group reaches the store any more (a store that swallows the log's tail).
     withheld: AtomicBool,
+    /// The standby's log feed (`--standby-listen`), if any.
+    feed: Option<Arc<crate::feed::Feed>>,
 }
 
 impl std::fmt::Debug for StoreLog {
@@ -285,6 +301,7 @@ impl StoreLog {
                 next_entry,
                 pending: Vec::new(),
                 engine: EngineBase { checkpoint: engine_checkpoint, log: engine_log },
+                standby: None,
             }),
             writer: parking_lot::Mutex::new(Writer {
                 next_seq: start,
@@ -309,7 +326,21 @@ impl StoreLog {
             gate: blindfold_store::LeaseGate::new(),
             reads_ahead: false,
             withheld: AtomicBool::new(false),
+            feed: None,
         }
+    }
+
+    /// Hands every entry queued from now on to a standby's log feed as well, whose
+    /// acknowledgements then let reads go ([`crate::feed`]).
+    pub fn set_feed(&mut self) -> Arc<crate::feed::Feed> {
+        let feed = Arc::new(crate::feed::Feed::new(self.durable.load(Ordering::SeqCst)));
+        self.feed = Some(Arc::clone(&feed));
+        feed
+    }
+
+    /// The standby's log feed, if this log serves one.
+    pub fn feed(&self) -> Option<&Arc<crate::feed::Feed>> {
+        self.feed.as_ref()
     }
 
     /// The lock a store checkpoint is written under ([`crate::snapshot::write_journal_snapshot`]);
@@ -367,16 +398,29 @@ impl StoreLog {
     /// what it records.
     pub fn enqueue(&self, entry: Entry) -> u64 {
         let mut q = self.queue.lock();
-        if let Entry::Engine(frames) = &entry {
-            for f in frames {
-                q.engine.log.extend_from_slice(f);
+        self.enqueue_locked(&mut q, entry)
+    }
+
+    fn enqueue_locked(&self, q: &mut Queue, entry: Entry) -> u64 {
+        match &entry {
+            Entry::Engine(frames) => {
+                for f in frames {
+                    q.engine.log.extend_from_slice(f);
+                }
+                if q.engine.log.len() > TAIL_LIMIT {
+                    self.want_checkpoint.store(true, Ordering::Relaxed);
+                }
             }
-            if q.engine.log.len() > TAIL_LIMIT {
-                self.want_checkpoint.store(true, Ordering::Relaxed);
-            }
+            Entry::Standby(session) => q.standby = *session,
+            Entry::Directory(_) => {}
         }
         let n = q.next_entry;
         q.next_entry += 1;
+        if let Some(feed) = &self.feed {
+            use bincode::Options;
+            let encoded = bincode_opts().serialize(&entry).expect("log entries encode");
+            feed.push(n, encoded);
+        }
         q.pending.push((n, entry));
         n
     }
@@ -568,6 +612,9 @@ impl StoreLog {
             }
         }
         self.durable.fetch_max(entries, Ordering::SeqCst);
+        if let Some(feed) = &self.feed {
+            feed.store_holds(entries);
+        }
         Ok(())
     }
 
@@ -633,9 +680,19 @@ impl StoreLog {
     /// Captures what a store checkpoint at the current position holds of the log. Call with
     /// the directory's lock held and its read transaction begun, so that the directory read
     /// afterwards holds exactly the operations of the entries before the captured position.
-    pub fn capture(&self) -> (u64, Vec<u8>, Vec<u8>) {
-        let q = self.queue.lock();
-        (q.next_entry, q.engine.checkpoint.clone(), q.engine.log.clone())
+    /// The last item says whether reads may go ahead of the store there on a standby's word
+    /// ([`crate::feed`]): the checkpoint must say so, and the session's [`Entry::Standby`] is
+    /// queued again as the first entry after it, so that the log after the checkpoint names the
+    /// session.
+    pub fn capture(&self) -> (u64, Vec<u8>, Vec<u8>, bool) {
+        let mut q = self.queue.lock();
+        let captured = (q.next_entry, q.engine.checkpoint.clone(), q.engine.log.clone());
+        let on = q.standby.is_some();
+        if on {
+            let session = q.standby;
+            self.enqueue_locked(&mut q, Entry::Standby(session));
+        }
+        (captured.0, captured.1, captured.2, on)
     }
 
     /// After [`StoreLog::capture`] at `next_entry`: where the log continues it. Entries before
@@ -710,6 +767,36 @@ impl blindfold_proxy::LogMirror for StoreLog {
 
     fn reads_wait(&self) -> bool {
         !self.reads_ahead
+    }
+
+    async fn readable(&self, ticket: u64) -> blindfold_proxy::Result<()> {
+        let Some(feed) = &self.feed else {
+            return blindfold_proxy::LogMirror::durable(self, ticket).await;
+        };
+        // The record's write to the store is under way (the caller started it): whichever of
+        // the store and the standby holds it first lets the read go.
+        loop {
+            let progress = self.progress.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
+            let acked = feed.acked();
+            tokio::pin!(acked);
+            acked.as_mut().enable();
+            if self.durable.load(Ordering::SeqCst) > ticket || feed.standby_holds(ticket) {
+                return Ok(());
+            }
+            if let Err(e) = self.check() {
+                // The store will not take the record; a standby that follows may still hold
+                // it (it answers or is dropped within the feed's silence limit).
+                if !feed.standby_on() {
+                    return Err(blindfold_proxy::ProxyError::State(e.to_string()));
+                }
+            }
+            tokio::select! {
+                _ = progress => {}
+                _ = acked => {}
+            }
+        }
     }
 }
 
@@ -880,7 +967,7 @@ mod tests {
         replay(ring, &key(), point, |n, e| {
             let len = match e {
                 Entry::Engine(f) => f[0].len(),
-                Entry::Directory(_) => 0,
+                Entry::Directory(_) | Entry::Standby(_) => 0,
             };
             out.push((n, len));
             Ok(())
@@ -890,7 +977,7 @@ mod tests {
     }
 
     async fn start_point(log: &StoreLog) -> JournalPoint {
-        let (n, _, redo) = log.capture();
+        let (n, _, redo, _) = log.capture();
         log.point(n, redo).await.unwrap()
     }
 
@@ -1136,7 +1223,7 @@ mod tests {
         };
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(!writer.is_finished(), "the ring of 8 cells took 10 groups without a checkpoint");
-        let (n, _, redo) = log.capture();
+        let (n, _, redo, _) = log.capture();
         let point = log.point(n, redo).await.unwrap();
         log.checkpoint_written(&point).await;
         writer.await.unwrap();

@@ -114,6 +114,7 @@ async fn check_store_only(engine: OramEngine) {
         durability: server::Durability::Store,
         lease_ttl: Some(ttl),
         reads_ahead_of_log: true,
+        log_feed: None,
         ..file_cfg(root.path(), engine)
     };
     let mut cfg = cfg_in("data0");
@@ -179,4 +180,126 @@ async fn get_after_store_only_recovery_reads_fresh_paths_tao() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_after_store_only_recovery_reads_fresh_paths_path_oram() {
     check_store_only(OramEngine::PathOram).await;
+}
+
+/// Waits until the primary's log feed lets reads go on its standby's word.
+async fn standby_active(opened: &server::Opened) {
+    let feed = opened.journal.as_ref().unwrap().log.feed().expect("a log feed").clone();
+    for _ in 0..200 {
+        if feed.describe().contains("whichever holds their record first") {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the standby never caught up: {}", feed.describe());
+}
+
+/// `--standby-listen`: a GET goes out once the standby holds its reveal record. Here the store
+/// never gets that record (the log's tail is lost with the machine), and the standby takes
+/// over with its copy of the tail: it replays the record instead of rebuilding the tree, and
+/// the next GET of the same object shares no more with the GET before the loss than two GETs
+/// without a loss do. (Continuing the store's log without the tail would read the object's
+/// blocks on the very same paths.) A recovery from the store alone, with no tail, rebuilds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_after_a_standby_takeover_reads_fresh_paths() {
+    use blindfold_gateway::feed::LogFeed;
+    use std::time::Duration;
+    let ttl = Duration::from_millis(300);
+    let root = tempfile::tempdir().unwrap();
+    let engine = OramEngine::Tao;
+    let cfg_in = |data: &str, feed: LogFeed| ServeConfig {
+        data_dir: root.path().join(data),
+        durability: server::Durability::Store,
+        lease_ttl: Some(ttl),
+        log_feed: Some(feed),
+        ..file_cfg(root.path(), engine)
+    };
+    let serve = || LogFeed::Serve("127.0.0.1:0".parse().unwrap());
+    let mut cfg = cfg_in("data0", serve());
+    let (mut opened, mut rec) = open(&cfg).await;
+    opened.objects.directory().create_bucket("b").unwrap();
+    let data = vec![7u8; 6 * 1024]; // six blocks
+    let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(data.clone()))]);
+    opened.objects.put_object("b", "k", body, None, BTreeMap::new(), false).await.unwrap();
+    let (mut lost, mut calm) = (Vec::new(), Vec::new());
+    for trial in 0..6 {
+        let losing = trial % 2 == 0;
+        let next = format!("data{}", trial + 1);
+        let standby = if losing {
+            let addr = opened.journal.as_ref().unwrap().feed_addr.unwrap();
+            let standby_cfg = cfg_in(&next, LogFeed::Follow(addr.to_string()));
+            let say: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(|_: &str| {});
+            let task = tokio::spawn(async move {
+                blindfold_gateway::standby::take_over(&standby_cfg, say).await
+            });
+            standby_active(&opened).await;
+            Some(task)
+        } else {
+            None
+        };
+        let d = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(vec![1u8; 10]))]);
+        opened.objects.put_object("b", "d", d, None, BTreeMap::new(), false).await.unwrap();
+        rec.clear();
+        if losing {
+            // The reveal record of the GET below never reaches the store; the standby has it.
+            opened.journal.as_ref().unwrap().log.withhold_writes();
+        }
+        assert_eq!(read_object(&opened, "k").await.unwrap(), data);
+        let first = reads(&rec);
+        if let Some(standby) = standby {
+            // The machine is lost: no clean stop, the data directory gone.
+            drop(opened);
+            drop(rec);
+            std::fs::remove_dir_all(&cfg.data_dir).unwrap();
+            let (recovered, about) = standby.await.unwrap().unwrap();
+            assert!(!about.contains("rebuilt"), "{about}");
+            assert!(
+                about.contains("more from this standby's copy") && !about.contains(" 0 more"),
+                "the takeover did not use the standby's tail: {about}"
+            );
+            // Stopped cleanly and opened again, to record what the store sees.
+            recovered.objects.shutdown().await.unwrap();
+            server::write_snapshot(&recovered).await.unwrap();
+            drop(recovered);
+            cfg = cfg_in(&next, serve());
+            (opened, rec) = open(&cfg).await;
+            rec.clear();
+        }
+        assert_eq!(read_object(&opened, "k").await.unwrap(), data);
+        let second = reads(&rec);
+        let share = first.intersection(&second).count() as f64 / first.len() as f64;
+        if losing {
+            lost.push(share)
+        } else {
+            calm.push(share)
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (l, n) = (mean(&lost), mean(&calm));
+    assert!(
+        l < 0.6 && (l - n).abs() < 0.25,
+        "a GET after a standby's takeover shares {:.0} % of its cells with the GET before the \
+         loss (without a loss: {:.0} %)",
+        l * 100.0,
+        n * 100.0
+    );
+
+    // The same loss with nobody holding the tail: the store's log says that reads went ahead
+    // on a standby's word, so a recovery from the store alone rebuilds the tree.
+    let addr = opened.journal.as_ref().unwrap().feed_addr.unwrap();
+    let journal = opened.journal.as_ref().unwrap();
+    let follower =
+        blindfold_gateway::feed::follow(addr.to_string(), Arc::clone(&opened.key), "t".into());
+    standby_active(&opened).await;
+    journal.log.withhold_writes();
+    assert_eq!(read_object(&opened, "k").await.unwrap(), data);
+    drop(follower);
+    drop(opened);
+    drop(rec);
+    std::fs::remove_dir_all(&cfg.data_dir).unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let alone = ServeConfig { log_feed: None, ..cfg_in("alone", serve()) };
+    let (recovered, about) = server::recover(&alone).await.unwrap();
+    assert!(about.contains("rebuilt with fresh leaves") && about.contains("standby"), "{about}");
+    assert_eq!(read_object(&recovered, "k").await.unwrap(), data);
 }

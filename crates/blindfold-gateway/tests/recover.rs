@@ -35,6 +35,7 @@ fn cfg_with(
         lease_ttl: None,
         anchor: None,
         reads_ahead_of_log: false,
+        log_feed: None,
     }
 }
 

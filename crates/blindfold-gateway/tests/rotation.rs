@@ -67,6 +67,7 @@ fn cfg(root: &Path, setup: Setup) -> server::ServeConfig {
         lease_ttl: None,
         anchor: None,
         reads_ahead_of_log: false,
+        log_feed: None,
         ..common::file_cfg(root, setup.engine)
     }
 }

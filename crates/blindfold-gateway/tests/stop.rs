@@ -21,6 +21,7 @@ fn config(dir: &std::path::Path) -> ServeConfig {
         lease_ttl: None,
         anchor: None,
         reads_ahead_of_log: false,
+        log_feed: None,
     }
 }
 

@@ -62,6 +62,7 @@ async fn lose_the_data_directory_with(engine: OramEngine, store: Option<StoreUrl
         .unwrap_or(StoreUrl::File { dir: cells.clone(), sync: blindfold_store::SyncMode::OnFlush });
     let cfg = |data: &Path, _: &Path, key: &Path, engine| ServeConfig {
         reads_ahead_of_log: ahead,
+        log_feed: None,
         cache_mib: if ahead { 1 } else { 0 },
         ..cfg_on(data, store.clone(), key, engine)
     };
@@ -462,6 +463,7 @@ async fn standby_takes_over(files: StoreUrl, ahead: bool) {
     let engine = OramEngine::Tao;
     let primary_cfg = ServeConfig {
         reads_ahead_of_log: ahead,
+        log_feed: None,
         ..cfg_on(&root.path().join("primary"), files.clone(), &key, engine)
     };
     let primary = server::open(&primary_cfg).await.unwrap();
@@ -595,6 +597,7 @@ async fn reads_ahead_of_the_log_rebuild_after_a_put_cut_short() {
         let store = StoreUrl::File { dir: cells.clone(), sync: blindfold_store::SyncMode::OnFlush };
         let cfg = |data: &Path| ServeConfig {
             reads_ahead_of_log: true,
+            log_feed: None,
             cache_mib: 1,
             ..cfg_on(data, store.clone(), &key, engine)
         };
@@ -845,6 +848,7 @@ async fn reads_ahead_of_the_log_needs_a_log_and_no_rotation() {
     let local = ServeConfig {
         durability: Durability::Local,
         reads_ahead_of_log: true,
+        log_feed: None,
         ..common::file_cfg(root.path(), OramEngine::Tao)
     };
     let e = server::open(&local).await.expect_err("refused").to_string();

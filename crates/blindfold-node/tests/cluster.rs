@@ -71,6 +71,7 @@ fn node_config(dir: &Path, blocks: u64, engine: OramEngine, listen: SocketAddr) 
         lease_ttl: None,
         anchor: None,
         reads_ahead_of_log: false,
+        log_feed: None,
     }
 }
 
@@ -1408,6 +1409,7 @@ fn recover_hooks_over(
         })),
         engine_factory: Some(blindfold_node::balancer::engine_factory(urls, tls, seeded(seed))),
         check_state: None,
+        tail: None,
     }
 }
 

@@ -141,6 +141,7 @@ fn node_handlers_refuse_hostile_frames_and_keep_serving() {
         lease_ttl: None,
         anchor: None,
         reads_ahead_of_log: false,
+        log_feed: None,
     };
     let (service, opened) = rt.block_on(async {
         let mut cfg = cfg.clone();

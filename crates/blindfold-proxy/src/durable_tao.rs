@@ -281,9 +281,10 @@ impl Journal {
             }
         };
         // A mirror that lets reads go ahead has the record on its way; the next commit waits
-        // for it (and everything before it) in order.
+        // for it (and everything before it) in order. (A standby holding the log's tail may
+        // let the read go before the mirror holds it: `LogMirror::readable`.)
         if self.tap.reads_wait() {
-            mirrored.wait().await?;
+            mirrored.readable().await?;
         }
         self.durable.fetch_max(end, Ordering::SeqCst);
         self.mirroring.lock().retain(|(e, _)| *e > end);

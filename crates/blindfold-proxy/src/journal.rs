@@ -359,6 +359,15 @@ impl Mirrored {
             None => Ok(()),
         }
     }
+
+    /// Returns once a read may go out after these frames, a reveal record
+    /// ([`LogMirror::readable`]).
+    pub async fn readable(&self) -> Result<()> {
+        match &self.0 {
+            Some((mirror, ticket)) => mirror.readable(*ticket).await,
+            None => Ok(()),
+        }
+    }
 }
 
 /// As [`append_frames`], but returns once the local log holds the frames: the mirror's copy,
@@ -441,13 +450,13 @@ async fn append_to_log(
 
 /// Appends a record of what a read is about to reveal (encoded `frame`) to the redo log `log`
 /// (in `dir`), fsyncs it and mirrors it through `tap`. Returns once the mirror holds it too,
-/// unless the mirror lets reads go ahead of it ([`LogMirror::reads_wait`]); then its copy is
-/// under way, and the next commit, which waits for the mirror, covers it. Returns the bytes
-/// appended.
+/// (or a standby holds it for the mirror, [`LogMirror::readable`]), unless the mirror lets reads
+/// go ahead of it ([`LogMirror::reads_wait`]); then its copy is under way, and the next commit,
+/// which waits for the mirror, covers it. Returns the bytes appended.
 pub async fn append_reveal(log: &File, dir: &Path, tap: &Tap, frame: Vec<u8>) -> Result<u64> {
     let (len, mirrored) = append_frames_mirroring(log, dir, tap, vec![frame]).await?;
     if tap.reads_wait() {
-        mirrored.wait().await?;
+        mirrored.readable().await?;
     }
     Ok(len)
 }
@@ -500,6 +509,14 @@ pub trait LogMirror: Send + Sync + std::fmt::Debug {
     /// must then give every block a fresh leaf, as the mirror may lack the last reveals.
     fn reads_wait(&self) -> bool {
         true
+    }
+    /// Returns once a read whose reveal record was queued with `ticket` may go out: by default
+    /// once the mirror holds the record ([`LogMirror::durable`]). A mirror with a second
+    /// trusted home for its records (a standby that holds the log's tail) may answer sooner;
+    /// it then answers for the record's safety as if it were durable. Only called after the
+    /// record's write to the mirror was started.
+    async fn readable(&self, ticket: u64) -> Result<()> {
+        self.durable(ticket).await
     }
 }
 

@@ -28,6 +28,7 @@ pub fn file_cfg(root: &std::path::Path, engine: OramEngine) -> ServeConfig {
         lease_ttl: None,
         anchor: None,
         reads_ahead_of_log: false,
+        log_feed: None,
     }
 }
 
@@ -131,6 +132,7 @@ pub fn memory_cfg(root: &std::path::Path, access_key: &str, secret_key: &str) ->
         lease_ttl: None,
         anchor: None,
         reads_ahead_of_log: false,
+        log_feed: None,
     }
 }
 

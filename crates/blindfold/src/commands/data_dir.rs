@@ -147,6 +147,7 @@ pub fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeC
         lease_ttl: Some(g.lease_ttl),
         anchor: g.anchor.clone(),
         reads_ahead_of_log: g.reads_ahead_of_log,
+        log_feed: None,
     })
 }
 

@@ -98,6 +98,7 @@ async fn node(a: NodeArgs) -> Result<()> {
         lease_ttl: Some(a.lease_ttl),
         anchor: a.anchor.clone(),
         reads_ahead_of_log: false,
+        log_feed: None,
     };
     let tls = blindfold_node::ClusterTls::load(&a.tls_dir)?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -64,6 +64,7 @@ pub fn hooks(cluster: &ClusterArgs) -> Result<RecoverHooks> {
             blindfold_node::BalancerConfig::default(),
         )),
         check_state: Some(Box::new(blindfold_node::balancer::expect_balancer_checkpoint)),
+        tail: None,
     })
 }
 

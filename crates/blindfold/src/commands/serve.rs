@@ -170,6 +170,23 @@ pub struct ServeArgs {
     /// standby of a gateway over ORAM nodes is given the same --nodes and --tls-dir.
     #[arg(long, requires = "store")]
     pub standby: bool,
+    /// With `--durability store`: serve the log feed to one standby on this address (for
+    /// example `0.0.0.0:7070`; keep it on a private network). A standby started with `--standby
+    /// --primary HOST:PORT` receives every entry of the store-side log as it is queued, over a
+    /// connection sealed under the key (anyone without the key file is refused), and a read then
+    /// waits for the standby or the store, whichever holds its reveal record first: on a LAN a
+    /// read no longer waits for the store's round trip. A write still waits for the store. While
+    /// a standby is connected, a recovery from the store alone (`blindfold recover`, or a standby
+    /// that was not connected) rebuilds the tree with fresh leaves, as with
+    /// --reads-ahead-of-log; the connected standby's takeover replays the log instead. Without a
+    /// connected standby, reads wait for the store as before.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["standby", "reads_ahead_of_log"])]
+    pub standby_listen: Option<std::net::SocketAddr>,
+    /// With --standby: follow the primary's log feed at HOST:PORT (its --standby-listen), so
+    /// that reads on the primary need not wait for the store, and a takeover replays the log's
+    /// tail the store may lack instead of rebuilding the tree.
+    #[arg(long, value_name = "HOST:PORT", requires = "standby")]
+    pub primary: Option<String>,
     /// Disk space kept in reserve in the data directory (a file, `disk-reserve`), given up the
     /// moment the disk fills: the engine's logs then have room, reads, listings and deletes go
     /// on, and new data is refused (S3 503 SlowDown, Swift 507, naming the disk and what to
@@ -294,6 +311,11 @@ fn default_block_size(store: Option<&StoreUrl>) -> u32 {
 async fn serve(a: ServeArgs) -> Result<()> {
     use blindfold_gateway::server::{footprint, human_bytes, new_params, read_params};
     let mut cfg = serve_config(&a.gateway)?;
+    cfg.log_feed = match (&a.standby_listen, &a.primary) {
+        (Some(addr), _) => Some(blindfold_gateway::feed::LogFeed::Serve(*addr)),
+        (None, Some(primary)) => Some(blindfold_gateway::feed::LogFeed::Follow(primary.clone())),
+        (None, None) => None,
+    };
     cfg.listen = a.listen;
     cfg.credentials = a.access_key.clone().zip(a.secret_key.clone());
     cfg.capacity = a.capacity.unwrap_or(1 << 30);

@@ -64,6 +64,11 @@ pub struct GatewayBenchArgs {
     /// --reads-ahead-of-log`.
     #[arg(long)]
     pub reads_ahead_of_log: bool,
+    /// With `--durability store`: a standby follows the engine side's log feed over the
+    /// loopback (as `serve --standby-listen` and `serve --standby --primary`), and a read waits
+    /// for it or the store, whichever holds its reveal record first.
+    #[arg(long, conflicts_with = "reads_ahead_of_log")]
+    pub standby: bool,
     /// Prices for the cost table: a JSON or TOML file overriding or adding providers (format
     /// in docs/cost.md; e.g. docs/prices-aws-in-region.toml); the built-in list prices
     /// otherwise.
@@ -118,6 +123,7 @@ async fn bench_gateway(args: GatewayBenchArgs) -> Result<()> {
         pack_levels: args.pack_levels,
         durability: args.durability.into(),
         reads_ahead_of_log: args.reads_ahead_of_log,
+        standby: args.standby,
         prices: match &args.prices {
             Some(path) => blindfold_bench::cost::PriceTable::load(path)?,
             None => blindfold_bench::cost::PriceTable::builtin(),
