@@ -64,6 +64,10 @@ const HANDSHAKE: Duration = Duration::from_secs(10);
 /// How long a standby waits before connecting again.
 const RECONNECT: Duration = Duration::from_millis(500);
 
+/// The file in which a primary serving the feed says who follows it (`blindfold status`),
+/// rewritten every [`HEARTBEAT`] while it changes.
+pub const STATUS_FILE: &str = "feed-status";
+
 /// Where the log feed goes: the primary listens, the standby follows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogFeed {
@@ -268,6 +272,19 @@ impl Feed {
                 x.peer, x.acked, s.durable
             ),
         }
+    }
+}
+
+/// Keeps `<dir>/`[`STATUS_FILE`] saying what [`Feed::describe`] says, until aborted.
+pub async fn keep_status(feed: Arc<Feed>, dir: std::path::PathBuf) {
+    let mut said = String::new();
+    loop {
+        let now = feed.describe();
+        if now != said {
+            let _ = crate::datadir::write_private(&dir.join(STATUS_FILE), now.as_bytes());
+            said = now;
+        }
+        tokio::time::sleep(HEARTBEAT).await;
     }
 }
 

@@ -389,6 +389,9 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
     if let Some(listener) = listener {
         tracing::info!(address = ?feed_addr, "serving the log feed to a standby (--standby-listen)");
         tasks.push(tokio::spawn(crate::feed::serve(listener, Arc::clone(&log), Arc::clone(key))));
+        if let Some(feed) = log.feed() {
+            tasks.push(tokio::spawn(crate::feed::keep_status(Arc::clone(feed), dir.to_path_buf())));
+        }
     }
     tracing::info!(generation = lease.generation, holder = %lease.holder, "took the store's lease");
     Ok(Arc::new(Journal {

@@ -31,6 +31,7 @@ const FOLLOW_EVERY: Duration = Duration::from_secs(5);
 async fn follow(
     url: &blindfold_store::StoreUrl,
     key: &blindfold_crypto::MasterKey,
+    on_feed: bool,
 ) -> Result<String> {
     let snaps = crate::snapshot::open_for_recovery(url, key).await?;
     let snap = crate::snapshot::read_latest(&*snaps, key).await?;
@@ -45,11 +46,17 @@ async fn follow(
     let started = std::time::Instant::now();
     let entries = crate::storelog::replay(&*ring, key, point, |_, _| Ok(())).await?;
     let age = (crate::directory::now_ns() - snap.created_ns).max(0) as f64 / 1e9;
-    let then = if snap.reads_ahead_of_log {
-        " and then rebuilds the tree with fresh leaves (the primary reads ahead of the log: \
-         the rebuild reads and rewrites the whole store array)"
-    } else {
-        ""
+    let then = match (snap.reads_ahead_of_log, on_feed) {
+        (false, _) => "",
+        (true, false) => {
+            " and then rebuilds the tree with fresh leaves (the primary reads ahead of the log: \
+             the rebuild reads and rewrites the whole store array)"
+        }
+        (true, true) => {
+            " and this standby's copy of the log's tail (the primary's reads go ahead of the \
+             store's log on this standby's word: no rebuild, unless the feed broke off and \
+             another standby's word counted since)"
+        }
     };
     Ok(format!(
         "store checkpoint #{} ({age:.0} s old) and {entries} log entries after it, all \
@@ -126,7 +133,7 @@ pub async fn take_over_with(
             Some(info) if info.is_live(now) => {
                 if followed.is_none_or(|t| t.elapsed() >= FOLLOW_EVERY) {
                     followed = Some(std::time::Instant::now());
-                    let behind = follow(&url, &key).await.unwrap_or_else(|e| {
+                    let behind = follow(&url, &key, follower.is_some()).await.unwrap_or_else(|e| {
                         format!("the store's checkpoint or log cannot be read ({e})")
                     });
                     let feed = follower

@@ -303,3 +303,74 @@ async fn get_after_a_standby_takeover_reads_fresh_paths() {
     assert!(about.contains("rebuilt with fresh leaves") && about.contains("standby"), "{about}");
     assert_eq!(read_object(&recovered, "k").await.unwrap(), data);
 }
+
+/// The log feed's listener is reachable from the network: a peer without the key, bytes that
+/// are not the feed, a length meant to exhaust memory, and a second standby are all refused,
+/// and the primary goes on serving (its reads waiting for the store) until its standby comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_feed_refuses_strangers_and_a_second_standby() {
+    use blindfold_gateway::feed::{follow, LogFeed};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let root = tempfile::tempdir().unwrap();
+    let cfg = ServeConfig {
+        durability: server::Durability::Store,
+        log_feed: Some(LogFeed::Serve("127.0.0.1:0".parse().unwrap())),
+        ..file_cfg(root.path(), OramEngine::Tao)
+    };
+    let (opened, _rec) = open(&cfg).await;
+    opened.objects.directory().create_bucket("b").unwrap();
+    let addr = opened.journal.as_ref().unwrap().feed_addr.unwrap();
+    let feed = opened.journal.as_ref().unwrap().log.feed().unwrap().clone();
+    let put = |k: &'static str| {
+        let objects = Arc::clone(&opened.objects);
+        async move {
+            let body =
+                futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(vec![3u8; 2000]))]);
+            objects.put_object("b", k, body, None, BTreeMap::new(), false).await.unwrap();
+        }
+    };
+    // Another key.
+    let stranger = follow(
+        addr.to_string(),
+        Arc::new(blindfold_crypto::MasterKey::from_bytes([5; 32])),
+        "stranger".into(),
+    );
+    // Not the feed at all, and a frame claiming 4 GiB after a well-formed opening.
+    let mut junk = tokio::net::TcpStream::connect(addr).await.unwrap();
+    junk.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n0123456789abcdef0123456789abcdef")
+        .await
+        .unwrap();
+    let mut huge = tokio::net::TcpStream::connect(addr).await.unwrap();
+    huge.write_all(b"BFFEED01").await.unwrap();
+    huge.write_all(&[9u8; 32]).await.unwrap();
+    let mut opening = [0u8; 40];
+    huge.read_exact(&mut opening).await.unwrap();
+    huge.write_all(&u32::MAX.to_be_bytes()).await.unwrap();
+    put("a").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(feed.describe().contains("no standby is connected"), "{}", feed.describe());
+    assert!(stranger.describe().contains("same key file"), "{}", stranger.describe());
+    // Both closed by the primary: the first once it has sent its own opening (40 bytes).
+    let mut got = Vec::new();
+    let junk_read = tokio::time::timeout(Duration::from_secs(5), junk.read_to_end(&mut got)).await;
+    assert!(matches!(junk_read, Ok(Ok(40)) | Ok(Err(_))), "{junk_read:?}, {} bytes", got.len());
+    let mut buf = [0u8; 64];
+    let huge_read = tokio::time::timeout(Duration::from_secs(5), huge.read(&mut buf)).await;
+    assert!(matches!(huge_read, Ok(Ok(0)) | Ok(Err(_))), "a 4 GiB frame was not refused");
+    drop(stranger);
+    // The standby with the key is taken; a second one is refused while it follows.
+    let standby = follow(addr.to_string(), Arc::clone(&opened.key), "first".into());
+    standby_active(&opened).await;
+    let second = follow(addr.to_string(), Arc::clone(&opened.key), "second".into());
+    put("b").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(feed.describe().contains("first"), "{}", feed.describe());
+    assert!(!second.describe().starts_with("following"), "{}", second.describe());
+    // The standby holds what the store may not: entries beyond the store's end, then none.
+    drop(second);
+    let tail = standby.stop().expect("a session");
+    assert!(tail.base > 0, "{tail:?}");
+    put("c").await;
+    assert_eq!(read_object(&opened, "c").await.unwrap(), vec![3u8; 2000]);
+}

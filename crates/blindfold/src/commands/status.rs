@@ -38,6 +38,20 @@ pub fn run(a: StatusArgs) -> Result<()> {
     };
     let f = footprint(&p)?;
     println!("blindfold status {}", dir.display());
+    let feed = dir.join(blindfold_gateway::feed::STATUS_FILE);
+    if let (Ok(text), Ok(meta)) = (std::fs::read_to_string(&feed), std::fs::metadata(&feed)) {
+        // Rewritten while it changes: an old one is news only while the gateway runs.
+        let age = meta.modified().ok().and_then(|m| m.elapsed().ok()).unwrap_or_default();
+        println!(
+            "  log feed (--standby-listen): {}{}",
+            text.trim(),
+            if age.as_secs() > 60 {
+                format!(" (as of {} s ago, when it last changed)", age.as_secs())
+            } else {
+                String::new()
+            }
+        );
+    }
     println!(
         "  store: {} ({} engine, {})",
         p.store,
