@@ -637,10 +637,13 @@ impl Follower {
         let s = self.state.lock();
         match (s.connected, &s.last_error) {
             (true, _) => format!(
-                "following the primary's log feed at {}: it holds {} entries the store may \
-                 lack (through entry {})",
+                "following the primary's log feed at {}: it holds {} the store may lack \
+                 (through entry {})",
                 self.addr,
-                s.entries.len(),
+                match s.entries.len() {
+                    1 => "1 entry".to_string(),
+                    n => format!("{n} entries"),
+                },
                 s.end()
             ),
             (false, Some(e)) => {

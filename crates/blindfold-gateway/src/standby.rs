@@ -34,17 +34,32 @@ async fn follow(
     on_feed: bool,
 ) -> Result<String> {
     let snaps = crate::snapshot::open_for_recovery(url, key).await?;
-    let snap = crate::snapshot::read_latest(&*snaps, key).await?;
-    let Some(point) = &snap.journal else {
-        return Ok(format!(
-            "store checkpoint #{} has no log after it (the primary runs with --durability local: \
-             a takeover restores that checkpoint only)",
-            snap.seq
-        ));
+    let mut tries = 0;
+    let (snap, entries, started) = loop {
+        let snap = crate::snapshot::read_latest(&*snaps, key).await?;
+        let Some(point) = &snap.journal else {
+            return Ok(format!(
+                "store checkpoint #{} has no log after it (the primary runs with --durability \
+                 local: a takeover restores that checkpoint only)",
+                snap.seq
+            ));
+        };
+        let ring = crate::storelog::open_ring(url, point.cells).await?;
+        let started = std::time::Instant::now();
+        match crate::storelog::replay(&*ring, key, point, |_, _| Ok(())).await {
+            Ok(entries) => break (snap, entries, started),
+            Err(e) => {
+                // The live primary reuses the log's cells once a newer checkpoint covers them:
+                // a read that started from the older checkpoint can meet a cell of the next
+                // lap. Only an error that stays once read from the newest one is news.
+                let newest = crate::snapshot::read_latest(&*snaps, key).await?.seq;
+                tries += 1;
+                if newest == snap.seq || tries == 3 {
+                    return Err(e);
+                }
+            }
+        }
     };
-    let ring = crate::storelog::open_ring(url, point.cells).await?;
-    let started = std::time::Instant::now();
-    let entries = crate::storelog::replay(&*ring, key, point, |_, _| Ok(())).await?;
     let age = (crate::directory::now_ns() - snap.created_ns).max(0) as f64 / 1e9;
     let then = match (snap.reads_ahead_of_log, on_feed) {
         (false, _) => "",
