@@ -185,6 +185,8 @@ struct Session {
     peer: String,
     /// The standby holds every entry below this that the store may lack.
     acked: u64,
+    /// Its `Standby(Some)` entry is queued: when it ends, `Standby(None)` must follow.
+    marked: bool,
     /// Its acknowledgements let reads go (its `Standby(Some)` entry is in the store).
     active: bool,
 }
@@ -343,17 +345,24 @@ async fn serve_one(
                 format!("{} already follows this gateway", old.peer),
             ));
         }
-        s.session = Some(Session { id, conn, peer: peer_name.clone(), acked: 0, active: false });
+        s.session = Some(Session {
+            id,
+            conn,
+            peer: peer_name.clone(),
+            acked: 0,
+            marked: false,
+            active: false,
+        });
         s.durable
     };
     tracing::info!(standby = %peer_name, "a standby connected to the log feed");
     let result =
         feed_session(log, feed, &cipher, &mut r, &mut w, id, conn, first, caught_up_at).await;
     // The session is over: reads wait for the store again, and the log says so.
-    let was_active = {
+    let was_marked = {
         let mut s = feed.state.lock();
         match s.session.take() {
-            Some(x) if x.conn == conn => x.active,
+            Some(x) if x.conn == conn => x.marked,
             other => {
                 s.session = other;
                 false
@@ -361,7 +370,9 @@ async fn serve_one(
         }
     };
     feed.acked.notify_waiters();
-    if was_active {
+    // (Also when its entry was queued but not yet in the store: the log must not go on naming
+    // a session that ended, or every recovery from the store alone would rebuild.)
+    if was_marked {
         let n = log.enqueue(Entry::Standby(None));
         let log = Arc::clone(log);
         tokio::spawn(async move {
@@ -424,22 +435,27 @@ async fn feed_session(
         Ok::<(), GatewayError>(())
     };
     let reader = async {
-        let mut marked = false;
         loop {
             let ToPrimary::Ack { through } = recv(r, cipher).await? else {
                 return Err(feed_err("receiving", "an unexpected message from the standby"));
             };
-            {
+            let mark = {
                 let mut s = feed.state.lock();
-                if let Some(x) = s.session.as_mut().filter(|x| x.conn == conn) {
-                    x.acked = x.acked.max(through);
+                match s.session.as_mut().filter(|x| x.conn == conn) {
+                    Some(x) => {
+                        x.acked = x.acked.max(through);
+                        let mark = !x.marked && through >= caught_up_at;
+                        x.marked |= mark;
+                        mark
+                    }
+                    None => false,
                 }
-            }
+            };
             feed.acked.notify_waiters();
-            if !marked && through >= caught_up_at {
+            if mark {
                 // Caught up: once the store holds the word that this standby's
-                // acknowledgements count, they let reads go.
-                marked = true;
+                // acknowledgements count, they let reads go. (No await between marking the
+                // session and queueing its entry: the session cannot end in between.)
                 let log = Arc::clone(log);
                 let n = log.enqueue(Entry::Standby(Some(id)));
                 let feed_log = Arc::clone(&log);
@@ -600,11 +616,6 @@ async fn follow_once(
     let cipher = parking_lot::Mutex::new(handshake(&mut stream, key, true).await?);
     let (mut r, mut w) = stream.into_split();
     send(&mut w, &cipher, &ToPrimary::Hello { standby, name: name.to_string() }).await?;
-    {
-        let mut s = state.lock();
-        s.connected = true;
-        s.last_error = None;
-    }
     loop {
         let m: ToStandby = recv(&mut r, &cipher).await.map_err(|e| {
             GatewayError::Config(format!(
@@ -613,6 +624,11 @@ async fn follow_once(
         })?;
         let through = {
             let mut s = state.lock();
+            if matches!(m, ToStandby::Start { .. }) {
+                // The primary took this standby on (a refused one hears nothing).
+                s.connected = true;
+                s.last_error = None;
+            }
             s.apply(m)?;
             s.end()
         };

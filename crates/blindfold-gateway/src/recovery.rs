@@ -452,7 +452,6 @@ async fn from_store_log(
         }
         reached += from_tail;
     }
-    drop(apply);
     let ahead = match standby {
         None => None,
         Some(Some(s)) if tail.is_some_and(|t| t.session == s) => None,

@@ -313,12 +313,14 @@ async fn a_log_feed_refuses_strangers_and_a_second_standby() {
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let root = tempfile::tempdir().unwrap();
+    let ttl = Duration::from_millis(300);
     let cfg = ServeConfig {
         durability: server::Durability::Store,
+        lease_ttl: Some(ttl),
         log_feed: Some(LogFeed::Serve("127.0.0.1:0".parse().unwrap())),
         ..file_cfg(root.path(), OramEngine::Tao)
     };
-    let (opened, _rec) = open(&cfg).await;
+    let (opened, rec) = open(&cfg).await;
     opened.objects.directory().create_bucket("b").unwrap();
     let addr = opened.journal.as_ref().unwrap().feed_addr.unwrap();
     let feed = opened.journal.as_ref().unwrap().log.feed().unwrap().clone();
@@ -371,6 +373,23 @@ async fn a_log_feed_refuses_strangers_and_a_second_standby() {
     drop(second);
     let tail = standby.stop().expect("a session");
     assert!(tail.base > 0, "{tail:?}");
+    // The standby gone, the log says so once the store holds the next group: the machine
+    // lost then, a recovery from the store alone needs no rebuild.
+    for _ in 0..100 {
+        if feed.describe().contains("no standby is connected") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     put("c").await;
     assert_eq!(read_object(&opened, "c").await.unwrap(), vec![3u8; 2000]);
+    drop(feed);
+    drop(opened);
+    drop(rec);
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let again = ServeConfig { data_dir: root.path().join("again"), log_feed: None, ..cfg };
+    let (recovered, about) = server::recover(&again).await.unwrap();
+    assert!(!about.contains("rebuilt"), "the session's end was not logged: {about}");
+    assert_eq!(read_object(&recovered, "c").await.unwrap(), vec![3u8; 2000]);
 }
