@@ -46,6 +46,20 @@ fn reads(rec: &Rec) -> HashSet<CellId> {
         .collect()
 }
 
+/// Asserts that GETs after a loss (`lost`: the share of cells each has in common with the GET
+/// of the same object before the loss) share no more than GETs without one (`calm`), and that
+/// little: `what` names the loss for the message.
+fn assert_as_fresh(lost: &[f64], calm: &[f64], what: &str) {
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (l, n) = (mean(lost), mean(calm));
+    assert!(
+        l < 0.6 && (l - n).abs() < 0.25,
+        "{what} shares {:.0} % of its cells with the GET before it (without one: {:.0} %)",
+        l * 100.0,
+        n * 100.0
+    );
+}
+
 async fn check(engine: OramEngine) {
     let root = tempfile::tempdir().unwrap();
     let cfg = file_cfg(root.path(), engine);
@@ -79,15 +93,7 @@ async fn check(engine: OramEngine) {
             calm.push(share)
         }
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let (c, n) = (mean(&crashed), mean(&calm));
-    assert!(
-        c < 0.6 && (c - n).abs() < 0.25,
-        "{engine:?}: a GET after a crash shares {:.0} % of its cells with the GET before it \
-         (without a crash: {:.0} %)",
-        c * 100.0,
-        n * 100.0
-    );
+    assert_as_fresh(&crashed, &calm, &format!("{engine:?}: a GET after a crash"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -161,14 +167,10 @@ async fn check_store_only(engine: OramEngine) {
             calm.push(share)
         }
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let (l, n) = (mean(&lost), mean(&calm));
-    assert!(
-        l < 0.6 && (l - n).abs() < 0.25,
-        "{engine:?}: a GET after a recovery from the store alone shares {:.0} % of its cells \
-         with the GET before the loss (without a loss: {:.0} %)",
-        l * 100.0,
-        n * 100.0
+    assert_as_fresh(
+        &lost,
+        &calm,
+        &format!("{engine:?}: a GET after a recovery from the store alone"),
     );
 }
 
@@ -274,15 +276,7 @@ async fn get_after_a_standby_takeover_reads_fresh_paths() {
             calm.push(share)
         }
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let (l, n) = (mean(&lost), mean(&calm));
-    assert!(
-        l < 0.6 && (l - n).abs() < 0.25,
-        "a GET after a standby's takeover shares {:.0} % of its cells with the GET before the \
-         loss (without a loss: {:.0} %)",
-        l * 100.0,
-        n * 100.0
-    );
+    assert_as_fresh(&lost, &calm, "a GET after a standby's takeover");
 
     // The same loss with nobody holding the tail: the store's log says that reads went ahead
     // on a standby's word, so a recovery from the store alone rebuilds the tree.
