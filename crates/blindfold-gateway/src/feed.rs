@@ -670,11 +670,6 @@ impl Follower {
     }
 }
 
-/// Decodes an entry of a [`Tail`].
-pub fn decode_entry(b: &[u8]) -> Result<Entry> {
-    crate::storelog::decode_entry(b)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

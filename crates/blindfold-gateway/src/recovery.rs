@@ -447,7 +447,7 @@ async fn from_store_log(
         }
         let skip = (reached - t.base) as usize;
         for e in t.entries.iter().skip(skip) {
-            apply(crate::feed::decode_entry(e)?)?;
+            apply(crate::storelog::decode_entry(e)?)?;
             from_tail += 1;
         }
         reached += from_tail;

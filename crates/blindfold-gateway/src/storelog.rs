@@ -332,10 +332,8 @@ impl StoreLog {
 
     /// Hands every entry queued from now on to a standby's log feed as well, whose
     /// acknowledgements then let reads go ([`crate::feed`]).
-    pub fn set_feed(&mut self) -> Arc<crate::feed::Feed> {
-        let feed = Arc::new(crate::feed::Feed::new(self.durable.load(Ordering::SeqCst)));
-        self.feed = Some(Arc::clone(&feed));
-        feed
+    pub fn set_feed(&mut self) {
+        self.feed = Some(Arc::new(crate::feed::Feed::new(self.durable.load(Ordering::SeqCst))));
     }
 
     /// The standby's log feed, if this log serves one.
