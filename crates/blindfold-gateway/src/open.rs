@@ -513,6 +513,13 @@ async fn assemble(
                 rec.replayed, rec.cells_rewritten
             ));
         }
+        if rec.dropped > 0 {
+            notes.push(format!(
+                "dropped {} commit record(s) whose cells never all reached the store: the \
+                 gateway stopped while writing them, before anything was acknowledged on them",
+                rec.dropped
+            ));
+        }
     };
     let engine: Arc<dyn SharedEngine> = if let Some(engine) = injected {
         engine

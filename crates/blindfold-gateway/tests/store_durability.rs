@@ -147,12 +147,13 @@ async fn lose_the_data_directory_with(engine: OramEngine, store: Option<StoreUrl
     assert_eq!(common::read_object(&opened, "k1").await.unwrap(), b"newer");
 }
 
-/// A PUT under `--durability store` waits for the store-side log twice: once for its batch's
-/// reveal records (before its paths go out), once for its commit record and its directory entry
-/// together (the entry follows the record in the one log, so its being durable makes the record
-/// durable). A third wait would cost every PUT a round trip to the store.
+/// A PUT under `--durability store` writes three groups to the store-side log and waits for
+/// two of them in turn: its batch's reveal records (before its paths go out), its commit record
+/// (beside its cells, in the same round trip), then the frame saying the cells landed with its
+/// directory entry (the entry follows the record in the one log, so its being durable makes the
+/// record durable). A fourth group would cost every PUT a round trip to the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_put_waits_for_the_store_side_log_twice() {
+async fn a_put_writes_three_groups_to_the_store_side_log() {
     let root = tempfile::tempdir().unwrap();
     let cells = root.path().join("cells");
     let key = root.path().join("key.json");
@@ -168,7 +169,7 @@ async fn a_put_waits_for_the_store_side_log_twice() {
         let before = log.counts().0;
         put(&opened, &format!("k{i}"), &data(i)).await;
         let groups = log.counts().0 - before;
-        assert_eq!(groups, 2, "PUT {i}: {groups} group commits of the store-side log");
+        assert_eq!(groups, 3, "PUT {i}: {groups} group commits of the store-side log");
     }
     for i in 0..4 {
         assert_eq!(common::read_object(&opened, &format!("k{i}")).await.unwrap(), data(i));
@@ -674,6 +675,106 @@ async fn reads_ahead_of_the_log_rebuild_after_a_put_cut_short() {
     }
 }
 
+/// Under `--durability store` a commit's record goes to the store's log beside its cells, not
+/// after them (one round trip to the store instead of two). A machine lost while the cells
+/// are written leaves a record whose cells never landed; nothing was acknowledged on it, so the recovery drops it and says so, and
+/// every acknowledged object reads back, every cell authenticating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_record_goes_beside_its_cells_and_one_cut_off_from_them_is_dropped() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let root = tempfile::tempdir().unwrap();
+    let key = root.path().join("key.json");
+    let store = StoreUrl::File {
+        dir: root.path().join("cells"),
+        sync: blindfold_store::SyncMode::OnFlush,
+    };
+    let engine = OramEngine::Tao;
+    let (armed, held) = (Arc::new(AtomicBool::new(false)), Arc::new(tokio::sync::Notify::new()));
+    let resume = Arc::new(tokio::sync::Semaphore::new(0));
+    let ring_cells = blindfold_gateway::storelog::CHUNK + blindfold_crypto::CellSealer::OVERHEAD;
+    let hooks = {
+        let (armed, held, resume) = (armed.clone(), held.clone(), resume.clone());
+        blindfold_gateway::server::OpenHooks {
+            wrap_store: Some(Box::new(move |inner: Arc<dyn blindfold_store::Store>| {
+                if inner.geometry().cell_size() as usize == ring_cells {
+                    return inner;
+                }
+                Arc::new(ArmedWrites {
+                    inner,
+                    armed: armed.clone(),
+                    then: WhenArmed::HoldThenFail { held: held.clone(), resume: resume.clone() },
+                }) as Arc<dyn blindfold_store::Store>
+            })),
+            ..Default::default()
+        }
+    };
+    let first_dir = root.path().join("a");
+    let first = server::open_with(&cfg_on(&first_dir, store.clone(), &key, engine), hooks)
+        .await
+        .unwrap();
+    first.objects.directory().create_bucket("b").unwrap();
+    first.objects.directory().settle().await.unwrap();
+    let mut expect = BTreeMap::new();
+    for i in 0..3 {
+        put(&first, &format!("a{i}"), &data(i)).await;
+        expect.insert(format!("a{i}"), data(i));
+    }
+    armed.store(true, Ordering::SeqCst);
+    let writing = {
+        let objects = Arc::clone(&first.objects);
+        tokio::spawn(async move {
+            let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(data(9)))]);
+            objects.put_object("b", "cut", body, None, BTreeMap::new(), false).await
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(30), held.notified()).await.expect("a write held");
+    // Everything logged so far reaches the store: with the record beside the cells, the
+    // commit's record too (the recovery below finds it), though its cells are held.
+    let log = Arc::clone(&first.journal.as_ref().unwrap().log);
+    tokio::time::timeout(Duration::from_secs(20), log.durable(log.next_entry() - 1))
+        .await
+        .expect("the log settles while the cells are held")
+        .unwrap();
+    // The machine dies as the cells are written: nothing more reaches the log.
+    first.journal.as_ref().unwrap().freeze();
+    resume.add_permits(1);
+    let cut = tokio::time::timeout(Duration::from_secs(30), writing).await.unwrap().unwrap();
+    assert!(cut.is_err(), "a PUT whose cells never landed was acknowledged");
+    drop(log);
+    drop(first);
+    std::fs::remove_dir_all(&first_dir).unwrap();
+    lapse().await;
+    let (second, about) =
+        server::recover(&cfg_on(&root.path().join("b"), store.clone(), &key, engine))
+            .await
+            .unwrap_or_else(|e| panic!("recover: {e}"));
+    let said = format!("{about} {}", second.notes.join(" "));
+    assert!(said.contains("dropped 1 commit record"), "{said}");
+    for (k, v) in &expect {
+        let got = common::read_object(&second, k).await;
+        assert!(got.as_ref().ok() == Some(v), "{k}: {:?}", got.map(|g| g.len()));
+    }
+    assert!(second.objects.directory().object("b", "cut").unwrap().is_none());
+    let report = blindfold_gateway::verify::verify(&second, |_, _| {}).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    // The recovered gateway goes on: a PUT, lost with the machine again, comes back.
+    put(&second, "after", &data(4)).await;
+    expect.insert("after".to_string(), data(4));
+    let (third, _, _) = lose_and_recover(
+        second,
+        &root.path().join("b"),
+        cfg_on(&root.path().join("c"), store, &key, engine),
+    )
+    .await;
+    for (k, v) in &expect {
+        let got = common::read_object(&third, k).await;
+        assert!(got.as_ref().ok() == Some(v), "{k}: {:?}", got.map(|g| g.len()));
+    }
+    let report = blindfold_gateway::verify::verify(&third, |_, _| {}).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+}
+
 /// The writes of the engine's array once armed (the log's ring passes): held until released
 /// (a process paused in the middle of writing a path), or failed from then on (a machine that
 /// dies as a commit writes its cells).
@@ -691,6 +792,11 @@ enum WhenArmed {
     },
     /// Every write fails while armed.
     Fail,
+    /// As `Hold`, but the held write then fails (the machine died while it was under way).
+    HoldThenFail {
+        held: std::sync::Arc<tokio::sync::Notify>,
+        resume: std::sync::Arc<tokio::sync::Semaphore>,
+    },
 }
 
 impl std::fmt::Debug for ArmedWrites {
@@ -726,6 +832,14 @@ impl blindfold_store::Store for ArmedWrites {
                 if self.armed.swap(false, SeqCst) {
                     held.notify_one();
                     resume.acquire().await.unwrap().forget();
+                }
+            }
+            WhenArmed::HoldThenFail { held, resume } => {
+                if self.armed.swap(false, SeqCst) {
+                    held.notify_one();
+                    resume.acquire().await.unwrap().forget();
+                    let died = "the machine died (a test)".to_string();
+                    return Err(blindfold_store::StoreError::Fenced(died));
                 }
             }
             WhenArmed::Fail => {

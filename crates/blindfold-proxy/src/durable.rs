@@ -131,7 +131,7 @@ struct SlotRecord {
 }
 
 /// One cell of a [`SlotRecord`].
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub(crate) struct SlotCell {
     pub(crate) cell: u64,
     pub(crate) version: u64,
@@ -214,6 +214,10 @@ pub struct Recovery {
     /// Block accesses repeated from the log because the last run revealed their paths
     /// without committing (each such block now sits on a fresh leaf).
     pub reaccessed: u64,
+    /// Commit records dropped because their cells never all reached the store: logged beside
+    /// them under `--durability store` and cut off by a crash, before anything was
+    /// acknowledged on them.
+    pub dropped: u64,
 }
 
 /// Result of [`DurablePathOram::verify`].

@@ -91,6 +91,13 @@ const RECORD_MAGIC: u32 = 0xB1F0_7A02;
 const SLOT_RECORD_MAGIC: u32 = 0xB1F0_7A03;
 /// As [`SLOT_RECORD_MAGIC`], with the open tree top logged by block ([`crate::toplog`]).
 const TOP_RECORD_MAGIC: u32 = 0xB1F0_7A04;
+/// As [`TOP_RECORD_MAGIC`], logged while the commit's cells were still being written (under
+/// `--durability store`, the record's round trip to the store runs beside the cells'): the
+/// commit counts only once a [`LANDED_MAGIC`] frame names it, or, for the last record of the
+/// log, once its cells read back from the store ([`DurableTao::open`]).
+const BESIDE_RECORD_MAGIC: u32 = 0xB1F0_7A05;
+/// Logged once the cells of the commit record it names are in the store.
+const LANDED_MAGIC: u32 = 0xB1F0_7C01;
 const REVEAL_MAGIC: u32 = 0xB1F0_7B02;
 /// Unsealed checkpoint and commit records of blindfold 0.1, migrated on open.
 const LEGACY_CHECKPOINT_MAGIC: &[u8; 8] = b"BFTAOCK1";
@@ -202,6 +209,53 @@ struct SlotRecord {
 struct TopRecord {
     slots: SlotRecord,
     top: Vec<TopBucket>,
+}
+
+/// What replaying the last record changed, to put back if its cells are not in the store.
+struct Undo {
+    state: TaoState,
+    slots: Option<SlotMap>,
+    pinned_logged: HashMap<u64, Vec<u8>>,
+    pinned_open: HashMap<u64, TopWritten>,
+    seq: u64,
+    next_epoch: u32,
+    /// The record's store cells.
+    cells: Vec<SlotCell>,
+}
+
+/// Whether every cell a commit record names opens from the slot it names, under the version
+/// it names (`reader` has the slot map with the record applied). The store sees reads of
+/// cells it saw written, in the order the record lists them: nothing about blocks.
+async fn cells_landed(
+    reader: SlottedStore,
+    packing: &Packing,
+    cell_size: u32,
+    opener: &CellSealer,
+    cells: &[SlotCell],
+    retry: RetryPolicy,
+) -> Result<bool> {
+    let slotted = Arc::new(reader);
+    let reader: Arc<dyn Store> = if packing.is_packed() {
+        Arc::new(PackedStore::new(slotted, packing.clone(), cell_size)?)
+    } else {
+        slotted
+    };
+    for chunk in cells.chunks(256) {
+        let ids: Vec<CellId> = chunk.iter().map(|c| CellId(c.cell)).collect();
+        let fetched = with_retry(retry, || reader.read(&ids)).await?;
+        for (c, buf) in chunk.iter().zip(fetched) {
+            if crate::sealing::open_cell(opener, CellId(c.cell), c.version, c.epoch, buf).is_err() {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// The cells of commit `seq` (a [`BESIDE_RECORD_MAGIC`] record) are in the store.
+#[derive(Serialize, Deserialize)]
+struct Landed {
+    seq: u64,
 }
 
 /// What requests revealed since the last commit, logged before their paths are read: one
@@ -787,7 +841,14 @@ impl DurableTao {
         let log_path = dir.join(REDO_LOG);
         let (frames, _, torn_bytes) = read_frames_with_legacy(
             &log_path,
-            &[RECORD_MAGIC, SLOT_RECORD_MAGIC, TOP_RECORD_MAGIC, REVEAL_MAGIC],
+            &[
+                RECORD_MAGIC,
+                SLOT_RECORD_MAGIC,
+                TOP_RECORD_MAGIC,
+                BESIDE_RECORD_MAGIC,
+                LANDED_MAGIC,
+                REVEAL_MAGIC,
+            ],
             &[LEGACY_RECORD_MAGIC],
             &state_sealer,
         )?;
@@ -797,20 +858,50 @@ impl DurableTao {
         let retry = RetryPolicy::default();
         let bad = |m: &str| ProxyError::State(format!("{}: redo record: {m}", log_path.display()));
         let mut revealed: Vec<RevealRecord> = Vec::new();
-        for frame in frames {
+        // Commits whose cells a later frame says are in the store; and the last record of the
+        // log, if it was logged beside its cells: unless it landed, it counts only if its
+        // cells read back, so the state before it is kept until they have.
+        let mut landed: HashSet<u64> = HashSet::new();
+        for frame in frames.iter().filter(|f| f.magic == LANDED_MAGIC) {
+            landed.insert(decode_record::<Landed>(&frame.body).map_err(|m| bad(&m))?.seq);
+        }
+        let is_record = |m: u32| m != REVEAL_MAGIC && m != LANDED_MAGIC;
+        let unsure = frames
+            .iter()
+            .rposition(|f| is_record(f.magic))
+            .filter(|&i| frames[i].magic == BESIDE_RECORD_MAGIC);
+        let mut undo: Option<Undo> = None;
+        for (i, frame) in frames.into_iter().enumerate() {
             if frame.magic == REVEAL_MAGIC {
                 revealed.push(decode_record(&frame.body).map_err(|m| bad(&m))?);
                 continue;
             }
-            if frame.magic == SLOT_RECORD_MAGIC || frame.magic == TOP_RECORD_MAGIC {
-                let TopRecord { slots: rec, top } = if frame.magic == TOP_RECORD_MAGIC {
-                    decode_record(&frame.body).map_err(|m| bad(&m))?
-                } else {
+            if frame.magic == LANDED_MAGIC {
+                continue;
+            }
+            if frame.magic == SLOT_RECORD_MAGIC
+                || frame.magic == TOP_RECORD_MAGIC
+                || frame.magic == BESIDE_RECORD_MAGIC
+            {
+                let TopRecord { slots: rec, top } = if frame.magic == SLOT_RECORD_MAGIC {
                     let slots = decode_record(&frame.body).map_err(|m| bad(&m))?;
                     TopRecord { slots, top: Vec::new() }
+                } else {
+                    decode_record(&frame.body).map_err(|m| bad(&m))?
                 };
                 if rec.seq <= seq {
                     continue;
+                }
+                if unsure == Some(i) && !landed.contains(&rec.seq) {
+                    undo = Some(Undo {
+                        state: state.clone(),
+                        slots: slots.clone(),
+                        pinned_logged: pinned_logged.clone(),
+                        pinned_open: pinned_open.clone(),
+                        seq,
+                        next_epoch,
+                        cells: rec.cells.clone(),
+                    });
                 }
                 let map = slots.as_mut().ok_or_else(|| bad("two-slot record, in-place store"))?;
                 apply_slot_cells(&rec.cells, &mut state.versions, map, |c| packing.group_of(c).0)
@@ -869,6 +960,29 @@ impl DurableTao {
             next_epoch = next_epoch.max(rec.epoch_high.saturating_add(1));
             seq = rec.seq;
             recovery.replayed += 1;
+        }
+        if let Some(undo) = undo {
+            let map = slots.clone().ok_or_else(|| bad("two-slot record, in-place store"))?;
+            let cell_size = state.config.geometry()?.cell_size();
+            let opener = cell_sealer(key, previous, store_id, next_epoch);
+            let reader = SlottedStore::new(Arc::clone(&store), map)?;
+            if !cells_landed(reader, &packing, cell_size, &opener, &undo.cells, retry).await? {
+                tracing::warn!(
+                    commit = seq,
+                    cells = undo.cells.len(),
+                    "the last commit record's cells did not all reach the store before the \
+                     gateway stopped: nothing was acknowledged on that commit, so it is dropped \
+                     and the reveals logged since are replayed on the commit before it"
+                );
+                state = undo.state;
+                slots = undo.slots;
+                pinned_logged = undo.pinned_logged;
+                pinned_open = undo.pinned_open;
+                seq = undo.seq;
+                next_epoch = undo.next_epoch;
+                recovery.replayed -= 1;
+                recovery.dropped += 1;
+            }
         }
         // Reveals logged after the last durable commit: those that follow it, and those of
         // requests that ran while a later commit was being written (which never became
@@ -1300,6 +1414,14 @@ impl DurableTao {
 
     /// Without the gate: the prepared cells to their free slots, the flush, the record; then
     /// the slots switch and the overlay forgets the cells.
+    ///
+    /// With a mirror attached (the store-side log of `--durability store`), the record goes
+    /// to it *beside* the cells instead of after them: one round trip to the store instead of
+    /// two. It is then logged as [`BESIDE_RECORD_MAGIC`] and followed, once the cells are
+    /// flushed, by a [`LANDED_MAGIC`] frame. The commit's caller logs its own entry (the
+    /// directory transaction) after that frame, so anything acknowledged after the commit
+    /// proves it landed; a record cut off from its cells by a crash is one nothing was
+    /// acknowledged on, and [`DurableTao::open`] drops it.
     async fn finish_prepared(&self, c: &mut Committer, p: Prepared) -> Result<()> {
         let slotted = self.slotted.as_ref().expect("prepared commits are two-slot ones");
         let Prepared { cells, posmap, state, top } = p;
@@ -1317,9 +1439,23 @@ impl DurableTao {
         if let Some(p) = &self.packed {
             cells.sort_unstable_by_key(|(c, _)| p.packing().group_of(c.0));
         }
-        write_shared_batches(&self.store, self.retry, cells).await?;
-        let store = Arc::clone(&self.store);
-        with_retry(self.retry, || store.flush()).await?;
+        let beside = self.journal.tap.mirror().is_some();
+        // The pinned top's cells stay in trusted memory (no round trip): written first, so
+        // that the record can carry those it logs sealed.
+        let pinned_count = self.pinned.as_ref().map_or(0, |p| p.count());
+        let (top_cells, cells): (Vec<_>, Vec<_>) =
+            cells.into_iter().partition(|(c, _)| c.0 < pinned_count);
+        if !top_cells.is_empty() {
+            write_shared_batches(&self.store, self.retry, top_cells).await?;
+        }
+        // Where the cells go: the free slot of each (of its group, packed). Written after the
+        // record, they must go exactly where it says; checked once they are written.
+        let free = self.free_slots(slotted, &cells);
+        let mut cells = Some(cells);
+        let mut written = free.clone();
+        if !beside {
+            written = self.write_commit_cells(slotted, cells.take(), None).await?;
+        }
         let stored = started.elapsed();
         let pinned = self.pinned.as_ref().map(|p| p.take_dirty()).unwrap_or_default();
         // Pinned cells the open top logs by block need no sealed copy.
@@ -1331,7 +1467,7 @@ impl DurableTao {
                 posmap,
                 stash: state.stash,
                 stats: state.stats,
-                cells: pending_slot_cells(self.pending_cells(slotted), &state.versions),
+                cells: pending_slot_cells(written, &state.versions),
                 pinned: pinned
                     .into_iter()
                     .filter(|(cell, _)| !by_block.contains(cell))
@@ -1350,23 +1486,36 @@ impl DurableTao {
         let top_logged: usize =
             record.top.iter().flat_map(|b| &b.blocks).filter(|e| e.data.is_some()).count();
         let seq = record.slots.seq;
+        let magic = if beside { BESIDE_RECORD_MAGIC } else { TOP_RECORD_MAGIC };
         // Sealed off the request threads (megabytes when many new blocks reach the top).
         let sealer = Arc::clone(&c.sealer);
-        let frame =
-            tokio::task::spawn_blocking(move || encode_frame(TOP_RECORD_MAGIC, &record, &sealer))
-                .await
-                .map_err(|e| ProxyError::State(format!("record encoder panicked: {e}")))??;
+        let frame = tokio::task::spawn_blocking(move || encode_frame(magic, &record, &sealer))
+            .await
+            .map_err(|e| ProxyError::State(format!("record encoder panicked: {e}")))??;
         let encoded = started.elapsed();
         // One append at a time: the reveal journal writes to the same file, and a frame must
         // never be split by another (a write cut short, e.g. by a full disk, is retried).
-        let (appended, mirrored) = {
+        // Beside the cells, the record starts for the store at once.
+        let (mut appended, mut mirrored) = {
             let _journal = self.journal.writer.lock().await;
-            let (appended, mirrored) =
-                append_frames_queued(&c.log, &c.dir, &self.journal.tap, vec![frame]).await?;
+            let (appended, mirrored) = if beside {
+                append_frames_mirroring(&c.log, &c.dir, &self.journal.tap, vec![frame]).await?
+            } else {
+                append_frames_queued(&c.log, &c.dir, &self.journal.tap, vec![frame]).await?
+            };
             let end = log_len(c)?;
             c.last_record = Some(end.saturating_sub(appended)..end);
             (appended, mirrored)
         };
+        if beside {
+            self.write_commit_cells(slotted, cells.take(), Some(&free)).await?;
+            let landed = encode_frame(LANDED_MAGIC, &Landed { seq }, &c.sealer)?;
+            let _journal = self.journal.writer.lock().await;
+            let (n, m) =
+                append_frames_queued(&c.log, &c.dir, &self.journal.tap, vec![landed]).await?;
+            appended += n;
+            mirrored = m;
+        }
         // Reveals append while the mirror (the store) takes the record, and the commit ends
         // without waiting for it (`unmirrored`): reads may see the new slots already (they saw
         // the moved-aside cells while the commit wrote; their reveals follow this commit), and
@@ -1385,7 +1534,8 @@ impl DurableTao {
             pool_blocks = c.pool.len(),
             record_bytes = appended,
             store_ms = stored.as_secs_f64() * 1e3,
-            encode_ms = (encoded - stored).as_secs_f64() * 1e3,
+            encode_ms = encoded.saturating_sub(stored).as_secs_f64() * 1e3,
+            beside,
             log_ms = (started.elapsed() - encoded).as_secs_f64() * 1e3,
             "commit written"
         );
@@ -1398,6 +1548,45 @@ impl DurableTao {
         self.overlay.end_commit();
         c.posmap = state.posmap;
         Ok(())
+    }
+
+    /// The free slot of each of a commit's store cells (of its group, packed), sorted by
+    /// cell: where writing them will put them.
+    fn free_slots(&self, slotted: &SlottedStore, cells: &[(CellId, Arc<Vec<u8>>)]) -> Vec<(u64, u8)> {
+        let mut ids: Vec<u64> = cells.iter().map(|(c, _)| c.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        match &self.packed {
+            Some(p) => {
+                let groups: Vec<u64> = ids.iter().map(|&b| p.packing().group_of(b).0).collect();
+                let slots = slotted.free_slots(&groups);
+                ids.into_iter().zip(slots).map(|(b, (_, slot))| (b, slot)).collect()
+            }
+            None => slotted.free_slots(&ids),
+        }
+    }
+
+    /// Writes a commit's store cells to their free slots and flushes; returns where they went
+    /// (sorted by cell), which must be `named` when a record already names them.
+    async fn write_commit_cells(
+        &self,
+        slotted: &SlottedStore,
+        cells: Option<Vec<(CellId, Arc<Vec<u8>>)>>,
+        named: Option<&[(u64, u8)]>,
+    ) -> Result<Vec<(u64, u8)>> {
+        write_shared_batches(&self.store, self.retry, cells.unwrap_or_default()).await?;
+        let store = Arc::clone(&self.store);
+        with_retry(self.retry, || store.flush()).await?;
+        let mut written = self.pending_cells(slotted);
+        written.sort_unstable();
+        match named {
+            Some(named) if named != written => Err(ProxyError::State(format!(
+                "a commit wrote {} store cells where its record named {}: refusing to go on",
+                written.len(),
+                named.len()
+            ))),
+            _ => Ok(written),
+        }
     }
 
     /// With the gate held exclusively: write back, log, apply.

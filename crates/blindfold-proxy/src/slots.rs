@@ -144,6 +144,13 @@ impl SlottedStore {
         self.pending.lock().iter().map(|(&c, &s)| (c, s)).collect()
     }
 
+    /// The slot a write of each of `cells` goes to now (the one not holding its committed
+    /// copy), in the order given.
+    pub fn free_slots(&self, cells: &[u64]) -> Vec<(u64, u8)> {
+        let map = self.map.read();
+        cells.iter().map(|&c| (c, 1 - map.get(c))).collect()
+    }
+
     /// Makes the pending writes the committed copies; call once the record naming them is
     /// durable.
     pub fn publish(&self) {

@@ -288,7 +288,7 @@ pub struct TaoState {
 
 /// A resident bucket ([`TaoOram::keep_top_resident`]) as a write-back wrote it, open: what
 /// the durable engine logs instead of the sealed cell ([`TaoOram::take_top_written`]).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct TopWritten {
     pub(crate) cell: u64,
     pub(crate) version: u64,
