@@ -681,14 +681,20 @@ async fn reads_ahead_of_the_log_rebuild_after_a_put_cut_short() {
 /// every acknowledged object reads back, every cell authenticating.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_record_goes_beside_its_cells_and_one_cut_off_from_them_is_dropped() {
+    // A bucket per store object, and subtrees of three levels per object (the record names
+    // buckets; their groups' slots are read back).
+    for pack in [1, 3] {
+        record_beside_cells_cut_off(pack).await;
+    }
+}
+
+async fn record_beside_cells_cut_off(pack: u32) {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let root = tempfile::tempdir().unwrap();
     let key = root.path().join("key.json");
-    let store = StoreUrl::File {
-        dir: root.path().join("cells"),
-        sync: blindfold_store::SyncMode::OnFlush,
-    };
+    let store =
+        StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
     let engine = OramEngine::Tao;
     let (armed, held) = (Arc::new(AtomicBool::new(false)), Arc::new(tokio::sync::Notify::new()));
     let resume = Arc::new(tokio::sync::Semaphore::new(0));
@@ -710,9 +716,12 @@ async fn a_commit_record_goes_beside_its_cells_and_one_cut_off_from_them_is_drop
         }
     };
     let first_dir = root.path().join("a");
-    let first = server::open_with(&cfg_on(&first_dir, store.clone(), &key, engine), hooks)
-        .await
-        .unwrap();
+    let first = server::open_with(
+        &ServeConfig { pack_levels: pack, ..cfg_on(&first_dir, store.clone(), &key, engine) },
+        hooks,
+    )
+    .await
+    .unwrap();
     first.objects.directory().create_bucket("b").unwrap();
     first.objects.directory().settle().await.unwrap();
     let mut expect = BTreeMap::new();
@@ -745,12 +754,15 @@ async fn a_commit_record_goes_beside_its_cells_and_one_cut_off_from_them_is_drop
     drop(first);
     std::fs::remove_dir_all(&first_dir).unwrap();
     lapse().await;
-    let (second, about) =
-        server::recover(&cfg_on(&root.path().join("b"), store.clone(), &key, engine))
-            .await
-            .unwrap_or_else(|e| panic!("recover: {e}"));
+    let (second, about) = server::recover(&ServeConfig {
+        pack_levels: pack,
+        ..cfg_on(&root.path().join("b"), store.clone(), &key, engine)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("recover: {e}"));
     let said = format!("{about} {}", second.notes.join(" "));
-    assert!(said.contains("dropped 1 commit record"), "{said}");
+    assert!(said.contains("dropped 1 commit record"), "pack {pack}: {said}");
+    assert_eq!(second.params.tao_pack_levels(), pack);
     for (k, v) in &expect {
         let got = common::read_object(&second, k).await;
         assert!(got.as_ref().ok() == Some(v), "{k}: {:?}", got.map(|g| g.len()));
@@ -764,7 +776,7 @@ async fn a_commit_record_goes_beside_its_cells_and_one_cut_off_from_them_is_drop
     let (third, _, _) = lose_and_recover(
         second,
         &root.path().join("b"),
-        cfg_on(&root.path().join("c"), store, &key, engine),
+        ServeConfig { pack_levels: pack, ..cfg_on(&root.path().join("c"), store, &key, engine) },
     )
     .await;
     for (k, v) in &expect {

@@ -1552,7 +1552,11 @@ impl DurableTao {
 
     /// The free slot of each of a commit's store cells (of its group, packed), sorted by
     /// cell: where writing them will put them.
-    fn free_slots(&self, slotted: &SlottedStore, cells: &[(CellId, Arc<Vec<u8>>)]) -> Vec<(u64, u8)> {
+    fn free_slots(
+        &self,
+        slotted: &SlottedStore,
+        cells: &[(CellId, Arc<Vec<u8>>)],
+    ) -> Vec<(u64, u8)> {
         let mut ids: Vec<u64> = cells.iter().map(|(c, _)| c.0).collect();
         ids.sort_unstable();
         ids.dedup();
