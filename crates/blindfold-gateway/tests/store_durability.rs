@@ -689,32 +689,13 @@ async fn a_commit_record_goes_beside_its_cells_and_one_cut_off_from_them_is_drop
 }
 
 async fn record_beside_cells_cut_off(pack: u32) {
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let root = tempfile::tempdir().unwrap();
     let key = root.path().join("key.json");
     let store =
         StoreUrl::File { dir: root.path().join("cells"), sync: blindfold_store::SyncMode::OnFlush };
     let engine = OramEngine::Tao;
-    let (armed, held) = (Arc::new(AtomicBool::new(false)), Arc::new(tokio::sync::Notify::new()));
-    let resume = Arc::new(tokio::sync::Semaphore::new(0));
-    let ring_cells = blindfold_gateway::storelog::CHUNK + blindfold_crypto::CellSealer::OVERHEAD;
-    let hooks = {
-        let (armed, held, resume) = (armed.clone(), held.clone(), resume.clone());
-        blindfold_gateway::server::OpenHooks {
-            wrap_store: Some(Box::new(move |inner: Arc<dyn blindfold_store::Store>| {
-                if inner.geometry().cell_size() as usize == ring_cells {
-                    return inner;
-                }
-                Arc::new(ArmedWrites {
-                    inner,
-                    armed: armed.clone(),
-                    then: WhenArmed::HoldThenFail { held: held.clone(), resume: resume.clone() },
-                }) as Arc<dyn blindfold_store::Store>
-            })),
-            ..Default::default()
-        }
-    };
+    let Holding { hooks, armed, held, resume } = holding(true);
     let first_dir = root.path().join("a");
     let first = server::open_with(
         &ServeConfig { pack_levels: pack, ..cfg_on(&first_dir, store.clone(), &key, engine) },
@@ -722,22 +703,7 @@ async fn record_beside_cells_cut_off(pack: u32) {
     )
     .await
     .unwrap();
-    first.objects.directory().create_bucket("b").unwrap();
-    first.objects.directory().settle().await.unwrap();
-    let mut expect = BTreeMap::new();
-    for i in 0..3 {
-        put(&first, &format!("a{i}"), &data(i)).await;
-        expect.insert(format!("a{i}"), data(i));
-    }
-    armed.store(true, Ordering::SeqCst);
-    let writing = {
-        let objects = Arc::clone(&first.objects);
-        tokio::spawn(async move {
-            let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(data(9)))]);
-            objects.put_object("b", "cut", body, None, BTreeMap::new(), false).await
-        })
-    };
-    tokio::time::timeout(Duration::from_secs(30), held.notified()).await.expect("a write held");
+    let (mut expect, writing) = put_until_held(&first, &armed, &held, "cut").await;
     // Everything logged so far reaches the store: with the record beside the cells, the
     // commit's record too (the recovery below finds it), though its cells are held.
     let log = Arc::clone(&first.journal.as_ref().unwrap().log);
@@ -785,6 +751,73 @@ async fn record_beside_cells_cut_off(pack: u32) {
     }
     let report = blindfold_gateway::verify::verify(&third, |_, _| {}).await.unwrap();
     assert!(report.is_clean(), "{report:?}");
+}
+
+/// Open hooks that wrap the engine's array (not the log's ring) in [`ArmedWrites`] holding
+/// the first write once `armed` is set, until a permit of `resume`; with `fail`, that write then
+/// fails.
+struct Holding {
+    hooks: server::OpenHooks,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    held: std::sync::Arc<tokio::sync::Notify>,
+    resume: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+/// In a new bucket `b` of `opened`: objects a0–a2 (returned, as expected back), then a PUT of
+/// `key` started with the engine's writes armed, returned once its first cell write is held.
+async fn put_until_held(
+    opened: &server::Opened,
+    armed: &std::sync::atomic::AtomicBool,
+    held: &tokio::sync::Notify,
+    key: &str,
+) -> (BTreeMap<String, Vec<u8>>, tokio::task::JoinHandle<Result<(), String>>) {
+    opened.objects.directory().create_bucket("b").unwrap();
+    opened.objects.directory().settle().await.unwrap();
+    let mut expect = BTreeMap::new();
+    for i in 0..3 {
+        put(opened, &format!("a{i}"), &data(i)).await;
+        expect.insert(format!("a{i}"), data(i));
+    }
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let writing = {
+        let objects = std::sync::Arc::clone(&opened.objects);
+        let key = key.to_string();
+        tokio::spawn(async move {
+            let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(data(9)))]);
+            let put = objects.put_object("b", &key, body, None, BTreeMap::new(), false).await;
+            put.map(|_| ()).map_err(|e| e.to_string())
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(30), held.notified()).await.expect("a write held");
+    (expect, writing)
+}
+
+fn holding(fail: bool) -> Holding {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let (armed, held) = (Arc::new(AtomicBool::new(false)), Arc::new(tokio::sync::Notify::new()));
+    let resume = Arc::new(tokio::sync::Semaphore::new(0));
+    let ring_cells = blindfold_gateway::storelog::CHUNK + blindfold_crypto::CellSealer::OVERHEAD;
+    let hooks = {
+        let (armed, held, resume) = (armed.clone(), held.clone(), resume.clone());
+        server::OpenHooks {
+            wrap_store: Some(Box::new(move |inner: Arc<dyn blindfold_store::Store>| {
+                if inner.geometry().cell_size() as usize == ring_cells {
+                    return inner;
+                }
+                let (held, resume) = (held.clone(), resume.clone());
+                let then = if fail {
+                    WhenArmed::HoldThenFail { held, resume }
+                } else {
+                    WhenArmed::Hold { held, resume }
+                };
+                Arc::new(ArmedWrites { inner, armed: armed.clone(), then })
+                    as Arc<dyn blindfold_store::Store>
+            })),
+            ..Default::default()
+        }
+    };
+    Holding { hooks, armed, held, resume }
 }
 
 /// The writes of the engine's array once armed (the log's ring passes): held until released
@@ -873,51 +906,16 @@ impl blindfold_store::Store for ArmedWrites {
 /// (the lease's gate), so the successor's cells stay its own — the successor and a gateway
 /// recovered after it serve every acknowledged object, and every cell authenticates.
 async fn a_paused_gateway_writes_nothing_after_its_lease(store: StoreUrl) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
     let root = tempfile::tempdir().unwrap();
     let key = root.path().join("key.json");
     let engine = OramEngine::Tao;
-    let (armed, held) = (Arc::new(AtomicBool::new(false)), Arc::new(tokio::sync::Notify::new()));
-    let resume = Arc::new(tokio::sync::Semaphore::new(0));
-    let ring_cells = blindfold_gateway::storelog::CHUNK + blindfold_crypto::CellSealer::OVERHEAD;
-    let hooks = {
-        let (armed, held, resume) = (armed.clone(), held.clone(), resume.clone());
-        blindfold_gateway::server::OpenHooks {
-            wrap_store: Some(Box::new(move |inner: Arc<dyn blindfold_store::Store>| {
-                if inner.geometry().cell_size() as usize == ring_cells {
-                    return inner;
-                }
-                Arc::new(ArmedWrites {
-                    inner,
-                    armed: armed.clone(),
-                    then: WhenArmed::Hold { held: held.clone(), resume: resume.clone() },
-                }) as Arc<dyn blindfold_store::Store>
-            })),
-            ..Default::default()
-        }
-    };
+    let Holding { hooks, armed, held, resume } = holding(false);
     let first =
         server::open_with(&cfg_on(&root.path().join("a"), store.clone(), &key, engine), hooks)
             .await
             .unwrap();
-    first.objects.directory().create_bucket("b").unwrap();
-    first.objects.directory().settle().await.unwrap();
-    let mut expect = BTreeMap::new();
-    for i in 0..3 {
-        put(&first, &format!("a{i}"), &data(i)).await;
-        expect.insert(format!("a{i}"), data(i));
-    }
     // Paused in the middle of a write: the path's cells held, nothing renewing the lease.
-    armed.store(true, Ordering::SeqCst);
-    let writing = {
-        let objects = Arc::clone(&first.objects);
-        tokio::spawn(async move {
-            let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(data(9)))]);
-            objects.put_object("b", "paused", body, None, BTreeMap::new(), false).await
-        })
-    };
-    tokio::time::timeout(Duration::from_secs(30), held.notified()).await.expect("a write held");
+    let (mut expect, writing) = put_until_held(&first, &armed, &held, "paused").await;
     first.journal.as_ref().unwrap().freeze();
     lapse().await;
     // A successor takes the store over from its log and writes.
