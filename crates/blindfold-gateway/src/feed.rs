@@ -82,7 +82,11 @@ enum ToStandby {
     /// A session begins: entries below `first` are in the store.
     Start { session: u64, first: u64 },
     /// Entries numbered from `first`, each encoded as in the log.
-    Entries { first: u64, entries: Vec<Vec<u8>> },
+    Entries {
+        first: u64,
+        #[serde(with = "crate::storelog::byte_vecs")]
+        entries: Vec<Vec<u8>>,
+    },
     /// Every entry below `through` is in the store.
     Durable { through: u64 },
 }
@@ -676,6 +680,29 @@ mod tests {
 
     fn entries(a: u64, b: u64) -> ToStandby {
         ToStandby::Entries { first: a, entries: (a..b).map(|n| vec![n as u8]).collect() }
+    }
+
+    /// [`ToStandby`] as it was encoded before its entries were encoded whole.
+    #[derive(Serialize, Deserialize)]
+    enum ByteByByte {
+        Start { session: u64, first: u64 },
+        Entries { first: u64, entries: Vec<Vec<u8>> },
+    }
+
+    /// A primary and a standby of the builds before and after entries were encoded whole
+    /// understand each other: the bytes are the same.
+    #[test]
+    fn feed_messages_encode_the_same_bytes_as_when_encoded_byte_by_byte() {
+        let e = vec![vec![4; 20_000], Vec::new(), vec![9]];
+        let new = encode(&ToStandby::Entries { first: 3, entries: e.clone() });
+        let old = encode(&ByteByByte::Entries { first: 3, entries: e.clone() });
+        assert_eq!(new, old);
+        match bincode::deserialize::<ToStandby>(&old).unwrap() {
+            ToStandby::Entries { first: 3, entries } => assert_eq!(entries, e),
+            other => panic!("decoded as {other:?}"),
+        }
+        let start = encode(&ByteByByte::Start { session: 1, first: 2 });
+        assert_eq!(start, encode(&ToStandby::Start { session: 1, first: 2 }));
     }
 
     #[test]

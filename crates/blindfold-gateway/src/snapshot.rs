@@ -70,6 +70,7 @@ pub struct Snapshot {
     /// The gateway's public parameters.
     pub params: GatewayParams,
     /// The ORAM checkpoint file, as written by `DurablePathOram::checkpoint`.
+    #[serde(with = "serde_bytes")]
     pub oram_checkpoint: Vec<u8>,
     /// The directory.
     pub directory: DirectoryDump,
@@ -81,6 +82,7 @@ pub struct Snapshot {
     /// as it was (the new key and the sweep's progress, sealed under the old key), so that a
     /// recovery from the store alone resumes it ([`crate::rotation`]). `None` otherwise, and in
     /// snapshots of format 07 and before.
+    #[serde(with = "serde_bytes")]
     pub rotation: Option<Vec<u8>>,
     /// The gateway that wrote it, and the log after it, let reads go out before the store held
     /// their reveal records (`--reads-ahead-of-log`, or on the word of a standby following
@@ -953,6 +955,73 @@ mod tests {
             rotation: None,
             reads_ahead_of_log: false,
         }
+    }
+
+    /// [`Snapshot`] and its [`crate::storelog::JournalPoint`] as they were encoded before
+    /// their byte strings were encoded whole.
+    #[derive(Serialize, Deserialize)]
+    struct ByteByByte {
+        seq: u64,
+        created_ns: i128,
+        params: GatewayParams,
+        oram_checkpoint: Vec<u8>,
+        directory: DirectoryDump,
+        journal: Option<PointByteByByte>,
+        rotation: Option<Vec<u8>>,
+        reads_ahead_of_log: bool,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct PointByteByByte {
+        read_from: u64,
+        chain: [u8; 32],
+        next_entry: u64,
+        cells: u64,
+        generation: u64,
+        redo_log: Vec<u8>,
+    }
+
+    /// Snapshots written before byte strings were encoded whole read as they did: the bytes
+    /// are the same either way.
+    #[test]
+    fn a_snapshot_encodes_the_same_bytes_as_when_encoded_byte_by_byte() {
+        let point = crate::storelog::JournalPoint {
+            read_from: 5,
+            chain: [3; 32],
+            next_entry: 8,
+            cells: 2048,
+            generation: 2,
+            redo_log: vec![0x5A; 9_000],
+        };
+        let new = Snapshot {
+            journal: Some(point.clone()),
+            rotation: Some(vec![1, 2, 3]),
+            ..snap(4, 0xC3)
+        };
+        let s = snap(4, 0xC3);
+        let old = ByteByByte {
+            seq: s.seq,
+            created_ns: s.created_ns,
+            params: s.params,
+            oram_checkpoint: s.oram_checkpoint,
+            directory: s.directory,
+            journal: Some(PointByteByByte {
+                read_from: 5,
+                chain: [3; 32],
+                next_entry: 8,
+                cells: 2048,
+                generation: 2,
+                redo_log: vec![0x5A; 9_000],
+            }),
+            rotation: Some(vec![1, 2, 3]),
+            reads_ahead_of_log: false,
+        };
+        let old_bytes = bincode::serialize(&old).unwrap();
+        assert_eq!(bincode::serialize(&new).unwrap(), old_bytes);
+        let back: Snapshot = bincode::deserialize(&old_bytes).unwrap();
+        assert_eq!(back.oram_checkpoint, vec![0xC3; 4 * CHUNK]);
+        assert_eq!(back.journal, Some(point));
+        assert_eq!(back.rotation, Some(vec![1, 2, 3]));
     }
 
     /// A snapshot of about `bytes` bytes of engine state.

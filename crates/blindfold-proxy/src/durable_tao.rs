@@ -63,9 +63,10 @@ use crate::durable::{
     SlotCell,
 };
 use crate::journal::{
-    append_frames_mirroring, append_frames_queued, append_record, decode_record, empty_log,
-    encode_frame, prepare_new_dir, read_any_checkpoint, read_frames_with_legacy,
-    read_prev_checkpoint, replace_log, write_checkpoint_as, Mirrored, Tap, CHECKPOINT, REDO_LOG,
+    append_frames_mirroring, append_frames_queued, append_frames_unsynced, append_record,
+    decode_record, empty_log, encode_frame, prepare_new_dir, read_any_checkpoint,
+    read_frames_with_legacy, read_prev_checkpoint, replace_log, write_checkpoint_as, Mirrored, Tap,
+    CHECKPOINT, REDO_LOG,
 };
 use crate::packed::{PackedStore, Packing};
 use crate::pinned::{PinnedCells, PinnedStore};
@@ -1496,7 +1497,7 @@ impl DurableTao {
         // One append at a time: the reveal journal writes to the same file, and a frame must
         // never be split by another (a write cut short, e.g. by a full disk, is retried).
         // Beside the cells, the record starts for the store at once.
-        let (mut appended, mut mirrored) = {
+        let append = async {
             let _journal = self.journal.writer.lock().await;
             let (appended, mirrored) = if beside {
                 append_frames_mirroring(&c.log, &c.dir, &self.journal.tap, vec![frame]).await?
@@ -1505,14 +1506,26 @@ impl DurableTao {
             };
             let end = log_len(c)?;
             c.last_record = Some(end.saturating_sub(appended)..end);
-            (appended, mirrored)
+            Ok::<_, ProxyError>((appended, mirrored))
+        };
+        let (mut appended, mut mirrored) = if beside {
+            // The cells go to slots nothing durable names yet, so they need not wait for the
+            // record's fsync: written while the local log takes it, and the store too.
+            let (appended, written) =
+                tokio::join!(append, self.write_commit_cells(slotted, cells.take(), Some(&free)));
+            written?;
+            appended?
+        } else {
+            append.await?
         };
         if beside {
-            self.write_commit_cells(slotted, cells.take(), Some(&free)).await?;
             let landed = encode_frame(LANDED_MAGIC, &Landed { seq }, &c.sealer)?;
             let _journal = self.journal.writer.lock().await;
+            // Not fsynced on its own: a landed frame lost with the machine only makes the
+            // next opening read the commit's cells back ([`DurableTao::open`]); the next
+            // frame's fsync covers it.
             let (n, m) =
-                append_frames_queued(&c.log, &c.dir, &self.journal.tap, vec![landed]).await?;
+                append_frames_unsynced(&c.log, &c.dir, &self.journal.tap, vec![landed]).await?;
             appended += n;
             mirrored = m;
         }

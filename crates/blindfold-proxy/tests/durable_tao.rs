@@ -833,3 +833,98 @@ async fn a_full_overlay_is_committed_once_not_once_per_waiting_request() {
         done.cells_written
     );
 }
+
+/// A second home for the redo log that takes every frame at once and keeps none: attached, it
+/// makes the engine log a commit's record beside its cells, as under `--durability store`.
+#[derive(Debug)]
+struct TakesAll;
+
+#[async_trait::async_trait]
+impl blindfold_proxy::LogMirror for TakesAll {
+    fn queue(&self, _frames: Arc<Vec<Vec<u8>>>) -> u64 {
+        0
+    }
+
+    async fn durable(&self, _ticket: u64) -> blindfold_proxy::Result<()> {
+        Ok(())
+    }
+
+    async fn checkpointed(&self, _c: Vec<u8>, _l: Vec<u8>) -> blindfold_proxy::Result<()> {
+        Ok(())
+    }
+
+    fn wants_checkpoint(&self) -> bool {
+        false
+    }
+}
+
+/// The redo log's frames: (offset, magic) of each, walked by their headers (magic, body
+/// length, CRC).
+fn frames_of(log: &[u8]) -> Vec<(usize, u32)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 16 <= log.len() {
+        let magic = u32::from_le_bytes(log[at..at + 4].try_into().unwrap());
+        let len = u64::from_le_bytes(log[at + 4..at + 12].try_into().unwrap()) as usize;
+        out.push((at, magic));
+        at += 16 + len;
+    }
+    assert_eq!(at, log.len(), "the log ends inside a frame");
+    out
+}
+
+/// Under a mirror, a commit's landed frame is appended without an fsync of its own. If the
+/// machine loses it (the log cut just before it), the next opening reads the commit's cells
+/// back and keeps the commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_landed_frame_is_lost_is_kept_once_its_cells_read_back() {
+    const BESIDE_RECORD: u32 = 0xB1F0_7A05;
+    const LANDED: u32 = 0xB1F0_7C01;
+    let key = MasterKey::generate();
+    for pack in [1u32, 3] {
+        let dir = tempfile::tempdir().unwrap();
+        let geometry = DurableTao::packed_geometry(&config(), pack).unwrap();
+        let backing: Arc<dyn Store> = Arc::new(MemoryStore::new(geometry));
+        let written: Vec<(BlockId, Vec<u8>)> =
+            (0..24u64).map(|b| (BlockId(b), vec![b as u8 ^ 0x5A; BS as usize])).collect();
+        {
+            let tao = DurableTao::create_packed(
+                dir.path(),
+                config(),
+                backing.clone(),
+                &key,
+                StoreId::random(),
+                3,
+                pack,
+            )
+            .await
+            .unwrap();
+            tao.tap().attach(Arc::new(TakesAll));
+            tao.write_many(written.clone()).await.unwrap();
+            tao.commit().await.unwrap();
+        }
+        let log_path = dir.path().join("redo.log");
+        let log = std::fs::read(&log_path).unwrap();
+        let frames = frames_of(&log);
+        let n = frames.len();
+        assert!(n >= 2, "pack {pack}: {frames:?}");
+        assert_eq!(frames[n - 1].1, LANDED, "pack {pack}: the log ends with the landed frame");
+        assert_eq!(
+            frames[n - 2].1,
+            BESIDE_RECORD,
+            "pack {pack}: after the record beside the cells"
+        );
+        let f = std::fs::OpenOptions::new().write(true).open(&log_path).unwrap();
+        f.set_len(frames[n - 1].0 as u64).unwrap();
+        drop(f);
+
+        let (tao, recovery) = DurableTao::open(dir.path(), backing.clone(), &key).await.unwrap();
+        assert_eq!(recovery.dropped, 0, "pack {pack}: a commit whose cells landed was dropped");
+        assert!(recovery.replayed >= 1, "pack {pack}: {recovery:?}");
+        let blocks: Vec<BlockId> = written.iter().map(|(b, _)| *b).collect();
+        let got = tao.read_many(&blocks).await.unwrap();
+        for ((b, want), got) in written.iter().zip(got) {
+            assert_eq!(&got, want, "pack {pack}: block {}", b.0);
+        }
+    }
+}
