@@ -63,10 +63,9 @@ use crate::durable::{
     SlotCell,
 };
 use crate::journal::{
-    append_frames_mirroring, append_frames_queued, append_frames_unsynced, append_record,
-    decode_record, empty_log, encode_frame, prepare_new_dir, read_any_checkpoint,
-    read_frames_with_legacy, read_prev_checkpoint, replace_log, write_checkpoint_as, Mirrored, Tap,
-    CHECKPOINT, REDO_LOG,
+    append_frames_mirroring, append_frames_queued, append_record, decode_record, empty_log,
+    encode_frame, prepare_new_dir, read_any_checkpoint, read_frames_with_legacy,
+    read_prev_checkpoint, replace_log, write_checkpoint_as, Mirrored, Tap, CHECKPOINT, REDO_LOG,
 };
 use crate::packed::{PackedStore, Packing};
 use crate::pinned::{PinnedCells, PinnedStore};
@@ -1521,11 +1520,12 @@ impl DurableTao {
         if beside {
             let landed = encode_frame(LANDED_MAGIC, &Landed { seq }, &c.sealer)?;
             let _journal = self.journal.writer.lock().await;
-            // Not fsynced on its own: a landed frame lost with the machine only makes the
-            // next opening read the commit's cells back ([`DurableTao::open`]); the next
-            // frame's fsync covers it.
+            // Fsynced before anything is acknowledged on the commit: an opening that finds
+            // it keeps the commit whatever the store answers for its cells since (a store
+            // that rolls them back is caught when they are read), where one that does not
+            // reads them back and drops the commit if they are not there.
             let (n, m) =
-                append_frames_unsynced(&c.log, &c.dir, &self.journal.tap, vec![landed]).await?;
+                append_frames_queued(&c.log, &c.dir, &self.journal.tap, vec![landed]).await?;
             appended += n;
             mirrored = m;
         }

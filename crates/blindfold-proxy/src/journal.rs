@@ -380,7 +380,7 @@ pub async fn append_frames_mirroring(
     tap: &Tap,
     frames: Vec<Vec<u8>>,
 ) -> Result<(u64, Mirrored)> {
-    append_to_log(log, dir, tap, frames, true, true).await
+    append_to_log(log, dir, tap, frames, true).await
 }
 
 /// As [`append_frames_mirroring`], but the mirror's copy is only queued: it goes out with the
@@ -393,19 +393,7 @@ pub async fn append_frames_queued(
     tap: &Tap,
     frames: Vec<Vec<u8>>,
 ) -> Result<(u64, Mirrored)> {
-    append_to_log(log, dir, tap, frames, false, true).await
-}
-
-/// As [`append_frames_queued`], without an fsync of the local log: for a frame whose loss
-/// with the machine costs nothing but work on the next opening (the next append's fsync
-/// covers it). Never for a frame that something acknowledged depends on.
-pub async fn append_frames_unsynced(
-    log: &File,
-    dir: &Path,
-    tap: &Tap,
-    frames: Vec<Vec<u8>>,
-) -> Result<(u64, Mirrored)> {
-    append_to_log(log, dir, tap, frames, false, false).await
+    append_to_log(log, dir, tap, frames, false).await
 }
 
 async fn append_to_log(
@@ -414,7 +402,6 @@ async fn append_to_log(
     tap: &Tap,
     frames: Vec<Vec<u8>>,
     start: bool,
-    sync: bool,
 ) -> Result<(u64, Mirrored)> {
     let log = log.try_clone().map_err(|e| io(dir, "cloning log handle", e))?;
     let path = dir.join(REDO_LOG);
@@ -446,7 +433,7 @@ async fn append_to_log(
             let start = log.metadata()?.len();
             blindfold_store::room::waiting_for_room(&path, || {
                 let written = frames.iter().try_for_each(|f| log.write_all(f));
-                let r = written.and_then(|()| if sync { log.sync_data() } else { Ok(()) });
+                let r = written.and_then(|()| log.sync_data());
                 if r.is_err() {
                     let _ = log.set_len(start);
                 }

@@ -873,9 +873,9 @@ fn frames_of(log: &[u8]) -> Vec<(usize, u32)> {
     out
 }
 
-/// Under a mirror, a commit's landed frame is appended without an fsync of its own. If the
-/// machine loses it (the log cut just before it), the next opening reads the commit's cells
-/// back and keeps the commit.
+/// Under a mirror, a commit's record is logged beside its cells and its landed frame once they
+/// are flushed. A crash between the two (the log cut just before the landed frame) leaves a
+/// record whose cells all landed: the next opening reads them back and keeps the commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_whose_landed_frame_is_lost_is_kept_once_its_cells_read_back() {
     const BESIDE_RECORD: u32 = 0xB1F0_7A05;
