@@ -156,7 +156,7 @@ fn tree_cells(kind: Kind) -> u64 {
 /// (`--durability store`): the checkpoint and log the engine last handed over, and every frame
 /// since.
 #[derive(Debug, Default)]
-struct Mirror {
+pub(crate) struct Mirror {
     files: parking_lot::Mutex<(Vec<u8>, Vec<u8>)>,
 }
 

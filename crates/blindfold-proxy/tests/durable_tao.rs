@@ -834,30 +834,6 @@ async fn a_full_overlay_is_committed_once_not_once_per_waiting_request() {
     );
 }
 
-/// A second home for the redo log that takes every frame at once and keeps none: attached, it
-/// makes the engine log a commit's record beside its cells, as under `--durability store`.
-#[derive(Debug)]
-struct TakesAll;
-
-#[async_trait::async_trait]
-impl blindfold_proxy::LogMirror for TakesAll {
-    fn queue(&self, _frames: Arc<Vec<Vec<u8>>>) -> u64 {
-        0
-    }
-
-    async fn durable(&self, _ticket: u64) -> blindfold_proxy::Result<()> {
-        Ok(())
-    }
-
-    async fn checkpointed(&self, _c: Vec<u8>, _l: Vec<u8>) -> blindfold_proxy::Result<()> {
-        Ok(())
-    }
-
-    fn wants_checkpoint(&self) -> bool {
-        false
-    }
-}
-
 /// The redo log's frames: (offset, magic) of each, walked by their headers (magic, body
 /// length, CRC).
 fn frames_of(log: &[u8]) -> Vec<(usize, u32)> {
@@ -899,7 +875,9 @@ async fn a_commit_whose_landed_frame_is_lost_is_kept_once_its_cells_read_back() 
             )
             .await
             .unwrap();
-            tao.tap().attach(Arc::new(TakesAll));
+            // A mirror attached makes the engine log a commit's record beside its cells, as
+            // under `--durability store`.
+            tao.tap().attach(Arc::new(crate::crash_oblivious::Mirror::default()));
             tao.write_many(written.clone()).await.unwrap();
             tao.commit().await.unwrap();
         }
