@@ -568,8 +568,9 @@ struct Captured {
     /// Without its pinned cells, which the commit may still write ([`DurableTao::write_captured_checkpoint`]
     /// adds them).
     ckpt: Checkpoint,
-    /// The pinned cells the checkpoint holds open, by block, in `ckpt.top`.
-    open: Vec<u64>,
+    /// The pinned buckets the checkpoint holds open, by block, in `ckpt.top`: the records
+    /// after it name their blocks without contents.
+    open: Vec<TopWritten>,
     /// The redo log's length when it was captured: the reveals logged after it are of
     /// requests the checkpoint does not account for.
     log_at: u64,
@@ -832,12 +833,12 @@ impl DurableTao {
         // once the pinned store is up: sealed as logged, or open by block (sealed below, under
         // this run's epoch).
         let mut pinned_logged: HashMap<u64, Vec<u8>> = HashMap::new();
+        let ckpt_top = resolve_top(dir, ckpt.top, pinned_cells.count, &state.config)?;
+        // The records after the checkpoint name the blocks it holds by id (the writer's pool
+        // started from the same top, [`TopPool::starting_from`]).
+        let mut pool = TopPool::starting_from(&ckpt_top);
         let mut pinned_open: HashMap<u64, TopWritten> =
-            resolve_top(dir, ckpt.top, pinned_cells.count, &state.config)?
-                .into_iter()
-                .map(|w| (w.cell, w))
-                .collect();
-        let mut pool = TopPool::default();
+            ckpt_top.into_iter().map(|w| (w.cell, w)).collect();
         let log_path = dir.join(REDO_LOG);
         let (frames, _, torn_bytes) = read_frames_with_legacy(
             &log_path,
@@ -1676,10 +1677,11 @@ impl DurableTao {
     /// checkpoint, and an empty log.
     fn checkpoint_locked(&self, c: &mut Committer) -> Result<()> {
         let (mut ckpt, open) = self.capture_checkpoint(c)?;
-        ckpt.pinned = self.export_pinned(&open)?;
+        ckpt.pinned = self.export_pinned(&open_cells(&open))?;
         write_checkpoint_as(&c.dir, CHECKPOINT_MAGIC, &ckpt, &c.sealer)?;
-        // Records from now on are replayed from this checkpoint, which holds the top whole.
-        c.pool.clear();
+        // Records from now on are replayed from this checkpoint, which holds the top whole:
+        // they name its blocks without their contents.
+        c.pool = TopPool::starting_from(&open);
         c.next_epoch = ckpt.next_epoch;
         empty_log(&c.log, &c.dir)?;
         c.log_bytes = 0;
@@ -1688,15 +1690,14 @@ impl DurableTao {
     }
 
     /// With the gate held exclusively and the engine flushed: the checkpoint of the state as
-    /// it is, as of the commit after `c.seq` if one is prepared, and the pinned cells it holds
-    /// open. Copies the open top. Its slot map and its pinned cells are the caller's to fill
+    /// it is, as of the commit after `c.seq` if one is prepared, and the pinned buckets it holds
+    /// open (by block). Copies the open top. Its slot map and its pinned cells are the caller's to fill
     /// in once the store and the pinned store hold that commit's cells
     /// ([`DurableTao::export_pinned`]); so are the sealing and the writing.
-    fn capture_checkpoint(&self, c: &Committer) -> Result<(Checkpoint, Vec<u64>)> {
+    fn capture_checkpoint(&self, c: &Committer) -> Result<(Checkpoint, Vec<TopWritten>)> {
         // The top the engine holds open goes in by block, as it is; the pinned store's sealed
         // copies of those buckets may be stale or let go, and are left out.
         let open = self.tao.open_top()?;
-        let cells: Vec<u64> = open.iter().map(|w| w.cell).collect();
         let state = self.tao.export_state()?;
         if !open.is_empty() && self.pinned.is_none() {
             return Err(ProxyError::State("open tree top without a pinned store".into()));
@@ -1711,7 +1712,7 @@ impl DurableTao {
             next_epoch: c.next_epoch.max(self.tao.current_epoch().saturating_add(1)),
             seq: c.seq,
         };
-        Ok((ckpt, cells))
+        Ok((ckpt, open))
     }
 
     /// The pinned store's cells for a checkpoint, but the `open` ones (sorted), which it holds
@@ -1735,7 +1736,7 @@ impl DurableTao {
         // The slot map and the pinned cells as that commit left them: no other commit has
         // written since. (Captured before it, the pinned cells would miss what it wrote.)
         ckpt.slots = self.slotted.as_ref().map(|s| s.map());
-        ckpt.pinned = self.export_pinned(&open)?;
+        ckpt.pinned = self.export_pinned(&open_cells(&open))?;
         let next_epoch = ckpt.next_epoch;
         let (dir, sealer) = (c.dir.clone(), Arc::clone(&c.sealer));
         tokio::task::spawn_blocking(move || {
@@ -1744,7 +1745,8 @@ impl DurableTao {
         .await
         .map_err(|e| ProxyError::State(format!("checkpoint writer panicked: {e}")))??;
         let written = started.elapsed();
-        c.pool.clear();
+        // The records after it name the blocks of the top it holds without their contents.
+        c.pool = TopPool::starting_from(&open);
         c.next_epoch = next_epoch;
         // Reveals may be appending: hold the journal's writer while the log is replaced.
         let mut journal = self.journal.writer.lock().await;
@@ -1889,6 +1891,11 @@ fn resolve_top(
         .resolve(top, block_size, z)
         .and_then(|top| top.iter().try_for_each(|w| check_top(w, pinned, config)).map(|()| top));
     checked.map_err(|m| ProxyError::State(format!("{}: {m}", dir.join(CHECKPOINT).display())))
+}
+
+/// The cells of the buckets in `open`.
+fn open_cells(open: &[TopWritten]) -> Vec<u64> {
+    open.iter().map(|w| w.cell).collect()
 }
 
 /// Checks a tree top bucket from a redo record or a checkpoint against the tree.
