@@ -568,9 +568,8 @@ struct Captured {
     /// Without its pinned cells, which the commit may still write ([`DurableTao::write_captured_checkpoint`]
     /// adds them).
     ckpt: Checkpoint,
-    /// The pinned buckets the checkpoint holds open, by block, in `ckpt.top`: the records
-    /// after it name their blocks without contents.
-    open: Vec<TopWritten>,
+    /// The pinned cells the checkpoint holds open, by block, in `ckpt.top`.
+    open: Vec<u64>,
     /// The redo log's length when it was captured: the reveals logged after it are of
     /// requests the checkpoint does not account for.
     log_at: u64,
@@ -834,8 +833,8 @@ impl DurableTao {
         // this run's epoch).
         let mut pinned_logged: HashMap<u64, Vec<u8>> = HashMap::new();
         let ckpt_top = resolve_top(dir, ckpt.top, pinned_cells.count, &state.config)?;
-        // The records after the checkpoint name the blocks it holds by id (the writer's pool
-        // started from the same top, [`TopPool::starting_from`]).
+        // The records after the checkpoint may name the blocks it holds without their
+        // contents: the writer's pool goes on across checkpoints ([`crate::toplog`]).
         let mut pool = TopPool::starting_from(&ckpt_top);
         let mut pinned_open: HashMap<u64, TopWritten> =
             ckpt_top.into_iter().map(|w| (w.cell, w)).collect();
@@ -1677,11 +1676,10 @@ impl DurableTao {
     /// checkpoint, and an empty log.
     fn checkpoint_locked(&self, c: &mut Committer) -> Result<()> {
         let (mut ckpt, open) = self.capture_checkpoint(c)?;
-        ckpt.pinned = self.export_pinned(&open_cells(&open))?;
+        ckpt.pinned = self.export_pinned(&open)?;
         write_checkpoint_as(&c.dir, CHECKPOINT_MAGIC, &ckpt, &c.sealer)?;
         // Records from now on are replayed from this checkpoint, which holds the top whole:
-        // they name its blocks without their contents.
-        c.pool = TopPool::starting_from(&open);
+        // the pool goes on (every block it holds is in that top; [`crate::toplog`]).
         c.next_epoch = ckpt.next_epoch;
         empty_log(&c.log, &c.dir)?;
         c.log_bytes = 0;
@@ -1690,14 +1688,15 @@ impl DurableTao {
     }
 
     /// With the gate held exclusively and the engine flushed: the checkpoint of the state as
-    /// it is, as of the commit after `c.seq` if one is prepared, and the pinned buckets it holds
-    /// open (by block). Copies the open top. Its slot map and its pinned cells are the caller's to fill
+    /// it is, as of the commit after `c.seq` if one is prepared, and the pinned cells it holds
+    /// open. Copies the open top. Its slot map and its pinned cells are the caller's to fill
     /// in once the store and the pinned store hold that commit's cells
     /// ([`DurableTao::export_pinned`]); so are the sealing and the writing.
-    fn capture_checkpoint(&self, c: &Committer) -> Result<(Checkpoint, Vec<TopWritten>)> {
+    fn capture_checkpoint(&self, c: &Committer) -> Result<(Checkpoint, Vec<u64>)> {
         // The top the engine holds open goes in by block, as it is; the pinned store's sealed
         // copies of those buckets may be stale or let go, and are left out.
         let open = self.tao.open_top()?;
+        let cells: Vec<u64> = open.iter().map(|w| w.cell).collect();
         let state = self.tao.export_state()?;
         if !open.is_empty() && self.pinned.is_none() {
             return Err(ProxyError::State("open tree top without a pinned store".into()));
@@ -1712,7 +1711,7 @@ impl DurableTao {
             next_epoch: c.next_epoch.max(self.tao.current_epoch().saturating_add(1)),
             seq: c.seq,
         };
-        Ok((ckpt, open))
+        Ok((ckpt, cells))
     }
 
     /// The pinned store's cells for a checkpoint, but the `open` ones (sorted), which it holds
@@ -1736,7 +1735,7 @@ impl DurableTao {
         // The slot map and the pinned cells as that commit left them: no other commit has
         // written since. (Captured before it, the pinned cells would miss what it wrote.)
         ckpt.slots = self.slotted.as_ref().map(|s| s.map());
-        ckpt.pinned = self.export_pinned(&open_cells(&open))?;
+        ckpt.pinned = self.export_pinned(&open)?;
         let next_epoch = ckpt.next_epoch;
         let (dir, sealer) = (c.dir.clone(), Arc::clone(&c.sealer));
         tokio::task::spawn_blocking(move || {
@@ -1745,8 +1744,7 @@ impl DurableTao {
         .await
         .map_err(|e| ProxyError::State(format!("checkpoint writer panicked: {e}")))??;
         let written = started.elapsed();
-        // The records after it name the blocks of the top it holds without their contents.
-        c.pool = TopPool::starting_from(&open);
+        // The pool goes on: every block it holds is in the top this checkpoint holds.
         c.next_epoch = next_epoch;
         // Reveals may be appending: hold the journal's writer while the log is replaced.
         let mut journal = self.journal.writer.lock().await;
@@ -1891,11 +1889,6 @@ fn resolve_top(
         .resolve(top, block_size, z)
         .and_then(|top| top.iter().try_for_each(|w| check_top(w, pinned, config)).map(|()| top));
     checked.map_err(|m| ProxyError::State(format!("{}: {m}", dir.join(CHECKPOINT).display())))
-}
-
-/// The cells of the buckets in `open`.
-fn open_cells(open: &[TopWritten]) -> Vec<u64> {
-    open.iter().map(|w| w.cell).collect()
 }
 
 /// Checks a tree top bucket from a redo record or a checkpoint against the tree.

@@ -11,11 +11,19 @@
 //! the top as the last checkpoint and the records since left it. The writer compares by
 //! pointer (the engine shares a block's contents between its copies, and a write makes new
 //! ones), so deciding costs nothing; replay takes a block named without contents from its own
-//! pool, built the same way from the same checkpoint and records. A checkpoint holds the open
-//! top whole, by block, and starts both pools from it ([`TopPool::starting_from`]), so the
-//! records after it name the blocks it holds. (Started empty, the first record after each
-//! checkpoint carried the whole top again: 10–14 MiB in the gateway's benchmark, against 2–4
-//! MiB for the others.)
+//! pool, built the same way from the same records.
+//!
+//! A checkpoint does not start the writer's pool afresh. Every block in the pool is in a
+//! bucket as the records left it, so in the open top the checkpoint holds by block, with the
+//! same contents; a replay starts its pool from that top ([`TopPool::starting_from`]), which
+//! holds all the writer's. A replay from an earlier checkpoint, with every record since (a
+//! recovery from the gateway's store-side log between an engine checkpoint and the store
+//! checkpoint carrying it), holds them too: a block the writer had from before that earlier
+//! checkpoint was in its top. (Started empty at each checkpoint, as until 2026-12-02, the
+//! first record after it carried the whole top again: 10–14 MiB in the gateway's benchmark,
+//! against 2–4 MiB for the others. Started from the checkpoint's whole top, the writer would
+//! name blocks of buckets it opened from their sealed copies since the earlier checkpoint,
+//! which a replay from that one lacks.)
 //!
 //! The record is sealed whole ([`blindfold_crypto::StateSealer`]), so the open contents in it
 //! are as safe as the sealed cells were.
@@ -138,9 +146,7 @@ impl TopPool {
         }
     }
 
-    /// The pool of a checkpoint holding `top` (every open bucket, by block): the writer's
-    /// from the buckets it captured, the replay's from those it read back. The writer's
-    /// shares the engine's contents, so an unchanged block is named, never logged again.
+    /// A replay's pool from a checkpoint holding `top` (every open bucket, by block).
     pub(crate) fn starting_from(top: &[TopWritten]) -> Self {
         let mut pool = Self::default();
         pool.apply(top);

@@ -158,6 +158,9 @@ fn tree_cells(kind: Kind) -> u64 {
 #[derive(Debug, Default)]
 pub(crate) struct Mirror {
     files: parking_lot::Mutex<(Vec<u8>, Vec<u8>)>,
+    /// Keeps the checkpoint it started from, and every frame after it, whatever checkpoints
+    /// the engine hands over later ([`Mirror::from_dir`]).
+    stale_base: bool,
 }
 
 #[async_trait::async_trait]
@@ -175,7 +178,9 @@ impl blindfold_proxy::LogMirror for Mirror {
     }
 
     async fn checkpointed(&self, checkpoint: Vec<u8>, log: Vec<u8>) -> blindfold_proxy::Result<()> {
-        *self.files.lock() = (checkpoint, log);
+        if !self.stale_base {
+            *self.files.lock() = (checkpoint, log);
+        }
         Ok(())
     }
 
@@ -187,16 +192,26 @@ impl blindfold_proxy::LogMirror for Mirror {
 impl Mirror {
     /// Takes the engine in `dir` as it is now, and everything it logs from now on.
     fn follow(dir: &Path, engine: &Engine) -> Arc<Mirror> {
-        let read = |f: &str| std::fs::read(dir.join(f)).unwrap_or_default();
-        let m = Arc::new(Mirror {
-            files: parking_lot::Mutex::new((read("checkpoint.bin"), read("redo.log"))),
-        });
+        let m = Self::from_dir(dir, false);
         engine.tap().attach(Arc::clone(&m) as Arc<dyn blindfold_proxy::LogMirror>);
         m
     }
 
+    /// A mirror of the checkpoint and log in `dir` as they are now, to attach to the engine
+    /// there. `stale_base`: it keeps that checkpoint and appends every frame after it, whatever
+    /// checkpoints the engine hands over later, as the gateway's store-side log holds them
+    /// between an engine checkpoint and the store checkpoint that carries it (the last store
+    /// checkpoint, with the engine checkpoint before, and the ring with every frame since).
+    pub(crate) fn from_dir(dir: &Path, stale_base: bool) -> Arc<Mirror> {
+        let read = |f: &str| std::fs::read(dir.join(f)).unwrap_or_default();
+        Arc::new(Mirror {
+            files: parking_lot::Mutex::new((read("checkpoint.bin"), read("redo.log"))),
+            stale_base,
+        })
+    }
+
     /// A new state directory holding only what the mirror has.
-    fn restore(&self) -> tempfile::TempDir {
+    pub(crate) fn restore(&self) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let f = self.files.lock();
         std::fs::write(dir.path().join("checkpoint.bin"), &f.0).unwrap();
