@@ -264,20 +264,10 @@ async fn the_commit_after_a_checkpoint_names_the_top_it_holds() {
     for round in 0..4u32 {
         // Fill the top: every block written, some twice.
         for _ in 0..300 {
-            let b = rng.gen_range(0..256);
-            let d: Vec<u8> = (0..BS).map(|_| rng.gen()).collect();
-            tao.write_many(vec![(BlockId(b), d.clone())]).await.unwrap();
-            model.insert(b, d);
+            tao.write_many(vec![random_write(&mut rng, &mut model)]).await.unwrap();
         }
         tao.commit().await.unwrap();
-        // The next commit checkpoints while requests run (its log is over the limit).
-        tao.set_log_limit(1);
-        let b = rng.gen_range(0..256);
-        let d: Vec<u8> = (0..BS).map(|_| rng.gen()).collect();
-        tao.write_many(vec![(BlockId(b), d.clone())]).await.unwrap();
-        model.insert(b, d);
-        tao.commit().await.unwrap();
-        tao.set_log_limit(u64::MAX);
+        checkpoint_running(&mut tao, random_write(&mut rng, &mut model)).await;
         // Reads: their write-backs rewrite top buckets whose blocks the checkpoint holds (about
         // half the blocks these records name are; the rest come up from below the top, and are
         // logged with their contents).
@@ -289,10 +279,7 @@ async fn the_commit_after_a_checkpoint_names_the_top_it_holds() {
             assert_eq!(got, want, "round {round} block {b}");
         }
         // (A commit covers writes: reads alone wait for the next one.)
-        let b = rng.gen_range(0..256);
-        let d: Vec<u8> = (0..BS).map(|_| rng.gen()).collect();
-        tao.write_many(vec![(BlockId(b), d.clone())]).await.unwrap();
-        model.insert(b, d);
+        tao.write_many(vec![random_write(&mut rng, &mut model)]).await.unwrap();
         tao.commit().await.unwrap();
         let after = tao.top_blocks_logged();
         let (named, with_contents) = (after.0 - before.0, after.1 - before.1);
@@ -315,6 +302,14 @@ async fn the_commit_after_a_checkpoint_names_the_top_it_holds() {
     }
     let report = tao.verify(|_, _| {}).await.unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);
+}
+
+/// New contents for one of the first 256 blocks, noted in `model`.
+fn random_write(rng: &mut ChaCha8Rng, model: &mut HashMap<u64, Vec<u8>>) -> (BlockId, Vec<u8>) {
+    let b = rng.gen_range(0..256);
+    let d: Vec<u8> = (0..BS).map(|_| rng.gen()).collect();
+    model.insert(b, d.clone());
+    (BlockId(b), d)
 }
 
 /// Reads `n` blocks at random.
@@ -351,32 +346,26 @@ async fn records_after_a_checkpoint_replay_on_the_checkpoint_before_it() {
         let mut tao = create(dir.path(), config.clone(), backing.clone(), &key, pinned).await;
         let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let write = |rng: &mut ChaCha8Rng, model: &mut HashMap<u64, Vec<u8>>| {
-            let b = rng.gen_range(0..256);
-            let d: Vec<u8> = (0..BS).map(|_| rng.gen()).collect();
-            model.insert(b, d.clone());
-            (BlockId(b), d)
-        };
         for _ in 0..300 {
-            tao.write_many(vec![write(&mut rng, &mut model)]).await.unwrap();
+            tao.write_many(vec![random_write(&mut rng, &mut model)]).await.unwrap();
         }
         tao.shutdown().await.unwrap();
         drop(tao);
         // Reopened, the engine holds the top sealed and opens its buckets as paths reach them:
         // a checkpoint right away holds most of them sealed, not by block.
         tao = DurableTao::open(dir.path(), backing.clone(), &key).await.unwrap().0;
-        checkpoint_running(&mut tao, write(&mut rng, &mut model)).await;
+        checkpoint_running(&mut tao, random_write(&mut rng, &mut model)).await;
         // The store checkpoint carries that one; the ring, every frame after it.
         let mirror = crate::crash_oblivious::Mirror::from_dir(dir.path(), true);
         tao.tap().attach(mirror.clone());
         // Reads open top buckets from their sealed copies; the next checkpoint holds them
         // by block (while requests run: its log is over the limit).
         read_some(&tao, 30, &mut rng).await;
-        checkpoint_running(&mut tao, write(&mut rng, &mut model)).await;
+        checkpoint_running(&mut tao, random_write(&mut rng, &mut model)).await;
         // Reads move blocks of those reopened buckets around the top; a write to commit them.
         let before = tao.top_blocks_logged();
         read_some(&tao, 40, &mut rng).await;
-        tao.write_many(vec![write(&mut rng, &mut model)]).await.unwrap();
+        tao.write_many(vec![random_write(&mut rng, &mut model)]).await.unwrap();
         tao.commit().await.unwrap();
         let after = tao.top_blocks_logged();
         assert!(
