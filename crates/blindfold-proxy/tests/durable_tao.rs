@@ -188,14 +188,10 @@ async fn tampering_is_reported_by_verify_and_reads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unchanged_top_buckets_are_not_rewritten_and_nothing_is_lost() {
     let key = MasterKey::generate();
-    let config = TaoConfig::builder(256, BS).write_back_every(4).build().unwrap();
-    let backing: Arc<dyn Store> =
-        Arc::new(MemoryStore::new(DurableTao::geometry(&config).unwrap()));
-    let dir = tempfile::tempdir().unwrap();
-    // All but the leaves, and the sealed top were every pinned cell held sealed.
-    let pinned = config.shape().buckets() - config.shape().leaves();
-    let sealed_top = pinned * u64::from(DurableTao::geometry(&config).unwrap().cell_size());
-    let mut tao = create(dir.path(), config, backing.clone(), &key, pinned).await;
+    let (mut tao, backing, dir, pinned) = pinned_top_engine(&key).await;
+    // The sealed top were every pinned cell held sealed.
+    let cell_size = backing.geometry().cell_size();
+    let sealed_top = pinned * u64::from(cell_size);
     // Trusted memory besides the engine's own: the pinned store's sealed copies, the slot map
     // (a byte a cell) and the overlay (empty after a commit).
     let sealed_held = |tao: &DurableTao| tao.trusted_bytes() - tao.engine().trusted_bytes();
@@ -234,16 +230,12 @@ async fn unchanged_top_buckets_are_not_rewritten_and_nothing_is_lost() {
         }
     }
     assert!(with_contents < named, "records named no block the log held: {with_contents}/{named}");
-    for (b, d) in &model {
-        assert_eq!(&tao.read_many(&[BlockId(*b)]).await.unwrap()[0], d, "block {b}");
-    }
+    assert_holds(&tao, &model, "").await;
     let report = tao.verify(|_, _| {}).await.unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     // A verify (as a checkpoint) seals the open top for a moment and lets go of it again.
     assert!(sealed_held(&tao) < sealed_top / 2);
-    for (b, d) in &model {
-        assert_eq!(&tao.read_many(&[BlockId(*b)]).await.unwrap()[0], d, "block {b}");
-    }
+    assert_holds(&tao, &model, "").await;
 }
 
 /// A checkpoint holds the open tree top whole, so the commit after it names the blocks the
@@ -253,12 +245,7 @@ async fn unchanged_top_buckets_are_not_rewritten_and_nothing_is_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_commit_after_a_checkpoint_names_the_top_it_holds() {
     let key = MasterKey::generate();
-    let config = TaoConfig::builder(256, BS).write_back_every(4).build().unwrap();
-    let backing: Arc<dyn Store> =
-        Arc::new(MemoryStore::new(DurableTao::geometry(&config).unwrap()));
-    let dir = tempfile::tempdir().unwrap();
-    let pinned = config.shape().buckets() - config.shape().leaves();
-    let mut tao = create(dir.path(), config, backing.clone(), &key, pinned).await;
+    let (mut tao, backing, dir, _) = pinned_top_engine(&key).await;
     let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut rng = ChaCha8Rng::seed_from_u64(23);
     for round in 0..4u32 {
@@ -292,16 +279,32 @@ async fn the_commit_after_a_checkpoint_names_the_top_it_holds() {
         // A crash: the replay resolves those names from the checkpoint's top.
         drop(tao);
         tao = DurableTao::open(dir.path(), backing.clone(), &key).await.unwrap().0;
-        for (b, d) in &model {
-            assert_eq!(
-                &tao.read_many(&[BlockId(*b)]).await.unwrap()[0],
-                d,
-                "round {round} block {b}"
-            );
-        }
+        assert_holds(&tao, &model, &format!("round {round}")).await;
     }
     let report = tao.verify(|_, _| {}).await.unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);
+}
+
+/// Every block of `model` reads back as it says (`what`: where, for the message).
+async fn assert_holds(tao: &DurableTao, model: &HashMap<u64, Vec<u8>>, what: &str) {
+    for (b, d) in model {
+        assert_eq!(&tao.read_many(&[BlockId(*b)]).await.unwrap()[0], d, "{what} block {b}");
+    }
+}
+
+/// The 256-block engine with the whole tree above its leaves pinned in trusted memory, over a
+/// new memory store and state directory; and the number of pinned buckets.
+async fn pinned_top_engine(
+    key: &MasterKey,
+) -> (DurableTao, Arc<dyn Store>, tempfile::TempDir, u64) {
+    let config = TaoConfig::builder(256, BS).write_back_every(4).build().unwrap();
+    let backing: Arc<dyn Store> =
+        Arc::new(MemoryStore::new(DurableTao::geometry(&config).unwrap()));
+    let dir = tempfile::tempdir().unwrap();
+    // All but the leaves.
+    let pinned = config.shape().buckets() - config.shape().leaves();
+    let tao = create(dir.path(), config, backing.clone(), key, pinned).await;
+    (tao, backing, dir, pinned)
 }
 
 /// New contents for one of the first 256 blocks, noted in `model`.
@@ -337,13 +340,8 @@ async fn checkpoint_running(tao: &mut DurableTao, w: (BlockId, Vec<u8>)) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_after_a_checkpoint_replay_on_the_checkpoint_before_it() {
     let key = MasterKey::generate();
-    let config = TaoConfig::builder(256, BS).write_back_every(4).build().unwrap();
-    let pinned = config.shape().buckets() - config.shape().leaves();
     for seed in 0..4u64 {
-        let backing: Arc<dyn Store> =
-            Arc::new(MemoryStore::new(DurableTao::geometry(&config).unwrap()));
-        let dir = tempfile::tempdir().unwrap();
-        let mut tao = create(dir.path(), config.clone(), backing.clone(), &key, pinned).await;
+        let (mut tao, backing, dir, _) = pinned_top_engine(&key).await;
         let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         for _ in 0..300 {
@@ -378,13 +376,7 @@ async fn records_after_a_checkpoint_replay_on_the_checkpoint_before_it() {
         let (tao, _) = DurableTao::open(restored.path(), backing, &key)
             .await
             .unwrap_or_else(|e| panic!("seed {seed}: replay on the older checkpoint: {e}"));
-        for (b, d) in &model {
-            assert_eq!(
-                &tao.read_many(&[BlockId(*b)]).await.unwrap()[0],
-                d,
-                "seed {seed} block {b}"
-            );
-        }
+        assert_holds(&tao, &model, &format!("seed {seed}")).await;
     }
 }
 
@@ -469,9 +461,7 @@ async fn pinned_top_levels_never_reach_the_store() {
         }
         drop(tao); // a crash: the last commits are only in the redo log
         let (tao, _) = DurableTao::open(dir.path(), rec.clone(), &key).await.unwrap();
-        for (b, d) in &model {
-            assert_eq!(&tao.read_many(&[BlockId(*b)]).await.unwrap()[0], d, "block {b}");
-        }
+        assert_holds(&tao, &model, "").await;
         let report = tao.verify(|_, _| {}).await.unwrap();
         assert!(report.failures.is_empty(), "{:?}", report.failures);
         tao.shutdown().await.unwrap();
@@ -510,9 +500,7 @@ async fn pinned_top_levels_never_reach_the_store() {
             .filter(|&c| top(c))
             .collect();
         assert_eq!(read_top.len() as u64, count, "the top read once at the first start: {first:?}");
-        for (b, d) in &model {
-            assert_eq!(&tao.read_many(&[BlockId(*b)]).await.unwrap()[0], d, "block {b}");
-        }
+        assert_holds(&tao, &model, "").await;
         tao.commit().await.unwrap();
         let later = seen_top(&fresh);
         assert!(later.is_empty(), "after the start the store saw pinned cells {later:?}");
@@ -914,9 +902,7 @@ async fn checkpoints_hold_the_pinned_top_a_rotating_engine_wrote() {
         }
         drop(tao); // a crash after the last commit
         let (tao, _) = DurableTao::open(dir.path(), store.clone(), &key).await.unwrap();
-        for (b, d) in &model {
-            assert_eq!(&tao.read_many(&[BlockId(*b)]).await.unwrap()[0], d, "round {round} {b}");
-        }
+        assert_holds(&tao, &model, &format!("round {round}")).await;
         let report = tao.verify(|_, _| {}).await.unwrap();
         assert!(report.failures.is_empty(), "round {round}: {:?}", report.failures);
         tao.shutdown().await.unwrap();
