@@ -1,6 +1,7 @@
 // Browser checks of the admin listener: headless Chromium (the system's, /usr/bin/chromium)
 // driven by playwright-core, against a live `blindfold serve --admin-listen …` that is under
-// load (scripts/e2e.sh runs the soak beside it).
+// load (tests/e2e/features.py runs the soak beside it, and a trickle of requests that lasts as
+// long as this script does).
 //
 //   node check.mjs --admin http://127.0.0.1:PORT --user AK --password SK --out DIR
 //                  [--docs-img DIR] [--chromium PATH]

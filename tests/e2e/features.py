@@ -16,6 +16,7 @@ import signal
 import ssl
 import sys
 import subprocess
+import threading
 import time
 
 from clients import AwsFlow, ResticFlow, aws_cmd, http
@@ -380,11 +381,22 @@ def observe(run_):
                       "--seconds", os.environ.get("E2E_SOAK_SECONDS", "45"), "--max-rss-mib", "2048"],
                      stdout=f, stderr=subprocess.STDOUT, env=gw.client_env())
     time.sleep(3)
+    # The soak runs for a fixed time, and the browser's last check (a live recording) may start
+    # after it ended when Chromium is slow (CI on 2026-12-02: the window opened the second the
+    # soak stopped and saw nothing). A trickle of our own requests lasts as long as the browser.
+    trickle = Trickle(gw, ctx)
+    trickle.start()
     chromium = os.environ.get("CHROMIUM") or "/usr/bin/chromium"
-    run_.checks.ingest("browser", ["node", os.path.join(ctx.root, "tests/browser/check.mjs"), "--admin", gw.admin,
-                                   "--user", ctx.AK, "--password", ctx.SK, "--out", ctx.artefacts,
-                                   "--chromium", chromium], env=gw.client_env(), timeout=600)
+    try:
+        run_.checks.ingest("browser", ["node", os.path.join(ctx.root, "tests/browser/check.mjs"), "--admin",
+                                       gw.admin, "--user", ctx.AK, "--password", ctx.SK, "--out", ctx.artefacts,
+                                       "--chromium", chromium], env=gw.client_env(), timeout=600)
+    finally:
+        trickle.stop.set()
+        trickle.join(60)
     print(f"  browser screenshots: {ctx.artefacts}", flush=True)
+    p.check(f"a trickle of PUTs and GETs beside the browser, each read checked ({trickle.requests} requests)",
+            trickle.verdict)
     try:
         rc = soak.wait(int(os.environ.get("E2E_SOAK_SECONDS", "45")) + 600)
     except subprocess.TimeoutExpired:
@@ -395,6 +407,47 @@ def observe(run_):
     if rc != 0 and "\nFAIL - " not in "\n" + read(soak_out).decode("utf-8", "replace"):
         run_.checks.fail("soak", f"exited with status {rc} without reporting a failed check")
     p.stop_and_verify(gw)
+
+
+class Trickle(threading.Thread):
+    """One client that PUTs a small object and GETs it back every quarter second until stopped,
+    checking each answer: load that lasts exactly as long as the browser's checks do."""
+
+    def __init__(self, gw, ctx):
+        super().__init__(daemon=True)
+        self.gw, self.ctx = gw, ctx
+        self.stop = threading.Event()
+        self.requests = 0
+        self.errors = []
+
+    def run(self):
+        import boto3
+        from botocore.config import Config
+
+        s3 = boto3.client("s3", endpoint_url=self.gw.endpoint, aws_access_key_id=self.ctx.AK,
+                          aws_secret_access_key=self.ctx.SK, region_name="us-east-1",
+                          verify=self.gw.ca or True,
+                          config=Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=30,
+                                        read_timeout=120, s3={"addressing_style": "path"}))
+        try:
+            s3.create_bucket(Bucket="observe-trickle")
+            n = 0
+            while not self.stop.is_set():
+                body = os.urandom(512 + n % 2048)
+                s3.put_object(Bucket="observe-trickle", Key=f"k{n % 8}", Body=body)
+                got = s3.get_object(Bucket="observe-trickle", Key=f"k{n % 8}")["Body"].read()
+                self.requests += 2
+                if got != body:
+                    self.errors.append(f"k{n % 8}: read back {len(got)} bytes that differ from the {len(body)} written")
+                n += 1
+                self.stop.wait(0.25)
+        except Exception as e:  # noqa: BLE001 - reported by verdict()
+            self.errors.append(f"{type(e).__name__}: {e}")
+
+    def verdict(self):
+        expect(not self.is_alive(), "the trickle did not stop within 60 s")
+        expect(not self.errors, "; ".join(self.errors[:3]))
+        expect(self.requests > 0, "no request answered")
 
 
 def grow(run_):
@@ -673,7 +726,6 @@ class DiskFull:
 
     def refused_while_full(self, fill=True, seen=None):
         # Reads keep going while the disk fills (each one writes to the engine's log).
-        import threading
         stop, errors = threading.Event(), []
 
         def reader():
