@@ -20,7 +20,9 @@
 //! many whole cells as it needs, writes them in one batch and flushes. Up to [`IN_FLIGHT`]
 //! groups are written at once (a store far away is not left idle while one round trip
 //! completes), but they are acknowledged in order: an entry is durable once its group and every
-//! group before it are. A cell's plaintext is `seq (8) ‖ generation (8) ‖ digest of the
+//! group before it are. A reveal record that no read waits for the store to hold (a standby's
+//! acknowledgement lets the read go, or reads go ahead of the log) starts no group of its own
+//! for [`LINGER`]: it usually rides in the next commit's group. A cell's plaintext is `seq (8) ‖ generation (8) ‖ digest of the
 //! previous cell (32) ‖ flags (1) ‖ length (4) ‖ durable through (8) ‖ payload`, zero-padded,
 //! sealed under a key of its own derived from the master key and bound to its position and to
 //! `seq`. *Durable through* is the first cell that was not yet known to be in the store when
@@ -91,6 +93,11 @@ const HAS_THROUGH: u8 = 2;
 pub const IN_FLIGHT: usize = 8;
 /// Cells after a hole that replay looks at for one sent after the hole's cell was durable.
 const LOOK_AHEAD: u64 = 64;
+/// How long a reveal record may wait for company before its own group goes to the store, when
+/// no read waits for the store to hold it (a standby's acknowledgement lets the read go, or
+/// reads go ahead of the log): most ride in the group of the next commit's record, instead of
+/// each costing the store a write of a whole cell. Bounds how far the store lags the standby.
+const LINGER: Duration = Duration::from_millis(100);
 /// How long an append waits for a store checkpoint to free room in a full ring.
 const ROOM_WAIT: Duration = Duration::from_secs(60);
 
@@ -403,6 +410,11 @@ impl StoreLog {
     /// Cells in the ring.
     pub fn cells(&self) -> u64 {
         self.cells
+    }
+
+    /// Entries the store holds: every entry numbered below this.
+    pub fn durable_entries(&self) -> u64 {
+        self.durable.load(Ordering::SeqCst)
     }
 
     /// Group commits written so far, and the bytes they took in the store.
@@ -785,12 +797,19 @@ impl blindfold_proxy::LogMirror for StoreLog {
         !self.reads_ahead
     }
 
+    fn linger(&self) -> Option<Duration> {
+        let standby = self.feed.as_ref().is_some_and(|f| f.standby_on());
+        (self.reads_ahead || standby).then_some(LINGER)
+    }
+
     async fn readable(&self, ticket: u64) -> blindfold_proxy::Result<()> {
         let Some(feed) = &self.feed else {
             return blindfold_proxy::LogMirror::durable(self, ticket).await;
         };
-        // The record's write to the store is under way (the caller started it): whichever of
-        // the store and the standby holds it first lets the read go.
+        // The record's write to the store is under way, or will be within LINGER (the caller
+        // scheduled it): whichever of the store and the standby holds it first lets the read
+        // go. Without a standby whose word counts, the read waits for the store: the write
+        // starts now if it had not.
         loop {
             let progress = self.progress.notified();
             tokio::pin!(progress);
@@ -801,12 +820,11 @@ impl blindfold_proxy::LogMirror for StoreLog {
             if self.durable.load(Ordering::SeqCst) > ticket || feed.standby_holds(ticket) {
                 return Ok(());
             }
-            if let Err(e) = self.check() {
-                // The store will not take the record; a standby that follows may still hold
-                // it (it answers or is dropped within the feed's silence limit).
-                if !feed.standby_on() {
-                    return Err(blindfold_proxy::ProxyError::State(e.to_string()));
-                }
+            // (A store that will not take the record fails this; while a standby follows, it
+            // may still hold the record: it answers or is dropped within the feed's silence
+            // limit, which rings `acked`.)
+            if !feed.standby_on() {
+                return blindfold_proxy::LogMirror::durable(self, ticket).await;
             }
             tokio::select! {
                 _ = progress => {}

@@ -387,3 +387,73 @@ async fn a_log_feed_refuses_strangers_and_a_second_standby() {
     assert!(!about.contains("rebuilt"), "the session's end was not logged: {about}");
     assert_eq!(read_object(&recovered, "c").await.unwrap(), vec![3u8; 2000]);
 }
+
+/// While a standby's word lets reads go, a GET's reveal record does not cost the store a group
+/// write of its own: records wait up to the log's linger for company (the next commit's record,
+/// or other reads'), and still reach the store soon after. Once the standby is gone, a GET
+/// waits for the store again, and its record goes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reveals_on_a_standby_word_share_the_store_writes() {
+    use blindfold_gateway::feed::{follow, LogFeed};
+    use std::time::{Duration, Instant};
+    let root = tempfile::tempdir().unwrap();
+    let cfg = ServeConfig {
+        durability: server::Durability::Store,
+        lease_ttl: Some(Duration::from_millis(300)),
+        log_feed: Some(LogFeed::Serve("127.0.0.1:0".parse().unwrap())),
+        ..file_cfg(root.path(), OramEngine::Tao)
+    };
+    let (opened, _rec) = open(&cfg).await;
+    opened.objects.directory().create_bucket("b").unwrap();
+    let data = vec![5u8; 6 * 1024];
+    let body = futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from(data.clone()))]);
+    opened.objects.put_object("b", "k", body, None, BTreeMap::new(), false).await.unwrap();
+    let journal = opened.journal.as_ref().unwrap();
+    let log = Arc::clone(&journal.log);
+    let standby =
+        follow(journal.feed_addr.unwrap().to_string(), Arc::clone(&opened.key), "s".into());
+    standby_active(&opened).await;
+    // Twenty GETs one after the other, each with a reveal record of its own.
+    let gets = 20;
+    let before = log.counts().0;
+    let started = Instant::now();
+    for _ in 0..gets {
+        assert_eq!(read_object(&opened, "k").await.unwrap(), data);
+    }
+    let took = started.elapsed();
+    let groups = log.counts().0 - before;
+    // One group per linger at most, plus one in flight at either end.
+    let bound = 2 + (took.as_millis() / 100) as u64;
+    assert!(
+        groups <= bound.min(gets / 2),
+        "{gets} GETs on a standby's word took {groups} store groups in {took:?} (at most {bound})"
+    );
+    // Still in the store soon, without anything else waiting for it.
+    let queued = log.next_entry();
+    for _ in 0..100 {
+        if log.durable_entries() >= queued {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        log.durable_entries() >= queued,
+        "the reveal records never reached the store: {} of {queued} entries",
+        log.durable_entries()
+    );
+    // The standby gone, a GET waits for the store: its record goes without lingering.
+    drop(standby);
+    let feed = log.feed().unwrap().clone();
+    for _ in 0..200 {
+        if feed.describe().contains("no standby is connected") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(feed.describe().contains("no standby is connected"), "{}", feed.describe());
+    let before = log.counts().0;
+    for _ in 0..3 {
+        assert_eq!(read_object(&opened, "k").await.unwrap(), data);
+    }
+    assert!(log.counts().0 - before >= 3, "GETs without a standby shared store groups");
+}

@@ -63,9 +63,10 @@ use crate::durable::{
     SlotCell,
 };
 use crate::journal::{
-    append_frames_mirroring, append_frames_queued, append_record, decode_record, empty_log,
-    encode_frame, prepare_new_dir, read_any_checkpoint, read_frames_with_legacy,
-    read_prev_checkpoint, replace_log, write_checkpoint_as, Mirrored, Tap, CHECKPOINT, REDO_LOG,
+    append_frames_mirroring, append_frames_queued, append_record, append_reveal_frames,
+    decode_record, empty_log, encode_frame, prepare_new_dir, read_any_checkpoint,
+    read_frames_with_legacy, read_prev_checkpoint, replace_log, write_checkpoint_as, Mirrored, Tap,
+    CHECKPOINT, REDO_LOG,
 };
 use crate::packed::{PackedStore, Packing};
 use crate::pinned::{PinnedCells, PinnedStore};
@@ -328,15 +329,16 @@ impl Journal {
                     let record = RevealRecord { after: self.after.load(Ordering::SeqCst), reveals };
                     let frame = encode_frame(REVEAL_MAGIC, &record, &self.sealer)?;
                     let (_, mirrored) =
-                        append_frames_mirroring(&log, &self.dir, &self.tap, vec![frame]).await?;
+                        append_reveal_frames(&log, &self.dir, &self.tap, vec![frame]).await?;
                     self.mirroring.lock().push_back((end, mirrored.clone()));
                     (end, mirrored)
                 }
             }
         };
-        // A mirror that lets reads go ahead has the record on its way; the next commit waits
-        // for it (and everything before it) in order. (A standby holding the log's tail may
-        // let the read go before the mirror holds it: `LogMirror::readable`.)
+        // A mirror that lets reads go ahead has the record on its way (within its linger, if
+        // no write takes it along sooner); the next commit waits for it (and everything before
+        // it) in order. (A standby holding the log's tail may let the read go before the
+        // mirror holds it: `LogMirror::readable`.)
         if self.tap.reads_wait() {
             mirrored.readable().await?;
         }

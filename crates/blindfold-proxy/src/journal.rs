@@ -380,7 +380,20 @@ pub async fn append_frames_mirroring(
     tap: &Tap,
     frames: Vec<Vec<u8>>,
 ) -> Result<(u64, Mirrored)> {
-    append_to_log(log, dir, tap, frames, true).await
+    append_to_log(log, dir, tap, frames, ToMirror::Now).await
+}
+
+/// As [`append_frames_mirroring`], for a reveal record: its write to the mirror starts at once,
+/// unless the mirror says a read need not wait for it there ([`LogMirror::linger`]); then it
+/// starts that long after, if no write has taken it along by then (the next commit's record,
+/// or another reveal's). The caller waits with [`Mirrored::readable`].
+pub async fn append_reveal_frames(
+    log: &File,
+    dir: &Path,
+    tap: &Tap,
+    frames: Vec<Vec<u8>>,
+) -> Result<(u64, Mirrored)> {
+    append_to_log(log, dir, tap, frames, ToMirror::Linger).await
 }
 
 /// As [`append_frames_mirroring`], but the mirror's copy is only queued: it goes out with the
@@ -393,7 +406,19 @@ pub async fn append_frames_queued(
     tap: &Tap,
     frames: Vec<Vec<u8>>,
 ) -> Result<(u64, Mirrored)> {
-    append_to_log(log, dir, tap, frames, false).await
+    append_to_log(log, dir, tap, frames, ToMirror::Queued).await
+}
+
+/// When frames appended to the local log start on their way to the mirror.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ToMirror {
+    /// At once.
+    Now,
+    /// With the first wait for them or for anything queued after them.
+    Queued,
+    /// After the mirror's [`LogMirror::linger`], if no write took them along before; at once
+    /// if the mirror has none.
+    Linger,
 }
 
 async fn append_to_log(
@@ -401,7 +426,7 @@ async fn append_to_log(
     dir: &Path,
     tap: &Tap,
     frames: Vec<Vec<u8>>,
-    start: bool,
+    when: ToMirror,
 ) -> Result<(u64, Mirrored)> {
     let log = log.try_clone().map_err(|e| io(dir, "cloning log handle", e))?;
     let path = dir.join(REDO_LOG);
@@ -412,10 +437,19 @@ async fn append_to_log(
     let mirrored = match mirror {
         Some(m) => {
             let ticket = m.queue(Arc::clone(&shared));
-            if start {
+            let delay = match when {
+                ToMirror::Now => Some(None),
+                ToMirror::Queued => None,
+                ToMirror::Linger => Some(m.linger()),
+            };
+            if let Some(delay) = delay {
                 let started = Arc::clone(&m);
                 tokio::spawn(async move {
-                    // Failures are kept by the mirror and answered to every waiter.
+                    if let Some(d) = delay {
+                        tokio::time::sleep(d).await;
+                    }
+                    // Failures are kept by the mirror and answered to every waiter. (Taken
+                    // along by another write meanwhile, this returns at once.)
                     let _ = started.durable(ticket).await;
                 });
             }
@@ -454,7 +488,7 @@ async fn append_to_log(
 /// go ahead of it ([`LogMirror::reads_wait`]); then its copy is under way, and the next commit,
 /// which waits for the mirror, covers it. Returns the bytes appended.
 pub async fn append_reveal(log: &File, dir: &Path, tap: &Tap, frame: Vec<u8>) -> Result<u64> {
-    let (len, mirrored) = append_frames_mirroring(log, dir, tap, vec![frame]).await?;
+    let (len, mirrored) = append_reveal_frames(log, dir, tap, vec![frame]).await?;
     if tap.reads_wait() {
         mirrored.readable().await?;
     }
@@ -514,9 +548,15 @@ pub trait LogMirror: Send + Sync + std::fmt::Debug {
     /// once the mirror holds the record ([`LogMirror::durable`]). A mirror with a second
     /// trusted home for its records (a standby that holds the log's tail) may answer sooner;
     /// it then answers for the record's safety as if it were durable. Only called after the
-    /// record's write to the mirror was started.
+    /// record's write to the mirror was started, or scheduled ([`LogMirror::linger`]).
     async fn readable(&self, ticket: u64) -> Result<()> {
         self.durable(ticket).await
+    }
+    /// How long a reveal record may wait to go to the mirror with company, when no read waits
+    /// for the mirror to hold it (it waits for a standby, or goes ahead of the log): `None`
+    /// (the default) sends it at once. Asked as each reveal record is queued.
+    fn linger(&self) -> Option<std::time::Duration> {
+        None
     }
 }
 

@@ -130,7 +130,7 @@ pub use versions::VersionTable;
 pub mod state_file {
     pub use crate::journal::{
         append_frame, append_frames, append_frames_mirroring, append_record, append_reveal,
-        decode_checkpoint, decode_record, empty_log, encode_frame, open_log,
+        append_reveal_frames, decode_checkpoint, decode_record, empty_log, encode_frame, open_log,
         read_frames_with_legacy, sync_dir, write_checkpoint_as, Frame, LogMirror, Mirrored, Tap,
         CHECKPOINT, REDO_LOG,
     };
