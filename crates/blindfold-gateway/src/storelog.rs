@@ -22,10 +22,10 @@
 //! completes), but they are acknowledged in order: an entry is durable once its group and every
 //! group before it are. A reveal record that no read waits for the store to hold (a standby's
 //! acknowledgement lets the read go, or reads go ahead of the log) starts no group of its own
-//! for [`LINGER`]: it usually rides in the next commit's group. A cell's plaintext is `seq (8) ‖ generation (8) ‖ digest of the
-//! previous cell (32) ‖ flags (1) ‖ length (4) ‖ durable through (8) ‖ payload`, zero-padded,
-//! sealed under a key of its own derived from the master key and bound to its position and to
-//! `seq`. *Durable through* is the first cell that was not yet known to be in the store when
+//! for [`LINGER`]: it usually rides in the next commit's group. A cell's plaintext is
+//! `seq (8) ‖ generation (8) ‖ digest of the previous cell (32) ‖ flags (1) ‖ length (4) ‖
+//! durable through (8) ‖ payload`, zero-padded, sealed under a key of its own derived from the
+//! master key and bound to its position and to `seq`. *Durable through* is the first cell that was not yet known to be in the store when
 //! this one was sent. A cell the store swaps, replays from an earlier lap of the ring, or
 //! alters does not open; one spliced from another timeline breaks the chain of digests.
 //!
@@ -97,7 +97,7 @@ const LOOK_AHEAD: u64 = 64;
 /// no read waits for the store to hold it (a standby's acknowledgement lets the read go, or
 /// reads go ahead of the log): most ride in the group of the next commit's record, instead of
 /// each costing the store a write of a whole cell. Bounds how far the store lags the standby.
-const LINGER: Duration = Duration::from_millis(100);
+pub const LINGER: Duration = Duration::from_millis(100);
 /// How long an append waits for a store checkpoint to free room in a full ring.
 const ROOM_WAIT: Duration = Duration::from_secs(60);
 
