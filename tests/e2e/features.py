@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 
-from clients import AwsFlow, ResticFlow, aws_cmd, http
+from clients import AwsFlow, ResticFlow, aws_cmd, boto3_client, http
 from deployment import deploy
 from gateway import Cluster, Gateway
 from harness import (die, expect, gen_tree, rand_file, read, run, same_file, same_tree, spawn, forget,
@@ -384,7 +384,7 @@ def observe(run_):
     # The soak runs for a fixed time, and the browser's last check (a live recording) may start
     # after it ended when Chromium is slow (CI on 2026-12-02: the window opened the second the
     # soak stopped and saw nothing). A trickle of our own requests lasts as long as the browser.
-    trickle = Trickle(gw, ctx)
+    trickle = Trickle(gw)
     trickle.start()
     chromium = os.environ.get("CHROMIUM") or "/usr/bin/chromium"
     try:
@@ -413,22 +413,15 @@ class Trickle(threading.Thread):
     """One client that PUTs a small object and GETs it back every quarter second until stopped,
     checking each answer: load that lasts exactly as long as the browser's checks do."""
 
-    def __init__(self, gw, ctx):
+    def __init__(self, gw):
         super().__init__(daemon=True)
-        self.gw, self.ctx = gw, ctx
+        self.gw = gw
         self.stop = threading.Event()
         self.requests = 0
         self.errors = []
 
     def run(self):
-        import boto3
-        from botocore.config import Config
-
-        s3 = boto3.client("s3", endpoint_url=self.gw.endpoint, aws_access_key_id=self.ctx.AK,
-                          aws_secret_access_key=self.ctx.SK, region_name="us-east-1",
-                          verify=self.gw.ca or True,
-                          config=Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=30,
-                                        read_timeout=120, s3={"addressing_style": "path"}))
+        s3 = boto3_client(self.gw)
         try:
             s3.create_bucket(Bucket="observe-trickle")
             n = 0

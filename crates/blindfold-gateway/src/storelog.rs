@@ -25,8 +25,8 @@
 //! for [`LINGER`]: it usually rides in the next commit's group. A cell's plaintext is
 //! `seq (8) ‖ generation (8) ‖ digest of the previous cell (32) ‖ flags (1) ‖ length (4) ‖
 //! durable through (8) ‖ payload`, zero-padded, sealed under a key of its own derived from the
-//! master key and bound to its position and to `seq`. *Durable through* is the first cell that was not yet known to be in the store when
-//! this one was sent. A cell the store swaps, replays from an earlier lap of the ring, or
+//! master key and bound to its position and to `seq`. *Durable through* is the first cell that
+//! was not yet known to be in the store when this one was sent. A cell the store swaps, replays from an earlier lap of the ring, or
 //! alters does not open; one spliced from another timeline breaks the chain of digests.
 //!
 //! # Where the log ends

@@ -196,6 +196,18 @@ async fn standby_active(opened: &server::Opened) {
     panic!("the standby never caught up: {}", feed.describe());
 }
 
+/// Waits (up to 10 s) until the primary's log feed says no standby is connected; returns
+/// whether it does.
+async fn standby_gone(feed: &blindfold_gateway::feed::Feed) -> bool {
+    for _ in 0..200 {
+        if feed.describe().contains("no standby is connected") {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
 /// `--standby-listen`: a GET goes out once the standby holds its reveal record. Here the store
 /// never gets that record (the log's tail is lost with the machine), and the standby takes
 /// over with its copy of the tail: it replays the record instead of rebuilding the tree, and
@@ -369,12 +381,7 @@ async fn a_log_feed_refuses_strangers_and_a_second_standby() {
     assert!(tail.base > 0, "{tail:?}");
     // The standby gone, the log says so once the store holds the next group: the machine
     // lost then, a recovery from the store alone needs no rebuild.
-    for _ in 0..100 {
-        if feed.describe().contains("no standby is connected") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    standby_gone(&feed).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     put("c").await;
     assert_eq!(read_object(&opened, "c").await.unwrap(), vec![3u8; 2000]);
@@ -444,13 +451,7 @@ async fn reveals_on_a_standby_word_share_the_store_writes() {
     // The standby gone, a GET waits for the store: its record goes without lingering.
     drop(standby);
     let feed = log.feed().unwrap().clone();
-    for _ in 0..200 {
-        if feed.describe().contains("no standby is connected") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(feed.describe().contains("no standby is connected"), "{}", feed.describe());
+    assert!(standby_gone(&feed).await, "{}", feed.describe());
     let before = log.counts().0;
     for _ in 0..3 {
         assert_eq!(read_object(&opened, "k").await.unwrap(), data);

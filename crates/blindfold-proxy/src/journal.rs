@@ -21,6 +21,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bincode::Options;
 use blindfold_crypto::StateSealer;
@@ -437,16 +438,17 @@ async fn append_to_log(
     let mirrored = match mirror {
         Some(m) => {
             let ticket = m.queue(Arc::clone(&shared));
-            let delay = match when {
-                ToMirror::Now => Some(None),
+            // How long until the write starts, if it is to start without a wait for it.
+            let start_in = match when {
+                ToMirror::Now => Some(Duration::ZERO),
                 ToMirror::Queued => None,
-                ToMirror::Linger => Some(m.linger()),
+                ToMirror::Linger => Some(m.linger().unwrap_or_default()),
             };
-            if let Some(delay) = delay {
+            if let Some(delay) = start_in {
                 let started = Arc::clone(&m);
                 tokio::spawn(async move {
-                    if let Some(d) = delay {
-                        tokio::time::sleep(d).await;
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
                     }
                     // Failures are kept by the mirror and answered to every waiter. (Taken
                     // along by another write meanwhile, this returns at once.)
@@ -555,7 +557,7 @@ pub trait LogMirror: Send + Sync + std::fmt::Debug {
     /// How long a reveal record may wait to go to the mirror with company, when no read waits
     /// for the mirror to hold it (it waits for a standby, or goes ahead of the log): `None`
     /// (the default) sends it at once. Asked as each reveal record is queued.
-    fn linger(&self) -> Option<std::time::Duration> {
+    fn linger(&self) -> Option<Duration> {
         None
     }
 }
