@@ -13,8 +13,10 @@
 #
 # Knobs (environment), read by the suite: BLINDFOLD_BIN, E2E_ONLY (targets: tao tls path-oram tee
 # tee-enclave oblivistore curious curious-path nodes; clients: aws boto3 rclone restic s3cmd git
-# swift; extras: users versions observe grow report crash crash-nodes disk-full deploy), E2E_KEEP=1, E2E_SOAK_SECONDS, E2E_ARTEFACTS,
-# E2E_CRASH_ROUNDS, E2E_CRASH_SEED, E2E_COUNTS_FILE ("passed failed" goes there; scripts/test.sh).
+# swift; extras: users versions observe grow report crash crash-store crash-nodes disk-full deploy), E2E_KEEP=1, E2E_SOAK_SECONDS, E2E_ARTEFACTS,
+# E2E_CRASH_ROUNDS, E2E_CRASH_SEED, E2E_COUNTS_FILE ("passed failed" goes there; scripts/test.sh),
+# E2E_LANES=1 (everything in one suite process; by default, with E2E_ONLY unset, the suite runs
+# in three lanes side by side and then `observe` alone: see the end of this script).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -125,4 +127,83 @@ echo "  clients and build: $(($(date +%s) - START_TIME)) s"
 
 # ---------------------------------------------------------------------------------------------
 step "e2e: the suite (tests/e2e/suite.py)"
-exec python3 "$ROOT/tests/e2e/suite.py" --bin "$BIN"
+if [[ -n ${E2E_ONLY:-} || ${E2E_LANES:-} == 1 ]]; then
+  exec python3 "$ROOT/tests/e2e/suite.py" --bin "$BIN"
+fi
+
+# The whole suite in three lanes side by side, then the load-sensitive part alone. Most of
+# the suite waits on clients, the store and kill -9 restarts rather than on the CPU, so three
+# lanes on two cores take about half of one lane's time. Each lane is its own suite process
+# (its own work directory, ports and store prefixes); the soak and the browser (`observe`),
+# whose checks measure latency and memory under load, run after them with the machine to
+# themselves. E2E_LANES=1 runs everything in one process, in the suite's order.
+LANES=(
+  "tao tls path-oram tee tee-enclave oblivistore curious users"
+  "crash-store deploy crash-nodes disk-full"
+  "crash curious-path nodes grow versions report"
+)
+# Every target and extra of the suite must be in a lane (or be `observe`): one left out
+# would silently not run.
+left_out=$(python3 - "$ROOT/tests/e2e" "${LANES[*]} observe" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import features
+import suite
+laned = set(sys.argv[2].split())
+print(" ".join(w for w in [t.name for t in suite.TARGETS] + list(features.EXTRAS) if w not in laned))
+PY
+)
+lanes=$(mktemp -d "${TMPDIR:-/tmp}/blindfold-e2e-lanes.XXXXXX")
+lane_pids=()
+stop_lanes() {
+  for pid in "${lane_pids[@]}"; do kill "$pid" 2>/dev/null; done
+  rm -rf "$lanes"
+}
+trap stop_lanes EXIT
+run_lane() { # number, words
+  E2E_ONLY=$2 E2E_COUNTS_FILE=$lanes/$1.counts python3 "$ROOT/tests/e2e/suite.py" --bin "$BIN"
+}
+for i in "${!LANES[@]}"; do
+  echo "  lane $((i + 1)): ${LANES[i]}"
+done
+echo "  (lanes 2 and 3 run in the background; their lines follow lane 1's)"
+for i in 1 2; do
+  run_lane "$i" "${LANES[i]}" >"$lanes/$i.out" 2>&1 &
+  lane_pids+=($!)
+done
+run_lane 0 "${LANES[0]}"
+for i in 1 2; do
+  wait "${lane_pids[i - 1]}"
+  printf '\n==> e2e: lane %d (%s)\n' $((i + 1)) "${LANES[i]}"
+  cat "$lanes/$i.out"
+done
+lane_pids=()
+step "e2e: observe, alone (the soak and the browser measure under load)"
+run_lane 3 observe
+
+# One count for the four runs; a run that left no count failed before counting (one failure).
+passed=0
+failed=0
+if [[ -n $left_out ]]; then
+  echo "FAIL - e2e lanes: '$left_out' in no lane of scripts/e2e.sh (add to LANES)"
+  failed=1
+fi
+for i in 0 1 2 3; do
+  if [[ -s $lanes/$i.counts ]]; then
+    read -r p f <"$lanes/$i.counts"
+    passed=$((passed + p))
+    failed=$((failed + f))
+  else
+    echo "FAIL - e2e run $((i + 1)): it left no count (it crashed before its closing line)"
+    failed=$((failed + 1))
+  fi
+done
+echo
+echo "e2e took $(($(date +%s) - START_TIME)) s"
+if [[ -n ${E2E_COUNTS_FILE:-} ]]; then
+  echo "$passed $failed" >"$E2E_COUNTS_FILE"
+  echo "e2e checks: $passed ok, $failed failed"
+else
+  echo "$passed passed, $failed failed"
+fi
+((failed == 0))

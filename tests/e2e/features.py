@@ -537,7 +537,9 @@ def report_quick(p):
 
 
 def crash(run_):
-    """The crash loop: kill -9 under concurrent writes (crash_loop.py's docstring has the model)."""
+    """The crash loop: kill -9 under concurrent writes (crash_loop.py's docstring has the model),
+    20 rounds on local files; then three loops reading ahead of the log that lose the data
+    directory with every kill (`crash-store` has the other loops that do)."""
     run_.pass_("crash", "crash loop (kill -9 under concurrent writes)")
     ctx, checks = run_.ctx, run_.checks
     script = os.path.join(ctx.root, "tests/e2e/crash_loop.py")
@@ -550,12 +552,26 @@ def crash(run_):
                             "--rotate-every", os.environ.get("E2E_CRASH_ROTATE_EVERY", "6"),
                             "--grow-every", os.environ.get("E2E_CRASH_GROW_EVERY", "7"),
                             *(["--seed", seed] if seed else [])], env=ctx.env, timeout=900)
-    # The machine lost too: after each kill the data directory goes, and `blindfold recover`
-    # rebuilds it from the store alone (--durability store, checked against an --anchor);
-    # nothing acknowledged may be lost. Every engine on files, MinIO and Redis (when the test
-    # command started them), a few rounds each; the full matrix (20 rounds of every engine on
-    # every store) is tests/e2e/README.md's command. The MinIO store keeps its own credentials
-    # (the caller's environment: ctx.env holds the gateway clients' keys instead).
+    # Reads ahead of the log: every recovery also rebuilds the tree into a new array (never
+    # falling back to the old one), and the old array leaves the store.
+    rounds, stores, store_env = store_crash_setup(ctx)
+    ahead = {f"crash-ahead-{e}-{s[0]}": (e, s) for e, s in
+             [("tao", stores[0]), ("path-oram", stores[0]), ("tao", stores[1 if len(stores) > 1 else 0])]}
+    for name, (engine, (store_name, url)) in ahead.items():
+        checks.ingest(name, [
+            sys.executable, script, "--bin", ctx.bin, "--work", os.path.join(ctx.work, name),
+            "--pid-file", pid_file, "--rounds", rounds, "--threads", "4", "--lease-ttl", "500ms",
+            "--lose-data-dir", "--capacity", "32MiB", *(["--store", url(f"ahead-{engine}")] if url else []),
+            "--serve-flag=--engine", f"--serve-flag={engine}", "--serve-flag=--reads-ahead-of-log",
+            *(["--seed", seed] if seed else [])],
+            env=store_env, timeout=900)
+
+
+def store_crash_setup(ctx):
+    """What the loops that lose the data directory share: their rounds, the stores the test
+    command started (files always; MinIO and Redis when it started them), and their
+    environment (the MinIO store keeps its own credentials: ctx.env holds the gateway
+    clients' keys instead)."""
     rounds = os.environ.get("E2E_CRASH_STORE_ROUNDS", "3")
     stamp = int(time.time())
     stores = [("files", None)]
@@ -566,6 +582,22 @@ def crash(run_):
         stores.append(("redis", lambda e: f"{os.environ['BLINDFOLD_TEST_REDIS_URL']}?prefix=crash-{e}-{stamp}"))
     store_env = dict(ctx.env)
     store_env.update({k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if k in os.environ})
+    return rounds, stores, store_env
+
+
+def crash_store(run_):
+    """The machine lost too: after each kill the data directory goes, and `blindfold recover`
+    rebuilds it from the store alone (--durability store, checked against an --anchor); nothing
+    acknowledged may be lost. Every engine on files, MinIO and Redis (when the test command
+    started them), a few rounds each; the full matrix (20 rounds of every engine on every
+    store) is tests/e2e/README.md's command."""
+    run_.pass_("crash-store", "crash loop, machine lost (kill -9, data directory gone, recover from the store)")
+    ctx, checks = run_.ctx, run_.checks
+    script = os.path.join(ctx.root, "tests/e2e/crash_loop.py")
+    pid_file = os.path.join(ctx.work, "crash-store.pid")
+    watch_pid_file(pid_file)
+    seed = os.environ.get("E2E_CRASH_SEED")
+    rounds, stores, store_env = store_crash_setup(ctx)
     for engine in ["tao", "path-oram", "tee", "oblivistore", "curious", "curious-path"]:
         for store_name, url in stores:
             checks.ingest(f"crash-store-{engine}-{store_name}", [
@@ -577,18 +609,6 @@ def crash(run_):
                 "--serve-flag=--engine", f"--serve-flag={engine}", "--serve-flag=--allow-overhead",
                 *(["--seed", seed] if seed else [])],
                 env=store_env, timeout=900)
-    # Reads ahead of the log: every recovery also rebuilds the tree into a new array (never
-    # falling back to the old one), and the old array leaves the store.
-    ahead = {f"crash-ahead-{e}-{s[0]}": (e, s) for e, s in
-             [("tao", stores[0]), ("path-oram", stores[0]), ("tao", stores[1 if len(stores) > 1 else 0])]}
-    for name, (engine, (store_name, url)) in ahead.items():
-        checks.ingest(name, [
-            sys.executable, script, "--bin", ctx.bin, "--work", os.path.join(ctx.work, name),
-            "--pid-file", pid_file, "--rounds", rounds, "--threads", "4", "--lease-ttl", "500ms",
-            "--lose-data-dir", "--capacity", "32MiB", *(["--store", url(f"ahead-{engine}")] if url else []),
-            "--serve-flag=--engine", f"--serve-flag={engine}", "--serve-flag=--reads-ahead-of-log",
-            *(["--seed", seed] if seed else [])],
-            env=store_env, timeout=900)
 
 
 # =============================================================================================
@@ -1073,5 +1093,5 @@ def sharing_s3api(p, gw):
     expect(r.returncode != 0 and "SSE-KMS" in r.stderr, f"SSE-KMS: {r.stderr}")
 
 
-EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash,
+EXTRAS = {"users": users, "observe": observe, "grow": grow, "report": report, "crash": crash, "crash-store": crash_store,
           "disk-full": disk_full, "deploy": deploy, "versions": versions, "crash-nodes": crash_nodes}

@@ -28,7 +28,7 @@ is killed and the work directory removed on any exit.
 
 Environment: BLINDFOLD_BIN (or --bin), E2E_ONLY (the targets above select the matrix's rows,
 the clients aws boto3 rclone restic s3cmd git swift its columns, and the extras users versions observe
-grow report crash deploy run only when named; naming only rows runs every client, naming only
+grow report crash crash-store crash-nodes disk-full deploy run only when named; naming only rows runs every client, naming only
 columns every target; unset runs everything), E2E_KEEP=1 (keep the work directory), E2E_SOAK_SECONDS (45), E2E_SOAK_CLIENTS
 (256), E2E_ARTEFACTS (browser screenshots), CHROMIUM, E2E_CRASH_ROUNDS (20), E2E_CRASH_SEED,
 E2E_CRASH_ROTATE_EVERY (6), E2E_CRASH_GROW_EVERY (7), E2E_COUNTS_FILE, E2E_FULL (targets that
