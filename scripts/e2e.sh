@@ -138,9 +138,9 @@ fi
 # whose checks measure latency and memory under load, run after them with the machine to
 # themselves. E2E_LANES=1 runs everything in one process, in the suite's order.
 LANES=(
-  "tao tls path-oram tee tee-enclave oblivistore curious users"
+  "tao tls path-oram tee tee-enclave oblivistore curious versions"
   "crash-store deploy crash-nodes disk-full"
-  "crash curious-path nodes grow versions report"
+  "crash curious-path nodes grow users report"
 )
 # Every target and extra of the suite must be in a lane (or be `observe`): one left out
 # would silently not run.
