@@ -32,6 +32,9 @@ export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
 # A fresh clone builds everything once: incremental caches would only cost disk and time.
 if [[ "${CI:-}" == "true" ]]; then
   export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+  # Nothing in a CI run asks for backtraces (RUST_BACKTRACE is unset; a panic still names its
+  # file and line), so the line tables the dev profile keeps would only cost build time.
+  export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-false}"
 fi
 target_dir="${CARGO_TARGET_DIR:-target}"
 mkdir -p "$target_dir"
