@@ -133,7 +133,7 @@ fi
 
 # The whole suite in three lanes side by side, then the load-sensitive part alone. Most of
 # the suite waits on clients, the store and kill -9 restarts rather than on the CPU, so three
-# lanes on two cores take about half of one lane's time. Each lane is its own suite process
+# lanes on two cores take about 60 % of one lane's time. Each lane is its own suite process
 # (its own work directory, ports and store prefixes); the soak and the browser (`observe`),
 # whose checks measure latency and memory under load, run after them with the machine to
 # themselves. E2E_LANES=1 runs everything in one process, in the suite's order.
