@@ -359,11 +359,14 @@ pub async fn start(s: Start<'_>) -> Result<Arc<Journal>> {
         tokio::spawn(async move {
             let mut covered = log.next_entry();
             loop {
-                tokio::select! {
-                    _ = log.wake.notified() => {}
-                    _ = tokio::time::sleep(CHECKPOINT_EVERY) => {}
-                }
-                if log.next_entry() == covered {
+                // Woken, only when one is due (a wake-up may be left over from before the
+                // last checkpoint); else every CHECKPOINT_EVERY when anything changed.
+                let woken = tokio::select! {
+                    _ = log.wake.notified() => true,
+                    _ = tokio::time::sleep(CHECKPOINT_EVERY) => false,
+                };
+                let due = log.take_checkpoint_due();
+                if (woken && !due) || log.next_entry() == covered {
                     continue;
                 }
                 let next = log.next_entry();

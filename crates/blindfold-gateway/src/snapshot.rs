@@ -850,9 +850,11 @@ pub(crate) async fn write_journal_snapshot_held(
             "the snapshot area could not be opened at start; no store checkpoint written".into(),
         ));
     };
+    let started = std::time::Instant::now();
     let params = crate::datadir::read_params(dir)?.unwrap_or_else(|| fallback.clone());
     let ((next_entry, oram_checkpoint, redo_log, standby_on), directory) =
         objects.directory().dump_with(|| log.capture())?;
+    let sizes = (oram_checkpoint.len(), redo_log.len());
     let point = log.point(next_entry, redo_log).await?;
     // A rotation under way goes along, so that a recovery from the store resumes it.
     let rotation_file = dir.join(crate::datadir::ROTATION_FILE);
@@ -881,6 +883,13 @@ pub(crate) async fn write_journal_snapshot_held(
     };
     let (seq, removed) = put_snapshot(slot, array, key, dir, snap).await?;
     log.checkpoint_written(&point).await;
+    tracing::debug!(
+        seq,
+        engine_checkpoint_bytes = sizes.0,
+        engine_records_bytes = sizes.1,
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "store checkpoint of the log written"
+    );
     Ok((seq, removed))
 }
 

@@ -43,7 +43,10 @@
 //! snapshot area, [`crate::snapshot`], which a crash mid-write leaves intact): the engine's
 //! last checkpoint file, the engine's frames since (kept in memory here, bounded: the engine
 //! is asked to checkpoint when they pass [`TAIL_LIMIT`]), the directory, and the entry number
-//! and cell from which the log continues them. Once it is durable, the cells before it may be
+//! and cell from which the log continues them. The engine is also asked to checkpoint once
+//! half the ring is used since the last store checkpoint, and a store checkpoint follows each
+//! of its checkpoints: it then carries the engine's fresh checkpoint and a short tail of
+//! frames, not half a ring of them (a store checkpoint is forced at five eighths). Once it is durable, the cells before it may be
 //! reused. Recovery reads the newest store checkpoint, rewrites the state directory and the
 //! directory from it, appends the engine's frames logged since to its redo log, applies the
 //! directory's operations logged since, and opens the engine as after a crash: it replays its
@@ -98,6 +101,19 @@ const LOOK_AHEAD: u64 = 64;
 /// reads go ahead of the log): most ride in the group of the next commit's record, instead of
 /// each costing the store a write of a whole cell. Bounds how far the store lags the standby.
 pub const LINGER: Duration = Duration::from_millis(100);
+/// Cells used since the last store checkpoint beyond which the engine is asked to checkpoint
+/// (its checkpoint is followed by a store checkpoint): half the ring.
+fn engine_checkpoint_at(cells: u64) -> u64 {
+    cells / 2
+}
+
+/// Cells used since the last store checkpoint beyond which one is written even though the
+/// engine has not checkpointed since: five eighths of the ring, leaving three eighths for the
+/// appends made while it is written.
+fn store_checkpoint_at(cells: u64) -> u64 {
+    cells * 5 / 8
+}
+
 /// How long an append waits for a store checkpoint to free room in a full ring.
 const ROOM_WAIT: Duration = Duration::from_secs(60);
 
@@ -190,7 +206,8 @@ fn bincode_opts() -> impl bincode::Options {
 /// What the engine last checkpointed, and the frames it logged since.
 #[derive(Default)]
 struct EngineBase {
-    checkpoint: Vec<u8>,
+    /// Shared, so that a capture copies it without holding the queue (tens of MiB).
+    checkpoint: Arc<Vec<u8>>,
     /// Its log at the checkpoint, then every frame queued since.
     log: Vec<u8>,
 }
@@ -236,6 +253,9 @@ struct Writer {
     durable_entries: u64,
     /// Cells below this are covered by a durable store checkpoint.
     checkpointed_from: u64,
+    /// The next cell when the engine last checkpointed (the records before it need not wait
+    /// for another engine checkpoint).
+    engine_checkpointed_at: u64,
     /// Groups sent since the oldest cell still needed, in flight or done.
     groups: VecDeque<Group>,
 }
@@ -271,6 +291,8 @@ pub struct StoreLog {
     checkpoints: tokio::sync::Mutex<()>,
     failed: parking_lot::Mutex<Option<String>>,
     want_checkpoint: AtomicBool,
+    /// A store checkpoint is due ([`StoreLog::take_checkpoint_due`]).
+    checkpoint_due: AtomicBool,
     /// Wakes the checkpointer.
     pub(crate) wake: tokio::sync::Notify,
     /// Rung when a checkpoint frees room.
@@ -325,7 +347,7 @@ impl StoreLog {
             queue: parking_lot::Mutex::new(Queue {
                 next_entry,
                 pending: Vec::new(),
-                engine: EngineBase { checkpoint: engine_checkpoint, log: engine_log },
+                engine: EngineBase { checkpoint: Arc::new(engine_checkpoint), log: engine_log },
                 standby: None,
             }),
             writer: parking_lot::Mutex::new(Writer {
@@ -335,6 +357,7 @@ impl StoreLog {
                 durable_seq: start,
                 durable_entries: next_entry,
                 checkpointed_from: start,
+                engine_checkpointed_at: start,
                 groups: VecDeque::new(),
             }),
             durable: AtomicU64::new(next_entry),
@@ -343,6 +366,7 @@ impl StoreLog {
             checkpoints: tokio::sync::Mutex::new(()),
             failed: parking_lot::Mutex::new(None),
             want_checkpoint: AtomicBool::new(false),
+            checkpoint_due: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
             room: tokio::sync::Notify::new(),
             appends: AtomicU64::new(0),
@@ -606,7 +630,13 @@ impl StoreLog {
                 w.durable_seq += g.cells;
                 w.durable_entries = g.end_entry;
             }
-            if w.next_seq - w.checkpointed_from > self.cells / 2 {
+            let since_engine = w.next_seq - w.checkpointed_from.max(w.engine_checkpointed_at);
+            if since_engine > engine_checkpoint_at(self.cells) {
+                // The engine first: its checkpoint replaces the records a store checkpoint
+                // would otherwise carry, and the store checkpoint follows it.
+                self.want_checkpoint.store(true, Ordering::Relaxed);
+            }
+            if w.next_seq - w.checkpointed_from > store_checkpoint_at(self.cells) {
                 self.wake.notify_one();
             }
         }
@@ -655,7 +685,7 @@ impl StoreLog {
             if end <= self.writer.lock().reusable_from() + self.cells {
                 return Ok(());
             }
-            self.wake.notify_one();
+            self.due();
             if tokio::time::timeout_at(deadline, room).await.is_err() {
                 return Err(GatewayError::Config(format!(
                     "the store-side log is full ({} cells) and no store checkpoint freed room \
@@ -699,8 +729,27 @@ impl StoreLog {
         self.generation
     }
 
-    /// True when the engine should checkpoint (its frames kept for the store checkpoint
-    /// passed [`TAIL_LIMIT`]).
+    /// Asks the checkpointer for a store checkpoint.
+    fn due(&self) {
+        self.checkpoint_due.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    /// Whether a store checkpoint is due: the ring is past five eighths full since the last
+    /// one (the engine did not checkpoint in time), or
+    /// (cleared by asking) the engine checkpointed or an append waited for room. The
+    /// checkpointer asks when woken, so that a wake-up left over from before its last
+    /// checkpoint does not write another at once.
+    pub fn take_checkpoint_due(&self) -> bool {
+        let latched = self.checkpoint_due.swap(false, Ordering::SeqCst);
+        let w = self.writer.lock();
+        latched || w.next_seq - w.checkpointed_from > store_checkpoint_at(self.cells)
+    }
+
+    /// True when the engine should checkpoint: its frames kept for the store checkpoint passed
+    /// [`TAIL_LIMIT`], or the ring passed half full since the last store checkpoint. The store
+    /// checkpoint that follows the engine's then carries that checkpoint and a short tail of
+    /// records, not half a ring of them.
     pub fn engine_checkpoint_wanted(&self) -> bool {
         self.want_checkpoint.load(Ordering::Relaxed)
     }
@@ -714,13 +763,14 @@ impl StoreLog {
     /// session.
     pub fn capture(&self) -> (u64, Vec<u8>, Vec<u8>, bool) {
         let mut q = self.queue.lock();
-        let captured = (q.next_entry, q.engine.checkpoint.clone(), q.engine.log.clone());
+        let captured = (q.next_entry, Arc::clone(&q.engine.checkpoint), q.engine.log.clone());
         let on = q.standby.is_some();
         if on {
             let session = q.standby;
             self.enqueue_locked(&mut q, Entry::Standby(session));
         }
-        (captured.0, captured.1, captured.2, on)
+        drop(q);
+        (captured.0, captured.1.as_ref().clone(), captured.2, on)
     }
 
     /// After [`StoreLog::capture`] at `next_entry`: where the log continues it. Entries before
@@ -781,11 +831,15 @@ impl blindfold_proxy::LogMirror for StoreLog {
     async fn checkpointed(&self, checkpoint: Vec<u8>, log: Vec<u8>) -> blindfold_proxy::Result<()> {
         {
             let mut q = self.queue.lock();
-            q.engine = EngineBase { checkpoint, log };
+            q.engine = EngineBase { checkpoint: Arc::new(checkpoint), log };
+        }
+        {
+            let mut w = self.writer.lock();
+            w.engine_checkpointed_at = w.next_seq;
         }
         self.want_checkpoint.store(false, Ordering::Relaxed);
         // A store checkpoint now lets the ring drop everything before it.
-        self.wake.notify_one();
+        self.due();
         Ok(())
     }
 
@@ -1051,7 +1105,7 @@ mod tests {
 
     /// The engine is asked to checkpoint only once 64 MiB of its records wait for the next
     /// store checkpoint (at 16 MiB it checkpointed every fifty or so PUTs), the request ends
-    /// with its checkpoint, and a new ring's half, at which a store checkpoint is asked for,
+    /// with its checkpoint, and a new ring's half, at which it is asked whatever its records,
     /// holds such a tail.
     #[tokio::test]
     async fn the_engine_is_asked_to_checkpoint_past_64_mib_of_records() {
@@ -1069,6 +1123,43 @@ mod tests {
         log.checkpointed(Vec::new(), Vec::new()).await.unwrap();
         assert!(!log.wants_checkpoint(), "still asked after the engine's checkpoint");
         assert!(DEFAULT_CELLS * CHUNK as u64 / 2 >= TAIL_LIMIT as u64);
+    }
+
+    /// The engine is asked to checkpoint once half the ring is used since the last store
+    /// checkpoint, however few its records, and not again until as much more is used: the
+    /// store checkpoint that follows the engine's carries a short tail of records, not half a
+    /// ring of them. A store checkpoint is due once each time the engine checkpoints, and
+    /// while the ring is past five eighths full; asking is what a wake-up left over from before
+    /// the last one finds.
+    #[tokio::test]
+    async fn the_engine_checkpoints_before_the_store_and_a_stale_wake_writes_nothing() {
+        use blindfold_proxy::LogMirror as _;
+        let log = fresh(&ring(64));
+        // One cell per group.
+        for i in 0..32 {
+            log.append(frame(i, 1000)).await.unwrap();
+        }
+        assert!(!log.wants_checkpoint(), "asked with 32 of 64 cells used");
+        assert!(!log.take_checkpoint_due(), "a store checkpoint due with 32 of 64 cells used");
+        log.append(frame(32, 1000)).await.unwrap();
+        assert!(log.wants_checkpoint(), "not asked with 33 of 64 cells used (few records)");
+        assert!(!log.take_checkpoint_due());
+        log.checkpointed(Vec::new(), Vec::new()).await.unwrap();
+        assert!(!log.wants_checkpoint(), "still asked after the engine's checkpoint");
+        assert!(log.take_checkpoint_due(), "no store checkpoint due after the engine's");
+        assert!(!log.take_checkpoint_due(), "due twice for one engine checkpoint");
+        for i in 33..40 {
+            log.append(frame(i, 1000)).await.unwrap();
+        }
+        assert!(!log.wants_checkpoint(), "asked again 7 cells after its checkpoint");
+        assert!(!log.take_checkpoint_due(), "due with 40 of 64 cells used");
+        log.append(frame(40, 1000)).await.unwrap();
+        assert!(log.take_checkpoint_due(), "not due with 41 of 64 cells used");
+        assert!(log.take_checkpoint_due(), "no longer due while the ring is past 5/8");
+        let (n, _, redo, _) = log.capture();
+        let point = log.point(n, redo).await.unwrap();
+        log.checkpoint_written(&point).await;
+        assert!(!log.take_checkpoint_due(), "still due after the store checkpoint");
     }
 
     #[tokio::test]
