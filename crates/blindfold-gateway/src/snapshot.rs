@@ -854,6 +854,7 @@ pub(crate) async fn write_journal_snapshot_held(
     let params = crate::datadir::read_params(dir)?.unwrap_or_else(|| fallback.clone());
     let ((next_entry, oram_checkpoint, redo_log, standby_on), directory) =
         objects.directory().dump_with(|| log.capture())?;
+    let oram_checkpoint = Arc::unwrap_or_clone(oram_checkpoint);
     let sizes = (oram_checkpoint.len(), redo_log.len());
     let point = log.point(next_entry, redo_log).await?;
     // A rotation under way goes along, so that a recovery from the store resumes it.

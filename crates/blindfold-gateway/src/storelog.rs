@@ -46,8 +46,8 @@
 //! and cell from which the log continues them. The engine is also asked to checkpoint once
 //! half the ring is used since the last store checkpoint, and a store checkpoint follows each
 //! of its checkpoints: it then carries the engine's fresh checkpoint and a short tail of
-//! frames, not half a ring of them (a store checkpoint is forced at five eighths). Once it is durable, the cells before it may be
-//! reused. Recovery reads the newest store checkpoint, rewrites the state directory and the
+//! frames, not half a ring of them (one is forced at five eighths of the ring). Once it is
+//! durable, the cells before it may be reused. Recovery reads the newest store checkpoint, rewrites the state directory and the
 //! directory from it, appends the engine's frames logged since to its redo log, applies the
 //! directory's operations logged since, and opens the engine as after a crash: it replays its
 //! redo log, reading again exactly the paths the store already saw.
@@ -736,10 +736,9 @@ impl StoreLog {
     }
 
     /// Whether a store checkpoint is due: the ring is past five eighths full since the last
-    /// one (the engine did not checkpoint in time), or
-    /// (cleared by asking) the engine checkpointed or an append waited for room. The
-    /// checkpointer asks when woken, so that a wake-up left over from before its last
-    /// checkpoint does not write another at once.
+    /// one (the engine did not checkpoint in time), or (cleared by asking) the engine
+    /// checkpointed or an append waited for room. The checkpointer asks when woken, so that a
+    /// wake-up left over from before its last checkpoint does not write another at once.
     pub fn take_checkpoint_due(&self) -> bool {
         let latched = self.checkpoint_due.swap(false, Ordering::SeqCst);
         let w = self.writer.lock();
@@ -760,8 +759,9 @@ impl StoreLog {
     /// The last item says whether reads may go ahead of the store there on a standby's word
     /// ([`crate::feed`]): the checkpoint must say so, and the session's [`Entry::Standby`] is
     /// queued again as the first entry after it, so that the log after the checkpoint names the
-    /// session.
-    pub fn capture(&self) -> (u64, Vec<u8>, Vec<u8>, bool) {
+    /// session. The engine's checkpoint comes shared: copy it once the directory's lock is
+    /// let go.
+    pub fn capture(&self) -> (u64, Arc<Vec<u8>>, Vec<u8>, bool) {
         let mut q = self.queue.lock();
         let captured = (q.next_entry, Arc::clone(&q.engine.checkpoint), q.engine.log.clone());
         let on = q.standby.is_some();
@@ -769,8 +769,7 @@ impl StoreLog {
             let session = q.standby;
             self.enqueue_locked(&mut q, Entry::Standby(session));
         }
-        drop(q);
-        (captured.0, captured.1.as_ref().clone(), captured.2, on)
+        (captured.0, captured.1, captured.2, on)
     }
 
     /// After [`StoreLog::capture`] at `next_entry`: where the log continues it. Entries before
