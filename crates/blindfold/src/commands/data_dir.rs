@@ -48,8 +48,9 @@ pub struct GatewayArgs {
     /// the store and the key alone. Its cost is store round trips: a small write waits for
     /// two more than under `local` (its reveal records, then its commit record and directory
     /// change in one append; three with engines other than tao), a read for one (measured
-    /// with 30 clients: 0.81–0.92 of `local`'s throughput on a MinIO on the same machine,
-    /// 0.53–0.64 behind 50 ms, 0.87–0.90 with --reads-ahead-of-log; docs/benchmarks.md),
+    /// with 30 clients: 0.86–0.96 of `local`'s throughput on a MinIO on the same machine,
+    /// 0.58–0.60 behind 50 ms, 0.91–0.93 there with a standby on the log feed
+    /// (--standby-listen) and 0.93–0.96 with --reads-ahead-of-log; docs/benchmarks.md),
     /// and the log adds about a third to the bytes sent. `local`: in the data directory only (its redo log; a fsync, no store round
     /// trip): a lost data directory loses what was written since the last store checkpoint.
     /// `auto`: `store` for s3://, redis:// and remote:// stores, `local` for files.
@@ -74,7 +75,7 @@ pub struct GatewayArgs {
     /// With `--durability store`: a read no longer waits for the store to hold the record of
     /// the path it is about to read (its reveal record still goes to the store's log at once,
     /// and the next acknowledged write waits for it). That saves a read its extra store round
-    /// trip (30 clients behind 50 ms: 0.87–0.90 of `local`'s throughput instead of 0.60–0.64;
+    /// trip (30 clients behind 50 ms: 0.93–0.96 of `local`'s throughput instead of 0.58–0.60;
     /// docs/benchmarks.md).
     /// What it costs: the store may lack the last reads' reveal records when the machine is
     /// lost, so a recovery from the store alone (`blindfold recover`, a standby's takeover)
