@@ -993,6 +993,18 @@ impl std::fmt::Debug for BulkLoad {
 }
 
 impl BulkLoad {
+    /// The leaf the load gave data block `id`, while the data tree is being loaded (from
+    /// [`PathOram::bulk_load`] until its last bucket is handed out); `None` after that or for
+    /// an id beyond the tree. [`PathOram::bulk_load_step`] asks for the blocks' contents in the
+    /// order of these leaves (a block carried up the tree a little later), so a driver that
+    /// cannot hold every block in memory can have them ready in that order.
+    pub fn data_leaf(&self, id: u64) -> Option<u32> {
+        if self.tree != 0 {
+            return None;
+        }
+        self.leaves.get(usize::try_from(id).ok()?).copied()
+    }
+
     /// Cells handed out so far.
     pub fn cells_done(&self) -> u64 {
         self.cells_done

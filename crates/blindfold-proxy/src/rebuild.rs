@@ -61,18 +61,32 @@
 //!
 //! # Memory
 //!
-//! Every real block found is held in memory until the bulk load has placed it: up to
-//! `blocks × block_size` bytes (the whole logical capacity, for a full store), plus the
-//! 12 bytes per block of the bulk load itself.
+//! Path ORAM and TaoStore (recovery and growth): the new tree's leaves are drawn before the
+//! old array is read, and [`PathOram::bulk_load_step`] asks for the blocks in the order of
+//! those leaves. When the tree's blocks could exceed [`memory_limit`]
+//! (`--rebuild-memory`, 1 GiB by default), every real block found is set aside on the local
+//! disk, sealed under a key that only this process holds, in parts by its new leaf, each part
+//! about a third of the limit; the load then reads the parts back one after the other. At
+//! most one part, the few blocks carried up the tree past its end, and the parts' write
+//! buffers (a sixth of the limit) are in memory at once; the disk needs room for the blocks
+//! found. [`Rebuilt::held_peak_bytes`] and [`Rebuilt::set_aside_bytes`] say what it took.
+//! Below the limit the blocks simply stay in memory. Either way the trusted state itself
+//! (the position map, 4 bytes per block) and the 12 bytes per block of the bulk load are in
+//! memory, as when serving.
+//!
+//! The partition engines and the TEE engine still hold every real block found in memory
+//! until the new engine has placed it: up to `blocks × block_size` bytes.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use blindfold_crypto::{CellSealer, MasterKey};
+use blindfold_crypto::{CellSealer, MasterKey, StateSealer};
 use blindfold_oram::oblivistore::{ObliviStoreConfig, ObliviStoreOram, DUMMY};
 use blindfold_oram::path::SLOT_HEADER;
-use blindfold_oram::{BlockId, OramError, PathOram, PathOramConfig, PathOramState};
+use blindfold_oram::{BlockId, BulkLoad, OramError, PathOram, PathOramConfig, PathOramState};
 use blindfold_store::{CellId, Store};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -137,6 +151,12 @@ pub struct Rebuilt {
     pub cells_written: u64,
     /// The key epoch the new tree is sealed under.
     pub epoch: u32,
+    /// The most bytes of block contents held in memory at once while the blocks found waited
+    /// for the new tree (Path ORAM and TaoStore; see [memory](self#memory)).
+    pub held_peak_bytes: u64,
+    /// Bytes of sealed block contents set aside on the local disk because they did not fit
+    /// in [`memory_limit`] (0 when everything fitted).
+    pub set_aside_bytes: u64,
 }
 
 /// Rebuilds the [`crate::DurablePathOram`] whose checkpoint is in `dir` (over the cells of
@@ -222,14 +242,17 @@ async fn path_oram_into(
     }
     let target = grow_to.clone().unwrap_or_else(|| config.clone());
     let opener = CellSealer::new(key, saved.store_id, saved.next_epoch);
-    let mut found = Found::new(&config);
+    // The new tree's leaves are drawn first, so that the blocks found can be set aside in the
+    // order the load will ask for them (see [memory](self#memory)).
+    let mut loading = Loading::start(&target)?;
+    let mut found = Found::new(&config, &target, dir)?;
     let mut report = Rebuilt { epoch, ..Rebuilt::default() };
     let data = config.trees()[0];
     let data_cells = data.base..data.base + data.shape.buckets();
     let (old, new) = slotted_pair(old, new, saved.slots, target.total_cells())?;
     read_old(&*old, &opener, &saved.versions, &mut report, |cell, plain| {
         if data_cells.contains(&cell) {
-            found.bucket(plain)?;
+            found.bucket(plain, &loading.load)?;
         }
         Ok(())
     })
@@ -239,17 +262,21 @@ async fn path_oram_into(
     }
     // The cached top of the data tree and its stash are in the checkpoint.
     for bucket in saved.oram.caches.first().into_iter().flatten() {
-        found.bucket(bucket)?;
+        found.bucket(bucket, &loading.load)?;
     }
     for (id, _, d) in saved.oram.stashes.into_iter().next().unwrap_or_default() {
-        found.block(id, d)?;
+        found.block(id, d, &loading.load)?;
     }
     let in_memory = saved.oram.top.len() as u64 == config.blocks();
     report.lost = found.lost(in_memory.then_some(&saved.oram.top[..]));
-    report.blocks_found = found.blocks.len() as u64;
+    report.blocks_found = found.found;
     let sealer = CellSealer::new(key, saved.store_id, epoch);
-    let (oram, versions, written) = load_new(&target, found, &new, &sealer).await?;
+    let (oram, versions, written) =
+        load_new(&target, &mut loading, &mut found, &new, &sealer).await?;
     report.cells_written = written;
+    report.held_peak_bytes = found.held_peak_bytes();
+    report.set_aside_bytes = found.set_aside_bytes();
+    found.clean_up();
     save_rebuilt_path_oram(
         dir,
         SavedPathOram {
@@ -311,7 +338,8 @@ async fn tao_into(
     }
     let target = grow_to.clone().unwrap_or_else(|| state.config.clone());
     let opener = CellSealer::new(key, saved.store_id, saved.next_epoch);
-    let mut found = Found::new(&tree);
+    let mut loading = Loading::start(target.tree())?;
+    let mut found = Found::new(&tree, target.tree(), dir)?;
     let mut report = Rebuilt { epoch, ..Rebuilt::default() };
     let (old, new) = packed_pair(old, new, saved.slots, &state.config, &target)?;
     // The pinned top of the tree is read from the checkpoint; the rebuilt tree writes every
@@ -325,21 +353,26 @@ async fn tao_into(
     for w in saved.top {
         versions.set(w.cell, 0);
         for (id, _, data) in w.blocks {
-            found.block(id, data.to_vec())?;
+            found.block(id, data.to_vec(), &loading.load)?;
         }
     }
-    read_old(&*old, &opener, &versions, &mut report, |_, plain| found.bucket(plain)).await?;
+    read_old(&*old, &opener, &versions, &mut report, |_, plain| found.bucket(plain, &loading.load))
+        .await?;
     if grow_to.is_some() {
         refuse_damage(&report)?;
     }
     for (id, _, d) in state.stash {
-        found.block(id, d)?;
+        found.block(id, d, &loading.load)?;
     }
     report.lost = found.lost(Some(&state.posmap));
-    report.blocks_found = found.blocks.len() as u64;
+    report.blocks_found = found.found;
     let sealer = CellSealer::new(key, saved.store_id, epoch);
-    let (oram, versions, written) = load_new(target.tree(), found, &new, &sealer).await?;
+    let (oram, versions, written) =
+        load_new(target.tree(), &mut loading, &mut found, &new, &sealer).await?;
     report.cells_written = written;
+    report.held_peak_bytes = found.held_peak_bytes();
+    report.set_aside_bytes = found.set_aside_bytes();
+    found.clean_up();
     let stash = oram.stashes.into_iter().next().unwrap_or_default();
     let state =
         TaoState { config: target, posmap: oram.top, stash, versions, stats: TaoStats::default() };
@@ -602,26 +635,84 @@ async fn read_old(
     Ok(())
 }
 
-/// The real blocks found so far, by id.
+/// The bytes of block contents a Path ORAM or TaoStore rebuild holds in memory by default
+/// (see [memory](self#memory)): 1 GiB.
+pub const DEFAULT_MEMORY_LIMIT: u64 = 1 << 30;
+
+/// The smallest limit [`set_memory_limit`] takes: 64 KiB.
+pub const MIN_MEMORY_LIMIT: u64 = 64 << 10;
+
+static MEMORY_LIMIT: AtomicU64 = AtomicU64::new(DEFAULT_MEMORY_LIMIT);
+
+/// Sets how many bytes of block contents a Path ORAM or TaoStore rebuild of this process may
+/// hold in memory (`blindfold recover --rebuild-memory`, `blindfold grow --rebuild-memory`);
+/// values below [`MIN_MEMORY_LIMIT`] are raised to it. What does not fit is set aside,
+/// sealed, on the local disk beside the checkpoint.
+pub fn set_memory_limit(bytes: u64) {
+    MEMORY_LIMIT.store(bytes.max(MIN_MEMORY_LIMIT), Ordering::Relaxed);
+}
+
+/// The limit [`set_memory_limit`] set ([`DEFAULT_MEMORY_LIMIT`] unless changed).
+pub fn memory_limit() -> u64 {
+    MEMORY_LIMIT.load(Ordering::Relaxed)
+}
+
+/// The new tree, its leaves drawn before the old array is read.
+struct Loading {
+    oram: PathOram,
+    load: BulkLoad,
+}
+
+impl Loading {
+    fn start(config: &PathOramConfig) -> Result<Self> {
+        let mut oram = PathOram::with_rng(config.clone(), ChaCha20Rng::from_entropy());
+        let load = oram.bulk_load()?;
+        Ok(Self { oram, load })
+    }
+}
+
+/// The real blocks found so far: in memory, or (when they might not fit in
+/// [`memory_limit`]) set aside on the local disk in parts by their new leaves.
 struct Found {
-    blocks: HashMap<u64, Vec<u8>>,
+    held: Held,
+    /// One bit per block id: found already.
+    seen: Vec<u64>,
+    /// Blocks found.
+    found: u64,
     count: u64,
     block_size: usize,
     z: usize,
 }
 
+enum Held {
+    Memory(HashMap<u64, Vec<u8>>),
+    Aside(Box<Aside>),
+}
+
 impl Found {
-    fn new(config: &PathOramConfig) -> Self {
-        Self {
-            blocks: HashMap::new(),
+    /// For the blocks of a tree of `config`, to be loaded into a tree of `target`; parts set
+    /// aside go to a directory in `dir`.
+    fn new(config: &PathOramConfig, target: &PathOramConfig, dir: &Path) -> Result<Self> {
+        let block_size = config.block_size() as usize;
+        let most = config.blocks().saturating_mul(block_size as u64);
+        let limit = memory_limit();
+        let held = if most <= limit {
+            Held::Memory(HashMap::new())
+        } else {
+            Held::Aside(Box::new(Aside::new(dir, most, limit, target.trees()[0].shape.leaves())?))
+        };
+        Ok(Self {
+            held,
+            seen: vec![0; config.blocks().div_ceil(64) as usize],
+            found: 0,
             count: config.blocks(),
-            block_size: config.block_size() as usize,
+            block_size,
             z: config.z() as usize,
-        }
+        })
     }
 
     /// Takes the real blocks of one plaintext bucket (the Path ORAM bucket format).
-    fn bucket(&mut self, plain: &[u8]) -> Result<()> {
+    fn bucket(&mut self, plain: &[u8], load: &BulkLoad) -> Result<()> {
         let slot = SLOT_HEADER + self.block_size;
         if plain.len() != self.z * slot {
             return Err(OramError::Corrupt(format!(
@@ -634,52 +725,259 @@ impl Found {
         for raw in plain.chunks_exact(slot) {
             let id1 = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
             if id1 != 0 {
-                self.block(id1 - 1, raw[SLOT_HEADER..].to_vec())?;
+                self.block(id1 - 1, raw[SLOT_HEADER..].to_vec(), load)?;
             }
         }
         Ok(())
     }
 
-    fn block(&mut self, id: u64, data: Vec<u8>) -> Result<()> {
+    fn block(&mut self, id: u64, data: Vec<u8>, load: &BulkLoad) -> Result<()> {
         if id >= self.count || data.len() != self.block_size {
             return Err(OramError::Corrupt(format!("saved block {id} out of range")).into());
         }
         // Path ORAM keeps exactly one copy of every block; two mean the saved state is broken.
-        if self.blocks.insert(id, data).is_some() {
+        let (word, bit) = ((id / 64) as usize, 1u64 << (id % 64));
+        if self.seen[word] & bit != 0 {
             return Err(OramError::Corrupt(format!("block {id} found twice")).into());
         }
+        self.seen[word] |= bit;
+        self.found += 1;
+        match &mut self.held {
+            Held::Memory(m) => {
+                m.insert(id, data);
+            }
+            Held::Aside(a) => {
+                let leaf = load.data_leaf(id).ok_or_else(|| {
+                    ProxyError::State(format!("block {id} has no leaf in the rebuilt tree"))
+                })?;
+                a.put(leaf, id, &data)?;
+            }
+        }
         Ok(())
+    }
+
+    fn is_found(&self, id: u64) -> bool {
+        id < self.count && self.seen[(id / 64) as usize] & (1u64 << (id % 64)) != 0
     }
 
     /// Blocks that had a leaf (`posmap` entry non-zero) but were not found; every block not
     /// found if the position map is not known.
     fn lost(&self, posmap: Option<&[u32]>) -> Vec<u64> {
         (0..self.count)
-            .filter(|id| !self.blocks.contains_key(id))
+            .filter(|&id| !self.is_found(id))
             .filter(|&id| posmap.is_none_or(|p| p[id as usize] != 0))
             .collect()
     }
+
+    /// The contents of block `id` for the new tree (zeros for a block not found), once.
+    fn take(&mut self, id: u64) -> Result<Vec<u8>> {
+        let zeros = || vec![0u8; self.block_size];
+        if !self.is_found(id) {
+            return Ok(zeros());
+        }
+        match &mut self.held {
+            Held::Memory(m) => Ok(m.remove(&id).unwrap_or_else(zeros)),
+            Held::Aside(a) => Ok(a.take(id)?.unwrap_or_else(zeros)),
+        }
+    }
+
+    fn held_peak_bytes(&self) -> u64 {
+        match &self.held {
+            Held::Memory(_) => self.found * self.block_size as u64,
+            Held::Aside(a) => a.peak_blocks * self.block_size as u64,
+        }
+    }
+
+    fn set_aside_bytes(&self) -> u64 {
+        match &self.held {
+            Held::Memory(_) => 0,
+            Held::Aside(a) => a.written,
+        }
+    }
+
+    /// Removes what was set aside on the disk.
+    fn clean_up(self) {
+        if let Held::Aside(a) = self.held {
+            let _ = std::fs::remove_dir_all(&a.dir);
+        }
+    }
 }
 
-/// Bulk-loads a fresh Path ORAM of `config` with `found` (zeros for every other block), sealing
-/// each batch under `sealer` at version 1 and writing it to `new`; flushes `new`. Returns the
-/// new trusted state, the versions and the number of cells written.
+/// Blocks set aside on the local disk while a rebuild reads the old array, in parts by the
+/// leaf the new tree gave them, each part small enough to be read back whole. The bulk load
+/// asks for blocks in the order of their leaves, so the parts are read back one after the
+/// other; what is left of a part read back (blocks carried up the tree, asked for a little
+/// later) stays in memory until asked for.
+///
+/// Each record is sealed under a key that lives only in this process's memory: the files
+/// say nothing to whoever reads the disk, and a rebuild cut short starts over (the files of
+/// the one before are removed first).
+struct Aside {
+    dir: PathBuf,
+    parts: u64,
+    leaves: u64,
+    /// Records not yet appended to each part's file.
+    pending: Vec<Vec<u8>>,
+    flush_at: usize,
+    sealer: StateSealer,
+    /// Parts read back so far (in order).
+    read_back: u64,
+    live: HashMap<u64, Vec<u8>>,
+    peak_blocks: u64,
+    written: u64,
+}
+
+const ASIDE_AAD: &[u8] = b"blindfold rebuild: a block set aside";
+const ASIDE_DIR: &str = "rebuild-aside";
+
+impl Aside {
+    /// Parts for up to `most` bytes of blocks, each about a third of `limit`, over a tree of
+    /// `leaves` leaves; buffers for the parts' records use about a sixth of `limit`.
+    fn new(dir: &Path, most: u64, limit: u64, leaves: u64) -> Result<Self> {
+        let dir = dir.join(ASIDE_DIR);
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(aside_error("removing", &dir, e))
+            }
+            _ => {}
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| aside_error("creating", &dir, e))?;
+        let parts = most.div_ceil((limit / 3).max(1)).clamp(1, leaves.max(1));
+        let flush_at =
+            usize::try_from((limit / 6) / parts).unwrap_or(usize::MAX).clamp(4 << 10, 1 << 20);
+        Ok(Self {
+            dir,
+            parts,
+            leaves,
+            pending: vec![Vec::new(); parts as usize],
+            flush_at,
+            sealer: StateSealer::new(&MasterKey::generate()),
+            read_back: 0,
+            live: HashMap::new(),
+            peak_blocks: 0,
+            written: 0,
+        })
+    }
+
+    fn part_of(&self, leaf: u32) -> u64 {
+        (u128::from(leaf) * u128::from(self.parts) / u128::from(self.leaves.max(1))) as u64
+    }
+
+    fn file(&self, part: u64) -> PathBuf {
+        self.dir.join(format!("part-{part:05}"))
+    }
+
+    fn put(&mut self, leaf: u32, id: u64, data: &[u8]) -> Result<()> {
+        let part = self.part_of(leaf).min(self.parts - 1);
+        let mut plain = Vec::with_capacity(8 + data.len());
+        plain.extend_from_slice(&id.to_le_bytes());
+        plain.extend_from_slice(data);
+        let sealed = self.sealer.seal(ASIDE_AAD, &plain).map_err(ProxyError::Crypto)?;
+        let buf = &mut self.pending[part as usize];
+        buf.extend_from_slice(&(sealed.len() as u32).to_le_bytes());
+        buf.extend_from_slice(&sealed);
+        if buf.len() >= self.flush_at {
+            self.flush(part)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, part: u64) -> Result<()> {
+        let buf = std::mem::take(&mut self.pending[part as usize]);
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let path = self.file(part);
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| aside_error("opening", &path, e))?;
+        f.write_all(&buf).map_err(|e| aside_error("writing", &path, e))?;
+        self.written += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Block `id` (which was put here), reading back the next parts until it is in memory.
+    fn take(&mut self, id: u64) -> Result<Option<Vec<u8>>> {
+        loop {
+            if let Some(d) = self.live.remove(&id) {
+                return Ok(Some(d));
+            }
+            if self.read_back == self.parts {
+                return Ok(None);
+            }
+            self.read_part(self.read_back)?;
+            self.read_back += 1;
+        }
+    }
+
+    fn read_part(&mut self, part: u64) -> Result<()> {
+        let path = self.file(part);
+        let mut bytes = std::mem::take(&mut self.pending[part as usize]);
+        if path.exists() {
+            let mut on_disk = std::fs::read(&path).map_err(|e| aside_error("reading", &path, e))?;
+            on_disk.append(&mut bytes);
+            bytes = on_disk;
+            std::fs::remove_file(&path).map_err(|e| aside_error("removing", &path, e))?;
+        }
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let bad = || ProxyError::State(format!("{} is damaged", path.display()));
+            let len = u32::from_le_bytes(rest.get(..4).ok_or_else(bad)?.try_into().expect("4"));
+            let sealed = rest.get(4..4 + len as usize).ok_or_else(bad)?;
+            let plain = self.sealer.open(ASIDE_AAD, sealed).map_err(|_| bad())?;
+            let id = u64::from_le_bytes(plain.get(..8).ok_or_else(bad)?.try_into().expect("8"));
+            self.live.insert(id, plain[8..].to_vec());
+            rest = &rest[4 + len as usize..];
+        }
+        self.peak_blocks = self.peak_blocks.max(self.live.len() as u64);
+        Ok(())
+    }
+}
+
+fn aside_error(what: &str, path: &Path, e: std::io::Error) -> ProxyError {
+    let hint = "the rebuild sets blocks aside there when they do not fit in its memory limit \
+                (--rebuild-memory); free space on that disk or raise the limit, and run it again";
+    if e.raw_os_error() == Some(28) {
+        ProxyError::DiskFull(format!("{what} {}: {e}; {hint}", path.display()))
+    } else {
+        ProxyError::State(format!("{what} {}: {e}; {hint}", path.display()))
+    }
+}
+
+/// Bulk-loads the fresh Path ORAM of `loading` with `found` (zeros for every other block),
+/// sealing each batch under `sealer` at version 1 and writing it to `new`; flushes `new`.
+/// Returns the new trusted state, the versions and the number of cells written.
 async fn load_new(
     config: &PathOramConfig,
-    found: Found,
+    loading: &mut Loading,
+    found: &mut Found,
     new: &NewArray,
     sealer: &CellSealer,
 ) -> Result<(PathOramState, VersionTable, u64)> {
     let new = new.store();
     crate::sealing::check_geometry(new.geometry(), crate::SealedPathOram::geometry(config)?)?;
-    let mut oram = PathOram::with_rng(config.clone(), ChaCha20Rng::from_entropy());
+    let Loading { oram, load } = loading;
     let mut versions = VersionTable::new(config.total_cells());
-    let mut load = oram.bulk_load()?;
-    let Found { mut blocks, block_size, .. } = found;
-    let mut data = |b: BlockId| blocks.remove(&b.0).unwrap_or_else(|| vec![0u8; block_size]);
+    let mut failed = None;
     let retry = RetryPolicy::default();
     let mut written = 0u64;
-    while let Some(batch) = oram.bulk_load_step(&mut load, &mut data, BATCH)? {
+    loop {
+        // A block set aside that cannot be read back fails the rebuild before its batch is
+        // written: nothing goes to the store with zeros in its place.
+        let mut data = |b: BlockId| match found.take(b.0) {
+            Ok(d) => d,
+            Err(e) => {
+                failed.get_or_insert(e);
+                vec![0u8; config.block_size() as usize]
+            }
+        };
+        let batch = oram.bulk_load_step(load, &mut data, BATCH)?;
+        if let Some(e) = failed.take() {
+            return Err(e);
+        }
+        let Some(batch) = batch else { break };
         let sealed = seal_cells(sealer, &mut versions, batch)?;
         written += sealed.len() as u64;
         write_batches(new, retry, sealed).await?;
@@ -687,4 +985,44 @@ async fn load_new(
     with_retry(retry, || new.flush()).await?;
     oram.check_stash()?;
     Ok((oram.export_state()?, versions, written))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks set aside come back in the order of their leaves' parts, once each; a part
+    /// whose file was altered on the disk fails the rebuild instead of giving other contents.
+    #[test]
+    fn blocks_set_aside_come_back_or_fail_loudly() {
+        let root = tempfile::tempdir().unwrap();
+        let leaves = 64u64;
+        let mut a = Aside::new(root.path(), 1 << 20, MIN_MEMORY_LIMIT, leaves).unwrap();
+        assert!(a.parts > 4, "{} parts", a.parts);
+        let block = |id: u64| vec![id as u8; 4096];
+        for id in 0..200u64 {
+            a.put((id * 7 % leaves) as u32, id, &block(id)).unwrap();
+        }
+        for part in 0..a.parts {
+            a.flush(part).unwrap();
+        }
+        assert!(a.written > 200 * 4096);
+        let mut ids: Vec<u64> = (0..200).collect();
+        ids.sort_by_key(|&id| (id * 7 % leaves, id));
+        for id in ids {
+            assert_eq!(a.take(id).unwrap(), Some(block(id)), "block {id}");
+        }
+        assert_eq!(a.take(500).unwrap(), None, "a block never set aside");
+
+        let mut a = Aside::new(root.path(), 1 << 20, MIN_MEMORY_LIMIT, leaves).unwrap();
+        a.put(0, 1, &block(1)).unwrap();
+        a.flush(0).unwrap();
+        let file = a.file(0);
+        let mut bytes = std::fs::read(&file).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&file, bytes).unwrap();
+        let err = a.take(1).unwrap_err().to_string();
+        assert!(err.contains("is damaged"), "{err}");
+    }
 }

@@ -404,3 +404,95 @@ async fn partition_engine_cells_damaged_after_the_snapshot_are_reported_lost() {
         e.shutdown().await.unwrap();
     }
 }
+
+/// A rebuild whose blocks do not fit in its memory limit sets them aside on the disk and
+/// still brings every one back, holding no more than the limit in memory: for a recovery of
+/// TaoStore and Path ORAM, and for a growth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_larger_than_its_memory_limit_sets_blocks_aside() {
+    use blindfold_proxy::rebuild::{grow_tao, memory_limit, set_memory_limit, MIN_MEMORY_LIMIT};
+    // 256 KiB of blocks against 64 KiB of memory (no other test of this binary rebuilds more
+    // than 64 KiB, so the limit changes nothing for them).
+    const MANY: u64 = 4096;
+    const SIZE: u32 = 64;
+    set_memory_limit(MIN_MEMORY_LIMIT);
+    let limit = memory_limit();
+    assert!(MANY * u64::from(SIZE) > 3 * limit);
+    let contents = |i: u64, tag: u8| {
+        let mut d = vec![tag; SIZE as usize];
+        d[..8].copy_from_slice(&i.to_le_bytes());
+        d
+    };
+    let key = MasterKey::generate();
+    let root = tempfile::tempdir().unwrap();
+
+    // TaoStore: recovered from a snapshot into a new array, then grown to twice the blocks.
+    let config = TaoConfig::builder(MANY, SIZE).write_back_every(8).build().unwrap();
+    let g = DurableTao::geometry(&config).unwrap();
+    let (lost_dir, new_dir) = (root.path().join("tao-lost"), root.path().join("tao-new"));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
+    {
+        let tao =
+            DurableTao::create(&lost_dir, config.clone(), store.clone(), &key, StoreId::random())
+                .await
+                .unwrap();
+        for chunk in (0..MANY).collect::<Vec<_>>().chunks(64) {
+            tao.write_many(chunk.iter().map(|&i| (BlockId(i), contents(i, 1))).collect())
+                .await
+                .unwrap();
+        }
+        tao.shutdown().await.unwrap();
+    }
+    copy_checkpoint(&lost_dir, &new_dir);
+    let fresh: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
+    let rebuilt = rebuild_tao(&new_dir, store, fresh.clone(), &key, fresh_epoch()).await.unwrap();
+    assert_eq!(rebuilt.blocks_found, MANY, "{rebuilt:?}");
+    assert!(rebuilt.lost.is_empty() && rebuilt.unreadable_cells.is_empty(), "{rebuilt:?}");
+    assert!(rebuilt.set_aside_bytes > MANY * u64::from(SIZE), "{rebuilt:?}");
+    assert!(rebuilt.held_peak_bytes <= limit, "{rebuilt:?}");
+    assert!(!new_dir.join("rebuild-aside").exists(), "what was set aside is removed");
+    let grown_config = TaoConfig::builder(2 * MANY, SIZE).write_back_every(8).build().unwrap();
+    let grown: Arc<dyn Store> =
+        Arc::new(MemoryStore::new(DurableTao::geometry(&grown_config).unwrap()));
+    let report =
+        grow_tao(&new_dir, fresh, grown.clone(), &key, fresh_epoch(), grown_config).await.unwrap();
+    assert!(report.set_aside_bytes > 0 && report.held_peak_bytes <= limit, "{report:?}");
+    let (tao, _) = DurableTao::open(&new_dir, grown, &key).await.unwrap();
+    let ids: Vec<BlockId> = (0..2 * MANY).map(BlockId).collect();
+    for chunk in ids.chunks(128) {
+        for (b, got) in chunk.iter().zip(tao.read_many(chunk).await.unwrap()) {
+            let want = if b.0 < MANY { contents(b.0, 1) } else { vec![0; SIZE as usize] };
+            assert_eq!(got, want, "block {}", b.0);
+        }
+    }
+    let report = tao.verify(|_, _| {}).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    tao.shutdown().await.unwrap();
+
+    // Path ORAM.
+    let config = PathOramConfig::builder(MANY, SIZE).build().unwrap();
+    let g: Geometry = blindfold_proxy::SealedPathOram::geometry(&config).unwrap();
+    let (lost_dir, new_dir) = (root.path().join("path-lost"), root.path().join("path-new"));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
+    {
+        let mut oram =
+            DurablePathOram::create(&lost_dir, config, store.clone(), &key, StoreId::random())
+                .await
+                .unwrap();
+        for i in 0..MANY {
+            oram.write(BlockId(i), contents(i, 2)).await.unwrap();
+        }
+        oram.commit().await.unwrap();
+        oram.checkpoint().unwrap();
+    }
+    copy_checkpoint(&lost_dir, &new_dir);
+    let fresh: Arc<dyn Store> = Arc::new(MemoryStore::new(g));
+    let rebuilt =
+        rebuild_path_oram(&new_dir, store, fresh.clone(), &key, fresh_epoch()).await.unwrap();
+    assert_eq!(rebuilt.blocks_found, MANY, "{rebuilt:?}");
+    assert!(rebuilt.set_aside_bytes > 0 && rebuilt.held_peak_bytes <= limit, "{rebuilt:?}");
+    let (mut oram, _) = DurablePathOram::open(&new_dir, fresh, &key).await.unwrap();
+    for i in 0..MANY {
+        assert_eq!(oram.read(BlockId(i)).await.unwrap(), contents(i, 2), "block {i}");
+    }
+}

@@ -80,12 +80,21 @@ pub struct GatewayArgs {
     /// What it costs: the store may lack the last reads' reveal records when the machine is
     /// lost, so a recovery from the store alone (`blindfold recover`, a standby's takeover)
     /// rebuilds the whole tree with fresh random leaves before serving — it reads every cell
-    /// of the store array and writes every cell of a new one, holding every block in use in
-    /// memory — instead of replaying the log. Nothing acknowledged is lost either way. The
+    /// of the store array and writes every cell of a new one, setting blocks aside on the
+    /// local disk beyond --rebuild-memory — instead of replaying the log. Nothing acknowledged is lost either way. The
     /// TaoStore and Path/Ring ORAM engines read ahead; the others keep waiting. Not for
     /// gateways over ORAM nodes.
     #[arg(long)]
     pub reads_ahead_of_log: bool,
+    /// How much block data a rebuild of the tree may hold in memory (TaoStore, Path and Ring
+    /// ORAM): a recovery that rebuilds (after --reads-ahead-of-log, or a standby's takeover
+    /// from such a gateway) and `blindfold grow`, here or in the running gateway. What does
+    /// not fit is set aside on the data directory's disk, sealed under a key that lives only
+    /// in memory, and read back in the order the new tree is written: the disk then needs
+    /// room for the blocks in use. The partition and `tee` engines hold their blocks in
+    /// memory regardless. `1GiB`, `512MiB`; at least 64 KiB.
+    #[arg(long, value_name = "SIZE", value_parser = blindfold_gateway::server::parse_size, default_value = "1GiB")]
+    pub rebuild_memory: u64,
 }
 
 /// `--durability`.
@@ -128,6 +137,7 @@ pub struct UserDirArgs {
 pub const CLEAN_STOP_FILE: &str = "last-clean-stop";
 
 pub fn serve_config(g: &GatewayArgs) -> Result<blindfold_gateway::server::ServeConfig> {
+    blindfold_proxy::rebuild::set_memory_limit(g.rebuild_memory);
     let passphrase =
         if g.passphrase { Some(std::sync::Arc::new(read_passphrase()?)) } else { None };
     Ok(blindfold_gateway::server::ServeConfig {
