@@ -161,7 +161,7 @@ def lose_and_recover(args, n):
     shutil.rmtree(args.data_dir, ignore_errors=True)
     t0 = time.monotonic()
     while True:
-        p = subprocess.run([args.bin, "recover", *dir_flags(args)], capture_output=True, text=True,
+        p = subprocess.run([args.bin, "recover", *dir_flags(args), *args.recover_flag], capture_output=True, text=True,
                            stdin=subprocess.DEVNULL, timeout=600)
         if p.returncode == 0:
             about = next((l for l in p.stdout.splitlines() if "restored" in l), p.stdout.strip())
@@ -172,6 +172,12 @@ def lose_and_recover(args, n):
             # the old one would keep every write but not the access pattern.
             if "--reads-ahead-of-log" in args.serve_flag and "rebuilt with fresh leaves" not in p.stdout:
                 raise RuntimeError(f"blindfold recover did not rebuild the tree: {p.stdout.strip()[-900:]}")
+            # A rebuild whose blocks do not fit in its memory limit sets them aside, and says so.
+            if any(f.startswith("--rebuild-memory") for f in args.recover_flag) and \
+                    "rebuilt with fresh leaves" in p.stdout and "waited, sealed, on this disk" not in p.stdout:
+                raise RuntimeError(f"the rebuild did not set blocks aside: {p.stdout.strip()[-900:]}")
+            if os.path.exists(os.path.join(args.data_dir, "oram", "rebuild-aside")):
+                raise RuntimeError("the rebuild left the blocks it set aside on the disk")
             return time.monotonic() - t0, about
         if "another gateway" not in p.stderr or time.monotonic() - t0 > 60:
             raise RuntimeError(f"blindfold recover failed: {p.stderr.strip()[-600:]}")
@@ -526,6 +532,9 @@ def main():
     ap.add_argument("--store", default=None, help="with --lose-data-dir: the store URL (default: files in the work dir)")
     ap.add_argument("--lease-ttl", default="1s", help="with --lose-data-dir: the gateway's --lease-ttl")
     ap.add_argument("--serve-flag", action="append", default=[], help="one more flag for `serve` (repeatable)")
+    ap.add_argument("--recover-flag", action="append", default=[],
+                    help="one more flag for `recover` (repeatable); `--recover-flag=--rebuild-memory=1MiB` "
+                         "also checks that each rebuild set blocks aside on the disk")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)

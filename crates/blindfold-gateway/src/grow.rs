@@ -154,6 +154,10 @@ pub struct Grown {
     /// of into a new array: what it did.
     #[serde(default)]
     pub in_place: Option<String>,
+    /// Bytes of blocks set aside, sealed, on the local disk because they did not fit in the
+    /// rebuild's memory limit (`--rebuild-memory`).
+    #[serde(default)]
+    pub set_aside_bytes: u64,
 }
 
 impl Grown {
@@ -175,9 +179,17 @@ impl Grown {
         } else {
             format!("{} is no longer used and may be deleted from the store", self.old_array)
         };
+        let aside = if self.set_aside_bytes > 0 {
+            format!(
+                "; {} of blocks waited, sealed, on the local disk (beyond --rebuild-memory)",
+                crate::params::human_bytes(self.set_aside_bytes)
+            )
+        } else {
+            String::new()
+        };
         format!(
             "grew the store from {} to {} ({} → {} blocks) in {:.1} s: read {} cells of {}, \
-             wrote {} cells of {}; {old}",
+             wrote {} cells of {}; {old}{aside}",
             bytes(self.from_blocks),
             bytes(self.to_blocks),
             self.from_blocks,
@@ -476,6 +488,7 @@ fn grown_report(
         old_array_removed: false,
         seconds: started.elapsed().as_secs_f64(),
         in_place: None,
+        set_aside_bytes: rebuilt.set_aside_bytes,
     }
 }
 
@@ -795,6 +808,7 @@ impl Grower {
             old_array_removed: false,
             seconds: started.elapsed().as_secs_f64(),
             in_place: Some(format!("{room}; {adopted}")),
+            set_aside_bytes: 0,
         };
         tracing::info!("{}", grown.describe());
         Ok(grown)

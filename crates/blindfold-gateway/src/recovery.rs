@@ -587,6 +587,14 @@ async fn rebuild_in_store(
          checkpoint is in it",
         rebuilt.blocks_found
     );
+    if rebuilt.set_aside_bytes > 0 {
+        about.push_str(&format!(
+            "; the blocks did not fit in --rebuild-memory ({}): {} of them waited, sealed, on \
+             this disk, and are removed",
+            crate::params::human_bytes(blindfold_proxy::rebuild::memory_limit()),
+            crate::params::human_bytes(rebuilt.set_aside_bytes)
+        ));
+    }
     if !rebuilt.unreadable_cells.is_empty() {
         about.push_str(&format!(
             "; {} cells changed after the snapshot (the gateway wrote after its last clean \
