@@ -795,11 +795,9 @@ impl Found {
         }
     }
 
-    /// Removes what was set aside on the disk.
+    /// Removes what was set aside on the disk (as dropping it would, after a failure too).
     fn clean_up(self) {
-        if let Held::Aside(a) = self.held {
-            let _ = std::fs::remove_dir_all(&a.dir);
-        }
+        drop(self);
     }
 }
 
@@ -936,6 +934,14 @@ impl Aside {
     }
 }
 
+impl Drop for Aside {
+    /// A rebuild that failed leaves nothing on the disk either (the next one would remove it
+    /// anyway, but an operator may not run one).
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn aside_error(what: &str, path: &Path, e: std::io::Error) -> ProxyError {
     let hint = "the rebuild sets blocks aside there when they do not fit in its memory limit \
                 (--rebuild-memory); free space on that disk or raise the limit, and run it again";
@@ -1013,6 +1019,7 @@ mod tests {
             assert_eq!(a.take(id).unwrap(), Some(block(id)), "block {id}");
         }
         assert_eq!(a.take(500).unwrap(), None, "a block never set aside");
+        drop(a);
 
         let mut a = Aside::new(root.path(), 1 << 20, MIN_MEMORY_LIMIT, leaves).unwrap();
         a.put(0, 1, &block(1)).unwrap();
@@ -1024,5 +1031,8 @@ mod tests {
         std::fs::write(&file, bytes).unwrap();
         let err = a.take(1).unwrap_err().to_string();
         assert!(err.contains("is damaged"), "{err}");
+        let dir = a.dir.clone();
+        drop(a);
+        assert!(!dir.exists(), "a rebuild that failed leaves nothing set aside");
     }
 }
