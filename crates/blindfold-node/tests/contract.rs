@@ -260,6 +260,7 @@ impl Subject for ClusterSubject {
                 lost: r.lost,
                 cells_written: r.ids_written,
                 epoch: 0,
+                ..Rebuilt::default()
             });
         };
         running.stop().await;
@@ -282,6 +283,7 @@ impl Subject for ClusterSubject {
             lost: Vec::new(),
             cells_written: written,
             epoch: 0,
+            ..Rebuilt::default()
         })
     }
 }
