@@ -777,7 +777,15 @@ impl Found {
         }
         match &mut self.held {
             Held::Memory(m) => Ok(m.remove(&id).unwrap_or_else(zeros)),
-            Held::Aside(a) => Ok(a.take(id)?.unwrap_or_else(zeros)),
+            // Found, so set aside: a block that does not come back was removed from the disk
+            // under the rebuild, which must not put zeros in its place.
+            Held::Aside(a) => a.take(id)?.map(Ok).unwrap_or_else(|| {
+                Err(ProxyError::State(format!(
+                    "block {id} was set aside in {} and is no longer there (the files were \
+                     altered or removed during the rebuild); nothing was replaced, run it again",
+                    a.dir.display()
+                )))
+            }),
         }
     }
 
@@ -1034,5 +1042,28 @@ mod tests {
         let dir = a.dir.clone();
         drop(a);
         assert!(!dir.exists(), "a rebuild that failed leaves nothing set aside");
+    }
+
+    /// A block found and set aside whose record vanished from the disk fails the rebuild; it
+    /// is never loaded as zeros. A block never found is zeros.
+    #[test]
+    fn a_block_set_aside_that_vanished_fails_the_rebuild() {
+        let root = tempfile::tempdir().unwrap();
+        set_memory_limit(MIN_MEMORY_LIMIT);
+        let config = PathOramConfig::builder(4096, 64).build().unwrap();
+        let loading = Loading::start(&config).unwrap();
+        let mut found = Found::new(&config, &config, root.path()).unwrap();
+        assert!(matches!(found.held, Held::Aside(_)), "256 KiB of blocks against 64 KiB");
+        for id in 0..64 {
+            found.block(id, vec![id as u8; 64], &loading.load).unwrap();
+        }
+        let Held::Aside(a) = &mut found.held else { unreachable!() };
+        for part in 0..a.parts {
+            a.flush(part).unwrap();
+            let _ = std::fs::remove_file(a.file(part));
+        }
+        assert_eq!(found.take(100).unwrap(), vec![0; 64], "never found: zeros");
+        let err = found.take(3).unwrap_err().to_string();
+        assert!(err.contains("is no longer there"), "{err}");
     }
 }
