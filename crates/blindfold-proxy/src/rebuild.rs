@@ -276,7 +276,8 @@ async fn path_oram_into(
     report.cells_written = written;
     report.held_peak_bytes = found.held_peak_bytes();
     report.set_aside_bytes = found.set_aside_bytes();
-    found.clean_up();
+    // What was set aside leaves the disk (as it does when a failure drops `found`).
+    drop(found);
     save_rebuilt_path_oram(
         dir,
         SavedPathOram {
@@ -372,7 +373,8 @@ async fn tao_into(
     report.cells_written = written;
     report.held_peak_bytes = found.held_peak_bytes();
     report.set_aside_bytes = found.set_aside_bytes();
-    found.clean_up();
+    // What was set aside leaves the disk (as it does when a failure drops `found`).
+    drop(found);
     let stash = oram.stashes.into_iter().next().unwrap_or_default();
     let state =
         TaoState { config: target, posmap: oram.top, stash, versions, stats: TaoStats::default() };
@@ -802,11 +804,6 @@ impl Found {
             Held::Aside(a) => a.written,
         }
     }
-
-    /// Removes what was set aside on the disk (as dropping it would, after a failure too).
-    fn clean_up(self) {
-        drop(self);
-    }
 }
 
 /// Blocks set aside on the local disk while a rebuild reads the old array, in parts by the
@@ -953,10 +950,10 @@ impl Drop for Aside {
 fn aside_error(what: &str, path: &Path, e: std::io::Error) -> ProxyError {
     let hint = "the rebuild sets blocks aside there when they do not fit in its memory limit \
                 (--rebuild-memory); free space on that disk or raise the limit, and run it again";
-    if e.raw_os_error() == Some(28) {
-        ProxyError::DiskFull(format!("{what} {}: {e}; {hint}", path.display()))
-    } else {
-        ProxyError::State(format!("{what} {}: {e}; {hint}", path.display()))
+    match crate::journal::io(path, what, e) {
+        ProxyError::DiskFull(m) => ProxyError::DiskFull(format!("{m}; {hint}")),
+        ProxyError::State(m) => ProxyError::State(format!("{m}; {hint}")),
+        other => other,
     }
 }
 
