@@ -650,6 +650,16 @@ async fn assemble(
             )));
         }
     }
+    let reads_go_ahead = blindfold_proxy::lifecycle::reads_go_ahead(params.engine);
+    if cfg.reads_ahead_of_log && !reads_go_ahead {
+        let note = format!(
+            "--reads-ahead-of-log changes nothing for the {engine_name} engine: its reads \
+             always wait for the store-side log (only tao and path-oram read ahead), and a \
+             recovery from the store alone rebuilds nothing"
+        );
+        tracing::info!("{note}");
+        notes.push(note);
+    }
     let journal = if cfg.durability.in_store(&store_url) && loggable {
         let tap = tap.expect("checked above");
         let journal = crate::journaling::start(crate::journaling::Start {
@@ -664,7 +674,7 @@ async fn assemble(
             anchor: cfg.anchor.as_ref(),
             wrap: wrap_store.as_deref(),
             gate,
-            reads_ahead: cfg.reads_ahead_of_log,
+            reads_ahead: cfg.reads_ahead_of_log && reads_go_ahead,
             feed_listen,
         })
         .await?;

@@ -452,6 +452,11 @@ async fn from_store_log(
         }
         reached += from_tail;
     }
+    // An engine whose reads always wait for the log (the partition engines, `tee`) left no
+    // read the store saw without its reveal, whatever the gateway was told.
+    if !blindfold_proxy::lifecycle::reads_go_ahead(params.engine) {
+        standby = None;
+    }
     let ahead = match standby {
         None => None,
         Some(Some(s)) if tail.is_some_and(|t| t.session == s) => None,

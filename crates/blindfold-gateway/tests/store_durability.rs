@@ -52,9 +52,11 @@ async fn lose_the_data_directory(engine: OramEngine, store: Option<StoreUrl>) {
 }
 
 /// [`lose_the_data_directory`], the gateways letting reads go ahead of the log if `ahead`:
-/// each recovery then rebuilds the tree (the first one is cut short once, half-way through
-/// writing the new tree, and run again).
+/// each recovery of an engine whose reads can go ahead then rebuilds the tree (the first one
+/// is cut short once, half-way through writing the new tree, and run again); the others'
+/// reads wait for the log whatever the flag says, and their recovery continues the tree.
 async fn lose_the_data_directory_with(engine: OramEngine, store: Option<StoreUrl>, ahead: bool) {
+    let rebuilds = ahead && matches!(engine, OramEngine::Tao | OramEngine::PathOram);
     let root = tempfile::tempdir().unwrap();
     let cells = root.path().join("cells");
     let key = root.path().join("key.json");
@@ -71,6 +73,8 @@ async fn lose_the_data_directory_with(engine: OramEngine, store: Option<StoreUrl
     {
         let opened = server::open(&cfg(&first, &cells, &key, engine)).await.unwrap();
         assert!(opened.journal.is_some(), "{engine}: --durability store did not start the log");
+        let told = opened.notes.iter().any(|n| n.contains("--reads-ahead-of-log changes nothing"));
+        assert_eq!(told, ahead && !rebuilds, "{engine}: {:?}", opened.notes);
         opened.objects.directory().create_bucket("b").unwrap();
         opened.objects.directory().settle().await.unwrap();
         for i in 0..5 {
@@ -97,7 +101,7 @@ async fn lose_the_data_directory_with(engine: OramEngine, store: Option<StoreUrl
     std::fs::remove_dir_all(&first).unwrap();
     lapse().await;
     let second = root.path().join("data2");
-    if ahead {
+    if rebuilds {
         let cut = server::recover_until(
             &cfg(&second, &cells, &key, engine),
             Some(server::RecoverCrash::HalfWritten),
@@ -110,7 +114,7 @@ async fn lose_the_data_directory_with(engine: OramEngine, store: Option<StoreUrl
             panic!("{engine}: recover: {e}");
         });
     assert!(about.contains("every acknowledged write is back"), "{engine}: {about}");
-    assert_eq!(about.contains("rebuilt with fresh leaves"), ahead, "{engine}: {about}");
+    assert_eq!(about.contains("rebuilt with fresh leaves"), rebuilds, "{engine}: {about}");
     let names: Vec<String> = opened
         .objects
         .directory()
@@ -125,7 +129,7 @@ async fn lose_the_data_directory_with(engine: OramEngine, store: Option<StoreUrl
     }
     let report = blindfold_gateway::verify::verify(&opened, |_, _| {}).await.unwrap();
     assert!(report.is_clean(), "{engine}: {report:?}");
-    if ahead && cells.exists() {
+    if rebuilds && cells.exists() {
         // The rebuild's old array leaves the store with the recovered gateway's first store
         // checkpoint, written as it starts (else every loss would leave a whole tree behind).
         let mut arrays: Vec<String> = std::fs::read_dir(&cells)
@@ -343,6 +347,16 @@ async fn path_oram_loses_nothing_acknowledged_with_the_data_directory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_ahead_of_the_log_lose_nothing_acknowledged_with_the_data_directory() {
     for engine in [OramEngine::Tao, OramEngine::PathOram] {
+        lose_the_data_directory_with(engine, None, true).await;
+    }
+}
+
+/// The partition engines' and the TEE-assisted engine's reads always wait for the store-side
+/// log: asked to read ahead of it, they lose nothing and their recovery rebuilds nothing (a
+/// rebuild would cost a second array and, for them, every block in memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engines_whose_reads_wait_for_the_log_recover_without_a_rebuild() {
+    for engine in [OramEngine::ObliviStore, OramEngine::Tee] {
         lose_the_data_directory_with(engine, None, true).await;
     }
 }

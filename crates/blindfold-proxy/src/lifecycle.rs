@@ -40,6 +40,13 @@ pub trait DurableEngine: Sized + Send + Sync + 'static {
     /// The engine's configuration, derived from a data directory's parameters.
     type Config: Clone + Send + Sync + 'static;
 
+    /// Whether the engine's reads may go out before the mirror holds their reveal records
+    /// ([`crate::journal::LogMirror::reads_wait`] answering false, or a standby's word): only
+    /// then can a recovery from the mirror alone lack a reveal the store saw, and only then
+    /// must it rebuild the tree. An engine that appends every record through
+    /// [`crate::journal::append_frames`] waits for the mirror whatever it answers.
+    const READS_GO_AHEAD: bool = false;
+
     /// The configuration for `params`; an error names what the engine cannot run with.
     fn config(params: &EngineParams) -> Result<Self::Config>;
 
@@ -85,6 +92,7 @@ pub trait DurableEngine: Sized + Send + Sync + 'static {
 #[async_trait::async_trait]
 impl DurableEngine for DurablePathOram {
     type Config = blindfold_oram::PathOramConfig;
+    const READS_GO_AHEAD: bool = true;
 
     fn config(params: &EngineParams) -> Result<Self::Config> {
         oram_config(params)
@@ -136,6 +144,7 @@ impl DurableEngine for DurablePathOram {
 #[async_trait::async_trait]
 impl DurableEngine for DurableTao {
     type Config = crate::TaoConfig;
+    const READS_GO_AHEAD: bool = true;
 
     fn config(params: &EngineParams) -> Result<Self::Config> {
         tao_config(params)
@@ -411,6 +420,12 @@ pub async fn grow(
     epoch: u32,
 ) -> Result<Rebuilt> {
     with_engine!(to.engine, E => <E as DurableEngine>::rebuild(dir, old, new, key, epoch, Some(<E as DurableEngine>::config(to)?)).await)
+}
+
+/// Whether the reads of `engine` may go out ahead of its mirrored log
+/// ([`DurableEngine::READS_GO_AHEAD`]).
+pub fn reads_go_ahead(engine: OramEngine) -> bool {
+    with_engine!(engine, E => <E as DurableEngine>::READS_GO_AHEAD)
 }
 
 /// Blocks the checkpoint of `engine` in `dir` holds ([`DurableEngine::saved_blocks`]).

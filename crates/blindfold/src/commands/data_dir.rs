@@ -81,9 +81,10 @@ pub struct GatewayArgs {
     /// lost, so a recovery from the store alone (`blindfold recover`, a standby's takeover)
     /// rebuilds the whole tree with fresh random leaves before serving — it reads every cell
     /// of the store array and writes every cell of a new one, setting blocks aside on the
-    /// local disk beyond --rebuild-memory — instead of replaying the log. Nothing acknowledged is lost either way. The
-    /// TaoStore and Path/Ring ORAM engines read ahead; the others keep waiting. Not for
-    /// gateways over ORAM nodes.
+    /// local disk beyond --rebuild-memory — instead of replaying the log. Nothing acknowledged
+    /// is lost either way. The TaoStore and Path/Ring ORAM engines read ahead; the others keep
+    /// waiting (the flag changes nothing for them, and their recovery rebuilds nothing). Not
+    /// for gateways over ORAM nodes.
     #[arg(long)]
     pub reads_ahead_of_log: bool,
     /// How much block data a rebuild of the tree may hold in memory (TaoStore, Path and Ring
