@@ -96,13 +96,26 @@ pub(crate) fn open_cell(
     cell: CellId,
     version: u64,
     epoch: u32,
-    mut buf: Vec<u8>,
+    buf: Vec<u8>,
 ) -> Result<Vec<u8>> {
+    let (mut buf, plain) = open_cell_in(sealer, cell, version, epoch, buf)?;
+    buf.truncate(plain.end);
+    buf.drain(..plain.start);
+    Ok(buf)
+}
+
+/// As [`open_cell`], for a caller that only reads the plaintext: returns the buffer opened in
+/// place and where in it the plaintext lies, sparing a move of the whole cell to its front.
+pub(crate) fn open_cell_in(
+    sealer: &CellSealer,
+    cell: CellId,
+    version: u64,
+    epoch: u32,
+    mut buf: Vec<u8>,
+) -> Result<(Vec<u8>, std::ops::Range<usize>)> {
     check_epoch(cell.0, epoch, &buf)?;
     let ad = CellAd { cell: cell.0, version, segment: 0 };
     let len =
         sealer.open_in_place(&ad, &mut buf).map_err(|source| integrity(cell.0, source))?.len();
-    buf.truncate(SEAL_HEADER + len);
-    buf.drain(..SEAL_HEADER);
-    Ok(buf)
+    Ok((buf, SEAL_HEADER..SEAL_HEADER + len))
 }

@@ -110,7 +110,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, watch, Notify};
 
 use crate::retry::{with_retry, write_sealed, RetryPolicy};
-use crate::sealing::{check_geometry, open_cell, seal_cell_with};
+use crate::sealing::{check_geometry, open_cell_in, seal_cell_with};
 use crate::{ProxyError, Result, SealedPathOram, SealedPathState, VersionTable};
 
 pub use blindfold_oram::tao::{Reveal, TaoStats};
@@ -995,8 +995,9 @@ impl Shared {
             let blocks = if version == 0 {
                 Vec::new()
             } else {
-                let plain = open_cell(&self.sealer, CellId(buckets[i].0), version, epoch, raw)?;
-                self.scheme.decode_bucket(&plain)?
+                let (buf, plain) =
+                    open_cell_in(&self.sealer, CellId(buckets[i].0), version, epoch, raw)?;
+                self.scheme.decode_bucket(&buf[plain])?
             };
             opened.push((buckets[i], blocks));
         }
