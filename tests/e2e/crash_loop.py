@@ -34,7 +34,9 @@ run until it has), and `blindfold verify` with any retired key must be refused.
 Growths ride along too (`--grow-every N`): every N-th round starts `blindfold grow` (by
 `--grow-step-mib`) as the traffic starts, so the kill lands before, during or after the rebuild of
 the tree; the next start finishes or redoes an interrupted growth, and every acknowledged write
-must survive it. At the end the store must have grown.
+must survive it. A request still unanswered when the loop ends (it waits behind a key rotation,
+and a slow machine can cut every attempt short) is run to its end after the loop, and every key
+must read as before. At the end the store must have grown.
 
 The machine can be lost too (`--lose-data-dir`, with `--durability store` and an `--anchor` kept
 beside the store, which every recover must find in agreement): after each kill the
@@ -421,6 +423,37 @@ def start_grow(args):
                             stdout=out, stderr=out, stdin=subprocess.DEVNULL)
 
 
+def finish_growth(args, server, model):
+    """A growth still asked for when the loop ends (it waited behind a key rotation, or every kill
+    cut it short) is run to its end as an operator would: the gateway runs until it has answered.
+    Then every key must still read as the last round left it. Returns the answer's message."""
+    import json
+    request = os.path.join(args.data_dir, "grow-request.json")
+    if not os.path.exists(request):
+        return None
+    print("    grow: a growth was still asked for at the end of the loop: running the gateway until "
+          "it has answered", flush=True)
+    t0 = time.monotonic()
+    server.start()
+    while os.path.exists(request) and time.monotonic() - t0 < 600:
+        time.sleep(0.2)
+    try:
+        with open(os.path.join(args.data_dir, "grow-result.json")) as f:
+            message = json.load(f).get("message", "?")
+    except (OSError, ValueError) as e:
+        message = f"no answer ({type(e).__name__}: {e})"
+    allowed = {k: ({v}, []) for k, v in model.items()}
+    _, problems, stats = check_state(server, None, allowed)
+    if os.path.exists(request):
+        problems.insert(0, "the gateway did not answer the growth request within 600 s")
+    report(not problems, f"crash: the growth asked for during the loop finished after it "
+           f"({time.monotonic() - t0:.1f} s: {message[:160]}); {stats['keys']} keys read as before",
+           f"{len(problems)} problem(s)", problems)
+    code = server.stop()
+    report(code == 0, "crash: clean exit on SIGTERM after the growth", f"exit status {code}")
+    return message
+
+
 def run_verify(args, label):
     t0 = time.monotonic()
     p = subprocess.run([args.bin, "verify", *dir_flags(args)], capture_output=True, text=True,
@@ -610,7 +643,12 @@ def main():
         if retired:
             finish_rotation(args, server, retired)
         if args.grow_every and args.rounds >= args.grow_every:
+            during = capacity(args) > first_capacity
+            finish_growth(args, server, model)
             last = capacity(args)
+            if not during:
+                print("    grow: the store did not grow during the loop (its requests waited behind a key "
+                      "rotation or every kill cut the growth short); it grew after it", flush=True)
             report(last > first_capacity, f"crash: the store grew across the kills ({first_capacity // (KB * KB)} MiB "
                    f"→ {last // (KB * KB)} MiB) and every acknowledged write survived the growths",
                    "it never grew")
