@@ -378,7 +378,10 @@ pub async fn run(params: ConcurrencyBench) -> Result<ConcurrencyReport> {
         floor: None,
     };
     let limits = crate::floor::measure(
-        &FloorParams::new(geometry.cell_size()).with_store(&StoreUrl::Memory).with_link(Some(link)),
+        &FloorParams::new(geometry.cell_size())
+            .with_store(&StoreUrl::Memory)
+            .with_link(Some(link))
+            .with_array(geometry.cell_count()),
     )
     .await?;
     let floor = |c: &Counts, m: &Measured, round_trips: RoundTrips, in_flight: usize| {
@@ -680,12 +683,13 @@ pub fn render(r: &ConcurrencyReport) -> String {
         s,
         "  floor: ops/s this machine allows the point's bytes and round trips (bound: cpu, \
          store, link or latency; docs/benchmarks.md); seal {:.2} / open {:.2} / copy {:.2} GB/s \
-         per core at {} B cells, {} cores",
+         per core at {} B cells, {} cores{}",
         l.seal_bytes_per_sec / 1e9,
         l.open_bytes_per_sec / 1e9,
         l.copy_bytes_per_sec / 1e9,
         l.cell_size,
-        l.cores
+        l.cores,
+        crate::floor::store_summary(l).map_or(String::new(), |st| format!("; {st}"))
     );
     s
 }

@@ -44,8 +44,13 @@ use serde::Serialize;
 const STORE_BATCH: u64 = 16;
 /// Store requests in flight at once while measuring its throughput.
 const STORE_IN_FLIGHT: u64 = 4;
-/// Cells of the scratch array the store measurement uses.
+/// Cells of the scratch array the store measurement uses, at the least.
 const STORE_CELLS: u64 = STORE_BATCH * STORE_IN_FLIGHT;
+/// The largest scratch array an in-process store is measured over: past the last-level cache
+/// of the machines we run on, so that the rates are those of cells no cache holds.
+const SPREAD_MAX_BYTES: u64 = 1 << 30;
+/// Random root-to-leaf paths prepared for the tree measurement (reused round after round).
+const SPREAD_BATCHES: usize = 256;
 /// Bytes of each buffer the copy measurement moves cells between.
 const COPY_ARENA: usize = 8 << 20;
 
@@ -62,12 +67,25 @@ pub struct FloorParams {
     /// Time given to each of the measurements (seal, open, copy, store write, store read,
     /// store round trip).
     pub each: Duration,
+    /// Cells of the tree the benchmark's engine keeps in the store (0: unknown). An
+    /// in-process store is then measured over a scratch tree as large (at most 1 GiB), one
+    /// random root-to-leaf path per request, as a tree ORAM reads and writes: the deep levels
+    /// of a large tree are in no cache, and 64 cells side by side would all be measured in
+    /// it. A smaller scratch tree than the engine's keeps the floor a bound: it has fewer of
+    /// the levels no cache holds.
+    pub array_cells: u64,
 }
 
 impl FloorParams {
     /// Measures `cell_size`-byte cells for about a second in all, without a store or a link.
     pub fn new(cell_size: u32) -> Self {
-        Self { cell_size, store: None, link: None, each: Duration::from_millis(150) }
+        Self {
+            cell_size,
+            store: None,
+            link: None,
+            each: Duration::from_millis(150),
+            array_cells: 0,
+        }
     }
 
     /// The same, with the store the benchmark uses.
@@ -79,6 +97,13 @@ impl FloorParams {
     /// The same, with the emulated link the benchmark uses.
     pub fn with_link(mut self, link: Option<LinkConfig>) -> Self {
         self.link = link;
+        self
+    }
+
+    /// The same, for an engine whose tree holds `cells` cells (see
+    /// [`FloorParams::array_cells`]).
+    pub fn with_array(mut self, cells: u64) -> Self {
+        self.array_cells = cells;
         self
     }
 }
@@ -124,6 +149,9 @@ pub struct StoreLimits {
     pub read_bytes_per_sec: f64,
     /// Median time of a one-cell read, microseconds.
     pub round_trip_us: f64,
+    /// Cells of the scratch array measured over (a tree, read and written one random
+    /// root-to-leaf path per request, when larger than 64).
+    pub scratch_cells: u64,
 }
 
 /// The emulated link, as configured.
@@ -241,12 +269,7 @@ impl FloorReport {
             l.open_bytes_per_sec / 1e9,
             l.copy_bytes_per_sec / 1e9,
             l.cell_size,
-            l.store.as_ref().map_or(String::new(), |st| format!(
-                "; store {:.2} / {:.2} GB/s write / read, {} round trip",
-                st.write_bytes_per_sec / 1e9,
-                st.read_bytes_per_sec / 1e9,
-                fmt_secs(st.round_trip_us / 1e6)
-            )),
+            store_summary(l).map_or(String::new(), |st| format!("; {st}")),
         ));
         s
     }
@@ -468,26 +491,92 @@ fn in_process(url: &StoreUrl) -> bool {
     matches!(url, StoreUrl::Memory | StoreUrl::File { .. })
 }
 
+/// Cells of the scratch array `url`'s store is measured over. An in-process store is measured
+/// over as many cells as the engine's array (at most 1 GiB): its copies then come from memory,
+/// not from the cache, as the engine's do. A store in another process keeps the small array
+/// (its cache is its own business, and filling GiBs over a socket would take the benchmark's
+/// time).
+fn scratch_cells(url: &StoreUrl, cell_size: u32, array_cells: u64) -> u64 {
+    let cells = array_cells.min(SPREAD_MAX_BYTES / u64::from(cell_size).max(1));
+    if in_process(url) && cells > STORE_CELLS {
+        cells
+    } else {
+        STORE_CELLS
+    }
+}
+
 /// The raw store's write and read throughput and one-cell round trip at `cell_size`.
-async fn store_limits(url: &StoreUrl, cell_size: u32, each: Duration) -> Result<StoreLimits> {
-    let geometry = Geometry::new(STORE_CELLS, cell_size)?;
+async fn store_limits(
+    url: &StoreUrl,
+    cell_size: u32,
+    each: Duration,
+    array_cells: u64,
+) -> Result<StoreLimits> {
+    use rand::{Rng, SeedableRng};
+    let cells = scratch_cells(url, cell_size, array_cells);
+    let geometry = Geometry::new(cells, cell_size)?;
     let store = open_store(url, "bench-floor", geometry)
         .await
         .with_context(|| format!("opening store {url} (bench-floor)"))?;
     let cell = vec![0x3cu8; cell_size as usize];
-    let batches: Vec<Vec<CellId>> = (0..STORE_IN_FLIGHT)
-        .map(|b| (0..STORE_BATCH).map(|i| CellId(b * STORE_BATCH + i)).collect())
-        .collect();
-    let batch_bytes = (STORE_BATCH * STORE_IN_FLIGHT * u64::from(cell_size)) as f64;
+    let batches: Vec<Vec<CellId>> = if cells == STORE_CELLS {
+        (0..STORE_IN_FLIGHT)
+            .map(|b| (0..STORE_BATCH).map(|i| CellId(b * STORE_BATCH + i)).collect())
+            .collect()
+    } else {
+        // Every cell written once first (untimed): the engine's array exists in full.
+        let all: Vec<u64> = (0..cells).collect();
+        for group in all.chunks((STORE_BATCH * STORE_IN_FLIGHT) as usize) {
+            let writes = group.chunks(STORE_BATCH as usize).map(|ids| {
+                let store = Arc::clone(&store);
+                let batch: Vec<(CellId, Vec<u8>)> =
+                    ids.iter().map(|&c| (CellId(c), cell.clone())).collect();
+                async move { store.write(batch).await }
+            });
+            for r in futures::future::join_all(writes).await {
+                r.context("floor: filling the scratch array")?;
+            }
+        }
+        // Cell i is bucket i of a binary tree in heap order (children 2i+1, 2i+2), as the
+        // tree engines lay theirs out; a request is one path from a random leaf (a cell
+        // without children: the last level, and the end of the one above when that level is
+        // not full) up to the root.
+        let first_leaf = cells / 2;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cells);
+        (0..SPREAD_BATCHES)
+            .map(|_| {
+                let mut at = rng.gen_range(first_leaf..cells);
+                let mut path = vec![CellId(at)];
+                while at > 0 {
+                    at = (at - 1) / 2;
+                    path.push(CellId(at));
+                }
+                path.reverse();
+                path
+            })
+            .collect()
+    };
+    let in_flight = STORE_IN_FLIGHT as usize;
+    let mut next = 0usize;
+    let mut take = || {
+        let group: Vec<&Vec<CellId>> =
+            (0..in_flight).map(|i| &batches[(next + i) % batches.len()]).collect();
+        next = (next + in_flight) % batches.len();
+        group
+    };
 
     // Writes hand the store cells already built (an engine seals straight into them), so only
     // the calls are timed.
+    let mut written = 0u64;
     let mut rounds = 0u64;
     let mut writing = Duration::ZERO;
     let start = Instant::now();
     while rounds < 2 || start.elapsed() < each {
-        let built: Vec<Vec<(CellId, Vec<u8>)>> =
-            batches.iter().map(|ids| ids.iter().map(|&c| (c, cell.clone())).collect()).collect();
+        let built: Vec<Vec<(CellId, Vec<u8>)>> = take()
+            .into_iter()
+            .map(|ids| ids.iter().map(|&c| (c, cell.clone())).collect())
+            .collect();
+        written += built.iter().map(|b| b.len() as u64).sum::<u64>();
         let t = Instant::now();
         let writes = built.into_iter().map(|cells| {
             let store = Arc::clone(&store);
@@ -502,24 +591,28 @@ async fn store_limits(url: &StoreUrl, cell_size: u32, each: Duration) -> Result<
     let t = Instant::now();
     store.flush().await.context("floor: flushing the store")?;
     writing += t.elapsed();
-    let write_bytes_per_sec = rounds as f64 * batch_bytes / writing.as_secs_f64();
+    let write_bytes_per_sec = (written * u64::from(cell_size)) as f64 / writing.as_secs_f64();
 
+    let mut read = 0u64;
     let mut rounds = 0u64;
     let start = Instant::now();
     while rounds < 2 || start.elapsed() < each {
-        let reads = batches.iter().map(|ids| store.read(ids));
+        let group = take();
+        read += group.iter().map(|ids| ids.len() as u64).sum::<u64>();
+        let reads = group.into_iter().map(|ids| store.read(ids));
         for r in futures::future::join_all(reads).await {
             std::hint::black_box(r.context("floor: reading from the store")?);
         }
         rounds += 1;
     }
-    let read_bytes_per_sec = rounds as f64 * batch_bytes / start.elapsed().as_secs_f64();
+    let read_bytes_per_sec = (read * u64::from(cell_size)) as f64 / start.elapsed().as_secs_f64();
 
     let mut times = Vec::new();
     let start = Instant::now();
     while times.len() < 5 || (start.elapsed() < each && times.len() < 10_000) {
+        let batch = &batches[times.len() % batches.len()];
         let t = Instant::now();
-        store.read(&[CellId(times.len() as u64 % STORE_CELLS)]).await?;
+        store.read(&batch[..1]).await?;
         times.push(t.elapsed().as_secs_f64() * 1e6);
     }
     times.sort_by(f64::total_cmp);
@@ -531,6 +624,7 @@ async fn store_limits(url: &StoreUrl, cell_size: u32, each: Duration) -> Result<
         write_bytes_per_sec,
         read_bytes_per_sec,
         round_trip_us: times[times.len() / 2],
+        scratch_cells: cells,
     })
 }
 
@@ -541,7 +635,7 @@ pub async fn measure(p: &FloorParams) -> Result<Limits> {
     let (seal_bytes_per_sec, open_bytes_per_sec) = crypto_rates(p.cell_size, p.each)?;
     let copy_bytes_per_sec = copy_rate(p.cell_size, p.each);
     let store = match &p.store {
-        Some(url) => Some(store_limits(url, p.cell_size, p.each).await?),
+        Some(url) => Some(store_limits(url, p.cell_size, p.each, p.array_cells).await?),
         None => None,
     };
     Ok(Limits {
@@ -553,6 +647,31 @@ pub async fn measure(p: &FloorParams) -> Result<Limits> {
         store,
         link: p.link.map(LinkLimits::from),
         measure_seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Where the store's rates were measured: a small array, or random cells of a large one.
+fn scratch(st: &StoreLimits, cell_size: u32) -> String {
+    if st.scratch_cells <= STORE_CELLS {
+        format!("{} cells side by side", st.scratch_cells)
+    } else {
+        format!(
+            "root-to-leaf paths of a {:.0} MiB tree",
+            (st.scratch_cells * u64::from(cell_size)) as f64 / f64::from(1u32 << 20)
+        )
+    }
+}
+
+/// The measured store in a few words (rates, where, round trip), if one was measured.
+pub fn store_summary(l: &Limits) -> Option<String> {
+    l.store.as_ref().map(|st| {
+        format!(
+            "store {:.2} / {:.2} GB/s write / read ({}), {} round trip",
+            st.write_bytes_per_sec / 1e9,
+            st.read_bytes_per_sec / 1e9,
+            scratch(st, l.cell_size),
+            fmt_secs(st.round_trip_us / 1e6)
+        )
     })
 }
 
@@ -583,7 +702,12 @@ pub fn render(l: &Limits) -> String {
             );
             line(
                 "store write / read",
-                format!("{} / {}", gb(st.write_bytes_per_sec), gb(st.read_bytes_per_sec)),
+                format!(
+                    "{} / {} ({})",
+                    gb(st.write_bytes_per_sec),
+                    gb(st.read_bytes_per_sec),
+                    scratch(st, l.cell_size)
+                ),
             );
             line("store one-cell round trip (p50)", fmt_secs(st.round_trip_us / 1e6));
         }
@@ -655,6 +779,7 @@ mod tests {
             write_bytes_per_sec: 1e8,
             read_bytes_per_sec: 2e8,
             round_trip_us: 100.0,
+            scratch_cells: 64,
         };
         let mut l = limits();
         l.store = Some(store(true));
@@ -682,6 +807,7 @@ mod tests {
             write_bytes_per_sec: 1e12,
             read_bytes_per_sec: 1e12,
             round_trip_us: 1000.0,
+            scratch_cells: 64,
         });
         // Two round trips of 50 ms + 1 ms each, one operation at a time: 102 ms.
         let f = Floor::of(&l, &op(1e3, 1e3, 2.0, 1, 1), 5.0);
@@ -743,5 +869,28 @@ mod tests {
         let s = l.store.as_ref().unwrap();
         assert!(s.in_process && s.write_bytes_per_sec > 0.0 && s.read_bytes_per_sec > 0.0);
         assert!(render(&l).contains("seal (AES-256-GCM)"));
+        assert_eq!(s.scratch_cells, STORE_CELLS);
+        assert!(render(&l).contains("64 cells side by side"), "{}", render(&l));
+    }
+
+    #[tokio::test]
+    async fn an_in_process_store_is_measured_over_an_array_as_large_as_the_engines() {
+        let cell = 4096 + CellSealer::OVERHEAD as u32;
+        let p = FloorParams {
+            each: Duration::from_millis(8),
+            ..FloorParams::new(cell).with_store(&StoreUrl::Memory).with_array(3000)
+        };
+        let l = measure(&p).await.unwrap();
+        let s = l.store.as_ref().unwrap();
+        assert_eq!(s.scratch_cells, 3000);
+        assert!(s.write_bytes_per_sec > 0.0 && s.read_bytes_per_sec > 0.0, "{s:?}");
+        assert!(render(&l).contains("root-to-leaf paths of a 12 MiB tree"), "{}", render(&l));
+        // Past 1 GiB the scratch tree stops growing; below 64 cells nothing spreads; a store
+        // in another process is measured over 64 cells whatever the engine's array.
+        assert_eq!(scratch_cells(&StoreUrl::Memory, cell, u64::MAX), (1 << 30) / u64::from(cell));
+        assert_eq!(scratch_cells(&StoreUrl::Memory, cell, 10), 64);
+        assert_eq!(scratch_cells(&StoreUrl::Memory, cell, 127), 127);
+        let redis: StoreUrl = "redis://127.0.0.1:6379/".parse().unwrap();
+        assert_eq!(scratch_cells(&redis, cell, 3000), 64);
     }
 }

@@ -230,6 +230,9 @@ pub struct SideReport {
     pub store_round_trips: u64,
     /// Bytes of one store cell (what the engine seals and opens).
     pub cell_size: u32,
+    /// Cells of the engine's array in the store (the floor measures an in-process store over
+    /// as many).
+    pub store_cells: u64,
     /// Billable units of the measured phase (one GET per cell read, one PUT per cell written,
     /// as an object store bills them), for the cost comparison.
     pub usage: crate::cost::Usage,
@@ -804,6 +807,7 @@ async fn run_side_in(
         store_bytes_down: c.bytes_down(),
         store_round_trips: c.round_trips,
         cell_size: counts.geometry().cell_size(),
+        store_cells: counts.geometry().cell_count(),
         usage,
         seconds,
         load_seconds,
@@ -859,6 +863,7 @@ pub async fn run_with(params: GatewayBench, w: Workload) -> Result<GatewayReport
         run_side(&params, &w, EngineKind::DirectBaseline, capacity, "baseline (no ORAM)").await?;
     let limits = crate::floor::measure(
         &FloorParams::new(oram.cell_size)
+            .with_array(oram.store_cells)
             .with_store(&params.store)
             .with_link(emulated_link(params.rtt_ms, params.mbit)?),
     )

@@ -289,7 +289,10 @@ pub async fn run(params: PathBench) -> Result<PathReport> {
 
     // --- The floor, on the same store and link, at the ORAM's cell size ---
     let limits = crate::floor::measure(
-        &FloorParams::new(geometry.cell_size()).with_store(&params.store).with_link(link(&params)),
+        &FloorParams::new(geometry.cell_size())
+            .with_store(&params.store)
+            .with_link(link(&params))
+            .with_array(geometry.cell_count()),
     )
     .await?;
 

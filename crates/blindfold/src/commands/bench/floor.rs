@@ -27,6 +27,12 @@ pub struct FloorArgs {
     /// Bandwidth of that link, Mbit/s each way [default: unlimited].
     #[arg(long, requires = "rtt_ms")]
     pub mbit: Option<u64>,
+    /// Measure an in-process store (`memory:`, `file://`) over a tree this large, MiB (at
+    /// most 1024), one random root-to-leaf path per request, as a tree ORAM reads and writes
+    /// its array (the benchmarks pass their own tree's size). 0: 64 cells side by side, all
+    /// in the cache.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1024))]
+    pub array_mib: u64,
     /// Milliseconds given to each measurement (six of them).
     #[arg(long, default_value_t = 300)]
     pub each_ms: u64,
@@ -54,7 +60,10 @@ async fn bench_floor(args: FloorArgs) -> Result<()> {
     };
     let params = FloorParams {
         each: Duration::from_millis(args.each_ms.max(1)),
-        ..FloorParams::new(cell_size).with_store(&args.store).with_link(link)
+        ..FloorParams::new(cell_size)
+            .with_store(&args.store)
+            .with_link(link)
+            .with_array((args.array_mib << 20) / u64::from(cell_size.max(1)))
     };
     let limits = floor_bench::measure(&params).await?;
     println!("blindfold bench floor");
