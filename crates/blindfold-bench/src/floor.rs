@@ -505,6 +505,28 @@ fn scratch_cells(url: &StoreUrl, cell_size: u32, array_cells: u64) -> u64 {
     }
 }
 
+/// `n` random root-to-leaf paths of a binary tree of `cells` cells in heap order (cell i's
+/// children are 2i+1 and 2i+2), as the tree engines lay theirs out, each from the root down. A
+/// leaf is a cell without children: the last level, and the end of the one above when the
+/// last is not full.
+fn tree_paths(cells: u64, n: usize, seed: u64) -> Vec<Vec<CellId>> {
+    use rand::{Rng, SeedableRng};
+    let first_leaf = cells / 2;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| {
+            let mut at = rng.gen_range(first_leaf..cells);
+            let mut path = vec![CellId(at)];
+            while at > 0 {
+                at = (at - 1) / 2;
+                path.push(CellId(at));
+            }
+            path.reverse();
+            path
+        })
+        .collect()
+}
+
 /// The raw store's write and read throughput and one-cell round trip at `cell_size`.
 async fn store_limits(
     url: &StoreUrl,
@@ -512,7 +534,6 @@ async fn store_limits(
     each: Duration,
     array_cells: u64,
 ) -> Result<StoreLimits> {
-    use rand::{Rng, SeedableRng};
     let cells = scratch_cells(url, cell_size, array_cells);
     let geometry = Geometry::new(cells, cell_size)?;
     let store = open_store(url, "bench-floor", geometry)
@@ -537,24 +558,7 @@ async fn store_limits(
                 r.context("floor: filling the scratch array")?;
             }
         }
-        // Cell i is bucket i of a binary tree in heap order (children 2i+1, 2i+2), as the
-        // tree engines lay theirs out; a request is one path from a random leaf (a cell
-        // without children: the last level, and the end of the one above when that level is
-        // not full) up to the root.
-        let first_leaf = cells / 2;
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cells);
-        (0..SPREAD_BATCHES)
-            .map(|_| {
-                let mut at = rng.gen_range(first_leaf..cells);
-                let mut path = vec![CellId(at)];
-                while at > 0 {
-                    at = (at - 1) / 2;
-                    path.push(CellId(at));
-                }
-                path.reverse();
-                path
-            })
-            .collect()
+        tree_paths(cells, SPREAD_BATCHES, cells)
     };
     let in_flight = STORE_IN_FLIGHT as usize;
     let mut next = 0usize;
@@ -650,7 +654,7 @@ pub async fn measure(p: &FloorParams) -> Result<Limits> {
     })
 }
 
-/// Where the store's rates were measured: a small array, or random cells of a large one.
+/// Where the store's rates were measured: a small array, or root-to-leaf paths of a tree.
 fn scratch(st: &StoreLimits, cell_size: u32) -> String {
     if st.scratch_cells <= STORE_CELLS {
         format!("{} cells side by side", st.scratch_cells)
@@ -892,5 +896,27 @@ mod tests {
         assert_eq!(scratch_cells(&StoreUrl::Memory, cell, 127), 127);
         let redis: StoreUrl = "redis://127.0.0.1:6379/".parse().unwrap();
         assert_eq!(scratch_cells(&redis, cell, 3000), 64);
+    }
+
+    #[test]
+    fn the_tree_is_read_along_root_to_leaf_paths() {
+        for cells in [65u64, 100, 127, 128, 3000] {
+            let paths = tree_paths(cells, 200, 7);
+            let mut leaves = std::collections::HashSet::new();
+            for p in &paths {
+                assert_eq!(p[0], CellId(0), "{cells}: every path starts at the root");
+                for w in p.windows(2) {
+                    let (parent, child) = (w[0].0, w[1].0);
+                    assert!(child == 2 * parent + 1 || child == 2 * parent + 2, "{cells}: {p:?}");
+                }
+                let leaf = p.last().unwrap().0;
+                assert!(leaf < cells && 2 * leaf + 1 >= cells, "{cells}: ends at a leaf: {p:?}");
+                leaves.insert(leaf);
+            }
+            // Depth: the last level's leaves lie ceil(log2(cells + 1)) cells down.
+            let deepest = paths.iter().map(Vec::len).max().unwrap();
+            assert_eq!(deepest as u32, 64 - cells.leading_zeros(), "{cells}");
+            assert!(leaves.len() > 10, "{cells}: paths to many leaves, not one");
+        }
     }
 }
