@@ -423,6 +423,13 @@ def start_grow(args):
                             stdout=out, stderr=out, stdin=subprocess.DEVNULL)
 
 
+def wait_gone(path, t0, limit=600):
+    """Waits until the running gateway has removed `path` (an answered request, a finished
+    rotation), at most `limit` seconds after `t0`."""
+    while os.path.exists(path) and time.monotonic() - t0 < limit:
+        time.sleep(0.2)
+
+
 def finish_growth(args, server, model):
     """A growth still asked for when the loop ends (it waited behind a key rotation, or every kill
     cut it short) is run to its end as an operator would: the gateway runs until it has answered.
@@ -435,8 +442,7 @@ def finish_growth(args, server, model):
           "it has answered", flush=True)
     t0 = time.monotonic()
     server.start()
-    while os.path.exists(request) and time.monotonic() - t0 < 600:
-        time.sleep(0.2)
+    wait_gone(request, t0)
     try:
         with open(os.path.join(args.data_dir, "grow-result.json")) as f:
             message = json.load(f).get("message", "?")
@@ -491,8 +497,7 @@ def finish_rotation(args, server, retired):
     t0 = time.monotonic()
     if os.path.exists(marker):
         server.start()
-        while os.path.exists(marker) and time.monotonic() - t0 < 600:
-            time.sleep(0.2)
+        wait_gone(marker, t0)
         server.stop()
     leftovers = [p for p in (marker, os.path.join(args.data_dir, "key.json.next")) if os.path.exists(p)]
     report(not leftovers, f"crash: {len(retired)} key rotation(s) finished across the kills "

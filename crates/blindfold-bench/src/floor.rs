@@ -546,12 +546,13 @@ async fn store_limits(
             .collect()
     } else {
         // Every cell written once first (untimed): the engine's array exists in full.
-        let all: Vec<u64> = (0..cells).collect();
-        for group in all.chunks((STORE_BATCH * STORE_IN_FLIGHT) as usize) {
-            let writes = group.chunks(STORE_BATCH as usize).map(|ids| {
+        for group in (0..cells).step_by(STORE_CELLS as usize) {
+            let writes = (group..(group + STORE_CELLS).min(cells)).step_by(STORE_BATCH as usize);
+            let writes = writes.map(|first| {
                 let store = Arc::clone(&store);
-                let batch: Vec<(CellId, Vec<u8>)> =
-                    ids.iter().map(|&c| (CellId(c), cell.clone())).collect();
+                let batch: Vec<(CellId, Vec<u8>)> = (first..(first + STORE_BATCH).min(cells))
+                    .map(|c| (CellId(c), cell.clone()))
+                    .collect();
                 async move { store.write(batch).await }
             });
             for r in futures::future::join_all(writes).await {
@@ -611,12 +612,15 @@ async fn store_limits(
     }
     let read_bytes_per_sec = (read * u64::from(cell_size)) as f64 / start.elapsed().as_secs_f64();
 
+    // One cell at a time, in the order the requests above named them (every level of the
+    // tree in proportion, not only its root).
+    let one_by_one: Vec<CellId> = batches.iter().flatten().copied().collect();
     let mut times = Vec::new();
     let start = Instant::now();
     while times.len() < 5 || (start.elapsed() < each && times.len() < 10_000) {
-        let batch = &batches[times.len() % batches.len()];
+        let cell = one_by_one[times.len() % one_by_one.len()];
         let t = Instant::now();
-        store.read(&batch[..1]).await?;
+        store.read(&[cell]).await?;
         times.push(t.elapsed().as_secs_f64() * 1e6);
     }
     times.sort_by(f64::total_cmp);
